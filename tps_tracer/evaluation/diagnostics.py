@@ -1,0 +1,120 @@
+"""Scalar trajectory diagnostics, failure-oriented as in the paper's transparency tables.
+
+Inputs are one scalar confidence c_i (probability of success) and outcome y_i per
+trajectory. AUROC and AUPRC treat failure (y = 0) as the positive class with risk 1 - c;
+AURC is the area under the selective risk-coverage curve (lower is better); T-ECE uses
+tie-aware quantile bins; T-Brier is mean (c - y)^2 (a loss, lower is better). Ties are
+handled in expectation everywhere, so results do not depend on input order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.stats import rankdata
+
+FloatArray = NDArray[np.float64]
+
+DEFAULT_ECE_BINS = 10
+
+
+def _prep(c: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    ca = np.asarray(c, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    if ca.shape != ya.shape or ca.ndim != 1:
+        raise ValueError("confidence and outcome must be 1-d arrays of equal length")
+    return ca, ya
+
+
+def auroc_failure(c: ArrayLike, y: ArrayLike) -> float:
+    """P(risk of a failure > risk of a success), ties counting 1/2 (Mann-Whitney U / n0 n1)."""
+    ca, ya = _prep(c, y)
+    fail = ya == 0
+    n_pos, n_neg = int(fail.sum()), int((~fail).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(-ca)  # average ranks of the risk score
+    u = ranks[fail].sum() - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * n_neg))
+
+
+def auprc_failure(c: ArrayLike, y: ArrayLike) -> float:
+    """Average precision for detecting failures, step-wise over distinct thresholds (no interpolation)."""
+    ca, ya = _prep(c, y)
+    if not np.any(ya == 0):
+        return float("nan")
+    risk = -ca
+    order = np.argsort(risk, kind="mergesort")[::-1]
+    r_sorted = risk[order]
+    pos = (ya[order] == 0).astype(np.float64)
+    last_of_tie = np.r_[np.flatnonzero(np.diff(r_sorted)), r_sorted.size - 1]
+    tps = np.cumsum(pos)[last_of_tie]
+    precision = tps / (last_of_tie + 1.0)
+    recall = tps / tps[-1]
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def aurc(c: ArrayLike, y: ArrayLike) -> float:
+    """Mean selective risk over coverages k/n, k = 1..n, accepting the most confident first.
+
+    Within a group of tied confidences the expected number of failures among the first j
+    accepted is j * (group failures / group size), i.e. ties are broken uniformly at random
+    in expectation.
+    """
+    ca, ya = _prep(c, y)
+    n = ca.size
+    if n == 0:
+        return float("nan")
+    order = np.argsort(-ca, kind="mergesort")
+    c_sorted = -ca[order]
+    err = (ya[order] == 0).astype(np.float64)
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    sizes = np.diff(np.r_[starts, n])
+    group_err = np.add.reduceat(err, starts)
+    err_before = np.r_[0.0, np.cumsum(group_err)[:-1]]
+    gid = np.repeat(np.arange(starts.size), sizes)
+    k = np.arange(1, n + 1, dtype=np.float64)
+    expected_err = err_before[gid] + (k - starts[gid]) * group_err[gid] / sizes[gid]
+    return float(np.mean(expected_err / k))
+
+
+def quantile_bins(c: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> NDArray[np.int64]:
+    """Bin index per value: edges at the empirical quantiles, bins right-closed, duplicate edges
+    dropped. Binning is by value, so tied confidences always share a bin (tie-aware)."""
+    ca = np.asarray(c, dtype=np.float64)
+    if n_bins < 1:
+        raise ValueError("n_bins must be at least 1")
+    if ca.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    edges = np.quantile(ca, np.linspace(0.0, 1.0, n_bins + 1))
+    inner = np.unique(edges[1:-1])
+    return np.searchsorted(inner, ca, side="left").astype(np.int64)
+
+
+def t_ece(c: ArrayLike, y: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> float:
+    """sum_k (n_k / n) |mean(y in bin k) - mean(c in bin k)| over tie-aware quantile bins."""
+    ca, ya = _prep(c, y)
+    if ca.size == 0:
+        return float("nan")
+    b = quantile_bins(ca, n_bins)
+    counts = np.bincount(b).astype(np.float64)
+    used = counts > 0
+    gap = np.abs(np.bincount(b, weights=ya)[used] - np.bincount(b, weights=ca)[used])
+    return float(gap.sum() / ca.size)
+
+
+def t_brier(c: ArrayLike, y: ArrayLike) -> float:
+    """Scalarised trajectory Brier loss, mean (c - y)^2 (lower is better)."""
+    ca, ya = _prep(c, y)
+    return float(np.mean(np.square(ca - ya))) if ca.size else float("nan")
+
+
+def scalar_diagnostics(c: ArrayLike, y: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> dict[str, float]:
+    ca, ya = _prep(c, y)
+    return {
+        "auroc": auroc_failure(ca, ya),
+        "auprc": auprc_failure(ca, ya),
+        "aurc": aurc(ca, ya),
+        "t_ece": t_ece(ca, ya, n_bins),
+        "t_brier": t_brier(ca, ya),
+    }

@@ -1,0 +1,161 @@
+"""Assemble the evaluation report (the object behind `tps-tracer report --json`).
+
+Follows the paper's reporting convention (Section 4.2): the termination audit first, TPS
+per predictor x rule x schedule for complete-only, cen-simple and (where q_z is present)
+cen-exact with bootstrap CIs, Delta_practice, then rank/calibration diagnostics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tps_tracer.evaluation.aggregators import AGGREGATORS
+from tps_tracer.evaluation.bootstrap import (
+    CI_LEVEL,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    bootstrap_means,
+    percentile_ci,
+    trajectory_keys,
+)
+from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
+from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, role_masks, score_matrix
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, get_schedule
+
+BASE_RATE = "base_rate"
+REPORT_VERSION = 1
+
+
+@dataclass
+class ReportOptions:
+    predictors: Sequence[str] | None = None  # None: every predictor in the file
+    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)")
+    schedules: Sequence[str | WeightSchedule] = ("linear-front",)
+    bootstrap: int = DEFAULT_REPLICATES
+    seed: int = DEFAULT_SEED
+    policy: CensoringPolicy = field(default_factory=CensoringPolicy)
+    base_rate: bool = True
+    ece_bins: int = DEFAULT_ECE_BINS
+
+
+def _num(x: float | np.floating[Any]) -> float | None:
+    """JSON-safe float: NaN/inf become null."""
+    v = float(x)
+    return v if math.isfinite(v) else None
+
+
+def termination_audit(arrays: TrajectoryArrays, policy: CensoringPolicy) -> dict[str, Any]:
+    counts = np.bincount(arrays.stop_code, minlength=len(STOP_REASONS))
+    by_reason = {r.value: int(counts[i]) for i, r in enumerate(STOP_REASONS)}
+    roles = {role.value: 0 for role in Role}
+    for i, r in enumerate(STOP_REASONS):
+        roles[policy.role(r).value] += int(counts[i])
+    working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
+    return {
+        "n_trajectories": arrays.n,
+        "stop_reasons": by_reason,
+        "roles": roles,
+        "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
+        "working_sample": working,
+        "censoring_rate": _num(roles[Role.CENSORED.value] / working) if working else None,
+        "excluded_share": _num(roles[Role.EXCLUDED.value] / arrays.n) if arrays.n else None,
+        "censored_with_q_z": int(np.sum(role_masks(arrays, policy)[1] & ~np.isnan(arrays.q_z))),
+        "outcome_ignored_on_unscored": arrays.outcome_on_unscored,
+        "default_policy": policy.is_default,
+    }
+
+
+def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
+    opts = options or ReportOptions()
+    rules = [get_rule(r) for r in opts.rules]
+    schedules = [get_schedule(s) for s in opts.schedules]
+    predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
+    unknown = [p for p in predictors if p not in arrays.predictors]
+    if unknown:
+        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    complete, censored = role_masks(arrays, opts.policy)
+    if not complete.any():
+        raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+    base_rate = float(np.mean(arrays.outcome[complete]))
+    if opts.base_rate and BASE_RATE not in arrays.predictors:
+        arrays = dataclasses.replace(arrays, predictors=dict(arrays.predictors))  # leave the caller's intact
+        arrays.with_constant_predictor(BASE_RATE, base_rate)
+        predictors.append(BASE_RATE)
+    has_exact = bool(np.any(censored & ~np.isnan(arrays.q_z)))
+    modes = (COMPLETE_ONLY, SIMPLE, EXACT) if has_exact else (COMPLETE_ONLY, SIMPLE)
+
+    sm = score_matrix(arrays, predictors, rules, schedules, opts.policy, modes)
+    boot = bootstrap_means(sm.matrix(arrays.n), trajectory_keys(arrays.ids), opts.bootstrap, opts.seed)
+    se = boot.se()
+    lo, hi = boot.ci()
+    scores = []
+    for i, k in enumerate(sm.keys):
+        row: dict[str, Any] = {
+            "predictor": k.predictor, "rule": k.rule, "weights": k.weights, "censoring": k.censoring,
+            "n": int(boot.n[i]), "mean": _num(boot.point[i]), "se": _num(se[i]),
+            "ci_low": _num(lo[i]), "ci_high": _num(hi[i]),
+        }
+        if k.censoring == EXACT:
+            row["n_missing_q_z"] = sm.missing_q_z[k.predictor]
+        scores.append(row)
+
+    index = sm.index()
+    deltas = []
+    for k in sm.keys:
+        if k.censoring == COMPLETE_ONLY:
+            continue
+        ref = index[ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)]
+        j = index[k]
+        rep = boot.replicates[:, j] - boot.replicates[:, ref]
+        d = boot.point[j] - boot.point[ref]
+        d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
+        d_lo, d_hi = percentile_ci(rep[:, None])
+        deltas.append({
+            "predictor": k.predictor, "rule": k.rule, "weights": k.weights,
+            "comparison": f"{k.censoring} - {COMPLETE_ONLY}", "delta": _num(d), "se": _num(d_se),
+            "z": _num(d / d_se) if d_se > 0 else None, "ci_low": _num(d_lo[0]), "ci_high": _num(d_hi[0]),
+        })
+
+    diagnostics, scalar_rows = [], []
+    for name in predictors:
+        sel = complete & arrays.predictors[name].usable
+        values, layout = arrays.subset(sel, name)
+        y = arrays.outcome[sel]
+        for agg_name, agg in AGGREGATORS.items():
+            c = agg(values, layout)
+            diag = {k: _num(v) for k, v in scalar_diagnostics(c, y, opts.ece_bins).items()}
+            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(sel.sum()), **diag})
+            if agg_name == "phi_w":
+                diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
+
+    coverage = [
+        {"predictor": name, "usable": int(arrays.predictors[name].usable.sum()),
+         "skipped": dict(arrays.predictors[name].skipped)}
+        for name in predictors
+    ]
+    return {
+        "version": REPORT_VERSION,
+        "settings": {
+            "rules": [r.name for r in rules], "weights": [s.name for s in schedules],
+            "bootstrap": opts.bootstrap, "seed": opts.seed, "ci_level": CI_LEVEL,
+            "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
+            "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
+            "ece_bins": opts.ece_bins, "base_rate": _num(base_rate) if opts.base_rate else None,
+            "calibration": "raw",
+        },
+        "audit": termination_audit(arrays, opts.policy),
+        "coverage": coverage,
+        "scores": scores,
+        "deltas": deltas,
+        "diagnostics": diagnostics,
+        "scalar_predictors": scalar_rows,
+    }

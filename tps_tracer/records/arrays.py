@@ -1,0 +1,148 @@
+"""Trajectory records -> flat numpy arrays (values + offsets), the form evaluation works on.
+
+Each predictor gets one flat float64 column over all steps of all trajectories, NaN where
+the step has no usable forecast. A trajectory is usable for a predictor only if every one
+of its steps has a numeric forecast: a gap is never imputed, it skips that trajectory for
+that predictor and is counted by reason ("missing", "non_numeric", "no_steps").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.branch_pairs import StepLayout
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
+ROLES: tuple[Role, ...] = tuple(Role)
+SKIP_REASONS = ("missing", "non_numeric", "no_steps")
+
+
+@dataclass
+class PredictorColumn:
+    name: str
+    values: FloatArray  # flat, one per step; NaN where not usable
+    usable: BoolArray  # per trajectory
+    skipped: dict[str, int] = field(default_factory=dict)  # trajectories skipped, by reason
+
+
+@dataclass
+class TrajectoryArrays:
+    ids: list[str]
+    offsets: IntArray
+    horizon: FloatArray
+    stop_code: NDArray[np.int8]  # index into STOP_REASONS
+    outcome: FloatArray  # NaN where unobserved
+    q_z: FloatArray  # NaN where not given
+    predictors: dict[str, PredictorColumn]
+    outcome_on_unscored: int = 0  # non-clean records that carried an outcome (ignored, counted)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def lengths(self) -> IntArray:
+        return np.diff(self.offsets)
+
+    def stop_reasons(self) -> list[StopReason]:
+        return [STOP_REASONS[c] for c in self.stop_code]
+
+    def roles(self, policy: CensoringPolicy | None = None) -> NDArray[np.int8]:
+        """Role code per trajectory (index into ROLES) under a censoring policy."""
+        pol = policy or CensoringPolicy()
+        table = np.array([ROLES.index(pol.role(r)) for r in STOP_REASONS], dtype=np.int8)
+        return table[self.stop_code]
+
+    def subset(self, mask: BoolArray, predictor: str) -> tuple[FloatArray, StepLayout]:
+        """Flat forecasts and layout of the trajectories selected by `mask` (all must be usable)."""
+        col = self.predictors[predictor]
+        step_mask = np.repeat(mask, self.lengths)
+        layout = StepLayout.from_lengths(self.lengths[mask], self.horizon[mask])
+        return col.values[step_mask], layout
+
+    def with_constant_predictor(self, name: str, value: float) -> None:
+        """Add a constant forecast stream (e.g. the base-rate reference) on every step."""
+        usable = self.lengths > 0
+        self.predictors[name] = PredictorColumn(
+            name,
+            np.full(int(self.offsets[-1]), float(value)),
+            usable,
+            {"no_steps": int((~usable).sum())} if (~usable).any() else {},
+        )
+
+
+def _classify(value: object) -> float | str:
+    """A numeric forecast as float, or the skip reason."""
+    if value is None:
+        return "missing"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "non_numeric"
+    return float(value)
+
+
+def to_arrays(
+    records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None
+) -> TrajectoryArrays:
+    """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
+    if predictors is None:
+        seen: dict[str, None] = {}
+        for rec in records:
+            for step in rec.steps:
+                for name in step.forecasts:
+                    seen.setdefault(name, None)
+        names = list(seen)
+    else:
+        names = list(predictors)
+    n = len(records)
+    lengths = np.fromiter((len(r.steps) for r in records), dtype=np.int64, count=n)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    n_steps = int(offsets[-1])
+    columns = {name: np.full(n_steps, np.nan) for name in names}
+    skip_reason = {name: [""] * n for name in names}
+    for i, rec in enumerate(records):
+        base = int(offsets[i])
+        for j, step in enumerate(rec.steps):
+            fc = step.forecasts
+            for name in names:
+                v = _classify(fc.get(name))
+                if isinstance(v, float):
+                    columns[name][base + j] = v
+                elif not skip_reason[name][i]:
+                    skip_reason[name][i] = v  # first reason met wins
+    predictor_cols: dict[str, PredictorColumn] = {}
+    for name in names:
+        reasons = skip_reason[name]
+        for i in np.flatnonzero(lengths == 0):
+            reasons[i] = "no_steps"
+        usable = np.array([not r for r in reasons], dtype=bool)
+        counts = {k: reasons.count(k) for k in SKIP_REASONS if k in reasons}
+        predictor_cols[name] = PredictorColumn(name, columns[name], usable, counts)
+    stop_code = np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8)
+    outcome = np.array(
+        [float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64
+    )
+    clean = stop_code == STOP_REASONS.index(StopReason.CLEAN)
+    outcome_on_unscored = int(np.sum(~clean & ~np.isnan(outcome)))
+    outcome[~clean] = np.nan
+    q_z = np.array([r.q_z if r.q_z is not None else np.nan for r in records], dtype=np.float64)
+    horizon = np.array([r.effective_horizon for r in records], dtype=np.float64)
+    return TrajectoryArrays(
+        ids=[r.trajectory_id for r in records],
+        offsets=offsets,
+        horizon=horizon,
+        stop_code=stop_code,
+        outcome=outcome,
+        q_z=q_z,
+        predictors=predictor_cols,
+        outcome_on_unscored=outcome_on_unscored,
+    )

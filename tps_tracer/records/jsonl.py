@@ -1,0 +1,159 @@
+"""Read and write trajectory JSON Lines files with errors that name the line and the field."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from tps_tracer.records.schema import TrajectoryRecord
+
+MAX_REPORTED_ERRORS = 20
+
+
+@dataclass(frozen=True)
+class RecordError:
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f", field '{self.field}'" if self.field else "")
+        return f"{where}: {self.message}"
+
+
+class TrajectoryFileError(ValueError):
+    """A trajectory file could not be read; `errors` lists every problem found (up to a cap)."""
+
+    def __init__(self, source: str, errors: list[RecordError], truncated: bool = False):
+        self.source = source
+        self.errors = errors
+        more = " (further errors not shown)" if truncated else ""
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(f"{source}: {len(errors)} problem(s){more}\n{lines}")
+
+
+def _loc_to_field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def forecast_problem(value: Any) -> str | None:
+    """Why a numeric forecast value is unacceptable (NaN, infinite, outside [0, 1]), or None.
+
+    Missing (None) and non-numeric values are not problems here: they are per-predictor
+    skips, counted when arrays are built.
+    """
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if math.isnan(value):
+        return "forecast is NaN"
+    if not 0.0 <= value <= 1.0:
+        return f"forecast {value!r} is outside [0, 1]"
+    return None
+
+
+def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
+    errs = []
+    for i, step in enumerate(rec.steps):
+        for name, value in step.forecasts.items():
+            problem = forecast_problem(value)
+            if problem:
+                errs.append(RecordError(line, f"steps[{i}].forecasts.{name}", problem))
+    return errs
+
+
+def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[TrajectoryRecord]:
+    """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem."""
+    records: list[TrajectoryRecord] = []
+    errors: list[RecordError] = []
+    first_line_of: dict[str, int] = {}
+    last_line_no = 0
+    last_raw = ""
+    for line_no, raw in enumerate(lines, start=1):
+        last_line_no, last_raw = line_no, raw
+        text = raw.strip()
+        if not text:
+            continue
+        if len(errors) >= MAX_REPORTED_ERRORS:
+            raise TrajectoryFileError(source, errors, truncated=True)
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            errors.append(RecordError(line_no, "", f"invalid JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            errors.append(RecordError(line_no, "", "each line must be a JSON object (one trajectory)"))
+            continue
+        try:
+            rec = TrajectoryRecord.model_validate(obj)
+        except ValidationError as exc:
+            for e in exc.errors():
+                msg = str(e["msg"]).removeprefix("Value error, ")
+                errors.append(RecordError(line_no, _loc_to_field(tuple(e["loc"])), msg))
+            continue
+        errors.extend(_check_forecasts(rec, line_no))
+        if rec.trajectory_id in first_line_of:
+            errors.append(
+                RecordError(
+                    line_no,
+                    "trajectory_id",
+                    f"duplicate id {rec.trajectory_id!r} (first seen on line "
+                    f"{first_line_of[rec.trajectory_id]})",
+                )
+            )
+            continue
+        first_line_of[rec.trajectory_id] = line_no
+        records.append(rec)
+    if errors:
+        # A broken last line without a newline is the usual sign of a writer killed mid-record.
+        last = errors[-1]
+        if last.line == last_line_no and not last_raw.endswith("\n") and "invalid JSON" in last.message:
+            errors[-1] = RecordError(
+                last.line, "", last.message + "; the file looks truncated (last line is incomplete)"
+            )
+        raise TrajectoryFileError(source, errors)
+    if not records:
+        raise TrajectoryFileError(source, [RecordError(0, "", "the file holds no trajectories")])
+    return records
+
+
+def read_trajectories(source: str | os.PathLike[str] | IO[str]) -> list[TrajectoryRecord]:
+    """Read a trajectory JSON Lines file (path or open text stream)."""
+    if hasattr(source, "read"):
+        stream: Any = source
+        return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"))
+    path = Path(source)  # type: ignore[arg-type]
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return parse_lines(fh, str(path))
+    except FileNotFoundError:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
+    except UnicodeDecodeError as exc:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"not UTF-8 text ({exc.reason})")]) from None
+
+
+def iter_json_lines(records: Iterable[TrajectoryRecord]) -> Iterator[str]:
+    for rec in records:
+        yield json.dumps(rec.model_dump(mode="json", exclude_none=False), allow_nan=False) + "\n"
+
+
+def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:
+    """Write records as JSON Lines; returns the number written."""
+    n = 0
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for line in iter_json_lines(records):
+            fh.write(line)
+            n += 1
+    return n

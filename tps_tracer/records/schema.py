@@ -1,0 +1,70 @@
+"""The interchange schema: one trajectory per JSON Lines record (see DESIGN.md).
+
+    {"trajectory_id": "run-42", "stop_reason": "clean", "outcome": 1, "horizon": 7,
+     "q_z": null, "steps": [{"t": 1, "forecasts": {"verbal": 0.9}}, ...],
+     "metadata": {"agent": "planner"}}
+
+Forecast values are kept as given (Any): a missing or non-numeric forecast is not a
+schema error but a per-predictor skip, decided and counted when arrays are built.
+Unknown extra fields are preserved so records round-trip through other tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tps_tracer.records.stop_reasons import StopReason
+
+
+class StepRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    t: int | None = Field(default=None, ge=1)
+    forecasts: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrajectoryRecord(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    trajectory_id: str = Field(min_length=1)
+    stop_reason: StopReason
+    outcome: int | None = None
+    horizon: int | None = Field(default=None, ge=1)
+    q_z: float | None = Field(default=None, ge=0.0, le=1.0)
+    steps: list[StepRecord] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("outcome", mode="before")
+    @classmethod
+    def _binary_outcome(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return int(v)
+        if v in (0, 1) and not isinstance(v, str):
+            return int(v)
+        raise ValueError(f"outcome must be 0, 1 (or true/false) or null, got {v!r}")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrajectoryRecord:
+        if self.stop_reason is StopReason.CLEAN and self.outcome is None:
+            raise ValueError("a 'clean' stop needs an outcome (0 or 1)")
+        if self.horizon is not None and self.horizon < len(self.steps):
+            raise ValueError(
+                f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})"
+            )
+        for i, step in enumerate(self.steps):
+            if step.t is not None and step.t != i + 1:
+                raise ValueError(f"steps[{i}].t is {step.t}, expected {i + 1} (steps must be in order)")
+        return self
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def effective_horizon(self) -> int:
+        """T: the given horizon, or the number of observed steps."""
+        return self.horizon if self.horizon is not None else len(self.steps)

@@ -1,0 +1,74 @@
+"""Why a run stopped, and what that means for scoring (paper, Appendix "Termination Mechanisms").
+
+| stop reason                                   | role      | scored as                   |
+|-----------------------------------------------|-----------|-----------------------------|
+| clean                                         | complete  | TPS with the observed Y     |
+| max_steps (any step/iteration/call budget)    | censored  | cen-simple / cen-exact      |
+| parse_error, tool_error, env_terminated,      | excluded  | not scored; counted in the  |
+| timeout, other                                |           | termination audit           |
+
+A CensoringPolicy may move informative stops to "censored" for the paper's
+contra-assumption sensitivity run; "clean" always stays complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class StopReason(str, Enum):
+    CLEAN = "clean"
+    MAX_STEPS = "max_steps"
+    PARSE_ERROR = "parse_error"
+    TOOL_ERROR = "tool_error"
+    ENV_TERMINATED = "env_terminated"
+    TIMEOUT = "timeout"
+    OTHER = "other"
+
+
+class Role(str, Enum):
+    COMPLETE = "complete"  # outcome Y observed
+    CENSORED = "censored"  # administratively stopped: Y unobserved, prefix scored
+    EXCLUDED = "excluded"  # informative stop: not scored, counted
+
+
+DEFAULT_ROLES: Mapping[StopReason, Role] = {
+    StopReason.CLEAN: Role.COMPLETE,
+    StopReason.MAX_STEPS: Role.CENSORED,
+    StopReason.PARSE_ERROR: Role.EXCLUDED,
+    StopReason.TOOL_ERROR: Role.EXCLUDED,
+    StopReason.ENV_TERMINATED: Role.EXCLUDED,
+    StopReason.TIMEOUT: Role.EXCLUDED,
+    StopReason.OTHER: Role.EXCLUDED,
+}
+
+
+@dataclass(frozen=True)
+class CensoringPolicy:
+    """Maps stop reasons to scoring roles; the default is the paper's assumption-disciplined table."""
+
+    roles: Mapping[StopReason, Role] = field(default_factory=lambda: dict(DEFAULT_ROLES))
+
+    def __post_init__(self) -> None:
+        if self.roles.get(StopReason.CLEAN, Role.COMPLETE) is not Role.COMPLETE:
+            raise ValueError("'clean' stops carry an observed outcome and must stay 'complete'")
+        for reason, role in self.roles.items():
+            if reason is not StopReason.CLEAN and role is Role.COMPLETE:
+                raise ValueError(f"{reason.value!r} has no observed outcome and cannot be 'complete'")
+
+    @classmethod
+    def treating_as_censored(cls, reasons: Iterable[str | StopReason]) -> CensoringPolicy:
+        """Default roles, except the given informative reasons are treated as administrative censoring."""
+        roles = dict(DEFAULT_ROLES)
+        for r in reasons:
+            roles[StopReason(r)] = Role.CENSORED
+        return cls(roles)
+
+    def role(self, reason: StopReason) -> Role:
+        return self.roles.get(reason, DEFAULT_ROLES[reason])
+
+    @property
+    def is_default(self) -> bool:
+        return all(self.role(r) is DEFAULT_ROLES[r] for r in StopReason)

@@ -1,0 +1,39 @@
+"""Score mathematics: proper rules, weight schedules, branch pairs. numpy/scipy only."""
+
+from tps_tracer.scoring.branch_pairs import StepLayout, branch_pairs, mix
+from tps_tracer.scoring.rules import (
+    BetaRule,
+    BrierRule,
+    LogRule,
+    ScoreRule,
+    get_rule,
+    parse_rules,
+    score,
+)
+from tps_tracer.scoring.schedules import (
+    BUILTIN_SCHEDULES,
+    WeightSchedule,
+    custom_schedule,
+    get_schedule,
+    parse_schedules,
+    weights,
+)
+
+__all__ = [
+    "BUILTIN_SCHEDULES",
+    "BetaRule",
+    "BrierRule",
+    "LogRule",
+    "ScoreRule",
+    "StepLayout",
+    "WeightSchedule",
+    "branch_pairs",
+    "custom_schedule",
+    "get_rule",
+    "get_schedule",
+    "mix",
+    "parse_rules",
+    "parse_schedules",
+    "score",
+    "weights",
+]

@@ -1,0 +1,118 @@
+"""Per-trajectory branch pairs (s1, s0) over flat arrays.
+
+For a trajectory with forecasts F_1..F_Z, horizon T, rule S and schedule w:
+
+    s1 = sum_{t<=Z} w_t S(F_t, 1)      s0 = sum_{t<=Z} w_t S(F_t, 0)
+
+and every TPS variant is eta * s1 + (1 - eta) * s0 (eta = Y, 0, q_Z, ...).
+
+Steps of all trajectories live in one flat float64 array; `offsets` (length n+1) marks
+where each trajectory starts, as in CSR matrices. Segment sums use np.add.reduceat, so
+no Python object per step is ever created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass
+class StepLayout:
+    """Where each trajectory's steps sit in a flat array, and its horizon T.
+
+    Every trajectory must have at least one step (reduceat cannot express empty segments;
+    callers drop empty trajectories first and count them).
+    """
+
+    offsets: IntArray
+    horizon: FloatArray
+    _weights: dict[str, FloatArray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.offsets = np.asarray(self.offsets, dtype=np.int64)
+        self.horizon = np.asarray(self.horizon, dtype=np.float64)
+        lengths = np.diff(self.offsets)
+        if self.offsets.ndim != 1 or self.offsets.size < 1 or self.offsets[0] != 0:
+            raise ValueError("offsets must be a 1-d array starting at 0")
+        if lengths.size and lengths.min() < 1:
+            raise ValueError("every trajectory needs at least one step")
+        if self.horizon.shape != lengths.shape:
+            raise ValueError("horizon needs one entry per trajectory")
+        if np.any(self.horizon < lengths):
+            raise ValueError("horizon T must be at least the number of observed steps Z")
+
+    @classmethod
+    def from_lengths(cls, lengths: ArrayLike, horizon: ArrayLike | None = None) -> StepLayout:
+        lens = np.asarray(lengths, dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(lens)))
+        return cls(offsets, lens.astype(np.float64) if horizon is None else np.asarray(horizon))
+
+    @property
+    def n_trajectories(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def starts(self) -> IntArray:
+        return self.offsets[:-1]
+
+    @property
+    def lengths(self) -> IntArray:
+        return np.diff(self.offsets)
+
+    def step_index(self) -> FloatArray:
+        """1-based position t of every flat step within its trajectory."""
+        t = np.arange(self.n_steps, dtype=np.float64) + 1.0
+        return t - np.repeat(self.starts.astype(np.float64), self.lengths)
+
+    def weights(self, schedule: str | WeightSchedule) -> FloatArray:
+        """Flat per-step weights w_t (normalised over T, truncated at Z), cached per schedule."""
+        sched = get_schedule(schedule)
+        cached = self._weights.get(sched.name)
+        if cached is None:
+            cached = sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
+            self._weights[sched.name] = cached
+        return cached
+
+    def segment_sum(self, flat: FloatArray) -> FloatArray:
+        """Sum a flat per-step array within each trajectory."""
+        if self.n_trajectories == 0:
+            return np.zeros(0)
+        return np.add.reduceat(flat, self.starts)
+
+
+def branch_pairs(
+    values: FloatArray,
+    layout: StepLayout,
+    rule: str | ScoreRule = "log",
+    schedule: str | WeightSchedule = "linear-front",
+) -> tuple[FloatArray, FloatArray]:
+    """(s1, s0) for every trajectory of `layout`; `values` are validated forecasts in [0, 1]."""
+    b1, b0 = get_rule(rule).branches(values)
+    return branch_pairs_from_branches(b1, b0, layout, schedule)
+
+
+def branch_pairs_from_branches(
+    b1: FloatArray, b0: FloatArray, layout: StepLayout, schedule: str | WeightSchedule
+) -> tuple[FloatArray, FloatArray]:
+    """Weight and sum precomputed per-step branches; lets callers reuse S(F,1), S(F,0) across schedules."""
+    w = layout.weights(schedule)
+    return layout.segment_sum(w * b1), layout.segment_sum(w * b0)
+
+
+def mix(s1: ArrayLike, s0: ArrayLike, eta: ArrayLike) -> FloatArray:
+    """eta * s1 + (1 - eta) * s0: the one formula behind complete, cen-simple and cen-exact TPS."""
+    e = np.asarray(eta, dtype=np.float64)
+    return np.asarray(e * s1 + (1.0 - e) * np.asarray(s0), dtype=np.float64)

@@ -1,0 +1,142 @@
+"""Strictly proper binary scoring rules, reward-oriented (higher is better).
+
+Every rule is represented by its two branches, S(p, 1) and S(p, 0): the score of
+forecast p if the task succeeds and if it fails. A score against a (possibly soft)
+label eta in [0, 1] is then eta * S(p, 1) + (1 - eta) * S(p, 0), which is the single
+mechanism behind complete, censored-simple and censored-exact TPS (see DESIGN.md).
+
+Formulas (paper, Appendix "Beta-family Scoring Rules"):
+
+    log:        S(p,1) = log p,                 S(p,0) = log(1-p)        (p clipped to [1e-6, 1-1e-6])
+    brier:      S(p,1) = -(1-p)^2,              S(p,0) = -p^2
+    beta(a,b):  S(p,1) = -int_p^1 c^(a-1) (1-c)^b dc = -B(a, b+1) * I_{1-p}(b+1, a)
+                S(p,0) = -int_0^p c^a (1-c)^(b-1) dc = -B(a+1, b) * I_p(a+1, b)
+
+with I the regularised incomplete beta function. beta(1,1) is Brier/2.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import special
+
+LOG_CLIP_EPS = 1e-6
+
+FloatArray = NDArray[np.float64]
+
+
+class ScoreRule(Protocol):
+    """A binary scoring rule given by its success and failure branches."""
+
+    name: str
+
+    def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Return (S(p, 1), S(p, 0)) elementwise; p is assumed already validated."""
+        ...
+
+
+@dataclass(frozen=True)
+class LogRule:
+    eps: float = LOG_CLIP_EPS
+    name: str = "log"
+
+    def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        q = np.clip(p, self.eps, 1.0 - self.eps)
+        return np.log(q), np.log1p(-q)
+
+
+@dataclass(frozen=True)
+class BrierRule:
+    name: str = "brier"
+
+    def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return -np.square(1.0 - p), -np.square(p)
+
+
+@dataclass(frozen=True)
+class BetaRule:
+    """Schervish-Buja threshold mixture with density c^(a-1) (1-c)^(b-1), unnormalised."""
+
+    a: float
+    b: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.a) and math.isfinite(self.b) and self.a > 0 and self.b > 0):
+            raise ValueError(f"beta(a,b) needs finite a > 0 and b > 0, got a={self.a}, b={self.b}")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"beta({_fmt_param(self.a)},{_fmt_param(self.b)})"
+
+    def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        a, b = self.a, self.b
+        # I_{1-p}(b+1, a) instead of 1 - I_p(a, b+1): no cancellation for p near 1.
+        s1 = -special.beta(a, b + 1.0) * special.betainc(b + 1.0, a, 1.0 - p)
+        s0 = -special.beta(a + 1.0, b) * special.betainc(a + 1.0, b, p)
+        return np.asarray(s1, dtype=np.float64), np.asarray(s0, dtype=np.float64)
+
+
+def _fmt_param(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+_BETA_RE = re.compile(r"^beta\(\s*([^,\s]+)\s*,\s*([^)\s]+)\s*\)$")
+
+
+def get_rule(rule: str | ScoreRule) -> ScoreRule:
+    """Resolve a rule name ("log", "brier", "beta(2,4)") or pass a rule object through."""
+    if not isinstance(rule, str):
+        return rule
+    name = rule.strip().lower()
+    if name == "log":
+        return LogRule()
+    if name == "brier":
+        return BrierRule()
+    m = _BETA_RE.match(name)
+    if m:
+        try:
+            a, b = float(m.group(1)), float(m.group(2))
+        except ValueError:
+            raise ValueError(f"cannot read the parameters of rule {rule!r}") from None
+        return BetaRule(a, b)
+    raise ValueError(f"unknown score rule {rule!r}: use 'log', 'brier' or 'beta(a,b)' with a, b > 0")
+
+
+def parse_rules(text: str) -> list[ScoreRule]:
+    """Parse a comma-separated rule list such as "log,brier,beta(2,4)" (commas inside parentheses kept)."""
+    parts = [p for p in re.split(r",(?![^()]*\))", text) if p.strip()]
+    if not parts:
+        raise ValueError("no score rule given")
+    return [get_rule(p) for p in parts]
+
+
+def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
+    """Return p as a float64 array, raising ValueError on NaN or values outside [0, 1]."""
+    arr = np.asarray(p, dtype=np.float64)
+    bad = ~((arr >= 0.0) & (arr <= 1.0))  # also catches NaN
+    if bad.any():
+        first = arr[bad].flat[0]
+        raise ValueError(
+            f"{what} values must lie in [0, 1]; found {int(bad.sum())} invalid value(s), e.g. {first!r}"
+        )
+    return arr
+
+
+def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArray:
+    """Score forecasts p against outcomes y with a reward-oriented proper rule.
+
+    y may be binary (0/1) or a soft label in [0, 1]; a soft label eta scores
+    eta * S(p,1) + (1-eta) * S(p,0), as the censored-exact score does with q_Z.
+    Broadcasting follows numpy.
+    """
+    r = get_rule(rule)
+    pa = validate_probabilities(p, "forecast")
+    ya = validate_probabilities(y, "outcome")
+    s1, s0 = r.branches(pa)
+    return np.asarray(ya * s1 + (1.0 - ya) * s0, dtype=np.float64)

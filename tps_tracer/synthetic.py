@@ -1,0 +1,149 @@
+"""Synthetic trajectories with a known truthful success process q_t.
+
+A task has a latent success rate theta ~ Beta(a, b). Each step reveals one Bernoulli(theta)
+signal, and the outcome is Y ~ Bernoulli(theta), independent of the signals given theta.
+Then q_t = P(Y = 1 | H_t) = (a + sum of signals up to t) / (a + b + t) exactly: a
+martingale in t, the target TPS strictly elicits.
+
+Runs stop at their natural length L (clean, Y observed), at the step budget (max_steps,
+censored, with the exact q_Z recorded), or earlier at an informative parse error whose
+hazard rises as q_t falls. Forecasters distort q_t in known ways, so every evaluator can
+be checked against ground truth. Used by the demo, the tests and the benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.schema import StepRecord, TrajectoryRecord
+from tps_tracer.records.stop_reasons import StopReason
+
+FloatArray = NDArray[np.float64]
+
+
+def _logit(q: FloatArray) -> FloatArray:
+    q = np.clip(q, 1e-9, 1 - 1e-9)
+    return np.log(q) - np.log1p(-q)
+
+
+def _sigmoid(x: FloatArray) -> FloatArray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+Forecaster = Callable[[FloatArray, np.random.Generator], FloatArray]
+
+FORECASTERS: dict[str, Forecaster] = {
+    "truthful": lambda q, rng: q,
+    # Saturated, like the paper's Tau2 verbal stream: same ranking, wrong scale.
+    "overconfident": lambda q, rng: _sigmoid(3.0 * _logit(q) + 1.5),
+    "underconfident": lambda q, rng: _sigmoid(0.4 * _logit(q)),
+    "noisy": lambda q, rng: _sigmoid(_logit(q) + rng.normal(0.0, 1.0, q.shape)),
+}
+
+
+@dataclass(frozen=True)
+class World:
+    prior_a: float = 2.0
+    prior_b: float = 2.0
+    min_length: int = 2
+    max_length: int = 14
+    budget: int = 10
+    parse_error_rate: float = 0.02  # per-step hazard at q_t = 0.5; scales with 2 (1 - q_t)
+
+
+@dataclass
+class SimulatedRuns:
+    """Flat arrays of simulated runs (steps of trajectory i at offsets[i]:offsets[i+1])."""
+
+    offsets: NDArray[np.int64]
+    q: FloatArray  # truthful q_t per observed step
+    outcome: FloatArray  # Y for every run (also the unobserved ones: ground truth)
+    stop_reason: list[StopReason]
+    horizon: NDArray[np.int64]
+
+    @property
+    def n(self) -> int:
+        return len(self.stop_reason)
+
+    def q_z(self) -> FloatArray:
+        """q at the last observed step of every run."""
+        return self.q[self.offsets[1:] - 1]
+
+
+def simulate_runs(n: int, seed: int = 0, world: World = World()) -> SimulatedRuns:
+    rng = np.random.default_rng(seed)
+    w = world
+    theta = rng.beta(w.prior_a, w.prior_b, n)
+    length = rng.integers(w.min_length, w.max_length + 1, n)
+    width = w.max_length
+    signals = rng.random((n, width)) < theta[:, None]
+    t = np.arange(1, width + 1)
+    q = (w.prior_a + np.cumsum(signals, axis=1)) / (w.prior_a + w.prior_b + t)
+    hazard = np.clip(w.parse_error_rate * 2.0 * (1.0 - q), 0.0, 1.0)
+    parse_hit = rng.random((n, width)) < hazard
+    first_err = np.where(parse_hit.any(axis=1), parse_hit.argmax(axis=1) + 1, width + 1)
+    y = (rng.random(n) < theta).astype(np.float64)
+
+    natural_end = np.minimum(length, w.budget)
+    z = np.minimum(natural_end, first_err)
+    reasons = np.where(
+        first_err <= natural_end,
+        1,  # parse_error
+        np.where(length <= w.budget, 0, 2),  # clean / max_steps
+    )
+    kinds = (StopReason.CLEAN, StopReason.PARSE_ERROR, StopReason.MAX_STEPS)
+    stop = [kinds[k] for k in reasons]
+    horizon = np.where(reasons == 2, w.budget, z)
+    observed = t[None, :] <= z[:, None]
+    offsets = np.concatenate(([0], np.cumsum(z))).astype(np.int64)
+    return SimulatedRuns(offsets, q[observed], y, stop, horizon.astype(np.int64))
+
+
+def to_records(
+    runs: SimulatedRuns,
+    forecasters: Sequence[str] = tuple(FORECASTERS),
+    seed: int = 0,
+    missing_rate: float = 0.0,
+    record_q_z: bool = True,
+) -> list[TrajectoryRecord]:
+    """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps."""
+    rng = np.random.default_rng(seed)
+    streams = {name: np.round(FORECASTERS[name](runs.q, rng), 6) for name in forecasters}
+    blank = rng.random(runs.q.size) < missing_rate
+    q_z = runs.q_z()
+    records = []
+    for i in range(runs.n):
+        a, b = int(runs.offsets[i]), int(runs.offsets[i + 1])
+        steps = []
+        for j in range(a, b):
+            fc: dict[str, float | None] = {name: float(streams[name][j]) for name in forecasters}
+            if blank[j] and "noisy" in fc:
+                fc["noisy"] = None
+            steps.append(StepRecord(t=j - a + 1, forecasts=fc))
+        reason = runs.stop_reason[i]
+        records.append(
+            TrajectoryRecord(
+                trajectory_id=f"sim-{i:05d}",
+                stop_reason=reason,
+                outcome=int(runs.outcome[i]) if reason is StopReason.CLEAN else None,
+                horizon=int(runs.horizon[i]),
+                q_z=round(float(q_z[i]), 6) if record_q_z and reason is StopReason.MAX_STEPS else None,
+                steps=steps,
+                metadata={"source": "tps_tracer.synthetic"},
+            )
+        )
+    return records
+
+
+EXAMPLE_SIZE = 400
+EXAMPLE_SEED = 7
+
+
+def example_records() -> list[TrajectoryRecord]:
+    """The bundled example set (examples/trajectories.jsonl is this, written out)."""
+    runs = simulate_runs(EXAMPLE_SIZE, seed=EXAMPLE_SEED)
+    return to_records(runs, seed=EXAMPLE_SEED, missing_rate=0.01)
