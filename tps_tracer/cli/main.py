@@ -23,14 +23,24 @@ EXIT_BAD_INPUT = 2
 def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")
     p.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules, e.g. 'log,brier,beta(2,4)'")
-    p.add_argument("--weights", default="linear-front",
-                   help="weight schedules: linear-front, uniform, exponential-front, linear-back, or 'all'")
+    p.add_argument(
+        "--weights",
+        default="linear-front",
+        help="weight schedules: linear-front, uniform, exponential-front, linear-back, or 'all'",
+    )
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="bootstrap replicates (0: no CIs)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
-    p.add_argument("--no-base-rate", action="store_true", help="omit the constant base-rate reference predictor")
-    p.add_argument("--treat-as-censored", default="",
-                   help="sensitivity analysis: informative stop reasons to treat as censored, e.g. 'parse_error'")
+    p.add_argument(
+        "--no-base-rate",
+        action="store_true",
+        help="omit the constant base-rate reference predictor",
+    )
+    p.add_argument(
+        "--treat-as-censored",
+        default="",
+        help="sensitivity analysis: informative stop reasons to treat as censored, e.g. 'parse_error'",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -90,9 +100,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty."
-    )
+    parser = argparse.ArgumentParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("report", help="score a trajectory JSON Lines file")
     p.add_argument("file", help="trajectory records, one JSON object per line")

@@ -6,23 +6,22 @@ from typing import Any
 
 from tps_tracer.cli.tables import fmt, fmt_ci, render_table
 
-_MODE_TITLES = {"complete-only": "complete-only", "simple": "cen-simple (q_Z~0)", "exact": "cen-exact (q_z)"}
+_MODE_TITLES = {
+    "complete-only": "complete-only",
+    "simple": "cen-simple (q_Z~0)",
+    "exact": "cen-exact (q_z)",
+}
 
 
 def _audit_text(audit: dict[str, Any]) -> str:
-    rows = [
-        [reason, str(count), audit["role_of"][reason]]
-        for reason, count in audit["stop_reasons"].items()
-        if count
-    ]
+    rows = [[reason, str(count), audit["role_of"][reason]] for reason, count in audit["stop_reasons"].items() if count]
     roles = audit["roles"]
     rate = audit["censoring_rate"]
     lines = [
         "Termination audit",
         render_table(["stop reason", "count", "role"], rows),
         f"  working sample {audit['working_sample']} = {roles['complete']} complete + "
-        f"{roles['censored']} censored"
-        + (f" (censoring rate {100 * rate:.1f}%)" if rate is not None else ""),
+        f"{roles['censored']} censored" + (f" (censoring rate {100 * rate:.1f}%)" if rate is not None else ""),
         f"  excluded (informative stops, not scored): {roles['excluded']}"
         + (f" ({100 * audit['excluded_share']:.1f}% of all)" if audit["excluded_share"] is not None else ""),
         f"  censored trajectories carrying q_z: {audit['censored_with_q_z']} of {roles['censored']}",
@@ -58,7 +57,10 @@ def _scores_text(report: dict[str, Any]) -> str:
             row.append(f"{fmt_ci(c['mean'], c['ci_low'], c['ci_high'])}  n={c['n']}")
         rows.append(row)
     headers = ["predictor", "rule", "weights", *(_MODE_TITLES[m] for m in modes)]
-    out = ["TPS, mean [95% bootstrap CI] (reward-oriented: higher is better)", render_table(headers, rows)]
+    out = [
+        "TPS, mean [95% bootstrap CI] (reward-oriented: higher is better)",
+        render_table(headers, rows),
+    ]
     missing = {r["predictor"]: r["n_missing_q_z"] for r in report["scores"] if r.get("n_missing_q_z")}
     for pred, k in missing.items():
         out.append(f"  cen-exact for {pred} leaves out {k} censored trajectories without q_z")
@@ -67,14 +69,22 @@ def _scores_text(report: dict[str, Any]) -> str:
 
 def _deltas_text(report: dict[str, Any]) -> str:
     rows = [
-        [d["predictor"], d["rule"], d["weights"], d["comparison"],
-         fmt_ci(d["delta"], d["ci_low"], d["ci_high"]), fmt(d["z"], 3)]
+        [
+            d["predictor"],
+            d["rule"],
+            d["weights"],
+            d["comparison"],
+            fmt_ci(d["delta"], d["ci_low"], d["ci_high"]),
+            fmt(d["z"], 3),
+        ]
         for d in report["deltas"]
     ]
-    return "\n".join([
-        "Delta_practice: censored extension minus complete-only (paired bootstrap)",
-        render_table(["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"], rows),
-    ])
+    return "\n".join(
+        [
+            "Delta_practice: censored extension minus complete-only (paired bootstrap)",
+            render_table(["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"], rows),
+        ]
+    )
 
 
 def _diagnostics_text(report: dict[str, Any]) -> str:
@@ -86,14 +96,16 @@ def _diagnostics_text(report: dict[str, Any]) -> str:
         if s["aggregator"] != "phi_w"
     ]
     head = ["AUROC^", "AUPRC^", "AURC_v", "T-ECE_v", "T-Brier_v"]
-    return "\n".join([
-        f"Diagnostics on complete trajectories (scalar summary: {report['settings']['diagnostic_summary']};",
-        "  AUROC/AUPRC with failure as the positive class; ^ higher is better, _v lower is better)",
-        render_table(["predictor", "n", *head], rows),
-        "",
-        "Scalar AUQ aggregators (not TPS inputs: they collapse the trace)",
-        render_table(["predictor", "aggregator", "n", *head], scalar),
-    ])
+    return "\n".join(
+        [
+            f"Diagnostics on complete trajectories (scalar summary: {report['settings']['diagnostic_summary']};",
+            "  AUROC/AUPRC with failure as the positive class; ^ higher is better, _v lower is better)",
+            render_table(["predictor", "n", *head], rows),
+            "",
+            "Scalar AUQ aggregators (not TPS inputs: they collapse the trace)",
+            render_table(["predictor", "aggregator", "n", *head], scalar),
+        ]
+    )
 
 
 def render_report(report: dict[str, Any], source: str) -> str:

@@ -22,7 +22,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for k, r in enumerate(cells):
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
         lines.append(indent + "  ".join(parts).rstrip())
         if k == 0:
             lines.append(indent + "  ".join("-" * w for w in widths))

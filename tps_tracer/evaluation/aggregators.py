@@ -36,9 +36,7 @@ def phi_min(values: FloatArray, layout: StepLayout) -> FloatArray:
     return np.minimum.reduceat(values, layout.starts)
 
 
-def phi_weighted(
-    values: FloatArray, layout: StepLayout, schedule: WeightSchedule = DEFAULT_SCHEDULE
-) -> FloatArray:
+def phi_weighted(values: FloatArray, layout: StepLayout, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
     """sum_t w_t F_t / sum_t w_t over the observed steps: the front-weighted normalised summary."""
     w = layout.weights(schedule)
     return np.round(layout.segment_sum(w * values) / layout.segment_sum(w), _TIE_DECIMALS)

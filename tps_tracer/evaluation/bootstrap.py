@@ -37,9 +37,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 # Poisson(1) CDF up to k = 24 (the tail beyond is below 1e-25, under float64 resolution of u).
-_POISSON1_CDF = np.cumsum(
-    np.exp(-1.0) / np.cumprod(np.concatenate(([1.0], np.arange(1.0, 25.0))))
-)
+_POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.concatenate(([1.0], np.arange(1.0, 25.0)))))
 
 
 def _splitmix64(x: U64) -> U64:

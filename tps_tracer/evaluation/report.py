@@ -25,7 +25,14 @@ from tps_tracer.evaluation.bootstrap import (
     trajectory_keys,
 )
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, role_masks, score_matrix
+from tps_tracer.evaluation.tps import (
+    COMPLETE_ONLY,
+    EXACT,
+    SIMPLE,
+    ColumnKey,
+    role_masks,
+    score_matrix,
+)
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -100,9 +107,15 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     scores = []
     for i, k in enumerate(sm.keys):
         row: dict[str, Any] = {
-            "predictor": k.predictor, "rule": k.rule, "weights": k.weights, "censoring": k.censoring,
-            "n": int(boot.n[i]), "mean": _num(boot.point[i]), "se": _num(se[i]),
-            "ci_low": _num(lo[i]), "ci_high": _num(hi[i]),
+            "predictor": k.predictor,
+            "rule": k.rule,
+            "weights": k.weights,
+            "censoring": k.censoring,
+            "n": int(boot.n[i]),
+            "mean": _num(boot.point[i]),
+            "se": _num(se[i]),
+            "ci_low": _num(lo[i]),
+            "ci_high": _num(hi[i]),
         }
         if k.censoring == EXACT:
             row["n_missing_q_z"] = sm.missing_q_z[k.predictor]
@@ -119,11 +132,19 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
         d = boot.point[j] - boot.point[ref]
         d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
         d_lo, d_hi = percentile_ci(rep[:, None])
-        deltas.append({
-            "predictor": k.predictor, "rule": k.rule, "weights": k.weights,
-            "comparison": f"{k.censoring} - {COMPLETE_ONLY}", "delta": _num(d), "se": _num(d_se),
-            "z": _num(d / d_se) if d_se > 0 else None, "ci_low": _num(d_lo[0]), "ci_high": _num(d_hi[0]),
-        })
+        deltas.append(
+            {
+                "predictor": k.predictor,
+                "rule": k.rule,
+                "weights": k.weights,
+                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
+                "delta": _num(d),
+                "se": _num(d_se),
+                "z": _num(d / d_se) if d_se > 0 else None,
+                "ci_low": _num(d_lo[0]),
+                "ci_high": _num(d_hi[0]),
+            }
+        )
 
     diagnostics, scalar_rows = [], []
     for name in predictors:
@@ -138,18 +159,25 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
                 diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
 
     coverage = [
-        {"predictor": name, "usable": int(arrays.predictors[name].usable.sum()),
-         "skipped": dict(arrays.predictors[name].skipped)}
+        {
+            "predictor": name,
+            "usable": int(arrays.predictors[name].usable.sum()),
+            "skipped": dict(arrays.predictors[name].skipped),
+        }
         for name in predictors
     ]
     return {
         "version": REPORT_VERSION,
         "settings": {
-            "rules": [r.name for r in rules], "weights": [s.name for s in schedules],
-            "bootstrap": opts.bootstrap, "seed": opts.seed, "ci_level": CI_LEVEL,
+            "rules": [r.name for r in rules],
+            "weights": [s.name for s in schedules],
+            "bootstrap": opts.bootstrap,
+            "seed": opts.seed,
+            "ci_level": CI_LEVEL,
             "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
             "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
-            "ece_bins": opts.ece_bins, "base_rate": _num(base_rate) if opts.base_rate else None,
+            "ece_bins": opts.ece_bins,
+            "base_rate": _num(base_rate) if opts.base_rate else None,
             "calibration": "raw",
         },
         "audit": termination_audit(arrays, opts.policy),

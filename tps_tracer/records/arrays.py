@@ -90,9 +90,7 @@ def _classify(value: object) -> float | str:
     return float(value)
 
 
-def to_arrays(
-    records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None
-) -> TrajectoryArrays:
+def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None) -> TrajectoryArrays:
     """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
     if predictors is None:
         seen: dict[str, None] = {}
@@ -122,15 +120,13 @@ def to_arrays(
     predictor_cols: dict[str, PredictorColumn] = {}
     for name in names:
         reasons = skip_reason[name]
-        for i in np.flatnonzero(lengths == 0):
-            reasons[i] = "no_steps"
+        for empty in np.flatnonzero(lengths == 0).tolist():
+            reasons[empty] = "no_steps"
         usable = np.array([not r for r in reasons], dtype=bool)
         counts = {k: reasons.count(k) for k in SKIP_REASONS if k in reasons}
         predictor_cols[name] = PredictorColumn(name, columns[name], usable, counts)
     stop_code = np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8)
-    outcome = np.array(
-        [float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64
-    )
+    outcome = np.array([float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64)
     clean = stop_code == STOP_REASONS.index(StopReason.CLEAN)
     outcome_on_unscored = int(np.sum(~clean & ~np.isnan(outcome)))
     outcome[~clean] = np.nan

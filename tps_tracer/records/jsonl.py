@@ -109,8 +109,7 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
                 RecordError(
                     line_no,
                     "trajectory_id",
-                    f"duplicate id {rec.trajectory_id!r} (first seen on line "
-                    f"{first_line_of[rec.trajectory_id]})",
+                    f"duplicate id {rec.trajectory_id!r} (first seen on line {first_line_of[rec.trajectory_id]})",
                 )
             )
             continue
@@ -134,7 +133,7 @@ def read_trajectories(source: str | os.PathLike[str] | IO[str]) -> list[Trajecto
     if hasattr(source, "read"):
         stream: Any = source
         return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"))
-    path = Path(source)  # type: ignore[arg-type]
+    path = Path(source)
     try:
         with path.open(encoding="utf-8") as fh:
             return parse_lines(fh, str(path))

@@ -52,9 +52,7 @@ class TrajectoryRecord(BaseModel):
         if self.stop_reason is StopReason.CLEAN and self.outcome is None:
             raise ValueError("a 'clean' stop needs an outcome (0 or 1)")
         if self.horizon is not None and self.horizon < len(self.steps):
-            raise ValueError(
-                f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})"
-            )
+            raise ValueError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
         for i, step in enumerate(self.steps):
             if step.t is not None and step.t != i + 1:
                 raise ValueError(f"steps[{i}].t is {step.t}, expected {i + 1} (steps must be in order)")

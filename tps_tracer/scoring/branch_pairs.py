@@ -115,4 +115,6 @@ def branch_pairs_from_branches(
 def mix(s1: ArrayLike, s0: ArrayLike, eta: ArrayLike) -> FloatArray:
     """eta * s1 + (1 - eta) * s0: the one formula behind complete, cen-simple and cen-exact TPS."""
     e = np.asarray(eta, dtype=np.float64)
-    return np.asarray(e * s1 + (1.0 - e) * np.asarray(s0), dtype=np.float64)
+    a1 = np.asarray(s1, dtype=np.float64)
+    a0 = np.asarray(s0, dtype=np.float64)
+    return np.asarray(e * a1 + (1.0 - e) * a0, dtype=np.float64)

@@ -34,7 +34,8 @@ FloatArray = NDArray[np.float64]
 class ScoreRule(Protocol):
     """A binary scoring rule given by its success and failure branches."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Return (S(p, 1), S(p, 0)) elementwise; p is assumed already validated."""
@@ -71,7 +72,7 @@ class BetaRule:
             raise ValueError(f"beta(a,b) needs finite a > 0 and b > 0, got a={self.a}, b={self.b}")
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"beta({_fmt_param(self.a)},{_fmt_param(self.b)})"
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -122,9 +123,7 @@ def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
     bad = ~((arr >= 0.0) & (arr <= 1.0))  # also catches NaN
     if bad.any():
         first = arr[bad].flat[0]
-        raise ValueError(
-            f"{what} values must lie in [0, 1]; found {int(bad.sum())} invalid value(s), e.g. {first!r}"
-        )
+        raise ValueError(f"{what} values must lie in [0, 1]; found {int(bad.sum())} invalid value(s), e.g. {first!r}")
     return arr
 
 

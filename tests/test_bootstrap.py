@@ -1,0 +1,72 @@
+"""Bootstrap: determinism, order invariance, accuracy of the SE, pairing."""
+
+import numpy as np
+import pytest
+
+from tps_tracer.evaluation.bootstrap import bootstrap_means, replicate_weights, trajectory_keys
+
+
+def _ids(n):
+    return [f"traj-{i}" for i in range(n)]
+
+
+def test_poisson_weights_have_mean_and_variance_one():
+    w = replicate_weights(trajectory_keys(_ids(2000)), np.arange(200), seed=1)
+    assert w.mean() == pytest.approx(1.0, abs=0.01)
+    assert w.var() == pytest.approx(1.0, abs=0.02)
+    assert w.min() == 0 and np.all(w == np.round(w))
+
+
+def test_weights_depend_only_on_id_replicate_and_seed():
+    keys = trajectory_keys(_ids(50))
+    a = replicate_weights(keys, np.arange(10), seed=3)
+    b = replicate_weights(keys[::-1], np.arange(10), seed=3)[:, ::-1]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[4:6], replicate_weights(keys, np.array([4, 5]), seed=3))
+    assert not np.array_equal(a, replicate_weights(keys, np.arange(10), seed=4))
+
+
+def test_results_do_not_depend_on_row_order_and_repeat_exactly():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2))
+    keys = trajectory_keys(_ids(300))
+    r1 = bootstrap_means(x, keys, 200, seed=9)
+    perm = rng.permutation(300)
+    r2 = bootstrap_means(x[perm], keys[perm], 200, seed=9)
+    np.testing.assert_allclose(r1.replicates, r2.replicates, rtol=1e-12)
+    np.testing.assert_array_equal(r1.replicates, bootstrap_means(x, keys, 200, seed=9).replicates)
+
+
+def test_bootstrap_se_matches_the_analytic_standard_error():
+    rng = np.random.default_rng(1)
+    x = rng.exponential(size=(3000, 1))
+    res = bootstrap_means(x, trajectory_keys(_ids(3000)), 1000, seed=0)
+    analytic = x.std(ddof=1) / np.sqrt(x.shape[0])
+    assert res.se()[0] == pytest.approx(analytic, rel=0.1)
+    lo, hi = res.ci()
+    assert lo[0] < x.mean() < hi[0]
+    assert (hi[0] - lo[0]) == pytest.approx(2 * 1.96 * analytic, rel=0.15)
+
+
+def test_nan_marks_absence_and_pairing_uses_shared_weights():
+    rng = np.random.default_rng(2)
+    full = rng.normal(size=400)
+    sub = np.where(np.arange(400) < 250, full, np.nan)  # a subsample column, like complete-only
+    res = bootstrap_means(np.column_stack([full, sub]), trajectory_keys(_ids(400)), 300, seed=5)
+    assert res.n.tolist() == [400, 250]
+    assert res.point[1] == pytest.approx(full[:250].mean())
+    delta = res.replicates[:, 0] - res.replicates[:, 1]
+    # Paired delta SE is smaller than the naive independent combination.
+    naive = np.sqrt(res.se()[0] ** 2 + res.se()[1] ** 2)
+    assert np.std(delta, ddof=1) < naive
+
+
+def test_large_inputs_are_processed_in_blocks_with_identical_results(monkeypatch):
+    import tps_tracer.evaluation.bootstrap as bs
+
+    x = np.random.default_rng(3).normal(size=(500, 3))
+    keys = trajectory_keys(_ids(500))
+    whole = bootstrap_means(x, keys, 64, seed=1)
+    monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 700)  # forces replicate and trajectory blocks
+    blocked = bootstrap_means(x, keys, 64, seed=1)
+    np.testing.assert_allclose(whole.replicates, blocked.replicates, rtol=1e-12)

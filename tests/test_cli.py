@@ -1,0 +1,170 @@
+"""The real console script, in a subprocess: exit codes, JSON schema, text sections."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tps_tracer.records import read_trajectories, write_trajectories
+from tps_tracer.synthetic import example_records
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trajectories.jsonl"
+
+
+def _cli():
+    exe = shutil.which("tps-tracer", path=str(Path(sys.executable).parent))
+    assert exe, "console script 'tps-tracer' is not installed in this environment"
+    return exe
+
+
+def run(*args):
+    return subprocess.run([_cli(), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_example_file_is_the_generator_output(tmp_path):
+    fresh = tmp_path / "fresh.jsonl"
+    write_trajectories(example_records(), fresh)
+    assert fresh.read_text() == EXAMPLE.read_text(), "regenerate examples/trajectories.jsonl"
+
+
+def test_report_json_schema_and_values():
+    proc = run(
+        "report",
+        str(EXAMPLE),
+        "--json",
+        "--bootstrap",
+        "200",
+        "--seed",
+        "3",
+        "--rules",
+        "log,brier,beta(2,4)",
+        "--weights",
+        "linear-front,uniform",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    audit = rep["audit"]
+    assert sum(audit["stop_reasons"].values()) == audit["n_trajectories"] == 400
+    assert audit["roles"]["complete"] == audit["stop_reasons"]["clean"]
+    assert audit["roles"]["censored"] == audit["stop_reasons"]["max_steps"]
+    keys = {"predictor", "rule", "weights", "censoring", "n", "mean", "se", "ci_low", "ci_high"}
+    for row in rep["scores"]:
+        assert keys <= row.keys()
+        assert row["ci_low"] <= row["mean"] <= row["ci_high"]
+    assert {r["censoring"] for r in rep["scores"]} == {"complete-only", "simple", "exact"}
+    assert {r["rule"] for r in rep["scores"]} == {"log", "brier", "beta(2,4)"}
+    assert {r["weights"] for r in rep["scores"]} == {"linear-front", "uniform"}
+    for row in rep["diagnostics"]:
+        assert {"predictor", "n", "auroc", "auprc", "aurc", "t_ece", "t_brier"} <= row.keys()
+    # The truthful stream beats its distortions under every proper rule (complete-only).
+    means = {
+        (r["predictor"], r["rule"]): r["mean"]
+        for r in rep["scores"]
+        if r["censoring"] == "complete-only" and r["weights"] == "linear-front"
+    }
+    for rule in ("log", "brier", "beta(2,4)"):
+        for other in ("overconfident", "underconfident", "noisy", "base_rate"):
+            assert means[("truthful", rule)] > means[(other, rule)]
+    # Deterministic given the seed.
+    again = run(
+        "report",
+        str(EXAMPLE),
+        "--json",
+        "--bootstrap",
+        "200",
+        "--seed",
+        "3",
+        "--rules",
+        "log,brier,beta(2,4)",
+        "--weights",
+        "linear-front,uniform",
+    )
+    assert again.stdout == proc.stdout
+
+
+def test_report_text_has_every_section():
+    proc = run("report", str(EXAMPLE), "--bootstrap", "50")
+    assert proc.returncode == 0, proc.stderr
+    for heading in (
+        "Termination audit",
+        "TPS, mean",
+        "Delta_practice",
+        "Diagnostics",
+        "Scalar AUQ",
+        "Disclosure",
+    ):
+        assert heading in proc.stdout
+
+
+def test_treat_as_censored_moves_parse_errors_into_the_working_sample():
+    base = json.loads(run("report", str(EXAMPLE), "--json", "--bootstrap", "0").stdout)
+    sens = json.loads(
+        run(
+            "report",
+            str(EXAMPLE),
+            "--json",
+            "--bootstrap",
+            "0",
+            "--treat-as-censored",
+            "parse_error",
+        ).stdout
+    )
+    n_parse = base["audit"]["stop_reasons"]["parse_error"]
+    assert n_parse > 0
+    assert sens["audit"]["roles"]["censored"] == base["audit"]["roles"]["censored"] + n_parse
+    assert sens["audit"]["default_policy"] is False
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ("", "no trajectories"),
+        ('{"trajectory_id": "a", "stop_reason": "clean", "steps": []}\n', "needs an outcome"),
+        (
+            '{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"v": 2}}]}\n',
+            "outside [0, 1]",
+        ),
+        (
+            '{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"v": NaN}}]}\n',
+            "NaN",
+        ),
+        ('{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "ste', "truncated"),
+        (
+            '{"trajectory_id": "a", "stop_reason": "max_steps", "steps": [{"forecasts": {"v": 0.2}}]}\n',
+            "no complete trajectory",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(tmp_path, content, expect):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    proc = run("report", str(p))
+    assert proc.returncode == 2
+    assert expect in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--rules", "logg"],
+        ["--weights", "backwards"],
+        ["--predictors", "nope"],
+        ["--treat-as-censored", "sunspots"],
+        ["--bootstrap", "-1"],
+    ],
+)
+def test_bad_options_exit_2(args):
+    proc = run("report", str(EXAMPLE), *args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    proc = run("demo", "--out", str(tmp_path), "--bootstrap", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert "TPS report" in proc.stdout
+    assert len(read_trajectories(tmp_path / "trajectories.jsonl")) == 400
