@@ -8,7 +8,8 @@ and every TPS variant is eta * s1 + (1 - eta) * s0 (eta = Y, 0, q_Z, ...).
 
 Steps of all trajectories live in one flat float64 array; `offsets` (length n+1) marks
 where each trajectory starts, as in CSR matrices. Segment sums use np.add.reduceat, so
-no Python object per step is ever created.
+no Python object per step is ever created. Weighted segment sums are one sparse
+matrix-vector product with a cached (trajectories x steps) weight matrix.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import sparse
 
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
@@ -25,17 +27,23 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
+# Weight look-up tables larger than this (sum of distinct horizons) fall back to direct evaluation.
+_MAX_LUT = 5_000_000
+
+
 @dataclass
 class StepLayout:
-    """Where each trajectory's steps sit in a flat array, and its horizon T.
+    """Where each trajectory's steps sit in a flat array, and its integer horizon T.
 
-    Every trajectory must have at least one step (reduceat cannot express empty segments;
-    callers drop empty trajectories first and count them).
+    Every trajectory must have at least one step (segment sums cannot express empty
+    segments; callers drop empty trajectories first and count them). Per-schedule weights
+    and the sparse weight matrix are cached, so many rules share one construction.
     """
 
     offsets: IntArray
     horizon: FloatArray
     _weights: dict[str, FloatArray] = field(default_factory=dict, repr=False)
+    _matrices: dict[str, sparse.csr_matrix] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.offsets = np.asarray(self.offsets, dtype=np.int64)
@@ -47,8 +55,8 @@ class StepLayout:
             raise ValueError("every trajectory needs at least one step")
         if self.horizon.shape != lengths.shape:
             raise ValueError("horizon needs one entry per trajectory")
-        if np.any(self.horizon < lengths):
-            raise ValueError("horizon T must be at least the number of observed steps Z")
+        if np.any(self.horizon < lengths) or np.any(self.horizon != np.floor(self.horizon)):
+            raise ValueError("horizon T must be an integer and at least the number of observed steps Z")
 
     @classmethod
     def from_lengths(cls, lengths: ArrayLike, horizon: ArrayLike | None = None) -> StepLayout:
@@ -82,15 +90,56 @@ class StepLayout:
         sched = get_schedule(schedule)
         cached = self._weights.get(sched.name)
         if cached is None:
-            cached = sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
+            cached = self._build_weights(sched)
             self._weights[sched.name] = cached
         return cached
+
+    def _build_weights(self, sched: WeightSchedule) -> FloatArray:
+        if self.n_steps == 0:
+            return np.zeros(0)
+        # w depends only on (t, T), and agents have few distinct horizons: evaluate the schedule
+        # once per distinct T into a small table, then gather. Far cheaper than evaluating the
+        # formula on (t, T) arrays of the full flat length.
+        h = self.horizon.astype(np.int64)
+        present = np.zeros(int(h.max()) + 1, dtype=bool)
+        present[h] = True
+        distinct = np.flatnonzero(present)
+        if int(distinct.sum()) > _MAX_LUT:
+            return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
+        base = np.zeros(present.size, dtype=np.int64)
+        base[distinct] = np.concatenate(([0], np.cumsum(distinct)[:-1]))
+        table = np.concatenate([_schedule_vector(sched, int(big_t)) for big_t in distinct])
+        gather = np.repeat(base[h] - self.starts, self.lengths) + np.arange(self.n_steps, dtype=np.int64)
+        return table[gather]
+
+    def weight_matrix(self, schedule: str | WeightSchedule) -> sparse.csr_matrix:
+        """The (n_trajectories x n_steps) CSR matrix of weights: W @ x is sum_t w_t x_t per trajectory."""
+        sched = get_schedule(schedule)
+        mat = self._matrices.get(sched.name)
+        if mat is None:
+            indices = np.arange(self.n_steps, dtype=np.int32 if self.n_steps < 2**31 else np.int64)
+            mat = sparse.csr_matrix(
+                (self.weights(sched), indices, self.offsets), shape=(self.n_trajectories, self.n_steps)
+            )
+            self._matrices[sched.name] = mat
+        return mat
+
+    def weighted_sum(self, flat: FloatArray, schedule: str | WeightSchedule) -> FloatArray:
+        """sum_t w_t x_t within each trajectory, in one pass (sparse mat-vec fuses multiply and sum)."""
+        if self.n_trajectories == 0:
+            return np.zeros(0)
+        return np.asarray(self.weight_matrix(schedule) @ flat, dtype=np.float64)
 
     def segment_sum(self, flat: FloatArray) -> FloatArray:
         """Sum a flat per-step array within each trajectory."""
         if self.n_trajectories == 0:
             return np.zeros(0)
         return np.add.reduceat(flat, self.starts)
+
+
+def _schedule_vector(sched: WeightSchedule, big_t: int) -> FloatArray:
+    steps = np.arange(1.0, big_t + 1.0)
+    return sched.step_weights(steps, np.full_like(steps, float(big_t)))
 
 
 def branch_pairs(
@@ -108,8 +157,7 @@ def branch_pairs_from_branches(
     b1: FloatArray, b0: FloatArray, layout: StepLayout, schedule: str | WeightSchedule
 ) -> tuple[FloatArray, FloatArray]:
     """Weight and sum precomputed per-step branches; lets callers reuse S(F,1), S(F,0) across schedules."""
-    w = layout.weights(schedule)
-    return layout.segment_sum(w * b1), layout.segment_sum(w * b0)
+    return layout.weighted_sum(b1, schedule), layout.weighted_sum(b0, schedule)
 
 
 def mix(s1: ArrayLike, s0: ArrayLike, eta: ArrayLike) -> FloatArray:

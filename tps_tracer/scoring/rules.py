@@ -48,8 +48,10 @@ class LogRule:
     name: str = "log"
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
-        q = np.clip(p, self.eps, 1.0 - self.eps)
-        return np.log(q), np.log1p(-q)
+        # In-place on one buffer: this runs over every step of every trajectory.
+        buf = np.clip(p, self.eps, 1.0 - self.eps, out=np.empty_like(p, dtype=np.float64))
+        s1 = np.log(buf)
+        return s1, np.log1p(np.negative(buf, out=buf), out=buf)
 
 
 @dataclass(frozen=True)
