@@ -16,13 +16,18 @@ def fmt_ci(mean: float | None, lo: float | None, hi: float | None) -> str:
     return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def _numeric(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.")
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
-    """Left-align the first column, right-align the others."""
+    """Right-align columns whose cells are all numbers (or intervals), left-align text columns."""
     cells = [list(headers)] + [list(r) for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    right = [i > 0 and all(_numeric(r[i]) for r in cells[1:]) for i in range(len(headers))]
     lines = []
     for k, r in enumerate(cells):
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+        parts = [c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)]
         lines.append(indent + "  ".join(parts).rstrip())
         if k == 0:
             lines.append(indent + "  ".join("-" * w for w in widths))
