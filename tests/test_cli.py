@@ -31,19 +31,9 @@ def test_example_file_is_the_generator_output(tmp_path):
 
 
 def test_report_json_schema_and_values():
-    proc = run(
-        "report",
-        str(EXAMPLE),
-        "--json",
-        "--bootstrap",
-        "200",
-        "--seed",
-        "3",
-        "--rules",
-        "log,brier,beta(2,4)",
-        "--weights",
-        "linear-front,uniform",
-    )
+    args = ("report", str(EXAMPLE), "--json", "--bootstrap", "200", "--seed", "3")
+    args += ("--rules", "log,brier,beta(2,4)", "--weights", "linear-front,uniform")
+    proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     audit = rep["audit"]
@@ -69,19 +59,7 @@ def test_report_json_schema_and_values():
         for other in ("overconfident", "underconfident", "noisy", "base_rate"):
             assert means[("truthful", rule)] > means[(other, rule)]
     # Deterministic given the seed.
-    again = run(
-        "report",
-        str(EXAMPLE),
-        "--json",
-        "--bootstrap",
-        "200",
-        "--seed",
-        "3",
-        "--rules",
-        "log,brier,beta(2,4)",
-        "--weights",
-        "linear-front,uniform",
-    )
+    again = run(*args)
     assert again.stdout == proc.stdout
 
 
