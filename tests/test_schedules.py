@@ -1,5 +1,7 @@
 """Weight schedules: the paper's closed forms, normalisation, truncation without renormalising."""
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,31 @@ def test_layout_rejects_horizon_shorter_than_prefix():
 def test_weights_rejects_bad_horizon(bad):
     with pytest.raises(ValueError):
         weights("uniform", bad)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    ["linear-front", "uniform", "exponential-front", "linear-back", custom_schedule("sq", lambda t, T: t**2 + T)],
+)
+def test_weight_table_and_direct_evaluation_agree(schedule, monkeypatch):
+    bp = importlib.import_module("tps_tracer.scoring.branch_pairs")  # the package re-exports a function of that name
+
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(1, 12, 500)
+    horizon = lengths + rng.integers(0, 5, 500)
+    via_table = StepLayout.from_lengths(lengths, horizon).weights(schedule)
+    monkeypatch.setattr(bp, "_MAX_LUT", 0)  # forces the direct path
+    direct = StepLayout.from_lengths(lengths, horizon).weights(schedule)
+    np.testing.assert_allclose(via_table, direct, rtol=1e-14)
+    # And both are the schedule's own per-horizon vector, trajectory by trajectory.
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    for i in (0, 7, 499):
+        expected = weights(schedule, int(horizon[i]))[: lengths[i]]
+        np.testing.assert_allclose(via_table[starts[i] : starts[i] + lengths[i]], expected, rtol=1e-14)
+
+
+def test_huge_horizon_does_not_allocate_a_table_of_its_size():
+    layout = StepLayout.from_lengths([2], [10**9])
+    w = layout.weights("linear-front")
+    T = 10**9
+    np.testing.assert_allclose(w, [2 * T / (T * (T + 1)), 2 * (T - 1) / (T * (T + 1))], rtol=1e-12)

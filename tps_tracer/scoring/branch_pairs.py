@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import sparse
 
 from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule, weights
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -101,16 +101,24 @@ class StepLayout:
         # once per distinct T into a small table, then gather. Far cheaper than evaluating the
         # formula on (t, T) arrays of the full flat length.
         h = self.horizon.astype(np.int64)
-        present = np.zeros(int(h.max()) + 1, dtype=bool)
+        largest = int(h.max())
+        # Check the largest horizon first: `present` below is sized by it.
+        if largest > _MAX_LUT:
+            return self._direct_weights(sched)
+        present = np.zeros(largest + 1, dtype=bool)
         present[h] = True
         distinct = np.flatnonzero(present)
         if int(distinct.sum()) > _MAX_LUT:
-            return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
+            return self._direct_weights(sched)
         base = np.zeros(present.size, dtype=np.int64)
         base[distinct] = np.concatenate(([0], np.cumsum(distinct)[:-1]))
-        table = np.concatenate([_schedule_vector(sched, int(big_t)) for big_t in distinct])
+        table = np.concatenate([weights(sched, int(big_t)) for big_t in distinct])
         gather = np.repeat(base[h] - self.starts, self.lengths) + np.arange(self.n_steps, dtype=np.int64)
         return table[gather]
+
+    def _direct_weights(self, sched: WeightSchedule) -> FloatArray:
+        """Evaluate the schedule on full-length (t, T) arrays: slower, but no table to build."""
+        return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
 
     def weight_matrix(self, schedule: str | WeightSchedule) -> sparse.csr_matrix:
         """The (n_trajectories x n_steps) CSR matrix of weights: W @ x is sum_t w_t x_t per trajectory."""
@@ -135,11 +143,6 @@ class StepLayout:
         if self.n_trajectories == 0:
             return np.zeros(0)
         return np.add.reduceat(flat, self.starts)
-
-
-def _schedule_vector(sched: WeightSchedule, big_t: int) -> FloatArray:
-    steps = np.arange(1.0, big_t + 1.0)
-    return sched.step_weights(steps, np.full_like(steps, float(big_t)))
 
 
 def branch_pairs(
