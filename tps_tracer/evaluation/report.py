@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.evaluation.aggregators import AGGREGATORS
 from tps_tracer.evaluation.bootstrap import (
     CI_LEVEL,
     DEFAULT_REPLICATES,
@@ -25,14 +24,14 @@ from tps_tracer.evaluation.bootstrap import (
     trajectory_keys,
 )
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
-from tps_tracer.evaluation.tps import (
-    COMPLETE_ONLY,
-    EXACT,
-    SIMPLE,
-    ColumnKey,
-    role_masks,
-    score_matrix,
+from tps_tracer.evaluation.pairs import (
+    AGGREGATOR_NAMES,
+    PairTable,
+    PredictorPairs,
+    pair_table_from_arrays,
+    skip_counts,
 )
+from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -60,48 +59,78 @@ def _num(x: float | np.floating[Any]) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def termination_audit(arrays: TrajectoryArrays, policy: CensoringPolicy) -> dict[str, Any]:
-    counts = np.bincount(arrays.stop_code, minlength=len(STOP_REASONS))
+def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
+    counts = np.bincount(table.stop_code, minlength=len(STOP_REASONS))
     by_reason = {r.value: int(counts[i]) for i, r in enumerate(STOP_REASONS)}
+    pending = int(table.pending.sum())
     roles = {role.value: 0 for role in Role}
     for i, r in enumerate(STOP_REASONS):
         roles[policy.role(r).value] += int(counts[i])
+    roles[Role.COMPLETE.value] -= pending
     working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
+    censored = table.role_masks(policy)[1]
     return {
-        "n_trajectories": arrays.n,
+        "n_trajectories": table.n,
         "stop_reasons": by_reason,
         "roles": roles,
         "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
+        "pending_outcome": pending,
         "working_sample": working,
         "censoring_rate": _num(roles[Role.CENSORED.value] / working) if working else None,
-        "excluded_share": _num(roles[Role.EXCLUDED.value] / arrays.n) if arrays.n else None,
-        "censored_with_q_z": int(np.sum(role_masks(arrays, policy)[1] & ~np.isnan(arrays.q_z))),
-        "outcome_ignored_on_unscored": arrays.outcome_on_unscored,
+        "excluded_share": _num(roles[Role.EXCLUDED.value] / table.n) if table.n else None,
+        "censored_with_q_z": int(np.sum(censored & ~np.isnan(table.q_z))),
+        "outcome_ignored_on_unscored": table.outcome_on_unscored,
         "default_policy": policy.is_default,
     }
 
 
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
+    """The report of flat trajectory arrays (see `report_from_table`)."""
     opts = options or ReportOptions()
-    rules = [get_rule(r) for r in opts.rules]
-    schedules = [get_schedule(s) for s in opts.schedules]
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
     unknown = [p for p in predictors if p not in arrays.predictors]
     if unknown:
         raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
-    complete, censored = role_masks(arrays, opts.policy)
+    rules = [get_rule(r) for r in opts.rules]
+    schedules = [get_schedule(s) for s in opts.schedules]
+    return report_from_table(pair_table_from_arrays(arrays, predictors, rules, schedules), opts)
+
+
+def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
+    """Pairs of the constant forecast p on every step: S(p, y) times the truncated weight mass."""
+    usable = table.n_steps > 0
+    pairs = np.full((table.n, len(table.rules), len(table.schedules), 2), np.nan)
+    for i, rule in enumerate(table.rules):
+        b1, b0 = rule.branches(np.array([p]))
+        pairs[usable, i, :, 0] = b1[0] * table.weight_mass[usable]
+        pairs[usable, i, :, 1] = b0[0] * table.weight_mass[usable]
+    aggs = np.where(usable[:, None], p, np.nan) * np.ones((1, len(AGGREGATOR_NAMES)))
+    return PredictorPairs(usable, pairs, aggs, skip_counts(usable, table.n_steps))
+
+
+def report_from_table(table: PairTable, options: ReportOptions | None = None) -> dict[str, Any]:
+    """The report object (`tps-tracer report --json`, `Accumulator.snapshot()`) of a pair table.
+
+    Rules and schedules are the table's; `options.predictors` selects among its predictors.
+    """
+    opts = options or ReportOptions()
+    predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
+    unknown = [p for p in predictors if p not in table.predictors]
+    if unknown:
+        raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(table.predictors)}")
+    complete, censored = table.role_masks(opts.policy)
     if not complete.any():
         raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
-    base_rate = float(np.mean(arrays.outcome[complete]))
-    if opts.base_rate and BASE_RATE not in arrays.predictors:
-        arrays = dataclasses.replace(arrays, predictors=dict(arrays.predictors))  # leave the caller's intact
-        arrays.with_constant_predictor(BASE_RATE, base_rate)
+    base_rate = float(np.mean(table.outcome[complete]))
+    if opts.base_rate and BASE_RATE not in table.predictors:
+        table = dataclasses.replace(table, predictors=dict(table.predictors))  # leave the caller's intact
+        table.predictors[BASE_RATE] = base_rate_pairs(table, base_rate)
         predictors.append(BASE_RATE)
-    has_exact = bool(np.any(censored & ~np.isnan(arrays.q_z)))
+    has_exact = bool(np.any(censored & ~np.isnan(table.q_z)))
     modes = (COMPLETE_ONLY, SIMPLE, EXACT) if has_exact else (COMPLETE_ONLY, SIMPLE)
 
-    sm = score_matrix(arrays, predictors, rules, schedules, opts.policy, modes)
-    boot = bootstrap_means(sm.matrix(arrays.n), trajectory_keys(arrays.ids), opts.bootstrap, opts.seed)
+    sm = score_columns(table, predictors, opts.policy, modes)
+    boot = bootstrap_means(sm.matrix(table.n), trajectory_keys(table.ids), opts.bootstrap, opts.seed)
     se = boot.se()
     lo, hi = boot.ci()
     scores = []
@@ -148,12 +177,11 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
 
     diagnostics, scalar_rows = [], []
     for name in predictors:
-        sel = complete & arrays.predictors[name].usable
-        values, layout = arrays.subset(sel, name)
-        y = arrays.outcome[sel]
-        for agg_name, agg in AGGREGATORS.items():
-            c = agg(values, layout)
-            diag = {k: _num(v) for k, v in scalar_diagnostics(c, y, opts.ece_bins).items()}
+        col = table.predictors[name]
+        sel = complete & col.usable
+        y = table.outcome[sel]
+        for a, agg_name in enumerate(AGGREGATOR_NAMES):
+            diag = {key: _num(v) for key, v in scalar_diagnostics(col.aggregates[sel, a], y, opts.ece_bins).items()}
             scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(sel.sum()), **diag})
             if agg_name == "phi_w":
                 diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
@@ -161,16 +189,16 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     coverage = [
         {
             "predictor": name,
-            "usable": int(arrays.predictors[name].usable.sum()),
-            "skipped": dict(arrays.predictors[name].skipped),
+            "usable": int(table.predictors[name].usable.sum()),
+            "skipped": dict(table.predictors[name].skipped),
         }
         for name in predictors
     ]
     return {
         "version": REPORT_VERSION,
         "settings": {
-            "rules": [r.name for r in rules],
-            "weights": [s.name for s in schedules],
+            "rules": [r.name for r in table.rules],
+            "weights": [s.name for s in table.schedules],
             "bootstrap": opts.bootstrap,
             "seed": opts.seed,
             "ci_level": CI_LEVEL,
@@ -180,7 +208,7 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
             "base_rate": _num(base_rate) if opts.base_rate else None,
             "calibration": "raw",
         },
-        "audit": termination_audit(arrays, opts.policy),
+        "audit": termination_audit(table, opts.policy),
         "coverage": coverage,
         "scores": scores,
         "deltas": deltas,

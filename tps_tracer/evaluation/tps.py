@@ -1,7 +1,7 @@
 """Per-trajectory TPS for every predictor x rule x schedule x censoring mode, vectorised.
 
-For each predictor we compute the branch pairs (s1, s0) once per rule x schedule, on the
-trajectories that are usable for it and are complete or censored, then pick eta per mode:
+For each predictor the pair table holds the branch pairs (s1, s0) per rule x schedule of
+every usable trajectory; here we pick eta per mode:
 
     complete-only   complete trajectories,                     eta = Y
     simple          complete + censored,                       eta = Y, or 0 if censored   (q_Z ~ 0)
@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.records.arrays import ROLES, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role
-from tps_tracer.scoring.branch_pairs import branch_pairs_from_branches, mix
+from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
@@ -55,9 +56,36 @@ class ScoreMatrix:
         return {k: i for i, k in enumerate(self.keys)}
 
 
-def role_masks(arrays: TrajectoryArrays, policy: CensoringPolicy) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    roles = arrays.roles(policy)
-    return roles == ROLES.index(Role.COMPLETE), roles == ROLES.index(Role.CENSORED)
+def score_columns(
+    table: PairTable,
+    predictors: Sequence[str],
+    policy: CensoringPolicy | None = None,
+    modes: Sequence[str] = CENSORING_MODES,
+) -> ScoreMatrix:
+    """Mix each row's branch pairs with its eta per censoring mode, one column per combination."""
+    complete, censored = table.role_masks(policy or CensoringPolicy())
+    has_q = ~np.isnan(table.q_z)
+    y = np.where(complete, table.outcome, 0.0)
+    eta = {
+        COMPLETE_ONLY: (complete, y),
+        SIMPLE: (complete | censored, y),
+        EXACT: (complete | (censored & has_q), np.where(complete, y, np.nan_to_num(table.q_z))),
+    }
+    out = ScoreMatrix()
+    for name in predictors:
+        col = table.predictors[name]
+        out.missing_q_z[name] = int(np.sum(col.usable & censored & ~has_q))
+        for i, rule in enumerate(table.rules):
+            for j, sched in enumerate(table.schedules):
+                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
+                for mode in modes:
+                    member, e = eta[mode]
+                    rows = member & col.usable
+                    column = np.full(table.n, np.nan)
+                    column[rows] = mix(s1[rows], s0[rows], e[rows])
+                    out.keys.append(ColumnKey(name, rule.name, sched.name, mode))
+                    out.columns.append(column)
+    return out
 
 
 def score_matrix(
@@ -69,30 +97,4 @@ def score_matrix(
     modes: Sequence[str] = CENSORING_MODES,
 ) -> ScoreMatrix:
     """Per-trajectory scores for every combination, as columns over all n trajectories."""
-    complete, censored = role_masks(arrays, policy or CensoringPolicy())
-    has_q = ~np.isnan(arrays.q_z)
-    out = ScoreMatrix()
-    n = arrays.n
-    for name in predictors:
-        usable = arrays.predictors[name].usable
-        scored = usable & (complete | censored)
-        values, layout = arrays.subset(scored, name)
-        c_sub, q_sub = complete[scored], has_q[scored]
-        y_sub = np.where(c_sub, arrays.outcome[scored], 0.0)
-        eta = {
-            COMPLETE_ONLY: (c_sub, y_sub),
-            SIMPLE: (np.ones_like(c_sub), y_sub),
-            EXACT: (c_sub | q_sub, np.where(c_sub, y_sub, np.nan_to_num(arrays.q_z[scored]))),
-        }
-        out.missing_q_z[name] = int(np.sum(usable & censored & ~has_q))
-        for rule in rules:
-            b1, b0 = rule.branches(values)
-            for sched in schedules:
-                s1, s0 = branch_pairs_from_branches(b1, b0, layout, sched)
-                for mode in modes:
-                    member, e = eta[mode]
-                    col = np.full(n, np.nan)
-                    col[np.flatnonzero(scored)[member]] = mix(s1[member], s0[member], e[member])
-                    out.keys.append(ColumnKey(name, rule.name, sched.name, mode))
-                    out.columns.append(col)
-    return out
+    return score_columns(pair_table_from_arrays(arrays, predictors, rules, schedules), predictors, policy, modes)

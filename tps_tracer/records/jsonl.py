@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 
 MAX_REPORTED_ERRORS = 20
 
@@ -74,9 +74,47 @@ def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
     return errs
 
 
+def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
+    return [
+        RecordError(line_no, _loc_to_field(tuple(e["loc"])), str(e["msg"]).removeprefix("Value error, "))
+        for e in exc.errors()
+    ]
+
+
+def _apply_resolutions(
+    records: list[TrajectoryRecord], resolutions: list[tuple[int, ResolutionRecord]], errors: list[RecordError]
+) -> list[TrajectoryRecord]:
+    """Fill late outcomes / q_z into their records (a resolution may precede or follow its record)."""
+    position = {rec.trajectory_id: i for i, rec in enumerate(records)}
+    out = list(records)
+    for line_no, res in resolutions:
+        i = position.get(res.resolves)
+        if i is None:
+            errors.append(RecordError(line_no, "resolves", f"no trajectory {res.resolves!r} in the file"))
+            continue
+        rec = out[i]
+        update: dict[str, Any] = {}
+        for name in ("outcome", "q_z"):
+            new, old = getattr(res, name), getattr(rec, name)
+            if new is None:
+                continue
+            if old is not None and old != new:
+                errors.append(RecordError(line_no, name, f"{res.resolves!r} already has {name} {old!r}, not {new!r}"))
+                continue
+            update[name] = new
+        if "outcome" in update:
+            update["outcome_pending"] = False
+        out[i] = rec.model_copy(update=update)
+    return out
+
+
 def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[TrajectoryRecord]:
-    """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem."""
+    """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
+
+    Resolution lines (`{"resolves": id, "outcome": ..., "q_z": ...}`) are applied to their records.
+    """
     records: list[TrajectoryRecord] = []
+    resolutions: list[tuple[int, ResolutionRecord]] = []
     errors: list[RecordError] = []
     first_line_of: dict[str, int] = {}
     last_line_no = 0
@@ -96,12 +134,16 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
         if not isinstance(obj, dict):
             errors.append(RecordError(line_no, "", "each line must be a JSON object (one trajectory)"))
             continue
+        if "resolves" in obj:
+            try:
+                resolutions.append((line_no, ResolutionRecord.model_validate(obj)))
+            except ValidationError as exc:
+                errors.extend(_validation_errors(exc, line_no))
+            continue
         try:
             rec = TrajectoryRecord.model_validate(obj)
         except ValidationError as exc:
-            for e in exc.errors():
-                msg = str(e["msg"]).removeprefix("Value error, ")
-                errors.append(RecordError(line_no, _loc_to_field(tuple(e["loc"])), msg))
+            errors.extend(_validation_errors(exc, line_no))
             continue
         errors.extend(_check_forecasts(rec, line_no))
         if rec.trajectory_id in first_line_of:
@@ -115,6 +157,8 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             continue
         first_line_of[rec.trajectory_id] = line_no
         records.append(rec)
+    if resolutions and not errors:
+        records = _apply_resolutions(records, resolutions, errors)
     if errors:
         # A broken last line without a newline is the usual sign of a writer killed mid-record.
         last = errors[-1]
@@ -143,9 +187,17 @@ def read_trajectories(source: str | os.PathLike[str] | IO[str]) -> list[Trajecto
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"not UTF-8 text ({exc.reason})")]) from None
 
 
+def record_json(rec: TrajectoryRecord) -> str:
+    """One record as a JSON Lines line; `outcome_pending` is written only when true."""
+    obj = rec.model_dump(mode="json", exclude_none=False)
+    if not obj.get("outcome_pending"):
+        obj.pop("outcome_pending", None)
+    return json.dumps(obj, allow_nan=False) + "\n"
+
+
 def iter_json_lines(records: Iterable[TrajectoryRecord]) -> Iterator[str]:
     for rec in records:
-        yield json.dumps(rec.model_dump(mode="json", exclude_none=False), allow_nan=False) + "\n"
+        yield record_json(rec)
 
 
 def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:

@@ -7,6 +7,14 @@
 Forecast values are kept as given (Any): a missing or non-numeric forecast is not a
 schema error but a per-predictor skip, decided and counted when arrays are built.
 Unknown extra fields are preserved so records round-trip through other tools.
+
+Outcomes may arrive after the record is written (a grader, user feedback): a clean record
+then carries `"outcome": null, "outcome_pending": true`, and a later resolution line
+
+    {"resolves": "run-42", "outcome": 1}        or        {"resolves": "run-42", "q_z": 0.37}
+
+fills it in. The reader applies resolutions wherever they appear in the file; a clean
+record still pending at the end is counted in the audit and not scored.
 """
 
 from __future__ import annotations
@@ -16,6 +24,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tps_tracer.records.stop_reasons import StopReason
+
+
+def _binary(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return int(v)
+    if v in (0, 1) and not isinstance(v, str):
+        return int(v)
+    raise ValueError(f"outcome must be 0, 1 (or true/false) or null, got {v!r}")
 
 
 class StepRecord(BaseModel):
@@ -33,30 +51,32 @@ class TrajectoryRecord(BaseModel):
     outcome: int | None = None
     horizon: int | None = Field(default=None, ge=1)
     q_z: float | None = Field(default=None, ge=0.0, le=1.0)
+    outcome_pending: bool = False
     steps: list[StepRecord] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("outcome", mode="before")
     @classmethod
     def _binary_outcome(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            return int(v)
-        if v in (0, 1) and not isinstance(v, str):
-            return int(v)
-        raise ValueError(f"outcome must be 0, 1 (or true/false) or null, got {v!r}")
+        return _binary(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrajectoryRecord:
-        if self.stop_reason is StopReason.CLEAN and self.outcome is None:
-            raise ValueError("a 'clean' stop needs an outcome (0 or 1)")
+        if self.outcome_pending and self.outcome is not None:
+            raise ValueError("outcome_pending is true but an outcome is given")
+        if self.stop_reason is StopReason.CLEAN and self.outcome is None and not self.outcome_pending:
+            raise ValueError("a 'clean' stop needs an outcome (0 or 1), or outcome_pending: true")
         if self.horizon is not None and self.horizon < len(self.steps):
             raise ValueError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
         for i, step in enumerate(self.steps):
             if step.t is not None and step.t != i + 1:
                 raise ValueError(f"steps[{i}].t is {step.t}, expected {i + 1} (steps must be in order)")
         return self
+
+    @property
+    def is_pending(self) -> bool:
+        """A clean stop whose outcome has not arrived yet."""
+        return self.stop_reason is StopReason.CLEAN and self.outcome is None
 
     @property
     def n_steps(self) -> int:
@@ -66,3 +86,24 @@ class TrajectoryRecord(BaseModel):
     def effective_horizon(self) -> int:
         """T: the given horizon, or the number of observed steps."""
         return self.horizon if self.horizon is not None else len(self.steps)
+
+
+class ResolutionRecord(BaseModel):
+    """A late outcome and/or q_Z for a trajectory written earlier (see the module docstring)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    resolves: str = Field(min_length=1)
+    outcome: int | None = None
+    q_z: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @field_validator("outcome", mode="before")
+    @classmethod
+    def _binary_outcome(cls, v: Any) -> Any:
+        return _binary(v)
+
+    @model_validator(mode="after")
+    def _something(self) -> ResolutionRecord:
+        if self.outcome is None and self.q_z is None:
+            raise ValueError("a resolution needs an outcome or a q_z")
+        return self

@@ -1,0 +1,152 @@
+"""The pair table: everything the report needs about a set of finished trajectories.
+
+A finished trajectory reduces, per predictor, to its branch pairs (s1, s0) for every
+rule x schedule, plus four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) for the
+rank/calibration diagnostics, plus the truncated weight mass sum_{t<=Z} w_t per schedule
+(which scores any constant forecast, e.g. the base rate, without revisiting the steps).
+That is a fixed-size record, whatever the trajectory's length.
+
+Batch evaluation builds the table from flat arrays (`pair_table_from_arrays`); the
+online accumulator builds the same table row by row as trajectories stop. The report is
+assembled from the table alone, so both paths give the same numbers by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.evaluation.aggregators import AGGREGATORS
+from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.branch_pairs import StepLayout, branch_pairs_from_branches
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import WeightSchedule
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+AGGREGATOR_NAMES: tuple[str, ...] = tuple(AGGREGATORS)
+_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
+
+
+@dataclass
+class PredictorPairs:
+    """One predictor's rows: usable mask, branch pairs (n, R, S, 2) and summaries (n, 4); NaN where unusable."""
+
+    usable: BoolArray
+    pairs: FloatArray
+    aggregates: FloatArray
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class PairTable:
+    ids: list[str]
+    stop_code: NDArray[np.int8]
+    outcome: FloatArray  # NaN where unobserved (pending, or not a clean stop)
+    q_z: FloatArray  # NaN where not given
+    n_steps: IntArray
+    horizon: FloatArray
+    rules: list[ScoreRule]
+    schedules: list[WeightSchedule]
+    weight_mass: FloatArray  # (n, S): sum_{t<=Z} w_t
+    predictors: dict[str, PredictorPairs]
+    outcome_on_unscored: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def pending(self) -> BoolArray:
+        """Clean stops still waiting for their outcome: neither scored nor in the working sample."""
+        return (self.stop_code == _CLEAN) & np.isnan(self.outcome)
+
+    def role_masks(self, policy: CensoringPolicy) -> tuple[BoolArray, BoolArray]:
+        """(complete, censored) under the policy; pending clean stops are in neither."""
+        table = np.array([ROLES.index(policy.role(r)) for r in STOP_REASONS], dtype=np.int8)
+        roles = table[self.stop_code]
+        complete = (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(self.outcome)
+        return complete, roles == ROLES.index(Role.CENSORED)
+
+    def reordered(self, order: IntArray) -> PairTable:
+        """The same rows in another order (a permutation of range(n))."""
+        idx = np.asarray(order, dtype=np.int64)
+        return PairTable(
+            ids=[self.ids[i] for i in idx.tolist()],
+            stop_code=self.stop_code[idx],
+            outcome=self.outcome[idx],
+            q_z=self.q_z[idx],
+            n_steps=self.n_steps[idx],
+            horizon=self.horizon[idx],
+            rules=self.rules,
+            schedules=self.schedules,
+            weight_mass=self.weight_mass[idx],
+            predictors={
+                name: PredictorPairs(p.usable[idx], p.pairs[idx], p.aggregates[idx], dict(p.skipped))
+                for name, p in self.predictors.items()
+            },
+            outcome_on_unscored=self.outcome_on_unscored,
+        )
+
+
+def skip_counts(usable: BoolArray, n_steps: IntArray) -> dict[str, int]:
+    out = {}
+    missing = int(np.sum(~usable & (n_steps > 0)))
+    empty = int(np.sum(~usable & (n_steps == 0)))
+    if missing:
+        out["missing"] = missing
+    if empty:
+        out["no_steps"] = empty
+    return out
+
+
+def pair_table_from_arrays(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    rules: Sequence[ScoreRule],
+    schedules: Sequence[WeightSchedule],
+) -> PairTable:
+    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays."""
+    n = arrays.n
+    lengths = arrays.lengths
+    has_steps = lengths > 0
+    mass = np.zeros((n, len(schedules)))
+    if has_steps.any():
+        full = StepLayout.from_lengths(lengths[has_steps], arrays.horizon[has_steps])
+        for j, sched in enumerate(schedules):
+            mass[has_steps, j] = full.segment_sum(full.weights(sched))
+    out: dict[str, PredictorPairs] = {}
+    for name in predictors:
+        col = arrays.predictors[name]
+        pairs = np.full((n, len(rules), len(schedules), 2), np.nan)
+        aggs = np.full((n, len(AGGREGATOR_NAMES)), np.nan)
+        if col.usable.any():
+            values, layout = arrays.subset(col.usable, name)
+            for i, rule in enumerate(rules):
+                b1, b0 = rule.branches(values)
+                for j, sched in enumerate(schedules):
+                    s1, s0 = branch_pairs_from_branches(b1, b0, layout, sched)
+                    pairs[col.usable, i, j, 0] = s1
+                    pairs[col.usable, i, j, 1] = s0
+            for k, agg in enumerate(AGGREGATORS.values()):
+                aggs[col.usable, k] = agg(values, layout)
+        out[name] = PredictorPairs(col.usable.copy(), pairs, aggs, dict(col.skipped))
+    return PairTable(
+        ids=list(arrays.ids),
+        stop_code=arrays.stop_code,
+        outcome=arrays.outcome,
+        q_z=arrays.q_z,
+        n_steps=lengths.astype(np.int64),
+        horizon=arrays.horizon,
+        rules=list(rules),
+        schedules=list(schedules),
+        weight_mass=mass,
+        predictors=out,
+        outcome_on_unscored=arrays.outcome_on_unscored,
+    )
