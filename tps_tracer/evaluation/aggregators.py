@@ -19,7 +19,7 @@ FloatArray = NDArray[np.float64]
 
 # Averages are rounded to 12 decimals so that traces with equal values give exactly equal
 # summaries: floating-point noise must not break ties that rank metrics treat specially.
-_TIE_DECIMALS = 12
+TIE_DECIMALS = 12
 
 
 def phi_last(values: FloatArray, layout: StepLayout) -> FloatArray:
@@ -27,7 +27,7 @@ def phi_last(values: FloatArray, layout: StepLayout) -> FloatArray:
 
 
 def phi_avg(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return np.round(layout.segment_sum(values) / layout.lengths, _TIE_DECIMALS)
+    return np.round(layout.segment_sum(values) / layout.lengths, TIE_DECIMALS)
 
 
 def phi_min(values: FloatArray, layout: StepLayout) -> FloatArray:
@@ -39,7 +39,7 @@ def phi_min(values: FloatArray, layout: StepLayout) -> FloatArray:
 def phi_weighted(values: FloatArray, layout: StepLayout, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
     """sum_t w_t F_t / sum_t w_t over the observed steps: the front-weighted normalised summary."""
     w = layout.weights(schedule)
-    return np.round(layout.segment_sum(w * values) / layout.segment_sum(w), _TIE_DECIMALS)
+    return np.round(layout.segment_sum(w * values) / layout.segment_sum(w), TIE_DECIMALS)
 
 
 AGGREGATORS: dict[str, Callable[[FloatArray, StepLayout], FloatArray]] = {

@@ -108,10 +108,14 @@ def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
     return PredictorPairs(usable, pairs, aggs, skip_counts(usable, table.n_steps))
 
 
-def report_from_table(table: PairTable, options: ReportOptions | None = None) -> dict[str, Any]:
+def report_from_table(
+    table: PairTable, options: ReportOptions | None = None, allow_empty: bool = False
+) -> dict[str, Any]:
     """The report object (`tps-tracer report --json`, `Accumulator.snapshot()`) of a pair table.
 
     Rules and schedules are the table's; `options.predictors` selects among its predictors.
+    With no complete trajectory this raises, or with `allow_empty` returns the audit and
+    coverage with empty score tables (a live monitor before its first graded run).
     """
     opts = options or ReportOptions()
     predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
@@ -120,6 +124,15 @@ def report_from_table(table: PairTable, options: ReportOptions | None = None) ->
         raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(table.predictors)}")
     complete, censored = table.role_masks(opts.policy)
     if not complete.any():
+        if allow_empty:
+            empty: list[dict[str, Any]] = []
+            return {
+                **_header(table, opts, predictors, None),
+                "scores": empty,
+                "deltas": [],
+                "diagnostics": [],
+                "scalar_predictors": [],
+            }
         raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
     base_rate = float(np.mean(table.outcome[complete]))
     if opts.base_rate and BASE_RATE not in table.predictors:
@@ -186,14 +199,17 @@ def report_from_table(table: PairTable, options: ReportOptions | None = None) ->
             if agg_name == "phi_w":
                 diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
 
-    coverage = [
-        {
-            "predictor": name,
-            "usable": int(table.predictors[name].usable.sum()),
-            "skipped": dict(table.predictors[name].skipped),
-        }
-        for name in predictors
-    ]
+    return {
+        **_header(table, opts, predictors, base_rate),
+        "scores": scores,
+        "deltas": deltas,
+        "diagnostics": diagnostics,
+        "scalar_predictors": scalar_rows,
+    }
+
+
+def _header(table: PairTable, opts: ReportOptions, predictors: list[str], base_rate: float | None) -> dict[str, Any]:
+    """version, settings, audit and coverage: the parts every report has, scored or not."""
     return {
         "version": REPORT_VERSION,
         "settings": {
@@ -205,13 +221,16 @@ def report_from_table(table: PairTable, options: ReportOptions | None = None) ->
             "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
             "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
             "ece_bins": opts.ece_bins,
-            "base_rate": _num(base_rate) if opts.base_rate else None,
+            "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
             "calibration": "raw",
         },
         "audit": termination_audit(table, opts.policy),
-        "coverage": coverage,
-        "scores": scores,
-        "deltas": deltas,
-        "diagnostics": diagnostics,
-        "scalar_predictors": scalar_rows,
+        "coverage": [
+            {
+                "predictor": name,
+                "usable": int(table.predictors[name].usable.sum()),
+                "skipped": dict(table.predictors[name].skipped),
+            }
+            for name in predictors
+        ],
     }

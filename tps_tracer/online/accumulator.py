@@ -1,0 +1,578 @@
+"""The online TPS accumulator: steps in, the report out, one trajectory at a time.
+
+    acc = Accumulator(predictors=["verbal", "token_prob"], sink="runs.jsonl")
+    acc.observe("task-17", {"verbal": 0.8, "token_prob": 0.71})     # every ReAct step
+    acc.stop("task-17", "clean")                                    # or "max_steps", horizon=budget
+    acc.resolve("task-17", outcome=1)                               # whenever the grade arrives
+    acc.snapshot()                                                  # same object as `report --json`
+
+Life of a trajectory. `observe` appends a step to a live trajectory (created on first
+sight). `stop` turns it into its row of the pair table: per predictor the branch pairs
+(s1, s0) for every rule x schedule, four scalar summaries and the truncated weight mass
+(DESIGN.md, "the branch pair"); the steps are then written to the sink (if any) and
+dropped, so a finished trajectory costs a fixed ~1-2 KB whatever its length. The
+stop reason's role (complete / censored / excluded) and the outcome or q_Z only pick eta
+at snapshot time, which is why outcomes may arrive long after `stop`, and why a snapshot
+may use another censoring policy (the paper's contra-assumption check) without rescoring.
+
+Snapshots compute means and Poisson-bootstrap CIs from the rows with the batch code
+(`report_from_table`), over rows sorted by the id-derived key: identical numbers however
+trajectories were interleaved across threads or split across merged accumulators, and
+identical bootstrap replicates to `tps-tracer report` on the sink. A snapshot costs what
+a batch report of the finished rows costs (lower `bootstrap` for very large n).
+
+Safety: nothing raises into the caller's agent loop unless `strict=True`. Bad input
+(NaN or out-of-range forecasts, unknown stop reasons, steps after stop, duplicate stops,
+resolves of unknown ids, conflicting outcomes) is rejected, counted by kind in
+`snapshot()["online"]["rejected"]`, and logged once per kind. A live trajectory with no
+event for `idle_timeout` seconds, or the oldest one when more than `max_live` are live,
+is stopped as "other" (abandoned, counted) so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
+from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
+from tps_tracer.evaluation.report import ReportOptions, report_from_table
+from tps_tracer.online.jsonl_sink import JsonlSink
+from tps_tracer.online.row_store import RowStore
+from tps_tracer.online.trajectory_scorer import TrajectoryScorer
+from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+logger = logging.getLogger("tps_tracer")
+
+DEFAULT_IDLE_TIMEOUT = 3600.0
+DEFAULT_MAX_LIVE = 100_000
+_NAN = float("nan")
+_CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
+_RESERVED = -1  # row_of value while a stop is being scored outside the lock
+
+
+class AccumulatorError(ValueError):
+    """Bad input to the accumulator (raised only in strict mode; otherwise counted)."""
+
+
+@dataclass
+class _Live:
+    steps: list[dict[str, float | None]] = field(default_factory=list)
+    last_seen: float = 0.0
+    outcome: int | None = None
+    q_z: float | None = None
+
+
+class Accumulator:
+    def __init__(
+        self,
+        predictors: Sequence[str] | None = None,
+        rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)"),
+        weights: Sequence[str | WeightSchedule] = ("linear-front",),
+        bootstrap: int = DEFAULT_REPLICATES,
+        seed: int = DEFAULT_SEED,
+        policy: CensoringPolicy | None = None,
+        sink: str | os.PathLike[str] | JsonlSink | None = None,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        max_live: int = DEFAULT_MAX_LIVE,
+        strict: bool = False,
+        base_rate: bool = True,
+        ece_bins: int = DEFAULT_ECE_BINS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """predictors=None discovers predictor names from the steps; otherwise other names are rejected."""
+        self.rules = [get_rule(r) for r in rules]
+        self.schedules = [get_schedule(s) for s in weights]
+        if not self.rules or not self.schedules:
+            raise ValueError("need at least one rule and one weight schedule")
+        self.predictors: list[str] | None = list(predictors) if predictors is not None else None
+        self._predictor_set = frozenset(self.predictors) if self.predictors is not None else None
+        self.bootstrap = bootstrap
+        self.seed = seed
+        self.policy = policy or CensoringPolicy()
+        self.base_rate = base_rate
+        self.ece_bins = ece_bins
+        self.idle_timeout = idle_timeout
+        self.max_live = max_live
+        self.strict = strict
+        self.sink = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
+        self._clock = clock
+        self._scorer = TrajectoryScorer(self.rules, self.schedules)
+        self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
+        # Trajectories popped from _live whose rows are being scored outside the lock; their id
+        # maps to _RESERVED in row_of meanwhile, and resolutions arriving then still land here.
+        self._finishing: dict[str, _Live] = {}
+        self._unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
+        self._rows = RowStore(self.rules, self.schedules)
+        self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
+        self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
+        for name in self._known:
+            self._rows.add_predictor(name)
+        self.rejected: Counter[str] = Counter()
+        self.abandoned: Counter[str] = Counter()
+        self._warned: set[str] = set()
+        self._last_sweep = clock()
+        self._sweep_every = 1.0 if idle_timeout is None else max(1e-3, min(1.0, idle_timeout / 4))
+
+    # ------------------------------------------------------------------ errors
+
+    def _reject(self, kind: str, message: str) -> None:
+        """Count a rejected input; raise in strict mode; log the first of each kind."""
+        with self._count_lock:
+            self.rejected[kind] += 1
+            first = kind not in self._warned
+            self._warned.add(kind)
+        if self.strict:
+            raise AccumulatorError(message)
+        if first:
+            logger.warning("tps-tracer rejected input (%s): %s; further ones are only counted", kind, message)
+
+    def _internal(self, where: str, exc: BaseException) -> None:
+        if isinstance(exc, AccumulatorError) or self.strict:
+            raise exc
+        self._reject(f"internal_error:{where}", f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ input cleaning
+
+    def _clean_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        allowed = self._predictor_set
+        for name, v in forecasts.items():
+            if allowed is not None and name not in allowed:
+                self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
+                continue
+            if v is None:
+                out[name] = None
+            elif type(v) is float and 0.0 <= v <= 1.0:  # the common case, checked first (NaN fails it)
+                out[name] = v
+            elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and 0.0 <= v <= 1.0:
+                out[name] = float(v)
+            else:
+                self._reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
+                out[name] = None
+        return out
+
+    def _valid_id(self, trajectory_id: Any) -> bool:
+        if isinstance(trajectory_id, str) and trajectory_id:
+            return True
+        self._reject("invalid_id", f"trajectory id must be a non-empty string, got {trajectory_id!r}")
+        return False
+
+    # ------------------------------------------------------------------ events
+
+    def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
+        """Record one step's forecasts {predictor: probability or None}; False if rejected."""
+        try:
+            if not self._valid_id(trajectory_id):
+                return False
+            if not isinstance(forecasts, Mapping):
+                self._reject(
+                    "invalid_step", f"{trajectory_id!r}: forecasts must be a mapping, got {type(forecasts).__name__}"
+                )
+                return False
+            step = self._clean_step(trajectory_id, forecasts)
+            now = self._clock()
+            evicted: list[tuple[str, _Live]] = []
+            with self._lock:
+                if trajectory_id in self._rows.row_of:
+                    rejected = True
+                else:
+                    rejected = False
+                    live = self._live.get(trajectory_id)
+                    if live is None:
+                        live = self._live[trajectory_id] = _Live()
+                        while len(self._live) > self.max_live:
+                            evicted.append(self._reserve_oldest())
+                    else:
+                        self._live.move_to_end(trajectory_id)
+                    live.steps.append(step)
+                    live.last_seen = now
+            if rejected:
+                self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
+            for tid, old in evicted:
+                self._finish(tid, old, StopReason.OTHER, None, {"tps_abandoned": "evicted"}, "evicted")
+            self._maybe_sweep(now)
+            return not rejected
+        except Exception as exc:
+            self._internal("observe", exc)
+            return False
+
+    def stop(
+        self,
+        trajectory_id: str,
+        reason: str | StopReason,
+        horizon: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Finish a trajectory: score its branch pairs and apply the stop reason's role.
+
+        `horizon` is the step budget T for max_steps stops (defaults to the number of steps).
+        A stop for an id never observed is a zero-step trajectory (e.g. a run that failed
+        before its first model call): counted in the audit, scored for no predictor.
+        """
+        try:
+            if not self._valid_id(trajectory_id):
+                return False
+            try:
+                stop_reason = StopReason(reason)
+            except ValueError:
+                self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
+                stop_reason = StopReason.OTHER
+            with self._lock:
+                duplicate = trajectory_id in self._rows.row_of
+                if not duplicate:
+                    live = self._reserve(trajectory_id, self._live.pop(trajectory_id, _Live()))
+            if duplicate:
+                self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
+                return False
+            self._finish(trajectory_id, live, stop_reason, horizon, metadata, None)
+            self._maybe_sweep(self._clock())
+            return True
+        except Exception as exc:
+            self._internal("stop", exc)
+            return False
+
+    def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
+        """Attach a late outcome (0/1) and/or q_Z to a live or finished trajectory; False if rejected."""
+        try:
+            if not self._valid_id(trajectory_id):
+                return False
+            y = self._clean_outcome(trajectory_id, outcome)
+            q = self._clean_q_z(trajectory_id, q_z)
+            if y is None and q is None:
+                if outcome is None and q_z is None:
+                    self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
+                return False
+            with self._lock:
+                status, written = self._apply_resolution(trajectory_id, y, q)
+            if status != "ok":
+                self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
+                return False
+            if written:
+                self._write({"resolves": trajectory_id, **written})
+            return True
+        except Exception as exc:
+            self._internal("resolve", exc)
+            return False
+
+    def _clean_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
+        if outcome is None:
+            return None
+        if isinstance(outcome, (bool, int, float, np.integer, np.floating)) and outcome in (0, 1):
+            return int(outcome)
+        self._reject("invalid_outcome", f"{trajectory_id!r}: outcome must be 0 or 1, got {outcome!r}")
+        return None
+
+    def _clean_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
+        if q_z is None:
+            return None
+        if isinstance(q_z, (int, float, np.floating)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0:
+            return float(q_z)
+        self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
+        return None
+
+    def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
+        """Under the lock: (status, fields newly set). Same value twice is a no-op; a different one a conflict."""
+        row = self._rows.row_of.get(tid)
+        target: _Live | None
+        if row is None:
+            target = self._live.get(tid)
+            if target is None:
+                return "resolve_unknown", {}
+        elif row == _RESERVED:
+            target = self._finishing[tid]
+        else:
+            return self._resolve_row(tid, row, y, q)
+        if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
+            return "conflicting_resolution", {}
+        if y is not None:
+            target.outcome = y
+        if q is not None:
+            target.q_z = q
+        target.last_seen = self._clock()
+        return "ok", {}  # written with the record at stop
+
+    def _resolve_row(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
+        rows = self._rows
+        clean = rows.stop_code[row] == _CLEAN_CODE
+        old_y = rows.outcome[row] if clean else self._unscored_outcome.get(tid, _NAN)
+        old_q = rows.q_z[row]
+        if (y is not None and not math.isnan(old_y) and old_y != y) or (
+            q is not None and not math.isnan(old_q) and old_q != q
+        ):
+            return "conflicting_resolution", {}
+        written: dict[str, Any] = {}
+        if y is not None and math.isnan(old_y):
+            written["outcome"] = y
+            if clean:
+                rows.outcome[row] = y
+            else:  # kept only to detect conflicts; ignored by scoring, counted as in batch
+                self._unscored_outcome[tid] = y
+                rows.outcome_on_unscored += 1
+        if q is not None and math.isnan(old_q):
+            written["q_z"] = q
+            rows.q_z[row] = q
+        return "ok", written
+
+    # ------------------------------------------------------------------ finishing
+
+    def _finish(
+        self,
+        tid: str,
+        live: _Live,
+        reason: StopReason,
+        horizon: int | None,
+        metadata: Mapping[str, Any] | None,
+        abandoned: str | None,
+    ) -> None:
+        """Score a popped live trajectory (its id is reserved) and store its row; sink write last."""
+        n_steps = len(live.steps)
+        if horizon is not None and (
+            isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < max(n_steps, 1)
+        ):
+            self._reject("invalid_horizon", f"{tid!r}: horizon {horizon!r} is not an integer >= the {n_steps} step(s)")
+            horizon = None
+        big_t = int(horizon) if horizon is not None else n_steps
+        names = self._names_in(live)
+        predictor_rows = {}
+        mass = None
+        if n_steps:
+            values = np.array(
+                [[_NAN if (v := step.get(name)) is None else v for step in live.steps] for name in names],
+                dtype=np.float64,
+            ).reshape(len(names), n_steps)
+            scored = self._scorer.score(values, big_t)
+            mass = scored.weight_mass
+            usable: list[bool] = (~np.isnan(values).any(axis=1)).tolist()
+            for k, name in enumerate(names):
+                if usable[k]:
+                    predictor_rows[name] = (scored.pairs[k], scored.aggregates[k])
+        key = int(trajectory_keys([tid])[0])
+        clean = reason is StopReason.CLEAN
+        with self._lock:
+            del self._finishing[tid]
+            outcome, q_z = live.outcome, live.q_z  # read under the lock: resolutions may have just landed
+            for name in names:
+                if name not in self._rows.predictors:
+                    self._rows.add_predictor(name)
+            if outcome is not None and not clean:
+                self._rows.outcome_on_unscored += 1
+                self._unscored_outcome[tid] = outcome
+            del self._rows.row_of[tid]
+            self._rows.append(
+                tid,
+                STOP_REASONS.index(reason),
+                float(outcome) if clean and outcome is not None else _NAN,
+                _NAN if q_z is None else q_z,
+                n_steps,
+                big_t,
+                mass,
+                predictor_rows,
+            )
+            self._keys.append(key)
+        if abandoned is not None:
+            with self._count_lock:
+                self.abandoned[abandoned] += 1
+        record: dict[str, Any] = {
+            "trajectory_id": tid,
+            "stop_reason": reason.value,
+            "outcome": outcome,
+            "horizon": horizon,
+            "q_z": q_z,
+            "steps": [{"t": t, "forecasts": step} for t, step in enumerate(live.steps, start=1)],
+            "metadata": dict(metadata or {}),
+        }
+        if clean and outcome is None:
+            record["outcome_pending"] = True
+        self._write(record)
+
+    def _names_in(self, live: _Live) -> list[str]:
+        """Predictors this trajectory is scored for: the configured ones, or every name its steps mention."""
+        if self.predictors is not None:
+            return self.predictors
+        seen: dict[str, None] = {}
+        for step in live.steps:
+            seen.update(dict.fromkeys(step))
+        with self._lock:
+            for name in seen:
+                self._known.setdefault(name, None)
+        return list(seen)
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        if self.sink is None:
+            return
+        try:
+            self.sink.write(obj)
+        except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
+            self._reject("sink_error", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _reserve(self, tid: str, live: _Live) -> _Live:
+        """Under the lock: take a trajectory out of _live for finishing."""
+        self._rows.row_of[tid] = _RESERVED
+        self._finishing[tid] = live
+        return live
+
+    def _reserve_oldest(self) -> tuple[str, _Live]:
+        tid, live = self._live.popitem(last=False)
+        return tid, self._reserve(tid, live)
+
+    def _maybe_sweep(self, now: float) -> None:
+        if self.idle_timeout is not None and now - self._last_sweep >= self._sweep_every:
+            self.sweep(now)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Stop as 'other' (abandoned) every live trajectory idle for idle_timeout; returns how many."""
+        if self.idle_timeout is None:
+            return 0
+        now = self._clock() if now is None else now
+        idle: list[tuple[str, _Live]] = []
+        with self._lock:
+            self._last_sweep = now
+            while self._live:
+                live = next(iter(self._live.values()))
+                if now - live.last_seen < self.idle_timeout:
+                    break
+                idle.append(self._reserve_oldest())
+        for tid, live in idle:
+            self._finish(tid, live, StopReason.OTHER, None, {"tps_abandoned": "idle"}, "idle")
+        return len(idle)
+
+    def close(self, stop_live: bool = True) -> None:
+        """Stop every live trajectory as 'other' (abandoned: 'closed') and close the sink."""
+        if stop_live:
+            with self._lock:
+                leftover = [self._reserve_oldest() for _ in range(len(self._live))]
+            for tid, live in leftover:
+                self._finish(tid, live, StopReason.OTHER, None, {"tps_abandoned": "closed"}, "closed")
+        if self.sink is not None:
+            self.sink.close()
+
+    @property
+    def n_live(self) -> int:
+        return len(self._live)
+
+    @property
+    def n_finished(self) -> int:
+        return self._rows.n
+
+    # ------------------------------------------------------------------ results
+
+    def snapshot(
+        self,
+        policy: CensoringPolicy | None = None,
+        bootstrap: int | None = None,
+        seed: int | None = None,
+        predictors: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The report of the finished trajectories (schema of `tps-tracer report --json`) plus an "online" section."""
+        with self._lock:
+            table = self._rows.table()
+            keys = np.array(self._keys, dtype=np.uint64)
+            n_live = len(self._live)
+            known = list(self._known)
+        with self._count_lock:
+            rejected = dict(sorted(self.rejected.items()))
+            abandoned = dict(sorted(self.abandoned.items()))
+        table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters
+        names = list(predictors) if predictors is not None else [p for p in known if p in table.predictors]
+        options = ReportOptions(
+            predictors=names,
+            rules=self.rules,
+            schedules=self.schedules,
+            bootstrap=self.bootstrap if bootstrap is None else bootstrap,
+            seed=self.seed if seed is None else seed,
+            policy=policy or self.policy,
+            base_rate=self.base_rate,
+            ece_bins=self.ece_bins,
+        )
+        report = report_from_table(table, options, allow_empty=True)
+        report["online"] = {
+            "finished": table.n,
+            "live": n_live,
+            "pending_outcome": int(table.pending.sum()),
+            "abandoned": abandoned,
+            "rejected": rejected,
+            "sink": None if self.sink is None else {"path": str(self.sink.path), "lines_written": self.sink.written},
+        }
+        return report
+
+    def merge(self, other: Accumulator) -> None:
+        """Add another accumulator's trajectories (finished and live) to this one, exactly.
+
+        Both must use the same rules and schedules. Ids already present here are rejected
+        (counted as duplicate_id). The other's sink is not rewritten into ours: each worker's
+        sink holds its own trajectories, and `tps-tracer report` reads them concatenated.
+        """
+        if [r.name for r in self.rules] != [r.name for r in other.rules] or [s.name for s in self.schedules] != [
+            s.name for s in other.schedules
+        ]:
+            raise ValueError("cannot merge accumulators with different rules or weight schedules")
+        with other._lock:
+            table = other._rows.table()
+            keys = list(other._keys)
+            live_items = [
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z)) for tid, lv in other._live.items()
+            ]
+            unscored = dict(other._unscored_outcome)
+            known = list(other._known)
+        with other._count_lock:
+            rejected, abandoned = Counter(other.rejected), Counter(other.abandoned)
+        duplicates = []
+        with self._lock:
+            for name in known:
+                self._known.setdefault(name, None)
+                if name not in self._rows.predictors:
+                    self._rows.add_predictor(name)
+            for i, tid in enumerate(table.ids):
+                if tid in self._rows.row_of or tid in self._live:
+                    duplicates.append(tid)
+                    continue
+                rows = {
+                    name: (col.pairs[i], col.aggregates[i]) for name, col in table.predictors.items() if col.usable[i]
+                }
+                self._rows.append(
+                    tid,
+                    int(table.stop_code[i]),
+                    float(table.outcome[i]),
+                    float(table.q_z[i]),
+                    int(table.n_steps[i]),
+                    int(table.horizon[i]),
+                    table.weight_mass[i],
+                    rows,
+                )
+                self._keys.append(keys[i])
+                if tid in unscored:
+                    self._unscored_outcome[tid] = unscored[tid]
+                    self._rows.outcome_on_unscored += 1
+            for tid, live in live_items:
+                if tid in self._rows.row_of or tid in self._live:
+                    duplicates.append(tid)
+                else:
+                    self._live[tid] = live
+        with self._count_lock:
+            self.rejected.update(rejected)
+            self.abandoned.update(abandoned)
+        for tid in duplicates:
+            self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
+
+
+_RESOLVE_MESSAGES = {
+    "resolve_unknown": "no live or finished trajectory with this id",
+    "conflicting_resolution": "already resolved with a different value; ignored",
+}
