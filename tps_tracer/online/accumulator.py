@@ -357,7 +357,7 @@ class Accumulator:
             ).reshape(len(names), n_steps)
             scored = self._scorer.score(values, big_t)
             mass = scored.weight_mass
-            usable: list[bool] = (~np.isnan(values).any(axis=1)).tolist()
+            usable = [not gap for gap in np.isnan(values).any(axis=1)]
             for k, name in enumerate(names):
                 if usable[k]:
                     predictor_rows[name] = (scored.pairs[k], scored.aggregates[k])
