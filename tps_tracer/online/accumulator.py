@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
@@ -357,7 +358,8 @@ class Accumulator:
             ).reshape(len(names), n_steps)
             scored = self._scorer.score(values, big_t)
             mass = scored.weight_mass
-            usable = [not gap for gap in np.isnan(values).any(axis=1)]
+            gaps: NDArray[np.bool_] = np.isnan(values).any(axis=1)
+            usable = [not gap for gap in gaps]
             for k, name in enumerate(names):
                 if usable[k]:
                     predictor_rows[name] = (scored.pairs[k], scored.aggregates[k])
