@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
@@ -358,7 +357,7 @@ class Accumulator:
             ).reshape(len(names), n_steps)
             scored = self._scorer.score(values, big_t)
             mass = scored.weight_mass
-            gaps: NDArray[np.bool_] = np.isnan(values).any(axis=1)
+            gaps = np.asarray(np.isnan(values).any(axis=1), dtype=bool)
             usable = [not gap for gap in gaps]
             for k, name in enumerate(names):
                 if usable[k]:
