@@ -117,6 +117,7 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
     resolutions: list[tuple[int, ResolutionRecord]] = []
     errors: list[RecordError] = []
     first_line_of: dict[str, int] = {}
+    invalid_ids: set[str] = set()
     last_line_no = 0
     last_raw = ""
     for line_no, raw in enumerate(lines, start=1):
@@ -144,6 +145,8 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             rec = TrajectoryRecord.model_validate(obj)
         except ValidationError as exc:
             errors.extend(_validation_errors(exc, line_no))
+            if isinstance(obj.get("trajectory_id"), str):
+                invalid_ids.add(obj["trajectory_id"])  # its resolutions are not reported again
             continue
         errors.extend(_check_forecasts(rec, line_no))
         if rec.trajectory_id in first_line_of:
@@ -157,7 +160,8 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             continue
         first_line_of[rec.trajectory_id] = line_no
         records.append(rec)
-    if resolutions and not errors:
+    if resolutions:
+        resolutions = [(n, r) for n, r in resolutions if r.resolves not in invalid_ids]
         records = _apply_resolutions(records, resolutions, errors)
     if errors:
         # A broken last line without a newline is the usual sign of a writer killed mid-record.
