@@ -1,0 +1,78 @@
+"""Per-step probability signals from token logprobs (paper, Appendix "Predictor Transparency Tables").
+
+Token probability: the mean chosen-token probability over the tokens considered,
+
+    TP = (1/n) sum_i exp(logprob_i)
+
+Entropy confidence: one minus the normalised mean per-token Shannon entropy over the
+top-k candidates (k = 5 by default, as in the paper's 1 - H/ln 5),
+
+    q_ij = exp(l_ij) / sum_{j<=k} exp(l_ij)        (top-k mass renormalised to 1)
+    H_i  = -sum_j q_ij ln q_ij
+    EC   = 1 - (1/n) sum_i H_i / ln k
+
+Normalisation, stated: each token's top-k probabilities are renormalised to sum to one
+(the mass outside the top k is dropped, not lumped into an extra bucket). A token with
+fewer than k candidates is scored over the ones it has, still divided by ln k (absent
+candidates carry no mass), so EC stays in [0, 1]. Tokens with no candidates at all, and
+tokens with no chosen logprob (legacy echo), are left out of the averages; if no token
+remains, the signal is missing (None), never a default.
+
+Both are computed over a boolean token mask: all tokens (completion signals) or the
+tokens of the committed action (action-span signals).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.capture.token_logprobs import TokenLogprobs
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+DEFAULT_TOP_K = 5
+
+
+def per_token_probability(lp: TokenLogprobs) -> FloatArray:
+    """exp(chosen logprob) per token; NaN where the API gave none."""
+    return np.exp(lp.logprob)
+
+
+def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> FloatArray:
+    """1 - H_i / ln k per token over its top-k candidates (renormalised); NaN where it has none."""
+    if k < 2:
+        raise ValueError("entropy confidence needs k >= 2 candidates")
+    top = lp.top_logprobs[:, :k]
+    if top.shape[1] == 0:
+        return np.full(lp.n, np.nan)
+    has = np.isfinite(top[:, 0])
+    # Shift by each row's max before exponentiating (stable for very negative logprobs).
+    shifted = top - np.where(has, top[:, 0], 0.0)[:, None]
+    p = np.exp(shifted)  # -inf padding -> 0
+    total = p.sum(axis=1)
+    q = p / np.where(total > 0, total, 1.0)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(q > 0, q * np.log(q), 0.0)
+    conf = 1.0 + terms.sum(axis=1) / math.log(k)
+    return np.where(has, np.clip(conf, 0.0, 1.0), np.nan)
+
+
+def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | None:
+    """Mean over the masked tokens that have a value; None if there are none."""
+    sel = values if mask is None else values[mask]
+    sel = sel[~np.isnan(sel)]
+    if sel.size == 0:
+        return None
+    return float(min(1.0, max(0.0, sel.mean())))
+
+
+def token_probability(lp: TokenLogprobs, mask: BoolArray | None = None) -> float | None:
+    return masked_mean(per_token_probability(lp), mask)
+
+
+def entropy_confidence(lp: TokenLogprobs, mask: BoolArray | None = None, k: int = DEFAULT_TOP_K) -> float | None:
+    return masked_mean(per_token_entropy_confidence(lp, k), mask)
