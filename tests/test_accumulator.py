@@ -413,6 +413,7 @@ def test_memory_per_finished_trajectory_does_not_grow_with_length():
             long_.observe(f"t{i}", fc)
         short.stop(f"t{i}", "clean")
         long_.stop(f"t{i}", "clean")
+    short.flush(), long_.flush()  # score the last queued batch
     assert short._rows.nbytes() == long_._rows.nbytes()
     assert short._rows.nbytes() / 500 < 2048
     assert np.isfinite(long_._rows.predictors["p0"].pairs[:500]).all()

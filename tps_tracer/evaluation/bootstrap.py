@@ -48,13 +48,13 @@ def _splitmix64(x: U64) -> U64:
     return z ^ (z >> np.uint64(31))
 
 
+def trajectory_key(trajectory_id: str) -> int:
+    """A stable 64-bit key for a trajectory id (BLAKE2b), independent of process and platform."""
+    return int.from_bytes(hashlib.blake2b(trajectory_id.encode("utf-8"), digest_size=8).digest(), "little")
+
+
 def trajectory_keys(ids: Sequence[str]) -> U64:
-    """A stable 64-bit key per trajectory id (BLAKE2b), independent of process and platform."""
-    return np.fromiter(
-        (int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little") for i in ids),
-        dtype=np.uint64,
-        count=len(ids),
-    )
+    return np.fromiter(map(trajectory_key, ids), dtype=np.uint64, count=len(ids))
 
 
 def replicate_weights(keys: U64, replicates: Sequence[int] | NDArray[np.int64], seed: int = DEFAULT_SEED) -> FloatArray:

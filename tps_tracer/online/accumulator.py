@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
+from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
-from tps_tracer.online.trajectory_scorer import TrajectoryScorer
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -73,6 +73,10 @@ class _Live:
     last_seen: float = 0.0
     outcome: int | None = None
     q_z: float | None = None
+    # Set at stop, while the trajectory waits in the scoring queue:
+    reason: StopReason = StopReason.OTHER
+    horizon: int = 0
+    written: bool = False  # its record is in the sink, so later resolutions are appended as lines
 
 
 class Accumulator:
@@ -91,6 +95,7 @@ class Accumulator:
         base_rate: bool = True,
         ece_bins: int = DEFAULT_ECE_BINS,
         clock: Callable[[], float] = time.monotonic,
+        batch_size: int = 64,
     ):
         """predictors=None discovers predictor names from the steps; otherwise other names are rejected."""
         self.rules = [get_rule(r) for r in rules]
@@ -109,7 +114,9 @@ class Accumulator:
         self.strict = strict
         self.sink = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
         self._clock = clock
-        self._scorer = TrajectoryScorer(self.rules, self.schedules)
+        self._scorer = BatchScorer(self.rules, self.schedules)
+        self.batch_size = max(1, batch_size)
+        self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
@@ -204,7 +211,7 @@ class Accumulator:
             if rejected:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
             for tid, old in evicted:
-                self._finish(tid, old, StopReason.OTHER, None, {"tps_abandoned": "evicted"}, "evicted")
+                self._close(tid, old, StopReason.OTHER, None, {"tps_abandoned": "evicted"}, "evicted")
             self._maybe_sweep(now)
             return not rejected
         except Exception as exc:
@@ -239,7 +246,7 @@ class Accumulator:
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
-            self._finish(trajectory_id, live, stop_reason, horizon, metadata, None)
+            self._close(trajectory_id, live, stop_reason, horizon, metadata, None)
             self._maybe_sweep(self._clock())
             return True
         except Exception as exc:
@@ -299,12 +306,14 @@ class Accumulator:
             return self._resolve_row(tid, row, y, q)
         if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
             return "conflicting_resolution", {}
-        if y is not None:
-            target.outcome = y
-        if q is not None:
-            target.q_z = q
+        newly: dict[str, Any] = {}
+        if y is not None and target.outcome is None:
+            target.outcome = newly["outcome"] = y
+        if q is not None and target.q_z is None:
+            target.q_z = newly["q_z"] = q
         target.last_seen = self._clock()
-        return "ok", {}  # written with the record at stop
+        # Before the record is written, the values go out with it; after, as a resolution line.
+        return "ok", newly if target.written else {}
 
     def _resolve_row(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
         rows = self._rows
@@ -330,7 +339,7 @@ class Accumulator:
 
     # ------------------------------------------------------------------ finishing
 
-    def _finish(
+    def _close(
         self,
         tid: str,
         live: _Live,
@@ -339,75 +348,116 @@ class Accumulator:
         metadata: Mapping[str, Any] | None,
         abandoned: str | None,
     ) -> None:
-        """Score a popped live trajectory (its id is reserved) and store its row; sink write last."""
+        """A reserved trajectory has stopped: write its record, queue it for scoring."""
         n_steps = len(live.steps)
         if horizon is not None and (
             isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < max(n_steps, 1)
         ):
             self._reject("invalid_horizon", f"{tid!r}: horizon {horizon!r} is not an integer >= the {n_steps} step(s)")
             horizon = None
-        big_t = int(horizon) if horizon is not None else n_steps
-        names = self._names_in(live)
-        predictor_rows = {}
-        mass = None
-        if n_steps:
-            values = np.array(
-                [[_NAN if (v := step.get(name)) is None else v for step in live.steps] for name in names],
-                dtype=np.float64,
-            ).reshape(len(names), n_steps)
-            scored = self._scorer.score(values, big_t)
-            mass = scored.weight_mass
-            gaps = np.asarray(np.isnan(values).any(axis=1), dtype=bool)
-            usable = [not gap for gap in gaps]
-            for k, name in enumerate(names):
-                if usable[k]:
-                    predictor_rows[name] = (scored.pairs[k], scored.aggregates[k])
-        key = int(trajectory_keys([tid])[0])
-        clean = reason is StopReason.CLEAN
+        record: dict[str, Any] | None = None
         with self._lock:
-            del self._finishing[tid]
-            outcome, q_z = live.outcome, live.q_z  # read under the lock: resolutions may have just landed
-            for name in names:
-                if name not in self._rows.predictors:
-                    self._rows.add_predictor(name)
-            if outcome is not None and not clean:
-                self._rows.outcome_on_unscored += 1
-                self._unscored_outcome[tid] = outcome
-            del self._rows.row_of[tid]
-            self._rows.append(
-                tid,
-                STOP_REASONS.index(reason),
-                float(outcome) if clean and outcome is not None else _NAN,
-                _NAN if q_z is None else q_z,
-                n_steps,
-                big_t,
-                mass,
-                predictor_rows,
-            )
-            self._keys.append(key)
+            live.reason = reason
+            live.horizon = int(horizon) if horizon is not None else n_steps
+            if self.sink is not None:
+                record = {
+                    "trajectory_id": tid,
+                    "stop_reason": reason.value,
+                    "outcome": live.outcome,
+                    "horizon": None if horizon is None else int(horizon),
+                    "q_z": live.q_z,
+                    "steps": [{"t": t, "forecasts": step} for t, step in enumerate(live.steps, start=1)],
+                    "metadata": dict(metadata or {}),
+                }
+                if reason is StopReason.CLEAN and live.outcome is None:
+                    record["outcome_pending"] = True
+                live.written = True
+            self._queue.append(tid)
+            batch = self._take_queue() if len(self._queue) >= self.batch_size else None
         if abandoned is not None:
             with self._count_lock:
                 self.abandoned[abandoned] += 1
-        record: dict[str, Any] = {
-            "trajectory_id": tid,
-            "stop_reason": reason.value,
-            "outcome": outcome,
-            "horizon": horizon,
-            "q_z": q_z,
-            "steps": [{"t": t, "forecasts": step} for t, step in enumerate(live.steps, start=1)],
-            "metadata": dict(metadata or {}),
-        }
-        if clean and outcome is None:
-            record["outcome_pending"] = True
-        self._write(record)
+        if record is not None:
+            self._write(record)
+        if batch:
+            self._score(batch)
 
-    def _names_in(self, live: _Live) -> list[str]:
-        """Predictors this trajectory is scored for: the configured ones, or every name its steps mention."""
+    def _take_queue(self) -> list[str]:
+        batch, self._queue = self._queue, []
+        return batch
+
+    def flush(self) -> None:
+        """Score every queued stopped trajectory now (snapshot, merge and close do this first)."""
+        with self._lock:
+            batch = self._take_queue()
+        if batch:
+            self._score(batch)
+
+    def _score_safely(self, lives: list[_Live], names: list[str]) -> ScoredBatch:
+        """Score a batch; if that fails, one by one, so one bad trajectory cannot take others down.
+
+        A trajectory that cannot be scored still gets its row (no usable predictor), so it
+        stays in the termination audit, and the failure is counted as an internal error.
+        """
+        try:
+            return self._scorer.score([lv.steps for lv in lives], [lv.horizon for lv in lives], names)
+        except Exception as exc:
+            self._internal("score", exc)
+        parts = []
+        for lv in lives:
+            try:
+                parts.append(self._scorer.score([lv.steps], [lv.horizon], names))
+            except Exception as exc:
+                self._internal("score", exc)
+                parts.append(self._scorer.score([[]], [0], names))
+        return ScoredBatch(
+            np.concatenate([p.pairs for p in parts]),
+            np.concatenate([p.aggregates for p in parts]),
+            np.concatenate([p.usable for p in parts]),
+            np.concatenate([p.weight_mass for p in parts]),
+        )
+
+    def _score(self, batch: list[str]) -> None:
+        """Turn queued trajectories into rows of the pair table (the heavy part, outside the lock)."""
+        with self._lock:
+            lives = [self._finishing[tid] for tid in batch]
+        names = self._names_in(lives)
+        scored = self._score_safely(lives, names)
+        keys = [trajectory_key(tid) for tid in batch]
+        with self._lock:
+            outcome, q_z = [], []
+            for tid, lv in zip(batch, lives, strict=True):
+                del self._finishing[tid]
+                del self._rows.row_of[tid]
+                clean = lv.reason is StopReason.CLEAN
+                if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
+                    self._rows.outcome_on_unscored += 1
+                    self._unscored_outcome[tid] = lv.outcome
+                outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
+                q_z.append(_NAN if lv.q_z is None else lv.q_z)
+            self._rows.append_many(
+                batch,
+                [STOP_REASONS.index(lv.reason) for lv in lives],
+                outcome,
+                q_z,
+                [len(lv.steps) for lv in lives],
+                [lv.horizon for lv in lives],
+                scored.weight_mass,
+                {
+                    name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j])
+                    for j, name in enumerate(names)
+                },
+            )
+            self._keys.extend(keys)
+
+    def _names_in(self, lives: list[_Live]) -> list[str]:
+        """Predictors to score: the configured ones, or every name the steps mention."""
         if self.predictors is not None:
             return self.predictors
         seen: dict[str, None] = {}
-        for step in live.steps:
-            seen.update(dict.fromkeys(step))
+        for live in lives:
+            for step in live.steps:
+                seen.update(dict.fromkeys(step))
         with self._lock:
             for name in seen:
                 self._known.setdefault(name, None)
@@ -451,7 +501,7 @@ class Accumulator:
                     break
                 idle.append(self._reserve_oldest())
         for tid, live in idle:
-            self._finish(tid, live, StopReason.OTHER, None, {"tps_abandoned": "idle"}, "idle")
+            self._close(tid, live, StopReason.OTHER, None, {"tps_abandoned": "idle"}, "idle")
         return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
@@ -460,7 +510,8 @@ class Accumulator:
             with self._lock:
                 leftover = [self._reserve_oldest() for _ in range(len(self._live))]
             for tid, live in leftover:
-                self._finish(tid, live, StopReason.OTHER, None, {"tps_abandoned": "closed"}, "closed")
+                self._close(tid, live, StopReason.OTHER, None, {"tps_abandoned": "closed"}, "closed")
+        self.flush()
         if self.sink is not None:
             self.sink.close()
 
@@ -470,7 +521,8 @@ class Accumulator:
 
     @property
     def n_finished(self) -> int:
-        return self._rows.n
+        """Stopped trajectories (scored, or queued for scoring)."""
+        return self._rows.n + len(self._queue)
 
     # ------------------------------------------------------------------ results
 
@@ -482,6 +534,7 @@ class Accumulator:
         predictors: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The report of the finished trajectories (schema of `tps-tracer report --json`) plus an "online" section."""
+        self.flush()
         with self._lock:
             table = self._rows.table()
             keys = np.array(self._keys, dtype=np.uint64)
@@ -524,6 +577,8 @@ class Accumulator:
             s.name for s in other.schedules
         ]:
             raise ValueError("cannot merge accumulators with different rules or weight schedules")
+        self.flush()
+        other.flush()
         with other._lock:
             table = other._rows.table()
             keys = list(other._keys)
@@ -534,30 +589,37 @@ class Accumulator:
             known = list(other._known)
         with other._count_lock:
             rejected, abandoned = Counter(other.rejected), Counter(other.abandoned)
-        duplicates = []
+        duplicates: list[str] = []
+        take_ids: set[str] = set()
         with self._lock:
             for name in known:
                 self._known.setdefault(name, None)
                 if name not in self._rows.predictors:
                     self._rows.add_predictor(name)
+            take = []
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._live:
+                if tid in self._rows.row_of or tid in self._live or tid in take_ids:
                     duplicates.append(tid)
-                    continue
-                rows = {
-                    name: (col.pairs[i], col.aggregates[i]) for name, col in table.predictors.items() if col.usable[i]
-                }
-                self._rows.append(
-                    tid,
-                    int(table.stop_code[i]),
-                    float(table.outcome[i]),
-                    float(table.q_z[i]),
-                    int(table.n_steps[i]),
-                    int(table.horizon[i]),
-                    table.weight_mass[i],
-                    rows,
-                )
-                self._keys.append(keys[i])
+                else:
+                    take.append(i)
+                    take_ids.add(tid)
+            idx = np.array(take, dtype=np.int64)
+            ids = [table.ids[i] for i in take]
+            self._rows.append_many(
+                ids,
+                table.stop_code[idx].tolist(),
+                table.outcome[idx].tolist(),
+                table.q_z[idx].tolist(),
+                table.n_steps[idx].tolist(),
+                table.horizon[idx].astype(np.int64).tolist(),
+                table.weight_mass[idx],
+                {
+                    name: (col.usable[idx], col.pairs[idx], col.aggregates[idx])
+                    for name, col in table.predictors.items()
+                },
+            )
+            self._keys.extend(keys[i] for i in take)
+            for tid in ids:
                 if tid in unscored:
                     self._unscored_outcome[tid] = unscored[tid]
                     self._rows.outcome_on_unscored += 1

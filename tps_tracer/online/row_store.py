@@ -79,37 +79,37 @@ class RowStore:
         self.predictors[name] = col
         return col
 
-    def append(
+    def append_many(
         self,
-        trajectory_id: str,
-        stop_code: int,
-        outcome: float,
-        q_z: float,
-        n_steps: int,
-        horizon: int,
-        weight_mass: FloatArray | None,
-        predictor_rows: dict[str, tuple[FloatArray, FloatArray]],
-    ) -> int:
-        """Store one finished trajectory; predictor_rows maps usable predictors to (pairs, aggregates)."""
-        if self.n == self._cap:
-            self._grow(max(self._cap + 1, int(self._cap * _GROWTH)))
-        i = self.n
-        self.ids.append(trajectory_id)
-        self.row_of[trajectory_id] = i
-        self.stop_code[i] = stop_code
-        self.outcome[i] = outcome
-        self.q_z[i] = q_z
-        self.n_steps[i] = n_steps
-        self.horizon[i] = horizon
-        if weight_mass is not None:
-            self.weight_mass[i] = weight_mass
-        for name, (pairs, aggs) in predictor_rows.items():
+        ids: list[str],
+        stop_code: list[int],
+        outcome: list[float],
+        q_z: list[float],
+        n_steps: list[int],
+        horizon: list[int],
+        weight_mass: FloatArray,
+        predictors: dict[str, tuple[NDArray[np.bool_], FloatArray, FloatArray]],
+    ) -> None:
+        """Store k finished trajectories; predictors maps name -> (usable (k,), pairs (k,R,S,2), aggregates (k,4))."""
+        k = len(ids)
+        while self.n + k > self._cap:
+            self._grow(max(self.n + k, int(self._cap * _GROWTH)))
+        sl = slice(self.n, self.n + k)
+        for j, tid in enumerate(ids):
+            self.row_of[tid] = self.n + j
+        self.ids.extend(ids)
+        self.stop_code[sl] = stop_code
+        self.outcome[sl] = outcome
+        self.q_z[sl] = q_z
+        self.n_steps[sl] = n_steps
+        self.horizon[sl] = horizon
+        self.weight_mass[sl] = weight_mass
+        for name, (usable, pairs, aggs) in predictors.items():
             col = self.predictors.get(name) or self.add_predictor(name)
-            col.usable[i] = True
-            col.pairs[i] = pairs
-            col.aggregates[i] = aggs
-        self.n += 1
-        return i
+            col.usable[sl] = usable
+            col.pairs[sl] = pairs
+            col.aggregates[sl] = aggs
+        self.n += k
 
     def table(self) -> PairTable:
         """A copy of the stored rows as a pair table (safe to use after the lock is released)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -77,11 +78,18 @@ class BetaRule:
     def name(self) -> str:
         return f"beta({_fmt_param(self.a)},{_fmt_param(self.b)})"
 
+    @cached_property
+    def _constants(self) -> tuple[float, float]:
+        return float(special.beta(self.a, self.b + 1.0)), float(special.beta(self.a + 1.0, self.b))
+
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
         a, b = self.a, self.b
+        k1, k0 = self._constants
         # I_{1-p}(b+1, a) instead of 1 - I_p(a, b+1): no cancellation for p near 1.
-        s1 = -special.beta(a, b + 1.0) * special.betainc(b + 1.0, a, 1.0 - p)
-        s0 = -special.beta(a + 1.0, b) * special.betainc(a + 1.0, b, p)
+        s1 = special.betainc(b + 1.0, a, 1.0 - p)
+        s1 *= -k1
+        s0 = special.betainc(a + 1.0, b, p)
+        s0 *= -k0
         return np.asarray(s1, dtype=np.float64), np.asarray(s0, dtype=np.float64)
 
 
