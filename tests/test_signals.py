@@ -139,7 +139,12 @@ def test_fewer_candidates_than_k_are_divided_by_ln_k_and_more_are_cut_to_k():
         ({"content": [{"token": "a", "logprob": float("nan"), "top_logprobs": []}]}, "NaN"),
         ({"content": [{"token": "a", "top_logprobs": []}]}, "malformed token entry"),
         ({"content": [{"token": "a", "logprob": "x", "top_logprobs": []}]}, "malformed token entry"),
-        ({"content": [{"token": "a", "logprob": -1.0, "top_logprobs": [{"logprob": "z"}]}]}, "top_logprobs"),
+        ({"content": [{"token": "a", "logprob": -1.0, "top_logprobs": [{"logprob": "z"}]}]}, "malformed token entry"),
+        (
+            {"content": [{"token": "a", "logprob": -1.0, "top_logprobs": [{"logprob": 0.3}]}]},
+            "top_logprobs holds a positive",
+        ),
+        ({"tokens": ["a"], "token_logprobs": [-1.0], "top_logprobs": [{"x": "z"}]}, "malformed top_logprobs"),
         ({"content": None}, "no 'content'"),
         ({"content": "abc"}, "must be a list"),
         (42, "unrecognised"),

@@ -54,35 +54,46 @@ class TokenLogprobs:
 
 
 def _check_logprobs(values: FloatArray, what: str) -> FloatArray:
+    """Logprobs must be <= 0 (a tiny positive rounding is clipped) and not NaN, unless NaN marks "none"."""
     finite = values[~np.isnan(values)] if what == "token_logprobs" else values
-    if np.isnan(finite).any() or np.isposinf(finite).any():
-        raise LogprobsFormatError(f"{what} holds NaN or +inf")
-    if (finite > _POSITIVE_TOLERANCE).any():
+    # One pass decides the common case: NaN fails `<=`, +inf and positives exceed the tolerance.
+    if not (finite <= _POSITIVE_TOLERANCE).all():
+        if np.isnan(finite).any() or np.isposinf(finite).any():
+            raise LogprobsFormatError(f"{what} holds NaN or +inf")
         raise LogprobsFormatError(f"{what} holds a positive logprob ({float(finite.max())!r}); logprobs are <= 0")
     return np.minimum(values, 0.0)
 
 
-def _pad(rows: list[list[float]]) -> FloatArray:
-    """Candidate lists as an (n, k) array sorted highest first, padded with -inf."""
-    k = max(map(len, rows), default=0)
-    if all(len(r) == k for r in rows):
-        arr = np.array(rows, dtype=np.float64).reshape(len(rows), k)
+def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
+    """Flat candidate logprobs (counts[i] for token i) as an (n, k) array, highest first, -inf padded."""
+    n, k = len(counts), max(counts, default=0)
+    if flat.size == n * k:
+        arr = flat.reshape(n, k)
     else:
-        arr = np.full((len(rows), k), -np.inf)
-        for i, r in enumerate(rows):
-            arr[i, : len(r)] = r
+        arr = np.full((n, k), -np.inf)
+        cnt = np.asarray(counts, dtype=np.int64)
+        rows = np.repeat(np.arange(n), cnt)
+        cols = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        arr[rows, cols] = flat
     arr = _check_logprobs(arr, "top_logprobs")
-    return -np.sort(-arr, axis=1)
+    if k > 1 and not (arr[:, 1:] <= arr[:, :-1]).all():  # APIs send them sorted; sort only if not
+        arr = -np.sort(-arr, axis=1)
+    return arr
+
+
+def _pad(rows: list[list[float]]) -> FloatArray:
+    flat = np.array([v for r in rows for v in r], dtype=np.float64)
+    return _candidates(flat, [len(r) for r in rows])
 
 
 def _offsets_from_strings(tokens: list[str]) -> tuple[IntArray, str]:
     offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
-    np.cumsum([len(t) for t in tokens], out=offsets[1:])
+    np.cumsum(np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens)), out=offsets[1:])
     return offsets, "".join(tokens)
 
 
 def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
-    raw = bytes(b for chunk in chunks for b in chunk)
+    raw = b"".join(map(bytes, chunks))
     text = raw.decode("utf-8", errors="replace")
     byte_offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in chunks], out=byte_offsets[1:])
@@ -108,23 +119,20 @@ def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) 
     try:
         tokens = [e["token"] for e in content]
         chosen = np.array([e["logprob"] for e in content], dtype=np.float64)
-        tops = [[c["logprob"] for c in (e.get("top_logprobs") or ())] for e in content]
-        byte_chunks = [e.get("bytes") for e in content]
+        cand_lists = [e.get("top_logprobs") or () for e in content]
+        counts = list(map(len, cand_lists))
+        flat = np.array([c["logprob"] for cands in cand_lists for c in cands], dtype=np.float64)
+        text = "".join(tokens)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise LogprobsFormatError(f"malformed token entry ({type(exc).__name__}: {exc})") from None
-    if not all(isinstance(t, str) for t in tokens):
-        raise LogprobsFormatError("a token is not a string")
     chosen = _check_logprobs(chosen, "logprob")
-    try:
-        top = _pad(tops)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, LogprobsFormatError):
-            raise
-        raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
-    if content and all(isinstance(b, list) for b in byte_chunks):
-        offsets, text = _offsets_from_bytes(byte_chunks)
+    top = _candidates(flat, counts)
+    # Token strings spell the text unless a character was split across tokens (the API then
+    # shows partial bytes as "bytes:\\x.." or U+FFFD); only then rebuild from the raw bytes.
+    if ("bytes:" in text or "\ufffd" in text) and content and all(isinstance(e.get("bytes"), list) for e in content):
+        offsets, text = _offsets_from_bytes([e["bytes"] for e in content])
     else:
-        offsets, text = _offsets_from_strings(tokens)
+        offsets, _ = _offsets_from_strings(tokens)
     return TokenLogprobs(tokens, chosen, top, offsets, text)
 
 
@@ -141,7 +149,12 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
     if not (len(tokens) == chosen.size == len(tops)) or not all(isinstance(t, str) for t in tokens):
         raise LogprobsFormatError("tokens, token_logprobs and top_logprobs differ in length")
     chosen = _check_logprobs(chosen, "token_logprobs")
-    top = _pad(tops)
+    try:
+        top = _pad(tops)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, LogprobsFormatError):
+            raise
+        raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
     offsets, text = _offsets_from_strings(tokens)
     given = logprobs.get("text_offset")
     if isinstance(given, Sequence) and len(given) == len(tokens) and tokens:
