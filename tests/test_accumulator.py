@@ -417,3 +417,27 @@ def test_memory_per_finished_trajectory_does_not_grow_with_length():
     assert short._rows.nbytes() == long_._rows.nbytes()
     assert short._rows.nbytes() / 500 < 2048
     assert np.isfinite(long_._rows.predictors["p0"].pairs[:500]).all()
+
+
+def test_a_trajectory_that_cannot_be_scored_keeps_its_row_and_spares_the_batch():
+    """If scoring a batch fails, trajectories are scored one by one; the bad one stays in the audit."""
+
+    class FragileLog:
+        name = "fragile-log"
+
+        def branches(self, p):
+            if np.any(p == 0.123):
+                raise FloatingPointError("boom")
+            return np.log(p), np.log1p(-p)
+
+    acc = Accumulator(rules=[FragileLog()], bootstrap=B, base_rate=False)
+    for tid, p in (("good", 0.8), ("bad", 0.123), ("fine", 0.6)):
+        acc.observe(tid, {"p": p})
+        acc.stop(tid, "clean")
+        acc.resolve(tid, outcome=1)
+    snap = acc.snapshot()
+    assert snap["online"]["rejected"] == {"internal_error:score": 2}  # the batch, then the bad one
+    assert snap["audit"]["roles"]["complete"] == 3
+    assert snap["coverage"][0] == {"predictor": "p", "usable": 2, "skipped": {"missing": 1}}
+    row = _scores(snap)[("p", "fragile-log", "linear-front", "complete-only")]
+    assert row["n"] == 2 and row["mean"] == pytest.approx((math.log(0.8) + math.log(0.6)) / 2)

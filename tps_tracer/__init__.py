@@ -6,6 +6,8 @@ Public entry points:
     tps_tracer.weights(schedule, T)         normalised step weights
     tps_tracer.read_trajectories(path)      the JSON Lines interchange format
     tps_tracer.evaluate(records, ...)       the report object (same as `tps-tracer report --json`)
+    tps_tracer.Accumulator(...)             online TPS: observe / stop / resolve / snapshot / merge
+    tps_tracer.SignalExtractor()            one LLM step (text, logprobs) -> the five forecasts
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
 from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
 from tps_tracer.records import (
     CensoringPolicy,
     Role,
@@ -36,13 +40,18 @@ def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None 
 
 
 __all__ = [
+    "Accumulator",
+    "AccumulatorError",
     "CensoringPolicy",
+    "JsonlSink",
     "ReportOptions",
     "Role",
+    "SignalExtractor",
     "StepRecord",
     "StopReason",
     "TrajectoryFileError",
     "TrajectoryRecord",
+    "VerbalConfidenceExtractor",
     "__version__",
     "custom_schedule",
     "evaluate",

@@ -7,13 +7,15 @@
     acc.snapshot()                                                  # same object as `report --json`
 
 Life of a trajectory. `observe` appends a step to a live trajectory (created on first
-sight). `stop` turns it into its row of the pair table: per predictor the branch pairs
-(s1, s0) for every rule x schedule, four scalar summaries and the truncated weight mass
-(DESIGN.md, "the branch pair"); the steps are then written to the sink (if any) and
-dropped, so a finished trajectory costs a fixed ~1-2 KB whatever its length. The
-stop reason's role (complete / censored / excluded) and the outcome or q_Z only pick eta
-at snapshot time, which is why outcomes may arrive long after `stop`, and why a snapshot
-may use another censoring policy (the paper's contra-assumption check) without rescoring.
+sight). `stop` writes its record to the sink (if any) and queues it; queued trajectories
+are scored in vectorised batches (every `batch_size` stops, and before any snapshot,
+merge or close) into rows of the pair table: per predictor the branch pairs (s1, s0) for
+every rule x schedule, four scalar summaries and the truncated weight mass (DESIGN.md,
+"the branch pair"). The steps are then dropped, so a finished trajectory costs a fixed
+~1.5 KB whatever its length. The stop reason's role (complete / censored / excluded) and
+the outcome or q_Z only pick eta at snapshot time, which is why outcomes may arrive long
+after `stop`, and why a snapshot may use another censoring policy (the paper's
+contra-assumption check) without rescoring.
 
 Snapshots compute means and Poisson-bootstrap CIs from the rows with the batch code
 (`report_from_table`), over rows sorted by the id-derived key: identical numbers however
