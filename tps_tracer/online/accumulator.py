@@ -158,8 +158,8 @@ class Accumulator:
     # ------------------------------------------------------------------ input cleaning
 
     def _clean_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
         allowed = self._predictor_set
+        out: dict[str, float | None] = {}
         for name, v in forecasts.items():
             if allowed is not None and name not in allowed:
                 self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
@@ -186,9 +186,10 @@ class Accumulator:
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
         try:
-            if not self._valid_id(trajectory_id):
+            # Exact-type checks first: this runs on every step, and ABC isinstance checks are slow.
+            if not (type(trajectory_id) is str and trajectory_id) and not self._valid_id(trajectory_id):
                 return False
-            if not isinstance(forecasts, Mapping):
+            if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject(
                     "invalid_step", f"{trajectory_id!r}: forecasts must be a mapping, got {type(forecasts).__name__}"
                 )
