@@ -146,3 +146,37 @@ def test_demo_runs_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "TPS report" in proc.stdout
     assert len(read_trajectories(tmp_path / "trajectories.jsonl")) == 400
+
+
+def test_report_on_an_accumulator_sink_reproduces_the_snapshot(tmp_path):
+    """The sink (records, pending outcomes, resolution lines) read by the real console script."""
+    from tps_tracer.online import Accumulator
+
+    sink = tmp_path / "sink.jsonl"
+    acc = Accumulator(sink=sink, bootstrap=100, seed=5)
+    records = example_records()[:150]
+    for rec in records:
+        for step in rec.steps:
+            acc.observe(rec.trajectory_id, step.forecasts)
+        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon)
+        if rec.q_z is not None:
+            acc.resolve(rec.trajectory_id, q_z=rec.q_z)
+    for rec in records[:-10]:  # the last ten grades have not arrived yet
+        if rec.outcome is not None:
+            acc.resolve(rec.trajectory_id, outcome=rec.outcome)
+    snap = acc.snapshot()
+    acc.close()
+    proc = run("report", str(sink), "--json", "--bootstrap", "100", "--seed", "5")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    pending = sum(r.stop_reason == "clean" for r in records[-10:])
+    assert rep["audit"]["pending_outcome"] == snap["audit"]["pending_outcome"] == pending > 0
+    assert rep["audit"] == snap["audit"]
+    online = {(r["predictor"], r["rule"], r["weights"], r["censoring"]): r for r in snap["scores"]}
+    for row in rep["scores"]:
+        other = online[(row["predictor"], row["rule"], row["weights"], row["censoring"])]
+        assert row["n"] == other["n"]
+        for key in ("mean", "ci_low", "ci_high"):
+            assert row[key] == pytest.approx(other[key], abs=1e-12)
+    text = run("report", str(sink), "--bootstrap", "0")
+    assert f"waiting for their outcome (not scored): {pending}" in text.stdout

@@ -26,6 +26,8 @@ def _audit_text(audit: dict[str, Any]) -> str:
         + (f" ({100 * audit['excluded_share']:.1f}% of all)" if audit["excluded_share"] is not None else ""),
         f"  censored trajectories carrying q_z: {audit['censored_with_q_z']} of {roles['censored']}",
     ]
+    if audit["pending_outcome"]:
+        lines.append(f"  clean stops still waiting for their outcome (not scored): {audit['pending_outcome']}")
     if audit["outcome_ignored_on_unscored"]:
         lines.append(f"  outcomes given on non-clean stops (ignored): {audit['outcome_ignored_on_unscored']}")
     if not audit["default_policy"]:
