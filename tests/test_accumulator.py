@@ -441,3 +441,14 @@ def test_a_trajectory_that_cannot_be_scored_keeps_its_row_and_spares_the_batch()
     assert snap["coverage"][0] == {"predictor": "p", "usable": 2, "skipped": {"missing": 1}}
     row = _scores(snap)[("p", "fragile-log", "linear-front", "complete-only")]
     assert row["n"] == 2 and row["mean"] == pytest.approx((math.log(0.8) + math.log(0.6)) / 2)
+
+
+def test_strict_errors_leave_the_trajectory_usable():
+    acc = Accumulator(strict=True, bootstrap=B)
+    acc.observe("t", {"p": 0.5})
+    acc.observe("t", {"p": 0.6})
+    with pytest.raises(AccumulatorError, match="horizon 1 is not an integer >= the 2 step"):
+        acc.stop("t", "max_steps", horizon=1)
+    assert acc.n_live == 1
+    assert acc.stop("t", "max_steps", horizon=5)
+    assert acc.snapshot()["audit"]["roles"]["censored"] == 1

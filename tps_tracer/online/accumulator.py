@@ -242,6 +242,10 @@ class Accumulator:
             except ValueError:
                 self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
                 stop_reason = StopReason.OTHER
+            if horizon is not None and self.strict:  # raise before the trajectory leaves _live
+                with self._lock:
+                    steps_so_far = len(self._live[trajectory_id].steps) if trajectory_id in self._live else 0
+                self._horizon_ok(trajectory_id, horizon, steps_so_far)
             with self._lock:
                 duplicate = trajectory_id in self._rows.row_of
                 if not duplicate:
@@ -353,10 +357,7 @@ class Accumulator:
     ) -> None:
         """A reserved trajectory has stopped: write its record, queue it for scoring."""
         n_steps = len(live.steps)
-        if horizon is not None and (
-            isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < max(n_steps, 1)
-        ):
-            self._reject("invalid_horizon", f"{tid!r}: horizon {horizon!r} is not an integer >= the {n_steps} step(s)")
+        if horizon is not None and not self._horizon_ok(tid, horizon, n_steps):
             horizon = None
         record: dict[str, Any] | None = None
         with self._lock:
@@ -384,6 +385,12 @@ class Accumulator:
             self._write(record)
         if batch:
             self._score(batch)
+
+    def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
+        if isinstance(horizon, (int, np.integer)) and not isinstance(horizon, bool) and horizon >= max(n_steps, 1):
+            return True
+        self._reject("invalid_horizon", f"{tid!r}: horizon {horizon!r} is not an integer >= the {n_steps} step(s)")
+        return False
 
     def _take_queue(self) -> list[str]:
         batch, self._queue = self._queue, []
