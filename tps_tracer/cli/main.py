@@ -1,4 +1,4 @@
-"""The `tps-tracer` command line: report and demo (gate, calibrate and plot come later)."""
+"""The `tps-tracer` command line: report, gate and demo (calibrate and plot come later)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.report import ReportOptions, build_report
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", help="directory for the generated trajectory file (default: a temp dir)")
     _add_report_options(d)
     d.set_defaults(func=cmd_demo)
+    add_gate_parser(sub)
     return parser
 
 

@@ -1,0 +1,392 @@
+"""The deployment gate: may this agent ship, judged on censored TPS with confidence intervals?
+
+One score is gated (default: TPS, cen-simple, log rule, linear-front weights, the first
+predictor in the file). Decision checks, any combination:
+
+- absolute:      the CI lower bound of the score is at least `min_score`;
+- vs base rate:  non-inferiority to the constant base-rate forecast on the same
+                 trajectories: the CI lower bound of (score - base-rate score) >= -margin
+                 (paired: both columns share the bootstrap weights);
+- vs baseline:   non-inferiority to a baseline run: CI lower bound of (candidate -
+                 baseline) >= -margin; paired by task id (metadata.task_id, else the
+                 trajectory id) when both runs scored exactly the same tasks, unpaired
+                 (independent resampling of each run) otherwise.
+
+Assumption checks: at least `min_n` scored trajectories (else the sample is unusable,
+exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors ...), and
+warnings when censoring is frequent and only the simple (q_Z ~ 0) form is available.
+
+Verdict stability: for every decision check, the share of bootstrap replicates whose own
+verdict differs from the observed one, where a replicate's verdict compares (replicate
+estimate - the observed CI's lower half-width) with the threshold. Near 0: the verdict is
+robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
+from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.report import BASE_RATE, base_rate_pairs, termination_audit
+from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
+from tps_tracer.records.arrays import to_arrays
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.rules import get_rule
+from tps_tracer.scoring.schedules import get_schedule
+
+FloatArray = NDArray[np.float64]
+
+GATE_VERSION = 1
+PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
+EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+
+
+class GateInputError(ValueError):
+    """The gate cannot be evaluated as asked (bad options, missing predictor, nothing to score)."""
+
+
+@dataclass
+class GateCriteria:
+    predictor: str | None = None  # None: the first predictor in the candidate file
+    rule: str = "log"
+    weights: str = "linear-front"
+    censoring: str = SIMPLE
+    min_score: float | None = None
+    vs_base_rate: bool = False
+    margin: float = 0.0
+    min_n: int = 30
+    max_excluded_share: float | None = None
+    max_flip: float | None = None
+    high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
+    bootstrap: int = 2000
+    seed: int = 0
+    policy: CensoringPolicy = field(default_factory=CensoringPolicy)
+
+    def validate(self, has_baseline: bool) -> None:
+        if self.censoring not in CENSORING_MODES:
+            raise GateInputError(f"--censoring must be one of {', '.join(CENSORING_MODES)}")
+        if self.min_score is None and not self.vs_base_rate and not has_baseline:
+            raise GateInputError("no decision criterion: give --min, --vs-base-rate and/or --baseline")
+        if self.bootstrap < 100:
+            raise GateInputError("--bootstrap must be at least 100 for a CI-based gate")
+        if self.margin < 0:
+            raise GateInputError("--margin must be >= 0 (it is how much worse than the reference is tolerated)")
+        get_rule(self.rule), get_schedule(self.weights)  # raise on unknown names
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _task_ids(records: Sequence[TrajectoryRecord]) -> list[str]:
+    return [str(r.metadata.get("task_id", r.trajectory_id)) for r in records]
+
+
+def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
+    """Keys independent of the unsalted ones: for resampling two runs independently."""
+    return trajectory_keys([hashlib.blake2b(f"{salt}\x00{i}".encode()).hexdigest() for i in ids])
+
+
+def _flip_probability(replicates: FloatArray, point: float, lo: float, threshold: float) -> float | None:
+    reps = replicates[~np.isnan(replicates)]
+    if reps.size == 0 or not math.isfinite(point) or not math.isfinite(lo):
+        return None
+    verdict = lo >= threshold
+    replicate_verdict = reps - (point - lo) >= threshold
+    return float(np.mean(replicate_verdict != verdict))
+
+
+def _decision(name: str, point: float, reps: FloatArray, threshold: float, detail: str) -> dict[str, Any]:
+    lo, hi = percentile_ci(reps[:, None])
+    lo0, hi0 = float(lo[0]), float(hi[0])
+    return {
+        "name": name,
+        "kind": "decision",
+        "passed": bool(math.isfinite(lo0) and lo0 >= threshold),
+        "estimate": _num(point),
+        "ci_low": _num(lo0),
+        "ci_high": _num(hi0),
+        "threshold": threshold,
+        "flip_probability": _flip_probability(reps, point, lo0, threshold),
+        "detail": detail,
+    }
+
+
+class _Run:
+    """One run's scores for the gated column (and the base-rate reference), per trajectory."""
+
+    def __init__(self, records: Sequence[TrajectoryRecord], crit: GateCriteria, predictor: str | None):
+        if not records:
+            raise GateInputError("no trajectories")
+        arrays = to_arrays(records)
+        names = [p for p in arrays.predictors if p != BASE_RATE]
+        if predictor is None:
+            if not names:
+                raise GateInputError("the file has no forecasts to gate on")
+            predictor = names[0]
+        if predictor not in arrays.predictors:
+            raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
+        self.predictor = predictor
+        self.records = records
+        table: PairTable = pair_table_from_arrays(
+            arrays, [predictor], [get_rule(crit.rule)], [get_schedule(crit.weights)]
+        )
+        complete, _ = table.role_masks(crit.policy)
+        if not complete.any():
+            raise GateInputError("no complete trajectory (a clean stop with an outcome): nothing to score")
+        self.base_rate = float(np.mean(table.outcome[complete]))
+        table.predictors[BASE_RATE] = base_rate_pairs(table, self.base_rate)
+        sm = score_columns(table, [predictor, BASE_RATE], crit.policy, (crit.censoring,))
+        self.score, self.reference = sm.columns[0], sm.columns[1]
+        self.missing_q_z = sm.missing_q_z[predictor]
+        self.table = table
+        self.audit = termination_audit(table, crit.policy)
+        self.ids = table.ids
+        self.task_ids = _task_ids(records)
+
+
+def evaluate_gate(
+    candidate: Sequence[TrajectoryRecord],
+    criteria: GateCriteria | None = None,
+    baseline: Sequence[TrajectoryRecord] | None = None,
+) -> dict[str, Any]:
+    """Run the gate; returns the result object behind `tps-tracer gate --json`."""
+    crit = criteria or GateCriteria()
+    crit.validate(baseline is not None)
+    run = _Run(candidate, crit, crit.predictor)
+    checks: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+
+    scored = ~np.isnan(run.score)
+    n = int(scored.sum())
+    both = scored & ~np.isnan(run.reference)
+    boot = bootstrap_means(
+        np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)]),
+        trajectory_keys(run.ids),
+        crit.bootstrap,
+        crit.seed,
+    )
+    lo, hi = boot.ci()
+    selected = {
+        "predictor": run.predictor,
+        "rule": get_rule(crit.rule).name,
+        "weights": get_schedule(crit.weights).name,
+        "censoring": crit.censoring,
+        "n": n,
+        "mean": _num(boot.point[0]),
+        "ci_low": _num(lo[0]),
+        "ci_high": _num(hi[0]),
+    }
+
+    usable = n >= crit.min_n
+    checks.append(
+        {
+            "name": "sample_size",
+            "kind": "assumption",
+            "passed": usable,
+            "estimate": n,
+            "threshold": crit.min_n,
+            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
+        }
+    )
+    if crit.max_excluded_share is not None:
+        share = run.audit["excluded_share"] or 0.0
+        checks.append(
+            {
+                "name": "excluded_share",
+                "kind": "assumption",
+                "passed": share <= crit.max_excluded_share,
+                "estimate": share,
+                "threshold": crit.max_excluded_share,
+                "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
+            }
+        )
+
+    if crit.min_score is not None:
+        checks.append(
+            _decision(
+                "absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, "CI lower bound of the score"
+            )
+        )
+    if crit.vs_base_rate:
+        delta_reps = boot.replicates[:, 2] - boot.replicates[:, 1]
+        delta = float(boot.point[2] - boot.point[1])
+        checks.append(
+            _decision(
+                "vs_base_rate",
+                delta,
+                delta_reps,
+                -crit.margin + 0.0,  # + 0.0: no "-0" in reports
+                f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired",
+            )
+        )
+    if baseline is not None:
+        checks.append(_baseline_check(run, _Run(baseline, crit, run.predictor), crit, notes))
+
+    # Assumption discipline: what the censored score rests on.
+    rate = run.audit["censoring_rate"]
+    with_q = run.audit["censored_with_q_z"]
+    n_cens = run.audit["roles"]["censored"]
+    if n_cens:
+        source = f"q_z from the records for {with_q} of {n_cens} censored runs" if with_q else "no q_z in the records"
+        notes.append(f"q_Z source: {source}")
+    if rate is not None and rate > crit.high_censoring and with_q == 0:
+        warnings.append(
+            f"censoring rate {rate:.1%} with only the simple form (q_Z ~ 0) available: the score is pessimistic "
+            "for runs stopped by the step budget; supply q_z (continuation audits) to gate on cen-exact"
+        )
+    if crit.censoring == EXACT and run.missing_q_z:
+        warnings.append(f"{run.missing_q_z} censored runs lack q_z and are left out of the cen-exact score")
+    if crit.censoring == "complete-only" and n_cens:
+        warnings.append(f"complete-only drops {n_cens} censored runs: survivor bias (use --censoring simple)")
+    if not run.audit["default_policy"]:
+        notes.append("non-default censoring policy: some informative stops treated as censored")
+
+    decisions = [c for c in checks if c["kind"] == "decision"]
+    flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
+    if crit.max_flip is not None:
+        worst = max(flips) if flips else float("nan")
+        checks.append(
+            {
+                "name": "stability",
+                "kind": "decision",
+                "passed": bool(flips) and worst <= crit.max_flip,
+                "estimate": _num(worst),
+                "threshold": crit.max_flip,
+                "detail": "largest verdict-flip probability under resampling",
+            }
+        )
+    if not usable:
+        verdict = UNUSABLE
+    else:
+        verdict = PASS if all(c["passed"] for c in checks) else FAIL
+    return {
+        "version": GATE_VERSION,
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "score": selected,
+        "checks": checks,
+        "warnings": warnings,
+        "notes": notes,
+        "settings": {"bootstrap": crit.bootstrap, "seed": crit.seed, "ci_level": CI_LEVEL, "margin": crit.margin},
+        "audit": run.audit,
+    }
+
+
+def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]) -> dict[str, Any]:
+    c_ok, b_ok = ~np.isnan(cand.score), ~np.isnan(base.score)
+    c_tasks = [t for t, ok in zip(cand.task_ids, c_ok, strict=True) if ok]
+    b_tasks = [t for t, ok in zip(base.task_ids, b_ok, strict=True) if ok]
+    paired = len(set(c_tasks)) == len(c_tasks) and len(set(b_tasks)) == len(b_tasks) and set(c_tasks) == set(b_tasks)
+    if paired:
+        b_by_task = dict(zip(b_tasks, base.score[b_ok], strict=True))
+        cols = np.column_stack([cand.score[c_ok], [b_by_task[t] for t in c_tasks]])
+        boot = bootstrap_means(cols, trajectory_keys(c_tasks), crit.bootstrap, crit.seed)
+        reps = boot.replicates[:, 0] - boot.replicates[:, 1]
+        point = float(boot.point[0] - boot.point[1])
+        how = f"paired by task id over {len(c_tasks)} tasks"
+    else:
+        bc = bootstrap_means(cand.score[c_ok][:, None], _salted_keys(c_tasks, "candidate"), crit.bootstrap, crit.seed)
+        bb = bootstrap_means(base.score[b_ok][:, None], _salted_keys(b_tasks, "baseline"), crit.bootstrap, crit.seed)
+        reps = bc.replicates[:, 0] - bb.replicates[:, 0]
+        point = float(bc.point[0] - bb.point[0])
+        how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; task ids differ or repeat)"
+    notes.append(f"baseline comparison {how}; baseline mean {float(np.mean(base.score[b_ok])):.6g}")
+    return _decision("vs_baseline", point, reps, -crit.margin + 0.0, f"candidate minus baseline, {how}")
+
+
+def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | None = None) -> dict[str, Any]:
+    """Gate a saved report / `Accumulator.snapshot()` (no per-trajectory data).
+
+    Only the absolute check and the assumption checks can be evaluated from a report; the
+    flip probability uses a normal approximation with the report's bootstrap SE.
+    """
+    crit = criteria or GateCriteria()
+    if crit.vs_base_rate:
+        raise GateInputError("--vs-base-rate needs trajectory records (a paired bootstrap), not a snapshot")
+    if crit.min_score is None:
+        raise GateInputError("a snapshot can only be gated with --min (and the assumption checks)")
+    try:
+        rows = report["scores"]
+        audit = report["audit"]
+    except (KeyError, TypeError):
+        raise GateInputError("not a tps-tracer report or snapshot (no 'scores' / 'audit')") from None
+    rule, weights = get_rule(crit.rule).name, get_schedule(crit.weights).name
+    candidates = [r for r in rows if r["rule"] == rule and r["weights"] == weights and r["censoring"] == crit.censoring]
+    names = [r["predictor"] for r in candidates if r["predictor"] != BASE_RATE]
+    predictor = crit.predictor or (names[0] if names else None)
+    row = next((r for r in candidates if r["predictor"] == predictor), None)
+    if row is None:
+        raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
+    n = int(row["n"])
+    checks: list[dict[str, Any]] = [
+        {
+            "name": "sample_size",
+            "kind": "assumption",
+            "passed": n >= crit.min_n,
+            "estimate": n,
+            "threshold": crit.min_n,
+            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
+        }
+    ]
+    if crit.max_excluded_share is not None:
+        share = audit.get("excluded_share") or 0.0
+        checks.append(
+            {
+                "name": "excluded_share",
+                "kind": "assumption",
+                "passed": share <= crit.max_excluded_share,
+                "estimate": share,
+                "threshold": crit.max_excluded_share,
+                "detail": "share of runs ended by informative stops, not scored",
+            }
+        )
+    mean, lo, se = row["mean"], row["ci_low"], row["se"]
+    if lo is None or mean is None:
+        raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")
+    flip = None
+    if se:
+        from scipy.stats import norm
+
+        # Replicate ~ N(mean, se) passes iff rep - (mean - lo) >= min, i.e. rep - mean >= min - lo.
+        p_pass = float(norm.sf((crit.min_score - lo) / se))
+        flip = p_pass if lo < crit.min_score else 1.0 - p_pass
+    checks.append(
+        {
+            "name": "absolute",
+            "kind": "decision",
+            "passed": lo >= crit.min_score,
+            "estimate": mean,
+            "ci_low": lo,
+            "ci_high": row["ci_high"],
+            "threshold": crit.min_score,
+            "flip_probability": flip,
+            "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
+        }
+    )
+    verdict = UNUSABLE if n < crit.min_n else (PASS if all(c["passed"] for c in checks) else FAIL)
+    return {
+        "version": GATE_VERSION,
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "score": {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")},
+        "checks": checks,
+        "warnings": [],
+        "notes": ["gated from a saved report/snapshot"],
+        "settings": {
+            "bootstrap": report.get("settings", {}).get("bootstrap"),
+            "ci_level": CI_LEVEL,
+            "margin": crit.margin,
+        },
+        "audit": audit,
+    }
