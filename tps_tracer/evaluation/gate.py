@@ -121,6 +121,32 @@ def _decision(name: str, point: float, reps: FloatArray, threshold: float, detai
     }
 
 
+def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = [
+        {
+            "name": "sample_size",
+            "kind": "assumption",
+            "passed": n >= crit.min_n,
+            "estimate": n,
+            "threshold": crit.min_n,
+            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
+        }
+    ]
+    if crit.max_excluded_share is not None:
+        share = audit.get("excluded_share") or 0.0
+        checks.append(
+            {
+                "name": "excluded_share",
+                "kind": "assumption",
+                "passed": share <= crit.max_excluded_share,
+                "estimate": share,
+                "threshold": crit.max_excluded_share,
+                "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
+            }
+        )
+    return checks
+
+
 class _Run:
     """One run's scores for the gated column (and the base-rate reference), per trajectory."""
 
@@ -189,28 +215,7 @@ def evaluate_gate(
     }
 
     usable = n >= crit.min_n
-    checks.append(
-        {
-            "name": "sample_size",
-            "kind": "assumption",
-            "passed": usable,
-            "estimate": n,
-            "threshold": crit.min_n,
-            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
-        }
-    )
-    if crit.max_excluded_share is not None:
-        share = run.audit["excluded_share"] or 0.0
-        checks.append(
-            {
-                "name": "excluded_share",
-                "kind": "assumption",
-                "passed": share <= crit.max_excluded_share,
-                "estimate": share,
-                "threshold": crit.max_excluded_share,
-                "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
-            }
-        )
+    checks.extend(_assumption_checks(n, run.audit, crit))
 
     if crit.min_score is not None:
         checks.append(
@@ -329,28 +334,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
     n = int(row["n"])
-    checks: list[dict[str, Any]] = [
-        {
-            "name": "sample_size",
-            "kind": "assumption",
-            "passed": n >= crit.min_n,
-            "estimate": n,
-            "threshold": crit.min_n,
-            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
-        }
-    ]
-    if crit.max_excluded_share is not None:
-        share = audit.get("excluded_share") or 0.0
-        checks.append(
-            {
-                "name": "excluded_share",
-                "kind": "assumption",
-                "passed": share <= crit.max_excluded_share,
-                "estimate": share,
-                "threshold": crit.max_excluded_share,
-                "detail": "share of runs ended by informative stops, not scored",
-            }
-        )
+    checks = _assumption_checks(n, audit, crit)
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
         raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")
