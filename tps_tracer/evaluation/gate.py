@@ -24,7 +24,6 @@ robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,7 +92,7 @@ def _task_ids(records: Sequence[TrajectoryRecord]) -> list[str]:
 
 def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
     """Keys independent of the unsalted ones: for resampling two runs independently."""
-    return trajectory_keys([hashlib.blake2b(f"{salt}\x00{i}".encode()).hexdigest() for i in ids])
+    return trajectory_keys([f"{salt}\x00{i}" for i in ids])
 
 
 def _flip_probability(replicates: FloatArray, point: float, lo: float, threshold: float) -> float | None:
@@ -162,7 +161,6 @@ class _Run:
         if predictor not in arrays.predictors:
             raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
         self.predictor = predictor
-        self.records = records
         table: PairTable = pair_table_from_arrays(
             arrays, [predictor], [get_rule(crit.rule)], [get_schedule(crit.weights)]
         )
@@ -174,7 +172,6 @@ class _Run:
         sm = score_columns(table, [predictor, BASE_RATE], crit.policy, (crit.censoring,))
         self.score, self.reference = sm.columns[0], sm.columns[1]
         self.missing_q_z = sm.missing_q_z[predictor]
-        self.table = table
         self.audit = termination_audit(table, crit.policy)
         self.ids = table.ids
         self.task_ids = _task_ids(records)

@@ -228,7 +228,7 @@ class Accumulator:
         horizon: int | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Finish a trajectory: score its branch pairs and apply the stop reason's role.
+        """Finish a trajectory: write its record and queue it for scoring (its role applies at snapshot).
 
         `horizon` is the step budget T for max_steps stops (defaults to the number of steps).
         A stop for an id never observed is a zero-step trajectory (e.g. a run that failed
@@ -242,14 +242,15 @@ class Accumulator:
             except ValueError:
                 self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
                 stop_reason = StopReason.OTHER
-            if horizon is not None and self.strict:  # raise before the trajectory leaves _live
-                with self._lock:
-                    steps_so_far = len(self._live[trajectory_id].steps) if trajectory_id in self._live else 0
-                self._horizon_ok(trajectory_id, horizon, steps_so_far)
             with self._lock:
                 duplicate = trajectory_id in self._rows.row_of
                 if not duplicate:
-                    live = self._reserve(trajectory_id, self._live.pop(trajectory_id, _Live()))
+                    live = self._live.get(trajectory_id) or _Live()
+                    # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
+                    if horizon is not None and not self._horizon_ok(trajectory_id, horizon, len(live.steps)):
+                        horizon = None
+                    self._live.pop(trajectory_id, None)
+                    self._reserve(trajectory_id, live)
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
@@ -355,10 +356,8 @@ class Accumulator:
         metadata: Mapping[str, Any] | None,
         abandoned: str | None,
     ) -> None:
-        """A reserved trajectory has stopped: write its record, queue it for scoring."""
+        """A reserved trajectory has stopped: write its record, queue it for scoring (horizon already checked)."""
         n_steps = len(live.steps)
-        if horizon is not None and not self._horizon_ok(tid, horizon, n_steps):
-            horizon = None
         record: dict[str, Any] | None = None
         with self._lock:
             live.reason = reason

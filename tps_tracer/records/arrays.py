@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import StepLayout
 
 FloatArray = NDArray[np.float64]
@@ -54,31 +54,12 @@ class TrajectoryArrays:
     def lengths(self) -> IntArray:
         return np.diff(self.offsets)
 
-    def stop_reasons(self) -> list[StopReason]:
-        return [STOP_REASONS[c] for c in self.stop_code]
-
-    def roles(self, policy: CensoringPolicy | None = None) -> NDArray[np.int8]:
-        """Role code per trajectory (index into ROLES) under a censoring policy."""
-        pol = policy or CensoringPolicy()
-        table = np.array([ROLES.index(pol.role(r)) for r in STOP_REASONS], dtype=np.int8)
-        return table[self.stop_code]
-
     def subset(self, mask: BoolArray, predictor: str) -> tuple[FloatArray, StepLayout]:
         """Flat forecasts and layout of the trajectories selected by `mask` (all must be usable)."""
         col = self.predictors[predictor]
         step_mask = np.repeat(mask, self.lengths)
         layout = StepLayout.from_lengths(self.lengths[mask], self.horizon[mask])
         return col.values[step_mask], layout
-
-    def with_constant_predictor(self, name: str, value: float) -> None:
-        """Add a constant forecast stream (e.g. the base-rate reference) on every step."""
-        usable = self.lengths > 0
-        self.predictors[name] = PredictorColumn(
-            name,
-            np.full(int(self.offsets[-1]), float(value)),
-            usable,
-            {"no_steps": int((~usable).sum())} if (~usable).any() else {},
-        )
 
 
 def _classify(value: object) -> float | str:
