@@ -5,7 +5,8 @@ A locator maps the completion text to a character span [start, end) or None. Bui
 - `tag_span("action")`: the inner text of the last `<action>...</action>` (the paper's
   format); an unclosed tag (truncated output) gives None;
 - `react_span`: LangChain's text ReAct, from the tool name after the last `Action:` to the
-  end of the `Action Input:` line;
+  end of the `Action Input:` line, or else the answer after `Final Answer:` (the finishing
+  action, so the last step of a clean run has an action span too);
 - `substring_span(s)`: the last occurrence of a given string (e.g. a tool call's
   arguments, for servers that return logprobs over tool-call text);
 - `first_of(...)`: the first locator that finds something (`DEFAULT_ACTION_SPAN` tries the
@@ -47,12 +48,16 @@ def tag_span(tag: str = "action") -> SpanLocator:
 _REACT = re.compile(r"Action\s*:\s*(?P<tool>.*?)\s*\n\s*Action\s*Input\s*:\s*(?P<input>[^\n]*)", re.IGNORECASE)
 
 
+_FINAL_ANSWER = re.compile(r"Final\s*Answer\s*:\s*(?P<answer>.*\S)", re.IGNORECASE | re.DOTALL)
+
+
 def react_span(text: str) -> Span | None:
     matches = list(_REACT.finditer(text))
-    if not matches:
-        return None
-    m = matches[-1]
-    return (m.start("tool"), m.end("input"))
+    if matches:
+        m = matches[-1]
+        return (m.start("tool"), m.end("input"))
+    final = _FINAL_ANSWER.search(text)
+    return (final.start("answer"), final.end("answer")) if final else None
 
 
 def substring_span(needle: str) -> SpanLocator:

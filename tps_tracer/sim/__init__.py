@@ -1,0 +1,9 @@
+"""The simulated agent world: ground-truth tasks, a scripted chat model and real tools.
+
+`world` has no framework imports; `scripted_model`, `tools` and `agents` need LangChain
+(`pip install tps-tracer[langchain]`).
+"""
+
+from tps_tracer.sim.world import FORECASTERS, AgentWorld, Expected, TaskScript, WorldConfig
+
+__all__ = ["FORECASTERS", "AgentWorld", "Expected", "TaskScript", "WorldConfig"]

@@ -1,0 +1,136 @@
+"""Real agent loops over the simulated world, one per runtime the handler supports.
+
+- `prebuilt_react_agent`: LangGraph's prebuilt tool-calling ReAct agent
+  (budget: `recursion_limit`; an even limit 2B allows B model calls and ends with "Sorry,
+  need more steps...", an odd one 2B-1 raises GraphRecursionError at the B-th call).
+- `tool_calling_agent`: `langchain.agents.create_agent`, optionally with middleware
+  (model/tool call limits).
+- `text_react_graph`: a hand-built LangGraph loop in the paper's format: the model writes
+  `<think>/<action>/<confidence>/<explanation>`, a parser runnable reads `<action>`, a
+  malformed output gets up to `repair_budget` repair prompts before the parser's
+  OutputParserException ends the run (budget: `recursion_limit` 2B allows B model calls).
+- `classic_react_executor`: langchain-classic `AgentExecutor` over a text ReAct agent
+  (budget: `max_iterations`; parsing errors retried through `_Exception`).
+
+Each takes any chat model: the scripted one, or `ChatOpenAI(logprobs=True, top_logprobs=5)`
+pointed at a real endpoint.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.exceptions import OutputParserException
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.output_parsers import BaseOutputParser
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, StateGraph
+from langgraph.graph.message import add_messages
+
+from tps_tracer.sim.world import DEFAULT_REPAIR_BUDGET
+
+
+def prebuilt_react_agent(model: BaseChatModel, tools: list[BaseTool]) -> Any:
+    from langgraph.prebuilt import create_react_agent
+
+    return create_react_agent(model, tools)
+
+
+def tool_calling_agent(model: BaseChatModel, tools: list[BaseTool], middleware: list[Any] | None = None) -> Any:
+    from langchain.agents import create_agent
+
+    return create_agent(model, tools, middleware=middleware or ())
+
+
+# ---------------------------------------------------------------- the paper's tagged text loop
+
+_ACTION = re.compile(r"<action>\s*(?P<tool>\w+)\[(?P<arg>[^\]]*)\]\s*</action>", re.IGNORECASE)
+
+
+class TaggedActionParser(BaseOutputParser[tuple[str, str]]):
+    """Reads `<action>tool[argument]</action>`; raises OutputParserException otherwise."""
+
+    def parse(self, text: str) -> tuple[str, str]:
+        found = list(_ACTION.finditer(text))
+        if not found:
+            raise OutputParserException(f"no <action>tool[argument]</action> in the output: {text[:80]!r}")
+        return found[-1].group("tool"), found[-1].group("arg")
+
+
+class TextReActState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    repairs: int
+    answer: str | None
+    steps: Annotated[int, operator.add]
+
+
+def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget: int = DEFAULT_REPAIR_BUDGET) -> Any:
+    by_name = {t.name: t for t in tools}
+    parser = TaggedActionParser()
+
+    def agent(state: TextReActState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])], "steps": 1}
+
+    def act(state: TextReActState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        text = last.text if isinstance(last, AIMessage) else str(last.content)
+        try:
+            tool, arg = parser.invoke(text)
+        except OutputParserException as exc:
+            if state.get("repairs", 0) >= repair_budget:
+                raise  # repairs exhausted: the run ends as a parse error
+            nudge = f"Your output could not be parsed ({exc}). Answer again using <action>tool[argument]</action>."
+            return {"messages": [HumanMessage(nudge)], "repairs": state.get("repairs", 0) + 1}
+        if tool == "finish":
+            return {"answer": arg, "repairs": 0}
+        if tool not in by_name:
+            return {"messages": [HumanMessage(f"Observation: unknown tool {tool!r}.")], "repairs": 0}
+        observation = by_name[tool].invoke(arg)
+        return {"messages": [HumanMessage(f"Observation: {observation}")], "repairs": 0}
+
+    def route(state: TextReActState) -> str:
+        return END if state.get("answer") is not None else "agent"
+
+    graph = StateGraph(TextReActState)
+    graph.add_node("agent", agent)
+    graph.add_node("act", act)
+    graph.set_entry_point("agent")
+    graph.add_edge("agent", "act")
+    graph.add_conditional_edges("act", route, {END: END, "agent": "agent"})
+    return graph.compile(name="text_react_agent")
+
+
+def text_react_inputs(prompt: str) -> dict[str, Any]:
+    return {"messages": [HumanMessage(prompt)], "repairs": 0, "answer": None, "steps": 0}
+
+
+# ---------------------------------------------------------------- langchain-classic AgentExecutor
+
+REACT_PROMPT = """Answer the question as best you can. You have access to the following tools:
+
+{tools}
+
+Use this format:
+Thought: what to do next
+Confidence: your probability (0 to 1) that the task will succeed
+Action: one of [{tool_names}]
+Action Input: the input to the action
+Observation: the result of the action
+... (repeat Thought/Confidence/Action/Action Input/Observation as needed)
+Thought: I now know the final answer
+Confidence: your probability that the answer is right
+Final Answer: the answer
+
+Question: {input}
+Thought:{agent_scratchpad}"""
+
+
+def classic_react_executor(model: BaseChatModel, tools: list[BaseTool], max_iterations: int | None = 15) -> Any:
+    from langchain_classic.agents import AgentExecutor, create_react_agent
+    from langchain_core.prompts import PromptTemplate
+
+    agent = create_react_agent(model, tools, PromptTemplate.from_template(REACT_PROMPT))
+    return AgentExecutor(agent=agent, tools=tools, max_iterations=max_iterations, handle_parsing_errors=True)

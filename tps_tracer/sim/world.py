@@ -1,0 +1,287 @@
+"""A ground-truth world for ReAct agents: every task's success process q_t is known exactly.
+
+A task has a latent success rate theta ~ Beta(a, b) and an outcome Y ~ Bernoulli(theta).
+The agent's `search` tool reveals one piece of evidence per step, s_t ~ Bernoulli(theta),
+independent of Y given theta. At LLM call t the agent has seen s_1..s_{t-1}, so
+
+    q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1)
+
+exactly (a martingale in t, the target a strictly proper TPS elicits). The task finishes at
+its natural length L (the L-th call answers), unless the runtime's step budget, a run of
+malformed outputs beyond the repair budget, or a failing tool stops it first.
+
+Every random draw is fixed by (seed, task index), so a `TaskScript` is the ground truth a
+test compares the captured trajectory with: the stated confidence of each step (the
+forecaster applied to q_t, rounded as the model writes it), the token probabilities of the
+text it emits, the malformed outputs before each step, and whether its tool call fails.
+Nothing here imports LangChain; `scripted_model.py` and `tools.py` play it in a real agent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.stop_reasons import StopReason
+
+FloatArray = NDArray[np.float64]
+
+TOP_K = 5
+# The top-k alternatives share the chosen token's missing mass in these fixed proportions,
+# so the k candidates sum to exactly 1 and the entropy has a closed form.
+ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
+DEFAULT_REPAIR_BUDGET = 2  # the paper's harness: up to two repair attempts per step
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _logit(q: float) -> float:
+    q = min(max(q, 1e-9), 1.0 - 1e-9)
+    return math.log(q) - math.log1p(-q)
+
+
+# Forecasters map the true q_t (and a per-step standard normal draw) to a stated confidence.
+Forecaster = Callable[[float, float], float]
+FORECASTERS: dict[str, Forecaster] = {
+    "truthful": lambda q, z: q,
+    # Saturated like the paper's Tau2 verbal stream: same ranking, far too extreme.
+    "overconfident": lambda q, z: _sigmoid(3.0 * _logit(q) + 1.5),
+    "underconfident": lambda q, z: _sigmoid(0.4 * _logit(q)),
+    "noisy": lambda q, z: _sigmoid(_logit(q) + z),
+}
+
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split text into tokens that concatenate back to it (whitespace runs, words, symbols)."""
+    return _TOKEN.findall(text)  # the pattern covers every character, so nothing is lost
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    prior_a: float = 2.0
+    prior_b: float = 2.0
+    min_length: int = 2
+    max_length: int = 12
+    malformed_rate: float = 0.04  # per step: chance the model first emits 1-3 malformed outputs
+    tool_failure_rate: float = 0.01  # per tool call: chance the tool raises (a fatal tool error)
+    forecaster: str = "truthful"
+
+
+@dataclass(frozen=True)
+class StepScript:
+    """One well-formed LLM call of a task: its latent state and what the model states."""
+
+    t: int
+    q: float  # true P(Y=1 | H_t)
+    verbal: float  # the stated confidence, as written (two decimals)
+    evidence: int  # s_t, revealed by this step's tool call
+    malformed_before: int  # malformed outputs the model emits before this one
+    tool_fails: bool  # this step's tool call raises
+    final: bool  # the step that answers (t == L)
+    token_seed: int  # fixes the token probabilities of the rendered text
+
+
+@dataclass(frozen=True)
+class Expected:
+    stop_reason: StopReason
+    n_steps: int  # well-formed LLM calls (the trajectory's steps)
+    n_calls: int  # all LLM calls, malformed ones included
+    outcome: int | None  # Y when the task finished cleanly
+
+
+@dataclass(frozen=True)
+class TaskScript:
+    task_id: str
+    theta: float
+    outcome: int  # Y, ground truth even when the run is censored
+    length: int  # natural length L: the L-th step answers
+    steps: list[StepScript] = field(repr=False)
+
+    def expected(
+        self, budget: int | None, repairs: bool = True, repair_budget: int = DEFAULT_REPAIR_BUDGET
+    ) -> Expected:
+        """How a run of this task ends under an LLM-call budget.
+
+        budget: LLM calls the runtime allows (None: unlimited); malformed calls count, as they
+        do in AgentExecutor iterations and model-call limits.
+        repairs: whether the runtime retries malformed output (text ReAct loops) or ends the
+        run on it (tool-calling agents end on a message with only invalid tool calls).
+        """
+        calls = 0
+        for step in self.steps[: self.length]:
+            for k in range(step.malformed_before):
+                if budget is not None and calls == budget:
+                    return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
+                calls += 1
+                if not repairs or k + 1 > repair_budget:
+                    return Expected(StopReason.PARSE_ERROR, step.t - 1, calls, None)
+            if budget is not None and calls == budget:
+                return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
+            calls += 1
+            if step.final:
+                return Expected(StopReason.CLEAN, step.t, calls, self.outcome)
+            if step.tool_fails:
+                return Expected(StopReason.TOOL_ERROR, step.t, calls, None)
+        raise AssertionError("unreachable: the last step answers")  # pragma: no cover
+
+
+class AgentWorld:
+    """Tasks of one world, scripted deterministically from a seed."""
+
+    def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig(), prefix: str = "task"):
+        if config.forecaster not in FORECASTERS:
+            raise ValueError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
+        self.config = config
+        self.seed = seed
+        self.tasks: dict[str, TaskScript] = {}
+        for i in range(n_tasks):
+            script = self._script(f"{prefix}-{i:05d}", np.random.default_rng([seed, i]))
+            self.tasks[script.task_id] = script
+
+    def __getitem__(self, task_id: str) -> TaskScript:
+        return self.tasks[task_id]
+
+    def __iter__(self) -> Iterator[TaskScript]:
+        return iter(self.tasks.values())
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def _script(self, task_id: str, rng: np.random.Generator) -> TaskScript:
+        c = self.config
+        forecaster = FORECASTERS[c.forecaster]
+        theta = float(rng.beta(c.prior_a, c.prior_b))
+        outcome = int(rng.random() < theta)
+        length = int(rng.integers(c.min_length, c.max_length + 1))
+        n = c.max_length
+        evidence = (rng.random(n) < theta).astype(int)
+        noise = rng.normal(size=n)
+        malformed = np.where(rng.random(n) < c.malformed_rate, rng.integers(1, 4, n), 0)
+        tool_fails = rng.random(n) < c.tool_failure_rate
+        token_seeds = rng.integers(0, 2**31, n)
+        seen = np.concatenate(([0], np.cumsum(evidence)[:-1]))
+        steps = []
+        for t in range(1, n + 1):
+            q = (c.prior_a + seen[t - 1]) / (c.prior_a + c.prior_b + t - 1)
+            verbal = round(min(1.0, max(0.0, forecaster(float(q), float(noise[t - 1])))), 2)
+            steps.append(
+                StepScript(
+                    t=t,
+                    q=float(q),
+                    verbal=verbal,
+                    evidence=int(evidence[t - 1]),
+                    malformed_before=int(malformed[t - 1]),
+                    tool_fails=bool(tool_fails[t - 1]),
+                    final=t == length,
+                    token_seed=int(token_seeds[t - 1]),
+                )
+            )
+        return TaskScript(task_id, theta, outcome, length, steps)
+
+
+# ---------------------------------------------------------------- what the model writes
+
+ANSWER = "yes"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A step's text in one output style, its tokens, and their chosen-token probabilities."""
+
+    text: str
+    action: str  # the committed action as written (what the action span must cover)
+    tokens: list[str]
+    probs: FloatArray
+    action_tokens: NDArray[np.bool_]
+
+
+STYLES = ("tagged", "react")
+
+
+def query_of(task_id: str, t: int) -> str:
+    return f"{task_id} clue {t}"
+
+
+def render(task_id: str, step: StepScript, style: str = "tagged") -> Rendered:
+    """The step's text: the paper's tagged format, or LangChain's text ReAct format."""
+    if style == "tagged":
+        action = f"finish[{ANSWER}]" if step.final else f"search[{query_of(task_id, step.t)}]"
+        text = (
+            f"<think>Step {step.t}: {'I have enough evidence' if step.final else 'I need another clue'}.</think>\n"
+            f"<action>{action}</action>\n"
+            f"<confidence>{step.verbal:.2f}</confidence>\n"
+            "<explanation>Based on the evidence so far.</explanation>"
+        )
+        start = text.index("<action>") + len("<action>")
+    elif style == "react":
+        head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
+        head += f"Confidence: {step.verbal:.2f}\n"
+        if step.final:
+            action = ANSWER
+            text = head + f"Final Answer: {action}"
+        else:
+            action = f"search\nAction Input: {query_of(task_id, step.t)}"
+            text = head + f"Action: {action}"
+        start = len(head) + len("Final Answer: " if step.final else "Action: ")
+    else:
+        raise ValueError(f"unknown style {style!r}; choose from {STYLES}")
+    tokens = tokenize(text)
+    bounds = np.cumsum([0] + [len(tok) for tok in tokens])
+    mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)
+    # Tokens are confident except in the action, whose confidence tracks q_t.
+    rng = np.random.default_rng(step.token_seed)
+    probs = rng.uniform(0.85, 0.999, len(tokens))
+    centre = _sigmoid(0.8 * _logit(step.q) + 1.0)
+    probs[mask] = np.clip(centre + rng.normal(0.0, 0.05, int(mask.sum())), 0.05, 0.995)
+    return Rendered(text, action, tokens, probs, mask)
+
+
+def render_malformed(task_id: str, step: StepScript, attempt: int, style: str = "tagged") -> str:
+    """An output the runtime's parser rejects: the action is missing."""
+    if style == "tagged":
+        return f"<think>Step {step.t}, attempt {attempt}: let me think about this.</think>\n<confidence>0.5</confidence>"
+    return f"Thought: step {step.t}, attempt {attempt}, let me think about this."
+
+
+# ---------------------------------------------------------------- ground-truth signals
+
+
+def openai_logprobs(tokens: list[str], probs: FloatArray) -> dict[str, list[dict[str, object]]]:
+    """OpenAI chat `logprobs` for the tokens: chosen probability p, four alternatives sharing 1 - p."""
+    content = []
+    for tok, p in zip(tokens, probs, strict=True):
+        alts = [(1.0 - p) * s for s in ALTERNATIVE_SHARES]
+        top = [{"token": tok, "logprob": math.log(p), "bytes": list(tok.encode())}]
+        top += [{"token": f"<alt{j}>", "logprob": math.log(a), "bytes": None} for j, a in enumerate(alts)]
+        content.append({"token": tok, "logprob": math.log(p), "bytes": list(tok.encode()), "top_logprobs": top})
+    return {"content": content}
+
+
+def expected_forecasts(rendered: Rendered, verbal: float) -> dict[str, float]:
+    """The five predictors of a rendered step, computed from the script in closed form.
+
+    token probability: mean chosen p; entropy confidence: mean of 1 - H/ln 5 over the five
+    candidates (p and the four shares of 1 - p, which sum to 1, so no renormalisation).
+    """
+    p = rendered.probs
+    shares = np.asarray(ALTERNATIVE_SHARES)
+    cand = np.column_stack([p, (1.0 - p)[:, None] * shares[None, :]])
+    entropy = -(cand * np.log(cand)).sum(axis=1)
+    conf = 1.0 - entropy / math.log(TOP_K)
+    m = rendered.action_tokens
+    return {
+        "verbal": verbal,
+        "token_prob": float(p.mean()),
+        "entropy_conf": float(conf.mean()),
+        "action_token_prob": float(p[m].mean()),
+        "action_entropy_conf": float(conf[m].mean()),
+    }
