@@ -166,6 +166,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
                 if traj is None:
                     self.counts["declare_stop_unknown"] += 1
                     return
+                self._commit(traj)  # the last output happened before the declaration: decide it first
                 traj.declared = (reason, horizon, "declared")
                 finish_now = traj.root is None
             if finish_now:
@@ -428,6 +429,11 @@ class TPSCallbackHandler(BaseCallbackHandler):
             for rid in traj.run_ids:
                 self._runs.pop(rid, None)
             self._commit(traj)
+        if traj.n_calls == 0 and error is None and traj.declared is None:
+            # A chain that never called a model (a wrapper around sub-agents, a retrieval
+            # chain) is not an agent trajectory: counted, not scored.
+            self.counts["runs_without_model_calls"] += 1
+            return
         reason, horizon, detail = self._stop_reason(traj, outputs, error)
         metadata = self._metadata(traj, detail, outputs)
         self.last_trajectory_id = traj.tid
@@ -480,6 +486,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
             if not self._roots:
                 return
             _, traj = next(iter(self._roots.items()))
+            self._commit(traj)
             traj.declared = (StopReason.OTHER, None, "evicted: too many open runs")
         self.counts["evicted"] += 1
         self._end(traj, outputs=None, error=None)

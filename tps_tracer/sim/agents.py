@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import operator
 import re
+import warnings
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.exceptions import OutputParserException
@@ -36,7 +37,10 @@ from tps_tracer.sim.world import DEFAULT_REPAIR_BUDGET
 def prebuilt_react_agent(model: BaseChatModel, tools: list[BaseTool]) -> Any:
     from langgraph.prebuilt import create_react_agent
 
-    return create_react_agent(model, tools)
+    # Deprecated in favour of create_agent, but still what many deployed agents run on.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return create_react_agent(model, tools)
 
 
 def tool_calling_agent(model: BaseChatModel, tools: list[BaseTool], middleware: list[Any] | None = None) -> Any:
