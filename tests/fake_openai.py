@@ -35,8 +35,14 @@ def _completion(model: ScriptedReActModel, body: dict[str, Any]) -> dict[str, An
     choice = {"index": 0, "message": out, "finish_reason": "tool_calls" if calls else "stop"}
     choice["logprobs"] = lp if body.get("logprobs") else None
     usage = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
-    return {"id": "chatcmpl-sim", "object": "chat.completion", "created": 0, "model": body.get("model", "sim"),
-            "choices": [choice], "usage": usage}
+    return {
+        "id": "chatcmpl-sim",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body.get("model", "sim"),
+        "choices": [choice],
+        "usage": usage,
+    }
 
 
 @contextmanager
@@ -45,7 +51,7 @@ def fake_openai_server(model: ScriptedReActModel) -> Iterator[str]:
     requests: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests.append(body)
             payload = json.dumps(_completion(model, body)).encode()

@@ -4,11 +4,13 @@ import json
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tps_tracer.records import read_trajectories, write_trajectories
+from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.synthetic import example_records
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trajectories.jsonl"
@@ -142,10 +144,36 @@ def test_bad_options_exit_2(args):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    proc = run("demo", "--out", str(tmp_path), "--bootstrap", "100")
+    """The main job: real LangGraph runs with the handler, records, report, the two findings."""
+    proc = run("demo", "--out", str(tmp_path), "--tasks", "80", "--bootstrap", "200")
     assert proc.returncode == 0, proc.stderr
-    assert "TPS report" in proc.stdout
-    assert len(read_trajectories(tmp_path / "trajectories.jsonl")) == 400
+    assert "TPS report" in proc.stdout and "Finding 1" in proc.stdout and "Finding 2" in proc.stdout
+    for name in ("truthful", "overconfident", "overconfident+platt"):
+        assert len(read_trajectories(tmp_path / f"{name}.jsonl")) == 80
+    # The Platt file scores like any record file, through the real console script.
+    assert run("report", str(tmp_path / "overconfident+platt.jsonl"), "--bootstrap", "50").returncode == 0
+
+
+def test_demo_json_findings_match_an_independent_computation(tmp_path):
+    """Finding 1 re-derived from the written files: TPS_log moves by far more SEs than AUROC."""
+    proc = run("demo", "--out", str(tmp_path), "--tasks", "120", "--bootstrap", "300", "--json")
+    assert proc.returncode == 0, proc.stderr
+    f = json.loads(proc.stdout)
+    records = read_trajectories(tmp_path / "overconfident+platt.jsonl")
+    arrays = to_arrays(records)
+    from tps_tracer.evaluation.tps import SIMPLE, score_matrix
+    from tps_tracer.scoring import parse_rules, parse_schedules
+
+    sm = score_matrix(
+        arrays, ["verbal", "verbal+platt"], parse_rules("log"), parse_schedules("linear-front"), modes=(SIMPLE,)
+    )
+    raw, cal = (float(np.nanmean(c)) for c in sm.columns)
+    tps = f["recalibration"]["tps_log"]
+    assert (tps["a"], tps["b"]) == pytest.approx((raw, cal), abs=1e-12)
+    assert tps["delta"] > 0 and tps["z"] > 5  # the saturated stream gains a lot from recalibration
+    assert abs(f["recalibration"]["auroc"]["z"]) < 3  # while its ranking barely moves
+    stops = Counter(r.stop_reason.value for r in records)
+    assert f["censoring"]["n_censored"] == stops["max_steps"] > 0
 
 
 def test_report_on_an_accumulator_sink_reproduces_the_snapshot(tmp_path):

@@ -71,7 +71,9 @@ def test_langgraph_prebuilt_agent_sorry_budget(world, tmp_path):
     """Even recursion limit 2B: B model calls, then "Sorry, need more steps" (looks clean)."""
     acc, sink = new_accumulator(tmp_path)
     handler = TPSCallbackHandler(acc)
-    run_all(prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)]), world, handler, recursion_limit=12)
+    run_all(
+        prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)]), world, handler, recursion_limit=12
+    )
     counts = check_against_world(sink_records(sink), world, lambda t: t.expected(6, repairs=False))
     assert set(counts) == {"clean", "max_steps", "parse_error", "tool_error"}, counts
     assert not handler.errors
@@ -248,7 +250,9 @@ def test_nested_agents(tmp_path, inner_ids):
     acc, sink = new_accumulator(tmp_path)
     handler = TPSCallbackHandler(acc)
     inner = prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])
-    _supervisor(inner, inner_ids).invoke({}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "outer"}})
+    _supervisor(inner, inner_ids).invoke(
+        {}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "outer"}}
+    )
     handler.flush()
     acc.close()
     records = sink_records(sink)
@@ -280,7 +284,10 @@ def test_outcomes_from_grader_metadata_and_late_feedback(tmp_path):
     agent = prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])
     ids = list(truth)
     for tid in ids[:6]:  # outcome known up front
-        agent.invoke(messages(tid), config=config(handler, tid) | {"metadata": {"tps_trajectory_id": tid, "tps_outcome": truth[tid]}})
+        agent.invoke(
+            messages(tid),
+            config=config(handler, tid) | {"metadata": {"tps_trajectory_id": tid, "tps_outcome": truth[tid]}},
+        )
     for tid in ids[6:]:
         agent.invoke(messages(tid), config=config(handler, tid))
     handler.flush()
@@ -349,7 +356,9 @@ def test_internal_errors_never_reach_the_agent(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(handler, "_commit", broken)
     agent = prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])
     with caplog.at_level(logging.WARNING, logger="tps_tracer"):
-        observed = [agent.invoke(messages(t.task_id), config=config(handler, t.task_id))["messages"][-1].text for t in world]
+        observed = [
+            agent.invoke(messages(t.task_id), config=config(handler, t.task_id))["messages"][-1].text for t in world
+        ]
     assert observed == baseline
     assert handler.errors["on_llm_end"] > 0
     assert sum("tps-tracer handler error in on_llm_end" in r.message for r in caplog.records) == 1  # logged once
@@ -375,7 +384,10 @@ def test_missing_and_malformed_logprobs_are_counted(tmp_path):
     root, llm = uuid4(), uuid4()
     handler2.on_chain_start({}, {}, run_id=root)
     handler2.on_chat_model_start({}, [[]], run_id=llm, parent_run_id=root)
-    bad = ChatGeneration(message=AIMessage("x <confidence>0.7</confidence>"), generation_info={"logprobs": {"content": [{"token": "x", "logprob": 3.0}]}})
+    bad = ChatGeneration(
+        message=AIMessage("x <confidence>0.7</confidence>"),
+        generation_info={"logprobs": {"content": [{"token": "x", "logprob": 3.0}]}},
+    )
     handler2.on_llm_end(LLMResult(generations=[[bad]]), run_id=llm)
     handler2.on_chain_end({"messages": []}, run_id=root)
     assert handler2.feeder.extractor.counts["malformed_logprobs"] == 1
@@ -394,7 +406,9 @@ def test_content_is_captured_only_on_request(tmp_path):
 
 def test_budget_stop_horizon_from_metadata(tmp_path):
     """A declared budget larger than the calls made (e.g. a time limit hit first) is the horizon."""
-    world = AgentWorld(1, seed=5, config=WorldConfig(min_length=12, max_length=12, malformed_rate=0, tool_failure_rate=0))
+    world = AgentWorld(
+        1, seed=5, config=WorldConfig(min_length=12, max_length=12, malformed_rate=0, tool_failure_rate=0)
+    )
     acc, sink = new_accumulator(tmp_path)
     handler = TPSCallbackHandler(acc)
     agent = prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])

@@ -133,7 +133,9 @@ class Feeder:
         self.errors[where] += 1
         if where not in self._warned:
             self._warned.add(where)
-            logger.warning("tps-tracer: %s event failed (%s: %s); further failures only counted", where, type(exc).__name__, exc)
+            logger.warning(
+                "tps-tracer: %s event failed (%s: %s); further failures only counted", where, type(exc).__name__, exc
+            )
 
     # ------------------------------------------------------------------ control
 

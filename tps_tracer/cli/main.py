@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
+from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
@@ -81,25 +80,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return _report(args.file, args)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from tps_tracer.records import write_trajectories
-    from tps_tracer.synthetic import example_records
-
-    out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tps-demo-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "trajectories.jsonl"
-    n = write_trajectories(example_records(), path)
-    if not args.json:
-        print(
-            f"tps-tracer demo: {n} simulated agent runs with a known success process q_t "
-            "(truthful, overconfident, underconfident and noisy forecasters),\n"
-            f"written to {path}; scoring them as `tps-tracer report {path}` would.\n"
-            "Expect the truthful stream to score highest under every proper rule, while AUROC "
-            "barely separates it from its monotone distortions.\n"
-        )
-    return _report(str(path), args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -107,10 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="trajectory records, one JSON object per line")
     _add_report_options(p)
     p.set_defaults(func=cmd_report)
-    d = sub.add_parser("demo", help="end-to-end demo on embedded simulated runs (no network)")
-    d.add_argument("--out", help="directory for the generated trajectory file (default: a temp dir)")
-    _add_report_options(d)
-    d.set_defaults(func=cmd_demo)
+    add_demo_parser(sub)
     add_gate_parser(sub)
     return parser
 

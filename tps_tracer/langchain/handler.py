@@ -147,9 +147,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
 
     # ------------------------------------------------------------------ public API
 
-    def record_outcome(
-        self, trajectory_id: str, success: bool | int | None = None, q_z: float | None = None
-    ) -> None:
+    def record_outcome(self, trajectory_id: str, success: bool | int | None = None, q_z: float | None = None) -> None:
         """The task's outcome (or a censored run's q_Z), at any time after the run: production feedback."""
         self.feeder.resolve(trajectory_id, None if success is None else int(bool(success)), q_z)
 
@@ -337,7 +335,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             self._fail("on_llm_start", exc)
 
-    def on_llm_new_token(self, token: str, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
+    def on_llm_new_token(self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
         # Streamed chunks carry one logprobs entry each; kept in case the final result lacks them.
         try:
             lp = kwargs.get("logprobs")
@@ -470,7 +468,11 @@ class TPSCallbackHandler(BaseCallbackHandler):
             md["task_id"] = str(task)
         if detail:
             md["stop_detail"] = detail
-        for key, n in (("parse_repairs", traj.repairs), ("tool_errors", traj.tool_errors), ("ignored_calls", traj.ignored_calls)):
+        for key, n in (
+            ("parse_repairs", traj.repairs),
+            ("tool_errors", traj.tool_errors),
+            ("ignored_calls", traj.ignored_calls),
+        ):
             if n:
                 md[key] = n
         if self.capture_content:

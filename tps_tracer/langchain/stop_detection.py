@@ -3,14 +3,19 @@
 Several budget stops look like clean finishes: the runtime returns normally with a
 canned final message instead of raising. They are recognised by that message:
 
-| runtime | budget signal |
-|---|---|
-| langchain-classic AgentExecutor (max_iterations / max_execution_time, "force") | output "Agent stopped due to iteration limit or time limit." |
-| LangGraph prebuilt ReAct agent (remaining_steps guard) | final AIMessage "Sorry, need more steps to process this request." |
-| langchain `ModelCallLimitMiddleware(exit_behavior="end")` | final AIMessage "Model call limits exceeded: ..." |
-| langchain `ToolCallLimitMiddleware(exit_behavior="end")` | final AIMessage "... call limit reached: ..." |
-| LangGraph recursion limit | raises GraphRecursionError (root run only) |
-| the middlewares with exit_behavior="error" | raise ModelCallLimitExceededError / ToolCallLimitExceededError |
+
+- langchain-classic AgentExecutor (max_iterations / max_execution_time, early stopping
+  "force"): output "Agent stopped due to iteration limit or time limit.";
+- LangGraph's prebuilt ReAct agent (remaining_steps guard): final AIMessage "Sorry, need
+  more steps to process this request.";
+- langchain `ModelCallLimitMiddleware(exit_behavior="end")`: final AIMessage "Model call
+  limits exceeded: ...";
+- langchain `ToolCallLimitMiddleware(exit_behavior="end")`: final AIMessage "... call limit
+  reached: ...".
+
+LangGraph's recursion limit raises GraphRecursionError (on the root run only); the
+middlewares with exit_behavior="error" raise ModelCallLimitExceededError /
+ToolCallLimitExceededError.
 
 Exceptions are matched by class name, so this module imports neither langgraph nor
 langchain (and keeps working when they move a class).

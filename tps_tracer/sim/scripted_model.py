@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -58,7 +59,7 @@ class ScriptedReActModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "tps-tracer-scripted-react"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:
         # The script already knows the one tool (`search`); binding changes nothing.
         return self
 
@@ -87,9 +88,13 @@ class ScriptedReActModel(BaseChatModel):
         if attempt:
             text = render_malformed(task_id, step, attempt, text_style)
             tokens = tokenize(text)
-            lp = openai_logprobs(tokens, [0.6] * len(tokens)) if self.logprobs else None
+            lp = openai_logprobs(tokens, np.full(len(tokens), 0.6)) if self.logprobs else None
             if self.style == "tool_calls":
-                bad = {"name": "search", "args": '{"query": "unterminated', "id": f"call_{task_id}_{step.t}_bad{attempt}"}
+                bad = {
+                    "name": "search",
+                    "args": '{"query": "unterminated',
+                    "id": f"call_{task_id}_{step.t}_bad{attempt}",
+                }
                 bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
                 return AIMessage(content=text, invalid_tool_calls=[bad]), lp
             return AIMessage(content=text), lp
@@ -124,26 +129,24 @@ class ScriptedReActModel(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         """One chunk per token, each carrying its own logprobs entry (as OpenAI streams them)."""
         message, lp = self._next_output(messages)
-        entries = lp["content"] if lp is not None else [None] * len(tokenize(message.text))
-        for entry in entries:
-            token = entry["token"] if entry else ""
+        tokens = tokenize(message.text)
+        entries: list[Any] = lp["content"] if lp is not None else [None] * len(tokens)
+        for token, entry in zip(tokens, entries, strict=True):
             info = {"logprobs": {"content": [entry]}} if entry else None
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=token), generation_info=info)
             if run_manager:
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
-        tail = AIMessageChunk(
-            content="",
-            tool_call_chunks=[
-                {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": i}
-                for i, c in enumerate(message.tool_calls)
-            ]
-            + [
-                {"name": c["name"], "args": c["args"], "id": c["id"], "index": len(message.tool_calls) + i}
-                for i, c in enumerate(message.invalid_tool_calls)
-            ],
-            chunk_position="last",
-        )
+        valid = [
+            {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": i}
+            for i, c in enumerate(message.tool_calls)
+        ]
+        invalid = [
+            {"name": c["name"], "args": c["args"], "id": c["id"], "index": len(valid) + i}
+            for i, c in enumerate(message.invalid_tool_calls)
+        ]
+        chunks: list[Any] = valid + invalid
+        tail = AIMessageChunk(content="", tool_call_chunks=chunks, chunk_position="last")
         finish = {"finish_reason": "tool_calls" if message.tool_calls else "stop"}
         yield ChatGenerationChunk(message=tail, generation_info=finish)
 

@@ -248,7 +248,9 @@ def render(task_id: str, step: StepScript, style: str = "tagged") -> Rendered:
 def render_malformed(task_id: str, step: StepScript, attempt: int, style: str = "tagged") -> str:
     """An output the runtime's parser rejects: the action is missing."""
     if style == "tagged":
-        return f"<think>Step {step.t}, attempt {attempt}: let me think about this.</think>\n<confidence>0.5</confidence>"
+        return (
+            f"<think>Step {step.t}, attempt {attempt}: let me think about this.</think>\n<confidence>0.5</confidence>"
+        )
     return f"Thought: step {step.t}, attempt {attempt}, let me think about this."
 
 

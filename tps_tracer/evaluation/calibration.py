@@ -1,0 +1,173 @@
+"""Cross-fitted Platt recalibration, as the paper's Appendix "Calibration Procedure" specifies.
+
+1. Split: complete trajectories into two halves stratified by Y; within each label they are
+   ordered by a stable id and alternated between halves (A, B, A, ...). Steps inherit their
+   trajectory's half. Trajectories without an observed outcome (censored, excluded) are
+   alternated the same way in a stratum of their own: they never train a map, but each is
+   calibrated by the map of the other half.
+2. Feature: x_raw = logit(clip(F, 1e-6, 1 - 1e-6)), standardised by the training half's
+   step-weighted mean and sd (weights w_t of the TPS schedule), sd floored at 1e-6.
+3. Fit p = sigmoid(a + b x) by weighted maximum likelihood with sample weights w_t and an
+   L2 penalty lambda on the slope only:  minimise  sum_i w_i * logloss_i + (lambda / 2) b^2
+   (scikit-learn's LogisticRegression(C = 1 / lambda) convention; the paper's lambda = 1).
+   No class balancing. If b < 0: b = 0, a = logit(weighted in-train success rate).
+4. Apply A's map to B and B's to A; clip the result to [1e-6, 1 - 1e-6].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+FloatArray = NDArray[np.float64]
+
+EPS = 1e-6
+SD_FLOOR = 1e-6
+DEFAULT_PENALTY = 1.0
+_NEWTON_STEPS = 100
+
+
+def _logit(p: FloatArray) -> FloatArray:
+    p = np.clip(p, EPS, 1.0 - EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+def _sigmoid(u: FloatArray) -> FloatArray:
+    return 0.5 * (1.0 + np.tanh(0.5 * u))  # overflow-free logistic
+
+
+@dataclass(frozen=True)
+class PlattMap:
+    """p = clip(sigmoid(a + b (logit(F) - mu) / sigma)); b = 0 when the fit fell back."""
+
+    a: float
+    b: float
+    mu: float
+    sigma: float
+    fallback: bool
+    n_steps: int
+    n_trajectories: int
+
+    def apply(self, forecasts: FloatArray) -> FloatArray:
+        x = (_logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
+        return np.clip(_sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
+
+    def as_dict(self) -> dict[str, float | bool | int]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "mu": self.mu,
+            "sigma": self.sigma,
+            "fallback": self.fallback,
+            "n_steps": self.n_steps,
+            "n_trajectories": self.n_trajectories,
+        }
+
+
+def fit_platt(
+    forecasts: FloatArray,
+    labels: FloatArray,
+    weights: FloatArray,
+    penalty: float = DEFAULT_PENALTY,
+    n_trajectories: int = 0,
+) -> PlattMap:
+    """Weighted, slope-penalised logistic fit on per-step records (Newton's method, convex)."""
+    f = np.asarray(forecasts, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if f.size == 0 or w.sum() <= 0:
+        raise ValueError("Platt fit needs at least one weighted step")
+    x_raw = _logit(f)
+    mu = float(np.average(x_raw, weights=w))
+    sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
+    x = (x_raw - mu) / sigma
+    ybar = float(np.average(y, weights=w))
+    a0 = float(_logit(np.array([ybar]))[0])
+    theta = np.array([a0, 0.0])
+    design = np.column_stack([np.ones_like(x), x])
+    for _ in range(_NEWTON_STEPS):
+        p = _sigmoid(design @ theta)
+        grad = design.T @ (w * (p - y)) + np.array([0.0, penalty * theta[1]])
+        hess = (design * (w * p * (1.0 - p))[:, None]).T @ design + np.diag([0.0, penalty])
+        hess[0, 0] += 1e-12  # all-one-label data: the intercept runs off slowly; keep H invertible
+        step = np.linalg.solve(hess, grad)
+        theta = theta - step
+        if np.max(np.abs(step)) < 1e-12:
+            break
+    a, b = float(theta[0]), float(theta[1])
+    if b < 0.0:
+        return PlattMap(a0, 0.0, mu, sigma, True, int(f.size), n_trajectories)
+    return PlattMap(a, b, mu, sigma, False, int(f.size), n_trajectories)
+
+
+def split_halves(ids: list[str], outcome: FloatArray, complete: NDArray[np.bool_]) -> NDArray[np.int8]:
+    """0/1 half of each trajectory: stratified by Y (and 'no outcome'), alternating in id order."""
+    half = np.zeros(len(ids), dtype=np.int8)
+    strata = [complete & (outcome == 1), complete & (outcome == 0), ~complete]
+    for mask in strata:
+        members = sorted(np.flatnonzero(mask), key=lambda i: ids[i])
+        for rank, i in enumerate(members):
+            half[i] = rank % 2
+    return half
+
+
+@dataclass
+class CrossFitResult:
+    predictor: str
+    values: FloatArray  # calibrated flat forecasts (NaN where the raw stream is unusable)
+    half: NDArray[np.int8]  # per trajectory
+    maps: tuple[PlattMap, PlattMap]  # fitted on half 0, on half 1
+
+    def diagnostics(self) -> list[dict[str, float | bool | int]]:
+        """Per-split rows of the paper's "Platt calibration diagnostics" table."""
+        rows: list[dict[str, float | bool | int]] = []
+        for h, m in enumerate(self.maps):
+            applied_to = np.repeat(self.half != h, 1)  # the other half is calibrated by this map
+            rows.append({"fit_on_half": h, **m.as_dict(), "applied_to_trajectories": int(applied_to.sum())})
+        return rows
+
+
+def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "linear-front") -> FloatArray:
+    """w_t of every step (normalised over each trajectory's horizon T, truncated at its length Z)."""
+    lengths = arrays.lengths
+    t = (np.arange(arrays.offsets[-1]) - np.repeat(arrays.offsets[:-1], lengths) + 1).astype(np.float64)
+    big_t = np.repeat(arrays.horizon, lengths)
+    return get_schedule(schedule).step_weights(t, big_t)
+
+
+def cross_fit_platt(
+    arrays: TrajectoryArrays,
+    predictor: str,
+    schedule: str | WeightSchedule = "linear-front",
+    penalty: float = DEFAULT_PENALTY,
+) -> CrossFitResult:
+    """Calibrate one predictor's stream by the two cross-fitted maps (see the module docstring)."""
+    col = arrays.predictors[predictor]
+    clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
+    complete = clean & ~np.isnan(arrays.outcome) & col.usable
+    half = split_halves(arrays.ids, arrays.outcome, complete)
+    lengths = arrays.lengths
+    step_half = np.repeat(half, lengths)
+    step_complete = np.repeat(complete, lengths)
+    step_y = np.repeat(np.nan_to_num(arrays.outcome), lengths)
+    w = step_weights(arrays, schedule)
+    maps = []
+    for h in (0, 1):
+        train = step_complete & (step_half == h)
+        if not train.any():
+            raise ValueError(f"Platt: half {h} has no complete trajectory with a usable {predictor!r} stream")
+        n_traj = int((complete & (half == h)).sum())
+        maps.append(fit_platt(col.values[train], step_y[train], w[train], penalty, n_traj))
+    out = np.full_like(col.values, np.nan)
+    usable_steps = np.repeat(col.usable, lengths)
+    for h in (0, 1):
+        target = usable_steps & (step_half != h)  # trajectories of the other half
+        out[target] = maps[h].apply(col.values[target])
+    return CrossFitResult(predictor, out, half, (maps[0], maps[1]))

@@ -1,0 +1,78 @@
+"""Run every task of a simulated world through a real LangGraph agent with the handler attached.
+
+    summary = run_campaign(AgentWorld(300, config=WorldConfig(forecaster="overconfident")),
+                           sink="overconfident.jsonl", recursion_limit=16)
+
+The agent is LangGraph's prebuilt tool-calling ReAct agent over `ScriptedReActModel` (or
+any chat model you pass, e.g. `ChatOpenAI(logprobs=True, top_logprobs=5)` on a real
+endpoint). Each run is a trajectory named "<label>/<task id>"; the world's outcome Y is
+attached as the `tps_outcome` label (as a benchmark harness that knows its answers would),
+so only clean runs are resolved and censored ones stay censored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+
+from tps_tracer.langchain.handler import TPSCallbackHandler
+from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.sim.agents import prebuilt_react_agent
+from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
+from tps_tracer.sim.tools import search_tool
+from tps_tracer.sim.world import AgentWorld
+
+# An even LangGraph recursion limit 2B allows B model calls (the prebuilt agent ends with
+# "Sorry, need more steps..." after the B-th), so 16 is a budget of 8 ReAct steps.
+DEFAULT_RECURSION_LIMIT = 16
+
+
+@dataclass
+class CampaignResult:
+    label: str
+    sink: str
+    accumulator: Accumulator
+    handler: TPSCallbackHandler
+    raised: int  # runs whose invoke raised (tool errors end runs that way)
+
+
+def run_campaign(
+    world: AgentWorld,
+    sink: str | os.PathLike[str],
+    label: str | None = None,
+    model: BaseChatModel | None = None,
+    recursion_limit: int = DEFAULT_RECURSION_LIMIT,
+    progress: Callable[[int], Any] | None = None,
+    bootstrap: int = 1000,
+    q_z_oracle: bool = False,
+) -> CampaignResult:
+    """q_z_oracle: give every run the world's budget cuts short its exact q_Z = P(Y=1 | H_Z)
+    (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
+    label = label or world.config.forecaster
+    acc = Accumulator(sink=sink, bootstrap=bootstrap)
+    handler = TPSCallbackHandler(acc, horizon=recursion_limit // 2)
+    agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), [search_tool(world)])
+    raised = 0
+    for task in world:
+        metadata: dict[str, Any] = {"tps_trajectory_id": f"{label}/{task.task_id}", "tps_task_id": task.task_id}
+        metadata["tps_outcome"] = task.outcome
+        config = {"callbacks": [handler], "metadata": metadata, "recursion_limit": recursion_limit}
+        try:
+            agent.invoke({"messages": [HumanMessage(task_prompt(task.task_id))]}, config=config)
+        except Exception:  # the run ended on an error; the handler recorded why
+            raised += 1
+        if q_z_oracle:
+            expected = task.expected(recursion_limit // 2, repairs=False)
+            if expected.stop_reason is StopReason.MAX_STEPS and expected.n_steps:
+                handler.record_outcome(metadata["tps_trajectory_id"], q_z=task.steps[expected.n_steps - 1].q)
+        if progress is not None:
+            progress(1)
+    handler.close()
+    acc.close()
+    return CampaignResult(label, str(sink), acc, handler, raised)
