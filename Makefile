@@ -32,6 +32,7 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_scoring.py
 	$(BIN)/python tests/benchmarks/bench_online.py
+	$(BIN)/python tests/benchmarks/bench_handler.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

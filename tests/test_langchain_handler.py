@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.graph import END, StateGraph
 from world_check import check_against_world, new_accumulator, recursion_error_expected, sink_records
@@ -440,3 +440,23 @@ def test_chat_openai_against_a_local_endpoint(world, tmp_path):
 def test_tokenizer_round_trips():
     text = render("task-00001", AgentWorld(1, seed=0)["task-00000"].steps[0]).text
     assert "".join(tokenize(text)) == text
+
+
+def test_open_runs_are_bounded_oldest_evicted_as_other(tmp_path):
+    from uuid import uuid4
+
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False, max_open=2)
+    roots = [uuid4() for _ in range(3)]
+    for i, root in enumerate(roots):
+        handler.on_chain_start({}, {}, run_id=root, metadata={"tps_trajectory_id": f"r{i}"})
+        llm = uuid4()
+        handler.on_chat_model_start({}, [[]], run_id=llm, parent_run_id=root)
+        message = ChatGeneration(message=AIMessage("<confidence>0.4</confidence>"))
+        handler.on_llm_end(LLMResult(generations=[[message]]), run_id=llm)
+    assert handler.counts["evicted"] == 1 and handler.n_open == 2
+    handler.on_chain_end({"messages": []}, run_id=roots[0])  # the evicted run ends later: ignored
+    acc.close()
+    rec = sink_records(sink)["r0"]
+    assert rec.stop_reason == "other" and rec.metadata["stop_detail"].startswith("evicted")
+    assert [s.forecasts["verbal"] for s in rec.steps] == [0.4]

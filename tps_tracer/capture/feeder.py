@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,6 +100,9 @@ class Feeder:
             if event is None:
                 return
             self._apply(event)
+            # Hand the GIL back after every event: an agent thread waking from network I/O
+            # then waits for at most one event's work, not the interpreter's 5 ms switch interval.
+            time.sleep(0)
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
