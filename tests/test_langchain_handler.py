@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from langchain.agents.middleware import ModelCallLimitMiddleware, ToolCallLimitMiddleware
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.graph import END, StateGraph
 from world_check import check_against_world, new_accumulator, recursion_error_expected, sink_records
@@ -460,3 +460,41 @@ def test_open_runs_are_bounded_oldest_evicted_as_other(tmp_path):
     rec = sink_records(sink)["r0"]
     assert rec.stop_reason == "other" and rec.metadata["stop_detail"].startswith("evicted")
     assert [s.forecasts["verbal"] for s in rec.steps] == [0.4]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "reason"),
+    [
+        ({"output": "Agent stopped due to iteration limit or time limit."}, StopReason.MAX_STEPS),
+        ({"messages": [AIMessage("Sorry, need more steps to process this request.")]}, StopReason.MAX_STEPS),
+        ({"messages": [AIMessage("Model call limits exceeded: run limit (5/5)")]}, StopReason.MAX_STEPS),
+        (
+            {"messages": [AIMessage("'search' tool call limit reached: run limit exceeded (5/4 calls).")]},
+            StopReason.MAX_STEPS,
+        ),
+        ({"messages": [ToolMessage("backend down", tool_call_id="c1", status="error")]}, StopReason.TOOL_ERROR),
+        (
+            {"messages": [AIMessage("", invalid_tool_calls=[{"name": "s", "args": "{", "id": "1", "error": "bad"}])]},
+            StopReason.PARSE_ERROR,
+        ),
+        # Talking about limits is not hitting one; a handled tool error followed by an answer is clean.
+        ({"output": "The agent stopped due to iteration limits in my last job, but here is the answer."}, None),
+        ({"messages": [ToolMessage("x", tool_call_id="c1", status="error"), AIMessage("done")]}, None),
+    ],
+)
+def test_stop_detection_on_canned_outputs(outputs, reason):
+    from tps_tracer.langchain import classify_output
+
+    assert classify_output(outputs)[0] == reason
+
+
+def test_live_calibration_adds_calibrated_forecasts(tmp_path):
+    world = AgentWorld(3, seed=1, config=WorldConfig(malformed_rate=0, tool_failure_rate=0))
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, calibration={"verbal": lambda p: 0.5 * p + 0.25})
+    run_all(prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)]), world, handler)
+    for task in world:
+        steps = sink_records(sink)[task.task_id].steps
+        assert [s.forecasts["verbal+cal"] for s in steps] == pytest.approx(
+            [0.5 * s.verbal + 0.25 for s in task.steps[: len(steps)]], abs=1e-15
+        )
