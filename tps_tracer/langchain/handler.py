@@ -155,10 +155,11 @@ class TPSCallbackHandler(BaseCallbackHandler):
         """Fix a trajectory's stop reason (e.g. your own budget or a harness abort).
 
         Inside a run it takes effect when the run ends; a trajectory with no root run (model
-        calls grouped only by metadata, from a hand-written loop) is finished now.
+        calls grouped only by metadata, from a hand-written loop) is finished now. An unknown
+        reason raises ValueError (this is called from your code, not from the agent's callbacks).
         """
+        reason = StopReason(reason)
         try:
-            reason = StopReason(reason)
             with self._lock:
                 traj = self._by_tid.get(trajectory_id)
                 if traj is None:
