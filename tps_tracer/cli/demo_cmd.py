@@ -141,9 +141,10 @@ def _print_findings(f: dict[str, Any]) -> None:
     print(f"    TPS_log  {tp['a']:.3f} -> {tp['b']:.3f}   Delta {tp['delta']:+.4f}   Delta/SE {tp['z']:+.1f}")
     c = f["censoring"]
     print(
-        f"\nFinding 2: {c['n_censored']} of {c['n_trajectories']} runs hit the step budget (administratively censored)"
+        f"\nFinding 2: {c['n_censored']} of {c['n_trajectories']} runs hit the step budget "
+        "(administratively censored); mean TPS_log by evaluator:"
     )
-    for mode in (COMPLETE_ONLY, SIMPLE):
+    for mode in (COMPLETE_ONLY, SIMPLE, EXACT):
         ranked = sorted(c["mean_tps_log"][mode].items(), key=lambda kv: -kv[1])
         label = {EXACT: "exact (true q_Z)"}.get(mode, mode)
         print(f"  {label:>16}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked[:4]))
