@@ -61,7 +61,6 @@ class Feeder:
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._closed = False
 
     # ------------------------------------------------------------------ submission (any thread)
 

@@ -70,8 +70,7 @@ class _Trajectory:
     run_ids: list[UUID] = field(default_factory=list)
     pending: RawStep | None = None  # the last LLM output, until we know whether it was parsed
     pending_malformed: bool = False
-    n_calls: int = 0
-    n_steps: int = 0
+    n_calls: int = 0  # all model calls, malformed and failed ones included (>= the steps fed)
     consecutive_malformed: int = 0
     repairs: int = 0
     ignored_calls: int = 0
@@ -231,7 +230,6 @@ class TPSCallbackHandler(BaseCallbackHandler):
                 traj.repairs += 1
             return
         traj.consecutive_malformed = 0
-        traj.n_steps += 1
         if self.capture_content and raw.text is not None:
             traj.texts.append(raw.text[:_CONTENT_LIMIT])
         self.feeder.step(traj.tid, raw)
@@ -342,7 +340,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
             lp = kwargs.get("logprobs")
             if lp is None and chunk is not None:
                 lp = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
-            if lp:
+            if lp and run_id in self._runs:  # only for model calls of a trajectory we track
                 entries = lp.get("content") if isinstance(lp, Mapping) else lp
                 if entries:
                     self._streamed.setdefault(run_id, []).extend(entries)
@@ -459,7 +457,7 @@ class TPSCallbackHandler(BaseCallbackHandler):
             reason, horizon = found or StopReason.CLEAN, None
         if reason is StopReason.MAX_STEPS:
             budget = traj.metadata.get(HORIZON_KEY, self.horizon)
-            horizon = max(int(budget or 0), horizon or 0, traj.n_calls, traj.n_steps)
+            horizon = max(int(budget or 0), horizon or 0, traj.n_calls)
         return reason, horizon, detail
 
     def _metadata(self, traj: _Trajectory, detail: str, outputs: Any) -> dict[str, Any]:
