@@ -1,4 +1,4 @@
-"""The `tps-tracer` command line: report, gate and demo (calibrate and plot come later)."""
+"""The `tps-tracer` command line: report, gate, calibrate, censoring and demo."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 
+from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from tps_tracer.evaluation.calibrator import Calibrator
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import CensoringPolicy, TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -41,6 +43,12 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
         default="",
         help="sensitivity analysis: informative stop reasons to treat as censored, e.g. 'parse_error'",
     )
+    p.add_argument(
+        "--calibrate",
+        choices=["platt"],
+        help="add cross-fitted recalibrated '<predictor>+platt' rows and paired raw-vs-recalibrated deltas",
+    )
+    p.add_argument("--calibrator", help="apply a saved calibrator (from `tps-tracer calibrate`) instead of refitting")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -52,6 +60,8 @@ def _options(args: argparse.Namespace) -> ReportOptions:
     bad = [r for r in reasons if r not in valid]
     if bad:
         raise ValueError(f"unknown stop reason(s) in --treat-as-censored: {', '.join(bad)}")
+    if args.calibrate and args.calibrator:
+        raise ValueError("use either --calibrate (cross-fitted refit) or --calibrator FILE (saved maps), not both")
     return ReportOptions(
         predictors=[p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None,
         rules=parse_rules(args.rules),
@@ -61,6 +71,8 @@ def _options(args: argparse.Namespace) -> ReportOptions:
         policy=CensoringPolicy.treating_as_censored(reasons) if reasons else CensoringPolicy(),
         base_rate=not args.no_base_rate,
         ece_bins=args.ece_bins,
+        calibrate=args.calibrate,
+        calibrator=Calibrator.load(args.calibrator) if args.calibrator else None,
     )
 
 
@@ -89,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
     add_demo_parser(sub)
     add_gate_parser(sub)
+    add_calibrate_parser(sub)
     return parser
 
 

@@ -110,6 +110,56 @@ def _diagnostics_text(report: dict[str, Any]) -> str:
     )
 
 
+def _recalibration_text(report: dict[str, Any]) -> str | None:
+    if not report.get("recalibration"):
+        return None
+    cal = report["settings"]["calibration"]
+    rows = [
+        [
+            r["predictor"],
+            r["recalibrated"],
+            c["statistic"],
+            fmt_ci(c["delta"], c["ci_low"], c["ci_high"]),
+            fmt(c["z"], 3),
+        ]
+        for r in report["recalibration"]
+        for c in r["comparisons"]
+    ]
+    fallbacks = [
+        f"{p} (half {d['fit_on_half']})" for p, split in cal.get("splits", {}).items() for d in split if d["fallback"]
+    ]
+    lines = [
+        f"Recalibration: {cal['method']}, fitted with {cal['schedule']} step weights; "
+        "recalibrated minus raw (paired bootstrap)",
+        render_table(["predictor", "recalibrated", "statistic", "delta [95% CI]", "delta/SE"], rows),
+    ]
+    if cal.get("schedule_mismatch"):
+        lines.append(
+            f"  WARNING: the calibrator was fitted with {cal['schedule']} step weights, not the evaluated "
+            f"{report['settings']['weights'][0]}; refit it with matching weights (paper, Appendix Calibration)"
+        )
+    if fallbacks:
+        lines.append("  monotone fallback (slope < 0 -> constant base rate): " + ", ".join(fallbacks))
+    return "\n".join(lines)
+
+
+def _disclosure(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    cal = s["calibration"]
+    if cal["method"] == "raw":
+        how = "forecasts evaluated raw (no recalibration); "
+    else:
+        how = f"predictors named '+platt' are recalibrated ({cal['method']}), the others are raw; "
+    base = s["base_rate"]
+    return (
+        "Disclosure: "
+        + how
+        + (f"base_rate is the constant reference F_t = {base:.4f}; " if base is not None else "")
+        + "max_steps stops are treated as administrative (non-informative) censoring, informative stops "
+        "are excluded; cen-simple is the pessimistic q_Z~0 approximation, cen-exact uses the q_z given in the file."
+    )
+
+
 def render_report(report: dict[str, Any], source: str) -> str:
     s = report["settings"]
     header = (
@@ -121,12 +171,9 @@ def render_report(report: dict[str, Any], source: str) -> str:
     cov = _coverage_text(report["coverage"])
     if cov:
         parts.append(cov)
-    parts += [_scores_text(report), _deltas_text(report), _diagnostics_text(report)]
-    base = s["base_rate"]
-    parts.append(
-        "Disclosure: forecasts evaluated raw (no recalibration); "
-        + (f"base_rate is the constant reference F_t = {base:.4f}; " if base is not None else "")
-        + "max_steps stops are treated as administrative (non-informative) censoring, informative stops "
-        "are excluded; cen-simple is the pessimistic q_Z~0 approximation, cen-exact uses the q_z given in the file."
-    )
+    parts += [_scores_text(report), _deltas_text(report)]
+    recal = _recalibration_text(report)
+    if recal:
+        parts.append(recal)
+    parts += [_diagnostics_text(report), _disclosure(report)]
     return "\n\n".join(parts) + "\n"

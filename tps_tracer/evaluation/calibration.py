@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -124,13 +125,29 @@ class CrossFitResult:
     values: FloatArray  # calibrated flat forecasts (NaN where the raw stream is unusable)
     half: NDArray[np.int8]  # per trajectory
     maps: tuple[PlattMap, PlattMap]  # fitted on half 0, on half 1
+    raw: FloatArray  # the raw flat stream (for the value-mapping diagnostics)
+    step_half: NDArray[np.int8]  # per step
 
-    def diagnostics(self) -> list[dict[str, float | bool | int]]:
-        """Per-split rows of the paper's "Platt calibration diagnostics" table."""
-        rows: list[dict[str, float | bool | int]] = []
+    def diagnostics(self, n_values: int = 3) -> list[dict[str, Any]]:
+        """Per-split rows of the paper's "Platt calibration diagnostics" table: slope, fallback, sd-floor,
+        where the most frequent raw values map to, and the range of calibrated values this map produced."""
+        rows: list[dict[str, Any]] = []
         for h, m in enumerate(self.maps):
-            applied_to = np.repeat(self.half != h, 1)  # the other half is calibrated by this map
-            rows.append({"fit_on_half": h, **m.as_dict(), "applied_to_trajectories": int(applied_to.sum())})
+            applied = (self.step_half != h) & ~np.isnan(self.values)  # the other half is calibrated by this map
+            raw = self.raw[applied]
+            uniq, counts = np.unique(raw, return_counts=True)
+            common = np.sort(uniq[np.argsort(-counts, kind="stable")[:n_values]])
+            mapped = self.values[applied]
+            rows.append(
+                {
+                    "fit_on_half": h,
+                    **m.as_dict(),
+                    "sd_floor_active": m.sigma <= SD_FLOOR,
+                    "applied_to_trajectories": int(np.sum(self.half != h)),
+                    "value_map": [[float(v), float(m.apply(np.array([v]))[0])] for v in common],
+                    "value_range": [float(mapped.min()), float(mapped.max())] if mapped.size else [None, None],
+                }
+            )
         return rows
 
 
@@ -170,4 +187,4 @@ def cross_fit_platt(
     for h in (0, 1):
         target = usable_steps & (step_half != h)  # trajectories of the other half
         out[target] = maps[h].apply(col.values[target])
-    return CrossFitResult(predictor, out, half, (maps[0], maps[1]))
+    return CrossFitResult(predictor, out, half, (maps[0], maps[1]), col.values, step_half)

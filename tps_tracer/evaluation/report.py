@@ -23,6 +23,8 @@ from tps_tracer.evaluation.bootstrap import (
     percentile_ci,
     trajectory_keys,
 )
+from tps_tracer.evaluation.calibration import DEFAULT_PENALTY
+from tps_tracer.evaluation.calibrator import Calibrator
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
@@ -30,6 +32,12 @@ from tps_tracer.evaluation.pairs import (
     PredictorPairs,
     pair_table_from_arrays,
     skip_counts,
+)
+from tps_tracer.evaluation.recalibration import (
+    PLATT_SUFFIX,
+    auroc_deltas,
+    with_calibrator_streams,
+    with_platt_streams,
 )
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
@@ -51,6 +59,8 @@ class ReportOptions:
     policy: CensoringPolicy = field(default_factory=CensoringPolicy)
     base_rate: bool = True
     ece_bins: int = DEFAULT_ECE_BINS
+    calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
+    calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
 
 
 def _num(x: float | np.floating[Any]) -> float | None:
@@ -93,7 +103,44 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
         raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
     rules = [get_rule(r) for r in opts.rules]
     schedules = [get_schedule(s) for s in opts.schedules]
-    return report_from_table(pair_table_from_arrays(arrays, predictors, rules, schedules), opts)
+    calibration: dict[str, Any] = {"method": "raw"}
+    recalibrated: list[tuple[str, str]] = []
+    if opts.calibrate is not None or opts.calibrator is not None:
+        arrays, calibration = _recalibrate(arrays, predictors, schedules[0], opts)
+        recalibrated = [(p, p + PLATT_SUFFIX) for p in predictors if p + PLATT_SUFFIX in arrays.predictors]
+        predictors = [name for p in predictors for name in (p, p + PLATT_SUFFIX) if name in arrays.predictors]
+    report = report_from_table(
+        pair_table_from_arrays(arrays, predictors, rules, schedules), opts, recalibrated=recalibrated
+    )
+    report["settings"]["calibration"] = calibration
+    return report
+
+
+def _recalibrate(
+    arrays: TrajectoryArrays, predictors: list[str], schedule: WeightSchedule, opts: ReportOptions
+) -> tuple[TrajectoryArrays, dict[str, Any]]:
+    """Arrays with "<p>+platt" streams and the disclosure of how they were made."""
+    if opts.calibrator is not None:
+        matches = opts.calibrator.check_schedule(schedule)
+        out = with_calibrator_streams(arrays, opts.calibrator, predictors)
+        info = {
+            "method": "platt (saved calibrator)",
+            "schedule": opts.calibrator.schedule,
+            "schedule_mismatch": not matches,
+            "maps": {p: m.as_dict() for p, m in opts.calibrator.maps.items() if p in predictors},
+        }
+        return out, info
+    if opts.calibrate != "platt":
+        raise ValueError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
+    raw = [p for p in predictors if p != BASE_RATE and not p.endswith(PLATT_SUFFIX)]
+    out, fits = with_platt_streams(arrays, raw, schedule)
+    info = {
+        "method": "platt (cross-fitted, 50/50 split stratified by Y)",
+        "schedule": schedule.name,
+        "penalty": DEFAULT_PENALTY,
+        "splits": {p: fit.diagnostics() for p, fit in fits.items()},
+    }
+    return out, info
 
 
 def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
@@ -109,13 +156,18 @@ def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
 
 
 def report_from_table(
-    table: PairTable, options: ReportOptions | None = None, allow_empty: bool = False
+    table: PairTable,
+    options: ReportOptions | None = None,
+    allow_empty: bool = False,
+    recalibrated: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """The report object (`tps-tracer report --json`, `Accumulator.snapshot()`) of a pair table.
 
     Rules and schedules are the table's; `options.predictors` selects among its predictors.
-    With no complete trajectory this raises, or with `allow_empty` returns the audit and
-    coverage with empty score tables (a live monitor before its first graded run).
+    `recalibrated` names (raw, recalibrated) predictor pairs to compare (paired TPS and AUROC
+    deltas in the "recalibration" section). With no complete trajectory this raises, or with
+    `allow_empty` returns the audit and coverage with empty score tables (a live monitor before
+    its first graded run).
     """
     opts = options or ReportOptions()
     predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
@@ -132,6 +184,7 @@ def report_from_table(
                 "deltas": [],
                 "diagnostics": [],
                 "scalar_predictors": [],
+                "recalibration": [],
             }
         raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
     base_rate = float(np.mean(table.outcome[complete]))
@@ -164,29 +217,57 @@ def report_from_table(
         scores.append(row)
 
     index = sm.index()
+
+    def paired(k_from: ColumnKey, k_to: ColumnKey) -> dict[str, Any]:
+        """mean(k_to) - mean(k_from) on the same replicates (paired bootstrap)."""
+        i, j = index[k_from], index[k_to]
+        rep = boot.replicates[:, j] - boot.replicates[:, i]
+        d = boot.point[j] - boot.point[i]
+        d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
+        d_lo, d_hi = percentile_ci(rep[:, None])
+        return {
+            "delta": _num(d),
+            "se": _num(d_se),
+            "z": _num(d / d_se) if d_se > 0 else None,
+            "ci_low": _num(d_lo[0]),
+            "ci_high": _num(d_hi[0]),
+        }
+
     deltas = []
     for k in sm.keys:
         if k.censoring == COMPLETE_ONLY:
             continue
-        ref = index[ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)]
-        j = index[k]
-        rep = boot.replicates[:, j] - boot.replicates[:, ref]
-        d = boot.point[j] - boot.point[ref]
-        d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
-        d_lo, d_hi = percentile_ci(rep[:, None])
+        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
         deltas.append(
             {
                 "predictor": k.predictor,
                 "rule": k.rule,
                 "weights": k.weights,
                 "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
-                "delta": _num(d),
-                "se": _num(d_se),
-                "z": _num(d / d_se) if d_se > 0 else None,
-                "ci_low": _num(d_lo[0]),
-                "ci_high": _num(d_hi[0]),
+                **paired(ref, k),
             }
         )
+
+    recalibration = []
+    aurocs = auroc_deltas(table, recalibrated, opts.policy, opts.bootstrap, opts.seed) if recalibrated else {}
+    for raw, cal in recalibrated:
+        rows = [
+            {"statistic": f"tps {k.rule} {k.weights} {k.censoring}", **paired(k, dataclasses.replace(k, predictor=cal))}
+            for k in sm.keys
+            if k.predictor == raw
+        ]
+        au = aurocs[(raw, cal)]
+        rows.append(
+            {
+                "statistic": "auroc phi_w",
+                "delta": _num(au.delta),
+                "se": _num(au.se),
+                "z": _num(au.z),
+                "ci_low": _num(au.ci_low),
+                "ci_high": _num(au.ci_high),
+            }
+        )
+        recalibration.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
 
     diagnostics, scalar_rows = [], []
     for name in predictors:
@@ -205,6 +286,7 @@ def report_from_table(
         "deltas": deltas,
         "diagnostics": diagnostics,
         "scalar_predictors": scalar_rows,
+        "recalibration": recalibration,
     }
 
 
@@ -222,7 +304,7 @@ def _header(table: PairTable, opts: ReportOptions, predictors: list[str], base_r
             "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
             "ece_bins": opts.ece_bins,
             "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
-            "calibration": "raw",
+            "calibration": {"method": "raw"},
         },
         "audit": termination_audit(table, opts.policy),
         "coverage": [

@@ -9,7 +9,7 @@ that predictor and is counted by reason ("missing", "non_numeric", "no_steps").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,6 +60,19 @@ class TrajectoryArrays:
         step_mask = np.repeat(mask, self.lengths)
         layout = StepLayout.from_lengths(self.lengths[mask], self.horizon[mask])
         return col.values[step_mask], layout
+
+    def with_predictor(self, name: str, values: FloatArray) -> TrajectoryArrays:
+        """A copy with one more flat column (e.g. a recalibrated stream); NaN steps skip their trajectory."""
+        flat = np.asarray(values, dtype=np.float64)
+        if flat.shape != (int(self.offsets[-1]),):
+            raise ValueError(f"{name!r}: expected {int(self.offsets[-1])} step values, got shape {flat.shape}")
+        lengths = self.lengths
+        owner = np.repeat(np.arange(self.n), lengths)
+        has_nan = np.bincount(owner, weights=np.isnan(flat).astype(np.float64), minlength=self.n) > 0
+        usable = ~has_nan & (lengths > 0)
+        skipped = {k: v for k, v in {"missing": int(has_nan.sum()), "no_steps": int(np.sum(lengths == 0))}.items() if v}
+        predictors = {**self.predictors, name: PredictorColumn(name, flat, usable, skipped)}
+        return replace(self, predictors=predictors)
 
 
 def _classify(value: object) -> float | str:

@@ -1,0 +1,169 @@
+"""The calibrator artifact: Platt maps fitted on all complete trajectories, saved as JSON.
+
+Users fit it once (`tps-tracer calibrate runs.jsonl -o calibrator.json`), keep it with the
+agent, and apply it to new forecasts, e.g. live through the LangChain handler:
+
+    cal = Calibrator.load("calibrator.json")
+    handler = TPSCallbackHandler(acc, calibration=cal.hooks())   # emits "verbal+cal"
+
+The maps are fitted with the step weights of one TPS schedule (the paper's procedure). A
+calibrator fitted under one schedule and used to evaluate under another is not the map the
+paper's procedure would produce: `check_schedule` warns, or raises when asked to be strict.
+The artifact also records the cross-fitted evaluation of the same procedure on the fitting
+data (the honest estimate of what the map buys; the full-data map itself is not evaluated
+on the data it was fitted on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tps_tracer.evaluation.calibration import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+ARTIFACT_KIND = "tps-tracer.calibrator"
+ARTIFACT_VERSION = 1
+
+
+class ScheduleMismatch(UserWarning):
+    """The calibrator was fitted with step weights of another schedule than the evaluation uses."""
+
+
+@dataclass
+class Calibrator:
+    schedule: str
+    penalty: float
+    maps: dict[str, PlattMap]
+    method: str = "platt"
+    eps: float = EPS
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+    cross_fit: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, predictor: str, forecasts: ArrayLike) -> np.ndarray:
+        """Calibrated probabilities for raw forecasts of `predictor` (clipped to [eps, 1 - eps])."""
+        if predictor not in self.maps:
+            raise KeyError(f"calibrator has no map for {predictor!r}; it has: {', '.join(self.maps)}")
+        f = np.asarray(forecasts, dtype=np.float64)
+        if np.any(np.isnan(f)) or np.any((f < 0) | (f > 1)):
+            raise ValueError(f"{predictor!r}: forecasts must be probabilities in [0, 1]")
+        return self.maps[predictor].apply(f)
+
+    def hooks(self) -> dict[str, Callable[[float], float]]:
+        """{predictor: float -> float} for live use (the handler's `calibration=`)."""
+        return {name: _scalar_map(m) for name, m in self.maps.items()}
+
+    def check_schedule(self, schedule: str | WeightSchedule, strict: bool = False) -> bool:
+        """True if fitted with `schedule`; otherwise warn (or raise ValueError when strict)."""
+        name = get_schedule(schedule).name
+        if name == self.schedule:
+            return True
+        msg = (
+            f"calibrator was fitted with {self.schedule!r} step weights but the evaluation uses {name!r}; "
+            f"refit with `tps-tracer calibrate --weights {name}` for the paper's procedure"
+        )
+        if strict:
+            raise ValueError(msg)
+        warnings.warn(msg, ScheduleMismatch, stacklevel=2)
+        return False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": ARTIFACT_KIND,
+            "version": ARTIFACT_VERSION,
+            "method": self.method,
+            "schedule": self.schedule,
+            "penalty": self.penalty,
+            "eps": self.eps,
+            "fitted_on": self.fitted_on,
+            "maps": {name: m.as_dict() for name, m in self.maps.items()},
+            "cross_fit": self.cross_fit,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.as_dict(), fh, indent=2, allow_nan=False)
+            fh.write("\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibrator:
+        if data.get("kind") != ARTIFACT_KIND:
+            raise ValueError(f"not a tps-tracer calibrator (kind={data.get('kind')!r})")
+        if data.get("version") != ARTIFACT_VERSION or data.get("method") != "platt":
+            raise ValueError(f"unsupported calibrator version/method: {data.get('version')!r}/{data.get('method')!r}")
+        try:
+            maps = {
+                name: PlattMap(
+                    a=float(m["a"]),
+                    b=float(m["b"]),
+                    mu=float(m["mu"]),
+                    sigma=float(m["sigma"]),
+                    fallback=bool(m["fallback"]),
+                    n_steps=int(m["n_steps"]),
+                    n_trajectories=int(m["n_trajectories"]),
+                )
+                for name, m in data["maps"].items()
+            }
+            bad = [n for n, m in maps.items() if not (np.isfinite([m.a, m.b, m.mu]).all() and m.sigma > 0 and m.b >= 0)]
+            if bad:
+                raise ValueError(f"invalid map parameters for {', '.join(bad)}")
+            return cls(
+                schedule=get_schedule(str(data["schedule"])).name,
+                penalty=float(data["penalty"]),
+                maps=maps,
+                eps=float(data.get("eps", EPS)),
+                fitted_on=dict(data.get("fitted_on", {})),
+                cross_fit=dict(data.get("cross_fit", {})),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed calibrator: missing or invalid field {exc}") from exc
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Calibrator:
+        with open(path, encoding="utf-8") as fh:
+            try:
+                data = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.from_dict(data)
+
+
+def _scalar_map(m: PlattMap) -> Callable[[float], float]:
+    def apply(p: float) -> float:
+        return float(m.apply(np.array([p], dtype=np.float64))[0])
+
+    return apply
+
+
+def fit_calibrator(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str] | None = None,
+    schedule: str | WeightSchedule = "linear-front",
+    penalty: float = DEFAULT_PENALTY,
+    source: str = "",
+) -> Calibrator:
+    """Fit one Platt map per predictor on every complete trajectory's steps (weights w_t of `schedule`)."""
+    sched = get_schedule(schedule)
+    clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
+    complete = clean & ~np.isnan(arrays.outcome)
+    w = step_weights(arrays, sched)
+    step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
+    maps = {}
+    for name in predictors or list(arrays.predictors):
+        col = arrays.predictors[name]
+        train_traj = complete & col.usable
+        if not train_traj.any():
+            raise ValueError(f"no complete trajectory with a usable {name!r} stream to fit on")
+        train = np.repeat(train_traj, arrays.lengths)
+        maps[name] = fit_platt(col.values[train], step_y[train], w[train], penalty, int(train_traj.sum()))
+    fitted_on = {"source": source, "n_trajectories": arrays.n, "n_complete": int(complete.sum())}
+    return Calibrator(schedule=sched.name, penalty=penalty, maps=maps, fitted_on=fitted_on)
