@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.evaluation.logistic import fit_logistic, sigmoid
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
@@ -32,16 +33,11 @@ FloatArray = NDArray[np.float64]
 EPS = 1e-6
 SD_FLOOR = 1e-6
 DEFAULT_PENALTY = 1.0
-_NEWTON_STEPS = 100
 
 
 def _logit(p: FloatArray) -> FloatArray:
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
-
-
-def _sigmoid(u: FloatArray) -> FloatArray:
-    return 0.5 * (1.0 + np.tanh(0.5 * u))  # overflow-free logistic
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,7 @@ class PlattMap:
 
     def apply(self, forecasts: FloatArray) -> FloatArray:
         x = (_logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
-        return np.clip(_sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
+        return np.clip(sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
 
     def as_dict(self) -> dict[str, float | bool | int]:
         return {
@@ -91,18 +87,8 @@ def fit_platt(
     x = (x_raw - mu) / sigma
     ybar = float(np.average(y, weights=w))
     a0 = float(_logit(np.array([ybar]))[0])
-    theta = np.array([a0, 0.0])
-    design = np.column_stack([np.ones_like(x), x])
-    for _ in range(_NEWTON_STEPS):
-        p = _sigmoid(design @ theta)
-        grad = design.T @ (w * (p - y)) + np.array([0.0, penalty * theta[1]])
-        hess = (design * (w * p * (1.0 - p))[:, None]).T @ design + np.diag([0.0, penalty])
-        hess[0, 0] += 1e-12  # all-one-label data: the intercept runs off slowly; keep H invertible
-        step = np.linalg.solve(hess, grad)
-        theta = theta - step
-        if np.max(np.abs(step)) < 1e-12:
-            break
-    a, b = float(theta[0]), float(theta[1])
+    a, slope = fit_logistic(x[:, None], y, w, penalty, intercept0=a0)
+    b = float(slope[0])
     if b < 0.0:
         return PlattMap(a0, 0.0, mu, sigma, True, int(f.size), n_trajectories)
     return PlattMap(a, b, mu, sigma, False, int(f.size), n_trajectories)

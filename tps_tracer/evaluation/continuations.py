@@ -1,0 +1,206 @@
+"""Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC).
+
+A censored prefix is resumed M times under the same model, harness and stopping rule; each
+continuation branch is one JSON line:
+
+    {"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}
+
+q_hat_MC = mean of the valid branch outcomes. Valid = resolved (clean, with an outcome).
+Parse-error branches are always excluded (informative, as for the source runs) and counted.
+Other unresolved branches (max_steps, tool_error, ...) are excluded by default, or counted
+as failures / successes for the paper's unresolved-branch sensitivity analysis. A prefix
+with fewer than `min_valid` valid branches gets no estimate (the paper keeps >= 5).
+
+The scored forecast stream of a prefix is always the source record's: branches only
+supply outcomes, so the branch forecasts cannot disagree with the scored prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+
+FloatArray = NDArray[np.float64]
+
+DEFAULT_MIN_VALID = 5
+UNRESOLVED_POLICIES = ("exclude", "failure", "success")
+
+
+@dataclass(frozen=True)
+class ContinuationBranch:
+    source_trajectory_id: str
+    branch: str
+    stop_reason: StopReason
+    outcome: int | None  # required for clean branches, ignored otherwise
+
+
+def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[ContinuationBranch]:
+    """Validate continuation lines; every problem is reported with its line number."""
+    out: list[ContinuationBranch] = []
+    errors: list[RecordError] = []
+    seen: set[tuple[str, str]] = set()
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(RecordError(no, "", f"not valid JSON ({exc.msg}); truncated file?"))
+            continue
+        if not isinstance(obj, dict):
+            errors.append(RecordError(no, "", "expected a JSON object"))
+            continue
+        problem = _branch_problem(obj)
+        if problem:
+            errors.append(RecordError(no, *problem))
+            continue
+        branch = ContinuationBranch(
+            str(obj["source_trajectory_id"]),
+            str(obj.get("branch", no)),
+            StopReason(obj["stop_reason"]),
+            int(obj["outcome"]) if obj["stop_reason"] == StopReason.CLEAN.value else None,
+        )
+        key = (branch.source_trajectory_id, branch.branch)
+        if key in seen:
+            errors.append(RecordError(no, "branch", f"duplicate branch {branch.branch!r} of {key[0]!r}"))
+            continue
+        seen.add(key)
+        out.append(branch)
+    if errors:
+        raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
+    return out
+
+
+def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
+    sid = obj.get("source_trajectory_id")
+    if not isinstance(sid, str) or not sid:
+        return "source_trajectory_id", "required, a non-empty string"
+    reason = obj.get("stop_reason")
+    if reason not in {r.value for r in StopReason}:
+        return "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}"
+    if reason == StopReason.CLEAN.value and (isinstance(obj.get("outcome"), bool) or obj.get("outcome") not in (0, 1)):
+        return "outcome", "a clean branch needs outcome 0 or 1"
+    return None
+
+
+def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]:
+    with open(path, encoding="utf-8") as fh:
+        return parse_continuations(fh, str(path))
+
+
+@dataclass
+class McEstimates:
+    """q_hat_MC per retained prefix, with the audit counts of the paper's HotpotQA appendix."""
+
+    ids: list[str]  # retained source ids
+    q_hat: FloatArray
+    n_valid: NDArray[np.int64]
+    outcomes: dict[str, FloatArray]  # valid branch outcomes per retained id (for the projection check)
+    min_valid: int
+    unresolved: str
+    dropped_too_few: list[str] = field(default_factory=list)
+    parse_errors_excluded: dict[str, int] = field(default_factory=dict)  # per source id, all prefixes
+    unresolved_branches: dict[str, int] = field(default_factory=dict)
+
+    def as_mapping(self) -> dict[str, float]:
+        return dict(zip(self.ids, self.q_hat.tolist(), strict=True))
+
+    def summary(self) -> dict[str, Any]:
+        q = self.q_hat
+        n_src = len(self.ids) + len(self.dropped_too_few)
+        return {
+            "source": "monte-carlo continuation",
+            "prefixes_with_branches": n_src,
+            "retained": len(self.ids),
+            "dropped_fewer_than_min_valid": len(self.dropped_too_few),
+            "min_valid": self.min_valid,
+            "unresolved_branches_as": self.unresolved,
+            "mean_valid_branches": float(self.n_valid.mean()) if q.size else None,
+            "mean_parse_error_branches_excluded": (sum(self.parse_errors_excluded.values()) / n_src) if n_src else None,
+            "unresolved_branches": sum(self.unresolved_branches.values()),
+            "mean_q_hat": float(q.mean()) if q.size else None,
+            "median_q_hat": float(np.median(q)) if q.size else None,
+            "share_q_hat_zero": float(np.mean(q == 0)) if q.size else None,
+            "share_q_hat_above_half": float(np.mean(q > 0.5)) if q.size else None,
+        }
+
+
+def mc_q_z(
+    branches: Sequence[ContinuationBranch], min_valid: int = DEFAULT_MIN_VALID, unresolved: str = "exclude"
+) -> McEstimates:
+    """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix (see the module docstring)."""
+    if unresolved not in UNRESOLVED_POLICIES:
+        raise ValueError(f"unresolved must be one of {UNRESOLVED_POLICIES}, got {unresolved!r}")
+    if min_valid < 1:
+        raise ValueError("min_valid must be >= 1")
+    by_id: dict[str, list[float]] = {}
+    parse: dict[str, int] = {}
+    open_: dict[str, int] = {}
+    for b in branches:
+        ys = by_id.setdefault(b.source_trajectory_id, [])
+        if b.stop_reason is StopReason.CLEAN:
+            ys.append(float(b.outcome))  # type: ignore[arg-type]  # validated: clean has an outcome
+        elif b.stop_reason is StopReason.PARSE_ERROR:
+            parse[b.source_trajectory_id] = parse.get(b.source_trajectory_id, 0) + 1
+        else:
+            open_[b.source_trajectory_id] = open_.get(b.source_trajectory_id, 0) + 1
+            if unresolved != "exclude":
+                ys.append(1.0 if unresolved == "success" else 0.0)
+    ids, q, n, outcomes, dropped = [], [], [], {}, []
+    for sid, ys in by_id.items():
+        if len(ys) < min_valid:
+            dropped.append(sid)
+            continue
+        ids.append(sid)
+        q.append(float(np.mean(ys)))
+        n.append(len(ys))
+        outcomes[sid] = np.array(ys)
+    return McEstimates(
+        ids, np.array(q), np.array(n, dtype=np.int64), outcomes, min_valid, unresolved, dropped, parse, open_
+    )
+
+
+@dataclass
+class AttachedQz:
+    arrays: TrajectoryArrays
+    attached: int  # censored trajectories that received an estimate
+    censored_without: int  # censored trajectories left without q_z (not in the estimates)
+    unmatched: list[str]  # estimate ids that are not in the file
+    not_censored: list[str]  # estimate ids whose trajectory is not censored under the policy
+
+
+def attach_q_z(
+    arrays: TrajectoryArrays, estimates: dict[str, float], policy: CensoringPolicy | None = None
+) -> AttachedQz:
+    """Arrays whose censored trajectories carry the estimated q_z (replacing any given); others keep NaN.
+
+    Every estimate that could not be used is listed, never silently dropped.
+    """
+    pol = policy or CensoringPolicy()
+    censored = np.array([pol.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code], dtype=bool)
+    index = {tid: i for i, tid in enumerate(arrays.ids)}
+    q_z = np.full(arrays.n, np.nan)
+    unmatched, not_censored = [], []
+    for tid, q in estimates.items():
+        i = index.get(tid)
+        if i is None:
+            unmatched.append(tid)
+        elif not censored[i]:
+            not_censored.append(tid)
+        else:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"q_z estimate for {tid!r} is not a probability: {q}")
+            q_z[i] = q
+    out = replace(arrays, q_z=q_z)
+    attached = int(np.sum(censored & ~np.isnan(q_z)))
+    return AttachedQz(out, attached, int(censored.sum()) - attached, unmatched, not_censored)

@@ -1,0 +1,222 @@
+"""Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3).
+
+A nuisance model g(H_Z, Z) ~ P(Y = 1 | H_Z): an L2-penalised logistic regression on prefix
+features, cross-fitted over two trajectory folds so that no prefix is predicted by a model
+that saw its own trajectory (sample splitting, as in double ML).
+
+- `plug_in_q_z`: trained on every prefix H_t (t = 1..T) of complete trajectories, label Y.
+- `hybrid_q_z`: trained on the Monte Carlo audited censored prefixes, label q_hat_MC (a soft
+  label), applied to every censored prefix; the audited ones get their out-of-fold
+  prediction, and the audit compares it with their MC estimate.
+
+Features describe the prefix, never the predictor under test (the paper: "the nuisance
+model must be kept separate from the uncertainty predictor being evaluated"):
+
+    step                 Z, the prefix length
+    step_share           Z / T (T: the trajectory's horizon)
+    forecast:NAME        NAME's forecast at step Z      logit:NAME   its log-odds
+    forecast_mean:NAME   NAME's mean forecast over steps 1..Z
+
+`PlugInResult.separated_from(p)` is False when p feeds the model; reports flag those rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.evaluation.calibration import split_halves
+from tps_tracer.evaluation.continuations import McEstimates
+from tps_tracer.evaluation.logistic import fit_logistic, sigmoid
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+DEFAULT_PENALTY = 1.0
+_SD_FLOOR = 1e-6
+_EPS = 1e-6
+
+
+def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: IntArray) -> FloatArray:
+    if spec == "step":
+        return cuts.astype(np.float64)
+    if spec == "step_share":
+        return cuts / arrays.horizon[rows]
+    kind, _, name = spec.partition(":")
+    if name not in arrays.predictors or kind not in ("forecast", "logit", "forecast_mean"):
+        known = ", ".join(arrays.predictors)
+        raise ValueError(
+            f"unknown q_Z feature {spec!r} (step, step_share, forecast:P, logit:P, forecast_mean:P; P in {known})"
+        )
+    values = arrays.predictors[name].values
+    at = arrays.offsets[rows] + cuts - 1
+    if kind == "forecast":
+        return values[at]
+    if kind == "logit":
+        f = np.clip(values[at], _EPS, 1 - _EPS)
+        return np.log(f) - np.log1p(-f)
+    start = arrays.offsets[rows]
+    csum = np.concatenate(([0.0], np.cumsum(np.nan_to_num(values, nan=0.0))))
+    gaps = np.concatenate(([0], np.cumsum(np.isnan(values))))
+    mean = (csum[at + 1] - csum[start]) / cuts
+    return np.where(gaps[at + 1] - gaps[start] > 0, np.nan, mean)  # a gap in the prefix: no feature
+
+
+def prefix_features(arrays: TrajectoryArrays, rows: IntArray, cuts: IntArray, features: Sequence[str]) -> FloatArray:
+    """(n, k) features of the prefixes H_cut of trajectories `rows`; NaN where a forecast is missing."""
+    if not features:
+        raise ValueError("a q_Z model needs at least one feature")
+    return np.column_stack([_feature_column(arrays, f, rows, cuts) for f in features])
+
+
+@dataclass(frozen=True)
+class _FoldModel:
+    mu: FloatArray
+    sd: FloatArray
+    a: float
+    beta: FloatArray
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        return np.asarray(sigmoid(self.a + ((x - self.mu) / self.sd) @ self.beta), dtype=np.float64)
+
+
+def _fit_fold(x: FloatArray, y: FloatArray, w: FloatArray, penalty: float) -> _FoldModel:
+    mu = np.average(x, axis=0, weights=w)
+    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), _SD_FLOOR)
+    ybar = float(np.clip(np.average(y, weights=w), _EPS, 1 - _EPS))
+    a, beta = fit_logistic((x - mu) / sd, y, w, penalty, intercept0=float(np.log(ybar / (1 - ybar))))
+    return _FoldModel(mu, sd, a, beta)
+
+
+@dataclass
+class PlugInResult:
+    source: str  # "plug-in" or "hybrid"
+    features: list[str]
+    q_hat: dict[str, float]  # censored trajectory id -> estimate
+    n_train_prefixes: int
+    n_train_trajectories: int
+    censored_without_features: list[str] = field(default_factory=list)
+    audit: dict[str, Any] | None = None  # hybrid: out-of-fold plug-in vs MC on the audited prefixes
+    fold_models: list[_FoldModel] = field(default_factory=list, repr=False)
+
+    def separated_from(self, predictor: str) -> bool:
+        """True if `predictor`'s stream is not one of the model's inputs."""
+        base = predictor.split("+", 1)[0]  # a recalibrated stream is still the same signal
+        return all(f.partition(":")[2].split("+", 1)[0] != base for f in self.features if ":" in f)
+
+    def summary(self) -> dict[str, Any]:
+        q = np.array(list(self.q_hat.values()))
+        return {
+            "source": self.source,
+            "features": self.features,
+            "train_prefixes": self.n_train_prefixes,
+            "train_trajectories": self.n_train_trajectories,
+            "estimated": len(self.q_hat),
+            "censored_without_features": len(self.censored_without_features),
+            "mean_q_hat": float(q.mean()) if q.size else None,
+            "audit": self.audit,
+        }
+
+
+def _censored_rows(arrays: TrajectoryArrays, policy: CensoringPolicy) -> IntArray:
+    roles = np.array([policy.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code])
+    return np.flatnonzero(roles & (arrays.lengths > 0))
+
+
+def _cross_fit(
+    x: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    fold: NDArray[np.int8],
+    penalty: float,
+) -> tuple[list[_FoldModel], FloatArray]:
+    """Two fold models (each fit on the other fold) and out-of-fold predictions for the training rows."""
+    models = []
+    oof = np.full(len(y), np.nan)
+    for k in (0, 1):
+        train = fold != k
+        if not train.any() or not (fold == k).any():
+            raise ValueError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
+        m = _fit_fold(x[train], y[train], w[train], penalty)
+        oof[fold == k] = m.predict(x[fold == k])
+        models.append(m)
+    return models, oof
+
+
+def _predict_censored(
+    arrays: TrajectoryArrays, models: list[_FoldModel], features: Sequence[str], policy: CensoringPolicy
+) -> tuple[dict[str, float], list[str]]:
+    rows = _censored_rows(arrays, policy)
+    x = prefix_features(arrays, rows, arrays.lengths[rows], features)
+    ok = ~np.isnan(x).any(axis=1)
+    pred = np.mean([m.predict(x[ok]) for m in models], axis=0) if ok.any() else np.zeros(0)
+    ids = [arrays.ids[i] for i in rows[ok]]
+    return dict(zip(ids, pred.tolist(), strict=True)), [arrays.ids[i] for i in rows[~ok]]
+
+
+def plug_in_q_z(
+    arrays: TrajectoryArrays,
+    features: Sequence[str],
+    penalty: float = DEFAULT_PENALTY,
+    policy: CensoringPolicy | None = None,
+) -> PlugInResult:
+    """g(H_Z, Z) trained on the prefixes of complete trajectories, applied to censored prefixes."""
+    pol = policy or CensoringPolicy()
+    complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
+    if complete.size < 4:
+        raise ValueError("plug-in q_Z needs complete trajectories to learn from (found fewer than 4)")
+    lengths = arrays.lengths[complete]
+    rows = np.repeat(complete, lengths)
+    cuts = np.arange(rows.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
+    x = prefix_features(arrays, rows, cuts, features)
+    y = arrays.outcome[rows]
+    ok = ~np.isnan(x).any(axis=1)
+    half = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))
+    models, _ = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), half[rows[ok]], penalty)
+    q_hat, without = _predict_censored(arrays, models, features, pol)
+    return PlugInResult(
+        "plug-in", list(features), q_hat, int(ok.sum()), int(np.unique(rows[ok]).size), without, None, models
+    )
+
+
+def hybrid_q_z(
+    arrays: TrajectoryArrays,
+    mc: McEstimates,
+    features: Sequence[str],
+    penalty: float = DEFAULT_PENALTY,
+    policy: CensoringPolicy | None = None,
+) -> PlugInResult:
+    """g trained on the MC-audited censored prefixes (soft labels q_hat_MC), applied to all censored prefixes."""
+    pol = policy or CensoringPolicy()
+    index = {tid: i for i, tid in enumerate(arrays.ids)}
+    censored = set(_censored_rows(arrays, pol).tolist())
+    audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
+    if len(audited) < 4:
+        raise ValueError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
+    rows = np.array([i for _, i in audited], dtype=np.int64)
+    x = prefix_features(arrays, rows, arrays.lengths[rows], features)
+    q_mc = np.array([mc.as_mapping()[tid] for tid, _ in audited])
+    ok = ~np.isnan(x).any(axis=1)
+    order = sorted(range(len(audited)), key=lambda k: audited[k][0])
+    fold = np.zeros(len(audited), dtype=np.int8)
+    fold[order[1::2]] = 1  # alternate in id order
+    models, oof = _cross_fit(x[ok], q_mc[ok], np.ones(int(ok.sum())), fold[ok], penalty)
+    q_hat, without = _predict_censored(arrays, models, features, pol)
+    ok_ids = [audited[k][0] for k in np.flatnonzero(ok)]
+    for tid, v in zip(ok_ids, oof.tolist(), strict=True):
+        q_hat[tid] = v  # audited prefixes: the model that did not see them
+    diff = oof - q_mc[ok]
+    audit = {
+        "audited": int(ok.sum()),
+        "mean_q_mc": float(q_mc[ok].mean()),
+        "mean_q_plug_in_out_of_fold": float(oof.mean()),
+        "mean_abs_difference": float(np.abs(diff).mean()),
+        "correlation": float(np.corrcoef(oof, q_mc[ok])[0, 1]) if ok.sum() > 2 and np.std(q_mc[ok]) > 0 else None,
+    }
+    return PlugInResult("hybrid", list(features), q_hat, int(ok.sum()), int(ok.sum()), without, audit, models)
