@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,6 +24,9 @@ from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
 
 FloatArray = NDArray[np.float64]
+
+if TYPE_CHECKING:
+    from tps_tracer.evaluation.continuations import ContinuationBranch
 
 
 def _logit(q: FloatArray) -> FloatArray:
@@ -64,6 +68,7 @@ class SimulatedRuns:
     outcome: FloatArray  # Y for every run (also the unobserved ones: ground truth)
     stop_reason: list[StopReason]
     horizon: NDArray[np.int64]
+    theta: FloatArray  # each task's latent success rate: a continuation from any prefix succeeds w.p. theta
 
     @property
     def n(self) -> int:
@@ -100,7 +105,7 @@ def simulate_runs(n: int, seed: int = 0, world: World = World()) -> SimulatedRun
     horizon = np.where(reasons == 2, w.budget, z)
     observed = t[None, :] <= z[:, None]
     offsets = np.concatenate(([0], np.cumsum(z))).astype(np.int64)
-    return SimulatedRuns(offsets, q[observed], y, stop, horizon.astype(np.int64))
+    return SimulatedRuns(offsets, q[observed], y, stop, horizon.astype(np.int64), theta)
 
 
 def to_records(
@@ -147,3 +152,36 @@ def example_records() -> list[TrajectoryRecord]:
     """The bundled example set (examples/trajectories.jsonl is this, written out)."""
     runs = simulate_runs(EXAMPLE_SIZE, seed=EXAMPLE_SEED)
     return to_records(runs, seed=EXAMPLE_SEED, missing_rate=0.01)
+
+
+def simulate_continuations(
+    runs: SimulatedRuns,
+    branches: int,
+    seed: int = 0,
+    parse_error_rate: float = 0.0,
+    unresolved_rate: float = 0.0,
+    only: Sequence[int] | None = None,
+) -> list[ContinuationBranch]:
+    """Monte Carlo continuation branches of the max_steps prefixes (or of the runs in `only`).
+
+    Resuming a prefix replays the same task: each resolved branch succeeds with the task's
+    theta (so q_hat_MC -> theta = P(Y = 1 | full state), whose mean given H_Z is q_Z). A
+    share of branches ends in a parse error or unresolved (max_steps), as real reruns do.
+    """
+    from tps_tracer.evaluation.continuations import ContinuationBranch
+
+    rng = np.random.default_rng(seed)
+    members = only if only is not None else [i for i, r in enumerate(runs.stop_reason) if r is StopReason.MAX_STEPS]
+    out = []
+    for i in members:
+        u = rng.random(branches)
+        y = rng.random(branches) < runs.theta[i]
+        for m in range(branches):
+            if u[m] < parse_error_rate:
+                reason, outcome = StopReason.PARSE_ERROR, None
+            elif u[m] < parse_error_rate + unresolved_rate:
+                reason, outcome = StopReason.MAX_STEPS, None
+            else:
+                reason, outcome = StopReason.CLEAN, int(y[m])
+            out.append(ContinuationBranch(f"sim-{i:05d}", str(m), reason, outcome))
+    return out

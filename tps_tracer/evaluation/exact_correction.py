@@ -112,7 +112,8 @@ def conditional_projection_check(
                         np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i])
                     )
                     ys = estimates.outcomes[tid]
-                    branch_avg = float(np.mean([np.sum(w * score(f, y, rule)) for y in ys]))
+                    per_branch = score(f[None, :], ys[:, None], rule) @ w  # each branch scored as a complete prefix
+                    branch_avg = float(per_branch.mean())
                     s1, s0 = table.predictors[name].pairs[i, ri, si]
                     worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - branch_avg))
                 rows.append(
