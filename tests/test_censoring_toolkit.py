@@ -15,7 +15,8 @@ from tps_tracer.evaluation.exact_correction import conditional_projection_check,
 from tps_tracer.evaluation.informative import informative_censoring_shift
 from tps_tracer.evaluation.q_z_model import hybrid_q_z, plug_in_q_z, prefix_features
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
-from tps_tracer.records import TrajectoryFileError, to_arrays
+from tps_tracer.cli.main import main
+from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
@@ -306,3 +307,74 @@ def test_treating_parse_errors_as_censored_reports_the_shift(arrays):
     assert r["sensitivity"] == pytest.approx(union.mean(), abs=1e-12)
     assert r["shift"] == pytest.approx(union.mean() - np.nanmean(cols[SIMPLE]), abs=1e-12)
     assert r["se"] > 0 and COMPLETE_ONLY in cols
+
+
+# ---------------------------------------------------------------- the `censoring` command
+
+
+def _write_branches(path, branches):
+    with open(path, "w") as fh:
+        for b in branches:
+            obj = {"source_trajectory_id": b.source_trajectory_id, "branch": b.branch}
+            fh.write(json.dumps({**obj, "stop_reason": b.stop_reason.value, "outcome": b.outcome}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("censoring")
+    runs = simulate_runs(800, seed=3)
+    write_trajectories(to_records(runs, seed=3, record_q_z=False), d / "runs.jsonl")
+    branches = simulate_continuations(runs, 10, seed=1, parse_error_rate=0.05, unresolved_rate=0.05)
+    _write_branches(d / "branches.jsonl", branches)
+    return d, runs, branches
+
+
+def test_censoring_cli_mc_source_writes_records_that_report_scores_exactly(files, capsys):
+    d, runs, branches = files
+    out = d / "with_q.jsonl"
+    args = ["censoring", str(d / "runs.jsonl"), "--continuations", str(d / "branches.jsonl")]
+    args += ["--write-records", str(out), "--bootstrap", "50", "--rules", "log,brier", "--weights", "all", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    est = mc_q_z(branches)
+    assert rep["q_z"]["retained"] == len(est.ids) and rep["q_z"]["attached"] == len(est.ids)
+    assert max(r["max_abs_error"] for r in rep["projection_identity"]) < 1e-13
+    assert len(rep["projection_identity"]) == 4 * 2 * 4  # predictors x rules x schedules
+    assert max(r["max_abs_error"] for r in rep["artificial"]) < 1e-12
+    assert {r["treated_as_censored"][0] for r in rep["informative"]} == {"parse_error"}
+    written = {r.trajectory_id: r.q_z for r in read_trajectories(out)}
+    for tid, q in est.as_mapping().items():
+        assert written[tid] == pytest.approx(q, abs=1e-9)
+    # The written file feeds `report`: its cen-exact rows now exist for every censored run.
+    assert main(["report", str(out), "--rules", "log", "--bootstrap", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["audit"]["censored_with_q_z"] == len(est.ids)
+
+
+def test_censoring_cli_plug_in_flags_unseparated_predictors(files, capsys):
+    d, _, _ = files
+    args = ["censoring", str(d / "runs.jsonl"), "--q-z-model", "logit:truthful,step", "--artificial", "none"]
+    assert main([*args, "--bootstrap", "20", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    flags = {r["predictor"]: r["separated_from_q_z_model"] for r in rep["exact_vs_simple"]}
+    assert flags == {"truthful": False, "overconfident": True, "underconfident": True, "noisy": True}
+    assert rep["q_z"]["source"] == "plug-in" and "projection_identity" not in rep
+    assert main([*args, "--bootstrap", "20"]) == 0
+    assert "(*) this predictor's stream is a q_Z model feature" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--hybrid"], "--hybrid needs both"),
+        (["--continuations", "BAD"], "line 1"),
+        (["--q-z-model", "forecast:nope"], "unknown q_Z feature"),
+        (["--predictors", "nope"], "nope"),
+    ],
+)
+def test_censoring_cli_bad_input_exits_2(files, capsys, extra, message):
+    d, _, _ = files
+    (d / "bad.jsonl").write_text('{"source_trajectory_id": "x", "stop_reason": "clean"}\n')
+    extra = [str(d / "bad.jsonl") if e == "BAD" else e for e in extra]
+    assert main(["censoring", str(d / "runs.jsonl"), *extra, "--artificial", "none"]) == 2
+    assert message in capsys.readouterr().err

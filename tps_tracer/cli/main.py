@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
+from tps_tracer.cli.censoring_cmd import add_censoring_parser
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.report_text import render_report
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_parser(sub)
     add_gate_parser(sub)
     add_calibrate_parser(sub)
+    add_censoring_parser(sub)
     return parser
 
 

@@ -1,0 +1,241 @@
+"""`tps-tracer censoring`: the censoring toolkit on a record file.
+
+1. q_Z source: the q_z in the file, Monte Carlo continuations (`--continuations`), a plug-in
+   nuisance model (`--q-z-model FEATURES`), or the hybrid audit (both, with `--hybrid`).
+   `--write-records` saves the records with the estimated q_z for `report` and `gate`.
+2. Exact vs simple on the censored prefixes (Delta = q_hat (s1 - s0)), with the
+   conditional-projection identity check when continuations are given.
+3. Artificial-censoring validation on complete trajectories (decomposition vs direct).
+4. Informative-censoring sensitivity (informative stops re-scored as censored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from tps_tracer.cli.tables import fmt, fmt_ci, render_table
+from tps_tracer.evaluation.artificial_censoring import artificial_censoring
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from tps_tracer.evaluation.continuations import (
+    DEFAULT_MIN_VALID,
+    UNRESOLVED_POLICIES,
+    McEstimates,
+    attach_q_z,
+    mc_q_z,
+    read_continuations,
+)
+from tps_tracer.evaluation.exact_correction import conditional_projection_check, exact_vs_simple
+from tps_tracer.evaluation.informative import informative_censoring_shift
+from tps_tracer.evaluation.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
+from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.scoring import parse_rules, parse_schedules
+
+
+def add_censoring_parser(sub: Any) -> None:
+    p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
+    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
+    p.add_argument("--min-valid", type=int, default=DEFAULT_MIN_VALID, help="valid branches needed per prefix")
+    p.add_argument("--unresolved", choices=UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as")
+    p.add_argument(
+        "--q-z-model",
+        metavar="FEATURES",
+        help="plug-in q_Z model features, e.g. 'step_share,logit:token_prob' (keep the predictor under test out)",
+    )
+    p.add_argument("--hybrid", action="store_true", help="train the q_Z model on the MC-audited prefixes")
+    p.add_argument("--write-records", metavar="OUT", help="write the records with the estimated q_z")
+    p.add_argument("--predictors", help="comma-separated predictors (default: all)")
+    p.add_argument("--rules", default="log", help="score rules (default: log)")
+    p.add_argument("--weights", default="linear-front", help="weight schedules, or 'all'")
+    p.add_argument("--artificial", default="0.25,0.5,0.75", help="artificial censoring rates, or 'none'")
+    p.add_argument("--informative", default="parse_error", help="informative stop reasons to re-score as censored")
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=cmd_censoring)
+
+
+def _q_z_source(
+    args: argparse.Namespace, arrays: TrajectoryArrays
+) -> tuple[TrajectoryArrays, dict[str, Any], McEstimates | None, PlugInResult | None]:
+    mc = None
+    if args.continuations:
+        mc = mc_q_z(read_continuations(args.continuations), args.min_valid, args.unresolved)
+    features = [f.strip() for f in (args.q_z_model or "").split(",") if f.strip()]
+    if args.hybrid and not (mc and features):
+        raise ValueError("--hybrid needs both --continuations and --q-z-model")
+    model = None
+    if features:
+        model = hybrid_q_z(arrays, mc, features) if args.hybrid and mc else plug_in_q_z(arrays, features)
+        estimates, info = model.q_hat, model.summary()
+    elif mc is not None:
+        estimates, info = mc.as_mapping(), mc.summary()
+    else:
+        return (
+            arrays,
+            {"source": "the q_z field of the file", "with_q_z": int(np.sum(~np.isnan(arrays.q_z)))},
+            None,
+            None,
+        )
+    att = attach_q_z(arrays, estimates)
+    info = {
+        **info,
+        "attached": att.attached,
+        "censored_without_estimate": att.censored_without,
+        "estimates_not_in_file": len(att.unmatched),
+        "estimates_for_uncensored": len(att.not_censored),
+    }
+    return att.arrays, info, mc, model
+
+
+def _write_records(path: str, records: list[TrajectoryRecord], arrays: TrajectoryArrays) -> int:
+    out = []
+    for rec, q in zip(records, arrays.q_z.tolist(), strict=True):
+        if rec.stop_reason is not StopReason.CLEAN:
+            rec = rec.model_copy(update={"q_z": None if np.isnan(q) else round(float(q), 9)})
+        out.append(rec)
+    return write_trajectories(out, path)
+
+
+def cmd_censoring(args: argparse.Namespace) -> int:
+    records = read_trajectories(args.file)
+    arrays = to_arrays(records)
+    predictors = [p.strip() for p in args.predictors.split(",")] if args.predictors else list(arrays.predictors)
+    unknown = [p for p in predictors if p not in arrays.predictors]
+    if unknown:
+        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}")
+    rules = [r.name for r in parse_rules(args.rules)]
+    weights = [s.name for s in parse_schedules(args.weights)]
+    arrays, source, mc, model = _q_z_source(args, arrays)
+    if args.write_records:
+        _write_records(args.write_records, records, arrays)
+        source["written_to"] = args.write_records
+    report: dict[str, Any] = {"q_z": source}
+    exact = exact_vs_simple(arrays, predictors, rules, weights, n_replicates=args.bootstrap, seed=args.seed)
+    for row in exact:
+        row["separated_from_q_z_model"] = model.separated_from(row["predictor"]) if model else True
+    report["exact_vs_simple"] = exact
+    if mc is not None:
+        report["projection_identity"] = conditional_projection_check(arrays, mc, predictors, rules, weights)
+    if args.artificial.strip().lower() != "none":
+        rates = [float(r) for r in args.artificial.split(",") if r.strip()]
+        report["artificial"] = [
+            row for p in predictors for row in artificial_censoring(arrays, p, rules, weights, rates, args.seed)
+        ]
+    reasons = [r.strip() for r in args.informative.split(",") if r.strip()]
+    if reasons:
+        report["informative"] = informative_censoring_shift(
+            arrays, predictors, reasons, rules[0], weights[0], args.bootstrap, args.seed
+        )
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_censoring(report, args.file))
+    return 0
+
+
+def render_censoring(report: dict[str, Any], source: str) -> str:
+    q = report["q_z"]
+    shown = {k: fmt(v, 4) if isinstance(v, float) else v for k, v in q.items() if k != "audit"}
+    lines = [f"  {k}: {v}" for k, v in shown.items()]
+    if q.get("audit"):
+        lines.append("  audit (out-of-fold plug-in vs MC on the audited prefixes): ")
+        lines[-1] += ", ".join(f"{k} {fmt(v, 4) if isinstance(v, float) else v}" for k, v in q["audit"].items())
+    parts = [f"Censoring toolkit: {source}", "q_Z source\n" + "\n".join(lines)]
+    rows = [
+        [
+            r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"),
+            r["rule"],
+            r["weights"],
+            str(r["n"]),
+            fmt_ci(r["simple"], *r["simple_ci"]),
+            fmt_ci(r["exact"], *r["exact_ci"]),
+            fmt_ci(r["delta"], *r["delta_ci"]),
+        ]
+        for r in report["exact_vs_simple"]
+    ]
+    text = [
+        "Censored prefixes carrying q_z: simple (q_Z~0) vs exact; delta = q_z (s1 - s0), the q-weighted prefix log-odds",
+        render_table(["predictor", "rule", "weights", "n", "simple", "exact", "exact - simple [95% CI]"], rows),
+    ]
+    if any(not r["separated_from_q_z_model"] for r in report["exact_vs_simple"]):
+        text.append("  (*) this predictor's stream is a q_Z model feature: evaluator and predictor are not separated")
+    parts.append("\n".join(text))
+    if "projection_identity" in report:
+        worst = max((r["max_abs_error"] for r in report["projection_identity"]), default=0.0)
+        parts.append(
+            "Conditional-projection identity (exact-MC score = branch-average complete-prefix score): "
+            f"max |error| = {worst:.1e} over {len(report['projection_identity'])} predictor x rule x schedule rows"
+        )
+    if "artificial" in report:
+        rows = [
+            [
+                r["predictor"],
+                r["rule"],
+                r["weights"],
+                f"{r['rate']:g}",
+                str(r["n_censored"]),
+                fmt(r["tps_complete"], 4),
+                fmt(r["delta_mean"], 4),
+                fmt(r["prefix_swap_mean"], 4),
+                fmt(r["tail_omission_mean"], 4),
+                f"({fmt(r['delta_y0'], 3)}, {fmt(r['delta_y1'], 3)})",
+            ]
+            for r in report["artificial"]
+        ]
+        worst = max(r["max_abs_error"] for r in report["artificial"])
+        parts.append(
+            "\n".join(
+                [
+                    "Artificial censoring of complete trajectories (length-stratified): cen-simple minus complete",
+                    render_table(
+                        [
+                            "predictor",
+                            "rule",
+                            "weights",
+                            "r",
+                            "cut",
+                            "TPS complete",
+                            "delta mean",
+                            "prefix-swap",
+                            "tail-omission",
+                            "(delta Y=0, Y=1)",
+                        ],
+                        rows,
+                    ),
+                    f"  decomposition vs direct difference: max |error| = {worst:.1e} per trajectory",
+                ]
+            )
+        )
+    if "informative" in report:
+        rows = [
+            [
+                r["predictor"],
+                ",".join(r["treated_as_censored"]),
+                f"{fmt(r['default'], 4)} (n={r['n_default']})",
+                f"{fmt(r['sensitivity'], 4)} (n={r['n_sensitivity']})",
+                fmt_ci(r["shift"], r["ci_low"], r["ci_high"]),
+            ]
+            for r in report["informative"]
+        ]
+        parts.append(
+            "\n".join(
+                [
+                    "Informative-censoring sensitivity: cen-simple TPS with these stops treated as censored "
+                    "(contra-assumption check)",
+                    render_table(
+                        ["predictor", "treated as censored", "default", "sensitivity", "shift [95% CI]"], rows
+                    ),
+                ]
+            )
+        )
+    return "\n\n".join(parts) + "\n"
