@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
+from tps_tracer.cli.main import main
 from tps_tracer.evaluation.artificial_censoring import artificial_censoring, censoring_plan
 from tps_tracer.evaluation.continuations import attach_q_z, mc_q_z, parse_continuations
 from tps_tracer.evaluation.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.informative import informative_censoring_shift
 from tps_tracer.evaluation.q_z_model import hybrid_q_z, plug_in_q_z, prefix_features
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
-from tps_tracer.cli.main import main
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -330,7 +330,7 @@ def files(tmp_path_factory):
 
 
 def test_censoring_cli_mc_source_writes_records_that_report_scores_exactly(files, capsys):
-    d, runs, branches = files
+    d, _runs, branches = files
     out = d / "with_q.jsonl"
     args = ["censoring", str(d / "runs.jsonl"), "--continuations", str(d / "branches.jsonl")]
     args += ["--write-records", str(out), "--bootstrap", "50", "--rules", "log,brier", "--weights", "all", "--json"]

@@ -164,7 +164,7 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
         for r in report["exact_vs_simple"]
     ]
     text = [
-        "Censored prefixes carrying q_z: simple (q_Z~0) vs exact; delta = q_z (s1 - s0), the q-weighted prefix log-odds",
+        "Censored prefixes with q_z: simple (q_Z~0) vs exact; delta = q_z (s1 - s0) (log: q-weighted prefix log-odds)",
         render_table(["predictor", "rule", "weights", "n", "simple", "exact", "exact - simple [95% CI]"], rows),
     ]
     if any(not r["separated_from_q_z_model"] for r in report["exact_vs_simple"]):
