@@ -200,3 +200,14 @@ def test_with_predictor_skips_trajectories_with_missing_steps(arrays):
     assert "x" not in arrays.predictors
     with pytest.raises(ValueError, match="step values"):
         arrays.with_predictor("y", values[:-1])
+
+
+def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
+    from tps_tracer.capture.feeder import Feeder, RawStep
+
+    cal = fit_calibrator(arrays, [PRED])
+    hooks = {"verbal": cal.hooks()[PRED]}  # a map fitted on one stream, applied live to another name
+    feeder = Feeder(accumulator=None, calibration=hooks, background=False)  # type: ignore[arg-type]
+    out = feeder.forecasts(RawStep("Thought: looks right. Confidence: 0.9\nAction: search[x]"))
+    assert out["verbal"] == pytest.approx(0.9)
+    assert out["verbal+cal"] == pytest.approx(float(cal.apply(PRED, [0.9])[0]), abs=1e-15)
