@@ -1,4 +1,4 @@
-"""The `tps-tracer` command line: report, gate, calibrate, censoring and demo."""
+"""The `tps-tracer` command line: report, gate, calibrate, censoring, plot and demo."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.censoring_cmd import add_censoring_parser
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.gate_cmd import add_gate_parser
+from tps_tracer.cli.plot_cmd import add_plot_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.calibrator import Calibrator
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_gate_parser(sub)
     add_calibrate_parser(sub)
     add_censoring_parser(sub)
+    add_plot_parser(sub)
     return parser
 
 
