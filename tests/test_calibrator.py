@@ -132,6 +132,14 @@ def test_report_text_discloses_recalibration(tmp_path, capsys):
     assert "'+platt' are recalibrated" in out
     assert main(["report", str(path), "--bootstrap", "0"]) == 0
     assert "forecasts evaluated raw" in capsys.readouterr().out
+    live = _records(200, 5)
+    for rec in live:
+        for step in rec.steps:
+            step.forecasts["truthful+cal"] = step.forecasts.pop("truthful")
+    write_trajectories(live, path)
+    assert main(["report", str(path), "--bootstrap", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "truthful+cal arrived recalibrated in the file" in out and "forecasts evaluated raw" not in out
 
 
 def test_calibrate_cli_writes_a_loadable_artifact_with_its_cross_fitted_evaluation(tmp_path, capsys):

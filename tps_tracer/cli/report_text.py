@@ -146,7 +146,10 @@ def _recalibration_text(report: dict[str, Any]) -> str | None:
 def _disclosure(report: dict[str, Any]) -> str:
     s = report["settings"]
     cal = s["calibration"]
-    if cal["method"] == "raw":
+    pre = [c["predictor"] for c in report["coverage"] if c["predictor"].endswith(("+platt", "+cal"))]
+    if cal["method"] == "raw" and pre:
+        how = f"no recalibration here, but {', '.join(pre)} arrived recalibrated in the file; the others are raw; "
+    elif cal["method"] == "raw":
         how = "forecasts evaluated raw (no recalibration); "
     else:
         how = f"predictors named '+platt' are recalibrated ({cal['method']}), the others are raw; "
