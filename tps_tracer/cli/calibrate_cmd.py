@@ -49,7 +49,8 @@ def cross_fit_evaluation(
     with_platt, fits = with_platt_streams(arrays, predictors, schedule, penalty)
     names = [n for p in predictors for n in (p, p + PLATT_SUFFIX)]
     table = pair_table_from_arrays(with_platt, names, [get_rule("log")], [get_schedule(schedule)])
-    cols = {(k.predictor, k.censoring): c for k, c in zip(*_columns(table, names), strict=True)}
+    sm = score_columns(table, names, modes=(COMPLETE_ONLY, SIMPLE))
+    cols = {(k.predictor, k.censoring): c for k, c in zip(sm.keys, sm.columns, strict=True)}
     aurocs = auroc_deltas(table, [(p, p + PLATT_SUFFIX) for p in predictors], CensoringPolicy(), bootstrap, seed)
     out = {}
     for p in predictors:
@@ -61,11 +62,6 @@ def cross_fit_evaluation(
         }
         out[p] = {"splits": fits[p].diagnostics(), "tps_log": tps, "auroc": aurocs[(p, p + PLATT_SUFFIX)].as_dict()}
     return out
-
-
-def _columns(table: Any, names: list[str]) -> tuple[list[Any], list[Any]]:
-    sm = score_columns(table, names, modes=(COMPLETE_ONLY, SIMPLE))
-    return sm.keys, sm.columns
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -74,9 +74,6 @@ def exact_vs_simple(
                         "delta": _num(boot.point[2]),
                         "delta_ci": [_num(lo[2]), _num(hi[2])],
                         "delta_se": _num(se[2]),
-                        "max_abs_identity_error": _num(float(np.nanmax(np.abs(exact - simple - correction))))
-                        if sel.any()
-                        else None,
                     }
                 )
     return rows
