@@ -37,11 +37,15 @@ CALIBRATED_SUFFIX = "+cal"
 
 @dataclass(frozen=True)
 class RawStep:
-    """What one LLM call returned, untouched: text, logprobs in any accepted format, tool args."""
+    """What one LLM call returned, untouched: text, logprobs in any accepted format, tool args.
+
+    `forecasts`: forecasts computed by the caller (e.g. a span's `tps.forecasts`), used as
+    they are instead of extracting signals from the text and logprobs."""
 
     text: str | None
     logprobs: Any = None
     tool_arguments: Mapping[str, Any] | str | None = None
+    forecasts: Mapping[str, Any] | None = None
 
 
 class Feeder:
@@ -77,8 +81,14 @@ class Feeder:
         """Run a grader on the run's final output (in the worker) and resolve with its verdict."""
         self._submit(("grade", trajectory_id, grader, output))
 
+    def call(self, job: Callable[[], Any], where: str = "job") -> None:
+        """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
+        self._submit(("call", job, where))
+
     def _submit(self, event: tuple[Any, ...]) -> None:
-        if not self.background:
+        # Events submitted by a job running on the worker are applied at once: queued, they
+        # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
+        if not self.background or threading.current_thread() is self._thread:
             self._apply(event)
             return
         if self._thread is None:
@@ -120,16 +130,23 @@ class Feeder:
                 verdict = grader(output)
                 if verdict is not None:
                     self.accumulator.resolve(tid, outcome=int(bool(verdict)))
+            elif kind == "call":
+                _, job, where = event
+                kind = where
+                job()
             elif kind == "barrier":
                 event[1].set()
         except Exception as exc:  # never let one bad event stop the worker
             self._error(kind, exc)
 
     def forecasts(self, raw: RawStep) -> dict[str, float | None]:
-        out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)
+        if raw.forecasts is not None:
+            out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
+        else:
+            out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)
         for name, fn in self.calibration.items():
             p = out.get(name)
-            out[name + CALIBRATED_SUFFIX] = None if p is None else float(fn(p))
+            out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
         return out
 
     def _error(self, where: str, exc: BaseException) -> None:

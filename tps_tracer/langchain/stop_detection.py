@@ -1,29 +1,13 @@
 """Why a LangChain / LangGraph run stopped, from how its root run ended.
 
-Several budget stops look like clean finishes: the runtime returns normally with a
-canned final message instead of raising. They are recognised by that message:
-
-
-- langchain-classic AgentExecutor (max_iterations / max_execution_time, early stopping
-  "force"): output "Agent stopped due to iteration limit or time limit.";
-- LangGraph's prebuilt ReAct agent (remaining_steps guard): final AIMessage "Sorry, need
-  more steps to process this request.";
-- langchain `ModelCallLimitMiddleware(exit_behavior="end")`: final AIMessage "Model call
-  limits exceeded: ...";
-- langchain `ToolCallLimitMiddleware(exit_behavior="end")`: final AIMessage "... call limit
-  reached: ...".
-
-LangGraph's recursion limit raises GraphRecursionError (on the root run only); the
-middlewares with exit_behavior="error" raise ModelCallLimitExceededError /
-ToolCallLimitExceededError.
-
-Exceptions are matched by class name, so this module imports neither langgraph nor
-langchain (and keeps working when they move a class).
+The budget texts and exception names are in `tps_tracer.capture.stop_signals` (shared
+with the OpenTelemetry span processor); here they are applied to LangChain's objects:
+exception chains (with isinstance checks for parser and tool failures) and final
+messages (invalid tool calls, error ToolMessages).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,19 +15,8 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import ToolException
 
+from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.records.stop_reasons import StopReason
-
-BUDGET_EXCEPTIONS = frozenset({"GraphRecursionError", "ModelCallLimitExceededError", "ToolCallLimitExceededError"})
-TIMEOUT_EXCEPTIONS = frozenset({"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError"})
-
-# Canned final texts of budget stops (see the module table). Anchored, so an agent that
-# merely talks about limits is not mistaken for one that hit them.
-BUDGET_TEXTS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"^\s*Agent stopped due to (?:iteration limit or time limit|max iterations)\.?\s*$"),
-    re.compile(r"^\s*Sorry, need more steps to process this request\.?\s*$"),
-    re.compile(r"^\s*Model call limits exceeded: "),
-    re.compile(r"^\s*(?:Tool|'[^']*' tool) call limit reached: "),
-)
 
 
 def _exception_chain(exc: BaseException) -> list[BaseException]:
@@ -58,17 +31,13 @@ def _exception_chain(exc: BaseException) -> list[BaseException]:
 def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
     """Stop reason of a root run that raised; `tool_failed`: a tool run errored just before."""
     chain = _exception_chain(exc)
+    # Subclasses of LangChain's parser / tool exceptions count as their base.
     names = [type(e).__name__ for e in chain]
-    detail = names[0]
-    if any(n in BUDGET_EXCEPTIONS for n in names):
-        return StopReason.MAX_STEPS, detail
     if any(isinstance(e, OutputParserException) for e in chain):
-        return StopReason.PARSE_ERROR, detail
-    if tool_failed or any(isinstance(e, ToolException) for e in chain):
-        return StopReason.TOOL_ERROR, detail
-    if any(n in TIMEOUT_EXCEPTIONS for n in names):
-        return StopReason.TIMEOUT, detail
-    return StopReason.OTHER, detail
+        names.append("OutputParserException")
+    if any(isinstance(e, ToolException) for e in chain):
+        names.append("ToolException")
+    return classify_exception_names(names, tool_failed)
 
 
 def final_message(outputs: Any) -> Any:
@@ -103,10 +72,8 @@ def classify_output(outputs: Any) -> tuple[StopReason | None, str]:
     """
     last = final_message(outputs)
     text = _text(last)
-    if text is not None:
-        for pattern in BUDGET_TEXTS:
-            if pattern.search(text):
-                return StopReason.MAX_STEPS, "budget message"
+    if text is not None and is_budget_text(text):
+        return StopReason.MAX_STEPS, "budget message"
     if isinstance(last, AIMessage) and last.invalid_tool_calls and not last.tool_calls:
         return StopReason.PARSE_ERROR, "invalid_tool_calls"
     if isinstance(last, ToolMessage) and last.status == "error":

@@ -51,8 +51,9 @@ from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
+from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
-from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
@@ -134,6 +135,9 @@ class Accumulator:
         self.rejected: Counter[str] = Counter()
         self.abandoned: Counter[str] = Counter()
         self._warned: set[str] = set()
+        # Exporters called with each trajectory's scores as they become known (add_listener).
+        self._listeners: list[Callable[[TrajectoryScore], None]] = []
+        self._listener_meta: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # stop metadata, for late scores
         self._last_sweep = clock()
         self._sweep_every = 1.0 if idle_timeout is None else max(1e-3, min(1.0, idle_timeout / 4))
 
@@ -154,6 +158,56 @@ class Accumulator:
         if isinstance(exc, AccumulatorError) or self.strict:
             raise exc
         self._reject(f"internal_error:{where}", f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_listener(self, listener: Callable[[TrajectoryScore], None]) -> None:
+        """Call `listener(TrajectoryScore)` whenever a trajectory's scores become known or change.
+
+        That is when a stopped trajectory is scored (a clean stop once its outcome is known)
+        and when a late outcome or q_Z resolves it. With a listener, each stop is scored at
+        once instead of in batches, so exports are timely. Listeners run in the thread that
+        called stop/resolve (the capture worker, for the adapters); their errors are counted
+        as `listener_error`, never raised.
+        """
+        self._listeners.append(listener)
+
+    def _score_of(self, tid: str, row: int) -> TrajectoryScore:
+        """Under the lock: a finished row as a TrajectoryScore."""
+        rows = self._rows
+        reason = StopReason(STOP_REASONS[int(rows.stop_code[row])])
+        y, q = rows.outcome[row], rows.q_z[row]
+        pairs: dict[tuple[str, str, str], tuple[float, float]] = {}
+        for name, col in rows.predictors.items():
+            if not col.usable[row]:
+                continue
+            for i, rule in enumerate(self.rules):
+                for j, sched in enumerate(self.schedules):
+                    pairs[(name, rule.name, sched.name)] = (
+                        float(col.pairs[row, i, j, 0]),
+                        float(col.pairs[row, i, j, 1]),
+                    )
+        return TrajectoryScore(
+            trajectory_id=tid,
+            stop_reason=reason,
+            role=self.policy.role(reason),
+            outcome=None if math.isnan(y) else int(y),
+            q_z=None if math.isnan(q) else float(q),
+            n_steps=int(rows.n_steps[row]),
+            horizon=int(rows.horizon[row]),
+            pairs=pairs,
+            metadata=self._listener_meta.get(tid, {}),
+        )
+
+    def _notify(self, scores: list[TrajectoryScore]) -> None:
+        for score in scores:
+            if score.role is Role.COMPLETE and score.outcome is None:
+                continue  # a clean stop is scored when its outcome arrives
+            for listener in self._listeners:
+                try:
+                    listener(score)
+                except Exception as exc:
+                    self._reject("listener_error", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}")
 
     # ------------------------------------------------------------------ input cleaning
 
@@ -272,13 +326,18 @@ class Accumulator:
                 if outcome is None and q_z is None:
                     self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
                 return False
+            scores: list[TrajectoryScore] = []
             with self._lock:
                 status, written = self._apply_resolution(trajectory_id, y, q)
+                row = self._rows.row_of.get(trajectory_id, _RESERVED)
+                if written and self._listeners and row != _RESERVED:
+                    scores.append(self._score_of(trajectory_id, row))
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
             if written:
                 self._write({"resolves": trajectory_id, **written})
+            self._notify(scores)
             return True
         except Exception as exc:
             self._internal("resolve", exc)
@@ -376,7 +435,11 @@ class Accumulator:
                     record["outcome_pending"] = True
                 live.written = True
             self._queue.append(tid)
-            batch = self._take_queue() if len(self._queue) >= self.batch_size else None
+            if self._listeners:
+                self._listener_meta[tid] = dict(metadata or {})
+                while len(self._listener_meta) > self.max_live:
+                    self._listener_meta.popitem(last=False)
+            batch = self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
         if abandoned is not None:
             with self._count_lock:
                 self.abandoned[abandoned] += 1
@@ -458,6 +521,8 @@ class Accumulator:
                 },
             )
             self._keys.extend(keys)
+            scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
+        self._notify(scores)
 
     def _names_in(self, lives: list[_Live]) -> list[str]:
         """Predictors to score: the configured ones, or every name the steps mention."""

@@ -1,0 +1,239 @@
+"""TPSSpanProcessor: trajectories from the spans of real instrumentors, on the real LangChain runtimes.
+
+The strongest check: the LangChain handler and the span processor watch the same runs
+(the handler as a callback, the processor behind OpenInference's instrumentor) and must
+write identical records (stop reason, horizon, every forecast of every step); the records
+must also equal the simulated world's ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Status, StatusCode
+from otel_support import agent_for, instrumented, run_tasks
+from world_check import check_against_world, new_accumulator, sink_records
+
+from tps_tracer import Accumulator
+from tps_tracer.langchain import TPSCallbackHandler
+from tps_tracer.otel import TPSSpanProcessor
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.sim.world import AgentWorld, WorldConfig
+
+FAULTY = WorldConfig(malformed_rate=0.08, tool_failure_rate=0.04)
+
+
+@pytest.fixture(scope="module")
+def world() -> AgentWorld:
+    return AgentWorld(40, seed=3, config=FAULTY)
+
+
+def _same(a, b) -> bool:
+    return (a.stop_reason, a.horizon, a.outcome, [s.forecasts for s in a.steps]) == (
+        b.stop_reason,
+        b.horizon,
+        b.outcome,
+        [s.forecasts for s in b.steps],
+    )
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expect"),
+    [
+        ("prebuilt", lambda t: t.expected(6, repairs=False)),  # recursion limit 12: "Sorry, need more steps"
+        ("model-limit", lambda t: t.expected(5, repairs=False)),  # exit_behavior="end": a budget text
+        ("tool-limit", lambda t: t.expected(5, repairs=False)),  # exit_behavior="error": an exception
+        ("executor", lambda t: t.expected(6, repairs=True)),  # "_Exception" retries and the iteration-limit text
+    ],
+)
+def test_processor_equals_handler_and_ground_truth(world, tmp_path, runtime, expect):
+    provider = TracerProvider()
+    acc_span, span_sink = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc_span)
+    provider.add_span_processor(processor)
+    acc_cb, cb_sink = new_accumulator(tmp_path, "handler.jsonl")
+    handler = TPSCallbackHandler(acc_cb)
+    agent, inputs, config, style = agent_for(runtime, world)
+    if runtime == "prebuilt":
+        config = {"recursion_limit": 12}
+    with instrumented(provider):
+        run_tasks(agent, inputs, world, [handler], metadata={"tps_horizon": 6}, **config)
+    processor.force_flush()
+    handler.flush()
+    acc_span.close()
+    acc_cb.close()
+    from_spans, from_callbacks = sink_records(span_sink), sink_records(cb_sink)
+    assert set(from_spans) == set(from_callbacks) == set(world.tasks)
+    different = [tid for tid in from_spans if not _same(from_spans[tid], from_callbacks[tid])]
+    assert not different, (processor.counts, [(from_spans[t], from_callbacks[t]) for t in different[:2]])
+    counts = check_against_world(from_spans, world, expect, style=style, budget=6 if runtime != "executor" else None)
+    assert counts.get("max_steps", 0) >= 5 and counts.get("clean", 0) >= 3, counts
+    assert not processor.errors
+    for rec in from_spans.values():
+        assert rec.metadata["source"] == "otel"
+        assert len(rec.metadata["otel_trace_id"]) == 32 and len(rec.metadata["otel_span_id"]) == 16
+
+
+def test_text_react_graph_parser_failures_and_recursion_error(world, tmp_path):
+    """Parser spans that raise are repairs; GraphRecursionError on the root span is max_steps."""
+    provider = TracerProvider()
+    acc, sink = new_accumulator(tmp_path)
+    processor = TPSSpanProcessor(acc)
+    provider.add_span_processor(processor)
+    agent, inputs, config, _ = agent_for("text-graph", world)
+    from world_check import recursion_error_expected
+
+    with instrumented(provider):
+        run_tasks(agent, inputs, world, [], metadata={"tps_horizon": 6}, **config)
+    processor.force_flush()
+    acc.close()
+    records = sink_records(sink)
+    counts = check_against_world(records, world, lambda t: recursion_error_expected(t, 6, repairs=True), budget=6)
+    assert counts["max_steps"] >= 5
+    assert any(r.metadata.get("parse_repairs") for r in records.values())
+
+
+def test_openllmetry_instrumentor_as_the_span_source(world, tmp_path):
+    """Traceloop's GenAI-semconv spans (`gen_ai.output.messages`, no logprobs): verbal confidence and stops."""
+    provider = TracerProvider()
+    acc, sink = new_accumulator(tmp_path)
+    processor = TPSSpanProcessor(acc)
+    provider.add_span_processor(processor)
+    acc_cb, cb_sink = new_accumulator(tmp_path, "handler.jsonl")
+    handler = TPSCallbackHandler(acc_cb)
+    agent, inputs, _, _ = agent_for("prebuilt", world)
+    with instrumented(provider, source="openllmetry"):
+        run_tasks(agent, inputs, world, [handler], metadata={"tps_horizon": 6}, recursion_limit=12)
+    processor.force_flush()
+    handler.flush()
+    acc.close()
+    acc_cb.close()
+    spans, callbacks = sink_records(sink), sink_records(cb_sink)
+    assert set(spans) == set(callbacks) == set(world.tasks)
+    n_steps = 0
+    for tid, rec in spans.items():
+        other = callbacks[tid]
+        assert (rec.stop_reason, rec.horizon, len(rec.steps)) == (other.stop_reason, other.horizon, len(other.steps))
+        for a, b in zip(rec.steps, other.steps, strict=True):
+            assert a.forecasts["verbal"] == b.forecasts["verbal"]  # read from the GenAI output messages
+            assert a.forecasts["token_prob"] is None  # OpenLLMetry does not record logprobs
+            n_steps += 1
+    assert n_steps > 50
+
+
+# ---------------------------------------------------------------- hand-made spans on the real SDK
+
+
+def _provider(**kw) -> tuple[TracerProvider, TPSSpanProcessor, Accumulator]:
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False, **kw)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    return provider, processor, acc
+
+
+def test_out_of_order_spans_and_own_attributes():
+    """A root that ends before its LLM spans, LLM spans that end in reverse order, tps.* attributes."""
+    provider, processor, acc = _provider()
+    tracer = provider.get_tracer("app")
+    sink: list = []
+    acc.add_listener(sink.append)
+    root = tracer.start_span(
+        "agent", attributes={"tps.trajectory_id": "run-1", "tps.stop_reason": "max_steps", "tps.horizon": 9}
+    )
+    from opentelemetry import trace
+
+    ctx = trace.set_span_in_context(root)
+    first = tracer.start_span("llm", context=ctx, attributes={"tps.forecasts": json.dumps({"verbal": 0.2})})
+    time.sleep(0.001)
+    second = tracer.start_span("llm", context=ctx, attributes={"tps.forecasts": json.dumps({"verbal": 0.7})})
+    root.end()  # before its children
+    assert processor.n_open == 1 and not sink
+    second.end()
+    first.end()  # the last open span of the trace: now the trajectory is finished
+    assert processor.n_open == 0
+    (score,) = sink
+    assert score.trajectory_id == "run-1" and score.stop_reason is StopReason.MAX_STEPS
+    assert (score.n_steps, score.horizon) == (2, 9)
+    # Steps in start order: verbal 0.2 then 0.7. Log rule, linear-front over T=9: w_t = 2(T-t+1)/(T(T+1)).
+    w = [2 * (9 - t + 1) / (9 * 10) for t in (1, 2)]
+    s0 = w[0] * math.log(0.8) + w[1] * math.log(0.3)
+    assert score.primary("verbal", "log", "linear-front").value == pytest.approx(s0, abs=1e-12)
+
+
+def test_evaluation_spans_are_skipped_and_memory_is_bounded():
+    clock = [0.0]
+    provider, processor, acc = _provider(max_open_traces=3, idle_timeout=10.0, clock=lambda: clock[0])
+    tracer = provider.get_tracer("app")
+    own = provider.get_tracer("tps_tracer")
+    own.start_span("tps.evaluation").end()
+    assert processor.n_open == 0 and not processor.counts
+    from opentelemetry import trace
+
+    roots = [tracer.start_span(f"agent-{i}", attributes={"tps.trajectory_id": f"r{i}"}) for i in range(5)]
+    for r in roots:
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(r), attributes={"tps.forecasts": '{"verbal": 0.5}'}
+        ).end()
+    assert processor.n_open == 3  # the two oldest were finished early
+    assert processor.counts["abandoned_evicted"] == 2
+    # Idle traces: the first sweep starts their clock, the one after idle_timeout finishes them.
+    processor.sweep(now=100.0)
+    assert processor.sweep(now=111.0) == 3
+    assert processor.n_open == 0
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 5
+    assert snap["audit"]["stop_reasons"]["other"] == 5
+    for r in roots:  # their late ends are counted, not turned into trajectories
+        r.end()
+    assert processor.counts["late_spans"] == 5
+
+
+def test_malformed_attributes_are_counted_never_raised():
+    provider, processor, acc = _provider()
+    tracer = provider.get_tracer("app")
+    from opentelemetry import trace
+
+    root = tracer.start_span("agent", attributes={"tps.trajectory_id": "bad", "tps.horizon": "many"})
+    ctx = trace.set_span_in_context(root)
+    tracer.start_span(
+        "llm",
+        context=ctx,
+        attributes={
+            "openinference.span.kind": "LLM",
+            "output.value": "{not json",
+            "llm.output_messages.0.message.content": "no confidence",
+        },
+    ).end()
+    tracer.start_span("llm", context=ctx, attributes={"tps.forecasts": '{"verbal": "high"}'}).end()
+    root.set_status(Status(StatusCode.ERROR))
+    root.end()
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 1
+    assert snap["online"]["rejected"] == {"invalid_forecast": 1}
+    assert not processor.errors and not processor.feeder.errors
+    assert snap["audit"]["stop_reasons"]["other"] == 1  # an error without a known exception type
+
+
+def test_root_matcher_finds_the_agent_inside_a_request_span():
+    provider, processor, acc = _provider(root_matcher=lambda span: span.name == "agent")
+    tracer = provider.get_tracer("app")
+    from opentelemetry import trace
+
+    request = tracer.start_span("POST /ask")
+    for i in range(2):  # two agent runs inside one request: two trajectories
+        agent = tracer.start_span("agent", context=trace.set_span_in_context(request))
+        tracer.start_span(
+            "llm",
+            context=trace.set_span_in_context(agent),
+            attributes={"tps.forecasts": json.dumps({"verbal": 0.1 + i / 2})},
+        ).end()
+        agent.end()
+    request.end()
+    trace_hex = f"{request.get_span_context().trace_id:032x}"
+    assert set(acc._rows.row_of) == {trace_hex, trace_hex + "-1"}
+    assert processor.n_open == 0

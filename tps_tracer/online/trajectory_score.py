@@ -1,0 +1,101 @@
+"""One finished trajectory's scores, as handed to exporters when they become known.
+
+The accumulator stores each finished trajectory as branch pairs (s1, s0) per predictor x
+rule x schedule (DESIGN.md, "the branch pair"). A `TrajectoryScore` is a copy of that row
+with what picks eta: the stop reason's role under the accumulator's policy, the outcome,
+q_Z. `values()` mixes them with the same formula and eta as the report's score matrix
+(`evaluation/tps.py`), so an exported per-trajectory score is exactly the number the
+snapshot averages:
+
+    complete (clean, outcome Y)   complete-only = simple = exact = Y s1 + (1 - Y) s0
+    censored (max_steps)          simple = s0;  exact = q_Z s1 + (1 - q_Z) s0 when q_Z is known
+    excluded (informative stop)   no score (counted in the termination audit)
+
+Listeners receive one when a trajectory is scored and its role allows a score (a clean
+stop waits for its outcome), and again when a late resolution changes what is known (an
+outcome arrives, or a censored run gets q_Z).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE
+from tps_tracer.records.stop_reasons import Role, StopReason
+from tps_tracer.scoring.branch_pairs import mix
+
+
+@dataclass(frozen=True)
+class ScoreValue:
+    predictor: str
+    rule: str
+    weights: str
+    censoring: str  # complete-only | simple | exact
+    value: float
+    s1: float  # the branch pair it was mixed from
+    s0: float
+    eta: float
+
+
+@dataclass(frozen=True)
+class TrajectoryScore:
+    trajectory_id: str
+    stop_reason: StopReason
+    role: Role
+    outcome: int | None
+    q_z: float | None
+    n_steps: int
+    horizon: int
+    # (predictor, rule, schedule) -> (s1, s0), only for predictors usable on this trajectory
+    pairs: Mapping[tuple[str, str, str], tuple[float, float]]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def scored(self) -> bool:
+        """Whether any score exists: complete with an outcome, or censored, with a usable predictor."""
+        return bool(self.pairs) and bool(self._etas())
+
+    def _etas(self) -> list[tuple[str, float]]:
+        if self.role is Role.COMPLETE:
+            if self.outcome is None:
+                return []
+            y = float(self.outcome)
+            return [(COMPLETE_ONLY, y), (SIMPLE, y), (EXACT, y)]
+        if self.role is Role.CENSORED:
+            return [(SIMPLE, 0.0)] + ([] if self.q_z is None else [(EXACT, self.q_z)])
+        return []
+
+    def values(self) -> Iterator[ScoreValue]:
+        """Every available score: predictor x rule x schedule x censoring mode."""
+        etas = self._etas()
+        for (predictor, rule, weights), (s1, s0) in self.pairs.items():
+            for mode, eta in etas:
+                yield ScoreValue(predictor, rule, weights, mode, float(mix(s1, s0, eta)), s1, s0, eta)
+
+    def primary(
+        self,
+        predictor: str | None = None,
+        rule: str | None = None,
+        weights: str | None = None,
+        censoring: str = SIMPLE,
+    ) -> ScoreValue | None:
+        """The headline score: the given predictor / rule / schedule, else the first of each (the
+        accumulator's configured order), under `censoring` (for complete runs every mode is equal)."""
+        for v in self.values():
+            if (
+                (predictor is None or v.predictor == predictor)
+                and (rule is None or v.rule == rule)
+                and (weights is None or v.weights == weights)
+                and v.censoring == censoring
+            ):
+                return v
+        return None
+
+    @property
+    def label(self) -> str:
+        """A short verdict for backends: success / failure / censored / excluded / pending."""
+        if self.role is Role.COMPLETE:
+            return "pending" if self.outcome is None else ("success" if self.outcome else "failure")
+        return self.role.value

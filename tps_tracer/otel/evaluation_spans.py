@@ -1,0 +1,114 @@
+"""Scores next to the trace: a `tps.evaluation` span under each trajectory's agent root span.
+
+Spans cannot be changed after they end, and a run's score is known only at its end or
+later (a grader, user feedback), so the score travels as a new span in the same trace,
+child of the agent root, in the shape of the OpenTelemetry GenAI evaluation conventions:
+
+    span  tps.evaluation          (parent: the agent root; scope "tps_tracer")
+      gen_ai.evaluation.name          "tps"
+      gen_ai.evaluation.score.value   the headline TPS (primary predictor / rule / schedule / censoring)
+      gen_ai.evaluation.score.label   success | failure | censored | excluded
+      gen_ai.evaluation.explanation   what the number is, in words
+      tps.*                           trajectory id, predictor, rule, weights, censoring, stop reason,
+                                      role, horizon, steps, outcome, q_z, branch pair s1 / s0
+      event gen_ai.evaluation.result  one per predictor x rule x schedule x censoring mode
+
+An excluded run (informative stop) gets the span with its stop reason and no score, so the
+trace says why it was not scored. Register with `accumulator.add_listener(...)`; the span
+processor skips these spans (scope name), so they never become trajectories themselves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
+
+from tps_tracer.evaluation.tps import SIMPLE
+from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
+from tps_tracer.otel.span_processor import SCOPE_NAME
+from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+
+EVALUATION_SPAN = "tps.evaluation"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+EVALUATION_NAME = "tps"
+
+
+def value_attributes(v: ScoreValue) -> dict[str, Any]:
+    return {
+        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "gen_ai.evaluation.score.value": v.value,
+        "tps.predictor": v.predictor,
+        "tps.rule": v.rule,
+        "tps.weights": v.weights,
+        "tps.censoring": v.censoring,
+        "tps.s1": v.s1,
+        "tps.s0": v.s0,
+        "tps.eta": v.eta,
+    }
+
+
+def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "tps.trajectory_id": score.trajectory_id,
+        "tps.stop_reason": score.stop_reason.value,
+        "tps.role": score.role.value,
+        "tps.horizon": score.horizon,
+        "tps.n_steps": score.n_steps,
+    }
+    if score.outcome is not None:
+        attrs["tps.outcome"] = score.outcome
+    if score.q_z is not None:
+        attrs["tps.q_z"] = score.q_z
+    return attrs
+
+
+def explanation(score: TrajectoryScore, v: ScoreValue | None) -> str:
+    if v is None:
+        return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
+    return (
+        f"TPS, {v.rule} rule, {v.weights} weights, {v.censoring} censoring, predictor {v.predictor}, "
+        f"over {score.n_steps} of T={score.horizon} steps; stop reason {score.stop_reason.value}"
+    )
+
+
+class EvaluationSpanExporter:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        links: TraceLinks,
+        *,
+        predictor: str | None = None,
+        rule: str | None = None,
+        weights: str | None = None,
+        censoring: str = SIMPLE,
+    ):
+        """The headline score is predictor / rule / weights (default: the accumulator's first of each)
+        under `censoring`; every other combination is an event on the span."""
+        from tps_tracer import __version__
+
+        self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        self.links = links
+        self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
+
+    def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
+        parent = SpanContext(link.trace_id, link.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        context = trace.set_span_in_context(NonRecordingSpan(parent))
+        head = score.primary(self.predictor, self.rule, self.weights, self.censoring)
+        attrs = trajectory_attributes(score)
+        attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
+        attrs["gen_ai.evaluation.score.label"] = score.label
+        attrs["gen_ai.evaluation.explanation"] = explanation(score, head)
+        if head is not None:
+            attrs.update(value_attributes(head))
+        span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
+        for v in score.values():
+            span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
+        span.end()
+        self.counts["spans"] += 1

@@ -1,0 +1,384 @@
+"""`TPSSpanProcessor`: TPS capture for any agent that emits OpenTelemetry spans.
+
+    provider = TracerProvider()
+    acc = Accumulator(sink="runs.jsonl")
+    processor = TPSSpanProcessor(acc)
+    provider.add_span_processor(processor)                 # next to your exporter's processor
+    LangChainInstrumentor().instrument(tracer_provider=provider)   # or any OpenInference /
+                                                                   # GenAI-semconv instrumentor
+    ...run the agent...
+    processor.record_outcome(trajectory_id, success=True)  # whenever the grade is known
+    processor.force_flush(); acc.snapshot()
+
+A trajectory is one agent run: by default the spans under a local root span (a span with
+no parent in this process); `root_matcher` picks the agent span instead when the agent runs
+inside a span of yours (a web request). Its id is the run's `tps_trajectory_id` metadata
+(OpenInference `metadata`, Traceloop association properties) or `tps.trajectory_id`
+attribute, else the trace id in hex. Its steps are its LLM spans in start order (see
+`span_reading.py` for the dialects read); its stop reason comes from the root span's end:
+the `tps.stop_reason` attribute, the recorded exception (GraphRecursionError and the call
+limit errors -> max_steps, OutputParserException -> parse_error, ToolException ->
+tool_error), or the canned budget texts of runtimes that return normally. Malformed model
+output (only invalid tool calls, or a parser span that raised) is a repair, and one more
+than `repair_budget` in a row stops the run as parse_error, as in the LangChain handler.
+
+Order: on_start counts the open spans of each trace, so when the root ends before some of
+its children (async work, spans ended out of order) the trajectory is finished when the
+last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
+most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace idle for
+`idle_timeout` seconds, is finished early (abandoned: stop reason "other", counted).
+
+Cost on the agent's path: on_start and on_end do a few attribute lookups and dict
+operations under one lock (~1-2 us, `tests/benchmarks/bench_span_processor.py`). Reading
+attributes, decoding JSON and extracting signals happen on the Feeder's worker thread.
+Nothing raises into the instrumented application: errors are counted in `errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+
+from tps_tracer.capture.feeder import Calibration, Feeder
+from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
+from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.otel import span_reading as sr
+from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from tps_tracer.records.stop_reasons import StopReason
+
+logger = logging.getLogger("tps_tracer")
+
+SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
+DEFAULT_REPAIR_BUDGET = 2
+DEFAULT_MAX_OPEN_TRACES = 10_000
+DEFAULT_MAX_SPANS_PER_TRACE = 10_000
+DEFAULT_IDLE_TIMEOUT = 600.0
+_SWEEP_EVERY_SPANS = 1024
+PARSE_RETRY_TOOL = "_Exception"
+
+
+@dataclass
+class _Trace:
+    open: int = 0
+    llm: list[ReadableSpan] = field(default_factory=list)
+    failures: list[ReadableSpan] = field(default_factory=list)  # non-LLM spans that ended in error
+    root: ReadableSpan | None = None
+    dropped: int = 0  # spans over max_spans_per_trace
+    generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
+    last_seen: float = 0.0
+
+
+class TPSSpanProcessor(SpanProcessor):
+    def __init__(
+        self,
+        accumulator: Accumulator | None = None,
+        *,
+        capture: bool = True,
+        links: TraceLinks | None = None,
+        root_matcher: Callable[[ReadableSpan], bool] | None = None,
+        horizon: int | None = None,
+        repair_budget: int = DEFAULT_REPAIR_BUDGET,
+        extractor: SignalExtractor | None = None,
+        calibration: Calibration | None = None,
+        max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,
+        max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        background: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """capture=False only records where each trajectory's root span is (`links`), for exporters
+        when the LangChain handler does the capture. horizon: the step budget of every run (a run's
+        `tps_horizon` metadata or `tps.horizon` attribute overrides it)."""
+        if capture and accumulator is None:
+            raise ValueError("capture needs an accumulator")
+        self.accumulator = accumulator
+        self.capture = capture
+        self.links = links if links is not None else TraceLinks()
+        self.root_matcher = root_matcher
+        self.horizon = horizon
+        self.repair_budget = repair_budget
+        self.max_open_traces = max_open_traces
+        self.max_spans_per_trace = max_spans_per_trace
+        self.idle_timeout = idle_timeout
+        self.feeder = Feeder(accumulator or Accumulator(bootstrap=0), extractor, calibration, background=background)
+        self.errors: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
+        self._ended = 0
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ public API
+
+    def record_outcome(self, trajectory_id: str, success: bool | int | None = None, q_z: float | None = None) -> None:
+        """The task's outcome (or a censored run's q_Z), at any time after the run."""
+        self.feeder.resolve(trajectory_id, None if success is None else int(bool(success)), q_z)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait until every finished trajectory has reached the accumulator."""
+        return self.feeder.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        """Finish the traces still open (as abandoned) and stop the worker."""
+        with self._lock:
+            leftover = list(self._traces.items())
+            self._traces.clear()
+        for trace_id, st in leftover:
+            self._finish_early(trace_id, st, "shutdown")
+        self.feeder.close()
+
+    @property
+    def n_open(self) -> int:
+        return len(self._traces)
+
+    # ------------------------------------------------------------------ the agent's path
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            scope = span.instrumentation_scope
+            if scope is not None and scope.name == SCOPE_NAME:
+                return
+            trace_id = span.context.trace_id
+            with self._lock:
+                st = self._traces.get(trace_id)
+                if st is None:
+                    st = self._traces[trace_id] = _Trace()
+                    overflow = len(self._traces) > self.max_open_traces
+                else:
+                    overflow = False
+                st.open += 1
+            if overflow:
+                self._evict_oldest()
+        except Exception as exc:
+            self._fail("on_start", exc)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            scope = span.instrumentation_scope
+            if scope is not None and scope.name == SCOPE_NAME:
+                return
+            attrs = span.attributes or {}
+            llm = sr.is_llm_span(attrs)
+            parent = span.parent
+            if self.root_matcher is None:
+                is_root = parent is None or parent.is_remote
+            else:
+                is_root = bool(self.root_matcher(span))
+            # langchain-classic AgentExecutor retries malformed output through an "_Exception" tool run.
+            failed = span.status.status_code is StatusCode.ERROR or span.name == PARSE_RETRY_TOOL
+            finish: _Trace | None = None
+            trace_id = span.context.trace_id
+            with self._lock:
+                st = self._traces.get(trace_id)
+                if st is None:
+                    self.counts["late_llm_spans" if llm else "late_spans"] += 1
+                    return
+                st.open -= 1
+                if llm or (failed and not is_root):
+                    if len(st.llm) + len(st.failures) < self.max_spans_per_trace:
+                        (st.llm if llm else st.failures).append(span)
+                    else:
+                        st.dropped += 1
+                if is_root:
+                    st.root = span
+                if st.root is not None and (st.open <= 0 or self.root_matcher is not None):
+                    finish = self._detach(trace_id, st)
+                elif st.open <= 0 and st.root is None and not st.llm:
+                    del self._traces[trace_id]  # nothing of an agent run in it
+                self._ended += 1
+                sweep = self._ended % _SWEEP_EVERY_SPANS == 0
+            if finish is not None:
+                self.feeder.call(lambda: self._finish(trace_id, finish), "finish")
+            if sweep:
+                self.sweep()
+        except Exception as exc:
+            self._fail("on_end", exc)
+
+    def _detach(self, trace_id: int, st: _Trace) -> _Trace:
+        """Under the lock: take a finished run out of its trace (kept open in root_matcher mode)."""
+        if self.root_matcher is None or st.open <= 0:
+            del self._traces[trace_id]
+            return st
+        done = _Trace(open=0, llm=st.llm, failures=st.failures, root=st.root, dropped=st.dropped)
+        done.generation = st.generation
+        st.llm, st.failures, st.root, st.dropped = [], [], None, 0
+        st.generation += 1
+        return done
+
+    # ------------------------------------------------------------------ bounded memory
+
+    def sweep(self, now: float | None = None) -> int:
+        """Finish traces idle for idle_timeout (their root never ended, or children never did)."""
+        if self.idle_timeout is None:
+            return 0
+        now = self._clock() if now is None else now
+        idle: list[tuple[int, _Trace]] = []
+        with self._lock:
+            for trace_id, st in list(self._traces.items()):
+                if not st.last_seen:
+                    st.last_seen = now  # first sweep that sees it: its idle clock starts
+                elif now - st.last_seen >= self.idle_timeout:
+                    idle.append((trace_id, self._traces.pop(trace_id)))
+        for trace_id, st in idle:
+            self._finish_early(trace_id, st, "idle")
+        return len(idle)
+
+    def _evict_oldest(self) -> None:
+        with self._lock:
+            if not self._traces:
+                return
+            trace_id, st = self._traces.popitem(last=False)
+        self._finish_early(trace_id, st, "evicted")
+
+    def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
+        """A trace taken out before its run was seen to end: finished if it holds a run, else dropped."""
+        if st.root is None and not st.llm:
+            return
+        self.counts[f"abandoned_{why}"] += 1
+        self.feeder.call(lambda: self._finish(trace_id, st, abandoned=why), "finish")
+
+    # ------------------------------------------------------------------ the worker: spans -> a trajectory
+
+    def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
+        root = st.root
+        root_attrs = (root.attributes or {}) if root is not None else {}
+        metadata = sr.run_metadata(root_attrs)
+        steps = sorted(st.llm, key=lambda s: s.start_time or 0)
+        tid = sr.trajectory_id_of(root_attrs)
+        if tid is None:
+            for span in steps:
+                tid = sr.trajectory_id_of(span.attributes or {})
+                if tid is not None:
+                    metadata = {**sr.run_metadata(span.attributes or {}), **metadata}
+                    break
+        if tid is None:
+            tid = f"{trace_id:032x}" + (f"-{st.generation}" if st.generation else "")
+        if root is not None:
+            self.links.add(tid, SpanLink(trace_id, root.context.span_id))
+        if not self.capture:
+            return
+        if not steps and (root is None or root.status.status_code is not StatusCode.ERROR):
+            # A trace with no model call and no failure (a web request, a retrieval chain) is
+            # not an agent trajectory: counted, not scored.
+            self.counts["traces_without_llm_spans"] += 1
+            return
+        self._feed(tid, trace_id, st, steps, metadata, abandoned)
+
+    def _feed(
+        self,
+        tid: str,
+        trace_id: int,
+        st: _Trace,
+        steps: list[ReadableSpan],
+        metadata: dict[str, Any],
+        abandoned: str | None,
+    ) -> None:
+        root = st.root
+        malformed_by_parser = self._parser_failures(steps, st.failures)
+        n_calls = repairs = ignored = consecutive = 0
+        declared: tuple[StopReason, str] | None = None
+        for i, span in enumerate(steps):
+            n_calls += 1
+            if span.status.status_code is StatusCode.ERROR:
+                self.counts["model_call_errors"] += 1
+                continue
+            if declared is not None:
+                ignored += 1
+                continue
+            step = sr.read_llm_step(span.attributes or {})
+            if step.malformed or i in malformed_by_parser:
+                consecutive += 1
+                if consecutive > self.repair_budget:
+                    declared = (StopReason.PARSE_ERROR, "repairs exhausted")
+                else:
+                    repairs += 1
+                continue
+            consecutive = 0
+            self.feeder.step(tid, step.raw)
+
+        tool_failed = self._tool_failed_last(steps, st.failures)
+        if abandoned is not None:
+            reason, detail = StopReason.OTHER, f"abandoned: {abandoned}"
+        elif declared is not None:
+            reason, detail = declared
+        else:
+            assert root is not None
+            failed = root.status.status_code is StatusCode.ERROR
+            reason, detail = sr.classify_root(root.attributes or {}, root.events, failed, tool_failed)
+            if reason is StopReason.CLEAN and consecutive:
+                reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
+        horizon = None
+        if reason is StopReason.MAX_STEPS:
+            budget = sr.root_horizon(root.attributes or {}, metadata) if root is not None else None
+            horizon = max(budget or self.horizon or 0, n_calls)
+
+        record: dict[str, Any] = {"source": "otel", "llm_calls": n_calls, "otel_trace_id": f"{trace_id:032x}"}
+        if root is not None:
+            record["otel_span_id"] = f"{root.context.span_id:016x}"
+        if metadata.get(sr.META_TASK_ID) is not None:
+            record["task_id"] = str(metadata[sr.META_TASK_ID])
+        if detail:
+            record["stop_detail"] = detail
+        tool_errors = sum(1 for f in st.failures if f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {}))
+        for key, n in (
+            ("parse_repairs", repairs),
+            ("tool_errors", tool_errors),
+            ("ignored_calls", ignored),
+            ("dropped_spans", st.dropped),
+        ):
+            if n:
+                record[key] = n
+        self.feeder.stop(tid, reason.value, horizon, record)
+        if reason is StopReason.CLEAN and root is not None:
+            outcome = sr.root_outcome(root.attributes or {}, metadata)
+            if outcome is not None:
+                self.feeder.resolve(tid, outcome)
+
+    @staticmethod
+    def _parser_failures(steps: list[ReadableSpan], failures: list[ReadableSpan]) -> set[int]:
+        """Indices of model calls whose output a parser then rejected (OutputParserException, "_Exception")."""
+        marked: set[int] = set()
+        for f in failures:
+            names = {short_name(n) for n in sr.exception_names(f.events, f.attributes or {})}
+            if not names & PARSE_EXCEPTIONS and f.name != PARSE_RETRY_TOOL:
+                continue
+            # The call it rejected is the last one to end before it did (the parser span, the
+            # chain enclosing call + parser, and the "_Exception" retry all point to the same one).
+            before = [i for i, s in enumerate(steps) if (s.end_time or 0) <= (f.end_time or 0)]
+            if before:
+                marked.add(before[-1])
+        return marked
+
+    @staticmethod
+    def _tool_failed_last(steps: list[ReadableSpan], failures: list[ReadableSpan]) -> bool:
+        """A tool span failed after the last model call (the run then ended on that failure)."""
+        last_call = max((s.end_time or 0 for s in steps), default=0)
+        return any(
+            f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {}) and (f.end_time or 0) > last_call
+            for f in failures
+        )
+
+    # ------------------------------------------------------------------ errors
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        self.errors[where] += 1
+        if where not in self._warned:
+            self._warned.add(where)
+            logger.warning(
+                "tps-tracer span processor error in %s (%s: %s); the application is unaffected, "
+                "further errors only counted",
+                where,
+                type(exc).__name__,
+                exc,
+            )

@@ -1,0 +1,337 @@
+"""What an ended span says about an agent run: pure functions over span attributes and events.
+
+Three attribute dialects are read:
+
+- OpenInference (Arize: openinference-instrumentation-langchain / -openai ...): LLM spans
+  have `openinference.span.kind = "LLM"`, the text in `llm.output_messages.0.message.content`,
+  the first tool call's arguments in `...tool_calls.0.tool_call.function.arguments`, and the
+  raw result as JSON in `output.value` (a LangChain LLMResult with logprobs in
+  `generation_info` / `response_metadata`, or an OpenAI response with `choices[0].logprobs`).
+  Run metadata (e.g. `tps_trajectory_id`) is a JSON object in `metadata`.
+- OpenTelemetry GenAI semantic conventions (OpenLLMetry / Traceloop and others): LLM spans
+  have `gen_ai.operation.name` in {chat, text_completion, generate_content}, the output in
+  `gen_ai.output.messages` (JSON: role + parts) or, older, `gen_ai.completion.0.content`.
+  Run metadata is in `traceloop.association.properties.<key>`.
+- Our own: any span may carry `tps.forecasts` (a JSON object {predictor: p}) to report
+  precomputed forecasts for a step, and a root may carry `tps.trajectory_id`,
+  `tps.stop_reason`, `tps.horizon`, `tps.outcome` to override what is inferred.
+
+Only `is_llm_span` runs on the agent's path (in `on_end`); the rest runs on the capture
+worker, where decoding a few kilobytes of JSON costs nothing the agent waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tps_tracer.capture.feeder import RawStep
+from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
+from tps_tracer.records.stop_reasons import StopReason
+
+OI_KIND = "openinference.span.kind"
+OI_OUTPUT_TEXT = "llm.output_messages.0.message.content"
+OI_TOOL_ARGS = "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments"
+OI_OUTPUT_VALUE = "output.value"
+OI_METADATA = "metadata"
+GENAI_OPERATION = "gen_ai.operation.name"
+GENAI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GENAI_COMPLETION_TEXT = "gen_ai.completion.0.content"
+GENAI_COMPLETION_TOOL_ARGS = "gen_ai.completion.0.tool_calls.0.arguments"
+TRACELOOP_PROPERTIES = "traceloop.association.properties."
+TRACELOOP_OUTPUT = "traceloop.entity.output"
+ERROR_TYPE = "error.type"
+
+TPS_FORECASTS = "tps.forecasts"
+TPS_TRAJECTORY_ID = "tps.trajectory_id"
+TPS_STOP_REASON = "tps.stop_reason"
+TPS_HORIZON = "tps.horizon"
+TPS_OUTCOME = "tps.outcome"
+
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+
+# Run metadata keys, as in the LangChain handler (`config={"metadata": {...}}`).
+META_TRAJECTORY_ID = "tps_trajectory_id"
+META_TASK_ID = "tps_task_id"
+META_HORIZON = "tps_horizon"
+META_OUTCOME = "tps_outcome"
+
+
+def is_llm_span(attributes: Mapping[str, Any]) -> bool:
+    """The fast test run in on_end for every span: is this one model call (or a tps-annotated step)?"""
+    get = attributes.get
+    return get(OI_KIND) == "LLM" or get(GENAI_OPERATION) in LLM_OPERATIONS or get(TPS_FORECASTS) is not None
+
+
+def is_tool_span(attributes: Mapping[str, Any]) -> bool:
+    get = attributes.get
+    return get(OI_KIND) == "TOOL" or get(GENAI_OPERATION) == "execute_tool" or get("traceloop.span.kind") == "tool"
+
+
+def _json(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- serialised LangChain messages
+
+
+def _message_fields(obj: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """(type, fields) of a message in any serialised form: OpenInference {"type", "data"},
+    LangChain's {"lc": 1, "id": [..., "AIMessage"], "kwargs"}, or a plain {"role"/"type", ...}."""
+    if not isinstance(obj, Mapping):
+        return None
+    if isinstance(obj.get("data"), Mapping):
+        return str(obj.get("type", "")), obj["data"]
+    if isinstance(obj.get("kwargs"), Mapping):
+        ident = obj.get("id")
+        name = str(ident[-1]) if isinstance(ident, Sequence) and ident else ""
+        kind = {"AIMessage": "ai", "AIMessageChunk": "ai", "ToolMessage": "tool", "HumanMessage": "human"}.get(name)
+        return kind or str(obj["kwargs"].get("type", "")), obj["kwargs"]
+    kind = obj.get("type") or obj.get("role")
+    return (str(kind), obj) if kind is not None else None
+
+
+def _content_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # content blocks
+        parts = [b.get("text") if isinstance(b, Mapping) else b for b in content]
+        texts = [p for p in parts if isinstance(p, str)]
+        return "".join(texts) if texts else None
+    return None
+
+
+def _final_message(output: Any) -> Any:
+    """The last message of a LangGraph state / message list, or AgentExecutor's {"output": text}."""
+    if isinstance(output, Mapping):
+        for key in ("messages", "outputs"):
+            inner = output.get(key)
+            if isinstance(inner, Sequence) and not isinstance(inner, str) and inner:
+                return inner[-1]
+            if isinstance(inner, Mapping):
+                return _final_message(inner)
+        if "output" in output:
+            return output["output"]
+        return output if "kwargs" in output or "data" in output else None
+    if isinstance(output, Sequence) and not isinstance(output, str) and output:
+        return output[-1]
+    return output
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def run_metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's `tps_*` metadata from OpenInference's `metadata` JSON and Traceloop association properties."""
+    out: dict[str, Any] = {}
+    meta = _json(attributes.get(OI_METADATA))
+    if isinstance(meta, Mapping):
+        out.update({k: v for k, v in meta.items() if isinstance(k, str) and k.startswith("tps_")})
+    for key in (META_TRAJECTORY_ID, META_TASK_ID, META_HORIZON, META_OUTCOME):
+        value = attributes.get(TRACELOOP_PROPERTIES + key)
+        if value is not None:
+            out.setdefault(key, value)
+    return out
+
+
+def trajectory_id_of(attributes: Mapping[str, Any]) -> str | None:
+    explicit = attributes.get(TPS_TRAJECTORY_ID)
+    if explicit is not None:
+        return str(explicit)
+    found = run_metadata(attributes).get(META_TRAJECTORY_ID)
+    return None if found is None else str(found)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+# ---------------------------------------------------------------- LLM spans
+
+
+@dataclass(frozen=True)
+class LlmStep:
+    raw: RawStep
+    malformed: bool  # the output had only invalid tool calls: a repair, not a step
+
+
+def _generation(output: Any) -> Mapping[str, Any] | None:
+    gens = output.get("generations") if isinstance(output, Mapping) else None
+    if isinstance(gens, Sequence) and gens and isinstance(gens[0], Sequence) and gens[0]:
+        first = gens[0][0]
+        return first if isinstance(first, Mapping) else None
+    return None
+
+
+def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from a serialised LangChain LLMResult."""
+    gen = _generation(output)
+    if gen is None:
+        return None
+    info = gen.get("generation_info") or {}
+    logprobs = info.get("logprobs") if isinstance(info, Mapping) else None
+    fields = _message_fields(gen.get("message"))
+    tool_args, malformed = None, False
+    if fields is not None:
+        msg = fields[1]
+        if logprobs is None:
+            metadata = msg.get("response_metadata") or {}
+            logprobs = metadata.get("logprobs") if isinstance(metadata, Mapping) else None
+        calls = msg.get("tool_calls") or []
+        invalid = msg.get("invalid_tool_calls") or []
+        malformed = bool(invalid) and not calls
+        if calls and isinstance(calls[0], Mapping):
+            tool_args = calls[0].get("args")
+    text = gen.get("text")
+    return (text if isinstance(text, str) else None), logprobs, tool_args, malformed
+
+
+def _from_openai_response(output: Any) -> tuple[str | None, Any, Any] | None:
+    """(text, logprobs, tool args) from a raw OpenAI chat / completions response."""
+    choices = output.get("choices") if isinstance(output, Mapping) else None
+    if not (isinstance(choices, Sequence) and choices and isinstance(choices[0], Mapping)):
+        return None
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+    text = message.get("content") if message else choice.get("text")
+    tool_args = None
+    calls = message.get("tool_calls") if message else None
+    if isinstance(calls, Sequence) and calls and isinstance(calls[0], Mapping):
+        tool_args = (calls[0].get("function") or {}).get("arguments")
+    return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args
+
+
+def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
+    """(text, tool args) from `gen_ai.output.messages` (role + parts)."""
+    messages = _json(value)
+    if not isinstance(messages, Sequence) or not messages or not isinstance(messages[-1], Mapping):
+        return None
+    parts = messages[-1].get("parts") or []
+    texts = [p.get("content") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
+    calls = [p for p in parts if isinstance(p, Mapping) and p.get("type") == "tool_call"]
+    text = "".join(t for t in texts if isinstance(t, str)) if texts else None
+    return text, (calls[0].get("arguments") if calls else None)
+
+
+def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
+    """One model call's raw output, from whichever dialect the span speaks."""
+    own = _json(attributes.get(TPS_FORECASTS))
+    if isinstance(own, Mapping):
+        return LlmStep(RawStep(None, forecasts=dict(own)), False)
+    text = attributes.get(OI_OUTPUT_TEXT)
+    tool_args = attributes.get(OI_TOOL_ARGS)
+    logprobs = None
+    malformed = False
+    output = _json(attributes.get(OI_OUTPUT_VALUE))
+    if output is not None:
+        lc = _from_llm_result(output)
+        if lc is not None:
+            lc_text, logprobs, lc_args, malformed = lc
+            text = text if isinstance(text, str) else lc_text
+            tool_args = tool_args if tool_args is not None else lc_args
+        else:
+            oa = _from_openai_response(output)
+            if oa is not None:
+                oa_text, logprobs, oa_args = oa
+                text = text if isinstance(text, str) else oa_text
+                tool_args = tool_args if tool_args is not None else oa_args
+    if text is None and tool_args is None:
+        genai = _from_genai_messages(attributes.get(GENAI_OUTPUT_MESSAGES))
+        if genai is not None:
+            text, tool_args = genai
+        else:
+            text, tool_args = attributes.get(GENAI_COMPLETION_TEXT), attributes.get(GENAI_COMPLETION_TOOL_ARGS)
+    return LlmStep(RawStep(text if isinstance(text, str) else None, logprobs, tool_args), malformed)
+
+
+# ---------------------------------------------------------------- the root span: why the run stopped
+
+
+def exception_names(events: Sequence[Any], attributes: Mapping[str, Any]) -> list[str]:
+    """Exception class names recorded on a span (exception events, then `error.type`)."""
+    names = [
+        str(e.attributes.get("exception.type"))
+        for e in events
+        if e.name == "exception" and e.attributes and e.attributes.get("exception.type")
+    ]
+    err = attributes.get(ERROR_TYPE)
+    if err:
+        names.append(str(err))
+    return names
+
+
+def _root_output(attributes: Mapping[str, Any]) -> Any:
+    for key in (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, TRACELOOP_OUTPUT):
+        value = attributes.get(key)
+        if value is not None:
+            decoded = _json(value)
+            return decoded if decoded is not None else value
+    return None
+
+
+def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, str]:
+    """Stop reason signalled by a root span that ended normally, or None when it looks clean."""
+    output = _root_output(attributes)
+    last = _final_message(output)
+    if isinstance(last, str):
+        return (StopReason.MAX_STEPS, "budget message") if is_budget_text(last) else (None, "")
+    fields = _message_fields(last)
+    if fields is None:
+        return None, ""
+    kind, msg = fields
+    text = _content_text(msg.get("content"))
+    if text is None and isinstance(msg.get("parts"), Sequence):  # GenAI semconv message
+        text = _content_text([{"text": p.get("content")} for p in msg["parts"] if isinstance(p, Mapping)])
+    if text is not None and is_budget_text(text):
+        return StopReason.MAX_STEPS, "budget message"
+    if kind in ("ai", "assistant") and msg.get("invalid_tool_calls") and not msg.get("tool_calls"):
+        return StopReason.PARSE_ERROR, "invalid_tool_calls"
+    if kind == "tool" and msg.get("status") == "error":
+        return StopReason.TOOL_ERROR, "error ToolMessage"
+    return None, ""
+
+
+def classify_root(
+    attributes: Mapping[str, Any], events: Sequence[Any], failed: bool, tool_failed: bool
+) -> tuple[StopReason, str]:
+    """Stop reason of a trajectory from its root span: explicit attribute, exception, or final output."""
+    explicit = attributes.get(TPS_STOP_REASON)
+    if explicit is not None:
+        try:
+            return StopReason(str(explicit)), "tps.stop_reason"
+        except ValueError:
+            return StopReason.OTHER, f"unknown tps.stop_reason {explicit!r}"
+    names = exception_names(events, attributes)
+    if names or failed:
+        return classify_exception_names(names, tool_failed)
+    found, detail = classify_output(attributes)
+    return found or StopReason.CLEAN, detail
+
+
+def root_horizon(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> int | None:
+    value = attributes.get(TPS_HORIZON)
+    return _int(value if value is not None else metadata.get(META_HORIZON))
+
+
+def root_outcome(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> int | None:
+    value = attributes.get(TPS_OUTCOME)
+    value = value if value is not None else metadata.get(META_OUTCOME)
+    if isinstance(value, str):
+        value = {"true": 1, "false": 0, "1": 1, "0": 0}.get(value.strip().lower())
+    return int(value) if isinstance(value, (bool, int, float)) and value in (0, 1) else None

@@ -1,0 +1,87 @@
+"""Where each trajectory lives in the tracing backend: trajectory id -> its agent root span.
+
+The span processor records a link when an agent root span ends. Exporters use it to put a
+score next to the run it belongs to (a child span of the root, an annotation on it). When
+capture is done by the LangChain handler instead, the score may be ready before the root
+span has ended, so an exporter can wait for the link: `when_known` calls back as soon as
+it is added. Both maps are bounded (oldest first out); callbacks that never got a link are
+counted as `expired` when pushed out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_LINKS = 100_000
+
+
+@dataclass(frozen=True)
+class SpanLink:
+    trace_id: int
+    span_id: int
+
+    @property
+    def trace_hex(self) -> str:
+        return f"{self.trace_id:032x}"
+
+    @property
+    def span_hex(self) -> str:
+        return f"{self.span_id:016x}"
+
+    @classmethod
+    def from_hex(cls, trace_hex: str, span_hex: str) -> SpanLink:
+        return cls(int(trace_hex, 16), int(span_hex, 16))
+
+
+class TraceLinks:
+    def __init__(self, max_links: int = DEFAULT_MAX_LINKS):
+        self.max_links = max_links
+        self._links: OrderedDict[str, SpanLink] = OrderedDict()
+        self._waiting: OrderedDict[str, list[Callable[[SpanLink], None]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.expired = 0
+
+    def add(self, trajectory_id: str, link: SpanLink) -> None:
+        with self._lock:
+            self._links[trajectory_id] = link
+            self._links.move_to_end(trajectory_id)
+            while len(self._links) > self.max_links:
+                self._links.popitem(last=False)
+            callbacks = self._waiting.pop(trajectory_id, [])
+        for callback in callbacks:
+            callback(link)
+
+    def get(self, trajectory_id: str) -> SpanLink | None:
+        with self._lock:
+            return self._links.get(trajectory_id)
+
+    def when_known(self, trajectory_id: str, callback: Callable[[SpanLink], None]) -> None:
+        """Call `callback(link)` now if the link is known, else when it is added."""
+        with self._lock:
+            link = self._links.get(trajectory_id)
+            if link is None:
+                self._waiting.setdefault(trajectory_id, []).append(callback)
+                while len(self._waiting) > self.max_links:
+                    _, dropped = self._waiting.popitem(last=False)
+                    self.expired += len(dropped)
+        if link is not None:
+            callback(link)
+
+    def for_metadata(
+        self, trajectory_id: str, metadata: Mapping[str, Any], callback: Callable[[SpanLink], None]
+    ) -> None:
+        """Like when_known, but use the span ids the span processor put in the stop metadata when present."""
+        trace_hex, span_hex = metadata.get("otel_trace_id"), metadata.get("otel_span_id")
+        if isinstance(trace_hex, str) and isinstance(span_hex, str):
+            callback(SpanLink.from_hex(trace_hex, span_hex))
+        else:
+            self.when_known(trajectory_id, callback)
+
+    @property
+    def n_waiting(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._waiting.values())
