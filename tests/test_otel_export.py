@@ -1,0 +1,203 @@
+"""Scores exported next to the traces, on the real OpenTelemetry SDK (in-memory and Prometheus readers).
+
+Every exported number is checked against an independent computation from the durable
+record (the sink): TPS = sum_t w_t S(F_t, eta), with the paper's linear-front weights
+written out, and the metric means against the accumulator's snapshot.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import urllib.request
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_support import agent_for, instrumented, run_tasks
+from world_check import new_accumulator, sink_records
+
+from tps_tracer.langchain import TPSCallbackHandler
+from tps_tracer.otel import EvaluationSpanExporter, TPSMetrics, TPSSpanProcessor
+from tps_tracer.otel.evaluation_spans import EVALUATION_EVENT, EVALUATION_SPAN
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.scoring import score as rule_score
+from tps_tracer.sim.world import AgentWorld, WorldConfig
+
+RULES = ("log", "brier", "beta(2,4)")
+
+
+@pytest.fixture(scope="module")
+def world() -> AgentWorld:
+    return AgentWorld(30, seed=11, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
+
+
+def linear_front(T: int) -> list[float]:
+    """w_t = 2 (T - t + 1) / (T (T + 1)), t = 1..T (the paper's linear front-loaded schedule)."""
+    return [2 * (T - t + 1) / (T * (T + 1)) for t in range(1, T + 1)]
+
+
+def expected_tps(record, predictor: str, rule: str, eta: float) -> float:
+    T = record.horizon or len(record.steps)
+    w = linear_front(T)
+    total = 0.0
+    for t, step in enumerate(record.steps):
+        p = step.forecasts[predictor]
+        s1, s0 = float(rule_score(p, 1, rule)), float(rule_score(p, 0, rule))
+        total += w[t] * (eta * s1 + (1 - eta) * s0)
+    return total
+
+
+def _pipeline(tmp_path, capture: str):
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    acc, sink = new_accumulator(tmp_path)
+    processor = TPSSpanProcessor(acc if capture == "spans" else None, capture=capture == "spans")
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = TPSMetrics(meters)
+    acc.add_listener(EvaluationSpanExporter(provider, processor.links))
+    acc.add_listener(metrics)
+    return provider, processor, acc, sink, spans, reader, metrics
+
+
+@pytest.mark.parametrize("capture", ["spans", "handler"])
+def test_evaluation_spans_and_metrics_match_independent_scores(world, tmp_path, capture):
+    provider, processor, acc, sink, exporter, reader, metrics = _pipeline(tmp_path, capture)
+    handler = TPSCallbackHandler(acc) if capture == "handler" else None
+    agent, inputs, _, _ = agent_for("prebuilt", world)
+    with instrumented(provider):
+        run_tasks(agent, inputs, world, [handler] if handler else [], metadata={"tps_horizon": 6}, recursion_limit=12)
+    (handler or processor).flush() if handler else processor.force_flush()
+    # Outcomes arrive late (a grader, user feedback): each clean run's score is exported then.
+    clean = [t for t in world if t.expected(6, repairs=False).stop_reason is StopReason.CLEAN]
+    for task in clean:
+        (handler.record_outcome if handler else processor.record_outcome)(task.task_id, success=task.outcome)
+    (handler or processor).flush() if handler else processor.force_flush()
+    records = sink_records(sink)
+    snapshot = acc.snapshot()
+    acc.close()
+
+    finished = exporter.get_finished_spans()
+    roots = {s.context.trace_id: s for s in finished if s.parent is None}
+    evaluations = [s for s in finished if s.name == EVALUATION_SPAN]
+    by_tid = {s.attributes["tps.trajectory_id"]: s for s in evaluations}
+    assert len(evaluations) == len(by_tid) == len(world.tasks)  # one per run: scored, censored or excluded
+    assert {r.stop_reason for r in records.values()} >= {StopReason.CLEAN, StopReason.MAX_STEPS}
+    for tid, span in by_tid.items():
+        rec = records[tid]
+        root = roots[span.context.trace_id]  # same trace as the agent's spans
+        assert span.parent.span_id == root.context.span_id  # child of the agent root
+        assert span.instrumentation_scope.name == "tps_tracer"
+        assert span.attributes["tps.stop_reason"] == rec.stop_reason.value
+        if rec.stop_reason is StopReason.CLEAN:
+            outcome = next(t.outcome for t in world if t.task_id == tid)
+            assert span.attributes["gen_ai.evaluation.score.label"] == ("success" if outcome else "failure")
+            eta = float(outcome)
+        elif rec.stop_reason is StopReason.MAX_STEPS:
+            assert span.attributes["gen_ai.evaluation.score.label"] == "censored"
+            eta = 0.0  # cen-simple
+        else:
+            assert span.attributes["gen_ai.evaluation.score.label"] == "excluded"
+            assert "gen_ai.evaluation.score.value" not in span.attributes
+            assert not span.events
+            continue
+        want = expected_tps(rec, "verbal", "log", eta)
+        assert span.attributes["gen_ai.evaluation.score.value"] == pytest.approx(want, abs=1e-12)
+        events = [e for e in span.events if e.name == EVALUATION_EVENT]
+        modes = 3 if rec.stop_reason is StopReason.CLEAN else 1
+        assert len(events) == 5 * len(RULES) * modes
+        for e in events:
+            a = e.attributes
+            want = expected_tps(rec, a["tps.predictor"], a["tps.rule"], a["tps.eta"])
+            assert a["gen_ai.evaluation.score.value"] == pytest.approx(want, abs=1e-12)
+
+    # Metrics: the running means are the snapshot's means, for every column it reports.
+    points = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for dp in metric.data.data_points:
+                    key = tuple(dp.attributes.get(k) for k in ("predictor", "rule", "weights", "censoring"))
+                    points[
+                        (metric.name, key)
+                        if metric.name != "tps.trajectories"
+                        else (metric.name, dp.attributes["stop_reason"])
+                    ] = dp.value
+    compared = 0
+    for row in snapshot["scores"]:
+        key = (row["predictor"], row["rule"], row["weights"], row["censoring"])
+        if row["n"] and row["predictor"] != "base_rate":  # the reference forecaster is not a captured stream
+            assert points[("tps.score.mean", key)] == pytest.approx(row["mean"], abs=1e-12)
+            assert points[("tps.scored", key)] == row["n"]
+            compared += 1
+    assert compared >= 5 * len(RULES) * 2
+    for reason, n in snapshot["audit"]["stop_reasons"].items():
+        assert points.get(("tps.trajectories", reason), 0) == n
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prometheus_scrape(tmp_path):
+    """The OpenTelemetry Prometheus reader on a real HTTP endpoint: scrape and parse what Prometheus would."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import start_http_server
+
+    from tps_tracer import Accumulator
+
+    reader = PrometheusMetricReader()
+    port = _free_port()
+    server, _ = start_http_server(port, addr="127.0.0.1")
+    meters = MeterProvider(metric_readers=[reader])
+    try:
+        metrics = TPSMetrics(meters)
+        acc = Accumulator(predictors=["verbal"], rules=["log", "brier"], bootstrap=0)
+        acc.add_listener(metrics)
+        forecasts = {"a": [0.9, 0.8], "b": [0.3], "c": [0.6, 0.6, 0.2]}
+        for tid, ps in forecasts.items():
+            for p in ps:
+                acc.observe(tid, {"verbal": p})
+        acc.stop("a", "clean")
+        acc.resolve("a", outcome=1)
+        acc.stop("b", "clean")
+        acc.resolve("b", outcome=0)
+        acc.stop("c", "max_steps", horizon=5)
+        acc.resolve("c", q_z=0.25)  # a late q_Z adds the exact mode without counting the run twice
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+        meters.shutdown()  # unregisters the reader's collector from prometheus_client
+    samples = {}
+    for line in body.splitlines():
+        m = re.match(r"^(tps_\w+)\{(.*)\} (\S+)$", line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            samples[(m.group(1), labels.get("rule"), labels.get("censoring"), labels.get("stop_reason"))] = float(
+                m.group(3)
+            )
+    # Closed forms. a: T=2 weights (2/3, 1/3), y=1; b: T=1, y=0; c: censored at Z=3 of T=5, cen-simple eta=0.
+    log_a = 2 / 3 * math.log(0.9) + 1 / 3 * math.log(0.8)
+    log_b = math.log(0.7)
+    w5 = linear_front(5)
+    log_c = w5[0] * math.log(0.4) + w5[1] * math.log(0.4) + w5[2] * math.log(0.8)
+    assert samples[("tps_score_mean", "log", "complete-only", None)] == pytest.approx((log_a + log_b) / 2, abs=1e-9)
+    assert samples[("tps_score_mean", "log", "simple", None)] == pytest.approx((log_a + log_b + log_c) / 3, abs=1e-9)
+    brier_simple = (-(2 / 3 * 0.01 + 1 / 3 * 0.04) - 0.09 - (w5[0] * 0.36 + w5[1] * 0.36 + w5[2] * 0.04)) / 3
+    assert samples[("tps_score_mean", "brier", "simple", None)] == pytest.approx(brier_simple, abs=1e-9)
+    assert samples[("tps_scored_total", "log", "simple", None)] == 3
+    log_c1 = w5[0] * math.log(0.6) + w5[1] * math.log(0.6) + w5[2] * math.log(0.2)
+    exact = (log_a + log_b + 0.25 * log_c1 + 0.75 * log_c) / 3
+    assert samples[("tps_score_mean", "log", "exact", None)] == pytest.approx(exact, abs=1e-9)
+    assert samples[("tps_scored_total", "log", "exact", None)] == 3
+    assert samples[("tps_trajectories_total", None, None, "clean")] == 2
+    assert samples[("tps_trajectories_total", None, None, "max_steps")] == 1
