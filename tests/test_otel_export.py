@@ -69,17 +69,19 @@ def _pipeline(tmp_path, capture: str):
 
 @pytest.mark.parametrize("capture", ["spans", "handler"])
 def test_evaluation_spans_and_metrics_match_independent_scores(world, tmp_path, capture):
-    provider, processor, acc, sink, exporter, reader, metrics = _pipeline(tmp_path, capture)
+    provider, processor, acc, sink, exporter, reader, _ = _pipeline(tmp_path, capture)
     handler = TPSCallbackHandler(acc) if capture == "handler" else None
     agent, inputs, _, _ = agent_for("prebuilt", world)
     with instrumented(provider):
         run_tasks(agent, inputs, world, [handler] if handler else [], metadata={"tps_horizon": 6}, recursion_limit=12)
-    (handler or processor).flush() if handler else processor.force_flush()
+    flush = handler.flush if handler else processor.force_flush
+    record_outcome = handler.record_outcome if handler else processor.record_outcome
+    flush()
     # Outcomes arrive late (a grader, user feedback): each clean run's score is exported then.
     clean = [t for t in world if t.expected(6, repairs=False).stop_reason is StopReason.CLEAN]
     for task in clean:
-        (handler.record_outcome if handler else processor.record_outcome)(task.task_id, success=task.outcome)
-    (handler or processor).flush() if handler else processor.force_flush()
+        record_outcome(task.task_id, success=task.outcome)
+    flush()
     records = sink_records(sink)
     snapshot = acc.snapshot()
     acc.close()
