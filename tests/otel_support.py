@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,21 +23,55 @@ from tps_tracer.sim.world import AgentWorld
 
 
 @contextlib.contextmanager
-def instrumented(provider: TracerProvider, source: str = "openinference") -> Iterator[None]:
-    """LangChain instrumented by OpenInference (Arize) or OpenLLMetry (Traceloop), undone afterwards."""
+def instrumented(provider: TracerProvider, source: str = "openinference", hide_inputs: bool = False) -> Iterator[None]:
+    """LangChain instrumented by OpenInference (Arize) or OpenLLMetry (Traceloop), undone afterwards.
+
+    hide_inputs: OpenInference's privacy setting (prompts are not recorded; outputs, which carry
+    the logprobs, are), which also keeps the spans small for a real backend."""
+    options: dict[str, Any] = {}
     if source == "openinference":
+        from openinference.instrumentation import TraceConfig
         from openinference.instrumentation.langchain import LangChainInstrumentor
 
         instrumentor: Any = LangChainInstrumentor()
+        options["config"] = TraceConfig(hide_inputs=hide_inputs, hide_input_messages=hide_inputs)
     else:
         from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 
         instrumentor = LangchainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=provider, **options)
     try:
         yield
     finally:
+        if source == "openinference":
+            instrumentor.uninstrument()
+        else:
+            _uninstrument_openllmetry(instrumentor)
+
+
+def _uninstrument_openllmetry(instrumentor: Any) -> None:
+    """opentelemetry-instrumentation-langchain 0.62 unwraps with unwrap("langchain_core.callbacks",
+    "BaseCallbackManager.__init__"); the dotted attribute is never resolved, so nothing is undone
+    and every later callback manager keeps a Traceloop handler (and LangGraph's Pregel.stream its
+    wrapper). Uninstrument with an unwrap that follows dotted attributes."""
+    import opentelemetry.instrumentation.langchain as openllmetry
+    from opentelemetry.instrumentation.utils import unwrap
+
+    def dotted_unwrap(obj: Any, attr: str) -> None:
+        if isinstance(obj, str):
+            module_path, _, rest = attr.rpartition(".")
+            obj = importlib.import_module(obj)
+            for part in module_path.split(".") if module_path else []:
+                obj = getattr(obj, part)
+            attr = rest
+        unwrap(obj, attr)
+
+    original = openllmetry.unwrap
+    openllmetry.unwrap = dotted_unwrap  # type: ignore[attr-defined]
+    try:
         instrumentor.uninstrument()
+    finally:
+        openllmetry.unwrap = original  # type: ignore[attr-defined]
 
 
 def messages(task_id: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Run an Arize Phoenix server with every listening socket on 127.0.0.1 (used by tests/backends/phoenix.py).
+"""Run an Arize Phoenix server with every listening socket on 127.0.0.1 (used by tests/backends/phoenix_server.py).
 
 Phoenix binds its OTLP/gRPC port to [::] (all interfaces) with no setting to change it;
 we rewrite that bind address to loopback before the server starts. The HTTP port follows

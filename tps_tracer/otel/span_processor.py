@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,9 @@ class _Trace:
     llm: list[ReadableSpan] = field(default_factory=list)
     failures: list[ReadableSpan] = field(default_factory=list)  # non-LLM spans that ended in error
     root: ReadableSpan | None = None
+    # span id of each model call's parent -> that parent once ended (None before), see _enclosing_malformed
+    callers: dict[int, ReadableSpan | None] = field(default_factory=dict)
+    last_ended: ReadableSpan | None = None  # the root's output may be on this, its last child (see _root_attributes)
     dropped: int = 0  # spans over max_spans_per_trace
     generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
     last_seen: float = 0.0
@@ -185,6 +188,10 @@ class TPSSpanProcessor(SpanProcessor):
                     self.counts["late_llm_spans" if llm else "late_spans"] += 1
                     return
                 st.open -= 1
+                if llm and parent is not None:
+                    st.callers.setdefault(parent.span_id, None)
+                elif span.context.span_id in st.callers:
+                    st.callers[span.context.span_id] = span
                 if llm or (failed and not is_root):
                     if len(st.llm) + len(st.failures) < self.max_spans_per_trace:
                         (st.llm if llm else st.failures).append(span)
@@ -192,6 +199,8 @@ class TPSSpanProcessor(SpanProcessor):
                         st.dropped += 1
                 if is_root:
                     st.root = span
+                else:
+                    st.last_ended = span
                 if st.root is not None and (st.open <= 0 or self.root_matcher is not None):
                     finish = self._detach(trace_id, st)
                 elif st.open <= 0 and st.root is None and not st.llm:
@@ -211,8 +220,8 @@ class TPSSpanProcessor(SpanProcessor):
             del self._traces[trace_id]
             return st
         done = _Trace(open=0, llm=st.llm, failures=st.failures, root=st.root, dropped=st.dropped)
-        done.generation = st.generation
-        st.llm, st.failures, st.root, st.dropped = [], [], None, 0
+        done.generation, done.last_ended, done.callers = st.generation, st.last_ended, st.callers
+        st.llm, st.failures, st.root, st.last_ended, st.callers, st.dropped = [], [], None, None, {}, 0
         st.generation += 1
         return done
 
@@ -250,9 +259,28 @@ class TPSSpanProcessor(SpanProcessor):
 
     # ------------------------------------------------------------------ the worker: spans -> a trajectory
 
+    @staticmethod
+    def _root_attributes(st: _Trace) -> Mapping[str, Any]:
+        """The root's attributes, completed by its last child's when the root records no output.
+
+        OpenLLMetry >= 0.5x wraps a LangGraph run in an `invoke_agent` span that records only
+        the agent's name; the final state (the run's output) and the run metadata are on its
+        child `LangGraph.workflow`, which is the last span to end before the root."""
+        root, child = st.root, st.last_ended
+        attrs = (root.attributes or {}) if root is not None else {}
+        if (
+            root is None
+            or child is None
+            or child.parent is None
+            or child.parent.span_id != root.context.span_id
+            or sr.has_output(attrs)
+        ):
+            return attrs
+        return {**(child.attributes or {}), **attrs}
+
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
         root = st.root
-        root_attrs = (root.attributes or {}) if root is not None else {}
+        root_attrs = self._root_attributes(st)
         metadata = sr.run_metadata(root_attrs)
         steps = sorted(st.llm, key=lambda s: s.start_time or 0)
         tid = sr.trajectory_id_of(root_attrs)
@@ -285,7 +313,8 @@ class TPSSpanProcessor(SpanProcessor):
         abandoned: str | None,
     ) -> None:
         root = st.root
-        malformed_by_parser = self._parser_failures(steps, st.failures)
+        root_attrs = self._root_attributes(st)
+        malformed_by_parser = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
         n_calls = repairs = ignored = consecutive = 0
         declared: tuple[StopReason, str] | None = None
         for i, span in enumerate(steps):
@@ -315,12 +344,12 @@ class TPSSpanProcessor(SpanProcessor):
         else:
             assert root is not None
             failed = root.status.status_code is StatusCode.ERROR
-            reason, detail = sr.classify_root(root.attributes or {}, root.events, failed, tool_failed)
+            reason, detail = sr.classify_root(root_attrs, root.events, failed, tool_failed)
             if reason is StopReason.CLEAN and consecutive:
                 reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
         horizon = None
         if reason is StopReason.MAX_STEPS:
-            budget = sr.root_horizon(root.attributes or {}, metadata) if root is not None else None
+            budget = sr.root_horizon(root_attrs, metadata) if root is not None else None
             horizon = max(budget or self.horizon or 0, n_calls)
 
         record: dict[str, Any] = {"source": "otel", "llm_calls": n_calls, "otel_trace_id": f"{trace_id:032x}"}
@@ -341,7 +370,7 @@ class TPSSpanProcessor(SpanProcessor):
                 record[key] = n
         self.feeder.stop(tid, reason.value, horizon, record)
         if reason is StopReason.CLEAN and root is not None:
-            outcome = sr.root_outcome(root.attributes or {}, metadata)
+            outcome = sr.root_outcome(root_attrs, metadata)
             if outcome is not None:
                 self.feeder.resolve(tid, outcome)
 
@@ -358,6 +387,24 @@ class TPSSpanProcessor(SpanProcessor):
             before = [i for i, s in enumerate(steps) if (s.end_time or 0) <= (f.end_time or 0)]
             if before:
                 marked.add(before[-1])
+        return marked
+
+    @staticmethod
+    def _enclosing_malformed(steps: list[ReadableSpan], st: _Trace) -> set[int]:
+        """Indices of model calls whose enclosing span's output is a message with only invalid tool calls.
+
+        GenAI-semconv LLM spans (OpenLLMetry) record the text and valid tool calls but drop
+        LangChain's `invalid_tool_calls`; the chain or graph node around the call records the
+        whole AIMessage. Only a parent holding exactly one model call is read, so its output
+        is that call's message."""
+        per_parent: Counter[int] = Counter(s.parent.span_id for s in steps if s.parent is not None)
+        marked: set[int] = set()
+        for i, span in enumerate(steps):
+            if span.parent is None or per_parent[span.parent.span_id] != 1:
+                continue
+            caller = st.callers.get(span.parent.span_id)
+            if caller is not None and sr.output_is_invalid_tool_calls(caller.attributes or {}):
+                marked.add(i)
         return marked
 
     @staticmethod

@@ -276,13 +276,30 @@ def exception_names(events: Sequence[Any], attributes: Mapping[str, Any]) -> lis
     return names
 
 
+def has_output(attributes: Mapping[str, Any]) -> bool:
+    return any(attributes.get(key) is not None for key in _OUTPUT_KEYS)
+
+
+_OUTPUT_KEYS = (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, TRACELOOP_OUTPUT)
+
+
 def _root_output(attributes: Mapping[str, Any]) -> Any:
-    for key in (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, TRACELOOP_OUTPUT):
+    for key in _OUTPUT_KEYS:
         value = attributes.get(key)
         if value is not None:
             decoded = _json(value)
             return decoded if decoded is not None else value
     return None
+
+
+def _only_invalid_tool_calls(kind: str, msg: Mapping[str, Any]) -> bool:
+    return kind in ("ai", "assistant") and bool(msg.get("invalid_tool_calls")) and not msg.get("tool_calls")
+
+
+def output_is_invalid_tool_calls(attributes: Mapping[str, Any]) -> bool:
+    """A span's output is a model message with only invalid tool calls (a malformed step)."""
+    fields = _message_fields(_final_message(_root_output(attributes)))
+    return fields is not None and _only_invalid_tool_calls(*fields)
 
 
 def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, str]:
@@ -300,7 +317,7 @@ def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, s
         text = _content_text([{"text": p.get("content")} for p in msg["parts"] if isinstance(p, Mapping)])
     if text is not None and is_budget_text(text):
         return StopReason.MAX_STEPS, "budget message"
-    if kind in ("ai", "assistant") and msg.get("invalid_tool_calls") and not msg.get("tool_calls"):
+    if _only_invalid_tool_calls(kind, msg):
         return StopReason.PARSE_ERROR, "invalid_tool_calls"
     if kind == "tool" and msg.get("status") == "error":
         return StopReason.TOOL_ERROR, "error ToolMessage"
