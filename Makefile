@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_scoring.py
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py
+	$(BIN)/python tests/benchmarks/bench_span_processor.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,221 @@
+"""End to end on a real Arize Phoenix server (started here on 127.0.0.1, offline, temp data dir).
+
+A LangGraph agent on the simulated world, instrumented by OpenInference, exports its spans
+over OTLP/HTTP; TPS capture is done by the span processor (or by the LangChain handler,
+with the processor only linking runs to root spans); scores go back as `tps.evaluation`
+spans in the same traces and as Phoenix span annotations on the agent roots. Everything
+is read back from Phoenix with its client and checked against scores computed
+independently from the durable JSON Lines record.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+from backends.phoenix_server import PhoenixServer
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from otel_support import agent_for, instrumented, run_tasks
+from test_otel_export import expected_tps
+from world_check import new_accumulator, sink_records
+
+from tps_tracer.langchain import TPSCallbackHandler
+from tps_tracer.otel import EvaluationSpanExporter, PhoenixAnnotations, TPSSpanProcessor
+from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.sim.world import AgentWorld, WorldConfig
+
+phoenix_client = pytest.importorskip("phoenix.client")  # installed by the otel-test extra (make test)
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory):
+    server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def world() -> AgentWorld:
+    return AgentWorld(16, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
+
+
+class Pipeline:
+    def __init__(self, phoenix: PhoenixServer, tmp_path, capture: str):
+        self.project = f"tps-{capture}-{uuid.uuid4().hex[:8]}"
+        self.provider = TracerProvider(resource=Resource.create({"openinference.project.name": self.project}))
+        self.acc, self.sink = new_accumulator(tmp_path)
+        self.processor = TPSSpanProcessor(self.acc if capture == "spans" else None, capture=capture == "spans")
+        self.provider.add_span_processor(self.processor)
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix.url}/v1/traces")))
+        self.annotations = PhoenixAnnotations(phoenix.url, self.processor.links, retry_initial=0.2, retry_max=1.0)
+        self.acc.add_listener(EvaluationSpanExporter(self.provider, self.processor.links))
+        self.acc.add_listener(self.annotations)
+        self.handler = TPSCallbackHandler(self.acc) if capture == "handler" else None
+
+    def run(self, agent, inputs, world, tasks) -> None:
+        callbacks = [self.handler] if self.handler else []
+        run_tasks(agent, inputs, tasks, callbacks, metadata={"tps_horizon": 6}, recursion_limit=12)
+
+    def flush(self) -> None:
+        (self.handler.flush if self.handler else self.processor.force_flush)()
+
+    def record_outcomes(self, world, tasks) -> None:
+        for task in tasks:
+            if task.expected(6, repairs=False).stop_reason is StopReason.CLEAN:
+                (self.handler or self.processor).record_outcome(task.task_id, success=task.outcome)
+        self.flush()
+
+
+class Subset:
+    """Some tasks of a world, iterable like the world (run_tasks takes either)."""
+
+    def __init__(self, tasks):
+        self.tasks = {t.task_id: t for t in tasks}
+
+    def __iter__(self):
+        return iter(self.tasks.values())
+
+
+def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeout: float = 180.0):
+    """Poll Phoenix until it has stored the evaluation spans (ingestion is asynchronous)."""
+    client = phoenix_client.Client(base_url=phoenix.url)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            evaluations = client.spans.get_spans(
+                project_identifier=project, name=EVALUATION_SPAN, limit=100_000, timeout=30
+            )
+        except httpx.HTTPStatusError as exc:  # 404 until the project's first span is stored
+            if exc.response.status_code != 404 or time.monotonic() > deadline:
+                raise
+            evaluations = []
+        if len(evaluations) >= want_evaluations or time.monotonic() > deadline:
+            parents = sorted({e["parent_id"] for e in evaluations})
+            roots = client.spans.get_spans(project_identifier=project, span_ids=parents, limit=100_000, timeout=30)
+            return client, roots, evaluations
+        time.sleep(0.5)
+
+
+def wait_for_annotations(client, project: str, span_ids: set[str], at_least: int, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.spans.get_span_annotations(span_ids=list(span_ids), project_identifier=project, limit=10_000)
+        if len(got) >= at_least or time.monotonic() > deadline:
+            return len(got)
+        time.sleep(0.5)
+
+
+def check_scores(client, project, spans, evaluations, records, world) -> int:
+    """Every evaluation span is a child of its agent root, and every score equals the record's; returns #annotated."""
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    roots = {}
+    for ev in evaluations:
+        attrs = ev["attributes"]
+        tid = attrs["tps.trajectory_id"]
+        rec = records[tid]
+        root = by_id[ev["parent_id"]]
+        assert root["parent_id"] is None and root["name"] == "LangGraph"
+        assert root["context"]["trace_id"] == ev["context"]["trace_id"]
+        assert attrs["tps.stop_reason"] == rec.stop_reason.value
+        roots[root["context"]["span_id"]] = rec
+    annotations = client.spans.get_span_annotations(span_ids=list(roots), project_identifier=project, limit=10_000)
+    return check_annotations(annotations, roots, world)
+
+
+def check_annotations(annotations, roots, world) -> int:
+    """Each annotation on a root equals its run's record (stop reason label; TPS for each rule); returns #scores."""
+    outcome = {t.task_id: t.outcome for t in world}
+    checked = 0
+    for ann in annotations:
+        rec = roots[ann["span_id"]]
+        if ann["name"] == "tps.stop_reason":
+            assert ann["result"]["label"] == rec.stop_reason.value
+            continue
+        rule = ann["name"].removeprefix("tps.")
+        eta = float(outcome[rec.trajectory_id]) if rec.stop_reason is StopReason.CLEAN else 0.0
+        assert ann["result"]["score"] == pytest.approx(expected_tps(rec, "verbal", rule, eta), abs=1e-12)
+        assert ann["annotator_kind"] == "CODE"
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("capture", ["spans", "handler"])
+def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
+    assert phoenix.listening_addresses() and all(a.endswith("0100007F") for a in phoenix.listening_addresses())
+    pipe = Pipeline(phoenix, tmp_path, capture)
+    agent, inputs, _, _ = agent_for("prebuilt", world)
+    t0 = time.monotonic()
+    with instrumented(pipe.provider, hide_inputs=True):
+        pipe.run(agent, inputs, world, world)
+    pipe.record_outcomes(world, world)
+    pipe.provider.force_flush()
+    assert pipe.annotations.flush(30)
+    t1 = time.monotonic()
+    records = sink_records(pipe.sink)
+    assert set(records) == set(world.tasks)
+    client, spans, evaluations = read_back(phoenix, pipe.project, len(records))
+    print(f"run+export {t1 - t0:.1f} s, Phoenix ingestion {time.monotonic() - t1:.1f} s")
+    got = {e["attributes"]["tps.trajectory_id"] for e in evaluations}
+    assert len(evaluations) == len(records), [(t, r.stop_reason.value) for t, r in records.items() if t not in got]
+    scored = sum(r.stop_reason in (StopReason.CLEAN, StopReason.MAX_STEPS) for r in records.values())
+    deadline = time.monotonic() + 30
+    while (n := check_scores(client, pipe.project, spans, evaluations, records, world)) < 3 * scored:
+        assert time.monotonic() < deadline, (n, scored)
+        time.sleep(0.5)
+    assert n == 3 * scored  # log, brier, beta(2,4) on each scored run's root span
+    status = pipe.annotations.status()
+    assert status["pending"] == 0 and status["failed_attempts"] == 0 and status["dropped"] == 0
+    pipe.acc.close()
+
+
+def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
+    """Phoenix stops mid-run and restarts: annotations are retried and land; the sink has every run."""
+    pipe = Pipeline(phoenix, tmp_path, "spans")
+    tasks = list(world)
+    first, second = Subset(tasks[:8]), Subset(tasks[8:])
+    agent, inputs, _, _ = agent_for("prebuilt", world)
+    with instrumented(pipe.provider, hide_inputs=True):
+        pipe.run(agent, inputs, world, first)
+        pipe.processor.force_flush()
+        pipe.provider.force_flush()
+        assert pipe.annotations.flush(30)
+        # Phoenix inserts in the background: wait until the first half is stored before the outage.
+        # (A clean run's evaluation waits for its outcome, which comes during the outage.)
+        before = sum(r.stop_reason is not StopReason.CLEAN for r in sink_records(pipe.sink).values())
+        client, _, stored = read_back(phoenix, pipe.project, before)
+        assert len(stored) == before
+        stored_roots = {e["parent_id"] for e in stored}
+        sent = pipe.annotations.status()["sent"]
+        assert wait_for_annotations(client, pipe.project, stored_roots, sent) == sent
+        phoenix.stop()
+        pipe.record_outcomes(world, first)  # these annotations now fail and are kept for retry
+        pipe.run(agent, inputs, world, second)
+        pipe.record_outcomes(world, second)
+        time.sleep(1.0)
+        down = pipe.annotations.status()
+        phoenix.start()
+    assert down["failed_attempts"] >= 1 and down["pending"] > 0 and down["outages"] == 1
+    assert "Error" in (down["last_error"] or "")
+    assert pipe.annotations.flush(60)
+    status = pipe.annotations.status()
+    assert status["pending"] == 0 and status["dropped"] == 0 and status["sent"] > down["pending"]
+    # The durable record has every run of both halves, and its scores are the exported ones.
+    records = sink_records(pipe.sink)
+    assert set(records) == set(world.tasks)
+    # Every first-half root was stored before the outage; the annotations of its outcomes,
+    # queued while Phoenix was down, must all be on those roots now, equal to the record's.
+    # (The second half's spans were sent during the outage; the SDK's OTLP exporter gives up
+    # on them after its retries, which is why the JSON Lines sink is the durable record.)
+    roots = {pipe.processor.links.get(t).span_hex: records[t] for t in first.tasks}
+    want = len(roots) + 3 * sum(r.stop_reason in (StopReason.CLEAN, StopReason.MAX_STEPS) for r in roots.values())
+    assert wait_for_annotations(client, pipe.project, set(roots), want) == want
+    annotations = client.spans.get_span_annotations(span_ids=list(roots), project_identifier=pipe.project, limit=10_000)
+    assert check_annotations(annotations, roots, world) == want - len(roots)
+    pipe.acc.close()
