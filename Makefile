@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test tools lint typecheck check bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,langchain,plot,otel,phoenix,otel-test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,langchain,plot,otel,phoenix,otel-test,integrations-test]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -17,12 +17,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tps-tracer demo
 
+# System tools the integration tests run: promtool (Debian's prometheus package).
+tools:
+	command -v promtool >/dev/null || { SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
 # The whole test suite (benchmarks excluded: see `make bench`).
-test: $(STAMP)
+test: $(STAMP) tools
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check tps_tracer tests examples
+	$(BIN)/ruff check tps_tracer tests examples integrations
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -10,27 +10,23 @@ independently from the durable JSON Lines record.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import httpx
+import phoenix.client as phoenix_client
 import pytest
 from backends.phoenix_server import PhoenixServer
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_support import agent_for, instrumented, run_tasks
 from test_otel_export import expected_tps
-from world_check import new_accumulator, sink_records
+from world_check import sink_records
 
-from tps_tracer.langchain import TPSCallbackHandler
-from tps_tracer.otel import EvaluationSpanExporter, PhoenixAnnotations, TPSSpanProcessor
 from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
-
-phoenix_client = pytest.importorskip("phoenix.client")  # installed by the otel-test extra (make test)
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +42,31 @@ def world() -> AgentWorld:
     return AgentWorld(16, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
 
 
+def _load_recipe():
+    """integrations/phoenix/phoenix_recipe.py, the recipe users copy: the tests run through it."""
+    path = Path(__file__).resolve().parents[1] / "integrations" / "phoenix" / "phoenix_recipe.py"
+    spec = importlib.util.spec_from_file_location("phoenix_recipe", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 class Pipeline:
     def __init__(self, phoenix: PhoenixServer, tmp_path, capture: str):
         self.project = f"tps-{capture}-{uuid.uuid4().hex[:8]}"
-        self.provider = TracerProvider(resource=Resource.create({"openinference.project.name": self.project}))
-        self.acc, self.sink = new_accumulator(tmp_path)
-        self.processor = TPSSpanProcessor(self.acc if capture == "spans" else None, capture=capture == "spans")
-        self.provider.add_span_processor(self.processor)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix.url}/v1/traces")))
-        self.annotations = PhoenixAnnotations(phoenix.url, self.processor.links, retry_initial=0.2, retry_max=1.0)
-        self.acc.add_listener(EvaluationSpanExporter(self.provider, self.processor.links))
-        self.acc.add_listener(self.annotations)
-        self.handler = TPSCallbackHandler(self.acc) if capture == "handler" else None
+        self.sink = tmp_path / "runs.jsonl"
+        tps = _load_recipe().trace_to_phoenix(
+            phoenix.url,
+            self.project,
+            self.sink,
+            capture=capture,
+            accumulator_options={"bootstrap": 20},
+            annotation_options={"retry_initial": 0.2, "retry_max": 1.0},
+        )
+        self.provider, self.acc, self.processor = tps.provider, tps.accumulator, tps.processor
+        self.annotations, self.handler = tps.annotations, tps.handler
 
     def run(self, agent, inputs, world, tasks) -> None:
         callbacks = [self.handler] if self.handler else []

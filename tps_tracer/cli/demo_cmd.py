@@ -189,10 +189,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ref = next(
         s for s in truthful["scores"] if s["predictor"] == "verbal" and s["censoring"] == SIMPLE and s["rule"] == "log"
     )
-    print(
-        f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f} "
-        f"[{ref['ci_low']:.3f}, {ref['ci_high']:.3f}] on the same tasks."
-    )
+    ci = f" [{ref['ci_low']:.3f}, {ref['ci_high']:.3f}]" if ref.get("ci_low") is not None else ""
+    print(f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f}{ci} on the same tasks.")
     _print_findings(f)
     print(f"\nScore any of these files yourself: tps-tracer report {paths['overconfident+platt']}")
     return 0
