@@ -282,9 +282,10 @@ class TPSSpanProcessor(SpanProcessor):
     def _root_attributes(st: _Trace) -> Mapping[str, Any]:
         """The root's attributes, completed by its last child's when the root records no output.
 
-        OpenLLMetry >= 0.5x wraps a LangGraph run in an `invoke_agent` span that records only
-        the agent's name; the final state (the run's output) and the run metadata are on its
-        child `LangGraph.workflow`, which is the last span to end before the root."""
+        OpenLLMetry (opentelemetry-instrumentation-langchain 0.62) wraps a LangGraph run in an
+        `invoke_agent` span that records only the agent's name; the final state (the run's
+        output) and the run metadata are on its child `LangGraph.workflow`, which is the last
+        span to end before the root."""
         root, child = st.root, st.last_ended
         attrs = (root.attributes or {}) if root is not None else {}
         if (
