@@ -321,7 +321,7 @@ class TPSSpanProcessor(SpanProcessor):
             # not an agent trajectory: counted, not scored.
             self.counts["traces_without_llm_spans"] += 1
             return
-        self._feed(tid, trace_id, st, steps, metadata, abandoned)
+        self._feed(tid, trace_id, st, steps, root_attrs, metadata, abandoned)
 
     def _feed(
         self,
@@ -329,12 +329,12 @@ class TPSSpanProcessor(SpanProcessor):
         trace_id: int,
         st: _Trace,
         steps: list[ReadableSpan],
+        root_attrs: Mapping[str, Any],
         metadata: dict[str, Any],
         abandoned: str | None,
     ) -> None:
         root = st.root
-        root_attrs = self._root_attributes(st)
-        malformed_by_parser = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
+        malformed = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
         n_calls = repairs = ignored = consecutive = 0
         declared: tuple[StopReason, str] | None = None
         for i, span in enumerate(steps):
@@ -346,7 +346,7 @@ class TPSSpanProcessor(SpanProcessor):
                 ignored += 1
                 continue
             step = sr.read_llm_step(span.attributes or {})
-            if step.malformed or i in malformed_by_parser:
+            if step.malformed or i in malformed:
                 consecutive += 1
                 if consecutive > self.repair_budget:
                     declared = (StopReason.PARSE_ERROR, "repairs exhausted")
