@@ -93,7 +93,10 @@ class Subset:
 
 
 def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeout: float = 180.0):
-    """Poll Phoenix until it has stored the evaluation spans (ingestion is asynchronous)."""
+    """Poll Phoenix until it has stored the evaluation spans and their agent roots.
+
+    Ingestion is asynchronous and batch by batch, so an evaluation span can be stored
+    before the root it hangs under: wait for both."""
     client = phoenix_client.Client(base_url=phoenix.url)
     deadline = time.monotonic() + timeout
     while True:
@@ -105,9 +108,13 @@ def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeo
             if exc.response.status_code != 404 or time.monotonic() > deadline:
                 raise
             evaluations = []
-        if len(evaluations) >= want_evaluations or time.monotonic() > deadline:
+        roots: list = []
+        if len(evaluations) >= want_evaluations:
             parents = sorted({e["parent_id"] for e in evaluations})
             roots = client.spans.get_spans(project_identifier=project, span_ids=parents, limit=100_000, timeout=30)
+            if len(roots) == len(parents):
+                return client, roots, evaluations
+        if time.monotonic() > deadline:
             return client, roots, evaluations
         time.sleep(0.5)
 
