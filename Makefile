@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,langchain,plot,otel,phoenix,otel-test,integrations-test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,langchain,plot,otel,phoenix,otel-test,integrations-test,mlflow]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -17,10 +17,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tps-tracer demo
 
-# System tools the integration tests run: promtool (Debian's prometheus package).
-tools:
+# Servers and tools the integration tests run: promtool (Debian's prometheus package), and an
+# MLflow tracking server in its own virtualenv (it cannot share one with Arize Phoenix).
+MLFLOW_SERVER_VENV := .venv-mlflow
+tools: $(MLFLOW_SERVER_VENV)/bin/mlflow
 	command -v promtool >/dev/null || { SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
+$(MLFLOW_SERVER_VENV)/bin/mlflow:
+	test -x $(MLFLOW_SERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_SERVER_VENV)
+	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet 'mlflow>=3.4,<4'
 
 # The whole test suite (benchmarks excluded: see `make bench`).
 test: $(STAMP) tools
@@ -41,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_span_processor.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -10,18 +10,15 @@ independently from the durable JSON Lines record.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import phoenix.client as phoenix_client
 import pytest
 from backends.phoenix_server import PhoenixServer
-from otel_support import agent_for, instrumented, run_tasks
-from test_otel_export import expected_tps
+from otel_support import agent_for, instrumented
+from recipe_support import SCORED, RecipeRun, Subset, expected_score, load_recipe
 from world_check import sink_records
 
 from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
@@ -42,54 +39,20 @@ def world() -> AgentWorld:
     return AgentWorld(16, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
 
 
-def _load_recipe():
-    """integrations/phoenix/phoenix_recipe.py, the recipe users copy: the tests run through it."""
-    path = Path(__file__).resolve().parents[1] / "integrations" / "phoenix" / "phoenix_recipe.py"
-    spec = importlib.util.spec_from_file_location("phoenix_recipe", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-class Pipeline:
+class Pipeline(RecipeRun):
     def __init__(self, phoenix: PhoenixServer, tmp_path, capture: str):
         self.project = f"tps-{capture}-{uuid.uuid4().hex[:8]}"
-        self.sink = tmp_path / "runs.jsonl"
-        tps = _load_recipe().trace_to_phoenix(
+        sink = tmp_path / "runs.jsonl"
+        tps = load_recipe("phoenix", "phoenix_recipe").trace_to_phoenix(
             phoenix.url,
             self.project,
-            self.sink,
+            sink,
             capture=capture,
             accumulator_options={"bootstrap": 20},
             annotation_options={"retry_initial": 0.2, "retry_max": 1.0},
         )
-        self.provider, self.acc, self.processor = tps.provider, tps.accumulator, tps.processor
-        self.annotations, self.handler = tps.annotations, tps.handler
-
-    def run(self, agent, inputs, world, tasks) -> None:
-        callbacks = [self.handler] if self.handler else []
-        run_tasks(agent, inputs, tasks, callbacks, metadata={"tps_horizon": 6}, recursion_limit=12)
-
-    def flush(self) -> None:
-        (self.handler.flush if self.handler else self.processor.force_flush)()
-
-    def record_outcomes(self, world, tasks) -> None:
-        for task in tasks:
-            if task.expected(6, repairs=False).stop_reason is StopReason.CLEAN:
-                (self.handler or self.processor).record_outcome(task.task_id, success=task.outcome)
-        self.flush()
-
-
-class Subset:
-    """Some tasks of a world, iterable like the world (run_tasks takes either)."""
-
-    def __init__(self, tasks):
-        self.tasks = {t.task_id: t for t in tasks}
-
-    def __iter__(self):
-        return iter(self.tasks.values())
+        super().__init__(tps, sink)
+        self.annotations = tps.annotations
 
 
 def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeout: float = 180.0):
@@ -147,7 +110,7 @@ def check_scores(client, project, spans, evaluations, records, world) -> int:
 
 def check_annotations(annotations, roots, world) -> int:
     """Each annotation on a root equals its run's record (stop reason label; TPS for each rule); returns #scores."""
-    outcome = {t.task_id: t.outcome for t in world}
+    outcomes = {t.task_id: t.outcome for t in world}
     checked = 0
     for ann in annotations:
         rec = roots[ann["span_id"]]
@@ -155,8 +118,7 @@ def check_annotations(annotations, roots, world) -> int:
             assert ann["result"]["label"] == rec.stop_reason.value
             continue
         rule = ann["name"].removeprefix("tps.")
-        eta = float(outcome[rec.trajectory_id]) if rec.stop_reason is StopReason.CLEAN else 0.0
-        assert ann["result"]["score"] == pytest.approx(expected_tps(rec, "verbal", rule, eta), abs=1e-12)
+        assert ann["result"]["score"] == pytest.approx(expected_score(rec, rule, outcomes), abs=1e-12)
         assert ann["annotator_kind"] == "CODE"
         checked += 1
     return checked
@@ -169,8 +131,8 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     agent, inputs, _, _ = agent_for("prebuilt", world)
     t0 = time.monotonic()
     with instrumented(pipe.provider, hide_inputs=True):
-        pipe.run(agent, inputs, world, world)
-    pipe.record_outcomes(world, world)
+        pipe.run(agent, inputs, world)
+    pipe.record_outcomes(world)
     pipe.provider.force_flush()
     assert pipe.annotations.flush(30)
     t1 = time.monotonic()
@@ -180,7 +142,7 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     print(f"run+export {t1 - t0:.1f} s, Phoenix ingestion {time.monotonic() - t1:.1f} s")
     got = {e["attributes"]["tps.trajectory_id"] for e in evaluations}
     assert len(evaluations) == len(records), [(t, r.stop_reason.value) for t, r in records.items() if t not in got]
-    scored = sum(r.stop_reason in (StopReason.CLEAN, StopReason.MAX_STEPS) for r in records.values())
+    scored = sum(r.stop_reason in SCORED for r in records.values())
     deadline = time.monotonic() + 30
     while (n := check_scores(client, pipe.project, spans, evaluations, records, world)) < 3 * scored:
         assert time.monotonic() < deadline, (n, scored)
@@ -198,7 +160,7 @@ def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
     first, second = Subset(tasks[:8]), Subset(tasks[8:])
     agent, inputs, _, _ = agent_for("prebuilt", world)
     with instrumented(pipe.provider, hide_inputs=True):
-        pipe.run(agent, inputs, world, first)
+        pipe.run(agent, inputs, first)
         pipe.processor.force_flush()
         pipe.provider.force_flush()
         assert pipe.annotations.flush(30)
@@ -211,9 +173,9 @@ def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
         sent = pipe.annotations.status()["sent"]
         assert wait_for_annotations(client, pipe.project, stored_roots, sent) == sent
         phoenix.stop()
-        pipe.record_outcomes(world, first)  # these annotations now fail and are kept for retry
-        pipe.run(agent, inputs, world, second)
-        pipe.record_outcomes(world, second)
+        pipe.record_outcomes(first)  # these annotations now fail and are kept for retry
+        pipe.run(agent, inputs, second)
+        pipe.record_outcomes(second)
         time.sleep(1.0)
         down = pipe.annotations.status()
         phoenix.start()
@@ -230,7 +192,7 @@ def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
     # (The second half's spans were sent during the outage; the SDK's OTLP exporter gives up
     # on them after its retries, which is why the JSON Lines sink is the durable record.)
     roots = {pipe.processor.links.get(t).span_hex: records[t] for t in first.tasks}
-    want = len(roots) + 3 * sum(r.stop_reason in (StopReason.CLEAN, StopReason.MAX_STEPS) for r in roots.values())
+    want = len(roots) + 3 * sum(r.stop_reason in SCORED for r in roots.values())
     assert wait_for_annotations(client, pipe.project, set(roots), want) == want
     annotations = client.spans.get_span_annotations(span_ids=list(roots), project_identifier=pipe.project, limit=10_000)
     assert check_annotations(annotations, roots, world) == want - len(roots)

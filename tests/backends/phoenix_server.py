@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from backends.server_process import free_port, listening_addresses, wait_until_healthy
+
 LAUNCHER = Path(__file__).with_name("phoenix_launcher.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PhoenixServer:
@@ -43,17 +36,7 @@ class PhoenixServer:
         }
         with self.log.open("ab") as log:
             self.process = subprocess.Popen([sys.executable, str(LAUNCHER)], env=env, stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"Phoenix exited with {self.process.returncode}: {self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"Phoenix not ready after {timeout} s: {self.log.read_text()[-3000:]}")
+        wait_until_healthy("Phoenix", self.process, f"{self.url}/healthz", self.log, timeout)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -66,16 +49,4 @@ class PhoenixServer:
         self.process = None
 
     def listening_addresses(self) -> list[str]:
-        """Local addresses this server's process listens on (from /proc/net), to check loopback only."""
-        out = []
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            try:
-                lines = Path(table).read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for line in lines:
-                local, state = line.split()[1], line.split()[3]
-                addr, port = local.split(":")
-                if state == "0A" and int(port, 16) in (self.port, self.grpc_port):
-                    out.append(addr)
-        return out
+        return listening_addresses([self.port, self.grpc_port])

@@ -4,6 +4,7 @@
     EvaluationSpanExporter  a `tps.evaluation` child span of each agent root (same trace)
     TPSMetrics              running mean TPS and counts as OpenTelemetry metrics
     PhoenixAnnotations      Arize Phoenix span annotations, retried while Phoenix is down
+    MlflowAssessments       MLflow assessments (feedback) on the traces, retried while MLflow is down
     TraceLinks              trajectory id -> agent root span (shared by the above)
 
 Exporters are accumulator listeners: `accumulator.add_listener(exporter)`.
@@ -11,6 +12,7 @@ Exporters are accumulator listeners: `accumulator.add_listener(exporter)`.
 
 from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
 from tps_tracer.otel.metrics import TPSMetrics
+from tps_tracer.otel.mlflow_assessments import MlflowAssessments
 from tps_tracer.otel.phoenix import PhoenixAnnotations
 from tps_tracer.otel.span_processor import SCOPE_NAME, TPSSpanProcessor
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
@@ -18,6 +20,7 @@ from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 __all__ = [
     "SCOPE_NAME",
     "EvaluationSpanExporter",
+    "MlflowAssessments",
     "PhoenixAnnotations",
     "SpanLink",
     "TPSMetrics",

@@ -65,6 +65,35 @@ def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
     return attrs
 
 
+def score_facts(score: TrajectoryScore) -> dict[str, Any]:
+    """The trajectory's facts for a backend annotation's metadata (names without the `tps.` prefix)."""
+    return {
+        "trajectory_id": score.trajectory_id,
+        "stop_reason": score.stop_reason.value,
+        "role": score.role.value,
+        "horizon": score.horizon,
+        "n_steps": score.n_steps,
+        "outcome": score.outcome,
+        "q_z": score.q_z,
+    }
+
+
+def value_facts(v: ScoreValue) -> dict[str, Any]:
+    """Which score a backend annotation carries, and the branch pair it was mixed from."""
+    return {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
+
+
+def headline_values(
+    score: TrajectoryScore, predictor: str | None, weights: str | None, censoring: str
+) -> list[ScoreValue]:
+    """Every rule's value for the headline predictor / schedule / censoring mode (none for an excluded run)."""
+    head = score.primary(predictor, None, weights, censoring)
+    if head is None:
+        return []
+    key = (head.predictor, head.weights, head.censoring)
+    return [v for v in score.values() if (v.predictor, v.weights, v.censoring) == key]
+
+
 def explanation(score: TrajectoryScore, v: ScoreValue | None) -> str:
     if v is None:
         return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
