@@ -237,3 +237,51 @@ def test_root_matcher_finds_the_agent_inside_a_request_span():
     trace_hex = f"{request.get_span_context().trace_id:032x}"
     assert set(acc._rows.row_of) == {trace_hex, trace_hex + "-1"}
     assert processor.n_open == 0
+
+
+def test_spans_handed_off_from_many_threads_all_land_scored():
+    """Background mode: on_start / on_end only queue the span; the worker's bookkeeping must
+    still group 8 threads x 25 interleaved runs correctly (checked against a closed form)."""
+    import threading
+
+    from opentelemetry import trace
+
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc)  # background=True: the worker does the bookkeeping
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    sink: list = []
+    acc.add_listener(sink.append)
+    T = 4
+
+    def forecasts(t: int, k: int) -> list[float]:
+        return [round(0.05 + 0.9 * ((7 * t + 3 * k + i) % 10) / 10, 2) for i in range(3)]
+
+    def agent(t: int) -> None:
+        for k in range(25):
+            root = tracer.start_span(
+                "agent", attributes={"tps.trajectory_id": f"t{t}-{k}", "tps.stop_reason": "max_steps", "tps.horizon": T}
+            )
+            ctx = trace.set_span_in_context(root)
+            for p in forecasts(t, k):
+                tracer.start_span("chain", context=ctx).end()
+                tracer.start_span("llm", context=ctx, attributes={"tps.forecasts": json.dumps({"verbal": p})}).end()
+                time.sleep(0)
+            root.end()
+
+    threads = [threading.Thread(target=agent, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert processor.force_flush()
+    assert len(sink) == 200 and processor.n_open == 0 and not processor.errors and not processor.feeder.errors
+    w = [2 * (T - t + 1) / (T * (T + 1)) for t in range(1, T + 1)]  # linear-front, normalised over T
+    for score in sink:
+        t, k = (int(x) for x in score.trajectory_id[1:].split("-"))
+        # censored: the q_Z ~ 0 branch, over the 3 of T=4 steps taken (weights truncated, not renormalised)
+        expected = sum(wi * math.log(1 - p) for wi, p in zip(w[:3], forecasts(t, k), strict=True))
+        assert score.stop_reason is StopReason.MAX_STEPS and score.n_steps == 3
+        assert score.primary("verbal", "log", "linear-front").value == pytest.approx(expected, abs=1e-12)
+    processor.shutdown()

@@ -33,6 +33,7 @@ logger = logging.getLogger("tps_tracer")
 # A live calibration map per predictor; its output is recorded as "<predictor>+cal".
 Calibration = Mapping[str, Callable[[float], float]]
 CALIBRATED_SUFFIX = "+cal"
+APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,17 @@ class Feeder:
         """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
         self._submit(("call", job, where))
 
+    def handoff(self) -> Callable[[tuple[Any, ...]], None]:
+        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker.
+
+        A bare queue put (~0.1 us), no checks: for callers on the hottest path (every span
+        of an instrumented app) that keep their bookkeeping on the worker. Unlike `call`, an
+        event put from the worker itself is queued too (after any flush barrier already in)."""
+        if not self.background:
+            return self._apply
+        self._start()
+        return self._queue.put
+
     def _submit(self, event: tuple[Any, ...]) -> None:
         # Events submitted by a job running on the worker are applied at once: queued, they
         # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
@@ -104,19 +116,28 @@ class Feeder:
     # ------------------------------------------------------------------ worker
 
     def _run(self) -> None:
+        small = 0
         while True:
             event = self._queue.get()
             if event is None:
                 return
             self._apply(event)
-            # Hand the GIL back after every event: an agent thread waking from network I/O
-            # then waits for at most one event's work, not the interpreter's 5 ms switch interval.
+            # Hand the GIL back after every event (every 64 small span events): an agent thread
+            # waking from network I/O then waits for at most one event's work, not the
+            # interpreter's 5 ms switch interval.
+            if event[0] is APPLY:
+                small += 1
+                if small & 63:
+                    continue
             time.sleep(0)
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
         try:
-            if kind == "step":
+            if kind is APPLY:
+                _, fn, arg = event
+                fn(arg)
+            elif kind == "step":
                 _, tid, raw = event
                 self.accumulator.observe(tid, self.forecasts(raw))
             elif kind == "stop":

@@ -29,10 +29,11 @@ last of them ends. Memory: a trace keeps references to its LLM and failed spans 
 most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace idle for
 `idle_timeout` seconds, is finished early (abandoned: stop reason "other", counted).
 
-Cost on the agent's path: on_start and on_end do a few attribute lookups and dict
-operations under one lock; `tests/benchmarks/bench_span_processor.py` measures them
-against a no-op processor and the SDK's own per-span cost. Reading attributes, decoding
-JSON and extracting signals happen on the Feeder's worker thread.
+Cost on the agent's path: on_start and on_end put the span on the Feeder's queue and
+return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
+extracting signals all happen on the Feeder's worker thread, in span order.
+`tests/benchmarks/bench_span_processor.py` measures the calls against a no-op processor
+and the SDK's own per-span cost. With `background=False` all of it runs in the caller.
 Nothing raises into the instrumented application: errors are counted in `errors`.
 """
 
@@ -50,7 +51,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from tps_tracer.capture.feeder import Calibration, Feeder
+from tps_tracer.capture.feeder import APPLY, Calibration, Feeder
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
 from tps_tracer.online.accumulator import Accumulator
@@ -139,6 +140,9 @@ class TPSSpanProcessor(SpanProcessor):
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._ended = 0
         self._warned: set[str] = set()
+        # on_start / on_end only hand the span to the feeder's worker (one queue put); the
+        # bookkeeping below runs there, in order with the scoring work it triggers.
+        self._handoff = self.feeder.handoff()
 
     # ------------------------------------------------------------------ public API
 
@@ -152,6 +156,7 @@ class TPSSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Finish the traces still open (as abandoned) and stop the worker."""
+        self.feeder.flush()  # the spans handed off so far
         with self._lock:
             leftover = list(self._traces.items())
             self._traces.clear()
@@ -166,6 +171,20 @@ class TPSSpanProcessor(SpanProcessor):
     # ------------------------------------------------------------------ the agent's path
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            self._handoff((APPLY, self._track_start, span))
+        except Exception as exc:
+            self._fail("on_start", exc)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            self._handoff((APPLY, self._track_end, span))
+        except Exception as exc:
+            self._fail("on_end", exc)
+
+    # ------------------------------------------------------------------ the worker: per-span bookkeeping
+
+    def _track_start(self, span: ReadableSpan) -> None:
         try:
             scope = span.instrumentation_scope
             if scope is not None and scope.name == SCOPE_NAME:
@@ -184,7 +203,7 @@ class TPSSpanProcessor(SpanProcessor):
         except Exception as exc:
             self._fail("on_start", exc)
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def _track_end(self, span: ReadableSpan) -> None:
         try:
             scope = span.instrumentation_scope
             if scope is not None and scope.name == SCOPE_NAME:
