@@ -226,7 +226,7 @@ def test_mlflow_down_mid_run_then_back(mlflow_server, world, tmp_path):
         down = pipe.assessments.status()
         mlflow_server.start()
     assert down["failed_attempts"] >= 1 and down["pending"] > 0 and down["outages"] == 1
-    assert "Error" in (down["last_error"] or "") or "Exception" in (down["last_error"] or "")
+    assert "Connection refused" in (down["last_error"] or ""), down["last_error"]  # the server is down, not erring
     assert pipe.tps.flush(120)
     status = pipe.assessments.status()
     print(f"during the outage {down}; after {status}")
