@@ -1,0 +1,79 @@
+"""One health ledger: what tps-tracer refused, dropped, cut short or could not read.
+
+Every part of the capture path (the accumulator, the trajectory core, the LangChain
+handler, the span processor, the capture worker, the signal extractor) counts its
+trouble in one `HealthLedger`, shared by all of them, so a user reads it in one place:
+`Accumulator.snapshot()["online"]["health"]` (or `ledger.snapshot()`).
+
+One vocabulary, a category and a kind per count:
+
+| category    | what it counts                                                   | e.g. kinds                                  |
+|-------------|------------------------------------------------------------------|---------------------------------------------|
+| rejected    | input refused, the rest of the run kept                          | invalid_forecast, invalid_horizon, invalid_metadata |
+| abandoned   | runs finished before their end was seen (stop reason "other")    | idle, evicted, closed, shutdown             |
+| dropped     | events lost before they were applied                             | queue_full, after_close                     |
+| malformed   | model output or payload that could not be read (signal is None)  | logprobs, confidence, confidence_clipped    |
+| error       | an internal failure caught so the agent never sees it            | on_llm_end, score, sink                     |
+| ignored     | well-formed events deliberately not scored                       | calls_after_stop, runs_without_model_calls  |
+
+Counting is thread-safe and cheap (one lock, a dict increment); the first occurrence of
+each (category, kind) is logged once at WARNING, later ones are only counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+logger = logging.getLogger("tps_tracer")
+
+CATEGORIES = ("rejected", "abandoned", "dropped", "malformed", "error", "ignored")
+_QUIET = frozenset({"ignored", "abandoned"})  # expected in normal use: counted, not logged
+
+
+class HealthLedger:
+    """Thread-safe counts by (category, kind), each logged once at its first occurrence."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, Counter[str]] = {c: Counter() for c in CATEGORIES}
+
+    def count(self, category: str, kind: str, message: str | None = None, n: int = 1) -> bool:
+        """Add n to (category, kind); returns True the first time that pair is counted.
+
+        `message` (what happened, with the id involved) is logged on the first occurrence
+        for the loud categories (rejected, dropped, malformed, error)."""
+        with self._lock:
+            bucket = self._counts.get(category)
+            if bucket is None:
+                bucket = self._counts[category] = Counter()
+            first = kind not in bucket
+            bucket[kind] += n
+        if first and message is not None and category not in _QUIET:
+            logger.warning("tps-tracer %s (%s): %s; further ones are only counted", category, kind, message)
+        return first
+
+    def get(self, category: str, kind: str | None = None) -> int:
+        """One count, or a category's total when kind is None."""
+        with self._lock:
+            bucket = self._counts.get(category, Counter())
+            return bucket[kind] if kind is not None else sum(bucket.values())
+
+    def category(self, category: str) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._counts.get(category, Counter()).items()))
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """{category: {kind: count}} for every category (empty ones included, so the shape is fixed)."""
+        with self._lock:
+            return {c: dict(sorted(b.items())) for c, b in self._counts.items()}
+
+    def merge(self, other: HealthLedger) -> None:
+        """Add another ledger's counts (merging accumulators of several workers)."""
+        if other is self:
+            return
+        theirs = other.snapshot()
+        with self._lock:
+            for cat, kinds in theirs.items():
+                self._counts.setdefault(cat, Counter()).update(kinds)
