@@ -341,7 +341,7 @@ def test_a_broken_sink_is_reported_and_scores_stay_in_memory(tmp_path):
     assert acc.stop("t", "clean")
     acc.resolve("t", outcome=1)
     snap = acc.snapshot()
-    assert snap["online"]["rejected"] == {"sink_error": 2}
+    assert snap["online"]["health"]["error"] == {"sink": 2} and snap["online"]["rejected"] == {}
     assert _scores(snap)[("p", "log", "linear-front", "complete-only")]["mean"] == pytest.approx(math.log(0.8))
 
 
@@ -436,7 +436,7 @@ def test_a_trajectory_that_cannot_be_scored_keeps_its_row_and_spares_the_batch()
         acc.stop(tid, "clean")
         acc.resolve(tid, outcome=1)
     snap = acc.snapshot()
-    assert snap["online"]["rejected"] == {"internal_error:score": 2}  # the batch, then the bad one
+    assert snap["online"]["health"]["error"] == {"accumulator.score": 2}  # the batch, then the bad one
     assert snap["audit"]["roles"]["complete"] == 3
     assert snap["coverage"][0] == {"predictor": "p", "usable": 2, "skipped": {"missing": 1}}
     row = _scores(snap)[("p", "fragile-log", "linear-front", "complete-only")]

@@ -211,7 +211,8 @@ def test_with_predictor_skips_trajectories_with_missing_steps(arrays):
 
 
 def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
-    from tps_tracer.capture.feeder import Feeder, RawStep
+    from tps_tracer.capture.raw_step import RawStep
+    from tps_tracer.tracking.worker import CaptureWorker as Feeder
 
     cal = fit_calibrator(arrays, [PRED])
     hooks = {"verbal": cal.hooks()[PRED]}  # a map fitted on one stream, applied live to another name

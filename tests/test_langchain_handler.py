@@ -263,7 +263,7 @@ def test_nested_agents(tmp_path, inner_ids):
             "inner-task-00000": lengths[0],
             "inner-task-00001": lengths[1],
         }
-        assert handler.counts["runs_without_model_calls"] == 1
+        assert handler.health.get("ignored", "runs_without_model_calls") == 1
     else:
         assert list(records) == ["outer"]
         assert len(records["outer"].steps) == sum(lengths)
@@ -336,7 +336,7 @@ def test_unattached_model_calls_are_counted_not_scored(tmp_path):
     handler = TPSCallbackHandler(acc)
     ScriptedReActModel(world=world).invoke([HumanMessage(task_prompt("task-00000"))], config={"callbacks": [handler]})
     handler.flush()
-    assert handler.counts["unattached_model_call"] == 1 and acc.n_finished == 0
+    assert handler.health.get("ignored", "unattached_model_call") == 1 and acc.n_finished == 0
 
 
 # ---------------------------------------------------------------- never break the agent
@@ -361,7 +361,7 @@ def test_internal_errors_never_reach_the_agent(tmp_path, caplog, monkeypatch):
         ]
     assert observed == baseline
     assert handler.errors["on_llm_end"] > 0
-    assert sum("tps-tracer handler error in on_llm_end" in r.message for r in caplog.records) == 1  # logged once
+    assert sum("tps-tracer error (on_llm_end)" in r.message for r in caplog.records) == 1  # logged once
 
 
 def test_missing_and_malformed_logprobs_are_counted(tmp_path):
@@ -454,11 +454,11 @@ def test_open_runs_are_bounded_oldest_evicted_as_other(tmp_path):
         handler.on_chat_model_start({}, [[]], run_id=llm, parent_run_id=root)
         message = ChatGeneration(message=AIMessage("<confidence>0.4</confidence>"))
         handler.on_llm_end(LLMResult(generations=[[message]]), run_id=llm)
-    assert handler.counts["evicted"] == 1 and handler.n_open == 2
+    assert handler.health.get("abandoned", "evicted") == 1 and handler.n_open == 2
     handler.on_chain_end({"messages": []}, run_id=roots[0])  # the evicted run ends later: ignored
     acc.close()
     rec = sink_records(sink)["r0"]
-    assert rec.stop_reason == "other" and rec.metadata["stop_detail"].startswith("evicted")
+    assert rec.stop_reason == "other" and rec.metadata["tps_abandoned"] == "evicted"
     assert [s.forecasts["verbal"] for s in rec.steps] == [0.4]
 
 

@@ -171,7 +171,7 @@ def test_evaluation_spans_are_skipped_and_memory_is_bounded():
     tracer = provider.get_tracer("app")
     own = provider.get_tracer("tps_tracer")
     own.start_span("tps.evaluation").end()
-    assert processor.n_open == 0 and not processor.counts
+    assert processor.n_open == 0 and not any(processor.health.snapshot().values())
     from opentelemetry import trace
 
     roots = [tracer.start_span(f"agent-{i}", attributes={"tps.trajectory_id": f"r{i}"}) for i in range(5)]
@@ -180,17 +180,17 @@ def test_evaluation_spans_are_skipped_and_memory_is_bounded():
             "llm", context=trace.set_span_in_context(r), attributes={"tps.forecasts": '{"verbal": 0.5}'}
         ).end()
     assert processor.n_open == 3  # the two oldest were finished early
-    assert processor.counts["abandoned_evicted"] == 2
-    # Idle traces: the first sweep starts their clock, the one after idle_timeout finishes them.
-    processor.sweep(now=100.0)
-    assert processor.sweep(now=111.0) == 3
+    assert processor.health.get("abandoned", "evicted") == 2
+    # Idle traces: no span event for idle_timeout seconds (their last one was at clock 0).
+    assert processor.sweep(now=9.0) == 0
+    assert processor.sweep(now=10.0) == 3
     assert processor.n_open == 0
     snap = acc.snapshot()
     assert snap["online"]["finished"] == 5
     assert snap["audit"]["stop_reasons"]["other"] == 5
     for r in roots:  # their late ends are counted, not turned into trajectories
         r.end()
-    assert processor.counts["late_spans"] == 5
+    assert processor.health.get("ignored", "late_spans") == 5
 
 
 def test_malformed_attributes_are_counted_never_raised():

@@ -7,14 +7,17 @@ trouble in one `HealthLedger`, shared by all of them, so a user reads it in one 
 
 One vocabulary, a category and a kind per count:
 
-| category    | what it counts                                                   | e.g. kinds                                  |
-|-------------|------------------------------------------------------------------|---------------------------------------------|
-| rejected    | input refused, the rest of the run kept                          | invalid_forecast, invalid_horizon, invalid_metadata |
-| abandoned   | runs finished before their end was seen (stop reason "other")    | idle, evicted, closed, shutdown             |
-| dropped     | events lost before they were applied                             | queue_full, after_close                     |
-| malformed   | model output or payload that could not be read (signal is None)  | logprobs, confidence, confidence_clipped    |
-| error       | an internal failure caught so the agent never sees it            | on_llm_end, score, sink                     |
-| ignored     | well-formed events deliberately not scored                       | calls_after_stop, runs_without_model_calls  |
+- rejected: input refused, the rest of the run kept (invalid_forecast, invalid_horizon,
+  invalid_metadata, invalid_outcome_label, ...);
+- abandoned: runs finished before their end was seen, recorded with stop reason "other"
+  (idle, evicted, closed, shutdown, queue_full);
+- dropped: events lost before they were applied (queue_full, after_close);
+- malformed: model output or payload that could not be read; the signal is None
+  (logprobs, confidence, confidence_clipped);
+- error: an internal failure caught so the agent never sees it (on_llm_end, worker.step,
+  accumulator.score, sink, listener);
+- ignored: well-formed events deliberately not scored (runs_without_model_calls,
+  unattached_model_call, late_spans).
 
 Counting is thread-safe and cheap (one lock, a dict increment); the first occurrence of
 each (category, kind) is logged once at WARNING, later ones are only counted.

@@ -33,12 +33,11 @@ is stopped as "other" (abandoned, counted) so memory stays bounded.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,16 +47,16 @@ import numpy as np
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
+from tps_tracer.health import HealthLedger
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
-
-logger = logging.getLogger("tps_tracer")
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
@@ -99,8 +98,11 @@ class Accumulator:
         ece_bins: int = DEFAULT_ECE_BINS,
         clock: Callable[[], float] = time.monotonic,
         batch_size: int = 64,
+        health: HealthLedger | None = None,
     ):
-        """predictors=None discovers predictor names from the steps; otherwise other names are rejected."""
+        """predictors=None discovers predictor names from the steps; otherwise other names are rejected.
+        health: the ledger counting rejected input, abandoned runs and errors (adapters built on this
+        accumulator count into the same one)."""
         self.rules = [get_rule(r) for r in rules]
         self.schedules = [get_schedule(s) for s in weights]
         if not self.rules or not self.schedules:
@@ -121,7 +123,6 @@ class Accumulator:
         self.batch_size = max(1, batch_size)
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
-        self._count_lock = threading.Lock()
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
         # Trajectories popped from _live whose rows are being scored outside the lock; their id
         # maps to _RESERVED in row_of meanwhile, and resolutions arriving then still land here.
@@ -132,9 +133,7 @@ class Accumulator:
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
             self._rows.add_predictor(name)
-        self.rejected: Counter[str] = Counter()
-        self.abandoned: Counter[str] = Counter()
-        self._warned: set[str] = set()
+        self.health = health if health is not None else HealthLedger()
         # Exporters called with each trajectory's scores as they become known (add_listener).
         self._listeners: list[Callable[[TrajectoryScore], None]] = []
         self._listener_meta: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # stop metadata, for late scores
@@ -143,21 +142,27 @@ class Accumulator:
 
     # ------------------------------------------------------------------ errors
 
+    @property
+    def rejected(self) -> dict[str, int]:
+        """Rejected inputs by kind (the health ledger's "rejected" category)."""
+        return self.health.category("rejected")
+
+    @property
+    def abandoned(self) -> dict[str, int]:
+        """Runs finished before their end was seen, by why (idle, evicted, closed, ...)."""
+        return self.health.category("abandoned")
+
     def _reject(self, kind: str, message: str) -> None:
         """Count a rejected input; raise in strict mode; log the first of each kind."""
-        with self._count_lock:
-            self.rejected[kind] += 1
-            first = kind not in self._warned
-            self._warned.add(kind)
         if self.strict:
+            self.health.count("rejected", kind)
             raise AccumulatorError(message)
-        if first:
-            logger.warning("tps-tracer rejected input (%s): %s; further ones are only counted", kind, message)
+        self.health.count("rejected", kind, message)
 
     def _internal(self, where: str, exc: BaseException) -> None:
         if isinstance(exc, AccumulatorError) or self.strict:
             raise exc
-        self._reject(f"internal_error:{where}", f"{type(exc).__name__}: {exc}")
+        self.health.count("error", f"accumulator.{where}", f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ listeners
 
@@ -207,7 +212,9 @@ class Accumulator:
                 try:
                     listener(score)
                 except Exception as exc:
-                    self._reject("listener_error", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}")
+                    self.health.count(
+                        "error", "listener", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}"
+                    )
 
     # ------------------------------------------------------------------ input cleaning
 
@@ -344,12 +351,11 @@ class Accumulator:
             return False
 
     def _clean_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
-        if outcome is None:
+        try:
+            return as_outcome(outcome, allow_strings=False)
+        except InvalidOutcome as exc:
+            self._reject("invalid_outcome", f"{trajectory_id!r}: {exc}")
             return None
-        if isinstance(outcome, (bool, int, float, np.integer, np.floating)) and outcome in (0, 1):
-            return int(outcome)
-        self._reject("invalid_outcome", f"{trajectory_id!r}: outcome must be 0 or 1, got {outcome!r}")
-        return None
 
     def _clean_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
         if q_z is None:
@@ -441,8 +447,7 @@ class Accumulator:
                     self._listener_meta.popitem(last=False)
             batch = self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
         if abandoned is not None:
-            with self._count_lock:
-                self.abandoned[abandoned] += 1
+            self.health.count("abandoned", abandoned)
         if record is not None:
             self._write(record)
         if batch:
@@ -543,7 +548,7 @@ class Accumulator:
         try:
             self.sink.write(obj)
         except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
-            self._reject("sink_error", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
+            self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -614,9 +619,7 @@ class Accumulator:
             keys = np.array(self._keys, dtype=np.uint64)
             n_live = len(self._live)
             known = list(self._known)
-        with self._count_lock:
-            rejected = dict(sorted(self.rejected.items()))
-            abandoned = dict(sorted(self.abandoned.items()))
+        health = self.health.snapshot()
         table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters
         names = list(predictors) if predictors is not None else [p for p in known if p in table.predictors]
         options = ReportOptions(
@@ -634,8 +637,9 @@ class Accumulator:
             "finished": table.n,
             "live": n_live,
             "pending_outcome": int(table.pending.sum()),
-            "abandoned": abandoned,
-            "rejected": rejected,
+            "abandoned": health["abandoned"],
+            "rejected": health["rejected"],
+            "health": health,
             "sink": None if self.sink is None else {"path": str(self.sink.path), "lines_written": self.sink.written},
         }
         return report
@@ -661,8 +665,6 @@ class Accumulator:
             ]
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
-        with other._count_lock:
-            rejected, abandoned = Counter(other.rejected), Counter(other.abandoned)
         duplicates: list[str] = []
         take_ids: set[str] = set()
         with self._lock:
@@ -702,9 +704,7 @@ class Accumulator:
                     duplicates.append(tid)
                 else:
                     self._live[tid] = live
-        with self._count_lock:
-            self.rejected.update(rejected)
-            self.abandoned.update(abandoned)
+        self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
 

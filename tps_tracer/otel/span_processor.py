@@ -20,26 +20,34 @@ the `tps.stop_reason` attribute, the recorded exception (GraphRecursionError and
 limit errors -> max_steps, OutputParserException -> parse_error, ToolException ->
 tool_error), or the canned budget texts of runtimes that return normally. Malformed model
 output (only invalid tool calls, seen on the LLM span or on the chain span that encloses
-it, or a parser span that raised) is a repair, and one more
-than `repair_budget` in a row stops the run as parse_error, as in the LangChain handler.
+it, or a parser span that raised) is a repair. Steps, repairs, stop precedence, the
+horizon rule and outcomes are decided by the trajectory core (`tps_tracer.tracking`), the
+same as for the LangChain handler: this file only reads spans.
+
+Without an agent span: a plain loop whose model calls are separate traces (each call its
+own root) forms ONE trajectory when the calls carry the same `tps_trajectory_id` (OpenInference
+`using_metadata({"tps_trajectory_id": ...})`, or a `tps.trajectory_id` attribute); it stays
+open until `declare_stop(trajectory_id, reason)` (or idles out, abandoned). Model calls
+without an id are one trajectory each.
 
 Order: on_start counts the open spans of each trace, so when the root ends before some of
 its children (async work, spans ended out of order) the trajectory is finished when the
 last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
-most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace idle for
-`idle_timeout` seconds, is finished early (abandoned: stop reason "other", counted).
+most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace with no
+span event for `idle_timeout` seconds, is finished early (abandoned: stop reason "other",
+counted in the health ledger).
 
-Cost on the agent's path: on_start and on_end put the span on the Feeder's queue and
+Cost on the agent's path: on_start and on_end put the span on the capture worker's queue and
 return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
-extracting signals all happen on the Feeder's worker thread, in span order.
+extracting signals all happen on that worker thread, in span order.
 `tests/benchmarks/bench_span_processor.py` measures the calls against a no-op processor
 and the SDK's own per-span cost. With `background=False` all of it runs in the caller.
-Nothing raises into the instrumented application: errors are counted in `errors`.
+Nothing raises into the instrumented application: errors are counted (health: error).
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -51,23 +59,23 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from tps_tracer.capture.feeder import APPLY, Calibration, Feeder
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
+from tps_tracer.health import HealthLedger
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
-
-logger = logging.getLogger("tps_tracer")
+from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET, PARSE_RETRY_TOOL
+from tps_tracer.tracking.tracker import TrajectoryTracker
+from tps_tracer.tracking.trajectory import TrajectoryState
+from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
 
 SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
-DEFAULT_REPAIR_BUDGET = 2
 DEFAULT_MAX_OPEN_TRACES = 10_000
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
 _SWEEP_EVERY_SPANS = 1024
-PARSE_RETRY_TOOL = "_Exception"
 
 
 def _attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
@@ -97,6 +105,15 @@ class _Trace:
     last_ended: ReadableSpan | None = None  # the root's output may be on this, its last child (see _root_attributes)
     dropped: int = 0  # spans over max_spans_per_trace
     generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
+    last_seen: float = 0.0  # the clock at its last span event (idle sweep)
+
+
+@dataclass
+class _Grouped:
+    """A trajectory of root-level model calls from several traces, grouped by their trajectory id."""
+
+    state: TrajectoryState
+    links: list[SpanLink] = field(default_factory=list)
     last_seen: float = 0.0
 
 
@@ -116,6 +133,7 @@ class TPSSpanProcessor(SpanProcessor):
         max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         background: bool = True,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
     ):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
@@ -127,46 +145,78 @@ class TPSSpanProcessor(SpanProcessor):
         self.capture = capture
         self.links = links if links is not None else TraceLinks()
         self.root_matcher = root_matcher
-        self.horizon = horizon
-        self.repair_budget = repair_budget
         self.max_open_traces = max_open_traces
         self.max_spans_per_trace = max_spans_per_trace
         self.idle_timeout = idle_timeout
-        self.feeder = Feeder(accumulator or Accumulator(bootstrap=0), extractor, calibration, background=background)
-        self.errors: Counter[str] = Counter()
-        self.counts: Counter[str] = Counter()
+        self.tracker = TrajectoryTracker(
+            accumulator or Accumulator(bootstrap=0),
+            source="otel",
+            repair_budget=repair_budget,
+            horizon=horizon,
+            extractor=extractor,
+            calibration=calibration,
+            background=background,
+            max_queue_size=max_queue_size,
+        )
         self._clock = clock
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
+        self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
+        self._damaged: set[int] = set()  # traces that lost a span event to a full queue
         self._ended = 0
-        self._warned: set[str] = set()
-        # on_start / on_end only hand the span to the feeder's worker (one queue put); the
+        # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
-        self._handoff = self.feeder.handoff()
+        self._handoff = self.feeder.handoff(self._dropped)
 
     # ------------------------------------------------------------------ public API
 
-    def record_outcome(self, trajectory_id: str, success: bool | int | None = None, q_z: float | None = None) -> None:
-        """The task's outcome (or a censored run's q_Z), at any time after the run."""
-        self.feeder.resolve(trajectory_id, None if success is None else int(bool(success)), q_z)
+    @property
+    def feeder(self) -> CaptureWorker:
+        return self.tracker.worker
+
+    @property
+    def health(self) -> HealthLedger:
+        """Counts of what was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
+        return self.tracker.health
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Internal errors caught (empty when all is well)."""
+        return self.health.category("error")
+
+    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
+        """The task's outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
+        self.tracker.record_outcome(trajectory_id, success, q_z)
+
+    def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
+        """End a trajectory of root-level model calls grouped by `tps_trajectory_id` (a plain loop).
+
+        Applied on the worker after every span handed off before this call, so the loop's
+        last model call is part of it. An unknown reason raises ValueError (your code calls this)."""
+        stop = StopReason(reason)
+        self.feeder.call(lambda: self._declare(trajectory_id, stop, horizon), "declare_stop")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait until every finished trajectory has reached the accumulator."""
         return self.feeder.flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
-        """Finish the traces still open (as abandoned) and stop the worker."""
+        """Finish the traces and grouped trajectories still open (as abandoned) and stop the worker."""
         self.feeder.flush()  # the spans handed off so far
         with self._lock:
             leftover = list(self._traces.items())
             self._traces.clear()
+            grouped = list(self._grouped.values())
+            self._grouped.clear()
         for trace_id, st in leftover:
             self._finish_early(trace_id, st, "shutdown")
+        for g in grouped:
+            self.feeder.call(functools.partial(self._end_grouped, g, abandoned="shutdown"), "finish")
         self.feeder.close()
 
     @property
     def n_open(self) -> int:
-        return len(self._traces)
+        return len(self._traces) + len(self._grouped)
 
     # ------------------------------------------------------------------ the agent's path
 
@@ -182,6 +232,10 @@ class TPSSpanProcessor(SpanProcessor):
         except Exception as exc:
             self._fail("on_end", exc)
 
+    def _dropped(self, event: tuple[Any, ...]) -> None:
+        """A span event the full queue refused (counted by the worker): its trace is incomplete."""
+        self._damaged.add(event[2].context.trace_id)
+
     # ------------------------------------------------------------------ the worker: per-span bookkeeping
 
     def _track_start(self, span: ReadableSpan) -> None:
@@ -190,6 +244,7 @@ class TPSSpanProcessor(SpanProcessor):
             if scope is not None and scope.name == SCOPE_NAME:
                 return
             trace_id = span.context.trace_id
+            now = self._clock()
             with self._lock:
                 st = self._traces.get(trace_id)
                 if st is None:
@@ -198,6 +253,7 @@ class TPSSpanProcessor(SpanProcessor):
                 else:
                     overflow = False
                 st.open += 1
+                st.last_seen = now
             if overflow:
                 self._evict_oldest()
         except Exception as exc:
@@ -219,12 +275,14 @@ class TPSSpanProcessor(SpanProcessor):
             finish: _Trace | None = None
             context = span.context
             trace_id = context.trace_id
+            now = self._clock()
             with self._lock:
                 st = self._traces.get(trace_id)
                 if st is None:
-                    self.counts["late_llm_spans" if llm else "late_spans"] += 1
+                    self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
                     return
                 st.open -= 1
+                st.last_seen = now
                 if llm:
                     if parent is not None:
                         st.callers.setdefault(parent.span_id, None)
@@ -266,20 +324,24 @@ class TPSSpanProcessor(SpanProcessor):
     # ------------------------------------------------------------------ bounded memory
 
     def sweep(self, now: float | None = None) -> int:
-        """Finish traces idle for idle_timeout (their root never ended, or children never did)."""
+        """Finish traces and grouped trajectories with no span event for idle_timeout seconds."""
         if self.idle_timeout is None:
             return 0
         now = self._clock() if now is None else now
         idle: list[tuple[int, _Trace]] = []
+        idle_groups: list[_Grouped] = []
         with self._lock:
             for trace_id, st in list(self._traces.items()):
-                if not st.last_seen:
-                    st.last_seen = now  # first sweep that sees it: its idle clock starts
-                elif now - st.last_seen >= self.idle_timeout:
+                if now - st.last_seen >= self.idle_timeout:
                     idle.append((trace_id, self._traces.pop(trace_id)))
+            for tid, g in list(self._grouped.items()):
+                if now - g.last_seen >= self.idle_timeout:
+                    idle_groups.append(self._grouped.pop(tid))
         for trace_id, st in idle:
             self._finish_early(trace_id, st, "idle")
-        return len(idle)
+        for g in idle_groups:
+            self.feeder.call(functools.partial(self._end_grouped, g, abandoned="idle"), "finish")
+        return len(idle) + len(idle_groups)
 
     def _evict_oldest(self) -> None:
         with self._lock:
@@ -292,7 +354,6 @@ class TPSSpanProcessor(SpanProcessor):
         """A trace taken out before its run was seen to end: finished if it holds a run, else dropped."""
         if st.root is None and not st.llm:
             return
-        self.counts[f"abandoned_{why}"] += 1
         self.feeder.call(lambda: self._finish(trace_id, st, abandoned=why), "finish")
 
     # ------------------------------------------------------------------ the worker: spans -> a trajectory
@@ -329,89 +390,99 @@ class TPSSpanProcessor(SpanProcessor):
                 if tid is not None:
                     metadata = {**sr.run_metadata(span.attributes or {}), **metadata}
                     break
+        if tid is not None and abandoned is None and root is not None and steps == [root]:
+            self._add_to_group(tid, trace_id, root, metadata)  # a root-level model call of a plain loop
+            return
         if tid is None:
             tid = f"{trace_id:032x}" + (f"-{st.generation}" if st.generation else "")
         if root is not None:
             self.links.add(tid, SpanLink(trace_id, root.context.span_id))
         if not self.capture:
             return
-        if not steps and (root is None or root.status.status_code is not StatusCode.ERROR):
-            # A trace with no model call and no failure (a web request, a retrieval chain) is
-            # not an agent trajectory: counted, not scored.
-            self.counts["traces_without_llm_spans"] += 1
-            return
-        self._feed(tid, trace_id, st, steps, root_attrs, metadata, abandoned)
-
-    def _feed(
-        self,
-        tid: str,
-        trace_id: int,
-        st: _Trace,
-        steps: list[ReadableSpan],
-        root_attrs: Mapping[str, Any],
-        metadata: dict[str, Any],
-        abandoned: str | None,
-    ) -> None:
-        root = st.root
+        if abandoned is None and trace_id in self._damaged:
+            self._damaged.discard(trace_id)
+            abandoned = "queue_full"
+        state = self.tracker.open(tid, metadata)
         malformed = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
-        n_calls = repairs = ignored = consecutive = 0
-        declared: tuple[StopReason, str] | None = None
         for i, span in enumerate(steps):
-            n_calls += 1
-            if span.status.status_code is StatusCode.ERROR:
-                self.counts["model_call_errors"] += 1
-                continue
-            if declared is not None:
-                ignored += 1
-                continue
-            step = sr.read_llm_step(span.attributes or {})
-            if step.malformed or i in malformed:
-                consecutive += 1
-                if consecutive > self.repair_budget:
-                    declared = (StopReason.PARSE_ERROR, "repairs exhausted")
-                else:
-                    repairs += 1
-                continue
-            consecutive = 0
-            self.feeder.step(tid, step.raw)
-
+            self._model_call(state, span, i in malformed)
         tool_failed = self._tool_failed_last(steps, st.failures)
-        if abandoned is not None:
-            reason, detail = StopReason.OTHER, f"abandoned: {abandoned}"
-        elif declared is not None:
-            reason, detail = declared
-        else:
-            assert root is not None
+        observed = (StopReason.OTHER, "")
+        if root is not None and abandoned is None:
             failed = root.status.status_code is StatusCode.ERROR
-            reason, detail = sr.classify_root(root_attrs, root.events, failed, tool_failed)
-            if reason is StopReason.CLEAN and consecutive:
-                reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
-        horizon = None
-        if reason is StopReason.MAX_STEPS:
-            budget = sr.root_horizon(root_attrs, metadata) if root is not None else None
-            horizon = max(budget or self.horizon or 0, n_calls)
-
-        record: dict[str, Any] = {"source": "otel", "llm_calls": n_calls, "otel_trace_id": f"{trace_id:032x}"}
+            observed = sr.classify_root(root_attrs, root.events, failed, tool_failed)
+        extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
-            record["otel_span_id"] = f"{root.context.span_id:016x}"
-        if metadata.get(sr.META_TASK_ID) is not None:
-            record["task_id"] = str(metadata[sr.META_TASK_ID])
-        if detail:
-            record["stop_detail"] = detail
-        tool_errors = sum(1 for f in st.failures if f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {}))
-        for key, n in (
-            ("parse_repairs", repairs),
-            ("tool_errors", tool_errors),
-            ("ignored_calls", ignored),
-            ("dropped_spans", st.dropped),
-        ):
-            if n:
-                record[key] = n
-        self.feeder.stop(tid, reason.value, horizon, record)
-        if reason is StopReason.CLEAN and root is not None:
-            outcome = sr.root_outcome(root_attrs, metadata)
-            if outcome is not None:
-                self.feeder.resolve(tid, outcome)
+            extra["otel_span_id"] = f"{root.context.span_id:016x}"
+        state.tool_errors = sum(
+            1 for f in st.failures if f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {})
+        )
+        if st.dropped:
+            extra["dropped_spans"] = st.dropped
+        self.tracker.finish(
+            state,
+            observed,
+            abandoned=abandoned,
+            budget_label=sr.horizon_label(root_attrs, metadata),
+            outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
+            extra=extra,
+        )
+
+    def _model_call(self, state: TrajectoryState, span: ReadableSpan, marked_malformed: bool) -> None:
+        if span.status.status_code is StatusCode.ERROR:
+            self.tracker.failed_call(state)
+            return
+        if state.fixed is not None:  # the stop is fixed: later calls are counted, never read
+            state.decide_call(False, self.tracker.repair_budget)
+            return
+        step = sr.read_llm_step(span.attributes or {})
+        self.tracker.model_call(state, step.raw, step.malformed or marked_malformed)
+
+    # ------------------------------------------------------------------ trajectories without an agent span
+
+    def _add_to_group(self, tid: str, trace_id: int, span: ReadableSpan, metadata: Mapping[str, Any]) -> None:
+        """On the worker: one root-level model call of the trajectory `tid` (kept open for declare_stop)."""
+        with self._lock:
+            g = self._grouped.get(tid)
+            if g is None:
+                g = self._grouped[tid] = _Grouped(self.tracker.open(tid, metadata))
+                overflow = len(self._grouped) > self.max_open_traces
+            else:
+                self._grouped.move_to_end(tid)
+                overflow = False
+            g.last_seen = self._clock()
+        g.links.append(SpanLink(trace_id, span.context.span_id))
+        if overflow:
+            with self._lock:
+                _, oldest = self._grouped.popitem(last=False)
+            self._end_grouped(oldest, abandoned="evicted")
+        if self.capture:
+            self._model_call(g.state, span, False)
+
+    def _declare(self, tid: str, reason: StopReason, horizon: int | None) -> None:
+        with self._lock:
+            g = self._grouped.pop(tid, None)
+        if g is None:
+            self.health.count("rejected", "declare_stop_unknown", f"declare_stop: no open trajectory {tid!r}")
+            return
+        g.state.declare(reason, horizon)
+        self._end_grouped(g)
+
+    def _end_grouped(self, g: _Grouped, abandoned: str | None = None) -> None:
+        if g.links:
+            self.links.add(g.state.tid, g.links[0])  # the first call's span stands for the run
+        if not self.capture:
+            return
+        first = g.links[0] if g.links else None
+        extra = {} if first is None else {"otel_trace_id": f"{first.trace_id:032x}", "otel_traces": len(g.links)}
+        state = g.state
+        self.tracker.finish(
+            state,
+            (StopReason.OTHER, "no stop declared"),
+            abandoned=abandoned,
+            budget_label=sr.horizon_label({}, state.metadata),
+            extra=extra,
+        )
 
     @staticmethod
     def _parser_failures(steps: list[ReadableSpan], failures: list[ReadableSpan]) -> set[int]:
@@ -458,13 +529,6 @@ class TPSSpanProcessor(SpanProcessor):
     # ------------------------------------------------------------------ errors
 
     def _fail(self, where: str, exc: BaseException) -> None:
-        self.errors[where] += 1
-        if where not in self._warned:
-            self._warned.add(where)
-            logger.warning(
-                "tps-tracer span processor error in %s (%s: %s); the application is unaffected, "
-                "further errors only counted",
-                where,
-                type(exc).__name__,
-                exc,
-            )
+        self.health.count(
+            "error", where, f"span processor {where} ({type(exc).__name__}: {exc}); the application is unaffected"
+        )

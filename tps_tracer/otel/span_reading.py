@@ -23,14 +23,14 @@ worker, where decoding a few kilobytes of JSON costs nothing the agent waits for
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tps_tracer.capture.feeder import RawStep
+from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 
 OI_KIND = "openinference.span.kind"
 OI_OUTPUT_TEXT = "llm.output_messages.0.message.content"
@@ -52,12 +52,6 @@ TPS_HORIZON = "tps.horizon"
 TPS_OUTCOME = "tps.outcome"
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
-
-# Run metadata keys, as in the LangChain handler (`config={"metadata": {...}}`).
-META_TRAJECTORY_ID = "tps_trajectory_id"
-META_TASK_ID = "tps_task_id"
-META_HORIZON = "tps_horizon"
-META_OUTCOME = "tps_outcome"
 
 
 def is_llm_span(attributes: Mapping[str, Any]) -> bool:
@@ -135,7 +129,7 @@ def run_metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
     meta = _json(attributes.get(OI_METADATA))
     if isinstance(meta, Mapping):
         out.update({k: v for k, v in meta.items() if isinstance(k, str) and k.startswith("tps_")})
-    for key in (META_TRAJECTORY_ID, META_TASK_ID, META_HORIZON, META_OUTCOME):
+    for key in (TRAJECTORY_ID_KEY, TASK_ID_KEY, HORIZON_KEY, OUTCOME_KEY):
         value = attributes.get(TRACELOOP_PROPERTIES + key)
         if value is not None:
             out.setdefault(key, value)
@@ -146,20 +140,8 @@ def trajectory_id_of(attributes: Mapping[str, Any]) -> str | None:
     explicit = attributes.get(TPS_TRAJECTORY_ID)
     if explicit is not None:
         return str(explicit)
-    found = run_metadata(attributes).get(META_TRAJECTORY_ID)
+    found = run_metadata(attributes).get(TRAJECTORY_ID_KEY)
     return None if found is None else str(found)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
 
 
 # ---------------------------------------------------------------- LLM spans
@@ -341,14 +323,13 @@ def classify_root(
     return found or StopReason.CLEAN, detail
 
 
-def root_horizon(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> int | None:
+def horizon_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
+    """The run's step budget as the root states it (`tps.horizon`, else `tps_horizon` metadata), unchecked."""
     value = attributes.get(TPS_HORIZON)
-    return _int(value if value is not None else metadata.get(META_HORIZON))
+    return value if value is not None else metadata.get(HORIZON_KEY)
 
 
-def root_outcome(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> int | None:
+def outcome_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
+    """An outcome known up front (`tps.outcome`, else `tps_outcome` metadata), unchecked (see `as_outcome`)."""
     value = attributes.get(TPS_OUTCOME)
-    value = value if value is not None else metadata.get(META_OUTCOME)
-    if isinstance(value, str):
-        value = {"true": 1, "false": 0, "1": 1, "0": 0}.get(value.strip().lower())
-    return int(value) if isinstance(value, (bool, int, float)) and value in (0, 1) else None
+    return value if value is not None else metadata.get(OUTCOME_KEY)

@@ -1,0 +1,32 @@
+"""The trajectory core shared by every adapter: model calls in, trajectories out.
+
+- `trajectory.py`: one trajectory's state; steps vs repairs, stop precedence, the horizon rule.
+- `tracker.py`: `TrajectoryTracker`, what adapters call (open, model_call, failed_call, finish).
+- `worker.py`: `CaptureWorker`, the bounded background thread that extracts signals and feeds
+  the accumulator off the agent's path.
+- `keys.py`: the metadata keys and defaults users and adapters share.
+"""
+
+from tps_tracer.tracking.keys import (
+    DEFAULT_REPAIR_BUDGET,
+    HORIZON_KEY,
+    OUTCOME_KEY,
+    TASK_ID_KEY,
+    TRAJECTORY_ID_KEY,
+)
+from tps_tracer.tracking.tracker import TrajectoryTracker
+from tps_tracer.tracking.trajectory import StopDecision, TrajectoryState, decide_stop
+from tps_tracer.tracking.worker import CaptureWorker
+
+__all__ = [
+    "DEFAULT_REPAIR_BUDGET",
+    "HORIZON_KEY",
+    "OUTCOME_KEY",
+    "TASK_ID_KEY",
+    "TRAJECTORY_ID_KEY",
+    "CaptureWorker",
+    "StopDecision",
+    "TrajectoryState",
+    "TrajectoryTracker",
+    "decide_stop",
+]

@@ -1,0 +1,30 @@
+"""The names users put on their runs, and the capture defaults, defined once.
+
+Run metadata (LangChain `config["metadata"]`, OpenInference `metadata`, Traceloop
+association properties) and span attributes that tps-tracer reads:
+
+| metadata key        | span attribute        | meaning                                                    |
+|---------------------|-----------------------|------------------------------------------------------------|
+| tps_trajectory_id   | tps.trajectory_id     | the trajectory's id (default: root run id / trace id)      |
+| tps_task_id         | -                     | the task, copied to the record's metadata as `task_id`     |
+| tps_horizon         | tps.horizon           | the run's step budget T, for max_steps stops               |
+| tps_outcome         | tps.outcome           | an outcome known up front (benchmarks), see `as_outcome`   |
+| -                   | tps.stop_reason       | the stop reason, set by the application                    |
+| -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
+"""
+
+from __future__ import annotations
+
+TRAJECTORY_ID_KEY = "tps_trajectory_id"
+TASK_ID_KEY = "tps_task_id"
+HORIZON_KEY = "tps_horizon"
+OUTCOME_KEY = "tps_outcome"
+
+# The paper's harness: up to two repair attempts per step, one more malformed output stops the run.
+DEFAULT_REPAIR_BUDGET = 2
+# langchain-classic AgentExecutor retries malformed output through a tool run of this name.
+PARSE_RETRY_TOOL = "_Exception"
+# Largest accepted step budget: far above any agent's, and weights stay O(steps) below it anyway.
+MAX_HORIZON = 10_000_000
+# Record metadata key naming why a run was finished early (its stop reason is then "other").
+ABANDONED_KEY = "tps_abandoned"

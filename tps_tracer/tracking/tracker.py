@@ -1,0 +1,157 @@
+"""`TrajectoryTracker`: the framework-free core under both adapters.
+
+The LangChain handler and the OpenTelemetry span processor translate their events (callbacks,
+spans) into these calls and nothing more:
+
+    tracker = TrajectoryTracker(accumulator, source="langchain", ...)
+    state = tracker.open("task-17", run_metadata)
+    tracker.model_call(state, raw_step, malformed=False)   # each model call that returned
+    tracker.failed_call(state)                             # each model call that raised
+    tracker.finish(state, observed=(StopReason.CLEAN, ""), budget_label=..., outcome_label=...,
+                   final_output=..., extra={...})          # once, when the run's end is seen
+    tracker.record_outcome("task-17", success=True)        # any time later
+
+It owns the capture worker (extraction off the agent's path), the repair budget, the
+stop-reason precedence and the horizon rule (`trajectory.py`), the outcome rules
+(`records/outcome.py`), and the health ledger shared with the accumulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.health import HealthLedger
+from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET
+from tps_tracer.tracking.trajectory import (
+    StopDecision,
+    TrajectoryState,
+    decide_stop,
+    record_metadata,
+    run_budget,
+    whole_number,
+)
+from tps_tracer.tracking.worker import DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+
+CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
+
+
+class TrajectoryTracker:
+    def __init__(
+        self,
+        accumulator: Accumulator,
+        *,
+        source: str,
+        repair_budget: int = DEFAULT_REPAIR_BUDGET,
+        horizon: int | None = None,
+        grader: Callable[[Any], Any] | None = None,
+        extractor: SignalExtractor | None = None,
+        calibration: Calibration | None = None,
+        capture_content: bool = False,
+        background: bool = True,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+    ):
+        if not isinstance(repair_budget, int) or repair_budget < 0:
+            raise ValueError(f"repair_budget must be an integer >= 0, got {repair_budget!r}")
+        if horizon is not None and whole_number(horizon) is None:
+            raise ValueError(f"horizon must be a whole number >= 1, got {horizon!r}")
+        self.accumulator = accumulator
+        self.health: HealthLedger = accumulator.health
+        self.source = source
+        self.repair_budget = repair_budget
+        self.horizon = horizon
+        self.grader = grader
+        self.capture_content = capture_content
+        self.worker = CaptureWorker(
+            accumulator, extractor, calibration, background=background, max_queue_size=max_queue_size
+        )
+
+    # ------------------------------------------------------------------ a run's life
+
+    def open(self, tid: str, metadata: Mapping[str, Any] | None = None) -> TrajectoryState:
+        return TrajectoryState(tid, dict(metadata) if isinstance(metadata, Mapping) else {})
+
+    def model_call(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
+        """A model call that returned: a step (fed to the worker), a repair, or ignored."""
+        if state.decide_call(malformed, self.repair_budget):
+            if self.capture_content and isinstance(raw.text, str):
+                state.texts.append(raw.text[:CONTENT_LIMIT])
+            self.worker.step(state.tid, raw)
+
+    def failed_call(self, state: TrajectoryState) -> None:
+        state.call_failed()
+
+    def finish(
+        self,
+        state: TrajectoryState,
+        observed: tuple[StopReason, str] = (StopReason.CLEAN, ""),
+        *,
+        abandoned: str | None = None,
+        budget_label: Any = None,
+        outcome_label: Any = None,
+        final_output: Any = None,
+        final_text: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> StopDecision | None:
+        """Record the finished trajectory; None when it is not one (no model call was made).
+
+        observed: the adapter's reading of the run's end. budget_label: the run's step
+        budget as the run states it (metadata / attribute), validated here. outcome_label:
+        an outcome known up front. final_output: what the grader grades (clean runs only)."""
+        if state.n_calls == 0:
+            # A run that never called a model (a wrapper chain, a failing tool node, a web
+            # request) is not an agent trajectory: counted, never recorded.
+            self.health.count("ignored", "runs_without_model_calls")
+            return None
+        if abandoned is None and self.worker.take_damaged(state.tid):
+            abandoned = "queue_full"
+        decision = decide_stop(state, observed, self.horizon, abandoned)
+        if decision.reason is StopReason.MAX_STEPS and budget_label is not None:  # the label matters only here
+            budget = run_budget(budget_label, self.horizon, state.tid, self.health)
+            decision = decide_stop(state, observed, budget, abandoned)
+        if decision.abandoned is not None:
+            self.health.count("abandoned", decision.abandoned)
+        md = record_metadata(state, decision, self.source, extra)
+        if self.capture_content:
+            md["step_texts"] = state.texts
+            if final_text is not None:
+                md["final_output"] = final_text[:CONTENT_LIMIT]
+        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md)
+        if decision.reason is StopReason.CLEAN:
+            known = self._label(state.tid, outcome_label)
+            if known is not None:
+                self.worker.resolve(state.tid, known)
+            elif self.grader is not None:
+                self.worker.grade(state.tid, self.grader, final_output)
+        return decision
+
+    def _label(self, tid: str, label: Any) -> int | None:
+        try:
+            return as_outcome(label)
+        except InvalidOutcome as exc:
+            self.health.count("rejected", "invalid_outcome_label", f"{tid!r}: outcome label: {exc}")
+            return None
+
+    # ------------------------------------------------------------------ after the run
+
+    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
+        """The task's outcome (see `as_outcome`) and/or a censored run's q_Z, at any time after the run."""
+        try:
+            outcome = as_outcome(success)
+        except InvalidOutcome as exc:
+            self.health.count("rejected", "invalid_outcome", f"{trajectory_id!r}: record_outcome: {exc}")
+            if q_z is None:
+                return
+            outcome = None
+        self.worker.resolve(trajectory_id, outcome, q_z)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.worker.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self.worker.close(timeout)

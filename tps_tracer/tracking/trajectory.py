@@ -1,0 +1,190 @@
+"""One trajectory's capture state, and the rules that turn model calls into steps and a stop.
+
+Both adapters (the LangChain handler, the OpenTelemetry span processor) translate their
+events into these calls; the rules live only here:
+
+- **Steps and repairs.** Each model call that returned is decided once (`decide_call`):
+  well-formed output is a step; malformed output (only invalid tool calls, a parser that
+  rejected it, AgentExecutor's `_Exception` retry) is a repair, and one more than
+  `repair_budget` in a row stops the trajectory as parse_error ("repairs exhausted").
+  Calls after a stop is fixed are ignored (counted). Failed calls (the model raised) are
+  counted, never steps.
+- **Stop-reason precedence** (`decide_stop`): abandoned (finished before its end was
+  seen) > a stop fixed during the run (declared by the user, or repairs exhausted) > what
+  the run's end shows (the adapter's classification of the exception / final output); a
+  run that looks clean but ended on malformed output is parse_error.
+- **The horizon rule** for max_steps: T = max(the run's budget, a declared horizon, the
+  calls made). The run's budget is its `tps_horizon` metadata / `tps.horizon` attribute,
+  else the adapter's default; a value that is not a whole number in [1, MAX_HORIZON]
+  ("8 steps", NaN, inf) is ignored and counted (rejected: invalid_horizon_label), never
+  allowed to lose the stop.
+- **Record metadata** (`record_metadata`): source, calls made, task id, stop detail,
+  repair / tool-error / ignored-call counts, abandonment, adapter extras.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tps_tracer.health import HealthLedger
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import ABANDONED_KEY, MAX_HORIZON, TASK_ID_KEY
+
+
+@dataclass(frozen=True)
+class FixedStop:
+    """A stop reason fixed before the run ends: declared by the user, or repairs exhausted."""
+
+    reason: StopReason
+    horizon: int | None = None
+    detail: str = "declared"
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    reason: StopReason
+    horizon: int | None  # set for max_steps only
+    detail: str
+    abandoned: str | None = None
+
+
+@dataclass
+class TrajectoryState:
+    tid: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
+    n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
+    n_steps: int = 0
+    failed_calls: int = 0
+    repairs: int = 0
+    consecutive_malformed: int = 0
+    ignored_calls: int = 0
+    tool_errors: int = 0
+    last_tool_failed: bool = False  # a tool failed after the last model call
+    fixed: FixedStop | None = None
+    texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
+
+    def call_failed(self) -> None:
+        """A model call raised: it counts toward the calls made (the horizon), not as a step."""
+        self.n_calls += 1
+        self.failed_calls += 1
+        self.last_tool_failed = False
+
+    def decide_call(self, malformed: bool, repair_budget: int) -> bool:
+        """Decide a model call that returned; True when it is a step to score."""
+        self.n_calls += 1
+        self.last_tool_failed = False
+        if self.fixed is not None:
+            self.ignored_calls += 1
+            return False
+        if malformed:
+            self.consecutive_malformed += 1
+            if self.consecutive_malformed > repair_budget:
+                self.fixed = FixedStop(StopReason.PARSE_ERROR, None, "repairs exhausted")
+            else:
+                self.repairs += 1
+            return False
+        self.consecutive_malformed = 0
+        self.n_steps += 1
+        return True
+
+    def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
+        """Fix the stop reason now (the user's declare_stop); the first fixed stop wins."""
+        if self.fixed is None:
+            self.fixed = FixedStop(reason, horizon, detail)
+
+    def tool_failed(self, ended_run: bool = True) -> None:
+        self.tool_errors += 1
+        if ended_run:
+            self.last_tool_failed = True
+
+
+def whole_number(value: Any) -> int | None:
+    """A step budget read from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.isdigit():
+            return None
+        if len(text) > 9:  # larger than MAX_HORIZON, and int() on a huge digit string is slow
+            return None
+        value = int(text)
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        value = int(value)
+    if isinstance(value, int) and 1 <= value <= MAX_HORIZON:
+        return value
+    return None
+
+
+def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) -> int | None:
+    """The run's step budget: its label (metadata / attribute) if valid, else the default (bad label counted)."""
+    if label is None:
+        return default
+    budget = whole_number(label)
+    if budget is None:
+        health.count(
+            "rejected",
+            "invalid_horizon_label",
+            f"{tid!r}: step budget {str(label)[:40]!r} is not a whole number in [1, {MAX_HORIZON}]; "
+            "using the calls made",
+        )
+        return default
+    return budget
+
+
+def decide_stop(
+    state: TrajectoryState,
+    observed: tuple[StopReason, str],
+    budget: int | None,
+    abandoned: str | None = None,
+) -> StopDecision:
+    """The stop reason and horizon of a finished trajectory (see the module docstring for the order).
+
+    observed: what the run's end shows, as the adapter classified it (CLEAN when nothing
+    else). budget: the run's step budget (`run_budget`), for max_steps."""
+    if abandoned is not None:
+        return StopDecision(StopReason.OTHER, None, f"abandoned: {abandoned}", abandoned)
+    if state.fixed is not None:
+        reason, declared_horizon, detail = state.fixed.reason, state.fixed.horizon, state.fixed.detail
+    else:
+        reason, detail = observed
+        declared_horizon = None
+        if reason is StopReason.CLEAN and state.consecutive_malformed:
+            reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
+    horizon = None
+    if reason is StopReason.MAX_STEPS:
+        horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
+    return StopDecision(reason, horizon, detail)
+
+
+def record_metadata(
+    state: TrajectoryState,
+    decision: StopDecision,
+    source: str,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The metadata written with the trajectory's record (only numbers and ids unless content is captured)."""
+    md: dict[str, Any] = {"source": source, "llm_calls": state.n_calls}
+    task = state.metadata.get(TASK_ID_KEY) if isinstance(state.metadata, Mapping) else None
+    if task is not None:
+        md["task_id"] = str(task)
+    if decision.detail:
+        md["stop_detail"] = decision.detail
+    if decision.abandoned is not None:
+        md[ABANDONED_KEY] = decision.abandoned
+    for key, n in (
+        ("parse_repairs", state.repairs),
+        ("failed_calls", state.failed_calls),
+        ("tool_errors", state.tool_errors),
+        ("ignored_calls", state.ignored_calls),
+    ):
+        if n:
+            md[key] = n
+    if extra:
+        md.update(extra)
+    return md

@@ -1,0 +1,282 @@
+"""The capture worker: raw model outputs in, forecasts into the accumulator, off the agent's path.
+
+Adapters keep references to what the model returned (`RawStep`) and submit them here in
+trajectory order. Signal extraction (~1 ms for a 300-token response with top-5 logprobs)
+and the accumulator calls run on one background thread, so a callback on the agent's
+path costs microseconds. Events are applied in the order submitted: a trajectory's steps,
+then its stop, then any outcome recorded later.
+
+Shaped like OpenTelemetry's batch processor:
+- **Bounded.** Heavy events (steps, per-span work) wait in a queue of at most
+  `max_queue_size`; when it is full a new one is dropped and counted (health: dropped /
+  queue_full), never blocking the agent. A trajectory that lost a step is marked, and the
+  tracker records it as abandoned ("queue_full", stop reason other) rather than scoring a
+  trajectory with a hole in it. Control events (stop, outcome, flush) are one per
+  trajectory and are never dropped while open.
+- **A shutdown flag.** After `close()` every event is dropped with the reason
+  (dropped / after_close): nothing stays queued to run later.
+- **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
+  queued events are the parent's); the worker restarts on the child's first event.
+
+`flush()` waits until everything submitted so far is applied (call it before a snapshot);
+`close()` flushes and stops the worker. With `background=False` every event is applied in
+the caller's thread (deterministic, for scripts and tests). Errors never reach the agent:
+a failed event is counted (health: error) and logged once.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.health import HealthLedger
+from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+
+# A live calibration map per predictor; its output is recorded as "<predictor>+cal".
+Calibration = Mapping[str, Callable[[float], float]]
+CALIBRATED_SUFFIX = "+cal"
+APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
+DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
+_HEAVY = frozenset({"step", APPLY})  # the kinds dropped when the queue is full
+
+
+class CaptureWorker:
+    def __init__(
+        self,
+        accumulator: Accumulator,
+        extractor: SignalExtractor | None = None,
+        calibration: Calibration | None = None,
+        background: bool = True,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        health: HealthLedger | None = None,
+    ):
+        if max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
+        self.accumulator = accumulator
+        self.health = health if health is not None else getattr(accumulator, "health", None) or HealthLedger()
+        self.extractor = extractor or _default_extractor(self.health)
+        self.calibration = dict(calibration or {})
+        self.background = background
+        self.max_queue_size = max_queue_size
+        self.damaged: set[str] = set()  # trajectories that lost a step to a full queue
+        self._closed = False
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            ref = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return self.health.category("error")
+
+    # ------------------------------------------------------------------ submission (any thread)
+
+    def step(self, trajectory_id: str, raw: RawStep) -> None:
+        self._submit(("step", trajectory_id, raw))
+
+    def stop(self, trajectory_id: str, reason: str, horizon: int | None, metadata: Mapping[str, Any]) -> None:
+        self._submit(("stop", trajectory_id, reason, horizon, metadata))
+
+    def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
+        self._submit(("resolve", trajectory_id, outcome, q_z))
+
+    def grade(self, trajectory_id: str, grader: Callable[[Any], Any], output: Any) -> None:
+        """Run a grader on the run's final output (in the worker) and resolve with its verdict."""
+        self._submit(("grade", trajectory_id, grader, output))
+
+    def call(self, job: Callable[[], Any], where: str = "job") -> None:
+        """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
+        self._submit(("call", job, where))
+
+    def handoff(self, on_drop: Callable[[tuple[Any, ...]], None] | None = None) -> Callable[[tuple[Any, ...]], None]:
+        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker.
+
+        A queue put behind a size check (~0.2 us), for callers on the hottest path (every
+        span of an instrumented app) that keep their bookkeeping on the worker. A dropped
+        event (queue full, or closed) is counted and passed to `on_drop` (cheap work only)."""
+        if not self.background:
+            return self._apply_unless_closed
+        self._start()
+        limit = self.max_queue_size
+
+        def put(event: tuple[Any, ...]) -> None:
+            q = self._queue  # read each time: a forked child gets a new queue
+            if q.qsize() < limit and not self._closed:
+                q.put(event)
+            else:
+                self._drop(event)
+                if on_drop is not None:
+                    on_drop(event)
+
+        return put
+
+    def _apply_unless_closed(self, event: tuple[Any, ...]) -> None:
+        if self._closed:
+            self._drop(event)
+        else:
+            self._apply(event)
+
+    def _submit(self, event: tuple[Any, ...]) -> None:
+        if self._closed:
+            self._drop(event)
+            return
+        # Events submitted by a job running on the worker are applied at once: queued, they
+        # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
+        if not self.background or threading.current_thread() is self._thread:
+            self._apply(event)
+            return
+        if self._thread is None:
+            self._start()
+        if event[0] in _HEAVY and self._queue.qsize() >= self.max_queue_size:
+            self._drop(event)
+            return
+        self._queue.put(event)
+
+    def _drop(self, event: tuple[Any, ...]) -> None:
+        kind = "after_close" if self._closed else "queue_full"
+        if event[0] == "step":
+            self.damaged.add(event[1])
+        self.health.count(
+            "dropped",
+            kind,
+            "the capture worker is closed"
+            if self._closed
+            else f"the capture queue is full ({self.max_queue_size} events); capture falls behind the agent",
+        )
+
+    def take_damaged(self, trajectory_id: str) -> bool:
+        """Whether the trajectory lost a step to a full queue (and forget it)."""
+        if not self.damaged:
+            return False
+        try:
+            self.damaged.remove(trajectory_id)
+            return True
+        except KeyError:
+            return False
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="tps-tracer-worker", daemon=True)
+                self._thread.start()
+
+    def _after_fork_in_child(self) -> None:
+        # The thread did not survive the fork and the queued events belong to the parent.
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._start_lock = threading.Lock()
+        self.damaged = set()
+
+    # ------------------------------------------------------------------ worker
+
+    def _run(self) -> None:
+        q = self._queue
+        small = 0
+        while True:
+            event = q.get()
+            if event is None:
+                return
+            self._apply(event)
+            # Hand the GIL back after every event (every 64 small span events): an agent thread
+            # waking from network I/O then waits for at most one event's work, not the
+            # interpreter's 5 ms switch interval.
+            if event[0] is APPLY:
+                small += 1
+                if small & 63:
+                    continue
+            time.sleep(0)
+
+    def _apply(self, event: tuple[Any, ...]) -> None:
+        kind = event[0]
+        try:
+            if kind is APPLY:
+                _, fn, arg = event
+                fn(arg)
+            elif kind == "step":
+                _, tid, raw = event
+                self.accumulator.observe(tid, self._safe_forecasts(raw))
+            elif kind == "stop":
+                _, tid, reason, horizon, metadata = event
+                self.accumulator.stop(tid, reason, horizon=horizon, metadata=metadata)
+            elif kind == "resolve":
+                _, tid, outcome, q_z = event
+                self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
+            elif kind == "grade":
+                _, tid, grader, output = event
+                self._grade(tid, grader, output)
+            elif kind == "call":
+                _, job, where = event
+                kind = where
+                job()
+            elif kind == "barrier":
+                event[1].set()
+        except Exception as exc:  # never let one bad event stop the worker
+            self.health.count("error", f"worker.{kind}", f"{kind} event failed ({type(exc).__name__}: {exc})")
+
+    def _grade(self, tid: str, grader: Callable[[Any], Any], output: Any) -> None:
+        verdict = grader(output)
+        try:
+            outcome = as_outcome(verdict)
+        except InvalidOutcome as exc:
+            self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
+            return
+        if outcome is not None:
+            self.accumulator.resolve(tid, outcome=outcome)
+
+    def _safe_forecasts(self, raw: RawStep) -> dict[str, float | None]:
+        """The step's forecasts; if extraction fails the step is kept with none (counted): later steps never shift."""
+        try:
+            return self.forecasts(raw)
+        except Exception as exc:
+            self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
+            return {}
+
+    def forecasts(self, raw: RawStep) -> dict[str, float | None]:
+        if raw.forecasts is not None:
+            out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
+        else:
+            out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)  # type: ignore[arg-type]
+        for name, fn in self.calibration.items():
+            p = out.get(name)
+            out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
+        return out
+
+    # ------------------------------------------------------------------ control
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event submitted so far is applied; False on timeout."""
+        thread = self._thread
+        if not self.background or thread is None or not thread.is_alive():
+            return True
+        if threading.current_thread() is thread:
+            return True  # a job on the worker asking to flush: everything before it is applied
+        done = threading.Event()
+        self._queue.put(("barrier", done))
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Apply what was submitted, stop the worker; later events are dropped (counted)."""
+        self.flush(timeout)
+        self._closed = True
+        thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout)
+            self._thread = None
+
+
+def _default_extractor(health: HealthLedger) -> SignalExtractor:
+    try:
+        return SignalExtractor(health=health)  # type: ignore[call-arg]
+    except TypeError:  # an extractor without a health ledger
+        return SignalExtractor()
