@@ -56,6 +56,24 @@ class ScoreMatrix:
         return {k: i for i, k in enumerate(self.keys)}
 
 
+def eta_by_mode(
+    complete: NDArray[np.bool_], censored: NDArray[np.bool_], outcome: FloatArray, q_z: FloatArray
+) -> dict[str, tuple[NDArray[np.bool_], FloatArray]]:
+    """The eta table (DESIGN.md, "the branch pair"), the one definition: per censoring mode,
+    which rows it scores and the eta each row's pair is mixed with (score = eta s1 + (1-eta) s0).
+
+    complete: rows whose outcome Y is observed (NaN outcome on a complete row is pending:
+    not a member); censored: administratively stopped rows; q_z NaN where unknown."""
+    has_y = complete & ~np.isnan(outcome)
+    has_q = censored & ~np.isnan(q_z)
+    y = np.where(has_y, outcome, 0.0)
+    return {
+        COMPLETE_ONLY: (has_y, y),
+        SIMPLE: (has_y | censored, y),
+        EXACT: (has_y | has_q, np.where(has_y, y, np.nan_to_num(q_z))),
+    }
+
+
 def score_columns(
     table: PairTable,
     predictors: Sequence[str],
@@ -65,12 +83,7 @@ def score_columns(
     """Mix each row's branch pairs with its eta per censoring mode, one column per combination."""
     complete, censored = table.role_masks(policy or CensoringPolicy())
     has_q = ~np.isnan(table.q_z)
-    y = np.where(complete, table.outcome, 0.0)
-    eta = {
-        COMPLETE_ONLY: (complete, y),
-        SIMPLE: (complete | censored, y),
-        EXACT: (complete | (censored & has_q), np.where(complete, y, np.nan_to_num(table.q_z))),
-    }
+    eta = eta_by_mode(complete, censored, table.outcome, table.q_z)
     out = ScoreMatrix()
     for name in predictors:
         col = table.predictors[name]

@@ -22,7 +22,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE
+import numpy as np
+
+from tps_tracer.evaluation.tps import SIMPLE, eta_by_mode
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import mix
 
@@ -58,14 +60,15 @@ class TrajectoryScore:
         return bool(self.pairs) and bool(self._etas())
 
     def _etas(self) -> list[tuple[str, float]]:
-        if self.role is Role.COMPLETE:
-            if self.outcome is None:
-                return []
-            y = float(self.outcome)
-            return [(COMPLETE_ONLY, y), (SIMPLE, y), (EXACT, y)]
-        if self.role is Role.CENSORED:
-            return [(SIMPLE, 0.0)] + ([] if self.q_z is None else [(EXACT, self.q_z)])
-        return []
+        """(mode, eta) for each censoring mode that scores this trajectory: the report's own table."""
+        nan = float("nan")
+        table = eta_by_mode(
+            np.array([self.role is Role.COMPLETE]),
+            np.array([self.role is Role.CENSORED]),
+            np.array([nan if self.outcome is None else float(self.outcome)]),
+            np.array([nan if self.q_z is None else float(self.q_z)]),
+        )
+        return [(mode, float(eta[0])) for mode, (member, eta) in table.items() if member[0]]
 
     def values(self) -> Iterator[ScoreValue]:
         """Every available score: predictor x rule x schedule x censoring mode."""
