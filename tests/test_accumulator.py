@@ -447,7 +447,7 @@ def test_strict_errors_leave_the_trajectory_usable():
     acc = Accumulator(strict=True, bootstrap=B)
     acc.observe("t", {"p": 0.5})
     acc.observe("t", {"p": 0.6})
-    with pytest.raises(AccumulatorError, match="horizon 1 is not an integer >= the 2 step"):
+    with pytest.raises(AccumulatorError, match=r"horizon .1. is not an integer in \[2, "):
         acc.stop("t", "max_steps", horizon=1)
     assert acc.n_live == 1
     assert acc.stop("t", "max_steps", horizon=5)

@@ -50,7 +50,9 @@ def _splitmix64(x: U64) -> U64:
 
 def trajectory_key(trajectory_id: str) -> int:
     """A stable 64-bit key for a trajectory id (BLAKE2b), independent of process and platform."""
-    return int.from_bytes(hashlib.blake2b(trajectory_id.encode("utf-8"), digest_size=8).digest(), "little")
+    # surrogatepass: ids are any str (a lone surrogate included); valid text encodes as plain UTF-8.
+    data = trajectory_id.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def trajectory_keys(ids: Sequence[str]) -> U64:

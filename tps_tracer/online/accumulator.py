@@ -33,6 +33,7 @@ is stopped as "other" (abandoned, counted) so memory stays bounded.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -56,7 +57,7 @@ from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.schedules import MAX_HORIZON, WeightSchedule, get_schedule
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
@@ -315,7 +316,7 @@ class Accumulator:
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
-            self._close(trajectory_id, live, stop_reason, horizon, metadata, None)
+            self._close(trajectory_id, live, stop_reason, horizon, self._clean_metadata(trajectory_id, metadata), None)
             self._maybe_sweep(self._clock())
             return True
         except Exception as exc:
@@ -454,10 +455,36 @@ class Accumulator:
             self._score(batch)
 
     def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
-        if isinstance(horizon, (int, np.integer)) and not isinstance(horizon, bool) and horizon >= max(n_steps, 1):
+        if (
+            isinstance(horizon, (int, np.integer))
+            and not isinstance(horizon, bool)
+            and max(n_steps, 1) <= horizon <= MAX_HORIZON
+        ):
             return True
-        self._reject("invalid_horizon", f"{tid!r}: horizon {horizon!r} is not an integer >= the {n_steps} step(s)")
+        self._reject(
+            "invalid_horizon",
+            f"{tid!r}: horizon {str(horizon)[:40]!r} is not an integer in [{max(n_steps, 1)}, {MAX_HORIZON}] "
+            "(the steps taken, the largest budget accepted); using the steps taken",
+        )
         return False
+
+    def _clean_metadata(self, tid: str, metadata: Any) -> dict[str, Any]:
+        """The record's metadata as strict JSON: a non-mapping is dropped, NaN/inf and non-JSON values
+        are replaced (null, their repr), counted as invalid_metadata; never a reason to lose the run."""
+        if metadata is None:
+            return {}
+        if not isinstance(metadata, Mapping):
+            self._reject("invalid_metadata", f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}")
+            return {}
+        md = dict(metadata)
+        try:
+            json.dumps(md, allow_nan=False)
+            if all(type(k) is str for k in md):
+                return md
+        except (TypeError, ValueError, RecursionError):
+            pass
+        self._reject("invalid_metadata", f"{tid!r}: metadata is not strict JSON; bad values written as null / repr")
+        return {str(k): _json_safe(v, 0) for k, v in md.items()}
 
     def _take_queue(self) -> list[str]:
         batch, self._queue = self._queue, []
@@ -500,7 +527,7 @@ class Accumulator:
             lives = [self._finishing[tid] for tid in batch]
         names = self._names_in(lives)
         scored = self._score_safely(lives, names)
-        keys = [trajectory_key(tid) for tid in batch]
+        keys = [self._key(tid) for tid in batch]
         with self._lock:
             outcome, q_z = [], []
             for tid, lv in zip(batch, lives, strict=True):
@@ -528,6 +555,14 @@ class Accumulator:
             self._keys.extend(keys)
             scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
         self._notify(scores)
+
+    def _key(self, tid: str) -> int:
+        """The id-derived bootstrap key; an id that cannot be hashed never takes its batch down."""
+        try:
+            return trajectory_key(tid)
+        except Exception as exc:
+            self._internal("key", exc)
+            return 0
 
     def _names_in(self, lives: list[_Live]) -> list[str]:
         """Predictors to score: the configured ones, or every name the steps mention."""
@@ -592,7 +627,10 @@ class Accumulator:
                 self._close(tid, live, StopReason.OTHER, None, {"tps_abandoned": "closed"}, "closed")
         self.flush()
         if self.sink is not None:
-            self.sink.close()
+            try:
+                self.sink.close()
+            except Exception as exc:  # a full disk or a size limit: counted, never raised into the caller
+                self.health.count("error", "sink", f"could not close {getattr(self.sink, 'path', 'the sink')}: {exc}")
 
     @property
     def n_live(self) -> int:
@@ -707,6 +745,19 @@ class Accumulator:
         self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
+
+
+def _json_safe(value: Any, depth: int) -> Any:
+    """A strict-JSON stand-in for a metadata value: NaN/inf -> null, unknown objects -> their repr."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth < 8 and isinstance(value, Mapping):
+        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return [_json_safe(v, depth + 1) for v in value]
+    return repr(value)[:200]
 
 
 _RESOLVE_MESSAGES = {

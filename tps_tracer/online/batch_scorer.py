@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.evaluation.aggregators import TIE_DECIMALS
 from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, weights
+from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 
@@ -53,7 +53,9 @@ class BatchScorer:
         w = self._shapes.get(key)
         if w is None:
             scheds = [*self.schedules, DEFAULT_SCHEDULE]
-            w = np.stack([weights(s, horizon)[:n_steps] for s in scheds])
+            # w_1..w_Z only: closed-form normalisers, so a huge declared horizon costs O(Z), not O(T).
+            t = np.arange(1.0, n_steps + 1.0)
+            w = np.stack([s.step_weights(t, np.full_like(t, float(horizon))) for s in scheds]).reshape(len(scheds), -1)
             self._shapes[key] = w
             if len(self._shapes) > _MAX_CACHED_SHAPES:
                 self._shapes.popitem(last=False)

@@ -23,6 +23,9 @@ from numpy.typing import ArrayLike, NDArray
 
 FloatArray = NDArray[np.float64]
 RawWeightFn = Callable[[FloatArray, FloatArray], ArrayLike]
+# Largest step budget accepted by the capture path: far above any agent's; weights cost O(steps) below it.
+MAX_HORIZON = 10_000_000
+_TOTAL_BLOCK = 1 << 20  # steps per block when a custom schedule is normalised numerically
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,17 @@ class WeightSchedule:
         uniq, inverse = np.unique(horizon, return_inverse=True)
         totals = np.empty(uniq.shape, dtype=np.float64)
         for i, big_t in enumerate(uniq):
-            steps = np.arange(1.0, big_t + 1.0)
-            raw = np.asarray(self.raw(steps, np.full_like(steps, big_t)), dtype=np.float64)
-            if raw.shape != steps.shape or not np.all(np.isfinite(raw) & (raw > 0)):
-                raise ValueError(
-                    f"schedule {self.name!r} must give finite positive weights for t=1..T (T={int(big_t)})"
-                )
-            totals[i] = raw.sum()
+            # One pass for usual horizons; in blocks beyond, so memory stays bounded for any T.
+            total = 0.0
+            for lo in range(1, int(big_t) + 1, _TOTAL_BLOCK):
+                steps = np.arange(float(lo), min(float(lo + _TOTAL_BLOCK), big_t + 1.0))
+                raw = np.asarray(self.raw(steps, np.full_like(steps, big_t)), dtype=np.float64)
+                if raw.shape != steps.shape or not np.all(np.isfinite(raw) & (raw > 0)):
+                    raise ValueError(
+                        f"schedule {self.name!r} must give finite positive weights for t=1..T (T={int(big_t)})"
+                    )
+                total += raw.sum()
+            totals[i] = total
         return totals[inverse].reshape(horizon.shape)
 
 

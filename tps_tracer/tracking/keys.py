@@ -15,6 +15,8 @@ association properties) and span attributes that tps-tracer reads:
 
 from __future__ import annotations
 
+from tps_tracer.scoring.schedules import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
+
 TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"
 HORIZON_KEY = "tps_horizon"
@@ -24,7 +26,5 @@ OUTCOME_KEY = "tps_outcome"
 DEFAULT_REPAIR_BUDGET = 2
 # langchain-classic AgentExecutor retries malformed output through a tool run of this name.
 PARSE_RETRY_TOOL = "_Exception"
-# Largest accepted step budget: far above any agent's, and weights stay O(steps) below it anyway.
-MAX_HORIZON = 10_000_000
 # Record metadata key naming why a run was finished early (its stop reason is then "other").
 ABANDONED_KEY = "tps_abandoned"
