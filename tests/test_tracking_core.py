@@ -1,0 +1,505 @@
+"""The trajectory core under both adapters, on inputs the simulator never produces.
+
+Real LangChain / LangGraph loops (scripted models only) and the real OpenTelemetry SDK:
+labels in other spellings, other callbacks attached, runs that never call a model, step
+budgets written as text, streams whose final message carries only the last chunk's
+logprobs, a capture queue that overflows or is closed, a forked process, and model calls
+of a plain loop that are separate traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake import FakeListLLM
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import ToolException
+from langgraph.graph import END, StateGraph
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from otel_support import instrumented
+from world_check import new_accumulator, sink_records
+
+from tps_tracer import Accumulator
+from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.langchain import TPSCallbackHandler
+from tps_tracer.otel import TPSSpanProcessor
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.tracking.worker import CaptureWorker
+
+# ---------------------------------------------------------------- one outcome rule
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, None),
+        (True, 1),
+        (False, 0),
+        (1, 1),
+        (0, 0),
+        (1.0, 1),
+        (0.0, 0),
+        ("true", 1),
+        (" FALSE ", 0),
+        ("1", 1),
+        ("0", 0),
+        ("yes", 1),
+        ("no", 0),
+        ("success", 1),
+        ("failure", 0),
+    ],
+)
+def test_as_outcome_table(value, want):
+    assert as_outcome(value) == want
+
+
+@pytest.mark.parametrize("value", [2, -1, 0.5, float("nan"), float("inf"), "maybe", "", [1], {"y": 1}])
+def test_as_outcome_rejects_everything_else(value):
+    with pytest.raises(InvalidOutcome):
+        as_outcome(value)
+
+
+def test_strings_are_not_outcomes_in_records():
+    with pytest.raises(InvalidOutcome):
+        as_outcome("true", allow_strings=False)
+
+
+def _one_call_graph(model: BaseChatModel):
+    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"], config)]}
+
+    graph = StateGraph(dict)
+    graph.add_node("model", call)
+    graph.set_entry_point("model")
+    graph.add_edge("model", END)
+    return graph.compile()
+
+
+@pytest.mark.parametrize(("label", "want"), [("false", 0), ("true", 1), (False, 0), (1, 1), ("0", 0)])
+def test_an_up_front_label_means_the_same_on_both_paths(tmp_path, label, want):
+    """`tps_outcome: "false"` was a success in the handler (int(bool("false"))) and a failure in the processor."""
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    graph = _one_call_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> done"]))
+    graph.invoke(
+        {"messages": [("user", "q")]},
+        config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "h", "tps_outcome": label}},
+    )
+    acc.close()
+    assert sink_records(sink)["h"].outcome == want
+
+    acc2 = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc2, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    for name, attrs in (
+        ("attr", {"tps.trajectory_id": "a", "tps.outcome": label if not isinstance(label, bool) else str(label)}),
+        ("meta", {"metadata": json.dumps({"tps_trajectory_id": "m", "tps_outcome": label})}),
+    ):
+        root = tracer.start_span(name, attributes=attrs)
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
+        ).end()
+        root.end()
+    records: list[Any] = []
+    acc2.add_listener(records.append)
+    snap = acc2.snapshot()
+    assert snap["online"]["finished"] == 2 and snap["online"]["pending_outcome"] == 0
+    assert snap["audit"]["n_trajectories"] == 2
+    # Both runs resolved with the same outcome: the base-rate row counts want * 2 successes.
+    assert snap["audit"]["stop_reasons"]["clean"] == 2
+    outcomes = {r.trajectory_id: r.outcome for r in _scores(acc2)}
+    assert outcomes == {"a": want, "m": want}
+
+
+def _scores(acc: Accumulator):
+    got: list[Any] = []
+    acc.add_listener(got.append)
+    with acc._lock:
+        return [acc._score_of(tid, row) for tid, row in acc._rows.row_of.items()]
+
+
+def test_an_invalid_label_is_counted_and_the_run_stays_pending(tmp_path):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    graph = _one_call_graph(FakeListChatModel(responses=["ok"]))
+    graph.invoke(
+        {"messages": [("user", "q")]},
+        config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "h", "tps_outcome": "maybe"}},
+    )
+    acc.close()
+    rec = sink_records(sink)["h"]
+    assert rec.outcome is None and rec.outcome_pending
+    assert handler.health.get("rejected", "invalid_outcome_label") == 1
+
+
+def test_a_grader_saying_false_in_words_is_a_failure(tmp_path):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False, grader=lambda output: "false")
+    _one_call_graph(FakeListChatModel(responses=["ok"])).invoke(
+        {"messages": [("user", "q")]}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "g"}}
+    )
+    acc.close()
+    assert [r.outcome for r in _read_all(sink)] == [0]
+
+
+def _read_all(sink):
+    return list(sink_records(sink).values())
+
+
+# ---------------------------------------------------------------- other callbacks see what they would without us
+
+
+class Recorder(BaseCallbackHandler):
+    """A user's own handler: which model runs it saw start and end."""
+
+    def __init__(self) -> None:
+        self.started: list[UUID] = []
+        self.ended: list[UUID] = []
+        self._lock = threading.Lock()
+
+    def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kw: Any) -> None:
+        with self._lock:
+            self.started.append(run_id)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kw: Any) -> None:
+        with self._lock:
+            self.started.append(run_id)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kw: Any) -> None:
+        with self._lock:
+            self.ended.append(run_id)
+
+
+def _drive(model: Any, mode: str, callbacks: list[Any]) -> None:
+    cfg = {"callbacks": callbacks, "metadata": {"tps_trajectory_id": f"loop-{mode}"}}
+    if mode == "invoke":
+        model.invoke("q", config=cfg)
+    elif mode == "batch":
+        model.batch(["q", "r"], config=cfg)
+    elif mode == "stream":
+        list(model.stream("q", config=cfg))
+    elif mode == "ainvoke":
+        asyncio.run(model.ainvoke("q", config=cfg))
+    elif mode == "abatch":
+        asyncio.run(model.abatch(["q", "r"], config=cfg))
+    elif mode == "astream":
+
+        async def consume() -> None:
+            async for _ in model.astream("q", config=cfg):
+                pass
+
+        asyncio.run(consume())
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream", "batch", "abatch"])
+def test_attaching_the_handler_does_not_change_what_other_callbacks_receive(kind, mode):
+    """langchain issue 39633: an inline handler made langchain-core skip on_llm_start for the others."""
+    responses = ["<confidence>0.6</confidence> a", "<confidence>0.4</confidence> b"] * 4
+
+    def model() -> Any:
+        return FakeListLLM(responses=responses) if kind == "completion" else FakeListChatModel(responses=responses)
+
+    alone = Recorder()
+    _drive(model(), mode, [alone])
+    beside = Recorder()
+    handler = TPSCallbackHandler(Accumulator(bootstrap=0), background=False)
+    _drive(model(), mode, [handler, beside])
+    assert len(beside.started) == len(alone.started) > 0
+    assert sorted(beside.started, key=str) == sorted(beside.ended, key=str)  # every end had its start
+    assert not handler.errors
+
+
+# ---------------------------------------------------------------- runs that never call a model
+
+
+def test_a_graph_that_fails_before_any_model_call_is_not_a_trajectory(tmp_path):
+    def broken_tools(state: dict[str, Any]) -> dict[str, Any]:
+        raise ToolException("the search backend is down")
+
+    graph = StateGraph(dict)
+    graph.add_node("tools", broken_tools)
+    graph.set_entry_point("tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    with pytest.raises(ToolException):
+        app.invoke({"x": 1}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "t"}})
+    acc.close()
+    assert sink.read_text() == ""
+    assert handler.health.get("ignored", "runs_without_model_calls") == 1
+    assert handler.health.get("rejected") == 0  # no "horizon 0" or other misleading warning
+
+
+# ---------------------------------------------------------------- budgets written as text
+
+
+def _looping_graph(model: BaseChatModel):
+    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"], config)]}
+
+    graph = StateGraph(dict)
+    graph.add_node("model", call)
+    graph.set_entry_point("model")
+    graph.add_edge("model", "model")
+    return graph.compile()
+
+
+@pytest.mark.parametrize("label", ["8 steps", float("nan"), float("inf"), -3, True, "1e99", 10**12])
+def test_a_budget_stop_with_a_bad_horizon_label_keeps_the_stop(tmp_path, label):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    app = _looping_graph(FakeListChatModel(responses=["<confidence>0.5</confidence> again"]))
+    with pytest.raises(Exception, match="Recursion limit"):
+        app.invoke(
+            {"messages": [("user", "q")]},
+            config={
+                "callbacks": [handler],
+                "recursion_limit": 4,
+                "metadata": {"tps_trajectory_id": "b", "tps_horizon": label},
+            },
+        )
+    assert handler.n_open == 0
+    acc.close()
+    rec = sink_records(sink)["b"]
+    assert rec.stop_reason == "max_steps" and len(rec.steps) == 4
+    assert rec.horizon == rec.metadata["llm_calls"] == 4  # the calls made
+    assert handler.health.get("rejected", "invalid_horizon_label") == 1
+
+
+def test_a_valid_horizon_label_is_the_budget(tmp_path):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    app = _looping_graph(FakeListChatModel(responses=["again"]))
+    with pytest.raises(Exception, match="Recursion limit"):
+        app.invoke(
+            {"messages": [("user", "q")]},
+            config={
+                "callbacks": [handler],
+                "recursion_limit": 3,
+                "metadata": {"tps_trajectory_id": "b", "tps_horizon": "9"},
+            },
+        )
+    acc.close()
+    assert sink_records(sink)["b"].horizon == 9
+
+
+# ---------------------------------------------------------------- streamed logprobs
+
+
+def _entry(token: str, p: float) -> dict[str, Any]:
+    return {"token": token, "logprob": math.log(p), "bytes": list(token.encode()), "top_logprobs": []}
+
+
+class StreamingLogprobModel(BaseChatModel):
+    """A scripted chat model that streams one token per chunk, each chunk carrying its own logprobs entry."""
+
+    tokens: list[str]
+    probs: list[float]
+    last_only: bool = False  # the final (non-streamed) result carries only the last token's entry
+
+    @property
+    def _llm_type(self) -> str:
+        return "streaming-logprobs"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        entries = [_entry(t, p) for t, p in zip(self.tokens, self.probs, strict=True)]
+        lp = {"content": entries[-1:] if self.last_only else entries}
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage("".join(self.tokens), response_metadata={"logprobs": lp}))]
+        )
+
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        for token, p in zip(self.tokens, self.probs, strict=True):
+            lp = {"content": [_entry(token, p)]}
+            chunk = ChatGenerationChunk(
+                message=AIMessageChunk(content=token, response_metadata={"logprobs": lp}),
+                generation_info={"logprobs": lp},
+            )
+            if run_manager is not None:
+                run_manager.on_llm_new_token(token, chunk=chunk)
+            yield chunk
+
+
+TOKENS = ["<confidence>", "0.7", "</confidence>", " search", "[x]"]
+PROBS = [0.9, 0.5, 0.8, 0.6, 0.3]
+
+
+@pytest.mark.parametrize("how", ["final_has_last_only", "stream", "stream_events_v2"])
+def test_token_signals_use_every_streamed_token(tmp_path, how):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    model = StreamingLogprobModel(tokens=TOKENS, probs=PROBS, last_only=how == "final_has_last_only")
+    app = _one_call_graph(model)
+    cfg = {"callbacks": [handler], "metadata": {"tps_trajectory_id": "s"}}
+    inputs = {"messages": [("user", "q")]}
+    if how == "final_has_last_only":
+        # The final result holds only the last token's entry (LangGraph's v3 stream events): streamed
+        # chunks are the complete record.
+        list(app.stream(inputs, config=cfg, stream_mode="messages"))
+    elif how == "stream":
+        list(app.stream(inputs, config=cfg, stream_mode="messages"))
+    else:
+
+        async def consume() -> None:
+            async for _ in app.astream_events(inputs, config=cfg, version="v2"):
+                pass
+
+        asyncio.run(consume())
+    acc.close()
+    got = sink_records(sink)["s"].steps[0].forecasts
+    assert got["token_prob"] == pytest.approx(sum(PROBS) / len(PROBS), abs=1e-12)
+    assert got["verbal"] == pytest.approx(0.7)
+
+
+# ---------------------------------------------------------------- the capture worker: bounded, closed, forked
+
+
+def test_a_full_queue_drops_and_counts_and_the_run_is_abandoned_not_scored_with_a_hole(tmp_path):
+    acc, sink = new_accumulator(tmp_path)
+    worker = CaptureWorker(acc, max_queue_size=3)
+    gate = threading.Event()
+    worker.call(gate.wait)  # the worker is busy: everything after waits in the queue
+    for i in range(6):
+        worker.step("t", RawStep(f"<confidence>0.{i + 1}</confidence>"))
+    assert acc.health.get("dropped", "queue_full") == 4  # 3 slots: the busy job's marker, then 2 steps, ...
+    assert worker.take_damaged("t") and not worker.take_damaged("t")
+    gate.set()
+    worker.flush()
+    worker.close()
+    assert acc.health.get("error") == 0
+
+
+def test_a_run_that_lost_steps_to_the_queue_is_recorded_as_abandoned(tmp_path):
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, max_queue_size=2)
+    gate = threading.Event()
+    handler.feeder.call(gate.wait)
+    graph = _looping_graph(FakeListChatModel(responses=["<confidence>0.5</confidence> x"]))
+    with pytest.raises(Exception, match="Recursion limit"):
+        graph.invoke(
+            {"messages": [("user", "q")]},
+            config={"callbacks": [handler], "recursion_limit": 6, "metadata": {"tps_trajectory_id": "q"}},
+        )
+    gate.set()
+    handler.flush()
+    acc.close()
+    rec = sink_records(sink)["q"]
+    assert rec.stop_reason == "other" and rec.metadata["tps_abandoned"] == "queue_full"
+    assert acc.health.get("abandoned", "queue_full") == 1 and acc.health.get("dropped", "queue_full") >= 1
+
+
+def test_events_after_close_are_dropped_with_the_reason_never_run_later(tmp_path):
+    acc, _ = new_accumulator(tmp_path)
+    worker = CaptureWorker(acc)
+    worker.step("a", RawStep("<confidence>0.5</confidence>"))
+    worker.close()
+    worker.step("a", RawStep("<confidence>0.6</confidence>"))
+    worker.stop("a", "clean", None, {})
+    worker.flush()
+    assert acc.health.get("dropped", "after_close") == 2
+    assert acc.n_live == 1 and acc.n_finished == 0  # the stop submitted after close never ran
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_a_fresh_worker():
+    acc = Accumulator(bootstrap=0)
+    worker = CaptureWorker(acc)
+    worker.step("parent", RawStep("<confidence>0.5</confidence>"))
+    worker.flush()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its worker restarts on the first event and applies it
+        try:
+            worker.step("child", RawStep("<confidence>0.25</confidence>"))
+            worker.stop("child", "max_steps", 3, {})
+            ok = worker.flush(5) and acc.n_finished == 1
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0
+    assert acc.n_live == 1 and acc.n_finished == 0  # the parent never saw the child's events
+
+
+# ---------------------------------------------------------------- the span processor
+
+
+def test_an_active_trace_is_never_finished_as_idle():
+    """The idle clock was set at the first sweep and never refreshed: a slow run was split in two."""
+    clock = [0.0]
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False, idle_timeout=150.0, clock=lambda: clock[0])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("agent", attributes={"tps.trajectory_id": "slow"})
+    ctx = trace.set_span_in_context(root)
+    for t in (0.0, 100.0, 200.0, 300.0):
+        clock[0] = t
+        processor.sweep()
+        tracer.start_span("llm", context=ctx, attributes={"tps.forecasts": '{"verbal": 0.5}'}).end()
+    clock[0] = 400.0
+    assert processor.sweep() == 0
+    root.end()
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 1 and snap["audit"]["stop_reasons"]["clean"] == 1
+    assert acc.health.get("abandoned") == 0
+
+
+def test_a_plain_loop_of_separate_traces_is_one_trajectory_until_declared():
+    acc = Accumulator(bootstrap=0)
+    scored: list[Any] = []
+    acc.add_listener(scored.append)
+    processor = TPSSpanProcessor(acc, background=True)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with instrumented(provider):
+        model = FakeListChatModel(
+            responses=[
+                "<confidence>0.2</confidence> a",
+                "<confidence>0.4</confidence> b",
+                "<confidence>0.9</confidence> c",
+            ]
+        )
+        for _ in range(3):  # each call is its own trace: no agent span around them
+            model.invoke("q", config={"metadata": {"tps_trajectory_id": "loop-1"}})
+        model.invoke("q", config={"metadata": {"tps_trajectory_id": "loop-2"}})
+        processor.declare_stop("loop-1", "max_steps", horizon=5)
+        processor.force_flush()
+        assert processor.n_open == 1  # loop-2 waits for its declare_stop
+        processor.declare_stop("loop-3", "clean")  # unknown: counted
+        processor.shutdown()
+    snap = acc.snapshot(predictors=["verbal"])
+    assert snap["online"]["finished"] == 2
+    assert snap["audit"]["stop_reasons"]["max_steps"] == 1 and snap["audit"]["stop_reasons"]["other"] == 1
+    assert acc.health.get("rejected", "declare_stop_unknown") == 1
+    assert acc.health.get("abandoned", "shutdown") == 1
+    # loop-1: three steps, verbal 0.2, 0.4, 0.9 under horizon 5, censored: the simple score is the
+    # failure branch, sum_t w_t log(1 - p_t) with linear-front weights w_t = 2 (T - t + 1) / (T (T + 1)).
+    s0 = sum(2 * (5 - t + 1) / 30 * math.log(1 - p) for t, p in enumerate((0.2, 0.4, 0.9), start=1))
+    score = next(sc for sc in scored if sc.trajectory_id == "loop-1")
+    assert score.n_steps == 3 and score.horizon == 5
+    assert score.primary("verbal", "log", "linear-front").value == pytest.approx(s0, abs=1e-12)
