@@ -377,7 +377,7 @@ def test_token_signals_use_every_streamed_token(tmp_path, how):
 
 
 def test_a_full_queue_drops_and_counts_and_the_run_is_abandoned_not_scored_with_a_hole(tmp_path):
-    acc, sink = new_accumulator(tmp_path)
+    acc, _ = new_accumulator(tmp_path)
     worker = CaptureWorker(acc, max_queue_size=3)
     gate = threading.Event()
     worker.call(gate.wait)  # the worker is busy: everything after waits in the queue
