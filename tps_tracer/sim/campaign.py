@@ -27,6 +27,7 @@ from tps_tracer.sim.agents import prebuilt_react_agent
 from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
 from tps_tracer.sim.tools import search_tool
 from tps_tracer.sim.world import AgentWorld
+from tps_tracer.tracking.keys import OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 
 # An even LangGraph recursion limit 2B allows B model calls (the prebuilt agent ends with
 # "Sorry, need more steps..." after the B-th), so 16 is a budget of 8 ReAct steps.
@@ -60,8 +61,8 @@ def run_campaign(
     agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), [search_tool(world)])
     raised = 0
     for task in world:
-        metadata: dict[str, Any] = {"tps_trajectory_id": f"{label}/{task.task_id}", "tps_task_id": task.task_id}
-        metadata["tps_outcome"] = task.outcome
+        metadata: dict[str, Any] = {TRAJECTORY_ID_KEY: f"{label}/{task.task_id}", TASK_ID_KEY: task.task_id}
+        metadata[OUTCOME_KEY] = task.outcome
         config = {"callbacks": [handler], "metadata": metadata, "recursion_limit": recursion_limit}
         try:
             agent.invoke({"messages": [HumanMessage(task_prompt(task.task_id))]}, config=config)
@@ -70,7 +71,7 @@ def run_campaign(
         if q_z_oracle:
             expected = task.expected(recursion_limit // 2, repairs=False)
             if expected.stop_reason is StopReason.MAX_STEPS and expected.n_steps:
-                handler.record_outcome(metadata["tps_trajectory_id"], q_z=task.steps[expected.n_steps - 1].q)
+                handler.record_outcome(metadata[TRAJECTORY_ID_KEY], q_z=task.steps[expected.n_steps - 1].q)
         if progress is not None:
             progress(1)
     handler.close()

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
 FloatArray = NDArray[np.float64]
 
@@ -35,7 +36,6 @@ TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,
 # so the k candidates sum to exactly 1 and the entropy has a closed form.
 ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
-DEFAULT_REPAIR_BUDGET = 2  # the paper's harness: up to two repair attempts per step
 
 
 def _sigmoid(x: float) -> float:
