@@ -223,7 +223,7 @@ def main() -> None:
     print(
         f"trajectories captured: {acc.n_finished} + {tps_e2e.accumulator.n_finished} "
         f"(expected {ROUNDS * TRACES} each), "
-        f"processor errors: {dict(tps.errors) or 'none'}, counts: {dict(tps.counts) or 'none'}"
+        f"processor errors: {dict(tps.errors) or 'none'}, health: {tps.health.snapshot()}"
     )
 
 
