@@ -23,17 +23,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 
 
 def _binary(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return int(v)
-    if v in (0, 1) and not isinstance(v, str):
-        return int(v)
-    raise ValueError(f"outcome must be 0, 1 (or true/false) or null, got {v!r}")
+    """The record's outcome by the one rule (`records/outcome.py`): 0, 1, true, false or null; no strings."""
+    try:
+        return as_outcome(v, allow_strings=False)
+    except InvalidOutcome as exc:
+        raise ValueError(str(exc)) from None
 
 
 class StepRecord(BaseModel):
