@@ -51,10 +51,10 @@ from langchain_core.outputs import LLMResult
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
-from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import (
     DEFAULT_REPAIR_BUDGET,
     HORIZON_KEY,
@@ -65,7 +65,7 @@ from tps_tracer.tracking.keys import (
 )
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
-from tps_tracer.tracking.worker import DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+from tps_tracer.tracking.worker import DEFAULT_MAX_QUEUE_SIZE, Calibration
 
 __all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TPSCallbackHandler"]
 
@@ -116,7 +116,7 @@ def _llm_output(response: LLMResult) -> tuple[RawStep, bool]:
     return RawStep(text, logprobs, tool_args), malformed
 
 
-class TPSCallbackHandler(BaseCallbackHandler):
+class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     raise_error = False
 
     def __init__(
@@ -163,24 +163,6 @@ class TPSCallbackHandler(BaseCallbackHandler):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def health(self) -> HealthLedger:
-        """Counts of what was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
-        return self.tracker.health
-
-    @property
-    def errors(self) -> dict[str, int]:
-        """Internal errors caught on the agent's path or the worker, by where (empty when all is well)."""
-        return self.health.category("error")
-
-    @property
-    def feeder(self) -> CaptureWorker:
-        return self.tracker.worker
-
-    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
-        self.tracker.record_outcome(trajectory_id, success, q_z)
-
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
         """Fix a trajectory's stop reason (e.g. your own budget or a harness abort).
 
@@ -217,9 +199,6 @@ class TPSCallbackHandler(BaseCallbackHandler):
         return len(self._by_tid)
 
     # ------------------------------------------------------------------ bookkeeping
-
-    def _fail(self, where: str, exc: BaseException) -> None:
-        self.health.count("error", where, f"handler {where} ({type(exc).__name__}: {exc}); the agent is unaffected")
 
     def _trajectory_id(self, metadata: Mapping[str, Any] | None) -> str | None:
         wanted = metadata.get(self.trajectory_id_key) if isinstance(metadata, Mapping) else None

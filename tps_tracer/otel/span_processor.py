@@ -61,15 +61,15 @@ from opentelemetry.trace import StatusCode
 
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
-from tps_tracer.health import HealthLedger
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET, PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
-from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_QUEUE_SIZE, Calibration
 
 SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
 DEFAULT_MAX_OPEN_TRACES = 10_000
@@ -117,7 +117,7 @@ class _Grouped:
     last_seen: float = 0.0
 
 
-class TPSSpanProcessor(SpanProcessor):
+class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     def __init__(
         self,
         accumulator: Accumulator | None = None,
@@ -169,24 +169,6 @@ class TPSSpanProcessor(SpanProcessor):
         self._handoff = self.feeder.handoff(self._dropped)
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def feeder(self) -> CaptureWorker:
-        return self.tracker.worker
-
-    @property
-    def health(self) -> HealthLedger:
-        """Counts of what was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
-        return self.tracker.health
-
-    @property
-    def errors(self) -> dict[str, int]:
-        """Internal errors caught (empty when all is well)."""
-        return self.health.category("error")
-
-    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
-        self.tracker.record_outcome(trajectory_id, success, q_z)
 
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
         """End a trajectory of root-level model calls grouped by `tps_trajectory_id` (a plain loop).
@@ -524,11 +506,4 @@ class TPSSpanProcessor(SpanProcessor):
         return any(
             f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {}) and (f.end_time or 0) > last_call
             for f in failures
-        )
-
-    # ------------------------------------------------------------------ errors
-
-    def _fail(self, where: str, exc: BaseException) -> None:
-        self.health.count(
-            "error", where, f"span processor {where} ({type(exc).__name__}: {exc}); the application is unaffected"
         )
