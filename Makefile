@@ -1,20 +1,35 @@
 # Each entry point creates .venv and installs what it needs, so a fresh clone works.
+# `make demo` installs the core and the `langchain` extra only; `make test` installs every extra.
+# One stamp file per extra set (named after pyproject.toml's checksum): `make demo` after `make test`
+# installs nothing, `make test` after `make demo` adds the rest. A new target with its own extras
+# gets a stamp the same way: NAME_EXTRAS := ...; $(call stamp,NAME) as a prerequisite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+
+DEMO_EXTRAS := langchain
+TEST_EXTRAS := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,integrations-test,mlflow
+
+stamp = $(VENV)/.installed-$(1)-$(HASH)
 
 .PHONY: demo test tools lint typecheck check bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,langchain,plot,otel,phoenix,otel-test,integrations-test,mlflow]'
-	rm -f $(VENV)/.installed-*
+
+# pip only adds to the environment: installing one extra set never removes another's packages.
+$(VENV)/.installed-%-$(HASH): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[$($(shell echo $* | tr a-z A-Z)_EXTRAS)]'
+	rm -f $(VENV)/.installed-$*-*
 	touch $@
 
+# The test set contains the demo's, so it satisfies the demo too.
+$(call stamp,test): $(call stamp,demo)
+
 # The main job: an end-to-end evaluation on embedded defaults (no network, no API keys).
-demo: $(STAMP)
+demo: $(call stamp,demo)
 	$(BIN)/tps-tracer demo
 
 # Servers and tools the integration tests run: promtool (Debian's prometheus package), and an
@@ -30,18 +45,18 @@ $(MLFLOW_SERVER_VENV)/bin/mlflow:
 	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet 'mlflow>=3.4,<4'
 
 # The whole test suite (benchmarks excluded: see `make bench`).
-test: $(STAMP) tools
+test: $(call stamp,test) tools
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+lint: $(call stamp,test)
 	$(BIN)/ruff check tps_tracer tests examples integrations
 
-typecheck: $(STAMP)
+typecheck: $(call stamp,test)
 	$(BIN)/mypy
 
 check: lint typecheck test
 
-bench: $(STAMP)
+bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_scoring.py
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py

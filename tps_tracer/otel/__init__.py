@@ -2,6 +2,7 @@
 
     TPSSpanProcessor        spans of an instrumented agent -> trajectories -> the accumulator
     EvaluationSpanExporter  a `tps.evaluation` child span of each agent root (same trace)
+    EvaluationEventExporter `gen_ai.evaluation.result` log records on each agent root (one per score)
     TPSMetrics              running mean TPS and counts as OpenTelemetry metrics
     PhoenixAnnotations      Arize Phoenix span annotations, retried while Phoenix is down
     MlflowAssessments       MLflow assessments (feedback) on the traces, retried while MLflow is down
@@ -10,6 +11,7 @@
 Exporters are accumulator listeners: `accumulator.add_listener(exporter)`.
 """
 
+from tps_tracer.otel.evaluation_events import EvaluationEventExporter
 from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
 from tps_tracer.otel.metrics import TPSMetrics
 from tps_tracer.otel.mlflow_assessments import MlflowAssessments
@@ -19,6 +21,7 @@ from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 __all__ = [
     "SCOPE_NAME",
+    "EvaluationEventExporter",
     "EvaluationSpanExporter",
     "MlflowAssessments",
     "PhoenixAnnotations",
