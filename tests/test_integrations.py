@@ -61,6 +61,10 @@ def test_workflow_steps_run_here(tmp_path):
     job = workflow["jobs"]["calibration-gate"]
     steps = {s.get("name"): s for s in job["steps"]}
     assert "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
+    # tps-tracer is not on an index: the workflow installs the checkout of its repository it makes.
+    checkout = next(s for s in job["steps"] if s.get("name") == "Check out tps-tracer")
+    assert checkout["uses"].startswith("actions/checkout@") and checkout["with"]["path"] == ".tps-tracer"
+    assert steps["Install tps-tracer"]["run"] == 'python -m pip install "./.tps-tracer[langchain]"'
     (tmp_path / "integrations").symlink_to(INTEGRATIONS)  # the repository checkout
     summary = tmp_path / "summary.md"
     env = {

@@ -1,0 +1,89 @@
+"""The package as users get it: sdist and wheel built with `python -m build`, metadata checked by
+`twine check --strict`, and the wheel installed with the `langchain` extra into a clean virtualenv
+(no access to this checkout) where `tps-tracer demo --tasks 20` runs end to end.
+
+Slow (a build and a ~400 MB install: about a minute with a warm pip cache), but part of
+`make test`: select or skip it with `-m slow` / `-m "not slow"`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+    assert out.returncode == 0, f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    # sdist first, then the wheel built from the unpacked sdist: a file missing from the sdist breaks the wheel.
+    build = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)  # not ROOT: its build/
+    log = build.stdout + build.stderr
+    # Packaging warnings are deprecations with a date (the license table: 2027-02-18); none may be left.
+    for warning in ("Warning", "deprecated"):
+        assert warning not in log, log[-4000:]
+    return out
+
+
+def test_build_and_twine_check(dist):
+    sdists, wheels = sorted(dist.glob("*.tar.gz")), sorted(dist.glob("*.whl"))
+    assert len(sdists) == 1 and len(wheels) == 1
+    check = _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, sdists + wheels)])
+    assert check.stdout.count("PASSED") == 2, check.stdout
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = whl.namelist()
+        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(whl.read(meta_name).decode())
+    assert meta["Name"] == project["name"] and meta["Version"] == project["version"]
+    assert meta["License-Expression"] == "Apache-2.0"  # SPDX expression, not the deprecated license table
+    assert meta["Description-Content-Type"] == "text/markdown" and "## The two commands" in meta.get_payload()
+    assert set(meta.get_all("Provides-Extra")) == set(project["optional-dependencies"])
+    assert "tps_tracer/py.typed" in names
+    assert not any(n.startswith(("tests/", "examples/", "integrations/")) for n in names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    with zipfile.ZipFile(wheels[0]) as whl:
+        assert "tps-tracer = tps_tracer.cli.main:main" in whl.read(entry_points).decode()
+
+
+def test_wheel_installs_in_a_clean_venv_and_runs_the_demo(dist, tmp_path):
+    [wheel] = dist.glob("*.whl")
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    _run([str(py), "-m", "pip", "install", "--quiet", f"{wheel}[langchain]"])
+    work = tmp_path / "work"  # outside the checkout, so nothing is imported from it
+    work.mkdir()
+    where = _run([str(py), "-c", "import tps_tracer; print(tps_tracer.__file__)"], cwd=work).stdout.strip()
+    assert where.startswith(str(venv)), where
+    # Only the core and the langchain extra: no OpenTelemetry, Phoenix, MLflow, matplotlib or test tools.
+    listed = json.loads(_run([str(py), "-m", "pip", "list", "--format", "json"]).stdout)
+    installed = {d["name"].lower() for d in listed}
+    assert {"langgraph", "langchain-core", "numpy", "scipy"} <= installed
+    assert not installed & {"opentelemetry-sdk", "arize-phoenix", "mlflow-tracing", "matplotlib", "pytest"}
+
+    demo = _run([str(venv / "bin" / "tps-tracer"), "demo", "--tasks", "20", "--out", "demo"], cwd=work)
+    assert "Finding 1" in demo.stdout and "Finding 2" in demo.stdout
+    for name in ("truthful", "overconfident", "overconfident+platt"):
+        lines = (work / "demo" / f"{name}.jsonl").read_text().splitlines()
+        assert sum(1 for line in lines if "trajectory_id" in json.loads(line)) == 20
