@@ -1,6 +1,7 @@
 """The package as users get it: sdist and wheel built with `python -m build`, metadata checked by
 `twine check --strict`, and the wheel installed with the `langchain` extra into a clean virtualenv
-(no access to this checkout) where `tps-tracer demo --tasks 20` runs end to end.
+(no access to this checkout) where `tps-tracer demo --tasks 20` runs end to end; and without
+extras, where the core reads, scores, reports and gates records (as the README says).
 
 Slow (a build and a ~400 MB install: about a minute with a warm pip cache), but part of
 `make test`: select or skip it with `-m slow` / `-m "not slow"`.
@@ -87,3 +88,17 @@ def test_wheel_installs_in_a_clean_venv_and_runs_the_demo(dist, tmp_path):
     for name in ("truthful", "overconfident", "overconfident+platt"):
         lines = (work / "demo" / f"{name}.jsonl").read_text().splitlines()
         assert sum(1 for line in lines if "trajectory_id" in json.loads(line)) == 20
+
+
+def test_core_wheel_without_extras_reports_and_gates(dist, tmp_path):
+    [wheel] = dist.glob("*.whl")
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)])
+    cli = str(venv / "bin" / "tps-tracer")
+    records = str(ROOT / "examples" / "trajectories.jsonl")
+    report = json.loads(_run([cli, "report", records, "--json", "--bootstrap", "50"], cwd=tmp_path).stdout)
+    assert report["version"] == 1 and report["scores"]
+    gate = subprocess.run([cli, "gate", records, "--vs-base-rate", "--min-n", "5"], capture_output=True, text=True)
+    assert gate.returncode in (0, 1), gate.stderr  # a verdict, not a missing dependency
+    assert "gate" in gate.stdout.lower()
