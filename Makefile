@@ -2,14 +2,14 @@
 # `make demo` installs the core and the `langchain` extra only; `make test` installs every extra.
 # One stamp file per extra set (named after pyproject.toml's checksum): `make demo` after `make test`
 # installs nothing, `make test` after `make demo` adds the rest. A new target with its own extras
-# gets a stamp the same way: NAME_EXTRAS := ...; $(call stamp,NAME) as a prerequisite.
+# gets a stamp the same way: `extras_NAME := ...`, then `$(call stamp,NAME)` as its prerequisite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-DEMO_EXTRAS := langchain
-TEST_EXTRAS := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,integrations-test,mlflow
+extras_demo := langchain
+extras_test := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,integrations-test,mlflow
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
@@ -21,11 +21,11 @@ $(BIN)/python:
 
 # pip only adds to the environment: installing one extra set never removes another's packages.
 $(VENV)/.installed-%-$(HASH): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[$($(shell echo $* | tr a-z A-Z)_EXTRAS)]'
+	$(BIN)/python -m pip install --quiet -e '.[$(extras_$*)]'
 	rm -f $(VENV)/.installed-$*-*
 	touch $@
 
-# The test set contains the demo's, so it satisfies the demo too.
+# `make test` installs the demo's set first, so a later `make demo` finds its stamp and installs nothing.
 $(call stamp,test): $(call stamp,demo)
 
 # The main job: an end-to-end evaluation on embedded defaults (no network, no API keys).
