@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.censoring_cmd import add_censoring_parser
+from tps_tracer import strict_json
 from tps_tracer.cli.demo_cmd import add_demo_parser
+from tps_tracer.cli.errors import DEBUG_ENV, EXIT_OK, CliError, OneLineParser, flag, reading, run_guarded
 from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.plot_cmd import add_plot_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.calibrator import Calibrator
 from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.records import CensoringPolicy, TrajectoryFileError, read_trajectories, to_arrays
+from tps_tracer.evaluation.report_options_check import OptionError
+from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")
@@ -54,28 +52,50 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
+# ReportOptions fields -> the flags that set them (an OptionError names the field).
+_FLAG_OF = {
+    "predictors": "--predictors",
+    "rules": "--rules",
+    "schedules": "--weights",
+    "bootstrap": "--bootstrap",
+    "seed": "--seed",
+    "ece_bins": "--ece-bins",
+    "calibrate": "--calibrate",
+    "calibrator": "--calibrator",
+}
+
+
 def _options(args: argparse.Namespace) -> ReportOptions:
-    if args.bootstrap < 0:
-        raise ValueError("--bootstrap must be >= 0")
     reasons = [r.strip() for r in args.treat_as_censored.split(",") if r.strip()]
     valid = {r.value for r in StopReason}
     bad = [r for r in reasons if r not in valid]
     if bad:
-        raise ValueError(f"unknown stop reason(s) in --treat-as-censored: {', '.join(bad)}")
+        raise CliError(f"--treat-as-censored: unknown stop reason(s) {', '.join(bad)} (known: {', '.join(valid)})")
     if args.calibrate and args.calibrator:
-        raise ValueError("use either --calibrate (cross-fitted refit) or --calibrator FILE (saved maps), not both")
-    return ReportOptions(
-        predictors=[p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None,
-        rules=parse_rules(args.rules),
-        schedules=parse_schedules(args.weights),
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        policy=CensoringPolicy.treating_as_censored(reasons) if reasons else CensoringPolicy(),
-        base_rate=not args.no_base_rate,
-        ece_bins=args.ece_bins,
-        calibrate=args.calibrate,
-        calibrator=Calibrator.load(args.calibrator) if args.calibrator else None,
-    )
+        raise CliError("use either --calibrate (cross-fitted refit) or --calibrator FILE (saved maps), not both")
+    calibrator = None
+    if args.calibrator:
+        with reading("--calibrator", args.calibrator):
+            calibrator = Calibrator.load(args.calibrator)
+    with flag("--rules"):
+        rules = parse_rules(args.rules)
+    with flag("--weights"):
+        schedules = parse_schedules(args.weights)
+    try:
+        return ReportOptions(
+            predictors=[p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None,
+            rules=rules,
+            schedules=schedules,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            policy=CensoringPolicy.treating_as_censored(reasons) if reasons else CensoringPolicy(),
+            base_rate=not args.no_base_rate,
+            ece_bins=args.ece_bins,
+            calibrate=args.calibrate,
+            calibrator=calibrator,
+        )
+    except OptionError as exc:
+        raise CliError(f"{_FLAG_OF.get(exc.field, exc.field)}: {exc.detail}") from None
 
 
 def _report(path: str, args: argparse.Namespace) -> int:
@@ -83,8 +103,7 @@ def _report(path: str, args: argparse.Namespace) -> int:
     arrays = to_arrays(read_trajectories(path))
     report = build_report(arrays, options)
     if args.json:
-        json.dump(report, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(report))
     else:
         sys.stdout.write(render_report(report, path))
     return EXIT_OK
@@ -95,7 +114,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
+    parser = OneLineParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
+    parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("report", help="score a trajectory JSON Lines file")
     p.add_argument("file", help="trajectory records, one JSON object per line")
@@ -106,19 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_parser(sub)
     add_censoring_parser(sub)
     add_plot_parser(sub)
+    for command in sub.choices.values():  # `--debug` also after the command name
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one command inside the error boundary (exit codes: tps_tracer.cli.errors)."""
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except TrajectoryFileError as exc:
-        print(f"tps-tracer: bad input: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ValueError as exc:
-        print(f"tps-tracer: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return run_guarded(args.func, args, f"tps-tracer {args.command}")
 
 
 if __name__ == "__main__":

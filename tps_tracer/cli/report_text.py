@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tps_tracer.cli.tables import fmt, fmt_ci, render_table
+from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 
 _MODE_TITLES = {
     "complete-only": "complete-only",
@@ -174,6 +174,9 @@ def render_report(report: dict[str, Any], source: str) -> str:
     cov = _coverage_text(report["coverage"])
     if cov:
         parts.append(cov)
+    skipped = render_skipped(report.get("skipped_predictors", []))
+    if skipped:
+        parts.append(skipped)
     parts += [_scores_text(report), _deltas_text(report)]
     recal = _recalibration_text(report)
     if recal:

@@ -32,3 +32,12 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
         if k == 0:
             lines.append(indent + "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def render_skipped(skipped: Sequence[dict[str, str]]) -> str | None:
+    """The 'Skipped predictors' note of every command (None when nothing was skipped)."""
+    if not skipped:
+        return None
+    lines = ["Skipped predictors (no usable data for this command; the rest is unaffected)"]
+    lines += [f"  {s['predictor']}: {s['reason']}" for s in skipped]
+    return "\n".join(lines)

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError
+from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, runs_into_end
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 FloatArray = NDArray[np.float64]
@@ -50,12 +50,15 @@ def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[C
     errors: list[RecordError] = []
     seen: set[tuple[str, str]] = set()
     for no, line in enumerate(lines, start=1):
-        if not line.strip():
+        text = (line.removeprefix("\ufeff") if no == 1 else line).strip()
+        if not text:
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            errors.append(RecordError(no, "", f"not valid JSON ({exc.msg}); truncated file?"))
+            cut = not line.endswith("\n") and runs_into_end(exc, text)
+            hint = "; the file looks truncated (last line is incomplete)" if cut else ""
+            errors.append(RecordError(no, "", f"invalid JSON ({exc.msg} at column {exc.colno}){hint}"))
             continue
         if not isinstance(obj, dict):
             errors.append(RecordError(no, "", "expected a JSON object"))
@@ -68,7 +71,7 @@ def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[C
             str(obj["source_trajectory_id"]),
             str(obj.get("branch", no)),
             StopReason(obj["stop_reason"]),
-            int(obj["outcome"]) if obj["stop_reason"] == StopReason.CLEAN.value else None,
+            int(obj["outcome"]) if obj["stop_reason"] == StopReason.CLEAN.value else None,  # true/false: 1/0
         )
         key = (branch.source_trajectory_id, branch.branch)
         if key in seen:
@@ -88,14 +91,23 @@ def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     reason = obj.get("stop_reason")
     if reason not in {r.value for r in StopReason}:
         return "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}"
-    if reason == StopReason.CLEAN.value and (isinstance(obj.get("outcome"), bool) or obj.get("outcome") not in (0, 1)):
-        return "outcome", "a clean branch needs outcome 0 or 1"
+    outcome = obj.get("outcome")
+    if reason == StopReason.CLEAN.value and (isinstance(outcome, str) or outcome not in (0, 1)):
+        return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
     return None
 
 
 def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]:
-    with open(path, encoding="utf-8") as fh:
-        return parse_continuations(fh, str(path))
+    """Read a continuation file (UTF-8, a byte-order mark and CRLF line ends accepted)."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            return parse_continuations(fh, str(path))
+    except FileNotFoundError:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
+    except OSError as exc:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"not UTF-8 text ({exc.reason})")]) from None
 
 
 @dataclass

@@ -39,6 +39,16 @@ from tps_tracer.evaluation.recalibration import (
     with_calibrator_streams,
     with_platt_streams,
 )
+from tps_tracer.evaluation.report_options_check import check_report_options
+from tps_tracer.evaluation.skipped_predictors import (
+    Skipped,
+    as_dicts,
+    no_data_reason,
+    nothing_left,
+    platt_fit_reason,
+    role_masks,
+    split_usable,
+)
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
@@ -61,6 +71,9 @@ class ReportOptions:
     ece_bins: int = DEFAULT_ECE_BINS
     calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
     calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
+
+    def __post_init__(self) -> None:
+        check_report_options(self)  # OptionError (a ValueError naming the field)
 
 
 def _num(x: float | np.floating[Any]) -> float | None:
@@ -105,12 +118,25 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     schedules = [get_schedule(s) for s in opts.schedules]
     calibration: dict[str, Any] = {"method": "raw"}
     recalibrated: list[tuple[str, str]] = []
+    skipped: list[Skipped] = []
     if opts.calibrate is not None or opts.calibrator is not None:
-        arrays, calibration = _recalibrate(arrays, predictors, schedules[0], opts)
-        recalibrated = [(p, p + PLATT_SUFFIX) for p in predictors if p + PLATT_SUFFIX in arrays.predictors]
-        predictors = [name for p in predictors for name in (p, p + PLATT_SUFFIX) if name in arrays.predictors]
+        complete, censored = role_masks(arrays.stop_code, arrays.outcome, opts.policy)
+        raw = [  # predictors without data are skipped (once) by report_from_table
+            p
+            for p in predictors
+            if p != BASE_RATE
+            and not p.endswith(PLATT_SUFFIX)
+            and no_data_reason(arrays.predictors[p], complete | censored) is None
+        ]
+        arrays, calibration, skipped = _recalibrate(arrays, raw, schedules[0], opts)
+        recalibrated = [(p, p + PLATT_SUFFIX) for p in raw if p + PLATT_SUFFIX in arrays.predictors]
+        cal_of = dict(recalibrated)
+        predictors = list(dict.fromkeys(n for p in predictors for n in (p, cal_of.get(p)) if n is not None))
     report = report_from_table(
-        pair_table_from_arrays(arrays, predictors, rules, schedules), opts, recalibrated=recalibrated
+        pair_table_from_arrays(arrays, predictors, rules, schedules),
+        dataclasses.replace(opts, predictors=predictors),
+        recalibrated=recalibrated,
+        skipped=skipped,
     )
     report["settings"]["calibration"] = calibration
     return report
@@ -118,29 +144,35 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
 
 def _recalibrate(
     arrays: TrajectoryArrays, predictors: list[str], schedule: WeightSchedule, opts: ReportOptions
-) -> tuple[TrajectoryArrays, dict[str, Any]]:
-    """Arrays with "<p>+platt" streams and the disclosure of how they were made."""
+) -> tuple[TrajectoryArrays, dict[str, Any], list[Skipped]]:
+    """Arrays with "<p>+platt" streams, the disclosure of how they were made, and what was not recalibrated."""
     if opts.calibrator is not None:
-        matches = opts.calibrator.check_schedule(schedule)
-        out = with_calibrator_streams(arrays, opts.calibrator, predictors)
+        cal = opts.calibrator
+        matches = cal.check_schedule(schedule)
+        known, skipped = split_usable(
+            predictors, lambda p: None if p in cal.maps else "not recalibrated: the calibrator has no map for it"
+        )
+        out = with_calibrator_streams(arrays, cal, known)
         info = {
             "method": "platt (saved calibrator)",
-            "schedule": opts.calibrator.schedule,
+            "schedule": cal.schedule,
             "schedule_mismatch": not matches,
-            "maps": {p: m.as_dict() for p, m in opts.calibrator.maps.items() if p in predictors},
+            "maps": {p: m.as_dict() for p, m in cal.maps.items() if p in known},
         }
-        return out, info
+        return out, info, skipped
     if opts.calibrate != "platt":
         raise ValueError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
-    raw = [p for p in predictors if p != BASE_RATE and not p.endswith(PLATT_SUFFIX)]
-    out, fits = with_platt_streams(arrays, raw, schedule)
+    fittable, skipped = split_usable(predictors, lambda p: platt_fit_reason(arrays, p))
+    if not fittable:
+        raise nothing_left("recalibrate", skipped)
+    out, fits = with_platt_streams(arrays, fittable, schedule)
     info = {
         "method": "platt (cross-fitted, 50/50 split stratified by Y)",
         "schedule": schedule.name,
         "penalty": DEFAULT_PENALTY,
         "splits": {p: fit.diagnostics() for p, fit in fits.items()},
     }
-    return out, info
+    return out, info, [Skipped(s.predictor, "not recalibrated: " + s.reason) for s in skipped]
 
 
 def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
@@ -160,6 +192,7 @@ def report_from_table(
     options: ReportOptions | None = None,
     allow_empty: bool = False,
     recalibrated: Sequence[tuple[str, str]] = (),
+    skipped: Sequence[Skipped] = (),
 ) -> dict[str, Any]:
     """The report object (`tps-tracer report --json`, `Accumulator.snapshot()`) of a pair table.
 
@@ -167,7 +200,9 @@ def report_from_table(
     `recalibrated` names (raw, recalibrated) predictor pairs to compare (paired TPS and AUROC
     deltas in the "recalibration" section). With no complete trajectory this raises, or with
     `allow_empty` returns the audit and coverage with empty score tables (a live monitor before
-    its first graded run).
+    its first graded run). A predictor without a usable trajectory in the working sample is
+    left out of the score tables and listed in "skipped_predictors" with the reason, after
+    the `skipped` entries the caller already decided (e.g. predictors not recalibrated).
     """
     opts = options or ReportOptions()
     predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
@@ -179,7 +214,7 @@ def report_from_table(
         if allow_empty:
             empty: list[dict[str, Any]] = []
             return {
-                **_header(table, opts, predictors, None),
+                **_header(table, opts, predictors, None, list(skipped)),
                 "scores": empty,
                 "deltas": [],
                 "diagnostics": [],
@@ -187,11 +222,17 @@ def report_from_table(
                 "recalibration": [],
             }
         raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+    covered = list(predictors)
+    predictors, no_data = split_usable(predictors, lambda p: no_data_reason(table.predictors[p], complete | censored))
+    if covered and not predictors and not allow_empty:
+        raise nothing_left("score", no_data)
+    skipped = [*skipped, *no_data]
     base_rate = float(np.mean(table.outcome[complete]))
     if opts.base_rate and BASE_RATE not in table.predictors:
         table = dataclasses.replace(table, predictors=dict(table.predictors))  # leave the caller's intact
         table.predictors[BASE_RATE] = base_rate_pairs(table, base_rate)
         predictors.append(BASE_RATE)
+        covered.append(BASE_RATE)
     has_exact = bool(np.any(censored & ~np.isnan(table.q_z)))
     modes = (COMPLETE_ONLY, SIMPLE, EXACT) if has_exact else (COMPLETE_ONLY, SIMPLE)
 
@@ -281,7 +322,7 @@ def report_from_table(
                 diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
 
     return {
-        **_header(table, opts, predictors, base_rate),
+        **_header(table, opts, covered, base_rate, skipped),
         "scores": scores,
         "deltas": deltas,
         "diagnostics": diagnostics,
@@ -290,8 +331,10 @@ def report_from_table(
     }
 
 
-def _header(table: PairTable, opts: ReportOptions, predictors: list[str], base_rate: float | None) -> dict[str, Any]:
-    """version, settings, audit and coverage: the parts every report has, scored or not."""
+def _header(
+    table: PairTable, opts: ReportOptions, predictors: list[str], base_rate: float | None, skipped: list[Skipped]
+) -> dict[str, Any]:
+    """version, settings, audit, coverage and skipped predictors: the parts every report has, scored or not."""
     return {
         "version": REPORT_VERSION,
         "settings": {
@@ -315,4 +358,5 @@ def _header(table: PairTable, opts: ReportOptions, predictors: list[str], base_r
             }
             for name in predictors
         ],
+        "skipped_predictors": as_dicts(skipped),
     }

@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
+from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 
 MAX_REPORTED_ERRORS = 20
@@ -24,6 +25,8 @@ class RecordError:
     message: str
 
     def __str__(self) -> str:
+        if self.line == 0:  # the file as a whole (not found, empty, not text)
+            return self.message
         where = f"line {self.line}" + (f", field '{self.field}'" if self.field else "")
         return f"{where}: {self.message}"
 
@@ -34,9 +37,19 @@ class TrajectoryFileError(ValueError):
     def __init__(self, source: str, errors: list[RecordError], truncated: bool = False):
         self.source = source
         self.errors = errors
+        self.truncated = truncated
         more = " (further errors not shown)" if truncated else ""
         lines = "\n".join(f"  {e}" for e in errors)
         super().__init__(f"{source}: {len(errors)} problem(s){more}\n{lines}")
+
+    def summary(self) -> str:
+        """The first problem on one line naming the file; further problems on the lines below."""
+        first = f"{self.source}: {self.errors[0]}" if self.errors else f"{self.source}: unreadable"
+        rest = self.errors[1:]
+        if not rest:
+            return first
+        more = " (further errors not shown)" if self.truncated else ""
+        return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
 
 
 def _loc_to_field(loc: tuple[int | str, ...]) -> str:
@@ -108,6 +121,14 @@ def _apply_resolutions(
     return out
 
 
+def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
+    """True if the JSON text is invalid only because it stops early (a cut record)."""
+    if exc.msg.startswith("Unterminated string"):  # the scanner met the end before the closing quote
+        return True
+    tail = text[exc.pos :].rstrip()
+    return not tail or any(word.startswith(tail) for word in ("true", "false", "null"))  # cut in a literal
+
+
 def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[TrajectoryRecord]:
     """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
 
@@ -120,9 +141,10 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
     invalid_ids: set[str] = set()
     last_line_no = 0
     last_raw = ""
+    cut_at_end = False  # the last JSON error ran into the end of its line (a cut record)
     for line_no, raw in enumerate(lines, start=1):
         last_line_no, last_raw = line_no, raw
-        text = raw.strip()
+        text = (raw.removeprefix("\ufeff") if line_no == 1 else raw).strip()  # a BOM on a stream's first line
         if not text:
             continue
         if len(errors) >= MAX_REPORTED_ERRORS:
@@ -131,6 +153,7 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             errors.append(RecordError(line_no, "", f"invalid JSON ({exc.msg} at column {exc.colno})"))
+            cut_at_end = runs_into_end(exc, text)
             continue
         if not isinstance(obj, dict):
             errors.append(RecordError(line_no, "", "each line must be a JSON object (one trajectory)"))
@@ -164,9 +187,10 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
         resolutions = [(n, r) for n, r in resolutions if r.resolves not in invalid_ids]
         records = _apply_resolutions(records, resolutions, errors)
     if errors:
-        # A broken last line without a newline is the usual sign of a writer killed mid-record.
+        # A last line without a newline whose JSON stops mid-value is the sign of a writer killed
+        # mid-record; a syntax error elsewhere in a long last line is not a truncation.
         last = errors[-1]
-        if last.line == last_line_no and not last_raw.endswith("\n") and "invalid JSON" in last.message:
+        if last.line == last_line_no and not last_raw.endswith("\n") and cut_at_end and "invalid JSON" in last.message:
             errors[-1] = RecordError(
                 last.line, "", last.message + "; the file looks truncated (last line is incomplete)"
             )
@@ -183,10 +207,14 @@ def read_trajectories(source: str | os.PathLike[str] | IO[str]) -> list[Trajecto
         return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"))
     path = Path(source)
     try:
-        with path.open(encoding="utf-8") as fh:
+        # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped; CRLF line
+        # ends are read as newlines by text mode.
+        with path.open(encoding="utf-8-sig") as fh:
             return parse_lines(fh, str(path))
     except FileNotFoundError:
         raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError as exc:
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"not UTF-8 text ({exc.reason})")]) from None
 
@@ -205,9 +233,9 @@ def iter_json_lines(records: Iterable[TrajectoryRecord]) -> Iterator[str]:
 
 
 def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:
-    """Write records as JSON Lines; returns the number written."""
+    """Write records as JSON Lines, atomically (a failure leaves the old file); returns the number written."""
     n = 0
-    with Path(path).open("w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         for line in iter_json_lines(records):
             fh.write(line)
             n += 1

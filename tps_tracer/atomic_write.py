@@ -1,0 +1,80 @@
+"""Write a file so that readers see the old content or the new, never a torn one.
+
+Every artifact the CLI writes (calibrator JSON, plots, record files, Markdown summaries,
+JSON data) goes through `atomic_write`: the content is written to a temporary file in the
+target's directory and renamed over the target with `os.replace` only after it was
+written, flushed and fsynced completely. An exception (a serialisation error, a full disk)
+or a kill before the rename leaves the old file, or none, in place; the temporary file is
+removed on exceptions (a SIGKILL can leave a `.NAME.*.tmp` file behind, never a torn
+target). The new file gets the old file's permission bits, or the usual ones a plain
+`open(path, "w")` would give (0666 minus the umask).
+
+Targets that are not regular files (`/dev/stdout`, a FIFO) cannot be renamed over; they
+are written directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+def _is_special(path: Path) -> bool:
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: bool = False) -> Iterator[IO[Any]]:
+    """Yield a file handle; its content replaces `path` when the block exits without an exception.
+
+    append=True starts the new file with the old file's bytes (an atomic append).
+    """
+    target = Path(path)
+    if _is_special(target):
+        with open(target, "ab" if append else "wb") as raw:
+            special: IO[Any] = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            yield special
+            special.flush()
+            if not binary:
+                special.detach()
+        return
+    tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if append and target.exists():
+                raw.write(target.read_bytes())
+            fh: IO[Any] = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            yield fh
+            fh.flush()
+            os.fsync(raw.fileno())
+            if not binary:
+                fh.detach()  # the raw file is closed by its own `with`
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Atomically replace `path` with `text` (UTF-8)."""
+    with atomic_write(path) as fh:
+        fh.write(text)
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Atomically replace `path` with its old content followed by `text` (created if missing)."""
+    with atomic_write(path, append=True) as fh:
+        fh.write(text)

@@ -1,0 +1,122 @@
+"""The command line's one error boundary: expected failures become one line and exit 2.
+
+Exit codes of every `tps-tracer` command:
+
+- 0: done (the gate: PASS);
+- 1: the gate's FAIL verdict, and nothing else;
+- 2: an expected failure: a missing or unreadable file, invalid records, a bad option,
+  an unknown predictor, an output that cannot be written, a sample that cannot be scored
+  or fitted (the gate: an unusable sample). One line on stderr says what failed and where;
+  a record file with several problems lists the further ones on the lines below;
+- 3: an internal error (a bug): one line naming the exception, never exit 1 by accident;
+- 130: interrupted (Ctrl-C).
+
+`--debug` (on any command) or the environment variable TPS_TRACER_DEBUG=1 adds the
+traceback on stderr; the exit code stays the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+from tps_tracer.records.jsonl import TrajectoryFileError
+
+EXIT_OK = 0
+EXIT_GATE_FAIL = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+DEBUG_ENV = "TPS_TRACER_DEBUG"
+
+
+class CliError(ValueError):
+    """An expected failure whose message already names what failed and where."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (exit 2) instead of the usage block plus a line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _os_message(exc: OSError) -> str:
+    where = f"{exc.filename}" if exc.filename is not None else "file"
+    return f"{where}: {exc.strerror or exc}"
+
+
+@contextlib.contextmanager
+def reading(what: str, path: Any) -> Iterator[None]:
+    """OSError / undecodable bytes while reading `path` become a CliError naming `what` (e.g. '--calibrator')."""
+    try:
+        yield
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CliError(f"cannot read {what} {path}: not UTF-8 text ({exc.reason})") from exc
+
+
+@contextlib.contextmanager
+def writing(what: str, path: Any) -> Iterator[None]:
+    """OSError while writing `path` becomes a CliError naming `what` (e.g. '-o')."""
+    try:
+        yield
+    except OSError as exc:
+        target = exc.filename if exc.filename is not None else path
+        raise CliError(f"cannot write {what} {path}: {target}: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def flag(name: str) -> Iterator[None]:
+    """A ValueError while interpreting the value of option `name` becomes a CliError naming it."""
+    try:
+        yield
+    except CliError:
+        raise
+    except ValueError as exc:
+        raise CliError(f"{name}: {exc}") from exc
+
+
+def expected_message(exc: BaseException) -> str | None:
+    """The message of an expected failure, or None for an unexpected one (a bug)."""
+    if isinstance(exc, TrajectoryFileError):
+        return "bad input: " + exc.summary()
+    if isinstance(exc, OSError):
+        return _os_message(exc)
+    if isinstance(exc, ValueError):  # CliError, GateInputError, invalid options and samples
+        return str(exc)
+    return None
+
+
+def debug_requested(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
+    """Run one command inside the boundary; returns its exit code (see the module docstring)."""
+    debug = debug_requested(args)
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tps-tracer report ... | head`: the reader left; not an error
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        message = expected_message(exc)
+        if message is None:
+            hint = "" if debug else "; rerun with --debug for the traceback"
+            print(f"{prog}: internal error ({type(exc).__name__}: {exc}), please report it{hint}", file=sys.stderr)
+            return EXIT_INTERNAL
+        print(f"{prog}: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT

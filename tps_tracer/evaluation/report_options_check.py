@@ -1,0 +1,82 @@
+"""Validation of `ReportOptions` on construction: a bad field fails at once, by name.
+
+Without it a bad value fails far from where it was given (`bootstrap=-1` deep inside numpy)
+or silently (`rules=[]` returns a report without a single TPS row). `OptionError.field`
+names the field, so the CLI can translate it back to its flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.rules import get_rule
+from tps_tracer.scoring.schedules import get_schedule
+
+if TYPE_CHECKING:
+    from tps_tracer.evaluation.report import ReportOptions
+
+CALIBRATION_METHODS = ("platt",)
+
+
+class OptionError(ValueError):
+    """A ReportOptions field is invalid; `field` is its name."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.detail = message
+        super().__init__(f"ReportOptions.{field}: {message}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _names(field: str, value: Any, allow_empty: bool) -> None:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise OptionError(field, f"must be a list, got {value!r}")
+    if not value and not allow_empty:
+        raise OptionError(field, "is empty: give at least one")
+
+
+def check_report_options(opts: ReportOptions) -> None:
+    """Raise OptionError for the first invalid field (see the module docstring)."""
+    if opts.predictors is not None:
+        _names("predictors", opts.predictors, allow_empty=True)  # [] : a live monitor before any forecast
+        bad = [p for p in opts.predictors if not isinstance(p, str) or not p]
+        if bad:
+            raise OptionError("predictors", f"names must be non-empty strings, got {bad[0]!r}")
+    _names("rules", opts.rules, allow_empty=False)
+    for rule in opts.rules:
+        try:
+            get_rule(rule)
+        except ValueError as exc:
+            raise OptionError("rules", str(exc)) from None
+    _names("schedules", opts.schedules, allow_empty=False)
+    for schedule in opts.schedules:
+        try:
+            get_schedule(schedule)
+        except ValueError as exc:
+            raise OptionError("schedules", str(exc)) from None
+    if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
+        raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
+    if not _is_int(opts.seed):
+        raise OptionError("seed", f"must be an integer, got {opts.seed!r}")
+    if not isinstance(opts.policy, CensoringPolicy):
+        raise OptionError("policy", f"must be a CensoringPolicy, got {type(opts.policy).__name__}")
+    if not isinstance(opts.base_rate, (bool, np.bool_)):
+        raise OptionError("base_rate", f"must be true or false, got {opts.base_rate!r}")
+    if not _is_int(opts.ece_bins) or opts.ece_bins < 1:
+        raise OptionError("ece_bins", f"must be an integer >= 1, got {opts.ece_bins!r}")
+    if opts.calibrate is not None and opts.calibrate not in CALIBRATION_METHODS:
+        raise OptionError("calibrate", f"unknown method {opts.calibrate!r} (supported: {', '.join(CALIBRATION_METHODS)})")
+    if opts.calibrator is not None:
+        from tps_tracer.evaluation.calibrator import Calibrator
+
+        if not isinstance(opts.calibrator, Calibrator):
+            raise OptionError("calibrator", f"must be a Calibrator, got {type(opts.calibrator).__name__}")
+        if opts.calibrate is not None:
+            raise OptionError("calibrator", "give either calibrate (cross-fitted refit) or calibrator (saved maps)")

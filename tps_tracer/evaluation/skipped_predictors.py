@@ -1,0 +1,99 @@
+"""Predictors without usable data are skipped with a reason, never a failure.
+
+The handler writes every predictor it knows on every step, and some are null for a whole
+run by design (a native tool-calling agent has no action text, so `action_token_prob` and
+`action_entropy_conf` are null on every step). Each command decides once, here, which
+predictors have data for what it does, and reports the others as
+`{"predictor": name, "reason": why}` in its JSON (`skipped_predictors`) and text. A command
+fails (exit 2) only when nothing at all is left to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.records.arrays import ROLES, STOP_REASONS, PredictorColumn, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+
+BoolArray = NDArray[np.bool_]
+
+# Cross-fitted Platt splits each outcome class into two halves, and each half's fit needs
+# both classes (a one-class fit has no finite intercept), so 2 of each class are needed.
+MIN_PER_CLASS_FOR_PLATT = 2
+
+
+@dataclass(frozen=True)
+class Skipped:
+    predictor: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"predictor": self.predictor, "reason": self.reason}
+
+
+def _skip_detail(col: PredictorColumn) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in col.skipped.items() if v)
+    return f" (trajectories skipped: {counts})" if counts else ""
+
+
+def role_masks(stop_code: NDArray[np.int8], outcome: NDArray[np.float64], policy: CensoringPolicy) -> tuple[BoolArray, BoolArray]:
+    """(complete, censored) per trajectory under `policy`; pending clean stops are in neither."""
+    table = np.array([ROLES.index(policy.role(r)) for r in STOP_REASONS], dtype=np.int8)
+    roles = table[np.asarray(stop_code)]
+    return (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(outcome), roles == ROLES.index(Role.CENSORED)
+
+
+def no_data_reason(col: PredictorColumn, sample: BoolArray, sample_name: str = "working sample") -> str | None:
+    """Why `col` has no usable trajectory in `sample` (None if it has one)."""
+    usable = np.asarray(col.usable) & sample
+    if usable.any():
+        return None
+    if not np.asarray(col.usable).any():
+        return "no trajectory has a forecast at every step" + _skip_detail(col)
+    return f"no usable trajectory in the {sample_name}" + _skip_detail(col)
+
+
+def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
+    """Why cross-fitted Platt cannot be fitted for `predictor` (None if it can)."""
+    col = arrays.predictors[predictor]
+    clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
+    train = clean & ~np.isnan(arrays.outcome) & col.usable
+    reason = no_data_reason(col, train, "complete trajectories")
+    if reason:
+        return reason
+    n1 = int(np.sum(arrays.outcome[train] == 1))
+    n0 = int(np.sum(arrays.outcome[train] == 0))
+    if min(n0, n1) < MIN_PER_CLASS_FOR_PLATT:
+        return (
+            f"cross-fitted Platt needs at least {MIN_PER_CLASS_FOR_PLATT} complete trajectories of each outcome "
+            f"with a usable stream; has {n1} with Y=1 and {n0} with Y=0"
+        )
+    return None
+
+
+def split_usable(names: Sequence[str], reason_of: Callable[[str], str | None]) -> tuple[list[str], list[Skipped]]:
+    """(kept names, skipped with reasons), in the given order."""
+    kept: list[str] = []
+    skipped: list[Skipped] = []
+    for name in names:
+        reason = reason_of(name)
+        if reason is None:
+            kept.append(name)
+        else:
+            skipped.append(Skipped(name, reason))
+    return kept, skipped
+
+
+def nothing_left(what: str, skipped: Sequence[Skipped]) -> ValueError:
+    """The error when every predictor was skipped: names each one and why."""
+    reasons = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or "no predictor in the file"
+    return ValueError(f"no predictor to {what}: {reasons}")
+
+
+def as_dicts(skipped: Sequence[Skipped]) -> list[dict[str, Any]]:
+    return [s.as_dict() for s in skipped]
