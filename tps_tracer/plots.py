@@ -26,6 +26,11 @@ def _pyplot() -> Any:
     return plt
 
 
+def check_available() -> None:
+    """Raise ValueError (a clear message, exit 2 in the CLI) when matplotlib is not installed."""
+    _pyplot()
+
+
 def close_all() -> None:
     """Free every figure (a long-lived process drawing many plots would otherwise keep them)."""
     _pyplot().close("all")
@@ -53,7 +58,7 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
     fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
     for tr in traces:
         f = tr["forecasts"]
-        t = list(range(1, len(f) + 1))
+        t = tr.get("t") or list(range(1, len(f) + 1))
         y = tr["outcome"]
         color = UNOBSERVED if y is None else (SUCCESS if y == 1 else FAILURE)
         ax.plot(t, f, color=color, lw=0.9, alpha=0.45, ls="-" if y is not None else ":")
@@ -70,7 +75,15 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
     ]
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(ylim=(-0.02, 1.02), xlabel="step t", ylabel=f"forecast F_t ({predictor})")
-    ax.set_title(f"Forecast traces of {len(traces)} trajectories, coloured by outcome", fontsize=10)
+    title = f"Forecast traces of {len(traces)} trajectories, coloured by outcome"
+    sampled = [tr for tr in traces if len(tr["forecasts"]) < tr.get("n_steps", len(tr["forecasts"]))]
+    if sampled:
+        longest = max(tr["n_steps"] for tr in sampled)
+        title += (
+            f"\n{len(sampled)} long trace(s) drawn at {len(sampled[0]['forecasts'])} evenly spaced steps "
+            f"(longest: {longest} steps)"
+        )
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     return fig
 
@@ -78,17 +91,20 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
 def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
-    width = 0.8 / max(len(contribs), 1)
-    for k, c in enumerate(contribs):
-        offset = (k - (len(contribs) - 1) / 2) * width
-        top.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
-        bottom.plot(c.t, c.mean_score, marker="o", ms=3, label=c.predictor)
     first = contribs[0]
+    bw = first.bin_width
+    width = 0.8 * bw / max(len(contribs), 1)
+    for k, c in enumerate(contribs):
+        offset = (k - (len(contribs) - 1) / 2) * width + (bw - 1) / 2
+        top.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
+        bottom.plot(c.t + (bw - 1) / 2, c.mean_score, marker="o" if len(c.t) < 60 else "", ms=3, label=c.predictor)
     top.set_ylabel("mean w_t S(F_t) (sums to TPS)")
-    top.set_title(
-        f"Where the score is earned or lost: {first.rule} rule, {first.weights} weights, {first.censoring} censoring",
-        fontsize=10,
+    title = (
+        f"Where the score is earned or lost: {first.rule} rule, {first.weights} weights, {first.censoring} censoring"
     )
+    if bw > 1:
+        title += f"\nsteps grouped in bins of {bw} (bars: summed contribution; line: mean score over the bin)"
+    top.set_title(title, fontsize=10)
     top.legend(fontsize=8, frameon=False)
     bottom.set(xlabel="step t", ylabel="mean per-step score S(F_t)")
     for ax in (top, bottom):
@@ -108,10 +124,17 @@ def calibration_figure(
     left.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin", ylabel="observed success rate")
     left.set_title("Reliability: raw vs recalibrated", fontsize=10)
     left.legend(fontsize=8, frameon=False, loc="upper left")
+    bw = raw_s.bin_width
     for k, s in enumerate((raw_s, cal_s)):
-        right.bar(s.t + (k - 0.5) * 0.4, s.contribution, width=0.4, label=f"{s.predictor} (TPS {s.total:.3f})")
+        right.bar(
+            s.t + (k - 0.5) * 0.4 * bw + (bw - 1) / 2,
+            s.contribution,
+            width=0.4 * bw,
+            label=f"{s.predictor} (TPS {s.total:.3f})",
+        )
     right.set(xlabel="step t", ylabel="mean w_t S(F_t) (sums to TPS)")
-    right.set_title(f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring})", fontsize=10)
+    grouped = f"; steps in bins of {bw}" if bw > 1 else ""
+    right.set_title(f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring}{grouped})", fontsize=10)
     right.legend(fontsize=8, frameon=False)
     for ax in (left, right):
         ax.grid(alpha=0.3)

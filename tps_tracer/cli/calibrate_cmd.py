@@ -9,11 +9,12 @@ data: raw vs Platt TPS (log rule, the fitting schedule) and AUROC, paired, per p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from tps_tracer.cli.tables import fmt, fmt_ci, render_table
+from tps_tracer import strict_json
+from tps_tracer.cli.errors import CliError, flag, writing
+from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.calibration import DEFAULT_PENALTY
 from tps_tracer.evaluation.calibrator import Calibrator, fit_calibrator
@@ -21,6 +22,7 @@ from tps_tracer.evaluation.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.paired import paired_mean_delta
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
+from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_columns
 from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
@@ -66,23 +68,37 @@ def cross_fit_evaluation(
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.bootstrap < 2:
-        raise ValueError("--bootstrap must be >= 2 (the paired deltas need a standard error)")
+        raise CliError("--bootstrap must be >= 2 (the paired deltas need a standard error)")
+    if not args.penalty > 0:
+        raise CliError(f"--penalty must be > 0, got {args.penalty}")
+    with flag("--weights"):
+        schedule = get_schedule(args.weights).name
     arrays = to_arrays(read_trajectories(args.file))
-    predictors = [p.strip() for p in args.predictors.split(",")] if args.predictors else list(arrays.predictors)
-    unknown = [p for p in predictors if p not in arrays.predictors]
+    predictors = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    unknown = [p for p in predictors or [] if p not in arrays.predictors]
     if unknown:
-        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}")
-    schedule = get_schedule(args.weights).name
+        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
     calibrator = fit_calibrator(arrays, predictors, schedule, args.penalty, source=str(args.file))
-    calibrator.cross_fit = cross_fit_evaluation(arrays, predictors, schedule, args.penalty, args.bootstrap, args.seed)
-    calibrator.save(args.output)
-    fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule) if args.fixed_rank else None
+    fitted = list(calibrator.maps)
+    fixed = None
+    if args.fixed_rank:
+        with flag("--fixed-rank"):
+            if args.fixed_rank not in arrays.predictors:
+                raise ValueError(
+                    f"predictor {args.fixed_rank!r} not in the file; found: {', '.join(arrays.predictors)}"
+                )
+            reason = platt_fit_reason(arrays, args.fixed_rank)
+            if reason:
+                raise ValueError(f"{args.fixed_rank}: {reason}")
+            fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule)
+    calibrator.cross_fit = cross_fit_evaluation(arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed)
+    with writing("-o", args.output):
+        calibrator.save(args.output)  # only after everything was computed; atomic
     if args.json:
         out = calibrator.as_dict()
         if fixed is not None:
             out["fixed_rank"] = {"predictor": args.fixed_rank, "rows": fixed}
-        json.dump(out, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(out))
     else:
         sys.stdout.write(render_calibration(calibrator, args.output, args.fixed_rank, fixed))
     return 0
@@ -106,6 +122,7 @@ def render_calibration(
             deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), fmt_ci(d["delta"], d["ci_low"], d["ci_high"])])
             deltas[-1].append(fmt(d["z"], 3))
     parts = [
+        *filter(None, [render_skipped(cal.skipped)]),
         f"Calibrator written to {path}: Platt maps fitted on {cal.fitted_on['n_complete']} complete trajectories "
         f"with {cal.schedule} step weights (penalty {cal.penalty:g} on the slope)",
         render_table(["predictor", "a", "b", "mu", "sigma", "fallback", "steps"], maps),

@@ -68,8 +68,7 @@ def writing(what: str, path: Any) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        target = exc.filename if exc.filename is not None else path
-        raise CliError(f"cannot write {what} {path}: {target}: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
 
 @contextlib.contextmanager

@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from tps_tracer import strict_json
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.censoring_cmd import add_censoring_parser
-from tps_tracer import strict_json
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.errors import DEBUG_ENV, EXIT_OK, CliError, OneLineParser, flag, reading, run_guarded
 from tps_tracer.cli.gate_cmd import add_gate_parser
@@ -21,6 +21,7 @@ from tps_tracer.evaluation.report_options_check import OptionError
 from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
+
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from tps_tracer import strict_json
+from tps_tracer.atomic_write import atomic_write, write_text
+from tps_tracer.cli.errors import CliError, flag, writing
+from tps_tracer.cli.tables import render_skipped
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.plot_data import forecast_traces, reliability_bins, step_contributions
+from tps_tracer.evaluation.plot_data import (
+    MAX_STEP_BINS,
+    MAX_TRACE_POINTS,
+    forecast_traces,
+    plot_reason,
+    reliability_bins,
+    step_contributions,
+)
 from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, with_platt_streams
+from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.evaluation.tps import CENSORING_MODES, SIMPLE
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring.rules import get_rule
@@ -35,16 +46,27 @@ def add_plot_parser(sub: Any) -> None:
 def cmd_plot(args: argparse.Namespace) -> int:
     from tps_tracer import plots
 
+    if args.bins < 1:
+        raise CliError(f"--bins must be >= 1, got {args.bins}")
+    if args.traces < 0:
+        raise CliError(f"--traces must be >= 0, got {args.traces}")
+    with flag("--rule"):
+        rule = get_rule(args.rule).name
+    with flag("--weights"):
+        sched = get_schedule(args.weights).name
+    plots.check_available()
     arrays = to_arrays(read_trajectories(args.file))
-    predictors = [p.strip() for p in args.predictors.split(",")] if args.predictors else list(arrays.predictors)
-    unknown = [p for p in predictors if p not in arrays.predictors]
+    requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    unknown = [p for p in requested or [] if p not in arrays.predictors]
     if unknown:
-        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}")
-    rule, sched = get_rule(args.rule).name, get_schedule(args.weights).name
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    predictors, skipped = split_usable(
+        requested or list(arrays.predictors), lambda p: plot_reason(arrays, p, args.censoring)
+    )
+    if not predictors:
+        raise nothing_left("plot", skipped)
     bins = [reliability_bins(arrays, p, args.bins) for p in predictors]
-    steps = [step_contributions(arrays, p, rule, sched, args.censoring) for p in predictors]
+    steps = [step_contributions(arrays, p, rule, sched, args.censoring).binned() for p in predictors]
     traces = forecast_traces(arrays, predictors[0], args.traces)
     figures = {
         "reliability": plots.reliability_figure(bins),
@@ -57,20 +79,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
         "traces": {"predictor": predictors[0], "trajectories": traces},
     }
     if args.calibrate:
-        calibrated, _ = with_platt_streams(arrays, predictors, sched)
+        fittable, not_fitted = split_usable(predictors, lambda p: platt_fit_reason(arrays, p))
+        skipped += [Skipped(s.predictor, "not recalibrated: " + s.reason) for s in not_fitted]
+        if not fittable:
+            raise nothing_left("recalibrate", not_fitted)
+        calibrated, _ = with_platt_streams(arrays, fittable, sched)
         data["calibration"] = []
-        for p in predictors:
+        for p in fittable:
             cal_bins = reliability_bins(calibrated, p + PLATT_SUFFIX, args.bins)
-            cal_steps = step_contributions(calibrated, p + PLATT_SUFFIX, rule, sched, args.censoring)
+            cal_steps = step_contributions(calibrated, p + PLATT_SUFFIX, rule, sched, args.censoring).binned()
             raw_bins, raw_steps = bins[predictors.index(p)], steps[predictors.index(p)]
             figures[f"calibration-{p}"] = plots.calibration_figure(raw_bins, cal_bins, raw_steps, cal_steps)
             data["calibration"].append({"reliability": cal_bins.as_dict(), "step_scores": cal_steps.as_dict()})
+    data["skipped_predictors"] = as_dicts(skipped)
+    data["drawing"] = {
+        "max_step_bins": MAX_STEP_BINS,
+        "max_trace_points": MAX_TRACE_POINTS,
+        "note": "step scores of longer trajectories are grouped in bins (bin_width), long traces are drawn "
+        "at evenly spaced steps (t); every number here is what the figures show",
+    }
+    text = strict_json.dumps(data, indent=1)  # before any file is touched: a failure writes nothing
+    out = Path(args.out)
     written = []
-    for name, fig in figures.items():
-        path = out / f"{name}.{args.format}"
-        fig.savefig(path, dpi=130)
-        written.append(str(path))
-    (out / "plot-data.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    with writing("-o", out):
+        out.mkdir(parents=True, exist_ok=True)
+        for name, fig in figures.items():
+            path = out / f"{name}.{args.format}"
+            with atomic_write(path, binary=True) as fh:
+                fig.savefig(fh, dpi=130, format=args.format)
+            written.append(str(path))
+        write_text(out / "plot-data.json", text)
     plots.close_all()
-    sys.stdout.write("\n".join([*written, str(out / "plot-data.json")]) + "\n")
+    note = render_skipped(data["skipped_predictors"])
+    sys.stdout.write((note + "\n\n" if note else "") + "\n".join([*written, str(out / "plot-data.json")]) + "\n")
     return 0

@@ -26,7 +26,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tps_tracer import strict_json
+from tps_tracer.atomic_write import write_text
 from tps_tracer.evaluation.calibration import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
+from tps_tracer.evaluation.skipped_predictors import as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
@@ -48,6 +51,7 @@ class Calibrator:
     eps: float = EPS
     fitted_on: dict[str, Any] = field(default_factory=dict)
     cross_fit: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # [{"predictor", "reason"}]: not fitted
 
     def apply(self, predictor: str, forecasts: ArrayLike) -> np.ndarray:
         """Calibrated probabilities for raw forecasts of `predictor` (clipped to [eps, 1 - eps])."""
@@ -87,12 +91,14 @@ class Calibrator:
             "fitted_on": self.fitted_on,
             "maps": {name: m.as_dict() for name, m in self.maps.items()},
             "cross_fit": self.cross_fit,
+            "skipped_predictors": self.skipped,
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.as_dict(), fh, indent=2, allow_nan=False)
-            fh.write("\n")
+        """Write the artifact as strict JSON (undefined statistics as null), atomically: a failure
+        leaves the previous file, or none, never a truncated one."""
+        text = strict_json.dumps(self.as_dict())  # serialise fully before touching the file
+        write_text(path, text)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibrator:
@@ -123,18 +129,27 @@ class Calibrator:
                 eps=float(data.get("eps", EPS)),
                 fitted_on=dict(data.get("fitted_on", {})),
                 cross_fit=dict(data.get("cross_fit", {})),
+                skipped=list(data.get("skipped_predictors", [])),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed calibrator: missing or invalid field {exc}") from exc
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Calibrator:
-        with open(path, encoding="utf-8") as fh:
+        """Read an artifact (OSError if the file cannot be opened; ValueError if it is not one)."""
+        with open(path, encoding="utf-8-sig") as fh:
             try:
                 data = json.load(fh)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        return cls.from_dict(data)
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: not a tps-tracer calibrator (a JSON object is expected)")
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
 
 
 def _scalar_map(m: PlattMap) -> Callable[[float], float]:
@@ -151,19 +166,32 @@ def fit_calibrator(
     penalty: float = DEFAULT_PENALTY,
     source: str = "",
 ) -> Calibrator:
-    """Fit one Platt map per predictor on every complete trajectory's steps (weights w_t of `schedule`)."""
+    """Fit one Platt map per predictor on every complete trajectory's steps (weights w_t of `schedule`).
+
+    A predictor whose data cannot be fitted (no usable complete trajectory, or fewer than two
+    of either outcome: see `platt_fit_reason`) is skipped and listed in `Calibrator.skipped`;
+    ValueError only when no predictor can be fitted.
+    """
     sched = get_schedule(schedule)
     clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
     complete = clean & ~np.isnan(arrays.outcome)
     w = step_weights(arrays, sched)
     step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
+    names = list(predictors) if predictors is not None else list(arrays.predictors)
+    unknown = [p for p in names if p not in arrays.predictors]
+    if unknown:
+        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    fittable, skipped = split_usable(names, lambda p: platt_fit_reason(arrays, p))
+    if not fittable:
+        raise nothing_left("calibrate", skipped)
     maps = {}
-    for name in predictors or list(arrays.predictors):
+    for name in fittable:
         col = arrays.predictors[name]
         train_traj = complete & col.usable
-        if not train_traj.any():
-            raise ValueError(f"no complete trajectory with a usable {name!r} stream to fit on")
         train = np.repeat(train_traj, arrays.lengths)
         maps[name] = fit_platt(col.values[train], step_y[train], w[train], penalty, int(train_traj.sum()))
+        m = maps[name]
+        if not np.isfinite([m.a, m.b, m.mu, m.sigma]).all():  # never write a map that cannot be applied
+            raise ValueError(f"the Platt fit of {name!r} did not converge to finite parameters")
     fitted_on = {"source": source, "n_trajectories": arrays.n, "n_complete": int(complete.sum())}
-    return Calibrator(schedule=sched.name, penalty=penalty, maps=maps, fitted_on=fitted_on)
+    return Calibrator(schedule=sched.name, penalty=penalty, maps=maps, fitted_on=fitted_on, skipped=as_dicts(skipped))

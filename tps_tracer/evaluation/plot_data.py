@@ -8,6 +8,12 @@
   report's TPS for that censoring mode exactly; the unweighted mean S(F_t, eta) at t shows
   where in the trajectory the score is lost.
 - `forecast_traces`: F_1..F_Z per trajectory with its outcome and stop reason.
+
+Big inputs stay drawable: `StepContributions.binned` groups consecutive steps into at most
+`MAX_STEP_BINS` bins (contributions add up, so the bars still sum to the TPS; the mean
+score is averaged over the steps reached), and `forecast_traces` keeps at most
+`MAX_TRACE_POINTS` evenly spaced steps of a long trace (first and last always kept). The
+figures and plot-data.json say when they show such a sample.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, quantile_bins
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
+from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
@@ -27,6 +34,9 @@ from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 FloatArray = NDArray[np.float64]
+
+MAX_STEP_BINS = 200
+MAX_TRACE_POINTS = 2000
 
 
 @dataclass
@@ -78,10 +88,33 @@ class StepContributions:
     mean_score: FloatArray  # mean S(F_t, eta) over trajectories that reached step t
     reached: NDArray[np.int64]
     n: int
+    bin_width: int = 1  # steps per entry of t (1: every step; see `binned`)
 
     @property
     def total(self) -> float:
         return float(self.contribution.sum())
+
+    def binned(self, max_bins: int = MAX_STEP_BINS) -> StepContributions:
+        """At most `max_bins` entries: consecutive steps grouped (t = the first step of each group)."""
+        size = len(self.t)
+        width = max(1, -(-size // max_bins))
+        if width == 1 and self.bin_width == 1:
+            return self
+        group = np.arange(size) // width
+        reached = np.bincount(group, weights=self.reached).astype(np.int64)
+        score_sum = np.bincount(group, weights=self.mean_score * self.reached)
+        return StepContributions(
+            self.predictor,
+            self.rule,
+            self.weights,
+            self.censoring,
+            self.t[::width].copy(),
+            np.bincount(group, weights=self.contribution),
+            score_sum / np.maximum(reached, 1),
+            reached,
+            self.n,
+            width * self.bin_width,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +128,7 @@ class StepContributions:
             "reached": self.reached.tolist(),
             "n": self.n,
             "tps": self.total,
+            "bin_width": self.bin_width,
         }
 
 
@@ -137,18 +171,37 @@ def step_contributions(
     )
 
 
-def forecast_traces(arrays: TrajectoryArrays, predictor: str, limit: int = 200) -> list[dict[str, Any]]:
-    """Up to `limit` usable trajectories (in file order): forecasts, outcome (None if unobserved), stop reason."""
+def forecast_traces(
+    arrays: TrajectoryArrays, predictor: str, limit: int = 200, max_points: int = MAX_TRACE_POINTS
+) -> list[dict[str, Any]]:
+    """Up to `limit` usable trajectories (in file order): forecasts at steps t (all steps, or
+    `max_points` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
     col = arrays.predictors[predictor]
     out = []
     for i in np.flatnonzero(col.usable)[:limit].tolist():
         y = arrays.outcome[i]
+        values = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
+        z = len(values)
+        t = np.arange(z) if z <= max_points else np.unique(np.linspace(0, z - 1, max_points).round().astype(np.int64))
         out.append(
             {
                 "trajectory_id": arrays.ids[i],
-                "forecasts": col.values[arrays.offsets[i] : arrays.offsets[i + 1]].tolist(),
+                "t": (t + 1).tolist(),
+                "forecasts": values[t].tolist(),
+                "n_steps": z,
                 "outcome": None if np.isnan(y) else int(y),
                 "stop_reason": STOP_REASONS[arrays.stop_code[i]].value,
             }
         )
     return out
+
+
+def plot_reason(arrays: TrajectoryArrays, predictor: str, censoring: str = SIMPLE) -> str | None:
+    """Why `predictor` cannot be plotted for this censoring mode (None if it can)."""
+    complete, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
+    sample = {
+        COMPLETE_ONLY: complete,
+        SIMPLE: complete | censored,
+        EXACT: complete | (censored & ~np.isnan(arrays.q_z)),
+    }[censoring]
+    return no_data_reason(arrays.predictors[predictor], sample, f"{censoring} sample")

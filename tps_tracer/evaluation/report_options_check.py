@@ -72,7 +72,9 @@ def check_report_options(opts: ReportOptions) -> None:
     if not _is_int(opts.ece_bins) or opts.ece_bins < 1:
         raise OptionError("ece_bins", f"must be an integer >= 1, got {opts.ece_bins!r}")
     if opts.calibrate is not None and opts.calibrate not in CALIBRATION_METHODS:
-        raise OptionError("calibrate", f"unknown method {opts.calibrate!r} (supported: {', '.join(CALIBRATION_METHODS)})")
+        raise OptionError(
+            "calibrate", f"unknown method {opts.calibrate!r} (supported: {', '.join(CALIBRATION_METHODS)})"
+        )
     if opts.calibrator is not None:
         from tps_tracer.evaluation.calibrator import Calibrator
 

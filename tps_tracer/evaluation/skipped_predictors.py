@@ -41,7 +41,9 @@ def _skip_detail(col: PredictorColumn) -> str:
     return f" (trajectories skipped: {counts})" if counts else ""
 
 
-def role_masks(stop_code: NDArray[np.int8], outcome: NDArray[np.float64], policy: CensoringPolicy) -> tuple[BoolArray, BoolArray]:
+def role_masks(
+    stop_code: NDArray[np.int8], outcome: NDArray[np.float64], policy: CensoringPolicy
+) -> tuple[BoolArray, BoolArray]:
     """(complete, censored) per trajectory under `policy`; pending clean stops are in neither."""
     table = np.array([ROLES.index(policy.role(r)) for r in STOP_REASONS], dtype=np.int8)
     roles = table[np.asarray(stop_code)]
