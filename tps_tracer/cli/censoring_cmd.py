@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 import numpy as np
 
-from tps_tracer.cli.tables import fmt, fmt_ci, render_table
+from tps_tracer import strict_json
+from tps_tracer.cli.errors import CliError, flag, writing
+from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 from tps_tracer.evaluation.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.continuations import (
@@ -32,7 +33,8 @@ from tps_tracer.evaluation.continuations import (
 from tps_tracer.evaluation.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.informative import informative_censoring_shift
 from tps_tracer.evaluation.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
-from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
+from tps_tracer.evaluation.skipped_predictors import as_dicts, no_data_reason, nothing_left, role_masks, split_usable
+from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
@@ -68,13 +70,16 @@ def _q_z_source(
 ) -> tuple[TrajectoryArrays, dict[str, Any], McEstimates | None, PlugInResult | None]:
     mc = None
     if args.continuations:
-        mc = mc_q_z(read_continuations(args.continuations), args.min_valid, args.unresolved)
+        branches = read_continuations(args.continuations)
+        with flag("--min-valid"):
+            mc = mc_q_z(branches, args.min_valid, args.unresolved)
     features = [f.strip() for f in (args.q_z_model or "").split(",") if f.strip()]
     if args.hybrid and not (mc and features):
-        raise ValueError("--hybrid needs both --continuations and --q-z-model")
+        raise CliError("--hybrid needs both --continuations and --q-z-model")
     model = None
     if features:
-        model = hybrid_q_z(arrays, mc, features) if args.hybrid and mc else plug_in_q_z(arrays, features)
+        with flag("--q-z-model"):
+            model = hybrid_q_z(arrays, mc, features) if args.hybrid and mc else plug_in_q_z(arrays, features)
         estimates, info = model.q_hat, model.summary()
     elif mc is not None:
         estimates, info = mc.as_mapping(), mc.summary()
@@ -96,48 +101,86 @@ def _q_z_source(
     return att.arrays, info, mc, model
 
 
-def _write_records(path: str, records: list[TrajectoryRecord], arrays: TrajectoryArrays) -> int:
+def records_with_estimates(
+    records: list[TrajectoryRecord], estimated: TrajectoryArrays | None
+) -> tuple[list[TrajectoryRecord], dict[str, int]]:
+    """The records with the estimated q_z where an estimate was attached; every other record,
+    including a q_z it already carries, is kept as it is. Returns the counts of what changed."""
+    counts = {"records": len(records), "q_z_added": 0, "q_z_replaced": 0, "q_z_unchanged": 0, "q_z_kept": 0}
+    if estimated is None:  # the q_z of the file itself: nothing to change
+        counts["q_z_kept"] = sum(r.q_z is not None for r in records)
+        return list(records), counts
     out = []
-    for rec, q in zip(records, arrays.q_z.tolist(), strict=True):
-        if rec.stop_reason is not StopReason.CLEAN:
-            rec = rec.model_copy(update={"q_z": None if np.isnan(q) else round(float(q), 9)})
+    for rec, q in zip(records, estimated.q_z.tolist(), strict=True):
+        if np.isnan(q):
+            counts["q_z_kept"] += rec.q_z is not None  # not covered by the estimates: keep what it had
+        else:
+            new = round(float(q), 9)
+            key = "q_z_added" if rec.q_z is None else ("q_z_unchanged" if rec.q_z == new else "q_z_replaced")
+            counts[key] += 1
+            rec = rec.model_copy(update={"q_z": new})
         out.append(rec)
-    return write_trajectories(out, path)
+    return out, counts
 
 
 def cmd_censoring(args: argparse.Namespace) -> int:
+    with flag("--rules"):
+        rules = [r.name for r in parse_rules(args.rules)]
+    with flag("--weights"):
+        weights = [s.name for s in parse_schedules(args.weights)]
+    with flag("--artificial"):
+        rates = (
+            []
+            if args.artificial.strip().lower() == "none"
+            else [float(r) for r in args.artificial.split(",") if r.strip()]
+        )
+        bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
+        if bad_rates:
+            raise ValueError(f"rates must lie in [0, 1], got {bad_rates[0]}")
+    reasons = [r.strip() for r in args.informative.split(",") if r.strip()]
+    unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
+    if unknown_reasons:
+        raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
+    if args.bootstrap < 0:
+        raise CliError(f"--bootstrap must be >= 0, got {args.bootstrap}")
     records = read_trajectories(args.file)
     arrays = to_arrays(records)
-    predictors = [p.strip() for p in args.predictors.split(",")] if args.predictors else list(arrays.predictors)
-    unknown = [p for p in predictors if p not in arrays.predictors]
+    requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    unknown = [p for p in requested or [] if p not in arrays.predictors]
     if unknown:
-        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}")
-    rules = [r.name for r in parse_rules(args.rules)]
-    weights = [s.name for s in parse_schedules(args.weights)]
-    arrays, source, mc, model = _q_z_source(args, arrays)
+        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
+    predictors, skipped = split_usable(
+        requested or list(arrays.predictors),
+        lambda p: no_data_reason(arrays.predictors[p], complete, "complete trajectories"),
+    )
+    if not predictors:
+        raise nothing_left("check", skipped)
+    estimated, source, mc, model = _q_z_source(args, arrays)
     if args.write_records:
-        _write_records(args.write_records, records, arrays)
+        out, changes = records_with_estimates(records, estimated if estimated is not arrays else None)
+        with writing("--write-records", args.write_records):
+            write_trajectories(out, args.write_records)  # atomic: a failure leaves the old file
         source["written_to"] = args.write_records
-    report: dict[str, Any] = {"q_z": source}
+        source["records_written"] = changes
+    arrays = estimated
+    report: dict[str, Any] = {"q_z": source, "skipped_predictors": as_dicts(skipped)}
     exact = exact_vs_simple(arrays, predictors, rules, weights, n_replicates=args.bootstrap, seed=args.seed)
     for row in exact:
         row["separated_from_q_z_model"] = model.separated_from(row["predictor"]) if model else True
     report["exact_vs_simple"] = exact
     if mc is not None:
         report["projection_identity"] = conditional_projection_check(arrays, mc, predictors, rules, weights)
-    if args.artificial.strip().lower() != "none":
-        rates = [float(r) for r in args.artificial.split(",") if r.strip()]
+    if rates:
         report["artificial"] = [
             row for p in predictors for row in artificial_censoring(arrays, p, rules, weights, rates, args.seed)
         ]
-    reasons = [r.strip() for r in args.informative.split(",") if r.strip()]
     if reasons:
         report["informative"] = informative_censoring_shift(
             arrays, predictors, reasons, rules[0], weights[0], args.bootstrap, args.seed
         )
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(report))
     else:
         sys.stdout.write(render_censoring(report, args.file))
     return 0
@@ -145,12 +188,21 @@ def cmd_censoring(args: argparse.Namespace) -> int:
 
 def render_censoring(report: dict[str, Any], source: str) -> str:
     q = report["q_z"]
-    shown = {k: fmt(v, 4) if isinstance(v, float) else v for k, v in q.items() if k != "audit"}
+    shown = {k: fmt(v, 4) if isinstance(v, float) else v for k, v in q.items() if k not in ("audit", "records_written")}
     lines = [f"  {k}: {v}" for k, v in shown.items()]
+    if "records_written" in q:
+        w = q["records_written"]
+        lines.append(
+            f"  records written: {w['records']}; q_z added {w['q_z_added']}, replaced {w['q_z_replaced']}, "
+            f"unchanged {w['q_z_unchanged']}; kept as given (not covered by the estimates) {w['q_z_kept']}"
+        )
     if q.get("audit"):
         lines.append("  audit (out-of-fold plug-in vs MC on the audited prefixes): ")
         lines[-1] += ", ".join(f"{k} {fmt(v, 4) if isinstance(v, float) else v}" for k, v in q["audit"].items())
     parts = [f"Censoring toolkit: {source}", "q_Z source\n" + "\n".join(lines)]
+    skipped = render_skipped(report.get("skipped_predictors", []))
+    if skipped:
+        parts.append(skipped)
     rows = [
         [
             r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"),

@@ -18,6 +18,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from tps_tracer import strict_json
+from tps_tracer.atomic_write import append_text
+from tps_tracer.cli.errors import writing
 from tps_tracer.cli.gate_text import render_gate_markdown, render_gate_text
 from tps_tracer.evaluation.gate import (
     GateCriteria,
@@ -137,12 +140,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         baseline = _read_all([settings["baseline"]]) if settings.get("baseline") else None
         result = evaluate_gate(_read_all(args.files), crit, baseline)
         source = ", ".join(args.files)
+    if args.markdown:  # appended atomically (old summary + this one, then one rename)
+        with writing("--markdown", args.markdown):
+            append_text(args.markdown, render_gate_markdown(result, source))
     if args.json:
-        json.dump(result, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(strict_json.dumps(result))
     else:
         sys.stdout.write(render_gate_text(result, source))
-    if args.markdown:
-        with Path(args.markdown).open("a", encoding="utf-8") as fh:
-            fh.write(render_gate_markdown(result, source))
     return int(result["exit_code"])

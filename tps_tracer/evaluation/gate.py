@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
 from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import BASE_RATE, base_rate_pairs, termination_audit
+from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left, role_masks
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.arrays import to_arrays
 from tps_tracer.records.schema import TrajectoryRecord
@@ -154,10 +155,19 @@ class _Run:
             raise GateInputError("no trajectories")
         arrays = to_arrays(records)
         names = [p for p in arrays.predictors if p != BASE_RATE]
-        if predictor is None:
+        self.skipped: list[Skipped] = []
+        if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
             if not names:
                 raise GateInputError("the file has no forecasts to gate on")
-            predictor = names[0]
+            complete, censored = role_masks(arrays.stop_code, arrays.outcome, crit.policy)
+            for name in names:
+                reason = no_data_reason(arrays.predictors[name], complete | censored)
+                if reason is None:
+                    predictor = name
+                    break
+                self.skipped.append(Skipped(name, reason))
+            if predictor is None:
+                raise GateInputError(str(nothing_left("gate on", self.skipped)))
         if predictor not in arrays.predictors:
             raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
         self.predictor = predictor
@@ -253,6 +263,8 @@ def evaluate_gate(
         warnings.append(f"complete-only drops {n_cens} censored runs: survivor bias (use --censoring simple)")
     if not run.audit["default_policy"]:
         notes.append("non-default censoring policy: some informative stops treated as censored")
+    for s in run.skipped:
+        notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
     decisions = [c for c in checks if c["kind"] == "decision"]
     flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
@@ -282,6 +294,7 @@ def evaluate_gate(
         "notes": notes,
         "settings": {"bootstrap": crit.bootstrap, "seed": crit.seed, "ci_level": CI_LEVEL, "margin": crit.margin},
         "audit": run.audit,
+        "skipped_predictors": as_dicts(run.skipped),
     }
 
 
