@@ -17,7 +17,6 @@ cen-exact rows next to the simple (q_Z ~ 0) form.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from dataclasses import replace
@@ -26,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer import strict_json
+from tps_tracer.cli.errors import CliError, writing
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.calibration import cross_fit_platt
 from tps_tracer.evaluation.paired import paired_auroc_delta, paired_mean_delta
@@ -158,8 +159,13 @@ def _print_findings(f: dict[str, Any]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.tasks < 10:
+        raise CliError(f"--tasks must be >= 10 (both findings need graded runs), got {args.tasks}")
+    if args.bootstrap < 2:
+        raise CliError(f"--bootstrap must be >= 2 (the findings need standard errors), got {args.bootstrap}")
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tps-demo-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing("--out", out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     if not args.json:
         print(
             f"tps-tracer demo: {args.tasks} simulated tasks, each run by two agents (truthful and overconfident\n"
@@ -179,7 +185,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     f["platt"] = platt.diagnostics()
     f["files"] = {k: str(v) for k, v in paths.items()}
     if args.json:
-        print(json.dumps(f, indent=2))
+        sys.stdout.write(strict_json.dumps(f))
         return 0
     print("Wrote " + ", ".join(str(p) for p in paths.values()))
     opts = ReportOptions(rules=("log", "brier"), bootstrap=args.bootstrap, seed=args.seed)

@@ -1,0 +1,223 @@
+"""The CLI's error boundary: every subcommand x every expected failure kind -> exit 2, one line
+on stderr naming what and where, no traceback; --debug / TPS_TRACER_DEBUG=1 add the traceback.
+
+The table runs in-process through `main` (fast); a few cases run through the installed console
+script in a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from handler_output import write_handler_output
+
+from tps_tracer.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("cli-errors")
+    good = write_handler_output(d / "good.jsonl")
+    records = [json.loads(line) for line in good.read_text().splitlines()]
+    # Every outcome 1: no Platt map can be fitted (the intercept has no finite maximum).
+    ones = d / "ones.jsonl"
+    ones.write_text("".join(json.dumps({**r, "outcome": 1} if "resolves" in r else r) + "\n" for r in records))
+    # No complete trajectory at all: nothing to score.
+    censored = d / "censored.jsonl"
+    censored.write_text(
+        "".join(
+            json.dumps({"trajectory_id": f"c{i}", "stop_reason": "max_steps", "steps": [{"forecasts": {"v": 0.3}}]})
+            + "\n"
+            for i in range(5)
+        )
+    )
+    binary = d / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00\x81 not text\n")
+    a_file = d / "a-file.txt"
+    a_file.write_text("I am a file, not a directory\n")
+    a_dir = d / "a-dir"
+    a_dir.mkdir()
+    return {"good": good, "ones": ones, "censored": censored, "binary": binary, "file": a_file, "dir": a_dir, "d": d}
+
+
+def test_the_unreadable_inputs_are_really_unreadable(files):
+    """Tests run as root, so chmod 000 would not do: a directory path cannot be read as a file, and
+    nothing can be created under a regular file."""
+    with pytest.raises(IsADirectoryError):
+        files["dir"].open().read()
+    with pytest.raises(NotADirectoryError):
+        (files["file"] / "out.json").open("w")
+    with pytest.raises(NotADirectoryError):
+        (files["file"] / "plots").mkdir(parents=True)
+
+
+# (command, failure kind, argv template, text the one-line message must contain)
+# {good} {ones} {censored} {binary} {dir} {file} {missing} are substituted with real paths.
+TABLE = [
+    # report
+    ("report", "missing file", ["report", "{missing}"], "{missing}: file not found"),
+    ("report", "unreadable file (directory)", ["report", "{dir}"], "{dir}: cannot read: Is a directory"),
+    ("report", "unreadable file (not UTF-8)", ["report", "{binary}"], "{binary}: not UTF-8 text"),
+    ("report", "bad option value", ["report", "{good}", "--bootstrap", "-1"], "--bootstrap: must be an integer >= 0"),
+    ("report", "bad option type", ["report", "{good}", "--ece-bins", "many"], "argument --ece-bins: invalid int"),
+    ("report", "bad option value", ["report", "{good}", "--rules", "logg"], "--rules: unknown score rule 'logg'"),
+    ("report", "unknown predictor", ["report", "{good}", "--predictors", "nope"], "not in the file: nope"),
+    ("report", "missing file (--calibrator)", ["report", "{good}", "--calibrator", "{missing}"], "--calibrator"),
+    ("report", "unreadable file (--calibrator dir)", ["report", "{good}", "--calibrator", "{dir}"], "Is a directory"),
+    ("report", "unfittable sample", ["report", "{ones}", "--calibrate", "platt"], "no predictor to recalibrate"),
+    ("report", "unfittable sample", ["report", "{censored}"], "no complete trajectory"),
+    # calibrate
+    ("calibrate", "missing file", ["calibrate", "{missing}", "-o", "{d}/c.json"], "{missing}: file not found"),
+    ("calibrate", "unreadable file (directory)", ["calibrate", "{dir}", "-o", "{d}/c.json"], "Is a directory"),
+    ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--bootstrap", "1"], "--bootstrap"),
+    ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--penalty", "0"], "--penalty"),
+    ("calibrate", "unknown predictor", ["calibrate", "{good}", "-o", "{d}/c.json", "--predictors", "nope"], "nope"),
+    ("calibrate", "unknown predictor", ["calibrate", "{good}", "-o", "{d}/c.json", "--fixed-rank", "nope"], "--fixed-rank"),
+    ("calibrate", "unwritable output dir", ["calibrate", "{good}", "-o", "{file}/c.json"], "cannot write -o"),
+    ("calibrate", "unwritable output dir", ["calibrate", "{good}", "-o", "{d}/no-such-dir/c.json"], "cannot write -o"),
+    ("calibrate", "unfittable sample", ["calibrate", "{ones}", "-o", "{d}/c.json"], "no predictor to calibrate"),
+    # plot
+    ("plot", "missing file", ["plot", "{missing}", "-o", "{d}/p"], "{missing}: file not found"),
+    ("plot", "unreadable file (directory)", ["plot", "{dir}", "-o", "{d}/p"], "Is a directory"),
+    ("plot", "bad option value", ["plot", "{good}", "-o", "{d}/p", "--bins", "0"], "--bins"),
+    ("plot", "bad option value", ["plot", "{good}", "-o", "{d}/p", "--rule", "brierr"], "--rule"),
+    ("plot", "bad option type", ["plot", "{good}", "-o", "{d}/p", "--format", "gif"], "argument --format"),
+    ("plot", "unknown predictor", ["plot", "{good}", "-o", "{d}/p", "--predictors", "nope"], "nope"),
+    ("plot", "unwritable output dir", ["plot", "{good}", "-o", "{file}/plots"], "cannot write -o"),
+    ("plot", "unfittable sample", ["plot", "{ones}", "-o", "{d}/p", "--calibrate", "platt"], "no predictor to recalibrate"),
+    ("plot", "unfittable sample", ["plot", "{censored}", "-o", "{d}/p", "--censoring", "complete-only"], "no predictor"),
+    # censoring
+    ("censoring", "missing file", ["censoring", "{missing}"], "{missing}: file not found"),
+    ("censoring", "missing file (--continuations)", ["censoring", "{good}", "--continuations", "{missing}"], "{missing}"),
+    ("censoring", "unreadable file (--continuations dir)", ["censoring", "{good}", "--continuations", "{dir}"], "Is a dir"),
+    ("censoring", "unreadable file (directory)", ["censoring", "{dir}"], "Is a directory"),
+    ("censoring", "bad option value", ["censoring", "{good}", "--artificial", "2"], "--artificial"),
+    ("censoring", "bad option value", ["censoring", "{good}", "--informative", "sunspots"], "--informative"),
+    ("censoring", "bad option value", ["censoring", "{good}", "--q-z-model", "colour"], "--q-z-model"),
+    ("censoring", "unknown predictor", ["censoring", "{good}", "--predictors", "nope"], "nope"),
+    ("censoring", "unwritable output dir", ["censoring", "{good}", "--write-records", "{file}/q.jsonl"], "--write-records"),
+    ("censoring", "unfittable sample", ["censoring", "{censored}"], "no predictor to check"),
+    # gate
+    ("gate", "missing file", ["gate", "{missing}", "--min", "-1"], "{missing}: file not found"),
+    ("gate", "missing file (--baseline)", ["gate", "{good}", "--min", "-1", "--baseline", "{missing}"], "{missing}"),
+    ("gate", "missing file (--config)", ["gate", "{good}", "--config", "{missing}"], "--config"),
+    ("gate", "missing file (--snapshot)", ["gate", "--snapshot", "{missing}", "--min", "-1"], "--snapshot"),
+    ("gate", "unreadable file (directory)", ["gate", "{dir}", "--min", "-1"], "Is a directory"),
+    ("gate", "bad option value", ["gate", "{good}", "--min", "-1", "--censoring", "sideways"], "--censoring"),
+    ("gate", "bad option type", ["gate", "{good}", "--min", "low"], "argument --min"),
+    ("gate", "unknown predictor", ["gate", "{good}", "--min", "-1", "--predictor", "nope"], "'nope' is not in the file"),
+    ("gate", "unwritable output dir", ["gate", "{good}", "--min", "-1", "--min-n", "5", "--markdown", "{file}/s.md"], "--markdown"),
+    ("gate", "unfittable sample", ["gate", "{censored}", "--min", "-1"], "no complete trajectory"),
+    # demo
+    ("demo", "bad option type", ["demo", "--tasks", "few"], "argument --tasks"),
+    ("demo", "bad option value", ["demo", "--tasks", "0"], "--tasks must be >= 10"),
+    ("demo", "unwritable output dir", ["demo", "--out", "{file}/demo", "--tasks", "20"], "cannot write --out"),
+]
+
+
+def _fill(s: str, files: dict[str, Path]) -> str:
+    subst = {k: str(v) for k, v in files.items()} | {"missing": str(files["d"] / "missing.jsonl")}
+    return s.format(**subst)
+
+
+def call(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "command, kind, argv, expect", TABLE, ids=[f"{c}-{k}-{i}" for i, (c, k, _, _) in enumerate(TABLE)]
+)
+def test_every_expected_failure_exits_2_with_one_line(files, capsys, command, kind, argv, expect):
+    code, out, err = call([_fill(a, files) for a in argv], capsys)
+    assert code == 2, (code, err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"tps-tracer {command}") or lines[0].startswith("tps-tracer: error"), err
+    assert _fill(expect, files) in lines[0], err
+    assert out == ""
+
+
+def test_a_failed_command_leaves_no_output_file(files, capsys):
+    out = files["d"] / "never.json"
+    assert call(["calibrate", str(files["ones"]), "-o", str(out)], capsys)[0] == 2
+    plots = files["d"] / "never-plots"
+    assert call(["plot", str(files["ones"]), "-o", str(plots), "--calibrate", "platt"], capsys)[0] == 2
+    assert not out.exists() and not plots.exists()
+    assert not [p for p in files["d"].iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_record_file_with_several_problems_lists_them_after_the_first_line(files, capsys):
+    bad = files["d"] / "several.jsonl"
+    bad.write_text('{"trajectory_id": "a", "stop_reason": "clean"}\nnot json\n')
+    code, _, err = call(["report", str(bad)], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err
+    assert lines[0].startswith(f"tps-tracer report: bad input: {bad}: line 1")
+    assert "and 1 more problem" in lines[0] and lines[1].strip().startswith("line 2: invalid JSON")
+
+
+def test_an_internal_error_is_exit_3_not_1_and_not_a_traceback(files, capsys, monkeypatch):
+    """A bug (an exception nobody expected) must never look like the gate's FAIL (exit 1)."""
+    import tps_tracer.cli.main as cli_main
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(cli_main, "build_report", broken)
+    code, _, err = call(["report", str(files["good"])], capsys)
+    assert code == 3
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "internal error (KeyError: 'a bug')" in err and "--debug" in err
+    code, _, err = call(["report", str(files["good"]), "--debug"], capsys)
+    assert code == 3 and "Traceback" in err and "KeyError" in err
+
+
+def _cli() -> str:
+    exe = shutil.which("tps-tracer", path=str(Path(sys.executable).parent))
+    assert exe
+    return exe
+
+
+@pytest.mark.parametrize("how", ["flag-before", "flag-after", "env"])
+def test_debug_shows_the_traceback_with_the_same_exit_code(files, how):
+    """Through the real console script: --debug (before or after the command) or TPS_TRACER_DEBUG=1."""
+    missing = str(files["d"] / "missing-calibrator.json")
+    args = ["report", str(files["good"]), "--calibrator", missing]
+    env = {k: v for k, v in os.environ.items() if k != "TPS_TRACER_DEBUG"}
+    plain = subprocess.run([_cli(), *args], capture_output=True, text=True, env=env, timeout=120)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip() == f"tps-tracer report: cannot read --calibrator {missing}: No such file or directory"
+    if how == "flag-before":
+        argv, env2 = [_cli(), "--debug", *args], env
+    elif how == "flag-after":
+        argv, env2 = [_cli(), *args, "--debug"], env
+    else:
+        argv, env2 = [_cli(), *args], {**env, "TPS_TRACER_DEBUG": "1"}
+    debug = subprocess.run(argv, capture_output=True, text=True, env=env2, timeout=120)
+    assert debug.returncode == 2
+    assert "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == plain.stderr.strip()
+
+
+def test_the_gate_fail_verdict_is_the_only_exit_1(files):
+    """A FAIL verdict exits 1 (and an impossible threshold on a usable sample is a FAIL, not an error)."""
+    proc = subprocess.run(
+        [_cli(), "gate", str(files["good"]), "--min", "0", "--min-n", "5", "--bootstrap", "200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "FAIL" in proc.stdout and proc.stderr == ""
