@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 
 MAX_REPORTED_ERRORS = 20
+_NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,9 @@ def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
     if exc.msg.startswith("Unterminated string"):  # the scanner met the end before the closing quote
         return True
     tail = text[exc.pos :].rstrip()
-    return not tail or any(word.startswith(tail) for word in ("true", "false", "null"))  # cut in a literal
+    if not tail or any(word.startswith(tail) for word in ("true", "false", "null")):  # cut in a literal
+        return True
+    return _NUMBER_TAIL.fullmatch(tail) is not None  # cut in a number ("0." or "1e")
 
 
 def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[TrajectoryRecord]:
