@@ -41,11 +41,13 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
     target = Path(path)
     if _is_special(target):
         with open(target, "ab" if append else "wb") as raw:
-            special: IO[Any] = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            yield special
-            special.flush()
-            if not binary:
-                special.detach()
+            if binary:
+                yield raw
+            else:
+                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+                yield text
+                text.flush()
+                text.detach()  # the raw file is closed by its own `with`
         return
     tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
@@ -53,12 +55,15 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
         with os.fdopen(fd, "wb") as raw:
             if append and target.exists():
                 raw.write(target.read_bytes())
-            fh: IO[Any] = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            yield fh
-            fh.flush()
+            if binary:
+                yield raw
+            else:
+                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+                yield text
+                text.flush()
+                text.detach()  # the raw file is closed by its own `with`
+            raw.flush()
             os.fsync(raw.fileno())
-            if not binary:
-                fh.detach()  # the raw file is closed by its own `with`
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
         os.replace(tmp, target)

@@ -109,7 +109,7 @@ class StepContributions:
             self.weights,
             self.censoring,
             self.t[::width].copy(),
-            np.bincount(group, weights=self.contribution),
+            np.bincount(group, weights=self.contribution).astype(np.float64),
             score_sum / np.maximum(reached, 1),
             reached,
             self.n,

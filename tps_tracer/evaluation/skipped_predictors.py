@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.records.arrays import ROLES, STOP_REASONS, PredictorColumn, TrajectoryArrays
+from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 BoolArray = NDArray[np.bool_]
@@ -36,7 +36,17 @@ class Skipped:
         return {"predictor": self.predictor, "reason": self.reason}
 
 
-def _skip_detail(col: PredictorColumn) -> str:
+class HasCoverage(Protocol):
+    """A predictor column (PredictorColumn, or PredictorPairs of a pair table)."""
+
+    @property
+    def usable(self) -> BoolArray: ...
+
+    @property
+    def skipped(self) -> dict[str, int]: ...
+
+
+def _skip_detail(col: HasCoverage) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in col.skipped.items() if v)
     return f" (trajectories skipped: {counts})" if counts else ""
 
@@ -50,7 +60,7 @@ def role_masks(
     return (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(outcome), roles == ROLES.index(Role.CENSORED)
 
 
-def no_data_reason(col: PredictorColumn, sample: BoolArray, sample_name: str = "working sample") -> str | None:
+def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "working sample") -> str | None:
     """Why `col` has no usable trajectory in `sample` (None if it has one)."""
     usable = np.asarray(col.usable) & sample
     if usable.any():
