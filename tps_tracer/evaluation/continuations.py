@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, runs_into_end
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 FloatArray = NDArray[np.float64]
@@ -71,7 +72,7 @@ def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[C
             str(obj["source_trajectory_id"]),
             str(obj.get("branch", no)),
             StopReason(obj["stop_reason"]),
-            int(obj["outcome"]) if obj["stop_reason"] == StopReason.CLEAN.value else None,  # true/false: 1/0
+            as_outcome(obj["outcome"], allow_strings=False) if obj["stop_reason"] == StopReason.CLEAN.value else None,
         )
         key = (branch.source_trajectory_id, branch.branch)
         if key in seen:
@@ -91,9 +92,12 @@ def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     reason = obj.get("stop_reason")
     if reason not in {r.value for r in StopReason}:
         return "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}"
-    outcome = obj.get("outcome")
-    if reason == StopReason.CLEAN.value and (isinstance(outcome, str) or outcome not in (0, 1)):
-        return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
+    if reason == StopReason.CLEAN.value:  # the one outcome rule (records/outcome.py): 0, 1, true, false
+        try:
+            if as_outcome(obj.get("outcome"), allow_strings=False) is None:
+                return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
+        except InvalidOutcome:
+            return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
     return None
 
 
