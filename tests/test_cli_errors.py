@@ -136,8 +136,18 @@ TABLE = [
     # gate
     ("gate", "missing file", ["gate", "{missing}", "--min", "-1"], "{missing}: file not found"),
     ("gate", "missing file (--baseline)", ["gate", "{good}", "--min", "-1", "--baseline", "{missing}"], "{missing}"),
-    ("gate", "missing file (--config)", ["gate", "{good}", "--config", "{missing}"], "--config"),
-    ("gate", "missing file (--snapshot)", ["gate", "--snapshot", "{missing}", "--min", "-1"], "--snapshot"),
+    (
+        "gate",
+        "missing file (--config)",
+        ["gate", "{good}", "--config", "{missing}"],
+        "--config {missing}: No such file or directory",
+    ),
+    (
+        "gate",
+        "missing file (--snapshot)",
+        ["gate", "--snapshot", "{missing}", "--min", "-1"],
+        "--snapshot {missing}: No such file",
+    ),
     ("gate", "unreadable file (directory)", ["gate", "{dir}", "--min", "-1"], "Is a directory"),
     ("gate", "bad option value", ["gate", "{good}", "--min", "-1", "--censoring", "sideways"], "--censoring"),
     ("gate", "bad option type", ["gate", "{good}", "--min", "low"], "argument --min"),
@@ -156,7 +166,7 @@ TABLE = [
     ("gate", "unfittable sample", ["gate", "{censored}", "--min", "-1"], "no complete trajectory"),
     # demo
     ("demo", "bad option type", ["demo", "--tasks", "few"], "argument --tasks"),
-    ("demo", "bad option value", ["demo", "--tasks", "0"], "--tasks must be >= 10"),
+    ("demo", "bad option value", ["demo", "--tasks", "0"], "--tasks must be >= 1"),
     ("demo", "unwritable output dir", ["demo", "--out", "{file}/demo", "--tasks", "20"], "cannot write --out"),
 ]
 

@@ -200,3 +200,31 @@ def test_gate_default_predictor_skips_null_predictors_listed_first(handler_file,
     _skipped_are_the_action_predictors(got["skipped_predictors"])
     assert explicit["skipped_predictors"] == []
     assert sum("default predictor: skipped" in n for n in got["notes"]) == 2
+
+
+def test_report_with_a_saved_calibrator_on_the_handler_file(handler_file, stripped_file, tmp_path, capsys):
+    """`calibrate` then `report --calibrator`: the saved maps apply to the usable predictors; the null
+    ones are skipped once (no data), exactly as on the stripped file."""
+    cal = tmp_path / "cal.json"
+    run(["calibrate", handler_file, "-o", cal, "--bootstrap", "100"], capsys)
+    got = strict_loads(run(["report", handler_file, "--json", *BOOT, "--calibrator", cal], capsys))
+    ref = strict_loads(run(["report", stripped_file, "--json", *BOOT, "--calibrator", cal], capsys))
+    _skipped_are_the_action_predictors(got["skipped_predictors"])
+    assert _rows(got) == _rows(ref) and got["recalibration"] == ref["recalibration"]
+    assert {r["recalibrated"] for r in got["recalibration"]} == {p + "+platt" for p in KEPT}
+
+
+def test_a_calibrator_without_a_map_for_a_predictor_notes_it(handler_file, tmp_path, capsys):
+    cal = tmp_path / "verbal-only.json"
+    run(["calibrate", handler_file, "-o", cal, "--bootstrap", "100", "--predictors", "verbal"], capsys)
+    rep = strict_loads(run(["report", handler_file, "--json", "--bootstrap", "0", "--calibrator", cal], capsys))
+    notes = {s["predictor"]: s["reason"] for s in rep["skipped_predictors"]}
+    assert notes["token_prob"] == notes["entropy_conf"] == "not recalibrated: the calibrator has no map for it"
+    assert {r["predictor"] for r in rep["recalibration"]} == {"verbal"}
+    assert {r["predictor"] for r in rep["scores"]} == {
+        "verbal",
+        "verbal+platt",
+        "token_prob",
+        "entropy_conf",
+        "base_rate",
+    }

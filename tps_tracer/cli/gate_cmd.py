@@ -78,8 +78,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     if args.config:
         try:
-            table = tomllib.loads(Path(args.config).read_text(encoding="utf-8")).get("gate", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            table = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig")).get("gate", {})
+        except OSError as exc:
+            raise GateInputError(f"cannot read --config {args.config}: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise GateInputError(f"cannot read --config {args.config}: {exc}") from None
         for key, value in table.items():
             key = key.replace("-", "_")
@@ -129,8 +131,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.files or settings.get("baseline"):
             raise GateInputError("give either record files or --snapshot, and no --baseline with a snapshot")
         try:
-            report = json.loads(Path(args.snapshot).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            report = json.loads(Path(args.snapshot).read_text(encoding="utf-8-sig"))
+        except OSError as exc:
+            raise GateInputError(f"cannot read --snapshot {args.snapshot}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # invalid JSON or not UTF-8
             raise GateInputError(f"cannot read --snapshot {args.snapshot}: {exc}") from None
         result = evaluate_gate_on_report(report, crit)
         source = args.snapshot
