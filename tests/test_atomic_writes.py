@@ -147,11 +147,11 @@ def test_calibrate_on_an_unfittable_sample_keeps_the_old_artifact(ones_file, tmp
     """The issue's case: on main this exit-2 run left a truncated calibrator JSON behind."""
     out = tmp_path / "calibrator.json"
     out.write_text(OLD)
-    assert main(["calibrate", str(ones_file), "-o", str(out)]) == 2
-    assert "no predictor to calibrate" in capsys.readouterr().err
+    assert main(["calibrate", str(ones_file), "-o", str(out), "--predictors", "verbal"]) == 2
+    assert "no predictor to calibrate: verbal: cross-fitted Platt needs" in capsys.readouterr().err
     assert out.read_text() == OLD and _leftovers(tmp_path) == []
     fresh = tmp_path / "fresh.json"
-    assert main(["calibrate", str(ones_file), "-o", str(fresh)]) == 2
+    assert main(["calibrate", str(ones_file), "-o", str(fresh), "--predictors", "verbal,token_prob"]) == 2
     assert not fresh.exists()
 
 

@@ -87,6 +87,12 @@ TABLE = [
     ("calibrate", "unwritable output dir", ["calibrate", "{good}", "-o", "{file}/c.json"], "cannot write -o"),
     ("calibrate", "unwritable output dir", ["calibrate", "{good}", "-o", "{d}/no-such-dir/c.json"], "cannot write -o"),
     ("calibrate", "unfittable sample", ["calibrate", "{ones}", "-o", "{d}/c.json"], "no predictor to calibrate"),
+    (
+        "calibrate",
+        "unfittable sample",
+        ["calibrate", "{ones}", "-o", "{d}/c.json", "--predictors", "verbal"],
+        "no predictor to calibrate: verbal: cross-fitted Platt needs at least 2 complete trajectories of each outcome",
+    ),
     # plot
     ("plot", "missing file", ["plot", "{missing}", "-o", "{d}/p"], "{missing}: file not found"),
     ("plot", "unreadable file (directory)", ["plot", "{dir}", "-o", "{d}/p"], "Is a directory"),
@@ -201,7 +207,7 @@ def test_every_expected_failure_exits_2_with_one_line(files, capsys, command, ki
 
 def test_a_failed_command_leaves_no_output_file(files, capsys):
     out = files["d"] / "never.json"
-    assert call(["calibrate", str(files["ones"]), "-o", str(out)], capsys)[0] == 2
+    assert call(["calibrate", str(files["ones"]), "-o", str(out), "--predictors", "verbal"], capsys)[0] == 2
     plots = files["d"] / "never-plots"
     assert call(["plot", str(files["ones"]), "-o", str(plots), "--calibrate", "platt"], capsys)[0] == 2
     assert not out.exists() and not plots.exists()
