@@ -1,0 +1,301 @@
+"""The framework matrix: each agent framework run offline with its REAL instrumentation, read by TPSSpanProcessor.
+
+Every cell runs a scripted model (no network: pydantic-ai's own FunctionModel, or a local
+OpenAI-compatible server on 127.0.0.1 answering the frameworks' real OpenAI clients) under
+the framework's own OpenTelemetry instrumentation, with `TPSSpanProcessor` on the tracer
+provider, and checks the records against the script: one trajectory per run, its steps,
+each step's verbal confidence (and token signals where the spans carry logprobs,
+computed independently in `framework_support.expected_forecasts`), the stop reason and
+the horizon. LangChain / LangGraph (OpenInference and OpenLLMetry) are covered by
+tests/test_otel_processor.py.
+
+Each framework is an optional test dependency (`pip install -e '.[frameworks-test]'`);
+without it its cells are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from framework_support import Turn, expected_forecasts, react_turns, scripted_openai_server
+from opentelemetry.sdk.trace import TracerProvider
+from world_check import new_accumulator, sink_records
+
+from tps_tracer.otel import TPSSpanProcessor
+from tps_tracer.records.schema import TrajectoryRecord
+
+TOL = 1e-9
+
+
+class Captured:
+    def __init__(self, provider: TracerProvider, processor: TPSSpanProcessor):
+        self.provider = provider
+        self.processor = processor
+        self.records: list[TrajectoryRecord] = []
+
+
+@contextmanager
+def capture(tmp_path: Path, instrument: Callable[[TracerProvider], Callable[[], None]] | None = None) -> Iterator[Captured]:
+    """A provider with TPSSpanProcessor attached, instrumented by `instrument` (which returns its
+    undo); the records are in `.records` once the block ends."""
+    acc, sink = new_accumulator(tmp_path)
+    processor = TPSSpanProcessor(acc)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    undo = instrument(provider) if instrument is not None else (lambda: None)
+    box = Captured(provider, processor)
+    try:
+        yield box
+    finally:
+        undo()
+        processor.force_flush()
+        acc.close()
+    assert not processor.errors, processor.errors
+    box.records.extend(sink_records(sink).values())
+
+
+def check(
+    rec: TrajectoryRecord,
+    turns: Sequence[Turn],
+    stop: str,
+    horizon: int | None,
+    logprobs: bool,
+) -> None:
+    """The record equals the script: steps, each step's signals, the stop reason and horizon."""
+    where = f"{rec.stop_reason} h={rec.horizon} {len(rec.steps)} steps {rec.metadata}"
+    assert rec.stop_reason == stop, where
+    assert rec.horizon == horizon, where
+    assert len(rec.steps) == len(turns), where
+    for t, (step, turn) in enumerate(zip(rec.steps, turns, strict=True), 1):
+        want = expected_forecasts(turn, logprobs)
+        for name, value in want.items():
+            got = step.forecasts.get(name)
+            if value is None:
+                assert got is None, (where, t, name, got)
+            else:
+                assert got == pytest.approx(value, abs=TOL), (where, t, name, got, value)
+
+
+# ---------------------------------------------------------------- pydantic-ai (native GenAI spans)
+
+
+def _pydantic_ai_agent(turns: Sequence[Turn], provider: TracerProvider) -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    queue = list(turns)
+
+    def scripted(messages: Any, info: Any) -> Any:
+        turn = queue.pop(0)
+        parts: list[Any] = [TextPart(turn.text)]
+        if turn.tool is not None:
+            parts.append(ToolCallPart(turn.tool[0], turn.tool[1]))
+        return ModelResponse(parts=parts)
+
+    agent = Agent(FunctionModel(scripted))
+    agent.instrument = InstrumentationSettings(tracer_provider=provider)
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        return f"result for {q}"
+
+    return agent
+
+
+def test_pydantic_ai_usage_limit_is_a_budget_stop_with_the_request_limit_as_horizon(tmp_path):
+    pytest.importorskip("pydantic_ai", reason="install .[frameworks-test]")
+    from pydantic_ai import UsageLimitExceeded
+    from pydantic_ai.usage import UsageLimits
+
+    budget_turns = react_turns(6, final=False)
+    clean_turns = react_turns(2, final=True)
+    with capture(tmp_path) as cap:
+        with pytest.raises(UsageLimitExceeded):
+            _pydantic_ai_agent(budget_turns, cap.provider).run_sync("task", usage_limits=UsageLimits(request_limit=4))
+        result = _pydantic_ai_agent(clean_turns, cap.provider).run_sync("task", usage_limits=UsageLimits(request_limit=4))
+        assert result.output == clean_turns[-1].text
+    assert len(cap.records) == 2  # one trajectory per run
+    clean, budget = sorted(cap.records, key=lambda r: len(r.steps))
+    check(clean, clean_turns, "clean", None, logprobs=False)
+    check(budget, budget_turns[:4], "max_steps", 4, logprobs=False)
+    assert budget.metadata["stop_detail"] == "UsageLimitExceeded"
+
+
+# ---------------------------------------------------------------- OpenAI Agents SDK (OpenInference instrumentor)
+
+
+def _agents_instrument(provider: TracerProvider) -> Callable[[], None]:
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)  # exclusive: the SDK's own exporter is replaced
+    return instrumentor.uninstrument
+
+
+def _agents_run(base_url: str, api: str, streamed: bool, max_turns: int) -> Any:
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key="offline", max_retries=0)
+    model: Any = (
+        OpenAIChatCompletionsModel("scripted", client) if api == "chat" else OpenAIResponsesModel("scripted", client)
+    )
+
+    @function_tool
+    def search(q: str) -> str:
+        """Search the web."""
+        return f"result for {q}"
+
+    agent = Agent(name="researcher", instructions="Answer.", model=model, tools=[search],
+                  model_settings=ModelSettings(top_logprobs=2))
+
+    async def go() -> Any:
+        if not streamed:
+            return (await Runner.run(agent, "task", max_turns=max_turns)).final_output
+        run = Runner.run_streamed(agent, "task", max_turns=max_turns)
+        async for _ in run.stream_events():
+            pass
+        return run.final_output
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("api", "streamed", "logprobs"),
+    [
+        ("chat", False, False),  # generation span: output.value a list of chat message dicts (no logprobs kept)
+        ("chat", True, True),  # generation span: output.value a list of Responses-API objects
+        ("responses", False, True),  # response span: output.value a Responses-API object
+    ],
+)
+def test_openai_agents_max_turns_on_the_agent_span_is_a_budget_stop(tmp_path, api, streamed, logprobs):
+    pytest.importorskip("agents", reason="install .[frameworks-test]")
+    pytest.importorskip("openinference.instrumentation.openai_agents", reason="install .[frameworks-test]")
+    from agents import MaxTurnsExceeded
+
+    budget_turns = react_turns(5, final=False)
+    clean_turns = react_turns(2, final=True)
+    with capture(tmp_path, _agents_instrument) as cap:
+        with scripted_openai_server(budget_turns) as server, pytest.raises(MaxTurnsExceeded):
+            _agents_run(server.base_url, api, streamed, max_turns=3)
+        with scripted_openai_server(clean_turns) as server:
+            assert _agents_run(server.base_url, api, streamed, max_turns=3) == clean_turns[-1].text
+    assert len(cap.records) == 2
+    clean, budget = sorted(cap.records, key=lambda r: (r.stop_reason != "clean"))
+    check(clean, clean_turns, "clean", None, logprobs)
+    check(budget, budget_turns[:3], "max_steps", 3, logprobs)
+
+
+# ---------------------------------------------------------------- smolagents (OpenInference instrumentor)
+
+
+def _smolagents_instrument(provider: TracerProvider) -> Callable[[], None]:
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    instrumentor = SmolagentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    return instrumentor.uninstrument
+
+
+def _smolagents_agent(base_url: str, max_steps: int) -> Any:
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def search(q: str) -> str:
+        """Search the web.
+
+        Args:
+            q: the query
+        """
+        return f"result for {q}"
+
+    model = OpenAIServerModel("scripted", api_base=base_url, api_key="offline")
+    return ToolCallingAgent(tools=[search], model=model, max_steps=max_steps, verbosity_level=-1)
+
+
+def _final_answer(text: str, verbal: float) -> Turn:
+    """smolagents ends a run through its final_answer tool; the text states the confidence."""
+    return Turn(f"Done <confidence>{verbal}</confidence>", ("final_answer", {"answer": text}), (0.9, 0.8))
+
+
+def test_smolagents_max_steps_error_state_is_a_budget_stop(tmp_path):
+    pytest.importorskip("smolagents", reason="install .[frameworks-test]")
+    pytest.importorskip("openinference.instrumentation.smolagents", reason="install .[frameworks-test]")
+    # max_steps=3: three tool-calling steps, then smolagents asks the model once more for a final answer.
+    budget_turns = [*react_turns(3, final=False), Turn("Paris maybe <confidence>0.3</confidence>", None, (0.7, 0.6, 0.5))]
+    clean_turns = [*react_turns(1, final=False), _final_answer("Paris", 0.85)]
+    with capture(tmp_path, _smolagents_instrument) as cap:
+        with scripted_openai_server(budget_turns) as server:
+            result = _smolagents_agent(server.base_url, 3).run("task", return_full_result=True)
+            assert result.state == "max_steps_error"
+        with scripted_openai_server(clean_turns) as server:
+            assert _smolagents_agent(server.base_url, 3).run("task") == "Paris"
+    assert len(cap.records) == 2
+    clean, budget = sorted(cap.records, key=lambda r: (r.stop_reason != "clean"))
+    check(clean, clean_turns, "clean", None, logprobs=False)  # the text is in message.contents.0.message_content
+    # The final-answer call after the budget is a model call too: T = max(max_steps, calls made) = 4.
+    check(budget, budget_turns, "max_steps", 4, logprobs=False)
+
+
+# ---------------------------------------------------------------- the raw OpenAI SDK (OpenInference instrumentor)
+
+
+def _openai_instrument(provider: TracerProvider) -> Callable[[], None]:
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    return instrumentor.uninstrument
+
+
+def test_raw_openai_sdk_loop_under_an_application_span(tmp_path):
+    """A hand-written ReAct loop: the application's span is the run, its tps.* attributes the budget."""
+    pytest.importorskip("openinference.instrumentation.openai", reason="install .[frameworks-test]")
+    from openai import OpenAI
+
+    turns = react_turns(3, final=False)
+    with capture(tmp_path, _openai_instrument) as cap, scripted_openai_server(turns) as server:
+        client = OpenAI(base_url=server.base_url, api_key="offline", max_retries=0)
+        tracer = cap.provider.get_tracer("my-app")
+        with tracer.start_as_current_span("agent", attributes={"tps.trajectory_id": "loop-1"}) as span:
+            messages: list[Any] = [{"role": "user", "content": "task"}]
+            for _ in range(3):
+                reply = client.chat.completions.create(
+                    model="scripted", messages=messages, logprobs=True, top_logprobs=2
+                ).choices[0].message
+                messages.append({"role": "assistant", "content": reply.content})
+            span.set_attribute("tps.stop_reason", "max_steps")
+            span.set_attribute("tps.horizon", 3)
+    (rec,) = cap.records
+    assert rec.trajectory_id == "loop-1"
+    check(rec, turns, "max_steps", 3, logprobs=True)
+
+
+def test_raw_openai_sdk_streamed_calls_grouped_by_metadata(tmp_path):
+    """Root-level streamed calls of a plain loop, grouped by `tps_trajectory_id` metadata, stopped by declare_stop."""
+    pytest.importorskip("openinference.instrumentation.openai", reason="install .[frameworks-test]")
+    from openai import OpenAI
+    from openinference.instrumentation import using_metadata
+
+    turns = react_turns(2, final=True)
+    with capture(tmp_path, _openai_instrument) as cap, scripted_openai_server(turns) as server:
+        client = OpenAI(base_url=server.base_url, api_key="offline", max_retries=0)
+        with using_metadata({"tps_trajectory_id": "loop-2"}):
+            for _ in turns:
+                stream = client.chat.completions.create(
+                    model="scripted", messages=[{"role": "user", "content": "task"}], logprobs=True, top_logprobs=2,
+                    stream=True, stream_options={"include_usage": True},
+                )
+                "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        cap.processor.declare_stop("loop-2", "clean")
+        cap.processor.record_outcome("loop-2", True)
+    (rec,) = cap.records
+    assert rec.trajectory_id == "loop-2" and rec.outcome == 1
+    check(rec, turns, "clean", None, logprobs=True)
