@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 TOP_K = 5  # the package's default k in 1 - H / ln k
 
 
@@ -91,7 +90,11 @@ def _token_entries(turn: Turn, top: bool = True) -> list[dict[str, Any]]:
 def _call(turn: Turn, n: int) -> dict[str, Any] | None:
     if turn.tool is None:
         return None
-    return {"id": f"call_{n}", "type": "function", "function": {"name": turn.tool[0], "arguments": json.dumps(turn.tool[1])}}
+    return {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": turn.tool[0], "arguments": json.dumps(turn.tool[1])},
+    }
 
 
 def chat_completion(turn: Turn, n: int, logprobs: bool) -> dict[str, Any]:
@@ -111,7 +114,11 @@ def chat_completion(turn: Turn, n: int, logprobs: bool) -> dict[str, Any]:
         "created": 0,
         "model": "scripted",
         "choices": [choice],
-        "usage": {"prompt_tokens": 10, "completion_tokens": len(turn.tokens()), "total_tokens": 10 + len(turn.tokens())},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": len(turn.tokens()),
+            "total_tokens": 10 + len(turn.tokens()),
+        },
     }
 
 
@@ -123,7 +130,12 @@ def chat_chunks(turn: Turn, n: int, logprobs: bool) -> list[dict[str, Any]]:
         delta: dict[str, Any] = {"content": tok}
         if i == 0:
             delta["role"] = "assistant"
-        choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": {"content": [entry]} if logprobs else None}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "finish_reason": None,
+            "logprobs": {"content": [entry]} if logprobs else None,
+        }
         chunks.append({**base, "choices": [choice]})
     call = _call(turn, n)
     if call:

@@ -40,7 +40,9 @@ class Captured:
 
 
 @contextmanager
-def capture(tmp_path: Path, instrument: Callable[[TracerProvider], Callable[[], None]] | None = None) -> Iterator[Captured]:
+def capture(
+    tmp_path: Path, instrument: Callable[[TracerProvider], Callable[[], None]] | None = None
+) -> Iterator[Captured]:
     """A provider with TPSSpanProcessor attached, instrumented by `instrument` (which returns its
     undo); the records are in `.records` once the block ends."""
     acc, sink = new_accumulator(tmp_path)
@@ -119,7 +121,9 @@ def test_pydantic_ai_usage_limit_is_a_budget_stop_with_the_request_limit_as_hori
     with capture(tmp_path) as cap:
         with pytest.raises(UsageLimitExceeded):
             _pydantic_ai_agent(budget_turns, cap.provider).run_sync("task", usage_limits=UsageLimits(request_limit=4))
-        result = _pydantic_ai_agent(clean_turns, cap.provider).run_sync("task", usage_limits=UsageLimits(request_limit=4))
+        result = _pydantic_ai_agent(clean_turns, cap.provider).run_sync(
+            "task", usage_limits=UsageLimits(request_limit=4)
+        )
         assert result.output == clean_turns[-1].text
     assert len(cap.records) == 2  # one trajectory per run
     clean, budget = sorted(cap.records, key=lambda r: len(r.steps))
@@ -153,8 +157,13 @@ def _agents_run(base_url: str, api: str, streamed: bool, max_turns: int) -> Any:
         """Search the web."""
         return f"result for {q}"
 
-    agent = Agent(name="researcher", instructions="Answer.", model=model, tools=[search],
-                  model_settings=ModelSettings(top_logprobs=2))
+    agent = Agent(
+        name="researcher",
+        instructions="Answer.",
+        model=model,
+        tools=[search],
+        model_settings=ModelSettings(top_logprobs=2),
+    )
 
     async def go() -> Any:
         if not streamed:
@@ -188,7 +197,7 @@ def test_openai_agents_max_turns_on_the_agent_span_is_a_budget_stop(tmp_path, ap
         with scripted_openai_server(clean_turns) as server:
             assert _agents_run(server.base_url, api, streamed, max_turns=3) == clean_turns[-1].text
     assert len(cap.records) == 2
-    clean, budget = sorted(cap.records, key=lambda r: (r.stop_reason != "clean"))
+    clean, budget = sorted(cap.records, key=lambda r: r.stop_reason != "clean")
     check(clean, clean_turns, "clean", None, logprobs)
     check(budget, budget_turns[:3], "max_steps", 3, logprobs)
 
@@ -229,7 +238,10 @@ def test_smolagents_max_steps_error_state_is_a_budget_stop(tmp_path):
     pytest.importorskip("smolagents", reason="install .[frameworks-test]")
     pytest.importorskip("openinference.instrumentation.smolagents", reason="install .[frameworks-test]")
     # max_steps=3: three tool-calling steps, then smolagents asks the model once more for a final answer.
-    budget_turns = [*react_turns(3, final=False), Turn("Paris maybe <confidence>0.3</confidence>", None, (0.7, 0.6, 0.5))]
+    budget_turns = [
+        *react_turns(3, final=False),
+        Turn("Paris maybe <confidence>0.3</confidence>", None, (0.7, 0.6, 0.5)),
+    ]
     clean_turns = [*react_turns(1, final=False), _final_answer("Paris", 0.85)]
     with capture(tmp_path, _smolagents_instrument) as cap:
         with scripted_openai_server(budget_turns) as server:
@@ -238,7 +250,7 @@ def test_smolagents_max_steps_error_state_is_a_budget_stop(tmp_path):
         with scripted_openai_server(clean_turns) as server:
             assert _smolagents_agent(server.base_url, 3).run("task") == "Paris"
     assert len(cap.records) == 2
-    clean, budget = sorted(cap.records, key=lambda r: (r.stop_reason != "clean"))
+    clean, budget = sorted(cap.records, key=lambda r: r.stop_reason != "clean")
     check(clean, clean_turns, "clean", None, logprobs=False)  # the text is in message.contents.0.message_content
     # The final-answer call after the budget is a model call too: T = max(max_steps, calls made) = 4.
     check(budget, budget_turns, "max_steps", 4, logprobs=False)
@@ -267,9 +279,11 @@ def test_raw_openai_sdk_loop_under_an_application_span(tmp_path):
         with tracer.start_as_current_span("agent", attributes={"tps.trajectory_id": "loop-1"}) as span:
             messages: list[Any] = [{"role": "user", "content": "task"}]
             for _ in range(3):
-                reply = client.chat.completions.create(
-                    model="scripted", messages=messages, logprobs=True, top_logprobs=2
-                ).choices[0].message
+                reply = (
+                    client.chat.completions.create(model="scripted", messages=messages, logprobs=True, top_logprobs=2)
+                    .choices[0]
+                    .message
+                )
                 messages.append({"role": "assistant", "content": reply.content})
             span.set_attribute("tps.stop_reason", "max_steps")
             span.set_attribute("tps.horizon", 3)
@@ -290,8 +304,12 @@ def test_raw_openai_sdk_streamed_calls_grouped_by_metadata(tmp_path):
         with using_metadata({"tps_trajectory_id": "loop-2"}):
             for _ in turns:
                 stream = client.chat.completions.create(
-                    model="scripted", messages=[{"role": "user", "content": "task"}], logprobs=True, top_logprobs=2,
-                    stream=True, stream_options={"include_usage": True},
+                    model="scripted",
+                    messages=[{"role": "user", "content": "task"}],
+                    logprobs=True,
+                    top_logprobs=2,
+                    stream=True,
+                    stream_options={"include_usage": True},
                 )
                 "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         cap.processor.declare_stop("loop-2", "clean")

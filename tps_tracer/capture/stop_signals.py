@@ -19,6 +19,20 @@ LangGraph's recursion limit raises GraphRecursionError (on the root run only); t
 middlewares with exit_behavior="error" raise ModelCallLimitExceededError /
 ToolCallLimitExceededError. Exceptions are matched by class name (the last dotted
 component), so a class that moves between modules is still recognised.
+
+Other frameworks' budget stops (read from spans by the OpenTelemetry span processor):
+
+- pydantic-ai, `UsageLimits(request_limit=N)` (and token / tool-call limits): the
+  `UsageLimitExceeded` exception on the agent span; N from "request_limit of N" in its
+  message;
+- OpenAI Agents SDK, `Runner.run(max_turns=N)`: `MaxTurnsExceeded`; with OpenInference
+  only the agent span's status says so, "Max turns exceeded: {'max_turns': N}";
+- smolagents, `max_steps=N`: `RunResult(... state='max_steps_error' ...)` as the run's
+  output (with `return_full_result=True`), or `AgentMaxStepsError`; N from the agent
+  span's `smolagents.max_steps`.
+
+A token or cost limit (pydantic-ai) is a budget too, so max_steps; only a request limit
+states a step budget, so only it gives the horizon (otherwise T is the calls made).
 """
 
 from __future__ import annotations
@@ -28,7 +42,16 @@ from collections.abc import Iterable
 
 from tps_tracer.records.stop_reasons import StopReason
 
-BUDGET_EXCEPTIONS = frozenset({"GraphRecursionError", "ModelCallLimitExceededError", "ToolCallLimitExceededError"})
+BUDGET_EXCEPTIONS = frozenset(
+    {
+        "GraphRecursionError",
+        "ModelCallLimitExceededError",
+        "ToolCallLimitExceededError",
+        "UsageLimitExceeded",  # pydantic-ai
+        "MaxTurnsExceeded",  # OpenAI Agents SDK
+        "AgentMaxStepsError",  # smolagents
+    }
+)
 PARSE_EXCEPTIONS = frozenset({"OutputParserException"})
 TOOL_EXCEPTIONS = frozenset({"ToolException"})
 TIMEOUT_EXCEPTIONS = frozenset({"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError"})
@@ -40,6 +63,18 @@ BUDGET_TEXTS: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\s*Sorry, need more steps to process this request\.?\s*$"),
     re.compile(r"^\s*Model call limits exceeded: "),
     re.compile(r"^\s*(?:Tool|'[^']*' tool) call limit reached: "),
+    # OpenAI Agents SDK: the MaxTurnsExceeded message, and the agent span's status as
+    # OpenInference writes it ("{message}: {data}").
+    re.compile(r"^\s*Max turns (?:\(\d+\) )?exceeded\b"),
+    # smolagents' RunResult (return_full_result=True), as the instrumentor writes it: str(result).
+    re.compile(r"^\s*RunResult\(.*\bstate=['\"]max_steps_error['\"]", re.DOTALL),
+)
+
+# The step budget a budget stop states, where it states one (first group: N).
+BUDGET_LIMITS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\brequest_limit of (\d+)\b"),  # pydantic-ai UsageLimitExceeded
+    re.compile(r"\bMax turns \((\d+)\) exceeded"),  # Agents SDK MaxTurnsExceeded
+    re.compile(r"['\"]max_turns['\"]\s*:\s*(\d+)"),  # Agents SDK error data on the agent span
 )
 
 
@@ -66,3 +101,12 @@ def classify_exception_names(names: Iterable[str], tool_failed: bool = False) ->
 def is_budget_text(text: str) -> bool:
     """Whether a run's final text is one of the canned budget-stop messages."""
     return any(pattern.search(text) for pattern in BUDGET_TEXTS)
+
+
+def budget_limit(text: str) -> int | None:
+    """The step budget stated in a budget stop's message ("request_limit of 4", "Max turns (3) exceeded")."""
+    for pattern in BUDGET_LIMITS:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1))
+    return None

@@ -94,6 +94,11 @@ def _attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
     return span.attributes or {}
 
 
+def _first_given(*values: Any) -> Any:
+    """The user's budget label wins over the limit a framework's spans state."""
+    return next((v for v in values if v is not None), None)
+
+
 @dataclass
 class _Trace:
     open: int = 0
@@ -390,9 +395,10 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self._model_call(state, span, i in malformed)
         tool_failed = self._tool_failed_last(steps, st.failures)
         observed = (StopReason.OTHER, "")
+        stated_limit = None  # the framework's own step budget, as its spans state it
         if root is not None and abandoned is None:
             failed = root.status.status_code is StatusCode.ERROR
-            observed = sr.classify_root(root_attrs, root.events, failed, tool_failed)
+            observed, stated_limit = sr.classify_run(root, root_attrs, failed, tool_failed, st.failures)
         extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
             extra["otel_span_id"] = f"{root.context.span_id:016x}"
@@ -405,7 +411,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=sr.horizon_label(root_attrs, metadata),
+            budget_label=_first_given(sr.horizon_label(root_attrs, metadata), stated_limit),
             outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
             extra=extra,
         )

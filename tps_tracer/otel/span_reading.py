@@ -12,6 +12,11 @@ Three attribute dialects are read:
   have `gen_ai.operation.name` in {chat, text_completion, generate_content}, the output in
   `gen_ai.output.messages` (JSON: role + parts) or, older, `gen_ai.completion.0.content`.
   Run metadata is in `traceloop.association.properties.<key>`.
+- Shapes of other frameworks' LLM spans (see `agent_frameworks.py`): OpenInference's
+  structured contents (`llm.output_messages.0.message.contents.N.message_content.text`,
+  smolagents), `output.value` as a chat message dict or a list of them (smolagents, the
+  OpenAI Agents SDK), as a Responses-API response or a list of them (the Agents SDK's
+  response spans and streamed generation spans; logprobs on their `output_text` parts).
 - Our own: any span may carry `tps.forecasts` (a JSON object {predictor: p}) to report
   precomputed forecasts for a step, and a root may carry `tps.trajectory_id`,
   `tps.stop_reason`, `tps.horizon`, `tps.outcome` to override what is inferred.
@@ -29,6 +34,7 @@ from typing import Any
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
+from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 
@@ -217,22 +223,18 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
     if isinstance(own, Mapping):
         return LlmStep(RawStep(None, forecasts=dict(own)), False)
     text = attributes.get(OI_OUTPUT_TEXT)
+    if not isinstance(text, str):
+        text = fw.contents_text(attributes)
     tool_args = attributes.get(OI_TOOL_ARGS)
     logprobs = None
     malformed = False
     output = _json(attributes.get(OI_OUTPUT_VALUE))
     if output is not None:
-        lc = _from_llm_result(output)
-        if lc is not None:
-            lc_text, logprobs, lc_args, malformed = lc
-            text = text if isinstance(text, str) else lc_text
-            tool_args = tool_args if tool_args is not None else lc_args
-        else:
-            oa = _from_openai_response(output)
-            if oa is not None:
-                oa_text, logprobs, oa_args = oa
-                text = text if isinstance(text, str) else oa_text
-                tool_args = tool_args if tool_args is not None else oa_args
+        found = _from_output_value(output)
+        if found is not None:
+            out_text, logprobs, out_args, malformed = found
+            text = text if isinstance(text, str) else out_text
+            tool_args = tool_args if tool_args is not None else out_args
     if text is None and tool_args is None:
         genai = _from_genai_messages(attributes.get(GENAI_OUTPUT_MESSAGES))
         if genai is not None:
@@ -240,6 +242,20 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
         else:
             text, tool_args = attributes.get(GENAI_COMPLETION_TEXT), attributes.get(GENAI_COMPLETION_TOOL_ARGS)
     return LlmStep(RawStep(text if isinstance(text, str) else None, logprobs, tool_args), malformed)
+
+
+def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from `output.value`, whichever shape it has."""
+    lc = _from_llm_result(output)
+    if lc is not None:
+        return lc
+    oa = _from_openai_response(output)
+    if oa is not None:
+        return (*oa, False)
+    other = fw.from_output_value(output)
+    if other is not None:
+        return (*other, False)
+    return None
 
 
 # ---------------------------------------------------------------- the root span: why the run stopped
@@ -321,6 +337,35 @@ def classify_root(
         return classify_exception_names(names, tool_failed)
     found, detail = classify_output(attributes)
     return found or StopReason.CLEAN, detail
+
+
+def classify_run(
+    root: Any, attributes: Mapping[str, Any], failed: bool, tool_failed: bool, failures: Sequence[Any]
+) -> tuple[tuple[StopReason, str], Any]:
+    """(stop reason, detail) of a trajectory and the step budget its spans state (None if none).
+
+    root: the root span (attributes already completed, see the processor); failures: the
+    trace's other spans that ended in ERROR. A root that looks clean is still a budget stop
+    when an agent span under it records one (the OpenAI Agents SDK's workflow root stays OK
+    while its agent span ends with "Max turns exceeded"). The stated limit: the budget
+    message's number, else a framework's budget attribute on the root (smolagents.max_steps)."""
+    observed = classify_root(attributes, root.events, failed, tool_failed)
+    if observed[1] == "tps.stop_reason":
+        return observed, None
+    if observed[0] is StopReason.MAX_STEPS:
+        found = fw.budget_stop(attributes, root.events, root.status.description)
+        limit = found[1] if found is not None else None
+        return observed, limit if limit is not None else fw.step_budget_attribute(attributes)
+    if observed[0] is StopReason.CLEAN:
+        for span in failures:
+            span_attrs = span.attributes or {}
+            if not fw.is_agent_span(span_attrs):
+                continue
+            found = fw.budget_stop(span_attrs, span.events, span.status.description)
+            if found is not None:
+                limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
+                return (StopReason.MAX_STEPS, found[0]), limit
+    return observed, None
 
 
 def horizon_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
