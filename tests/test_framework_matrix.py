@@ -317,3 +317,203 @@ def test_raw_openai_sdk_streamed_calls_grouped_by_metadata(tmp_path):
     (rec,) = cap.records
     assert rec.trajectory_id == "loop-2" and rec.outcome == 1
     check(rec, turns, "clean", None, logprobs=True)
+
+
+# ---------------------------------------------------------------- the same readings on hand-made spans (real SDK)
+
+
+def _spans_run(root_attrs: dict[str, Any], build: Callable[[Any, Any], None], **kw: Any) -> Any:
+    """One root span (given attributes), children made by build(tracer, root); returns the TrajectoryScore."""
+    from opentelemetry import trace
+
+    from tps_tracer import Accumulator
+
+    acc = Accumulator(bootstrap=0)
+    seen: list = []
+    acc.add_listener(seen.append)
+    processor = TPSSpanProcessor(acc, background=False, **kw)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    # tps.outcome: a clean run is scored (and seen by the listener) only with its outcome
+    with tracer.start_as_current_span("run", attributes={"tps.outcome": 1, **root_attrs}) as root:
+        build(tracer, root)
+        for verbal in (0.2, 0.7):
+            with tracer.start_as_current_span("llm", context=trace.set_span_in_context(root)) as llm:
+                llm.set_attribute("openinference.span.kind", "LLM")
+                llm.set_attribute("llm.output_messages.0.message.content", f"<confidence>{verbal}</confidence>")
+    processor.force_flush()
+    assert not processor.errors
+    (score,) = seen
+    return score
+
+
+def _raise_in(tracer: Any, name: str, exc: Exception) -> None:
+    try:
+        with tracer.start_as_current_span(name):
+            raise exc
+    except type(exc):
+        pass
+
+
+class UsageLimitExceeded(Exception):  # same class name as pydantic-ai's: names are matched, not classes
+    pass
+
+
+def _budget_on_root(exc: Exception) -> Callable[[Any, Any], None]:
+    def build(tracer: Any, root: Any) -> None:
+        root.record_exception(exc)
+        from opentelemetry.trace import Status, StatusCode
+
+        root.set_status(Status(StatusCode.ERROR))
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("root_attrs", "build", "stop", "horizon"),
+    [
+        # the request limit stated in the message is the horizon (2 calls made)
+        (
+            {},
+            _budget_on_root(UsageLimitExceeded("The next request would exceed the request_limit of 9")),
+            "max_steps",
+            9,
+        ),
+        # a token limit is a budget too, but states no step budget: T = the calls made
+        ({}, _budget_on_root(UsageLimitExceeded("Exceeded the output_tokens_limit of 50")), "max_steps", 2),
+        # the user's tps.horizon wins over the framework's limit
+        (
+            {"tps.horizon": 12},
+            _budget_on_root(UsageLimitExceeded("The next request would exceed the request_limit of 9")),
+            "max_steps",
+            12,
+        ),
+        # smolagents' RunResult as the root's output, its max_steps on the root
+        (
+            {"smolagents.max_steps": 6, "output.value": "RunResult(output='x', state='max_steps_error', steps=[])"},
+            lambda t, r: None,
+            "max_steps",
+            6,
+        ),
+        (
+            {"smolagents.max_steps": 6, "output.value": "RunResult(output='x', state='success')"},
+            lambda t, r: None,
+            "clean",
+            2,  # a clean run: T = its steps
+        ),
+    ],
+)
+def test_budget_stop_on_the_root_and_its_stated_limit(root_attrs, build, stop, horizon):
+    score = _spans_run(root_attrs, build)
+    assert (score.stop_reason, score.horizon, score.n_steps) == (stop, horizon, 2)
+
+
+def _agent_span(description: str | None, kind: str = "AGENT") -> Callable[[Any, Any], None]:
+    def build(tracer: Any, root: Any) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        with tracer.start_as_current_span("researcher", attributes={"openinference.span.kind": kind}) as span:
+            span.set_status(Status(StatusCode.ERROR, description))
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("build", "stop", "horizon"),
+    [
+        (_agent_span("Max turns exceeded: {'max_turns': 7}"), "max_steps", 7),
+        (_agent_span("Max turns (5) exceeded"), "max_steps", 5),
+        # the same text on a span that is not an agent's (a tool's) is not the run's stop
+        (
+            _agent_span("Max turns exceeded: {'max_turns': 7}", kind="TOOL"),
+            "clean",
+            2,
+        ),  # a clean run's horizon is its steps
+        # an agent span's other errors under a root that ended OK: the root decides (left clean)
+        (_agent_span("Guardrail tripwire triggered"), "clean", 2),
+    ],
+)
+def test_budget_stop_on_an_agent_span_under_an_ok_root(build, stop, horizon):
+    score = _spans_run({}, build)
+    assert (score.stop_reason, score.horizon) == (stop, horizon)
+
+
+@pytest.mark.parametrize(
+    ("output", "text", "args", "n_logprobs"),
+    [
+        # smolagents ChatMessage dict, content as blocks, arguments as a dict
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}],
+                "tool_calls": [{"function": {"name": "s", "arguments": {"q": 1}}}],
+            },
+            "a b",
+            {"q": 1},
+            None,
+        ),
+        # Agents SDK generation span: a list of chat message dicts (the input echo is not the output)
+        (
+            [{"role": "assistant", "content": "x", "tool_calls": [{"function": {"arguments": '{"q": 2}'}}]}],
+            "x",
+            '{"q": 2}',
+            None,
+        ),
+        # a Responses-API response: reasoning item, two output_text parts with logprobs, a function call
+        (
+            {
+                "object": "response",
+                "output": [
+                    {"type": "reasoning", "summary": []},
+                    {
+                        "type": "message",
+                        "content": [
+                            {
+                                "type": "output_text",
+                                "text": "ab",
+                                "logprobs": [{"token": "ab", "logprob": -0.1, "top_logprobs": []}],
+                            },
+                            {
+                                "type": "output_text",
+                                "text": "c",
+                                "logprobs": [{"token": "c", "logprob": -0.2, "top_logprobs": []}],
+                            },
+                        ],
+                    },
+                    {"type": "function_call", "arguments": '{"q": 3}'},
+                ],
+            },
+            "abc",
+            '{"q": 3}',
+            2,
+        ),
+        # the streamed generation span's [response], without logprobs
+        ([{"output": [{"type": "message", "content": [{"type": "output_text", "text": "z"}]}]}], "z", None, None),
+        # not an assistant output at all
+        ([{"role": "user", "content": "hi"}], None, None, None),
+    ],
+)
+def test_output_value_shapes(output, text, args, n_logprobs):
+    import json
+
+    from tps_tracer.otel.span_reading import read_llm_step
+
+    step = read_llm_step({"openinference.span.kind": "LLM", "output.value": json.dumps(output)}).raw
+    assert (step.text, step.tool_arguments) == (text, args)
+    assert (None if step.logprobs is None else len(step.logprobs)) == n_logprobs
+
+
+def test_structured_contents_text_parts_only():
+    from tps_tracer.otel.span_reading import read_llm_step
+
+    key = "llm.output_messages.0.message.contents.{}.message_content.{}"
+    attrs = {
+        key.format(0, "type"): "text",
+        key.format(0, "text"): "Paris <confidence>0.6</confidence>",
+        key.format(1, "type"): "image",
+        key.format(1, "image"): "...",
+        key.format(2, "type"): "text",
+        key.format(2, "text"): " done",
+    }
+    assert read_llm_step(attrs).raw.text == "Paris <confidence>0.6</confidence> done"
