@@ -213,7 +213,7 @@ def _smolagents_instrument(provider: TracerProvider) -> Callable[[], None]:
     return instrumentor.uninstrument
 
 
-def _smolagents_agent(base_url: str, max_steps: int) -> Any:
+def _smolagents_agent(base_url: str, max_steps: int, planning_interval: int | None = None) -> Any:
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
     @tool
@@ -226,7 +226,9 @@ def _smolagents_agent(base_url: str, max_steps: int) -> Any:
         return f"result for {q}"
 
     model = OpenAIServerModel("scripted", api_base=base_url, api_key="offline")
-    return ToolCallingAgent(tools=[search], model=model, max_steps=max_steps, verbosity_level=-1)
+    return ToolCallingAgent(
+        tools=[search], model=model, max_steps=max_steps, verbosity_level=-1, planning_interval=planning_interval
+    )
 
 
 def _final_answer(text: str, verbal: float) -> Turn:
@@ -234,26 +236,40 @@ def _final_answer(text: str, verbal: float) -> Turn:
     return Turn(f"Done <confidence>{verbal}</confidence>", ("final_answer", {"answer": text}), (0.9, 0.8))
 
 
-def test_smolagents_max_steps_error_state_is_a_budget_stop(tmp_path):
+def _plan(k: int) -> Turn:
+    return Turn(f"Plan {k}: search then answer <confidence>0.5</confidence>", None, (0.9,) * 6)
+
+
+@pytest.mark.parametrize(
+    ("full_result", "planning"),
+    [
+        (True, False),  # RunResult(state='max_steps_error') is the root's output
+        (False, False),  # only the answer is: the final-answer call directly under the agent span shows the stop
+        (False, True),  # planning calls are directly under the agent span too, but never last
+    ],
+)
+def test_smolagents_max_steps_is_a_budget_stop(tmp_path, full_result, planning):
     pytest.importorskip("smolagents", reason="install .[frameworks-test]")
     pytest.importorskip("openinference.instrumentation.smolagents", reason="install .[frameworks-test]")
     # max_steps=3: three tool-calling steps, then smolagents asks the model once more for a final answer.
-    budget_turns = [
-        *react_turns(3, final=False),
-        Turn("Paris maybe <confidence>0.3</confidence>", None, (0.7, 0.6, 0.5)),
-    ]
-    clean_turns = [*react_turns(1, final=False), _final_answer("Paris", 0.85)]
+    steps = react_turns(3, final=False)
+    forced = Turn("Paris maybe <confidence>0.3</confidence>", None, (0.7, 0.6, 0.5))
+    budget_turns = [*[t for i, s in enumerate(steps) for t in ([_plan(i), s] if planning else [s])], forced]
+    clean_steps = [react_turns(1, final=False)[0], _final_answer("Paris", 0.85)]
+    clean_turns = [t for i, s in enumerate(clean_steps) for t in ([_plan(i), s] if planning else [s])]
     with capture(tmp_path, _smolagents_instrument) as cap:
         with scripted_openai_server(budget_turns) as server:
-            result = _smolagents_agent(server.base_url, 3).run("task", return_full_result=True)
-            assert result.state == "max_steps_error"
+            agent = _smolagents_agent(server.base_url, 3, planning_interval=1 if planning else None)
+            result = agent.run("task", return_full_result=full_result)
+            assert (result.state if full_result else None) == ("max_steps_error" if full_result else None)
         with scripted_openai_server(clean_turns) as server:
-            assert _smolagents_agent(server.base_url, 3).run("task") == "Paris"
+            agent = _smolagents_agent(server.base_url, 3, planning_interval=1 if planning else None)
+            assert agent.run("task") == "Paris"
     assert len(cap.records) == 2
     clean, budget = sorted(cap.records, key=lambda r: r.stop_reason != "clean")
     check(clean, clean_turns, "clean", None, logprobs=False)  # the text is in message.contents.0.message_content
-    # The final-answer call after the budget is a model call too: T = max(max_steps, calls made) = 4.
-    check(budget, budget_turns, "max_steps", 4, logprobs=False)
+    # Every model call is a step (planning and the forced final answer included): T = max(max_steps, calls).
+    check(budget, budget_turns, "max_steps", len(budget_turns), logprobs=False)
 
 
 # ---------------------------------------------------------------- the raw OpenAI SDK (OpenInference instrumentor)
@@ -396,6 +412,9 @@ def _budget_on_root(exc: Exception) -> Callable[[Any, Any], None]:
             "max_steps",
             6,
         ),
+        # smolagents' default output (the answer only): the last call directly under the agent span is the
+        # final answer forced by max_steps (here every call is; the LLM spans of _spans_run are the root's children)
+        ({"smolagents.max_steps": 6, "output.value": "Paris"}, lambda t, r: None, "max_steps", 6),
         (
             {"smolagents.max_steps": 6, "output.value": "RunResult(output='x', state='success')"},
             lambda t, r: None,

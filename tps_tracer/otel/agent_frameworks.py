@@ -12,6 +12,12 @@ What each framework's instrumentation writes (versions tested: README "Agent fra
   (Responses models) put the response object itself. A response's `output` holds
   `message` items whose `output_text` parts carry the text and, when requested,
   `logprobs` (OpenAI's token entries), and `function_call` items with the arguments.
+- smolagents' budget stop without `return_full_result`: the run returns the answer of one
+  more model call (`provide_final_answer`) made directly under the agent span, after the
+  last "Step N" span; every other model call runs inside a step span, or, for planning,
+  directly under the agent span but always before a step. So a smolagents run whose last
+  model call is a direct child of its agent span stopped on max_steps
+  (`forced_final_answer`).
 - Budget stops that only a span other than the root shows (the Agents SDK leaves its
   workflow root OK and sets ERROR on the agent span): `budget_stop` reads any span's
   exception events and status description.
@@ -21,6 +27,7 @@ The recognisers of budget names and texts live in `capture/stop_signals.py`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +40,11 @@ GENAI_OPERATION = "gen_ai.operation.name"
 
 # Attributes stating the run's step budget, per framework.
 STEP_BUDGET_ATTRIBUTES = ("smolagents.max_steps",)
+# Agent spans of frameworks that answer a run cut by its budget with one more model call
+# made directly under the agent span (smolagents' provide_final_answer).
+FORCED_FINAL_ANSWER_ATTRIBUTES = ("smolagents.max_steps",)
+# smolagents' RunResult stating a run that finished (return_full_result=True): no forced answer.
+_RUN_SUCCEEDED = re.compile(r"^\s*RunResult\(.*\bstate=['\"]success['\"]", re.DOTALL)
 
 
 def contents_text(attributes: Mapping[str, Any]) -> str | None:
@@ -154,3 +166,12 @@ def step_budget_attribute(attributes: Mapping[str, Any]) -> Any:
         if value is not None:
             return value
     return None
+
+
+def forced_final_answer(attributes: Mapping[str, Any], last_call_under_root: bool) -> bool:
+    """The run's last model call, made directly under a smolagents agent span, is the final
+    answer smolagents forces once max_steps is reached (see the module docstring)."""
+    if not last_call_under_root or all(attributes.get(k) is None for k in FORCED_FINAL_ANSWER_ATTRIBUTES):
+        return False
+    output = attributes.get("output.value")
+    return not (isinstance(output, str) and _RUN_SUCCEEDED.search(output))

@@ -340,7 +340,12 @@ def classify_root(
 
 
 def classify_run(
-    root: Any, attributes: Mapping[str, Any], failed: bool, tool_failed: bool, failures: Sequence[Any]
+    root: Any,
+    attributes: Mapping[str, Any],
+    failed: bool,
+    tool_failed: bool,
+    failures: Sequence[Any],
+    last_call_under_root: bool = False,
 ) -> tuple[tuple[StopReason, str], Any]:
     """(stop reason, detail) of a trajectory and the step budget its spans state (None if none).
 
@@ -348,7 +353,9 @@ def classify_run(
     trace's other spans that ended in ERROR. A root that looks clean is still a budget stop
     when an agent span under it records one (the OpenAI Agents SDK's workflow root stays OK
     while its agent span ends with "Max turns exceeded"). The stated limit: the budget
-    message's number, else a framework's budget attribute on the root (smolagents.max_steps)."""
+    message's number, else a framework's budget attribute on the root (smolagents.max_steps).
+    last_call_under_root: the run's last model call is a direct child of the root (smolagents'
+    forced final answer, see `agent_frameworks.forced_final_answer`)."""
     observed = classify_root(attributes, root.events, failed, tool_failed)
     if observed[1] == "tps.stop_reason":
         return observed, None
@@ -365,6 +372,8 @@ def classify_run(
             if found is not None:
                 limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
                 return (StopReason.MAX_STEPS, found[0]), limit
+        if fw.forced_final_answer(attributes, last_call_under_root):
+            return (StopReason.MAX_STEPS, "final answer forced by max_steps"), fw.step_budget_attribute(attributes)
     return observed, None
 
 
