@@ -652,3 +652,39 @@ def test_smolagents_custom_model_class_with_its_own_llm_span(tmp_path):
             check(rec, turns, "clean", None, logprobs=False)
         else:
             assert cap.records == []
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {
+            "object": "response",
+            "output": [1, "x", {"type": "message", "content": "not a list"}, {"type": "function_call"}],
+        },
+        [{"role": "assistant", "content": 5, "tool_calls": "x"}],
+        {"role": "assistant", "content": [{"type": "text", "text": 3}], "tool_calls": [{"function": "f"}]},
+        [[], {}],
+        {
+            "output": [
+                {"type": "message", "content": [{"type": "output_text", "text": "a", "logprobs": [{"token": "a"}]}]}
+            ]
+        },
+    ],
+)
+def test_malformed_output_values_give_missing_signals_never_errors(output):
+    """Payloads nobody scripted: the step is still a step, unreadable parts are None (counted), nothing raises."""
+    import json
+
+    def build(tracer: Any, root: Any) -> None:
+        with tracer.start_as_current_span("odd") as span:
+            span.set_attribute("openinference.span.kind", "LLM")
+            span.set_attribute("output.value", json.dumps(output))
+
+    score = _spans_run({}, build)
+    assert score.n_steps == 3  # the odd call and the two readable ones
+
+
+def test_an_absurd_stated_limit_keeps_the_stop_and_uses_the_calls_made():
+    exc = UsageLimitExceeded("The next request would exceed the request_limit of " + "9" * 5000)
+    score = _spans_run({}, _budget_on_root(exc))
+    assert (score.stop_reason, score.horizon) == ("max_steps", 2)

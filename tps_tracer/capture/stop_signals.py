@@ -70,11 +70,12 @@ BUDGET_TEXTS: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\s*RunResult\(.*\bstate=['\"]max_steps_error['\"]", re.DOTALL),
 )
 
-# The step budget a budget stop states, where it states one (first group: N).
+# The step budget a budget stop states, where it states one (first group: N). At most 9
+# digits (MAX_HORIZON's order): int() of a huge digit string is slow, or refused.
 BUDGET_LIMITS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\brequest_limit of (\d+)\b"),  # pydantic-ai UsageLimitExceeded
-    re.compile(r"\bMax turns \((\d+)\) exceeded"),  # Agents SDK MaxTurnsExceeded
-    re.compile(r"['\"]max_turns['\"]\s*:\s*(\d+)"),  # Agents SDK error data on the agent span
+    re.compile(r"\brequest_limit of (\d{1,9})(?!\d)"),  # pydantic-ai UsageLimitExceeded
+    re.compile(r"\bMax turns \((\d{1,9})\) exceeded"),  # Agents SDK MaxTurnsExceeded
+    re.compile(r"['\"]max_turns['\"]\s*:\s*(\d{1,9})(?!\d)"),  # Agents SDK error data on the agent span
 )
 
 
