@@ -16,9 +16,14 @@ inside a span of yours (a web request). Its id is the run's `tps_trajectory_id` 
 (OpenInference `metadata`, Traceloop association properties) or `tps.trajectory_id`
 attribute, else the trace id in hex. Its steps are its LLM spans in start order (see
 `span_reading.py` for the dialects read); its stop reason comes from the root span's end:
-the `tps.stop_reason` attribute, the recorded exception (GraphRecursionError and the call
-limit errors -> max_steps, OutputParserException -> parse_error, ToolException ->
-tool_error), or the canned budget texts of runtimes that return normally. Malformed model
+the `tps.stop_reason` attribute, the recorded exception (GraphRecursionError, the call
+limit errors, pydantic-ai's UsageLimitExceeded -> max_steps, OutputParserException ->
+parse_error, ToolException -> tool_error), or the canned budget texts of runtimes that
+return normally; a root that looks clean is still a budget stop when an agent span under
+it ended on one (the OpenAI Agents SDK's "Max turns exceeded") or, for smolagents, when the
+run ended on the final answer forced by max_steps (`agent_frameworks.py`). The limit the
+spans state (request_limit, max_turns, smolagents.max_steps) is the run's budget unless
+the run carries its own `tps_horizon`. Malformed model
 output (only invalid tool calls, seen on the LLM span or on the chain span that encloses
 it, or a parser span that raised) is a repair. Steps, repairs, stop precedence, the
 horizon rule and outcomes are decided by the trajectory core (`tps_tracer.tracking`), the

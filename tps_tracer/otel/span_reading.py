@@ -357,7 +357,7 @@ def classify_run(
     last_call_under_root: the run's last model call is a direct child of the root (smolagents'
     forced final answer, see `agent_frameworks.forced_final_answer`)."""
     observed = classify_root(attributes, root.events, failed, tool_failed)
-    if observed[1] == "tps.stop_reason":
+    if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
         return observed, None
     if observed[0] is StopReason.MAX_STEPS:
         found = fw.budget_stop(attributes, root.events, root.status.description)
