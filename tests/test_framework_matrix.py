@@ -340,8 +340,14 @@ def test_raw_openai_sdk_streamed_calls_grouped_by_metadata(tmp_path):
 # ---------------------------------------------------------------- the same readings on hand-made spans (real SDK)
 
 
-def _spans_run(root_attrs: dict[str, Any], build: Callable[[Any, Any], None], **kw: Any) -> Any:
-    """One root span (given attributes), children made by build(tracer, root); returns the TrajectoryScore."""
+def _spans_run(
+    root_attrs: dict[str, Any],
+    build: Callable[[Any, Any], None],
+    after: Callable[[Any, Any], None] = lambda t, r: None,
+    **kw: Any,
+) -> Any:
+    """One root span (given attributes): build(tracer, root), two LLM spans, after(tracer, root);
+    returns the TrajectoryScore."""
     from opentelemetry import trace
 
     from tps_tracer import Accumulator
@@ -360,6 +366,7 @@ def _spans_run(root_attrs: dict[str, Any], build: Callable[[Any, Any], None], **
             with tracer.start_as_current_span("llm", context=trace.set_span_in_context(root)) as llm:
                 llm.set_attribute("openinference.span.kind", "LLM")
                 llm.set_attribute("llm.output_messages.0.message.content", f"<confidence>{verbal}</confidence>")
+        after(tracer, root)
     processor.force_flush()
     assert not processor.errors
     (score,) = seen
@@ -456,8 +463,14 @@ def _agent_span(description: str | None, kind: str = "AGENT") -> Callable[[Any, 
     ],
 )
 def test_budget_stop_on_an_agent_span_under_an_ok_root(build, stop, horizon):
-    score = _spans_run({}, build)
+    score = _spans_run({}, lambda t, r: None, after=build)  # the agent span ends after the last model call
     assert (score.stop_reason, score.horizon) == (stop, horizon)
+
+
+def test_a_nested_agents_budget_stop_the_run_survived_is_not_the_runs_stop():
+    """A sub-agent that hit its max turns, then more model calls of the run: the run finished (clean)."""
+    score = _spans_run({}, _agent_span("Max turns exceeded: {'max_turns': 7}"))
+    assert (score.stop_reason, score.horizon) == ("clean", 2)
 
 
 @pytest.mark.parametrize(

@@ -404,8 +404,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if root is not None and abandoned is None:
             failed = root.status.status_code is StatusCode.ERROR
             last = max(steps, key=lambda s: s.end_time or 0, default=None)
-            under_root = last is not None and last.parent is not None and last.parent.span_id == root.context.span_id
-            observed, stated_limit = sr.classify_run(root, root_attrs, failed, tool_failed, st.failures, under_root)
+            observed, stated_limit = sr.classify_run(root, root_attrs, failed, tool_failed, st.failures, last)
         extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
             extra["otel_span_id"] = f"{root.context.span_id:016x}"

@@ -345,17 +345,19 @@ def classify_run(
     failed: bool,
     tool_failed: bool,
     failures: Sequence[Any],
-    last_call_under_root: bool = False,
+    last_call: Any = None,
 ) -> tuple[tuple[StopReason, str], Any]:
     """(stop reason, detail) of a trajectory and the step budget its spans state (None if none).
 
     root: the root span (attributes already completed, see the processor); failures: the
-    trace's other spans that ended in ERROR. A root that looks clean is still a budget stop
-    when an agent span under it records one (the OpenAI Agents SDK's workflow root stays OK
-    while its agent span ends with "Max turns exceeded"). The stated limit: the budget
-    message's number, else a framework's budget attribute on the root (smolagents.max_steps).
-    last_call_under_root: the run's last model call is a direct child of the root (smolagents'
-    forced final answer, see `agent_frameworks.forced_final_answer`)."""
+    trace's other spans that ended in ERROR; last_call: the run's last model call to end.
+    A root that looks clean is still a budget stop when an agent span under it records one
+    and no model call ended after it (the OpenAI Agents SDK's workflow root stays OK while
+    its agent span ends with "Max turns exceeded"; a nested agent whose budget stop the run
+    survived is not the run's stop), or when the last model call is a direct child of a
+    smolagents agent root (its final answer forced by max_steps, see
+    `agent_frameworks.forced_final_answer`). The stated limit: the budget message's number,
+    else a framework's budget attribute on the root (smolagents.max_steps)."""
     observed = classify_root(attributes, root.events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
         return observed, None
@@ -364,15 +366,18 @@ def classify_run(
         limit = found[1] if found is not None else None
         return observed, limit if limit is not None else fw.step_budget_attribute(attributes)
     if observed[0] is StopReason.CLEAN:
+        last_end = (last_call.end_time or 0) if last_call is not None else 0
         for span in failures:
             span_attrs = span.attributes or {}
-            if not fw.is_agent_span(span_attrs):
+            if not fw.is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
                 continue
             found = fw.budget_stop(span_attrs, span.events, span.status.description)
             if found is not None:
                 limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
                 return (StopReason.MAX_STEPS, found[0]), limit
-        if fw.forced_final_answer(attributes, last_call_under_root):
+        under_root = last_call is not None and last_call.parent is not None
+        under_root = under_root and last_call.parent.span_id == root.context.span_id
+        if fw.forced_final_answer(attributes, under_root):
             return (StopReason.MAX_STEPS, "final answer forced by max_steps"), fw.step_budget_attribute(attributes)
     return observed, None
 
