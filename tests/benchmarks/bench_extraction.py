@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: adversarial_texts
 
-from adversarial_texts import CASES, SIZE, chat_logprobs  # noqa: E402
+from adversarial_texts import CASES, SIZE, chat_logprobs
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -101,7 +101,8 @@ def main() -> None:
             print(f"{case.name:32s} failed: {exc.stderr.strip().splitlines()[-1]}")
     print(f"worst {max(worst) * 1e3:.2f} ms, median {statistics.median(worst) * 1e3:.2f} ms (max of the two columns)")
     n, t = realistic_payload(args.size, 3)
-    print(f"realistic payload: {n:,} tokens with top-5 candidates, forecasts {t * 1e3:.1f} ms ({t / n * 1e9:.0f} ns/token)")
+    per_token = t / n * 1e9
+    print(f"realistic payload: {n:,} tokens, top-5 candidates: {t * 1e3:.1f} ms ({per_token:.0f} ns/token)")
 
 
 if __name__ == "__main__":

@@ -52,22 +52,25 @@ def folded(text: str) -> bytes:
 
 
 def tag_span(tag: str = "action") -> SpanLocator:
-    if tag.isascii():
-        name = re.escape(tag.lower()).encode("ascii")
-        last_opening = re.compile(rb"(?s:.*)<" + name + rb">")  # backtracks from the end: the last opening
-        closing = re.compile(rb"</" + name + rb">")
-    else:  # a non-ASCII tag name cannot be matched on the folded text
+    if not tag.isascii():  # a non-ASCII tag name cannot be matched on the folded text
         last_opening_s = re.compile(rf"(?s:.*)<{re.escape(tag)}>", re.IGNORECASE)
         closing_s = re.compile(rf"</{re.escape(tag)}>", re.IGNORECASE)
 
-    def locate(text: str) -> Span | None:
-        if tag.isascii():
-            subject = folded(text)
-            start = last_opening.match(subject)
-            end = closing.search(subject, start.end()) if start else None
-        else:
+        def locate_unicode(text: str) -> Span | None:
             start = last_opening_s.match(text)
             end = closing_s.search(text, start.end()) if start else None
+            return (start.end(), end.start()) if start and end else None
+
+        return locate_unicode
+
+    name = re.escape(tag.lower()).encode("ascii")
+    last_opening = re.compile(rb"(?s:.*)<" + name + rb">")  # backtracks from the end: the last opening
+    closing = re.compile(rb"</" + name + rb">")
+
+    def locate(text: str) -> Span | None:
+        subject = folded(text)
+        start = last_opening.match(subject)
+        end = closing.search(subject, start.end()) if start else None
         return (start.end(), end.start()) if start and end else None
 
     return locate

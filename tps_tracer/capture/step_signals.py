@@ -13,12 +13,13 @@ malformed logprobs, no top-k candidates, no action span.
 gives None for the signals it feeds and is counted in the shared `HealthLedger`
 (`extractor.health`, logged once per kind):
 
-| category  | kind                | when                                                        |
-|-----------|---------------------|-------------------------------------------------------------|
-| malformed | confidence          | the last confidence statement is not a number               |
-| malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)    |
-| malformed | logprobs            | a logprobs payload parse_logprobs rejects (token signals None, the verbal confidence kept) |
-| error     | signal_extraction   | an unexpected failure inside the extractor (a bug: that signal is None) |
+| category  | kind                | when                                                         |
+|-----------|---------------------|--------------------------------------------------------------|
+| malformed | confidence          | the last confidence statement is not a number                |
+| malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)     |
+| malformed | logprobs            | parse_logprobs rejects the payload (token signals None, the  |
+|           |                     | verbal confidence kept)                                      |
+| error     | signal_extraction   | an unexpected failure inside the extractor (that signal None) |
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from tps_tracer.capture.token_signals import (
 )
 from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
 from tps_tracer.health import HealthLedger
-
 
 VERBAL = "verbal"
 TOKEN_PROB = "token_prob"

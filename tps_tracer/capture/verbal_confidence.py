@@ -178,10 +178,10 @@ class VerbalConfidenceExtractor:
 
     def _last_statement(self, text: str) -> str | None:
         if self._compiled is None:
-            m = _LAST_STATEMENT.match(folded(text))
-            if m is None:
+            last = _LAST_STATEMENT.match(folded(text))
+            if last is None:
                 return None
-            return next(g for g in m.groups() if g is not None).decode("ascii")
+            return next(g for g in last.groups() if g is not None).decode("ascii")
         best: re.Match[str] | None = None
         for pattern in self._compiled:
             for m in pattern.finditer(text):
