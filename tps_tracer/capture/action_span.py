@@ -23,8 +23,8 @@ overlaps it, so an action split across tokens (or sharing a token with the tag) 
 covered whole.
 
 Time: linear in the text, whatever it holds. Labels are matched case-insensitively on an
-ASCII-folded copy, `text.encode("ascii", "replace").lower()` (one byte per character, so
-offsets are kept; ~1 ms per MB whatever the script); the last label is found by
+ASCII-folded copy (`text_folding.folded`: one byte per character, so offsets are kept;
+~1 ms per MB whatever the script); the last label is found by
 `(?s:.*)label`, which backtracks from the end and stops at the first hit; every label
 pattern is bounded, and each try of the ReAct pair searches only between the labels it
 looks at, so no region is scanned twice. (The old patterns were cubic on `Action:` +
@@ -39,16 +39,11 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.capture.text_folding import folded
 from tps_tracer.capture.token_logprobs import TokenLogprobs
 
 Span = tuple[int, int]
 SpanLocator = Callable[[str], Span | None]
-
-
-def folded(text: str) -> bytes:
-    """ASCII-folded lower case, one byte per character: every non-ASCII character (lone
-    surrogates included) becomes `?`, so offsets in it are offsets in `text`."""
-    return text.encode("ascii", "replace").lower()
 
 
 def tag_span(tag: str = "action") -> SpanLocator:
@@ -103,7 +98,8 @@ def _react_pair(low: bytes) -> Span | None:
                 line_end = len(low) if line_end < 0 else line_end
                 stop = inp.end() + len(low[inp.end() : line_end].rstrip())
                 return (start, max(start, stop))
-        end = low.rfind(b"action", 0, action.end())  # the next try: an earlier Action label, an input before this one
+        # The next try: an earlier Action label, with an input before this one.
+        end = low.rfind(b"action", 0, action.end())
     return None
 
 

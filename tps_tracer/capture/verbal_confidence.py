@@ -17,7 +17,9 @@ Statements. Matching is case-insensitive; `confidence` is the keyword of all thr
   VALUE ends at whitespace or one of `, ; <` (a decimal comma, `0,8`, stays in VALUE and
   makes it malformed rather than reading 0).
 
-Anything else (`I am 80% confident`, `confidence is high`) is not a statement.
+Whitespace between the colon and VALUE: at most 16 characters for a label, 64 for a key
+(more, and VALUE is empty: malformed). Anything else (`I am 80% confident`, `confidence is
+high`) is not a statement.
 
 The last statement wins: of all statements in the text, in any form, the one whose keyword
 comes last is the step's confidence, even if it is malformed (then the step has None):
@@ -49,12 +51,12 @@ is clipped); a bool, a NaN or a non-scalar is malformed. `SignalExtractor` reads
 arguments only when the text has no statement: the text has priority.
 
 Time. The default grammar runs in time linear in the text, with a bounded amount of work
-per position. It is matched case-insensitively on an ASCII-folded copy of the text,
-`text.encode("ascii", "replace").lower()` (~1 ms per MB). Every quantifier that could meet
-another one is bounded (`{0,64}`) or over a class disjoint from its neighbours, and one
-regular expression, `(?s:.*)(?:statement)`, finds the LAST statement by backtracking from
-the end, so the search stops at the first statement from the end and never collects all of
-them. The tag's inner text is the one unbounded part; it stops at the next `<`, so no two
+per position. It is matched case-insensitively on an ASCII-folded copy of the text
+(`text_folding.folded`, ~1 ms per MB). Every quantifier that could meet another one is
+bounded (`{0,64}`) or over a class disjoint from its neighbours, and one regular
+expression, `(?s:.*)(?:statement)`, finds the LAST statement by backtracking from the end,
+so the search stops at the first statement from the end and never collects all of them.
+The tag's inner text is the one unbounded part; it stops at the next `<`, so no two
 attempts scan the same characters. The whole text is read (no truncation): 1 MB of
 adversarial text takes at most ~20 ms (tests/benchmarks/bench_extraction.py).
 Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
@@ -69,6 +71,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from tps_tracer.capture.text_folding import folded
 
 Status = Literal["ok", "clipped", "missing", "malformed"]
 
@@ -93,12 +97,6 @@ DEFAULT_PATTERNS: tuple[str, ...] = (TAG_PATTERN, KEY_PATTERN, LABEL_PATTERN)
 # The last statement of any form: greedy `.*` backtracks from the end, so the first match
 # is the one whose keyword comes last. Run on the ASCII-folded text (`folded`).
 _LAST_STATEMENT = re.compile(("(?s:.*)(?:" + "|".join(DEFAULT_PATTERNS) + ")").encode("ascii"))
-
-def folded(text: str) -> bytes:
-    """ASCII-folded lower case, one byte per character (non-ASCII characters, lone surrogates
-    included, become `?`): ~1 ms per MB whatever the script, where str.lower() costs up to
-    40 ms per MB on some (e.g. U+0130). A statement is ASCII, so nothing it needs is lost."""
-    return text.encode("ascii", "replace").lower()
 
 
 _VALUE = re.compile(r"([-+]?)([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?(?:[ \t]?(%))?")
@@ -132,7 +130,9 @@ class VerbalConfidenceExtractor:
     _compiled: list[re.Pattern[str]] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # The default grammar takes the linear one-pass path; custom patterns run as given.
+        # The default grammar (the DEFAULT_PATTERNS tuple itself) takes the one-pass path on the
+        # folded text; other patterns run one by one as given (so does a list holding the
+        # default patterns, which the tests use to check that both paths read alike).
         default = tuple(self.patterns) == DEFAULT_PATTERNS and isinstance(self.patterns, tuple)
         self._compiled = None if default else [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
 
