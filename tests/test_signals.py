@@ -197,7 +197,7 @@ def test_action_text_locates_a_tool_call_string():
         ("My confidence: 0.9.", 0.9, "ok"),
         ('{"answer": "x", "confidence": 0.35}', 0.35, "ok"),
         ('{"confidence": "72%"}', 0.72, "ok"),
-        ("<confidence>1.3e0</confidence>", 0.013, "ok"),
+        ("<confidence>1.3e0</confidence>", 1.0, "clipped"),  # a decimal above 1 is not rescaled
         ("Confidence: 150%", 1.0, "clipped"),
         ("<confidence>-0.2</confidence>", 0.0, "clipped"),
         ("<confidence>high</confidence>", None, "malformed"),

@@ -7,15 +7,25 @@
 
 A signal that cannot be computed is None (never a default), and the reason is counted
 in `extractor.counts` (thread-safe): no stated confidence, a malformed one, no logprobs,
-malformed logprobs (also logged once), no top-k candidates, no action span.
+malformed logprobs, no top-k candidates, no action span.
+
+`forecasts` never raises, whatever the text, tool arguments or logprobs: unreadable input
+gives None for the signals it feeds and is counted in the shared `HealthLedger`
+(`extractor.health`, logged once per kind):
+
+| category  | kind                | when                                                         |
+|-----------|---------------------|--------------------------------------------------------------|
+| malformed | confidence          | the last confidence statement is not a number                |
+| malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)     |
+| malformed | logprobs            | parse_logprobs rejects the payload (token signals None, the  |
+|           |                     | verbal confidence kept)                                      |
+| error     | signal_extraction   | an unexpected failure inside the extractor (that signal None) |
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
 from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
@@ -26,9 +36,8 @@ from tps_tracer.capture.token_signals import (
     per_token_entropy_confidence,
     per_token_probability,
 )
-from tps_tracer.capture.verbal_confidence import VerbalConfidenceExtractor
-
-logger = logging.getLogger("tps_tracer")
+from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
+from tps_tracer.health import HealthLedger
 
 VERBAL = "verbal"
 TOKEN_PROB = "token_prob"
@@ -44,29 +53,51 @@ class SignalExtractor:
         confidence: VerbalConfidenceExtractor | None = None,
         action_span: SpanLocator = DEFAULT_ACTION_SPAN,
         top_k: int = DEFAULT_TOP_K,
+        health: HealthLedger | None = None,
     ):
         self.confidence = confidence or VerbalConfidenceExtractor()
         self.action_span = action_span
         self.top_k = top_k
+        self.health = health if health is not None else HealthLedger()
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._warned = False
 
     def _count(self, what: str) -> None:
         with self._lock:
             self.counts[what] += 1
 
-    def verbal(self, text: str | None, tool_arguments: Mapping[str, Any] | str | None = None) -> float | None:
-        """Stated confidence from the text, else from a tool call's arguments."""
-        found = self.confidence.from_text(text)
-        if found.status == "missing" and tool_arguments is not None:
-            found = self.confidence.from_arguments(tool_arguments)
-        if found.status != "ok":
-            self._count(f"verbal_{found.status}")
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        self._count("extraction_error")
+        self.health.count("error", "signal_extraction", f"{where} failed ({type(exc).__name__}: {exc}); signal is None")
+
+    def verbal(self, text: str | None, tool_arguments: Any = None) -> float | None:
+        """Stated confidence from the text, else from the tool calls' arguments.
+
+        tool_arguments: one call's arguments (a mapping or its JSON string) or a sequence of
+        them, one per parallel tool call; the last call that states a confidence wins."""
+        try:
+            found = self.confidence.from_text(text)
+            if found.status == "missing" and tool_arguments is not None:
+                found = self.confidence.from_arguments(tool_arguments)
+        except Exception as exc:  # a custom pattern or argument object that misbehaves
+            self._internal_error("verbal confidence", exc)
+            return None
+        self._record(found)
         return found.value
 
+    def _record(self, found: Confidence) -> None:
+        if found.status == "ok":
+            return
+        self._count(f"verbal_{found.status}")
+        if found.status == "malformed":
+            self.health.count("malformed", "confidence", "a confidence statement that is not a number; verbal is None")
+        elif found.status == "clipped":
+            self.health.count(
+                "malformed", "confidence_clipped", f"a stated confidence outside [0, 1] was clipped to {found.value}"
+            )
+
     def parse(self, logprobs: Any) -> TokenLogprobs | None:
-        """Parsed logprobs, or None (counted; a malformed object is also logged once)."""
+        """Parsed logprobs, or None (counted; a malformed object is also counted in `health`)."""
         if logprobs is None:
             self._count("no_logprobs")
             return None
@@ -74,34 +105,41 @@ class SignalExtractor:
             return parse_logprobs(logprobs)
         except LogprobsFormatError as exc:
             self._count("malformed_logprobs")
-            if not self._warned:
-                self._warned = True
-                logger.warning(
-                    "tps-tracer: malformed logprobs (%s); logprob signals missing, further ones counted", exc
-                )
+            self.health.count("malformed", "logprobs", f"malformed logprobs ({exc}); logprob signals missing")
             return None
 
     def forecasts(
         self,
         text: str | None,
         logprobs: Any = None,
-        tool_arguments: Mapping[str, Any] | str | None = None,
+        tool_arguments: Any = None,
         action_text: str | None = None,
     ) -> dict[str, float | None]:
-        """The five per-step forecasts.
+        """The five per-step forecasts; never raises.
 
         text: the step's completion (for the verbal confidence; defaults to the tokens' text).
         logprobs: any format `parse_logprobs` accepts (or None).
-        tool_arguments: a tool call's arguments, read for a `confidence` when the text has none.
+        tool_arguments: tool calls' arguments (one mapping / JSON string, or a sequence of
+          them, one per parallel call), read for a `confidence` when the text has none.
         action_text: locate the action as this exact string instead of with `action_span`.
         """
-        lp = self.parse(logprobs)
-        out: dict[str, float | None] = {
-            VERBAL: self.verbal(text if text is not None else (lp.text if lp else None), tool_arguments)
-        }
+        out: dict[str, float | None] = dict.fromkeys(PREDICTORS)
+        try:
+            lp = self.parse(logprobs)
+        except Exception as exc:  # parse_logprobs only raises LogprobsFormatError; a guard
+            self._internal_error("logprobs parsing", exc)
+            lp = None
+        out[VERBAL] = self.verbal(text if text is not None else (lp.text if lp else None), tool_arguments)
         if lp is None:
-            out.update(dict.fromkeys(PREDICTORS[1:]))
             return out
+        try:
+            self._token_signals(lp, action_text, out)
+        except Exception as exc:
+            self._internal_error("token signals", exc)
+            out.update(dict.fromkeys(PREDICTORS[1:]))
+        return out
+
+    def _token_signals(self, lp: TokenLogprobs, action_text: str | None, out: dict[str, float | None]) -> None:
         if lp.n == 0:
             self._count("no_tokens")
         prob = per_token_probability(lp)
@@ -114,9 +152,7 @@ class SignalExtractor:
         span = locate(lp.text)
         if span is None:
             self._count("no_action_span")
-            out[ACTION_TOKEN_PROB] = out[ACTION_ENTROPY_CONF] = None
         else:
             mask = token_mask(lp, span)
             out[ACTION_TOKEN_PROB] = masked_mean(prob, mask)
             out[ACTION_ENTROPY_CONF] = masked_mean(ent, mask)
-        return out

@@ -15,8 +15,16 @@ multi-byte character split across tokens shows up as partial bytes), so when eve
 entry carries `bytes` the offsets are computed from the UTF-8 bytes; otherwise from the
 token strings; legacy completions use `text_offset` when it is consistent.
 
-Anything else raises LogprobsFormatError with the reason; callers turn it into missing
-values and a counted warning.
+Anything else raises LogprobsFormatError with the reason, and nothing else: a malformed
+entry (a token that is not a string, a logprob that is not a finite number <= 0 or is too
+large for a float, `bytes` outside 0..255, `top_logprobs` that is not a list of
+{token, logprob}, a `text_offset` that is not a list of non-negative integers, lists of
+different lengths...) is reported by its reason, and any other exception raised while
+reading a payload is re-raised as LogprobsFormatError naming it. Callers turn it into
+missing token signals and a counted warning; the step itself is kept.
+
+Candidates: at most MAX_CANDIDATES (20, the OpenAI API's maximum) per token are kept, the
+highest ones, so one entry with a million candidates cannot allocate n x 10^6 floats.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -34,6 +44,10 @@ IntArray = NDArray[np.int64]
 
 # Logprobs are <= 0; APIs sometimes round a near-certain token to a tiny positive value.
 _POSITIVE_TOLERANCE = 1e-6
+MAX_CANDIDATES = 20
+_MAX_OFFSET = 1 << 53
+_TOKEN = itemgetter("token")
+_LOGPROB = itemgetter("logprob")
 
 
 class LogprobsFormatError(ValueError):
@@ -64,8 +78,19 @@ def _check_logprobs(values: FloatArray, what: str) -> FloatArray:
     return np.minimum(values, 0.0)
 
 
+def _highest(flat: FloatArray, counts: list[int], keep: int) -> tuple[FloatArray, list[int]]:
+    """The `keep` highest candidates of each token (rows longer than that are cut)."""
+    cnt = np.asarray(counts, dtype=np.int64)
+    rows = np.repeat(np.arange(cnt.size), cnt)
+    order = np.lexsort((-flat, rows))  # by token, then highest first
+    rank = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    return flat[order][rank < keep], np.minimum(cnt, keep).tolist()
+
+
 def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
     """Flat candidate logprobs (counts[i] for token i) as an (n, k) array, highest first, -inf padded."""
+    if max(counts, default=0) > MAX_CANDIDATES:
+        flat, counts = _highest(_check_logprobs(flat, "top_logprobs"), counts, MAX_CANDIDATES)
     n, k = len(counts), max(counts, default=0)
     if flat.size == n * k:
         arr = flat.reshape(n, k)
@@ -93,7 +118,10 @@ def _offsets_from_strings(tokens: list[str]) -> tuple[IntArray, str]:
 
 
 def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
-    raw = b"".join(map(bytes, chunks))
+    try:
+        raw = b"".join(map(bytes, chunks))
+    except (TypeError, ValueError, OverflowError) as exc:  # bytes([256]), bytes(["a"]), bytes([-1])
+        raise LogprobsFormatError(f"malformed 'bytes' ({type(exc).__name__}: {exc})") from None
     text = raw.decode("utf-8", errors="replace")
     byte_offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in chunks], out=byte_offsets[1:])
@@ -117,13 +145,15 @@ def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) 
     if not isinstance(content, Sequence) or isinstance(content, (str, bytes)):
         raise LogprobsFormatError(f"'content' must be a list of token entries, got {type(content).__name__}")
     try:
-        tokens = [e["token"] for e in content]
-        chosen = np.array([e["logprob"] for e in content], dtype=np.float64)
+        tokens = list(map(_TOKEN, content))
+        text = "".join(tokens)  # TypeError unless every token is a string
+        chosen = np.fromiter(map(_LOGPROB, content), dtype=np.float64, count=len(tokens))
+        # A top_logprobs that is not a list of {token, logprob} (a dict, a string) fails in
+        # _LOGPROB (TypeError), so no separate type check is spent on every entry.
         cand_lists = [e.get("top_logprobs") or () for e in content]
         counts = list(map(len, cand_lists))
-        flat = np.array([c["logprob"] for cands in cand_lists for c in cands], dtype=np.float64)
-        text = "".join(tokens)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        flat = np.fromiter(map(_LOGPROB, chain.from_iterable(cand_lists)), dtype=np.float64, count=sum(counts))
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
         raise LogprobsFormatError(f"malformed token entry ({type(exc).__name__}: {exc})") from None
     chosen = _check_logprobs(chosen, "logprob")
     top = _candidates(flat, counts)
@@ -140,39 +170,64 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
     """Legacy completions logprobs (tokens / token_logprobs / top_logprobs / text_offset)."""
     try:
         tokens = list(logprobs["tokens"])
-        raw = [math.nan if v is None else v for v in logprobs["token_logprobs"]]
-        chosen = np.array(raw, dtype=np.float64)
+        given_lp = logprobs["token_logprobs"]
+        if not isinstance(given_lp, (list, tuple)):
+            raise TypeError("token_logprobs must be a list")
+        # None marks "no logprob" (the echoed prompt's first token); a NaN value is malformed.
+        if any(isinstance(v, float) and math.isnan(v) for v in given_lp):
+            raise ValueError("token_logprobs holds NaN")
+        chosen = np.fromiter((math.nan if v is None else v for v in given_lp), dtype=np.float64, count=len(given_lp))
         top_maps = logprobs.get("top_logprobs") or [None] * len(tokens)
+        if not isinstance(top_maps, (list, tuple)):
+            raise TypeError("top_logprobs must be a list of {token: logprob} maps")
         tops = [sorted((m or {}).values(), reverse=True) for m in top_maps]
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
         raise LogprobsFormatError(f"malformed legacy logprobs ({type(exc).__name__}: {exc})") from None
-    if not (len(tokens) == chosen.size == len(tops)) or not all(isinstance(t, str) for t in tokens):
+    if not (len(tokens) == chosen.size == len(tops)):
         raise LogprobsFormatError("tokens, token_logprobs and top_logprobs differ in length")
+    if not all(isinstance(t, str) for t in tokens):
+        raise LogprobsFormatError("tokens must be strings")
     chosen = _check_logprobs(chosen, "token_logprobs")
     try:
         top = _pad(tops)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, LogprobsFormatError):
             raise
         raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
     offsets, text = _offsets_from_strings(tokens)
-    given = logprobs.get("text_offset")
-    if isinstance(given, Sequence) and len(given) == len(tokens) and tokens:
-        rel = np.asarray(given, dtype=np.int64) - int(given[0])
+    given = _text_offsets(logprobs.get("text_offset"), len(tokens))
+    if given is not None and tokens:
+        rel = given - given[0]
         # Use the API's offsets only if they describe the same text the tokens spell.
         if np.array_equal(rel, offsets[:-1]):
             offsets = np.append(rel, len(text))
     return TokenLogprobs(tokens, chosen, top, offsets, text)
 
 
+def _text_offsets(given: Any, n: int) -> IntArray | None:
+    """The legacy `text_offset` list as integers, None if absent; malformed unless n integers in [0, 2^53)."""
+    if given is None:
+        return None
+    if not isinstance(given, (list, tuple)) or len(given) != n:
+        raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
+    if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
+        raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
+    return np.fromiter(given, dtype=np.int64, count=n)
+
+
 def parse_logprobs(logprobs: Any) -> TokenLogprobs:
-    """Any supported format (or an already parsed TokenLogprobs)."""
+    """Any supported format (or an already parsed TokenLogprobs); raises only LogprobsFormatError."""
     if isinstance(logprobs, TokenLogprobs):
         return logprobs
-    if isinstance(logprobs, Mapping) and "token_logprobs" in logprobs:
-        return from_legacy_completion(logprobs)
-    if isinstance(logprobs, (Mapping, list, tuple)):
-        return from_openai_chat(logprobs)
+    try:
+        if isinstance(logprobs, Mapping) and "token_logprobs" in logprobs:
+            return from_legacy_completion(logprobs)
+        if isinstance(logprobs, (Mapping, list, tuple)):
+            return from_openai_chat(logprobs)
+    except LogprobsFormatError:
+        raise
+    except Exception as exc:  # whatever a malformed payload trips on, it is a format error
+        raise LogprobsFormatError(f"unreadable logprobs ({type(exc).__name__}: {exc})") from None
     raise LogprobsFormatError(f"unrecognised logprobs object of type {type(logprobs).__name__}")
 
 
@@ -181,16 +236,24 @@ class LogprobsStream:
 
     def __init__(self) -> None:
         self._entries: list[Any] = []
+        self._malformed: str | None = None
 
     def add(self, chunk_logprobs: Mapping[str, Any] | Sequence[Any] | None) -> None:
+        """Never raises: a chunk that is not a list of entries makes `result()` raise LogprobsFormatError."""
         if chunk_logprobs is None:
             return
         content = chunk_logprobs.get("content") if isinstance(chunk_logprobs, Mapping) else chunk_logprobs
-        if content:
+        if content is None:
+            return
+        if isinstance(content, (list, tuple)):
             self._entries.extend(content)
+        elif self._malformed is None:
+            self._malformed = f"a streamed chunk's logprobs are a {type(content).__name__}, not a list of entries"
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def result(self) -> TokenLogprobs:
-        return from_openai_chat(self._entries)
+        if self._malformed is not None:
+            raise LogprobsFormatError(self._malformed)
+        return parse_logprobs(self._entries)

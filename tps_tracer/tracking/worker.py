@@ -245,7 +245,7 @@ class CaptureWorker:
         if raw.forecasts is not None:
             out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
         else:
-            out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)  # type: ignore[arg-type]
+            out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)
         for name, fn in self.calibration.items():
             p = out.get(name)
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
@@ -277,6 +277,6 @@ class CaptureWorker:
 
 def _default_extractor(health: HealthLedger) -> SignalExtractor:
     try:
-        return SignalExtractor(health=health)  # type: ignore[call-arg]
+        return SignalExtractor(health=health)
     except TypeError:  # an extractor without a health ledger
         return SignalExtractor()
