@@ -62,7 +62,7 @@ class CaptureWorker:
             raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
         self.accumulator = accumulator
         self.health = health if health is not None else getattr(accumulator, "health", None) or HealthLedger()
-        self.extractor = extractor or _default_extractor(self.health)
+        self.extractor = extractor or SignalExtractor(health=self.health)
         self.calibration = dict(calibration or {})
         self.background = background
         self.max_queue_size = max_queue_size
@@ -274,9 +274,3 @@ class CaptureWorker:
             thread.join(timeout)
             self._thread = None
 
-
-def _default_extractor(health: HealthLedger) -> SignalExtractor:
-    try:
-        return SignalExtractor(health=health)
-    except TypeError:  # an extractor without a health ledger
-        return SignalExtractor()
