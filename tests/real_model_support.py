@@ -36,6 +36,8 @@ class Call:
     entries: list[dict[str, Any]] = field(default_factory=list)  # the served logprobs "content" list
     final_entries: list[dict[str, Any]] | None = None  # what the merged LLMResult carried (streaming)
     streamed: bool = False
+    tool_args: dict[str, Any] | None = None  # the first valid tool call's arguments
+    invalid_tool_call: bool = False
 
 
 class PayloadRecorder(BaseCallbackHandler):
@@ -66,6 +68,10 @@ class PayloadRecorder(BaseCallbackHandler):
         gen = response.generations[0][0]
         call = self.calls[run_id]
         call.text = gen.text
+        message = getattr(gen, "message", None)
+        calls = getattr(message, "tool_calls", None) or []
+        call.tool_args = calls[0]["args"] if calls else None
+        call.invalid_tool_call = bool(getattr(message, "invalid_tool_calls", None)) and not calls
         logprobs = (gen.generation_info or {}).get("logprobs")
         if logprobs is None:
             logprobs = gen.message.response_metadata.get("logprobs")  # type: ignore[attr-defined]
@@ -157,6 +163,12 @@ def expected_signals(entries: list[dict[str, Any]], k: int = TOP_K) -> dict[str,
 def stated_confidence(text: str) -> float | None:
     found = _CONFIDENCE.findall(text)
     return float(found[-1]) if found else None
+
+
+def argument_confidence(args: dict[str, Any]) -> float:
+    """A `confidence` tool argument as the docs say it is read: above 1 it is a percentage, then clipped."""
+    value = float(args["confidence"])
+    return min(1.0, max(0.0, value / 100.0 if value > 1.0 else value))
 
 
 def parses(text: str) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -26,19 +26,24 @@ from typing import Annotated, Any, TypedDict
 import httpx
 import pytest
 from backends.llama_server import MODEL_ALIAS, LlamaServer, llama_server  # noqa: F401 (a fixture)
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.exceptions import OutputParserException
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, StateGraph
 from langgraph.graph.message import add_messages
 from opentelemetry.sdk.trace import TracerProvider
 from otel_support import instrumented
+from pydantic import BaseModel, Field
 from real_model_support import (
     TOKEN_SIGNALS,
     TOP_K,
     PayloadRecorder,
     RawHttpLog,
+    argument_confidence,
     expected_signals,
     parses,
     stated_confidence,
@@ -79,9 +84,8 @@ tool ::= "search" | "finish"
 """
 
 
-def chat_model(
-    server: LlamaServer, fmt: str, streaming: bool = False, http_client: Any = None, http_async_client: Any = None
-) -> ChatOpenAI:
+def chat_model(server: LlamaServer, fmt: str, max_tokens: int = MAX_TOKENS, **options: Any) -> ChatOpenAI:
+    """temperature 0, fixed seed, top-5 logprobs; fmt "grammar" holds the output to GRAMMAR."""
     extra = {"grammar": GRAMMAR} if fmt == "grammar" else None
     return ChatOpenAI(
         base_url=server.base_url,
@@ -89,14 +93,12 @@ def chat_model(
         model=MODEL_ALIAS,
         temperature=0,
         seed=SEED,
-        max_tokens=MAX_TOKENS,
+        max_tokens=max_tokens,
         logprobs=True,
         top_logprobs=TOP_K,
-        streaming=streaming,
         extra_body=extra,
-        http_client=http_client,
-        http_async_client=http_async_client,
         max_retries=0,
+        **options,
     )
 
 
@@ -162,7 +164,53 @@ def config(tid: str, callbacks: list[Any]) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- one pass over every mode and format
+# ---------------------------------------------------------------- running an agent in each mode
+
+STOPS = (GraphRecursionError, OutputParserException)  # how a run of the loop may end besides returning
+Build = Callable[[dict[str, Any], bool], Any]  # (ChatOpenAI options, async nodes?) -> a compiled agent
+
+
+def run_mode(mode: str, build: Build, inputs: dict[str, Any], callbacks: list[Any], raw: RawHttpLog) -> dict[str, Any]:
+    """Run each input (by trajectory id) in one mode; returns what each run raised (None: returned)."""
+    raised: dict[str, Any] = {}
+    if mode in ("invoke", "stream"):
+        client = httpx.Client(transport=raw)
+        agent = build({"streaming": mode == "stream", "http_client": client}, False)
+        for tid, given in inputs.items():
+            try:
+                if mode == "invoke":
+                    agent.invoke(given, config=config(tid, callbacks))
+                else:
+                    for _ in agent.stream(given, config=config(tid, callbacks), stream_mode="updates"):
+                        pass
+                raised[tid] = None
+            except STOPS as exc:
+                raised[tid] = type(exc)
+        return raised
+
+    async def run() -> None:
+        # A client of this event loop (langchain-openai's shared default belongs to the first loop).
+        client = httpx.AsyncClient()
+        agent = build({"http_async_client": client}, True)
+        if mode == "ainvoke":
+            for tid, given in inputs.items():
+                try:
+                    await agent.ainvoke(given, config=config(tid, callbacks))
+                    raised[tid] = None
+                except STOPS as exc:
+                    raised[tid] = type(exc)
+        else:
+            results = await agent.abatch(
+                list(inputs.values()), config=[config(tid, callbacks) for tid in inputs], return_exceptions=True
+            )
+            for tid, result in zip(inputs, results, strict=True):
+                if isinstance(result, BaseException) and not isinstance(result, STOPS):
+                    raise result
+                raised[tid] = type(result) if isinstance(result, BaseException) else None
+        await client.aclose()
+
+    asyncio.run(run())
+    return raised
 
 
 @dataclass
@@ -177,55 +225,8 @@ class Runs:
     processor_errors: dict[str, int]
 
 
-def _run_mode(mode: str, fmt: str, server: LlamaServer, callbacks: list[Any], raw: RawHttpLog) -> dict[str, Any]:
-    tids = {f"{mode}-{fmt}-{q}": text for q, text in QUESTIONS.items()}
-    raised: dict[str, Any] = {}
-    if mode in ("invoke", "stream"):
-        client = httpx.Client(transport=raw)
-        graph = tagged_loop(chat_model(server, fmt, streaming=mode == "stream", http_client=client), use_async=False)
-        for tid, question in tids.items():
-            try:
-                if mode == "invoke":
-                    graph.invoke(loop_input(question), config=config(tid, callbacks))
-                else:
-                    for _ in graph.stream(loop_input(question), config=config(tid, callbacks), stream_mode="updates"):
-                        pass
-                raised[tid] = None
-            except (GraphRecursionError, OutputParserException) as exc:
-                raised[tid] = type(exc)
-        return raised
-
-    async def run() -> None:
-        # A client of this event loop (langchain-openai's shared default belongs to the first loop).
-        client = httpx.AsyncClient()
-        graph = tagged_loop(chat_model(server, fmt, http_async_client=client), use_async=True)
-        if mode == "ainvoke":
-            for tid, question in tids.items():
-                try:
-                    await graph.ainvoke(loop_input(question), config=config(tid, callbacks))
-                    raised[tid] = None
-                except (GraphRecursionError, OutputParserException) as exc:
-                    raised[tid] = type(exc)
-        else:
-            inputs = [loop_input(q) for q in tids.values()]
-            results = await graph.abatch(
-                inputs, config=[config(tid, callbacks) for tid in tids], return_exceptions=True
-            )
-            for tid, result in zip(tids, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, (GraphRecursionError, OutputParserException)
-                ):
-                    raise result
-                raised[tid] = type(result) if isinstance(result, BaseException) else None
-        await client.aclose()
-
-    asyncio.run(run())
-    return raised
-
-
-@pytest.fixture(scope="module")
-def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:  # noqa: F811
-    tmp = Path(tmp_path_factory.mktemp("real"))
+def watch_runs(tmp: Path, batches: list[tuple[str, Build, dict[str, Any]]]) -> Runs:
+    """Run each (mode, build, inputs) watched by the handler, OpenInference + TPSSpanProcessor and the recorder."""
     provider = TracerProvider()
     acc_span, span_sink = new_accumulator(tmp, "spans.jsonl")
     processor = TPSSpanProcessor(acc_span)
@@ -237,17 +238,18 @@ def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) ->
     raised: dict[str, Any] = {}
     raw_calls: list[Any] = []
     with instrumented(provider):
-        for mode in MODES:
-            for fmt in FORMATS:
-                before = len(recorder.order)
-                raised.update(_run_mode(mode, fmt, llama_server, [handler, recorder], raw))
-                if mode in ("invoke", "stream"):
-                    raw_calls += [recorder.calls[r] for r in recorder.order[before:]]
+        for mode, build, inputs in batches:
+            before = len(recorder.order)
+            raised.update(run_mode(mode, build, inputs, [handler, recorder], raw))
+            if mode in ("invoke", "stream"):
+                raw_calls += [recorder.calls[r] for r in recorder.order[before:]]
     processor.force_flush()
     handler.flush()
     acc_span.close()
     acc_cb.close()
-    yield Runs(
+    provider.shutdown()
+    raw.close()
+    return Runs(
         sink_records(cb_sink),
         sink_records(span_sink),
         recorder.by_trajectory(),
@@ -257,8 +259,80 @@ def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) ->
         dict(handler.errors),
         dict(processor.errors),
     )
-    raw.close()
-    provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:  # noqa: F811
+    """The tagged loop: every mode x format x question."""
+
+    def builder(fmt: str) -> Build:
+        return lambda options, use_async: tagged_loop(chat_model(llama_server, fmt, **options), use_async)
+
+    batches = [
+        (mode, builder(fmt), {f"{mode}-{fmt}-{q}": loop_input(text) for q, text in QUESTIONS.items()})
+        for mode in MODES
+        for fmt in FORMATS
+    ]
+    return watch_runs(Path(tmp_path_factory.mktemp("loop")), batches)
+
+
+# ---------------------------------------------------------------- create_agent with a tool
+
+
+class SearchArgs(BaseModel):
+    query: str = Field(max_length=24, description="what to look up")
+    confidence: float = Field(description="your probability (0 to 1) that the task will be solved")
+
+
+@tool("search", args_schema=SearchArgs)
+def search_tool(query: str, confidence: float) -> str:
+    """Look up a short fact."""
+    return search(query)
+
+
+class SearchFirst(AgentMiddleware):
+    """Two things this server needs from an agent:
+
+    - its chat format for this model (the model's own template) ignores tool_choice "auto" and answers
+      in text, while a named tool_choice makes it call the tool (a grammar built from the JSON schema,
+      logprobs over the arguments): so the tool on the first call, free text after the observation;
+    - it rejects an assistant message whose content is null, which langchain-openai sends for a
+      message with tool calls and no text (HTTP 500, a pydantic error): so such a message gets a
+      space for content when the history is sent back.
+    """
+
+    @staticmethod
+    def _choose(request: ModelRequest) -> ModelRequest:
+        if not any(isinstance(m, ToolMessage) for m in request.messages):
+            return request.override(tool_choice="search")
+        history = [
+            m.model_copy(update={"content": " "}) if isinstance(m, AIMessage) and m.tool_calls and not m.content else m
+            for m in request.messages
+        ]
+        return request.override(messages=history)
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
+        return handler(self._choose(request))
+
+    async def awrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
+        return await handler(self._choose(request))
+
+
+AGENT_MAX_TOKENS = 48  # a tool call's JSON arguments are ~22 tokens
+
+
+@pytest.fixture(scope="module")
+def agent_runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:  # noqa: F811
+    """`langchain.agents.create_agent` with one tool, in every mode."""
+
+    def build(options: dict[str, Any], use_async: bool) -> Any:
+        model = chat_model(llama_server, "free", max_tokens=AGENT_MAX_TOKENS, **options)
+        return create_agent(model, [search_tool], middleware=[SearchFirst()])
+
+    question = {"messages": [HumanMessage(QUESTIONS["capital"])]}
+    batches = [(mode, build, {f"agent-{mode}": question}) for mode in MODES if mode != "abatch"]
+    batches.append(("abatch", build, {"agent-abatch-1": question, "agent-abatch-2": question}))
+    return watch_runs(Path(tmp_path_factory.mktemp("agent")), batches)
 
 
 # ---------------------------------------------------------------- the checks
@@ -357,3 +431,45 @@ def test_runs_are_reproducible_across_modes(runs: Runs) -> None:
                 assert [c.text for c in other] == [c.text for c in first], (mode, fmt, q)
                 for a, b in zip(other, first, strict=True):
                     assert [e["logprob"] for e in a.entries] == pytest.approx([e["logprob"] for e in b.entries])
+
+
+# ---------------------------------------------------------------- create_agent's checks
+
+
+def test_create_agent_runs_call_the_tool_then_answer(agent_runs: Runs) -> None:
+    assert not agent_runs.handler_errors and not agent_runs.processor_errors
+    assert set(agent_runs.handler) == set(agent_runs.spans) == set(agent_runs.calls) == set(agent_runs.raised)
+    for tid, calls in agent_runs.calls.items():
+        assert agent_runs.raised[tid] is None
+        assert calls[0].tool_args is not None and "confidence" in calls[0].tool_args, (tid, calls[0])
+        assert calls[-1].tool_args is None and calls[-1].text, (tid, calls[-1])
+        assert agent_runs.handler[tid].stop_reason.value == "clean"
+
+
+def test_create_agent_signals_equal_numpy_on_the_served_logprobs(agent_runs: Runs) -> None:
+    """Tool-call steps: logprobs over the arguments' JSON, the stated confidence read from the arguments."""
+    for tid, calls in agent_runs.calls.items():
+        rec = agent_runs.handler[tid]
+        steps = [c for c in calls if not c.invalid_tool_call]
+        assert len(rec.steps) == len(steps) == rec.metadata["llm_calls"], tid
+        for step, call in zip(rec.steps, steps, strict=True):
+            assert call.entries, (tid, call)
+            want = expected_signals(call.entries)
+            for name in TOKEN_SIGNALS:
+                assert _close(step.forecasts[name], want[name]), (tid, name, step.forecasts[name], want[name])
+            if call.tool_args is not None:
+                assert step.forecasts["verbal"] == argument_confidence(call.tool_args)
+
+
+def test_create_agent_span_processor_records_equal_the_handler_records(agent_runs: Runs) -> None:
+    for tid, rec in agent_runs.handler.items():
+        other = agent_runs.spans[tid]
+        assert (other.stop_reason, other.horizon, other.outcome) == (rec.stop_reason, rec.horizon, rec.outcome), tid
+        assert [s.forecasts for s in other.steps] == [s.forecasts for s in rec.steps], tid
+
+
+def test_create_agent_recorder_holds_the_served_bytes(agent_runs: Runs) -> None:
+    served = agent_runs.raw.served_entries()
+    assert len(served) == len(agent_runs.raw_calls) > 0
+    for call, entries in zip(agent_runs.raw_calls, served, strict=True):
+        assert call.entries == entries
