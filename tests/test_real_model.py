@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import runpy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -473,3 +474,23 @@ def test_create_agent_recorder_holds_the_served_bytes(agent_runs: Runs) -> None:
     assert len(served) == len(agent_runs.raw_calls) > 0
     for call, entries in zip(agent_runs.raw_calls, served, strict=True):
         assert call.entries == entries
+
+
+# ---------------------------------------------------------------- the example a user copies
+
+
+def test_the_example_captures_runs_on_the_local_server(llama_server: LlamaServer, tmp_path: Path) -> None:  # noqa: F811
+    """examples/openai_compatible_local.py against the real server: every task is a record with a stop
+    reason, and each step of the grammar-held loop has all five forecasts."""
+    out = tmp_path / "runs.jsonl"
+    argv = ["--base-url", llama_server.base_url, "--model", MODEL_ALIAS, "--grammar", "--out", str(out)]
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "openai_compatible_local.py"))
+    report = example["main"](argv)
+    records = sink_records(out)
+    assert set(records) == set(example["TASKS"]) and report["online"]["finished"] == len(records)
+    for rec in records.values():
+        assert rec.steps, rec
+        for step in rec.steps:
+            assert all(step.forecasts[name] is not None for name in ("verbal", *TOKEN_SIGNALS)), step
+        if rec.stop_reason.value == "clean":
+            assert rec.outcome in (0, 1)
