@@ -13,7 +13,7 @@ extras_test := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,inte
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools real-model lint typecheck check bench clean
+.PHONY: demo test tools real-model lint typecheck check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,11 @@ bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py
 	$(BIN)/python tests/benchmarks/bench_span_processor.py
+
+# tps-tracer's cost as a percentage of a real model call (SmolLM2 on llama-cpp-python; ~3 min each).
+bench-real-model: real-model
+	$(BIN)/python tests/benchmarks/bench_real_model.py
+	$(BIN)/python tests/benchmarks/bench_real_model.py --stream
 
 clean:
 	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
