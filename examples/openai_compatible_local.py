@@ -107,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report = acc.snapshot()
     handler.close()
     acc.close()
-    print(json.dumps({"trajectories": report["online"], "extractor_counts": dict(handler.feeder.extractor.counts)}))
+    # What was missing or malformed (no logprobs, no stated confidence...) is counted, never imputed.
+    print(json.dumps({"trajectories": report["online"], "health": handler.health.snapshot()}))
     print(f"runs written to {args.out}; score them with: tps-tracer report {args.out}")
     return report
 
