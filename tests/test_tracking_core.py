@@ -380,11 +380,12 @@ def test_token_signals_use_every_streamed_token(tmp_path, how):
 def test_a_full_queue_drops_and_counts_and_the_run_is_abandoned_not_scored_with_a_hole(tmp_path):
     acc, _ = new_accumulator(tmp_path)
     worker = CaptureWorker(acc, max_queue_size=3)
-    gate = threading.Event()
-    worker.call(gate.wait)  # the worker is busy: everything after waits in the queue
+    gate, busy = threading.Event(), threading.Event()
+    worker.call(lambda: (busy.set(), gate.wait()))  # the worker is busy: everything after waits in the queue
+    assert busy.wait(10)  # the job left the queue: its 3 slots are free
     for i in range(6):
         worker.step("t", RawStep(f"<confidence>0.{i + 1}</confidence>"))
-    assert acc.health.get("dropped", "queue_full") == 4  # 3 slots: the busy job's marker, then 2 steps, ...
+    assert acc.health.get("dropped", "queue_full") == 3
     assert worker.take_damaged("t") and not worker.take_damaged("t")
     gate.set()
     worker.flush()
