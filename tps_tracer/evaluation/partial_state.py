@@ -220,28 +220,30 @@ class PartialState:
         wanted = table.predictors if spec.predictors is None else spec.predictors
         scored = [p for p in wanted if p in table.predictors]
         sm = score_columns(table, scored, spec.policy, CENSORING_MODES)
-        # One GEMM per chunk: every score column, the base-rate mass columns, and the presence patterns.
+        # Every score column, the base-rate mass columns and the presence patterns, with their mode.
         value_cols: list[FloatArray] = []
-        present_cols: list[NDArray[np.bool_]] = []
-        for column in sm.columns:
+        mode_of: list[int] = []
+        for c, column in enumerate(sm.columns):
             value_cols.append(np.where(np.isnan(column), 0.0, column))
-        for name in scored:
-            usable = table.predictors[name].usable
-            present_cols.extend(m & usable for m in members)
+            mode_of.append(c % _M)
         y = np.where(complete, table.outcome, 0.0)
         etas = [y, y, np.where(complete, y, np.nan_to_num(table.q_z))]
         for j in range(s_n):
             mass = table.weight_mass[:, j]
-            for m, eta in zip(members, etas, strict=True):
-                sel = m & has_steps
-                value_cols.append(np.where(sel, eta * mass, 0.0))
-                value_cols.append(np.where(sel, (1.0 - eta) * mass, 0.0))
-        present_cols.extend(m & has_steps for m in members)
-        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols]) if n else np.zeros((0, 0))
-        k_scores = len(sm.columns)
-        k_values = len(value_cols)
-        totals = x.sum(axis=0) if n else np.zeros(k_values + len(present_cols))
-        reps = replicate_sums(x, keys, b, spec.seed) if n else np.zeros((b, k_values + len(present_cols)))
+            for m, (member, eta) in enumerate(zip(members, etas, strict=True)):
+                sel = member & has_steps
+                value_cols.extend([np.where(sel, eta * mass, 0.0), np.where(sel, (1.0 - eta) * mass, 0.0)])
+                mode_of.extend([m, m])
+        present_cols: list[NDArray[np.bool_]] = []
+        for name in scored:
+            present_cols.extend(member & table.predictors[name].usable for member in members)
+        present_cols.extend(member & has_steps for member in members)
+        mode_of.extend(list(range(_M)) * (len(scored) + 1))
+        k_scores, k_values = len(sm.columns), len(value_cols)
+        k_all = k_values + len(present_cols)
+        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols]) if n else np.zeros((0, k_all))
+        totals = x.sum(axis=0)
+        reps = _mode_split_replicate_sums(x, np.array(mode_of), complete, censored, keys, b, spec.seed)
 
         predictors: dict[str, PredictorState] = {}
         shape = (r_n, s_n, _M)
@@ -556,6 +558,35 @@ class PartialState:
                 missing_q_z=int(b["missing_q_z"]),
             ),
         )
+
+
+def _mode_split_replicate_sums(
+    x: FloatArray,
+    mode_of: IntArray,
+    complete: NDArray[np.bool_],
+    censored: NDArray[np.bool_],
+    keys: NDArray[np.uint64],
+    n_replicates: int,
+    seed: int,
+) -> FloatArray:
+    """replicate_sums(x) for columns in censoring-mode groups, on a fraction of the work.
+
+    Columns of the three modes come in aligned groups (the k-th column of each mode scores the
+    same thing). On complete trajectories the three agree, so they are summed once; on censored
+    ones only the simple and exact columns are non-zero; excluded trajectories are in no column.
+    """
+    groups = [np.flatnonzero(mode_of == m) for m in range(_M)]
+    out = np.zeros((n_replicates, x.shape[1]))
+    if n_replicates == 0 or x.shape[0] == 0:
+        return out
+    from_complete = replicate_sums(x[np.ix_(complete, groups[0])], keys[complete], n_replicates, seed)
+    cens_cols = np.concatenate(groups[1:])
+    from_censored = replicate_sums(x[np.ix_(censored, cens_cols)], keys[censored], n_replicates, seed)
+    out[:, groups[0]] = from_complete
+    out[:, cens_cols] = from_censored
+    out[:, groups[1]] += from_complete
+    out[:, groups[2]] += from_complete
+    return out
 
 
 def merge_states(states: Iterable[PartialState]) -> PartialState:

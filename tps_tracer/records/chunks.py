@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
+from tps_tracer.records.columnar import NotColumnar, ambiguous_null_rows, arrays_from_arrow
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
@@ -37,6 +37,9 @@ _BOM = b"\xef\xbb\xbf"
 # An explicit null where the schema wants an object, list or bool: the exact path rejects it, the
 # JSON reader would read it as absent. (A false alarm only costs the exact path for that chunk.)
 _NULL_WHERE_ABSENT_DIFFERS = re.compile(rb'"(?:steps|metadata|forecasts|outcome_pending)"\s*:\s*null')
+
+
+_NON_SPACE = re.compile(rb"\S")
 
 
 class NeedsWholeFile(Exception):
@@ -111,7 +114,7 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chu
                 chunk, carry = data[:cut], data[cut:]
             else:
                 chunk, carry = data, b""
-            if chunk.strip():
+            if _NON_SPACE.search(chunk):
                 arrays, fast = _read_jsonl_chunk(chunk, str(path))
                 if arrays.n:
                     yield Chunk(arrays, (file_index, offset), fast, str(path), offset + len(chunk), size)
@@ -139,14 +142,33 @@ def _columnar_jsonl(chunk: bytes) -> TrajectoryArrays:
 
     if not chunk.isascii():
         chunk.decode("utf-8")  # the JSON reader does not check UTF-8 in strings it is not asked for
-    if _NULL_WHERE_ABSENT_DIFFERS.search(chunk):
-        raise NotColumnar("explicit null")
     ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
     longest = int(np.max(np.diff(ends, prepend=-1))) if ends.size else len(chunk)
     # Blocks are parsed in parallel; a block must hold the longest line.
     block = max(longest + 2, len(chunk) // (os.cpu_count() or 1) + 1, 1 << 16)
     table = pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(block_size=block, use_threads=True))
+    rows = ambiguous_null_rows(table)
+    if rows.size:
+        _check_explicit_nulls(chunk, ends, rows, table.num_rows)
     return arrays_from_arrow(table, from_json=True)
+
+
+def _check_explicit_nulls(chunk: bytes, ends: np.ndarray, rows: np.ndarray, n_rows: int) -> None:
+    """NotColumnar if one of these rows writes an explicit null where absence is meant."""
+    starts = np.concatenate(([0], ends + 1))
+    stops = np.concatenate((ends, [len(chunk)]))
+    record = stops - starts > 8  # a record line is longer; shorter ones are checked one by one
+    for i in np.flatnonzero(~record).tolist():
+        record[i] = bool(chunk[int(starts[i]) : int(stops[i])].strip())
+    line_of = np.flatnonzero(record)
+    if line_of.size != n_rows:  # whitespace-only long lines: cannot map rows to lines cheaply
+        if _NULL_WHERE_ABSENT_DIFFERS.search(chunk):
+            raise NotColumnar("explicit null")
+        return
+    for r in rows.tolist():
+        i = line_of[r]
+        if _NULL_WHERE_ABSENT_DIFFERS.search(chunk, int(starts[i]), int(stops[i])):
+            raise NotColumnar("explicit null")
 
 
 # -- Parquet -----------------------------------------------------------------------------------

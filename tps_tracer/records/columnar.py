@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -66,14 +67,43 @@ def _numbers(arr: pa.Array | None, n: int, name: str, *, integer: bool = False, 
     return np.asarray(values, dtype=np.float64)
 
 
+# Columns where the exact path rejects a null but accepts an absent key.
+NULL_SENSITIVE = ("steps", "metadata", "outcome_pending")
+
+
+def ambiguous_null_rows(table: pa.Table | pa.RecordBatch) -> NDArray[np.int64]:
+    """Rows whose null in a null-sensitive column (or in a step's `forecasts`) may be an explicit
+    null rather than an absent key: the JSON reader cannot tell, the caller checks the raw line."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    flagged = np.zeros(n, dtype=bool)
+    for name in NULL_SENSITIVE:
+        col = _column(table, name)
+        if col is not None and col.null_count:
+            flagged |= np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    steps = _column(table, "steps")
+    if steps is not None and (pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)):
+        items = steps.flatten()
+        if pa.types.is_struct(items.type) and items.type.get_field_index("forecasts") >= 0:
+            fc = items.flatten()[items.type.get_field_index("forecasts")]
+            if fc.null_count:
+                lengths = np.asarray(pc.fill_null(pc.list_value_length(steps), 0).to_numpy(zero_copy_only=False))
+                owner = np.repeat(np.arange(n), lengths)
+                flagged[owner[np.asarray(fc.is_null().to_numpy(zero_copy_only=False), dtype=bool)]] = True
+    return np.flatnonzero(flagged)
+
+
 def arrays_from_arrow(table: pa.Table | pa.RecordBatch, from_json: bool = True) -> TrajectoryArrays:
     """Validated flat arrays of an Arrow table of trajectories, or NotColumnar.
 
-    `from_json`: the table comes from the JSON reader and the caller has checked that no record
-    writes `"steps": null`, `"metadata": null`, `"forecasts": null` or `"outcome_pending": null`
-    (the reader cannot tell a null from an absent key; the exact path rejects the null and
-    accepts the absence), so a null here means absent. Otherwise (Parquet) a null in those
-    columns is left to the exact path, and `metadata` may be JSON text.
+    `from_json`: the table comes from the JSON reader and the caller has checked, on the raw lines
+    of the `ambiguous_null_rows`, that no record writes `"steps": null`, `"metadata": null`,
+    `"forecasts": null` or `"outcome_pending": null` (the reader cannot tell a null from an absent
+    key; the exact path rejects the null and accepts the absence), so a null here means absent.
+    Otherwise (Parquet) a null in those columns is left to the exact path, and `metadata` may
+    be JSON text.
     """
     null_means_absent = from_json
     import pyarrow as pa
