@@ -9,8 +9,18 @@ from typing import Any
 
 import numpy as np
 
-REASONS = ("clean", "clean", "clean", "max_steps", "max_steps", "parse_error", "tool_error", "env_terminated",
-           "timeout", "other")
+REASONS = (
+    "clean",
+    "clean",
+    "clean",
+    "max_steps",
+    "max_steps",
+    "parse_error",
+    "tool_error",
+    "env_terminated",
+    "timeout",
+    "other",
+)
 
 
 def trajectory_dicts(n: int, seed: int = 0, predictors: tuple[str, ...] = ("verbal", "token_prob", "entropy")):

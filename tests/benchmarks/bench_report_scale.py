@@ -68,7 +68,12 @@ def write_long_trajectory(path: Path, steps: int) -> Path:
         fh.write('{"trajectory_id": "long", "stop_reason": "clean", "outcome": 1, "steps": [')
         fh.write(", ".join(f'{{"t": {t + 1}, "forecasts": {{"verbal": {v}}}}}' for t, v in enumerate(values)))
         fh.write("]}\n")
-        short = {"trajectory_id": "short", "stop_reason": "clean", "outcome": 0, "steps": [{"forecasts": {"verbal": 0.2}}]}
+        short = {
+            "trajectory_id": "short",
+            "stop_reason": "clean",
+            "outcome": 0,
+            "steps": [{"forecasts": {"verbal": 0.2}}],
+        }
         fh.write(json.dumps(short) + "\n")
     return path
 
@@ -101,8 +106,9 @@ def timing(path: Path, repeat: int, whole_file: bool) -> None:
     print(f"  json.loads pass          {base:7.2f} s   1.00x")
     t = median_time(lambda: report_from_path(path, opts), repeat)
     print(f"  report (chunked)         {t:7.2f} s   {t / base:5.2f}x json.loads   (target <= 3x)")
-    t0 = median_time(lambda: report_from_path(path, ReportOptions(rules=opts.rules, schedules=opts.schedules,
-                                                                   bootstrap=0)), repeat)
+    t0 = median_time(
+        lambda: report_from_path(path, ReportOptions(rules=opts.rules, schedules=opts.schedules, bootstrap=0)), repeat
+    )
     print(f"  report, --bootstrap 0    {t0:7.2f} s   {t0 / base:5.2f}x json.loads")
     if whole_file:
         tw = median_time(lambda: build_report(to_arrays(read_trajectories(path)), opts), 1)
@@ -152,8 +158,10 @@ def main() -> None:
         path.unlink()
         if args.memory:
             memory(tmp)
-    print(f"(this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, "
-          f"{os.cpu_count()} cores)")
+    print(
+        f"(this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, "
+        f"{os.cpu_count()} cores)"
+    )
 
 
 if __name__ == "__main__":

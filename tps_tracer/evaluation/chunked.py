@@ -54,8 +54,11 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
         for tid, key in zip(chunk.arrays.ids, trajectory_keys(chunk.arrays.ids).tolist(), strict=True):
             if key in wanted:
                 if key in where:
-                    errors.append(RecordError(0, "trajectory_id", f"duplicate id {tid!r} in {chunk.source} "
-                                              f"(first seen in {where[key]})"))
+                    errors.append(
+                        RecordError(
+                            0, "trajectory_id", f"duplicate id {tid!r} in {chunk.source} (first seen in {where[key]})"
+                        )
+                    )
                 else:
                     where[key] = chunk.source
     if errors:  # else: distinct ids whose 64-bit keys collide, which is allowed
