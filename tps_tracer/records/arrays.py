@@ -157,7 +157,9 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
             if col is None:  # never mentioned in this chunk: every trajectory with steps lacks it
                 empty = p.lengths == 0
                 col = PredictorColumn(
-                    name, np.full(int(p.offsets[-1]), np.nan), np.zeros(p.n, dtype=bool),
+                    name,
+                    np.full(int(p.offsets[-1]), np.nan),
+                    np.zeros(p.n, dtype=bool),
                     {"missing": int(np.sum(~empty)), "no_steps": int(np.sum(empty))},
                 )
             values.append(col.values)
