@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from tps_tracer import strict_json
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.censoring_cmd import add_censoring_parser
+from tps_tracer.cli.convert_cmd import add_convert_parser
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.errors import DEBUG_ENV, EXIT_OK, CliError, OneLineParser, flag, reading, run_guarded
 from tps_tracer.cli.gate_cmd import add_gate_parser
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_parser(sub)
     add_censoring_parser(sub)
     add_plot_parser(sub)
+    add_convert_parser(sub)
     for command in sub.choices.values():  # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser

@@ -93,12 +93,16 @@ def iter_chunks(
                 yield Chunk(to_arrays(read_trajectories(f)), (k, 0), False, str(f))
 
 
-def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chunk]:
-    try:
-        fh = path.open("rb")
-    except OSError:
-        raise NeedsWholeFile(str(path)) from None
-    with fh:
+def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in pieces of about `chunk_bytes` that end at a line end (a longer line is
+    one piece); a leading UTF-8 BOM is dropped; whitespace-only pieces are skipped."""
+    for _, chunk, _ in _byte_chunks(path, chunk_bytes):
+        yield chunk
+
+
+def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
+    """(byte offset, chunk, file size) as in `jsonl_byte_chunks`."""
+    with path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(len(_BOM))
         offset = len(head) if head == _BOM else 0
@@ -115,12 +119,21 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chu
             else:
                 chunk, carry = data, b""
             if _NON_SPACE.search(chunk):
-                arrays, fast = _read_jsonl_chunk(chunk, str(path))
-                if arrays.n:
-                    yield Chunk(arrays, (file_index, offset), fast, str(path), offset + len(chunk), size)
+                yield offset, chunk, size
             offset += len(chunk)
             if not block:
                 return
+
+
+def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chunk]:
+    try:
+        pieces = _byte_chunks(path, chunk_bytes)
+        for offset, chunk, size in pieces:
+            arrays, fast = _read_jsonl_chunk(chunk, str(path))
+            if arrays.n:
+                yield Chunk(arrays, (file_index, offset), fast, str(path), offset + len(chunk), size)
+    except OSError:
+        raise NeedsWholeFile(str(path)) from None
 
 
 def _read_jsonl_chunk(chunk: bytes, source: str) -> tuple[TrajectoryArrays, bool]:
@@ -150,7 +163,46 @@ def _columnar_jsonl(chunk: bytes) -> TrajectoryArrays:
     rows = ambiguous_null_rows(table)
     if rows.size:
         _check_explicit_nulls(chunk, ends, rows, table.num_rows)
-    return arrays_from_arrow(table, from_json=True)
+    arrays = arrays_from_arrow(table, from_json=True)
+    if len(arrays.predictors) > 1:
+        order = _first_seen_order(chunk, ends, list(arrays.predictors))
+        arrays.predictors = {name: arrays.predictors[name] for name in order}
+    return arrays
+
+
+def _first_seen_order(chunk: bytes, ends: np.ndarray, names: list[str]) -> list[str]:
+    """Predictor names in the order the records first mention them (as `to_arrays` lists them).
+
+    The multi-threaded reader merges the blocks' schemas in no fixed order, and cannot tell a
+    key with a null value from an absent one. So: find the first line that spells each name,
+    parse just that line, and read the order off its forecasts; a line that spells a name
+    elsewhere (in metadata, say) moves the search on. Usually the first line settles it.
+    """
+    starts = np.concatenate(([0], ends + 1))
+    spelled = {n: {json.dumps(n).encode(), json.dumps(n, ensure_ascii=False).encode()} for n in names}
+    search_from = dict.fromkeys(names, 0)
+    rank: dict[str, tuple[int, int]] = {}
+    while len(rank) < len(names):
+        first_pos: dict[str, int] = {}
+        for name in names:
+            if name in rank:
+                continue
+            hits = [h for h in (chunk.find(b, search_from[name]) for b in spelled[name]) if h >= 0]
+            if not hits:
+                raise NotColumnar(f"cannot place predictor {name!r}")
+            first_pos[name] = min(hits)
+        pos = min(first_pos.values())
+        line = int(np.searchsorted(starts, pos, side="right")) - 1
+        line_end = int(ends[line]) if line < ends.size else len(chunk)
+        record = json.loads(chunk[int(starts[line]) : line_end])
+        order = [k for step in record.get("steps") or [] for k in (step.get("forecasts") or {})]
+        for k in dict.fromkeys(order):
+            if k in first_pos and k not in rank:
+                rank[k] = (line, len(rank))
+        for name in first_pos:
+            if name not in rank and first_pos[name] < line_end:
+                search_from[name] = line_end  # spelled on this line, but not as a forecast
+    return sorted(names, key=lambda n: rank[n])
 
 
 def _check_explicit_nulls(chunk: bytes, ends: np.ndarray, rows: np.ndarray, n_rows: int) -> None:
