@@ -157,3 +157,12 @@ def test_columnar_validation_refuses_what_the_exact_path_refuses_or_reads_differ
         else nullcontext()
     ):
         to_arrays(parse_lines(text.splitlines()))
+
+
+def test_gate_reads_parquet_like_jsonl(jsonl, tmp_path, capsys):
+    pq_path = _parquet(jsonl, tmp_path)
+    args = ["gate", "--min", "-5", "--bootstrap", "200", "--json"]
+    assert main([*args, str(jsonl)]) == 0
+    from_jsonl = json.loads(capsys.readouterr().out)
+    assert main([*args, str(pq_path)]) == 0
+    assert_reports_equal(from_jsonl, json.loads(capsys.readouterr().out))

@@ -149,3 +149,17 @@ def test_state_round_trips_through_its_arrays(records_file):
     state = PartialState.from_arrays(chunk.arrays, spec)
     again = PartialState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert_reports_equal(state.to_report(opts), again.to_report(opts))
+
+
+def test_predictor_order_is_first_seen_whatever_the_reader_threads_do(tmp_path):
+    """to_arrays lists predictors in the order records first mention them, null values included;
+    the columnar reader must too, even when a name is spelled earlier outside the forecasts."""
+    recs = trajectory_dicts(3000, seed=9, predictors=("zeta", "alpha", "mid"))
+    recs[0]["metadata"] = {"alpha": "spelled here first, not a forecast"}
+    recs[0]["steps"] = [{"forecasts": {"mid": None, "zeta": 0.5}}, {"forecasts": {"alpha": 0.1}}]
+    path = write_jsonl(tmp_path / "order.jsonl", recs)
+    expected = list(to_arrays(read_trajectories(path)).predictors)
+    assert expected == ["mid", "zeta", "alpha"]
+    for _ in range(6):  # the threaded reader's own order varies from run to run
+        for chunk in iter_chunks(path, chunk_bytes=10**9):  # one chunk, parsed in several threaded blocks
+            assert chunk.fast and list(chunk.arrays.predictors) == expected

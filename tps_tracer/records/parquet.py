@@ -239,3 +239,12 @@ def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLi
 def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
     n = write_jsonl_atomic(parquet_records(src), dst)
     return ConvertSummary(trajectories=n)
+
+
+def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
+    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
+    from tps_tracer.records.chunks import is_parquet
+
+    if Path(path).is_dir() or is_parquet(path):
+        return list(parquet_records(path))
+    return read_trajectories(path)
