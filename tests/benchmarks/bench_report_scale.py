@@ -115,15 +115,20 @@ def timing(path: Path, repeat: int, whole_file: bool) -> None:
         print(f"  whole-file (exact) path  {tw:7.2f} s   {tw / base:5.2f}x json.loads   (one run)")
 
 
+# Peak RSS survives fork and exec on Linux (ru_maxrss starts at the forking process's RSS), so
+# the report runs as the grandchild of a fresh, small Python that reports the grandchild's wait4.
+_WAIT4 = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+    "_, status, usage = os.wait4(p.pid, 0); print(usage.ru_maxrss, file=sys.stderr); "
+    "sys.exit(os.waitstatus_to_exitcode(status))"
+)
+
+
 def peak_rss_mb(args: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of `tps-tracer report ARGS` in a fresh process."""
-    code = (
-        "import sys, resource; from tps_tracer.cli.main import main; "
-        "rc = main(sys.argv[1:]); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
-    )
+    """(seconds, peak RSS in MB) of `tps-tracer report ARGS --json` in a fresh process."""
+    cli = [sys.executable, "-m", "tps_tracer.cli.main", "report", *args, "--json"]
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code, "report", *args, "--json"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", _WAIT4, *cli], capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return time.perf_counter() - t0, int(out.stderr.strip().splitlines()[-1]) / 1024
@@ -150,14 +155,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--whole-file", action="store_true", help="also time the exact whole-file path (slow)")
     ap.add_argument("--memory", action="store_true", help="peak RSS for 100k / 400k / 1M / one long trajectory")
+    ap.add_argument("--memory-only", action="store_true", help="only the peak RSS figures")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        path = write_file(tmp / "bench.jsonl", args.trajectories)
+        path = write_file(tmp / "bench.jsonl", args.trajectories) if not args.memory_only else None
+        if args.memory_only:
+            memory(tmp)
+            return
+        assert path is not None
+        if args.memory:  # first: this process stays small while it spawns the measured ones
+            memory(tmp)
         timing(path, args.repeat, args.whole_file)
         path.unlink()
-        if args.memory:
-            memory(tmp)
     print(
         f"(this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, "
         f"{os.cpu_count()} cores)"
