@@ -62,7 +62,7 @@ def trajectory_key(trajectory_id: str) -> int:
 def trajectory_keys(ids: Sequence[str]) -> U64:
     """`trajectory_key` of every id, as one array (digests joined and viewed as little-endian uint64)."""
     blake = hashlib.blake2b
-    digests = b"".join([blake(i.encode("utf-8"), digest_size=8).digest() for i in ids])
+    digests = b"".join([blake(i.encode("utf-8", "surrogatepass"), digest_size=8).digest() for i in ids])
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 

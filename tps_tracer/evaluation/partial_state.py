@@ -41,7 +41,14 @@ from tps_tracer.evaluation.report import (
     score_rows,
 )
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
-from tps_tracer.evaluation.tps import CENSORING_MODES, COMPLETE_ONLY, SIMPLE, ColumnKey, score_columns
+from tps_tracer.evaluation.tps import (
+    CENSORING_MODES,
+    COMPLETE_ONLY,
+    SIMPLE,
+    ColumnKey,
+    eta_by_mode,
+    score_columns,
+)
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -215,7 +222,9 @@ class PartialState:
         complete, censored = table.role_masks(spec.policy)
         has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
-        members = [complete, complete | censored, complete | (censored & has_q)]  # CENSORING_MODES order
+        eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
+        members = [eta_table[mode][0] for mode in CENSORING_MODES]
+        etas = [eta_table[mode][1] for mode in CENSORING_MODES]
 
         wanted = table.predictors if spec.predictors is None else spec.predictors
         scored = [p for p in wanted if p in table.predictors]
@@ -226,8 +235,6 @@ class PartialState:
         for c, column in enumerate(sm.columns):
             value_cols.append(np.where(np.isnan(column), 0.0, column))
             mode_of.append(c % _M)
-        y = np.where(complete, table.outcome, 0.0)
-        etas = [y, y, np.where(complete, y, np.nan_to_num(table.q_z))]
         for j in range(s_n):
             mass = table.weight_mass[:, j]
             for m, (member, eta) in enumerate(zip(members, etas, strict=True)):
