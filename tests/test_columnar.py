@@ -166,3 +166,29 @@ def test_gate_reads_parquet_like_jsonl(jsonl, tmp_path, capsys):
     from_jsonl = json.loads(capsys.readouterr().out)
     assert main([*args, str(pq_path)]) == 0
     assert_reports_equal(from_jsonl, json.loads(capsys.readouterr().out))
+
+
+def test_duplicate_ids_across_parquet_shards_are_an_error(jsonl, tmp_path):
+    table = pq.read_table(_parquet(jsonl, tmp_path))
+    shards = tmp_path / "dups"
+    shards.mkdir()
+    pq.write_table(table.slice(0, 400), shards / "a.parquet")
+    pq.write_table(table.slice(390, 310), shards / "b.parquet")  # rows 390-399 in both
+    with pytest.raises(TrajectoryFileError) as exc:
+        report_from_path(shards, ReportOptions(bootstrap=10))
+    assert len(exc.value.errors) == 10
+    assert "duplicate id" in str(exc.value) and "a.parquet" in str(exc.value)
+
+
+def test_progress_line_only_on_a_terminal(jsonl, monkeypatch):
+    import tps_tracer.evaluation.progress as progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress.progress_for(jsonl, io.StringIO()) is None
+    monkeypatch.setattr(progress, "SHOW_AFTER_SECONDS", 0.0)
+    out = Terminal()
+    report_from_path(jsonl, ReportOptions(bootstrap=5), chunk_bytes=50_000, progress=progress.progress_for(jsonl, out))
+    assert out.getvalue().count("\r") > 3 and "100.0%" in out.getvalue() and out.getvalue().endswith("\n")
