@@ -104,6 +104,15 @@ def test_crlf_lines_read_like_lf(tmp_path):
     assert_reports_equal(expected, report_from_path(write_jsonl(tmp_path / "crlf.jsonl", recs, "\r\n"), opts))
 
 
+def test_a_utf8_bom_is_read_like_no_bom(tmp_path):
+    recs = trajectory_dicts(120, seed=12)
+    opts = ReportOptions(bootstrap=40)
+    expected = _whole_file(write_jsonl(tmp_path / "plain.jsonl", recs), opts)
+    with_bom = write_jsonl(tmp_path / "bom.jsonl", recs, "\r\n", bom=True)
+    assert all(c.fast for c in iter_chunks(with_bom, chunk_bytes=5_000))
+    assert_reports_equal(expected, report_from_path(with_bom, opts, chunk_bytes=5_000))
+
+
 def test_resolution_lines_give_the_whole_file_result(tmp_path):
     recs = trajectory_dicts(150, seed=7)
     recs[3] = {**recs[3], "stop_reason": "clean", "outcome": None, "outcome_pending": True}
