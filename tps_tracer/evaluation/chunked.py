@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,19 @@ Progress = Callable[[Chunk], None]
 
 
 def _chunks(path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None) -> Iterator[Chunk]:
-    for chunk in iter_chunks(path, chunk_bytes):
-        if progress is not None:
-            progress(chunk)
-        yield chunk
+    """The file's chunks, the next one read in a background thread while the caller reduces this one
+    (the reader and the bootstrap's weight hashing each leave a core idle otherwise)."""
+    chunks = iter_chunks(path, chunk_bytes)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
+        pending = reader.submit(next, chunks, None)
+        while True:
+            chunk = pending.result()  # re-raises the reader's exceptions (NeedsWholeFile, errors)
+            if chunk is None:
+                return
+            pending = reader.submit(next, chunks, None)
+            if progress is not None:
+                progress(chunk)
+            yield chunk
 
 
 def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_bytes: int) -> None:
