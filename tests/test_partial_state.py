@@ -172,3 +172,16 @@ def test_predictor_order_is_first_seen_whatever_the_reader_threads_do(tmp_path):
     for _ in range(6):  # the threaded reader's own order varies from run to run
         for chunk in iter_chunks(path, chunk_bytes=10**9):  # one chunk, parsed in several threaded blocks
             assert chunk.fast and list(chunk.arrays.predictors) == expected
+
+
+def test_a_predictor_without_data_is_skipped_as_in_the_whole_file_report(tmp_path):
+    """The handler writes null action predictors for tool-calling agents: skipped with the same reason."""
+    recs = trajectory_dicts(200, seed=13, predictors=("verbal",))
+    for r in recs:
+        for s in r["steps"]:
+            s["forecasts"]["action_token_prob"] = None
+    path = write_jsonl(tmp_path / "handler.jsonl", recs)
+    opts = ReportOptions(bootstrap=30)
+    expected = _whole_file(path, opts)
+    assert [s["predictor"] for s in expected["skipped_predictors"]] == ["action_token_prob"]
+    assert_reports_equal(expected, report_from_path(path, opts, chunk_bytes=6_000))
