@@ -140,7 +140,10 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
 
 def _atomic_target(dst: Path) -> tuple[int, str]:
     """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    except OSError as exc:
+        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
