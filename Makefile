@@ -90,6 +90,7 @@ bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py
 	$(BIN)/python tests/benchmarks/bench_span_processor.py
+	$(BIN)/python tests/benchmarks/bench_report_scale.py
 
 # tps-tracer's cost as a percentage of a real model call (SmolLM2 on llama-cpp-python; ~3 min each).
 bench-real-model: real-model

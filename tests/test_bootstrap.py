@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from tps_tracer.evaluation.bootstrap import bootstrap_means, replicate_weights, trajectory_keys
+from tps_tracer.evaluation.bootstrap import (
+    bootstrap_means,
+    replicate_weights,
+    replicate_weights_reference,
+    trajectory_key,
+    trajectory_keys,
+)
 
 
 def _ids(n):
@@ -67,6 +73,23 @@ def test_large_inputs_are_processed_in_blocks_with_identical_results(monkeypatch
     x = np.random.default_rng(3).normal(size=(500, 3))
     keys = trajectory_keys(_ids(500))
     whole = bootstrap_means(x, keys, 64, seed=1)
-    monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 700)  # forces replicate and trajectory blocks
+    monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 700)  # forces hashing pieces and several GEMM blocks
+    monkeypatch.setattr(bs, "_GEMM_ELEMENTS", 64 * 130)
     blocked = bootstrap_means(x, keys, 64, seed=1)
     np.testing.assert_allclose(whole.replicates, blocked.replicates, rtol=1e-12)
+
+
+def test_fast_weights_equal_the_definition_bit_for_bit():
+    """The bucket table and in-place hash give exactly the searchsorted inverse CDF of the definition,
+    including the buckets a CDF step falls into (about 1 in 8000 weights here)."""
+    keys = trajectory_keys(_ids(4000))
+    for seed in (0, 11, 2**64 - 1):
+        fast = replicate_weights(keys, np.arange(250), seed)
+        np.testing.assert_array_equal(fast, replicate_weights_reference(keys, np.arange(250), seed))
+    assert fast.max() >= 6  # the upper tail is reached
+
+
+def test_trajectory_keys_match_the_per_id_key():
+    ids = [*_ids(50), "café ü", "x" * 500]
+    assert trajectory_keys(ids).tolist() == [trajectory_key(i) for i in ids]
+    assert trajectory_keys([]).shape == (0,)

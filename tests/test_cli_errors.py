@@ -62,7 +62,8 @@ def test_the_unreadable_inputs_are_really_unreadable(files):
 TABLE = [
     # report
     ("report", "missing file", ["report", "{missing}"], "{missing}: file not found"),
-    ("report", "unreadable file (directory)", ["report", "{dir}"], "{dir}: cannot read: Is a directory"),
+    # report and gate read directories of Parquet / JSON Lines shards: an empty one is the error
+    ("report", "directory without shards", ["report", "{dir}"], "{dir}: the directory holds no .parquet or .jsonl"),
     ("report", "unreadable file (not UTF-8)", ["report", "{binary}"], "{binary}: not UTF-8 text"),
     ("report", "bad option value", ["report", "{good}", "--bootstrap", "-1"], "--bootstrap: must be an integer >= 0"),
     ("report", "bad option type", ["report", "{good}", "--ece-bins", "many"], "argument --ece-bins: invalid int"),
@@ -154,7 +155,7 @@ TABLE = [
         ["gate", "--snapshot", "{missing}", "--min", "-1"],
         "--snapshot {missing}: No such file",
     ),
-    ("gate", "unreadable file (directory)", ["gate", "{dir}", "--min", "-1"], "Is a directory"),
+    ("gate", "directory without shards", ["gate", "{dir}", "--min", "-1"], "the directory holds no .parquet or .jsonl"),
     ("gate", "bad option value", ["gate", "{good}", "--min", "-1", "--censoring", "sideways"], "--censoring"),
     ("gate", "bad option type", ["gate", "{good}", "--min", "low"], "argument --min"),
     (
@@ -231,7 +232,7 @@ def test_an_internal_error_is_exit_3_not_1_and_not_a_traceback(files, capsys, mo
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli_main, "build_report", broken)
+    monkeypatch.setattr(cli_main, "report_from_path", broken)
     code, _, err = call(["report", str(files["good"])], capsys)
     assert code == 3
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -28,7 +28,8 @@ from tps_tracer.evaluation.gate import (
     evaluate_gate,
     evaluate_gate_on_report,
 )
-from tps_tracer.records import CensoringPolicy, read_trajectories
+from tps_tracer.records import CensoringPolicy
+from tps_tracer.records.parquet import read_records
 from tps_tracer.records.schema import TrajectoryRecord
 
 # flag -> (type, GateCriteria field or None)
@@ -52,7 +53,7 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
 
 def add_gate_parser(sub: Any) -> None:
     g = sub.add_parser("gate", help="pass/fail a candidate agent on censored TPS with confidence intervals")
-    g.add_argument("files", nargs="*", help="candidate trajectory JSON Lines file(s), read as one run")
+    g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
     g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
     g.add_argument("--config", help="TOML file with a [gate] table of these settings")
     g.add_argument("--predictor", help="predictor to gate on (default: the first in the file)")
@@ -116,7 +117,7 @@ def _read_all(paths: list[str]) -> list[TrajectoryRecord]:
     records: list[TrajectoryRecord] = []
     seen: set[str] = set()
     for path in paths:
-        for rec in read_trajectories(path):
+        for rec in read_records(path):  # JSON Lines, Parquet or a directory of Parquet shards
             if rec.trajectory_id in seen:
                 raise GateInputError(f"{path}: trajectory id {rec.trajectory_id!r} also appears in an earlier file")
             seen.add(rec.trajectory_id)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from tps_tracer import strict_json
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
 from tps_tracer.cli.censoring_cmd import add_censoring_parser
+from tps_tracer.cli.convert_cmd import add_convert_parser
 from tps_tracer.cli.demo_cmd import add_demo_parser
 from tps_tracer.cli.errors import DEBUG_ENV, EXIT_OK, CliError, OneLineParser, flag, reading, run_guarded
 from tps_tracer.cli.gate_cmd import add_gate_parser
@@ -16,9 +17,11 @@ from tps_tracer.cli.plot_cmd import add_plot_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.calibrator import Calibrator
-from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.chunked import report_from_path
+from tps_tracer.evaluation.progress import progress_for
+from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_options_check import OptionError
-from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays
+from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -101,8 +104,7 @@ def _options(args: argparse.Namespace) -> ReportOptions:
 
 def _report(path: str, args: argparse.Namespace) -> int:
     options = _options(args)
-    arrays = to_arrays(read_trajectories(path))
-    report = build_report(arrays, options)
+    report = report_from_path(path, options, progress=progress_for(path))
     if args.json:
         sys.stdout.write(strict_json.dumps(report))
     else:
@@ -118,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
     parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("report", help="score a trajectory JSON Lines file")
-    p.add_argument("file", help="trajectory records, one JSON object per line")
+    p = sub.add_parser("report", help="score a trajectory file (JSON Lines, Parquet, or a directory of shards)")
+    p.add_argument("file", help="trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards")
     _add_report_options(p)
     p.set_defaults(func=cmd_report)
     add_demo_parser(sub)
@@ -127,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_parser(sub)
     add_censoring_parser(sub)
     add_plot_parser(sub)
+    add_convert_parser(sub)
     for command in sub.choices.values():  # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser

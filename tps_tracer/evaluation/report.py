@@ -19,6 +19,7 @@ from tps_tracer.evaluation.bootstrap import (
     CI_LEVEL,
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
+    BootstrapResult,
     bootstrap_means,
     percentile_ci,
     trajectory_keys,
@@ -238,56 +239,11 @@ def report_from_table(
 
     sm = score_columns(table, predictors, opts.policy, modes)
     boot = bootstrap_means(sm.matrix(table.n), trajectory_keys(table.ids), opts.bootstrap, opts.seed)
-    se = boot.se()
-    lo, hi = boot.ci()
-    scores = []
-    for i, k in enumerate(sm.keys):
-        row: dict[str, Any] = {
-            "predictor": k.predictor,
-            "rule": k.rule,
-            "weights": k.weights,
-            "censoring": k.censoring,
-            "n": int(boot.n[i]),
-            "mean": _num(boot.point[i]),
-            "se": _num(se[i]),
-            "ci_low": _num(lo[i]),
-            "ci_high": _num(hi[i]),
-        }
-        if k.censoring == EXACT:
-            row["n_missing_q_z"] = sm.missing_q_z[k.predictor]
-        scores.append(row)
-
+    scores, deltas = score_rows(sm.keys, boot, sm.missing_q_z)
     index = sm.index()
 
     def paired(k_from: ColumnKey, k_to: ColumnKey) -> dict[str, Any]:
-        """mean(k_to) - mean(k_from) on the same replicates (paired bootstrap)."""
-        i, j = index[k_from], index[k_to]
-        rep = boot.replicates[:, j] - boot.replicates[:, i]
-        d = boot.point[j] - boot.point[i]
-        d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
-        d_lo, d_hi = percentile_ci(rep[:, None])
-        return {
-            "delta": _num(d),
-            "se": _num(d_se),
-            "z": _num(d / d_se) if d_se > 0 else None,
-            "ci_low": _num(d_lo[0]),
-            "ci_high": _num(d_hi[0]),
-        }
-
-    deltas = []
-    for k in sm.keys:
-        if k.censoring == COMPLETE_ONLY:
-            continue
-        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
-        deltas.append(
-            {
-                "predictor": k.predictor,
-                "rule": k.rule,
-                "weights": k.weights,
-                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
-                **paired(ref, k),
-            }
-        )
+        return paired_delta_row(boot, index[k_from], index[k_to])
 
     recalibration = []
     aurocs = auroc_deltas(table, recalibrated, opts.policy, opts.bootstrap, opts.seed) if recalibrated else {}
@@ -310,16 +266,14 @@ def report_from_table(
         )
         recalibration.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
 
-    diagnostics, scalar_rows = [], []
-    for name in predictors:
-        col = table.predictors[name]
-        sel = complete & col.usable
-        y = table.outcome[sel]
-        for a, agg_name in enumerate(AGGREGATOR_NAMES):
-            diag = {key: _num(v) for key, v in scalar_diagnostics(col.aggregates[sel, a], y, opts.ece_bins).items()}
-            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(sel.sum()), **diag})
-            if agg_name == "phi_w":
-                diagnostics.append({"predictor": name, "n": int(sel.sum()), **diag})
+    diagnostics, scalar_rows = diagnostic_rows(
+        [
+            (name, table.predictors[name].aggregates[sel], table.outcome[sel])
+            for name in predictors
+            for sel in [complete & table.predictors[name].usable]
+        ],
+        opts.ece_bins,
+    )
 
     return {
         **_header(table, opts, covered, base_rate, skipped),
@@ -331,15 +285,115 @@ def report_from_table(
     }
 
 
+def score_rows(
+    keys: Sequence[ColumnKey], boot: BootstrapResult, missing_q_z: dict[str, int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The "scores" rows (mean, SE, CI per column) and the "deltas" rows (each censored mode minus
+    complete-only, paired on the same replicates) of bootstrapped columns."""
+    se = boot.se()
+    lo, hi = boot.ci()
+    scores = []
+    for i, k in enumerate(keys):
+        row: dict[str, Any] = {
+            "predictor": k.predictor,
+            "rule": k.rule,
+            "weights": k.weights,
+            "censoring": k.censoring,
+            "n": int(boot.n[i]),
+            "mean": _num(boot.point[i]),
+            "se": _num(se[i]),
+            "ci_low": _num(lo[i]),
+            "ci_high": _num(hi[i]),
+        }
+        if k.censoring == EXACT:
+            row["n_missing_q_z"] = missing_q_z[k.predictor]
+        scores.append(row)
+    index = {k: i for i, k in enumerate(keys)}
+    deltas = []
+    for k in keys:
+        if k.censoring == COMPLETE_ONLY:
+            continue
+        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
+        deltas.append(
+            {
+                "predictor": k.predictor,
+                "rule": k.rule,
+                "weights": k.weights,
+                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
+                **paired_delta_row(boot, index[ref], index[k]),
+            }
+        )
+    return scores, deltas
+
+
+def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
+    """mean(column j) - mean(column i) on the same replicates (paired bootstrap)."""
+    rep = boot.replicates[:, j] - boot.replicates[:, i]
+    d = boot.point[j] - boot.point[i]
+    d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
+    d_lo, d_hi = percentile_ci(rep[:, None])
+    return {
+        "delta": _num(d),
+        "se": _num(d_se),
+        "z": _num(d / d_se) if d_se > 0 else None,
+        "ci_low": _num(d_lo[0]),
+        "ci_high": _num(d_hi[0]),
+    }
+
+
+def diagnostic_rows(
+    items: Sequence[tuple[str, np.ndarray, np.ndarray]], ece_bins: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """("diagnostics", "scalar_predictors") rows from (predictor, (m, 4) summaries, (m,) outcomes)
+    of the complete trajectories usable for each predictor."""
+    diagnostics, scalar_rows = [], []
+    for name, summaries, y in items:
+        for a, agg_name in enumerate(AGGREGATOR_NAMES):
+            diag = {key: _num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
+            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
+            if agg_name == "phi_w":
+                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
+    return diagnostics, scalar_rows
+
+
 def _header(
     table: PairTable, opts: ReportOptions, predictors: list[str], base_rate: float | None, skipped: list[Skipped]
 ) -> dict[str, Any]:
     """version, settings, audit, coverage and skipped predictors: the parts every report has, scored or not."""
+    coverage = [
+        {
+            "predictor": name,
+            "usable": int(table.predictors[name].usable.sum()),
+            "skipped": dict(table.predictors[name].skipped),
+        }
+        for name in predictors
+    ]
+    return report_header(
+        [r.name for r in table.rules],
+        [s.name for s in table.schedules],
+        opts,
+        base_rate,
+        termination_audit(table, opts.policy),
+        coverage,
+        skipped,
+    )
+
+
+def report_header(
+    rules: list[str],
+    schedules: list[str],
+    opts: ReportOptions,
+    base_rate: float | None,
+    audit: dict[str, Any],
+    coverage: list[dict[str, Any]],
+    skipped: Sequence[Skipped] = (),
+) -> dict[str, Any]:
+    """The header of a report from its parts (shared by the whole-sample and the partial-state paths)."""
     return {
         "version": REPORT_VERSION,
         "settings": {
-            "rules": [r.name for r in table.rules],
-            "weights": [s.name for s in table.schedules],
+            "rules": rules,
+            "weights": schedules,
             "bootstrap": opts.bootstrap,
             "seed": opts.seed,
             "ci_level": CI_LEVEL,
@@ -349,14 +403,7 @@ def _header(
             "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
             "calibration": {"method": "raw"},
         },
-        "audit": termination_audit(table, opts.policy),
-        "coverage": [
-            {
-                "predictor": name,
-                "usable": int(table.predictors[name].usable.sum()),
-                "skipped": dict(table.predictors[name].skipped),
-            }
-            for name in predictors
-        ],
+        "audit": audit,
+        "coverage": coverage,
         "skipped_predictors": as_dicts(skipped),
     }

@@ -136,3 +136,47 @@ def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | N
         predictors=predictor_cols,
         outcome_on_unscored=outcome_on_unscored,
     )
+
+
+def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
+    """One set of arrays from consecutive chunks; a predictor a chunk lacks is missing there.
+
+    Gives what `to_arrays` gives on all the records at once (predictors in first-seen order,
+    skip counts per reason).
+    """
+    if not parts:
+        raise ValueError("no arrays to concatenate")
+    if len(parts) == 1:
+        return parts[0]
+    names = list(dict.fromkeys(name for p in parts for name in p.predictors))
+    predictors: dict[str, PredictorColumn] = {}
+    for name in names:
+        values, usable, skipped = [], [], dict.fromkeys(SKIP_REASONS, 0)
+        for p in parts:
+            col = p.predictors.get(name)
+            if col is None:  # never mentioned in this chunk: every trajectory with steps lacks it
+                empty = p.lengths == 0
+                col = PredictorColumn(
+                    name,
+                    np.full(int(p.offsets[-1]), np.nan),
+                    np.zeros(p.n, dtype=bool),
+                    {"missing": int(np.sum(~empty)), "no_steps": int(np.sum(empty))},
+                )
+            values.append(col.values)
+            usable.append(col.usable)
+            for k, v in col.skipped.items():
+                skipped[k] += v
+        predictors[name] = PredictorColumn(
+            name, np.concatenate(values), np.concatenate(usable), {k: v for k, v in skipped.items() if v}
+        )
+    lengths = np.concatenate([p.lengths for p in parts])
+    return TrajectoryArrays(
+        ids=[i for p in parts for i in p.ids],
+        offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        horizon=np.concatenate([p.horizon for p in parts]),
+        stop_code=np.concatenate([p.stop_code for p in parts]),
+        outcome=np.concatenate([p.outcome for p in parts]),
+        q_z=np.concatenate([p.q_z for p in parts]),
+        predictors=predictors,
+        outcome_on_unscored=sum(p.outcome_on_unscored for p in parts),
+    )

@@ -1,0 +1,32 @@
+"""`tps-tracer convert IN OUT`: trajectory JSON Lines <-> Parquet (schema in records/parquet.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tps_tracer.records.chunks import is_parquet
+from tps_tracer.records.parquet import jsonl_to_parquet, parquet_to_jsonl
+
+
+def add_convert_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "convert",
+        help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)",
+    )
+    c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
+    c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
+    c.set_defaults(func=cmd_convert)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    src, dst = args.input, args.output
+    from_parquet = Path(src).is_dir() or is_parquet(src)
+    if from_parquet == is_parquet(dst):
+        raise ValueError("convert JSON Lines to a .parquet file, or Parquet (a file or a directory) to a .jsonl file")
+    summary = parquet_to_jsonl(src, dst) if from_parquet else jsonl_to_parquet(src, dst)
+    print(f"tps-tracer: {summary.describe(dst)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,128 @@
+"""Evaluate a trajectory file (JSON Lines, Parquet, a directory of shards) chunk by chunk.
+
+Each chunk of whole trajectories is reduced to its `PartialState` and merged, so memory is
+bounded by the chunk size plus a few scalars per trajectory, whatever the file size. The
+result equals `build_report` on the whole file (<= 1e-12). Files that need the whole-file
+view (an error to report with its line numbers, resolution lines) are read the exact way,
+`read_trajectories`, so messages and results are today's.
+
+Recalibration (`--calibrate`, `--calibrator`) fits on the whole sample: it reads all chunks
+into one set of arrays (still through the fast reader) and runs `build_report`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tps_tracer.evaluation.bootstrap import trajectory_keys
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
+from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
+from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile, iter_chunks, source_files
+from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
+
+Progress = Callable[[Chunk], None]
+
+
+def _chunks(path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None) -> Iterator[Chunk]:
+    """The file's chunks, the next one read in a background thread while the caller reduces this one
+    (the reader and the bootstrap's weight hashing each leave a core idle otherwise)."""
+    chunks = iter_chunks(path, chunk_bytes)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
+        pending = reader.submit(next, chunks, None)
+        while True:
+            chunk = pending.result()  # re-raises the reader's exceptions (NeedsWholeFile, errors)
+            if chunk is None:
+                return
+            pending = reader.submit(next, chunks, None)
+            if progress is not None:
+                progress(chunk)
+            yield chunk
+
+
+def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_bytes: int) -> None:
+    """Duplicate trajectory ids (by their 64-bit key) across the whole input are an error."""
+    if not keys:
+        return
+    k = np.sort(np.concatenate(keys))
+    dup = k[1:][k[1:] == k[:-1]]
+    if not dup.size:
+        return
+    files = source_files(path)
+    if len(files) == 1 and not str(files[0]).lower().endswith((".parquet", ".pq")):
+        raise NeedsWholeFile("duplicate ids")  # the exact reader names both lines
+    wanted = set(dup.tolist())
+    where: dict[int, str] = {}
+    errors = []
+    for chunk in iter_chunks(path, chunk_bytes):
+        for tid, key in zip(chunk.arrays.ids, trajectory_keys(chunk.arrays.ids).tolist(), strict=True):
+            if key in wanted:
+                if key in where:
+                    errors.append(
+                        RecordError(
+                            0, "trajectory_id", f"duplicate id {tid!r} in {chunk.source} (first seen in {where[key]})"
+                        )
+                    )
+                else:
+                    where[key] = chunk.source
+    if errors:  # else: distinct ids whose 64-bit keys collide, which is allowed
+        raise TrajectoryFileError(str(path), errors[:20], truncated=len(errors) > 20)
+
+
+def state_from_path(
+    path: str | os.PathLike[str],
+    spec: StateSpec,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Progress | None = None,
+) -> PartialState:
+    """The merged partial state of every trajectory in the file(s); raises NeedsWholeFile (see module)."""
+    state: PartialState | None = None
+    keys: list[np.ndarray] = []
+    for chunk in _chunks(path, chunk_bytes, progress):
+        k = trajectory_keys(chunk.arrays.ids)
+        keys.append(k)
+        part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
+        state = part if state is None else state.merge(part)
+    _check_unique(path, keys, chunk_bytes)
+    if state is None:
+        raise NeedsWholeFile("no trajectories")
+    return state
+
+
+def read_arrays(
+    path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None
+) -> TrajectoryArrays:
+    """All trajectories of the file(s) as one set of flat arrays (what `to_arrays(read_trajectories())` gives)."""
+    try:
+        parts = [c.arrays for c in _chunks(path, chunk_bytes, progress)]
+        _check_unique(path, [trajectory_keys(p.ids) for p in parts], chunk_bytes)
+        if not parts:
+            raise NeedsWholeFile("no trajectories")
+    except NeedsWholeFile:
+        return to_arrays(read_trajectories(path))
+    return concat_arrays(parts)
+
+
+def report_from_path(
+    path: str | os.PathLike[str],
+    options: ReportOptions | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """`build_report` of a trajectory file, directory of shards or Parquet file, in bounded memory."""
+    opts = options or ReportOptions()
+    if opts.calibrate is not None or opts.calibrator is not None:
+        return build_report(read_arrays(path, chunk_bytes, progress), opts)
+    try:
+        state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress)
+    except NeedsWholeFile:
+        if Path(path).is_dir():
+            raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")]) from None
+        return build_report(to_arrays(read_trajectories(path)), opts)
+    return state.to_report(opts)

@@ -1,0 +1,606 @@
+"""One mergeable partial state per chunk of trajectories, and the report of merged states.
+
+A chunk (a slice of a file, a Parquet shard, a Ray block, an accumulator's finished runs)
+reduces to sums whose size does not depend on the number of trajectories, plus the few
+per-trajectory scalars the rank diagnostics need:
+
+- the termination audit as counts per stop reason;
+- per predictor x rule x schedule x censoring mode: the count, the sum of the scores and the
+  bootstrap replicate sums sum_i W_bi x_i (W_bi is a pure function of trajectory id, replicate
+  and seed, see `bootstrap.py`), and per predictor x mode the replicate sums of W_bi;
+- for the base-rate reference, whose forecast p (the mean outcome) is known only at the end:
+  the sums of eta * m and (1 - eta) * m, m the truncated weight mass, so that its score
+  S(p, 1) * eta * m + S(p, 0) * (1 - eta) * m is summed once p is known;
+- per predictor, the four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) and the outcome
+  of each complete usable trajectory: AUROC, AUPRC, AURC, T-ECE are not sums.
+
+States merge by addition and concatenation, in any order, and `to_report` gives the same
+object as `report_from_table` on all the trajectories at once: every count equal, every mean,
+CI and diagnostic equal up to floating-point summation order (<= 1e-12).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.report import (
+    BASE_RATE,
+    ReportOptions,
+    _num,
+    diagnostic_rows,
+    report_header,
+    score_rows,
+)
+from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
+from tps_tracer.evaluation.tps import (
+    CENSORING_MODES,
+    COMPLETE_ONLY,
+    SIMPLE,
+    ColumnKey,
+    eta_by_mode,
+    score_columns,
+)
+from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+STATE_VERSION = 1
+_M = len(CENSORING_MODES)  # complete-only, simple, exact: all three are kept, exact shown if any q_z
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """What a state is computed for; only states of equal specs merge."""
+
+    rules: tuple[ScoreRule, ...]
+    schedules: tuple[WeightSchedule, ...]
+    policy: CensoringPolicy = field(default_factory=CensoringPolicy)
+    bootstrap: int = 1000
+    seed: int = 0
+    predictors: tuple[str, ...] | None = None  # None: every predictor met
+
+    @classmethod
+    def from_options(cls, opts: ReportOptions) -> StateSpec:
+        return cls(
+            rules=tuple(get_rule(r) for r in opts.rules),
+            schedules=tuple(get_schedule(s) for s in opts.schedules),
+            policy=opts.policy,
+            bootstrap=opts.bootstrap,
+            seed=opts.seed,
+            predictors=None if opts.predictors is None else tuple(opts.predictors),
+        )
+
+    def signature(self) -> tuple[Any, ...]:
+        roles = tuple(self.policy.role(r).value for r in STOP_REASONS)
+        return (
+            tuple(r.name for r in self.rules),
+            tuple(s.name for s in self.schedules),
+            roles,
+            self.bootstrap,
+            self.seed,
+            self.predictors,
+        )
+
+
+@dataclass
+class PredictorState:
+    """One predictor's sums over a set of trajectories (shapes: R rules, S schedules, M modes, B replicates)."""
+
+    usable: int
+    skipped: dict[str, int]
+    missing_q_z: int
+    count: IntArray  # (R, S, M) trajectories in each column
+    total: FloatArray  # (R, S, M) sum of the scores
+    rep_total: FloatArray  # (B, R, S, M) sum_i W_bi x_i
+    rep_count: FloatArray  # (B, M) sum_i W_bi over the column's trajectories
+    summaries: FloatArray  # (m, 4) Phi summaries of the complete usable trajectories
+    outcomes: FloatArray  # (m,) their outcomes
+
+    @classmethod
+    def absent(cls, spec: StateSpec, n: int, n_empty: int) -> PredictorState:
+        """A predictor a chunk never mentions: all its trajectories are skipped (missing / no steps)."""
+        r, s, b = len(spec.rules), len(spec.schedules), spec.bootstrap
+        skipped = {k: v for k, v in (("missing", n - n_empty), ("no_steps", n_empty)) if v}
+        return cls(
+            usable=0,
+            skipped=skipped,
+            missing_q_z=0,
+            count=np.zeros((r, s, _M), dtype=np.int64),
+            total=np.zeros((r, s, _M)),
+            rep_total=np.zeros((b, r, s, _M)),
+            rep_count=np.zeros((b, _M)),
+            summaries=np.zeros((0, len(AGGREGATOR_NAMES))),
+            outcomes=np.zeros(0),
+        )
+
+    def merged(self, other: PredictorState) -> PredictorState:
+        skipped = {k: self.skipped.get(k, 0) + other.skipped.get(k, 0) for k in SKIP_REASONS}
+        return PredictorState(
+            usable=self.usable + other.usable,
+            skipped={k: v for k, v in skipped.items() if v},
+            missing_q_z=self.missing_q_z + other.missing_q_z,
+            count=self.count + other.count,
+            total=self.total + other.total,
+            rep_total=self.rep_total + other.rep_total,
+            rep_count=self.rep_count + other.rep_count,
+            summaries=np.concatenate([self.summaries, other.summaries]),
+            outcomes=np.concatenate([self.outcomes, other.outcomes]),
+        )
+
+
+@dataclass
+class BaseRateState:
+    """Sums that score the constant base-rate forecast once its value is known (see the module docstring)."""
+
+    count: IntArray  # (M,) trajectories with steps in each mode's sample
+    eta_mass: FloatArray  # (S, M) sum eta * m
+    rest_mass: FloatArray  # (S, M) sum (1 - eta) * m
+    rep_eta_mass: FloatArray  # (B, S, M)
+    rep_rest_mass: FloatArray  # (B, S, M)
+    rep_count: FloatArray  # (B, M)
+    outcomes: FloatArray  # outcomes of the complete trajectories with steps (its diagnostics)
+    missing_q_z: int = 0  # censored trajectories with steps but without q_z
+
+    def merged(self, other: BaseRateState) -> BaseRateState:
+        return BaseRateState(
+            self.count + other.count,
+            self.eta_mass + other.eta_mass,
+            self.rest_mass + other.rest_mass,
+            self.rep_eta_mass + other.rep_eta_mass,
+            self.rep_rest_mass + other.rep_rest_mass,
+            self.rep_count + other.rep_count,
+            np.concatenate([self.outcomes, other.outcomes]),
+            self.missing_q_z + other.missing_q_z,
+        )
+
+
+@dataclass
+class PartialState:
+    """The mergeable summary of a set of trajectories (see the module docstring)."""
+
+    spec: StateSpec
+    n: int
+    n_empty: int  # trajectories without steps
+    stop_counts: IntArray  # per STOP_REASONS
+    q_z_counts: IntArray  # trajectories carrying q_z, per STOP_REASONS
+    pending: int
+    outcome_on_unscored: int
+    n_complete: int
+    outcome_sum: float  # over complete trajectories: the base rate is outcome_sum / n_complete
+    # Predictor name -> where it was first met (sortable), so merged states list predictors in
+    # first-seen order whatever the merge order; the chunk reader passes (shard, byte offset).
+    first_seen: dict[str, tuple[Any, ...]]
+    predictors: dict[str, PredictorState]
+    base: BaseRateState
+
+    # -- building -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: TrajectoryArrays,
+        spec: StateSpec,
+        origin: tuple[Any, ...] = (),
+        keys: NDArray[np.uint64] | None = None,
+    ) -> PartialState:
+        """The state of flat arrays (one chunk); `origin` orders predictors first met in this chunk."""
+        names = list(arrays.predictors) if spec.predictors is None else list(spec.predictors)
+        present = [p for p in names if p in arrays.predictors]
+        table = pair_table_from_arrays(arrays, present, spec.rules, spec.schedules)
+        first_seen = {p: (*origin, i) for i, p in enumerate(arrays.predictors)}
+        return cls.from_table(table, spec, first_seen, keys)
+
+    @classmethod
+    def from_table(
+        cls,
+        table: PairTable,
+        spec: StateSpec,
+        first_seen: dict[str, tuple[Any, ...]] | None = None,
+        keys: NDArray[np.uint64] | None = None,
+    ) -> PartialState:
+        """The state of a pair table (the form the online accumulator builds row by row)."""
+        if [r.name for r in table.rules] != [r.name for r in spec.rules] or [s.name for s in table.schedules] != [
+            s.name for s in spec.schedules
+        ]:
+            raise ValueError("the pair table's rules and schedules differ from the state's spec")
+        if first_seen is None:
+            first_seen = {p: (i,) for i, p in enumerate(table.predictors)}
+        keys = trajectory_keys(table.ids) if keys is None else keys
+        n, r_n, s_n, b = table.n, len(spec.rules), len(spec.schedules), spec.bootstrap
+        complete, censored = table.role_masks(spec.policy)
+        has_q = ~np.isnan(table.q_z)
+        has_steps = table.n_steps > 0
+        eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
+        members = [eta_table[mode][0] for mode in CENSORING_MODES]
+        etas = [eta_table[mode][1] for mode in CENSORING_MODES]
+
+        wanted = table.predictors if spec.predictors is None else spec.predictors
+        scored = [p for p in wanted if p in table.predictors]
+        sm = score_columns(table, scored, spec.policy, CENSORING_MODES)
+        # Every score column, the base-rate mass columns and the presence patterns, with their mode.
+        value_cols: list[FloatArray] = []
+        mode_of: list[int] = []
+        for c, column in enumerate(sm.columns):
+            value_cols.append(np.where(np.isnan(column), 0.0, column))
+            mode_of.append(c % _M)
+        for j in range(s_n):
+            mass = table.weight_mass[:, j]
+            for m, (member, eta) in enumerate(zip(members, etas, strict=True)):
+                sel = member & has_steps
+                value_cols.extend([np.where(sel, eta * mass, 0.0), np.where(sel, (1.0 - eta) * mass, 0.0)])
+                mode_of.extend([m, m])
+        present_cols: list[NDArray[np.bool_]] = []
+        for name in scored:
+            present_cols.extend(member & table.predictors[name].usable for member in members)
+        present_cols.extend(member & has_steps for member in members)
+        mode_of.extend(list(range(_M)) * (len(scored) + 1))
+        k_scores, k_values = len(sm.columns), len(value_cols)
+        k_all = k_values + len(present_cols)
+        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols]) if n else np.zeros((0, k_all))
+        totals = x.sum(axis=0)
+        reps = _mode_split_replicate_sums(x, np.array(mode_of), complete, censored, keys, b, spec.seed)
+
+        predictors: dict[str, PredictorState] = {}
+        shape = (r_n, s_n, _M)
+        for i, name in enumerate(scored):
+            col = table.predictors[name]
+            cols = slice(i * r_n * s_n * _M, (i + 1) * r_n * s_n * _M)
+            counts = np.array([int(np.sum(~np.isnan(c))) for c in sm.columns[cols]], dtype=np.int64)
+            pres = slice(k_values + i * _M, k_values + (i + 1) * _M)
+            sel = complete & col.usable
+            predictors[name] = PredictorState(
+                usable=int(col.usable.sum()),
+                skipped=dict(col.skipped),
+                missing_q_z=sm.missing_q_z[name],
+                count=counts.reshape(shape),
+                total=totals[cols].reshape(shape),
+                rep_total=reps[:, cols].reshape((b, *shape)),
+                rep_count=reps[:, pres],
+                summaries=col.aggregates[sel].copy(),
+                outcomes=table.outcome[sel].copy(),
+            )
+        base_cols = slice(k_scores, k_values)
+        base_tot = totals[base_cols].reshape(s_n, _M, 2)
+        base_rep = reps[:, base_cols].reshape(b, s_n, _M, 2)
+        base_pres = slice(k_values + len(scored) * _M, k_values + (len(scored) + 1) * _M)
+        base = BaseRateState(
+            count=np.array([int(np.sum(m & has_steps)) for m in members], dtype=np.int64),
+            eta_mass=base_tot[..., 0].copy(),
+            rest_mass=base_tot[..., 1].copy(),
+            rep_eta_mass=base_rep[..., 0].copy(),
+            rep_rest_mass=base_rep[..., 1].copy(),
+            rep_count=reps[:, base_pres],
+            outcomes=table.outcome[complete & has_steps].copy(),
+            missing_q_z=int(np.sum(has_steps & censored & ~has_q)),
+        )
+        stop_counts = np.bincount(table.stop_code, minlength=len(STOP_REASONS)).astype(np.int64)
+        state = cls(
+            spec=spec,
+            n=n,
+            n_empty=int(np.sum(~has_steps)),
+            stop_counts=stop_counts,
+            q_z_counts=np.bincount(table.stop_code[has_q], minlength=len(STOP_REASONS)).astype(np.int64),
+            pending=int(table.pending.sum()),
+            outcome_on_unscored=table.outcome_on_unscored,
+            n_complete=int(complete.sum()),
+            outcome_sum=float(np.sum(table.outcome[complete])),
+            first_seen=dict(first_seen),
+            predictors=predictors,
+            base=base,
+        )
+        if spec.predictors is not None:  # asked-for predictors this chunk lacks: all skipped here
+            for name in spec.predictors:
+                state.predictors.setdefault(name, PredictorState.absent(spec, n, state.n_empty))
+        return state
+
+    # -- merging ------------------------------------------------------------------------------
+
+    def merge(self, other: PartialState) -> PartialState:
+        """The state of both sets of trajectories (they must be disjoint; ids are not checked here)."""
+        if self.spec.signature() != other.spec.signature():
+            raise ValueError("cannot merge partial states computed with different settings")
+        first_seen = dict(self.first_seen)
+        for name, where in other.first_seen.items():
+            first_seen[name] = min(first_seen.get(name, where), where)
+        predictors = {}
+        for name in dict.fromkeys([*self.predictors, *other.predictors]):
+            a = self.predictors.get(name) or PredictorState.absent(self.spec, self.n, self.n_empty)
+            b = other.predictors.get(name) or PredictorState.absent(other.spec, other.n, other.n_empty)
+            predictors[name] = a.merged(b)
+        return PartialState(
+            spec=self.spec,
+            n=self.n + other.n,
+            n_empty=self.n_empty + other.n_empty,
+            stop_counts=self.stop_counts + other.stop_counts,
+            q_z_counts=self.q_z_counts + other.q_z_counts,
+            pending=self.pending + other.pending,
+            outcome_on_unscored=self.outcome_on_unscored + other.outcome_on_unscored,
+            n_complete=self.n_complete + other.n_complete,
+            outcome_sum=self.outcome_sum + other.outcome_sum,
+            first_seen=first_seen,
+            predictors=predictors,
+            base=self.base.merged(other.base),
+        )
+
+    # -- reporting ----------------------------------------------------------------------------
+
+    def predictor_names(self) -> list[str]:
+        """Every predictor met, in first-seen order."""
+        return sorted(self.first_seen, key=lambda p: self.first_seen[p])
+
+    def audit(self) -> dict[str, Any]:
+        """The termination audit (as `report.termination_audit`), from counts."""
+        policy = self.spec.policy
+        by_reason = {r.value: int(self.stop_counts[i]) for i, r in enumerate(STOP_REASONS)}
+        roles = {role.value: 0 for role in Role}
+        censored_with_q = 0
+        for i, r in enumerate(STOP_REASONS):
+            roles[policy.role(r).value] += int(self.stop_counts[i])
+            if policy.role(r) is Role.CENSORED:
+                censored_with_q += int(self.q_z_counts[i])
+        roles[Role.COMPLETE.value] -= self.pending
+        working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
+        return {
+            "n_trajectories": self.n,
+            "stop_reasons": by_reason,
+            "roles": roles,
+            "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
+            "pending_outcome": self.pending,
+            "working_sample": working,
+            "censoring_rate": _num(roles[Role.CENSORED.value] / working) if working else None,
+            "excluded_share": _num(roles[Role.EXCLUDED.value] / self.n) if self.n else None,
+            "censored_with_q_z": censored_with_q,
+            "outcome_ignored_on_unscored": self.outcome_on_unscored,
+            "default_policy": policy.is_default,
+        }
+
+    def _base_rate_state(self, p: float) -> PredictorState:
+        """The base-rate forecast p scored from the mass sums: S(p,1) sum eta m + S(p,0) sum (1-eta) m."""
+        spec, base = self.spec, self.base
+        r_n, s_n = len(spec.rules), len(spec.schedules)
+        total = np.zeros((r_n, s_n, _M))
+        rep_total = np.zeros((spec.bootstrap, r_n, s_n, _M))
+        for i, rule in enumerate(spec.rules):
+            b1, b0 = (float(v[0]) for v in rule.branches(np.array([p])))
+            total[i] = b1 * base.eta_mass + b0 * base.rest_mass
+            rep_total[:, i] = b1 * base.rep_eta_mass + b0 * base.rep_rest_mass
+        usable = self.n - self.n_empty
+        return PredictorState(
+            usable=usable,
+            skipped={"no_steps": self.n_empty} if self.n_empty else {},
+            missing_q_z=base.missing_q_z,
+            count=np.broadcast_to(base.count, (r_n, s_n, _M)).copy(),
+            total=total,
+            rep_total=rep_total,
+            rep_count=base.rep_count,
+            summaries=np.full((base.outcomes.size, len(AGGREGATOR_NAMES)), p),
+            outcomes=base.outcomes,
+        )
+
+    @staticmethod
+    def _no_data_reason(st: PredictorState) -> str | None:
+        """`skipped_predictors.no_data_reason` from counts: trajectories usable in the working sample
+        are the members of the simple mode's columns."""
+        in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
+        col = SimpleNamespace(usable=np.array([st.usable > 0]), skipped=st.skipped)
+        return no_data_reason(col, np.array([in_working > 0]))
+
+    def to_report(self, options: ReportOptions | None = None) -> dict[str, Any]:
+        """The report object of all trajectories merged into this state (as `build_report`, without
+        recalibration, which refits on the whole sample and so is not a sum)."""
+        opts = options or ReportOptions()
+        if opts.calibrate is not None or opts.calibrator is not None:
+            raise ValueError("recalibration refits on the whole sample: use build_report on full arrays")
+        seen = self.predictor_names()
+        wanted = list(seen) if opts.predictors is None else list(opts.predictors)
+        unknown = [p for p in wanted if p not in seen]
+        if unknown:
+            raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(seen)}")
+        missing = [p for p in wanted if p not in self.predictors]
+        if missing:
+            raise ValueError(f"the state was built without predictor(s) {', '.join(missing)}")
+        if self.n_complete == 0:
+            raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+        covered = list(wanted)
+        # As report_from_table: a predictor with no usable trajectory in the working sample is skipped.
+        predictors, skipped = split_usable(wanted, lambda p: self._no_data_reason(self.predictors[p]))
+        if covered and not predictors:
+            raise nothing_left("score", skipped)
+        base_rate = self.outcome_sum / self.n_complete
+        states = {name: self.predictors[name] for name in covered}
+        if opts.base_rate and BASE_RATE not in self.predictors:
+            states[BASE_RATE] = self._base_rate_state(base_rate)
+            predictors.append(BASE_RATE)
+            covered.append(BASE_RATE)
+        audit = self.audit()
+        modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
+        mode_idx = [CENSORING_MODES.index(m) for m in modes]
+
+        keys: list[ColumnKey] = []
+        point, n, rep_sum, rep_den = [], [], [], []
+        for name in predictors:
+            st = states[name]
+            for i, rule in enumerate(self.spec.rules):
+                for j, sched in enumerate(self.spec.schedules):
+                    for m, mode in zip(mode_idx, modes, strict=True):
+                        keys.append(ColumnKey(name, rule.name, sched.name, mode))
+                        n.append(int(st.count[i, j, m]))
+                        point.append(st.total[i, j, m] / st.count[i, j, m] if st.count[i, j, m] else np.nan)
+                        rep_sum.append(st.rep_total[:, i, j, m])
+                        rep_den.append(st.rep_count[:, m])
+        b = self.spec.bootstrap
+        boot = BootstrapResult(
+            point=np.array(point, dtype=np.float64),
+            n=np.array(n, dtype=np.int64),
+            replicates=replicate_means(
+                np.column_stack(rep_sum) if keys else np.zeros((b, 0)),
+                np.column_stack(rep_den) if keys else np.zeros((b, 0)),
+            ),
+        )
+        scores, deltas = score_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
+        diagnostics, scalar_rows = diagnostic_rows(
+            [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
+        )
+        coverage = [
+            {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)}
+            for name in covered
+        ]
+        rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
+        header = report_header(rules, schedules, opts, base_rate, audit, coverage, skipped)
+        return {
+            **header,
+            "scores": scores,
+            "deltas": deltas,
+            "diagnostics": diagnostics,
+            "scalar_predictors": scalar_rows,
+            "recalibration": [],
+        }
+
+    # -- plain data (to ship between processes) -------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and numbers; rules and schedules by name (custom schedules do not round-trip)."""
+
+        def arr(a: NDArray[Any]) -> dict[str, Any]:
+            return {"shape": list(a.shape), "data": a.ravel().tolist()}
+
+        def pstate(p: PredictorState) -> dict[str, Any]:
+            return {
+                f.name: arr(getattr(p, f.name)) if isinstance(getattr(p, f.name), np.ndarray) else getattr(p, f.name)
+                for f in dataclasses.fields(p)
+            }
+
+        spec = self.spec
+        return {
+            "version": STATE_VERSION,
+            "spec": {
+                "rules": [r.name for r in spec.rules],
+                "schedules": [s.name for s in spec.schedules],
+                "roles": {r.value: spec.policy.role(r).value for r in STOP_REASONS},
+                "bootstrap": spec.bootstrap,
+                "seed": spec.seed,
+                "predictors": None if spec.predictors is None else list(spec.predictors),
+            },
+            "counts": {
+                k: getattr(self, k)
+                for k in ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")
+            },
+            "stop_counts": self.stop_counts.tolist(),
+            "q_z_counts": self.q_z_counts.tolist(),
+            "first_seen": {k: list(v) for k, v in self.first_seen.items()},
+            "predictors": {k: pstate(v) for k, v in self.predictors.items()},
+            "base": {
+                f.name: arr(getattr(self.base, f.name)) if f.name != "missing_q_z" else self.base.missing_q_z
+                for f in dataclasses.fields(self.base)
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> PartialState:
+        if obj.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported partial state version {obj.get('version')!r}")
+
+        def arr(d: dict[str, Any], dtype: Any = np.float64) -> NDArray[Any]:
+            return np.asarray(d["data"], dtype=dtype).reshape(d["shape"])
+
+        s = obj["spec"]
+        from tps_tracer.records.stop_reasons import StopReason
+
+        spec = StateSpec(
+            rules=tuple(get_rule(r) for r in s["rules"]),
+            schedules=tuple(get_schedule(x) for x in s["schedules"]),
+            policy=CensoringPolicy({StopReason(k): Role(v) for k, v in s["roles"].items()}),
+            bootstrap=int(s["bootstrap"]),
+            seed=int(s["seed"]),
+            predictors=None if s["predictors"] is None else tuple(s["predictors"]),
+        )
+
+        def pstate(d: dict[str, Any]) -> PredictorState:
+            return PredictorState(
+                usable=int(d["usable"]),
+                skipped={k: int(v) for k, v in d["skipped"].items()},
+                missing_q_z=int(d["missing_q_z"]),
+                count=arr(d["count"], np.int64),
+                total=arr(d["total"]),
+                rep_total=arr(d["rep_total"]),
+                rep_count=arr(d["rep_count"]),
+                summaries=arr(d["summaries"]),
+                outcomes=arr(d["outcomes"]),
+            )
+
+        b = obj["base"]
+        c = obj["counts"]
+        return cls(
+            spec=spec,
+            n=int(c["n"]),
+            n_empty=int(c["n_empty"]),
+            stop_counts=np.asarray(obj["stop_counts"], dtype=np.int64),
+            q_z_counts=np.asarray(obj["q_z_counts"], dtype=np.int64),
+            pending=int(c["pending"]),
+            outcome_on_unscored=int(c["outcome_on_unscored"]),
+            n_complete=int(c["n_complete"]),
+            outcome_sum=float(c["outcome_sum"]),
+            first_seen={k: tuple(v) for k, v in obj["first_seen"].items()},
+            predictors={k: pstate(v) for k, v in obj["predictors"].items()},
+            base=BaseRateState(
+                count=arr(b["count"], np.int64),
+                eta_mass=arr(b["eta_mass"]),
+                rest_mass=arr(b["rest_mass"]),
+                rep_eta_mass=arr(b["rep_eta_mass"]),
+                rep_rest_mass=arr(b["rep_rest_mass"]),
+                rep_count=arr(b["rep_count"]),
+                outcomes=arr(b["outcomes"]),
+                missing_q_z=int(b["missing_q_z"]),
+            ),
+        )
+
+
+def _mode_split_replicate_sums(
+    x: FloatArray,
+    mode_of: IntArray,
+    complete: NDArray[np.bool_],
+    censored: NDArray[np.bool_],
+    keys: NDArray[np.uint64],
+    n_replicates: int,
+    seed: int,
+) -> FloatArray:
+    """replicate_sums(x) for columns in censoring-mode groups, on a fraction of the work.
+
+    Columns of the three modes come in aligned groups (the k-th column of each mode scores the
+    same thing). On complete trajectories the three agree, so they are summed once; on censored
+    ones only the simple and exact columns are non-zero; excluded trajectories are in no column.
+    """
+    groups = [np.flatnonzero(mode_of == m) for m in range(_M)]
+    out = np.zeros((n_replicates, x.shape[1]))
+    if n_replicates == 0 or x.shape[0] == 0:
+        return out
+    from_complete = replicate_sums(x[np.ix_(complete, groups[0])], keys[complete], n_replicates, seed)
+    cens_cols = np.concatenate(groups[1:])
+    from_censored = replicate_sums(x[np.ix_(censored, cens_cols)], keys[censored], n_replicates, seed)
+    out[:, groups[0]] = from_complete
+    out[:, cens_cols] = from_censored
+    out[:, groups[1]] += from_complete
+    out[:, groups[2]] += from_complete
+    return out
+
+
+def merge_states(states: Iterable[PartialState]) -> PartialState:
+    """Merge any number of states (at least one); the order does not matter beyond rounding."""
+    out: PartialState | None = None
+    for s in states:
+        out = s if out is None else out.merge(s)
+    if out is None:
+        raise ValueError("no partial state to merge")
+    return out

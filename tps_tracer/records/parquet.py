@@ -1,0 +1,253 @@
+"""Trajectories as Parquet: one row per trajectory, steps nested. JSON Lines <-> Parquet.
+
+Schema (what `jsonl_to_parquet` writes and every command reads; columns as in the JSON Lines
+format, see `schema.py`):
+
+    trajectory_id    string            not null
+    stop_reason      string            a StopReason value
+    outcome          int8              0 / 1, null when unobserved
+    outcome_pending  bool              true while a clean stop waits for its outcome
+    horizon          int64             null: the number of steps
+    q_z              double            null when not given
+    steps            list<struct<
+                       t: int64,                                 null when not given
+                       forecasts: struct<NAME: double, ...>,     one field per predictor, null = missing
+                       extra: string>>                           other step fields as JSON text, or null
+    metadata         string            the metadata object as JSON text
+    extra            string            other top-level fields as JSON text, or null
+
+Readers need only the first seven columns; `metadata` may also be a struct, and a predictor
+column may be float32 or an integer type. A forecast that is not a number (a string, a bool)
+cannot be stored in a double column: it is written as null (then skipped as "missing" rather
+than "non_numeric") and counted in the conversion summary.
+
+Resolution lines (`{"resolves": ...}`) are applied while converting; Parquet holds resolved records.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
+from tps_tracer.records.schema import TrajectoryRecord
+
+DEFAULT_ROWS_PER_GROUP = 50_000
+
+
+@dataclass
+class ConvertSummary:
+    trajectories: int = 0
+    predictors: tuple[str, ...] = ()
+    non_numeric_as_null: int = 0  # forecasts that were not numbers, written as null
+
+    def describe(self, out: str) -> str:
+        names = f" ({', '.join(self.predictors)})" if self.predictors else ""
+        text = f"wrote {self.trajectories} trajectories{names} to {out}"
+        if self.non_numeric_as_null:
+            text += f"; {self.non_numeric_as_null} non-numeric forecasts written as null (read as missing)"
+        return text
+
+
+def arrow_schema(predictors: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    forecasts = pa.struct([pa.field(name, pa.float64()) for name in predictors])
+    step = pa.struct([pa.field("t", pa.int64()), pa.field("forecasts", forecasts), pa.field("extra", pa.string())])
+    return pa.schema(
+        [
+            pa.field("trajectory_id", pa.string(), nullable=False),
+            pa.field("stop_reason", pa.string(), nullable=False),
+            pa.field("outcome", pa.int8()),
+            pa.field("outcome_pending", pa.bool_()),
+            pa.field("horizon", pa.int64()),
+            pa.field("q_z", pa.float64()),
+            pa.field("steps", pa.list_(step)),
+            pa.field("metadata", pa.string()),
+            pa.field("extra", pa.string()),
+        ]
+    )
+
+
+def _number(value: Any) -> tuple[float | None, bool]:
+    """(value as float or None, whether a non-number was dropped)."""
+    if value is None:
+        return None, False
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, True
+    return float(value), False
+
+
+def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
+    """An Arrow table of validated records in the schema above."""
+    import pyarrow as pa
+
+    rows = []
+    for rec in records:
+        steps = []
+        for step in rec.steps:
+            fc = {}
+            for name in predictors:
+                value, dropped = _number(step.forecasts.get(name))
+                summary.non_numeric_as_null += dropped
+                fc[name] = value
+            extra = step.model_extra or {}
+            steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
+        extra = rec.model_extra or {}
+        rows.append(
+            {
+                "trajectory_id": rec.trajectory_id,
+                "stop_reason": rec.stop_reason.value,
+                "outcome": rec.outcome,
+                "outcome_pending": rec.outcome_pending,
+                "horizon": rec.horizon,
+                "q_z": rec.q_z,
+                "steps": steps,
+                "metadata": json.dumps(rec.metadata),
+                "extra": json.dumps(extra) if extra else None,
+            }
+        )
+    summary.trajectories += len(rows)
+    return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
+
+
+def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
+    """Validated records of a JSON Lines file, a chunk at a time (whole file if it has resolution lines)."""
+    from tps_tracer.records.chunks import jsonl_byte_chunks
+
+    seen: set[str] = set()
+    for chunk in jsonl_byte_chunks(src, chunk_bytes):
+        if b'"resolves"' in chunk:
+            yield read_trajectories(src)  # resolutions may refer to any line: the exact whole-file read
+            return
+        try:
+            records = parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src))
+        except (TrajectoryFileError, UnicodeDecodeError):
+            read_trajectories(src)  # raises the exact error, with line numbers in the whole file
+            raise
+        ids = {r.trajectory_id for r in records}
+        if not ids.isdisjoint(seen):
+            read_trajectories(src)  # names the duplicate and both lines
+        seen |= ids
+        yield records
+
+
+def _atomic_target(dst: Path) -> tuple[int, str]:
+    """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    except OSError as exc:
+        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return fd, tmp
+
+
+def jsonl_to_parquet(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
+) -> ConvertSummary:
+    """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
+    import pyarrow.parquet as pq
+
+    from tps_tracer.records.chunks import NeedsWholeFile, iter_chunks
+
+    src, dst = Path(src), Path(dst)
+    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema.
+    try:
+        names = list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors))
+    except NeedsWholeFile:  # an error or resolution lines: the exact whole-file read (raises the precise error)
+        names = list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts))
+    summary = ConvertSummary(predictors=tuple(names))
+    fd, tmp = _atomic_target(dst)
+    os.close(fd)
+    try:
+        with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
+            for records in _record_batches(src, chunk_bytes):
+                writer.write_table(records_table(records, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return summary
+
+
+def _row_to_json(row: dict[str, Any]) -> str:
+    """A Parquet row (schema above) back to its JSON Lines record text."""
+    meta = row.pop("metadata", None)
+    extra = row.pop("extra", None)
+    obj: dict[str, Any] = {k: v for k, v in row.items() if not (k == "outcome_pending" and not v)}
+    if isinstance(meta, str):
+        obj["metadata"] = json.loads(meta)
+    elif meta is not None:
+        obj["metadata"] = meta
+    if isinstance(extra, str):
+        obj.update(json.loads(extra))
+    for step in obj.get("steps") or []:
+        step_extra = step.pop("extra", None)
+        if step.get("t") is None:
+            step.pop("t", None)
+        if isinstance(step_extra, str):
+            step.update(json.loads(step_extra))
+    return json.dumps(obj, allow_nan=False)
+
+
+def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
+    """Validated records of a Parquet file or directory of shards (errors name the row)."""
+    import pyarrow.parquet as pq
+
+    from tps_tracer.records.chunks import source_files
+
+    seen: set[str] = set()
+    for path in source_files(src):
+        row = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+            lines = [_row_to_json(r) for r in batch.to_pylist()]
+            try:
+                records = parse_lines(lines, str(path)) if lines else []
+            except TrajectoryFileError as exc:
+                errors = [RecordError(e.line + row if e.line else 0, e.field, e.message) for e in exc.errors]
+                raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
+            for i, rec in enumerate(records):
+                if rec.trajectory_id in seen:
+                    msg = f"duplicate id {rec.trajectory_id!r}"
+                    raise TrajectoryFileError(str(path), [RecordError(row + i + 1, "trajectory_id", msg)])
+                seen.add(rec.trajectory_id)
+            yield from records
+            row += batch.num_rows
+
+
+def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:
+    dst = Path(dst)
+    fd, tmp = _atomic_target(dst)
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(record_json(rec))
+                n += 1
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return n
+
+
+def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
+    n = write_jsonl_atomic(parquet_records(src), dst)
+    return ConvertSummary(trajectories=n)
+
+
+def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
+    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
+    from tps_tracer.records.chunks import is_parquet
+
+    if Path(path).is_dir() or is_parquet(path):
+        return list(parquet_records(path))
+    return read_trajectories(path)
