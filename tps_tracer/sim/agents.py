@@ -34,13 +34,13 @@ from langgraph.graph.message import add_messages
 from tps_tracer.sim.world import DEFAULT_REPAIR_BUDGET
 
 
-def prebuilt_react_agent(model: BaseChatModel, tools: list[BaseTool]) -> Any:
+def prebuilt_react_agent(model: BaseChatModel, tools: list[BaseTool], checkpointer: Any = None) -> Any:
     from langgraph.prebuilt import create_react_agent
 
     # Deprecated in favour of create_agent, but still what many deployed agents run on.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return create_react_agent(model, tools)
+        return create_react_agent(model, tools, checkpointer=checkpointer)
 
 
 def tool_calling_agent(model: BaseChatModel, tools: list[BaseTool], middleware: list[Any] | None = None) -> Any:

@@ -8,6 +8,11 @@ any chat model you pass, e.g. `ChatOpenAI(logprobs=True, top_logprobs=5)` on a r
 endpoint). Each run is a trajectory named "<label>/<task id>"; the world's outcome Y is
 attached as the `tps_outcome` label (as a benchmark harness that knows its answers would),
 so only clean runs are resolved and censored ones stay censored.
+
+With a `checkpointer` (e.g. `InMemorySaver()`), each run gets its own LangGraph thread
+(its trajectory id), the handler records it in the record's metadata, and the censored
+runs can be resumed from their checkpoints: `resume_continuations(result.agent, ...)`
+(the tool then also plays continuation branches, see `tools.search_tool`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class CampaignResult:
     accumulator: Accumulator
     handler: TPSCallbackHandler
     raised: int  # runs whose invoke raised (tool errors end runs that way)
+    agent: Any = None  # the compiled graph the runs were made with
 
 
 def run_campaign(
@@ -52,18 +58,22 @@ def run_campaign(
     progress: Callable[[int], Any] | None = None,
     bootstrap: int = 1000,
     q_z_oracle: bool = False,
+    checkpointer: Any = None,
 ) -> CampaignResult:
     """q_z_oracle: give every run the world's budget cuts short its exact q_Z = P(Y=1 | H_Z)
     (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
     label = label or world.config.forecaster
     acc = Accumulator(sink=sink, bootstrap=bootstrap)
     handler = TPSCallbackHandler(acc, horizon=recursion_limit // 2)
-    agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), [search_tool(world)])
+    tools = [search_tool(world, branches=checkpointer is not None)]
+    agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), tools, checkpointer=checkpointer)
     raised = 0
     for task in world:
         metadata: dict[str, Any] = {TRAJECTORY_ID_KEY: f"{label}/{task.task_id}", TASK_ID_KEY: task.task_id}
         metadata[OUTCOME_KEY] = task.outcome
-        config = {"callbacks": [handler], "metadata": metadata, "recursion_limit": recursion_limit}
+        config: dict[str, Any] = {"callbacks": [handler], "metadata": metadata, "recursion_limit": recursion_limit}
+        if checkpointer is not None:
+            config["configurable"] = {"thread_id": metadata[TRAJECTORY_ID_KEY]}
         try:
             agent.invoke({"messages": [HumanMessage(task_prompt(task.task_id))]}, config=config)
         except Exception:  # the run ended on an error; the handler recorded why
@@ -76,4 +86,4 @@ def run_campaign(
             progress(1)
     handler.close()
     acc.close()
-    return CampaignResult(label, str(sink), acc, handler, raised)
+    return CampaignResult(label, str(sink), acc, handler, raised, agent)

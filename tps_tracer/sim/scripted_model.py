@@ -10,6 +10,12 @@ The model finds its task from a `[task:ID]` marker in the prompt and keeps a per
 counter (thread-safe), so it plays the same script under any runtime: the n-th call of a
 task emits the task's n-th scripted output (malformed ones included).
 
+Continuation branches (a censored run resumed from its LangGraph checkpoint by
+`tps_tracer.langchain.resume`) are recognised by the `tps_branch_of` key in the run's
+metadata: there the model plays no script but draws each call from the world's law given
+the prefix it reads from the messages (the clues seen so far), seeded by the branch's
+thread id (`world.continuation_step`). Only the "tool_calls" style plays branches.
+
 Styles: "tool_calls" (tagged text plus a `search` tool call; for `create_agent` and
 LangGraph's prebuilt agent), "tagged" (the paper's `<think>/<action>/<confidence>/
 <explanation>` text, for a hand-built text loop), "react" (LangChain's
@@ -27,11 +33,25 @@ from typing import Any, Literal
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import ensure_config
 from pydantic import PrivateAttr
 
-from tps_tracer.sim.world import AgentWorld, StepScript, openai_logprobs, query_of, render, render_malformed, tokenize
+from tps_tracer.evaluation.continuation_log import BRANCH_OF_KEY
+from tps_tracer.sim.world import (
+    ANSWER,
+    WRONG_ANSWER,
+    AgentWorld,
+    StepScript,
+    continuation_step,
+    openai_logprobs,
+    query_of,
+    read_clues,
+    render,
+    render_malformed,
+    tokenize,
+)
 
 TASK_MARKER = re.compile(r"\[task:([\w.\-]+)\]")
 
@@ -41,6 +61,39 @@ Style = Literal["tool_calls", "tagged", "react"]
 def task_prompt(task_id: str) -> str:
     """The user message that starts a task (carries the marker the model keys on)."""
     return f"[task:{task_id}] Decide whether the claim of this task holds. Search for clues, then answer."
+
+
+def branch_thread() -> str | None:
+    """The thread id of the continuation branch this call runs in, or None in an original run."""
+    config = ensure_config()  # the calling graph node's config (LangGraph sets it per task)
+    if BRANCH_OF_KEY not in (config.get("metadata") or {}):
+        return None
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is None:
+        raise ValueError("a continuation branch runs without a thread_id")
+    return str(thread)
+
+
+def clues_seen(messages: Sequence[Any]) -> list[int]:
+    """The evidence s_1.. in the tool messages of a conversation (what the prefix revealed)."""
+    return read_clues(m.text for m in messages if isinstance(m, ToolMessage) and m.status != "error")
+
+
+_ACTION = re.compile(r"<action>\s*finish\[(?P<answer>[^\]]*)\]\s*</action>")
+
+
+def grade_final_state(state: Any) -> int:
+    """The world's grader: 1 if the run's last message answers ANSWER, 0 for another answer.
+
+    Raises ValueError when the last message gives no answer (a grader failure)."""
+    messages = state.get("messages") if isinstance(state, dict) else None
+    if not messages:
+        raise ValueError("no messages in the final state")
+    last = messages[-1]
+    found = _ACTION.search(last.text if isinstance(last, BaseMessage) else str(last))
+    if not found:
+        raise ValueError("the final message has no <action>finish[...]</action>")
+    return int(found.group("answer").strip() == ANSWER)
 
 
 def _calls_of(step: StepScript) -> list[tuple[StepScript, int]]:
@@ -75,6 +128,9 @@ class ScriptedReActModel(BaseChatModel):
     def _next_output(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any] | None]:
         task_id = self._task_id(messages)
         world: AgentWorld = self.world
+        thread = branch_thread()
+        if thread is not None:
+            return self._branch_output(task_id, messages, thread)
         script = world[task_id]
         with self._lock:
             n = self._calls.get(task_id, 0)
@@ -83,7 +139,19 @@ class ScriptedReActModel(BaseChatModel):
         step, attempt = plays[min(n, len(plays) - 1)]  # past the script: repeat the answer
         return self._message(task_id, step, attempt)
 
-    def _message(self, task_id: str, step: StepScript, attempt: int) -> tuple[AIMessage, dict[str, Any] | None]:
+    def _branch_output(
+        self, task_id: str, messages: list[BaseMessage], thread: str
+    ) -> tuple[AIMessage, dict[str, Any] | None]:
+        if self.style != "tool_calls":
+            raise ValueError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
+        world: AgentWorld = self.world
+        draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
+        answer = ANSWER if draw.outcome else WRONG_ANSWER
+        return self._message(task_id, draw.step, draw.step.malformed_before, answer)
+
+    def _message(
+        self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER
+    ) -> tuple[AIMessage, dict[str, Any] | None]:
         text_style = "react" if self.style == "react" else "tagged"
         if attempt:
             text = render_malformed(task_id, step, attempt, text_style)
@@ -98,7 +166,7 @@ class ScriptedReActModel(BaseChatModel):
                 bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
                 return AIMessage(content=text, invalid_tool_calls=[bad]), lp
             return AIMessage(content=text), lp
-        r = render(task_id, step, text_style)
+        r = render(task_id, step, text_style, answer)
         lp = openai_logprobs(r.tokens, r.probs) if self.logprobs else None
         if self.style == "tool_calls" and not step.final:
             call = {"name": "search", "args": {"query": query_of(task_id, step.t)}, "id": f"call_{task_id}_{step.t}"}

@@ -15,13 +15,22 @@ test compares the captured trajectory with: the stated confidence of each step (
 forecaster applied to q_t, rounded as the model writes it), the token probabilities of the
 text it emits, the malformed outputs before each step, and whether its tool call fails.
 Nothing here imports LangChain; `scripted_model.py` and `tools.py` play it in a real agent.
+
+Continuations (a censored run resumed from its checkpoint, M times) are drawn from the
+world's law given the prefix, not from the script: with s_1..s_{t-1} seen, the next clue is
+s_t ~ Bernoulli(q_t) (the posterior predictive), the step answers with probability
+P(L = t | L >= t), and an answering step succeeds with probability q_t. By the martingale
+property a branch forked with Z-1 clues seen succeeds with probability exactly q_Z, the
+q_Z the exact censored score needs. Each branch's draws are seeded by (world seed, its
+thread id, step), so branches are independent and a rerun branch replays itself.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,9 +197,79 @@ class AgentWorld:
         return TaskScript(task_id, theta, outcome, length, steps)
 
 
+# ---------------------------------------------------------------- continuations (the law given a prefix)
+
+_CLUE = re.compile(r"Clue (?P<t>\d+): the evidence is (?P<word>positive|negative)\.")
+
+
+def clue_text(t: int, evidence: int) -> str:
+    """What the `search` tool answers for clue t (the model reads the evidence back from it)."""
+    return f"Clue {t}: the evidence is {'positive' if evidence else 'negative'}."
+
+
+def read_clues(texts: Iterable[str]) -> list[int]:
+    """The evidence s_1, s_2, ... in the order the clue texts were seen (other texts skipped)."""
+    out = []
+    for text in texts:
+        found = _CLUE.search(text)
+        if found:
+            out.append(1 if found.group("word") == "positive" else 0)
+    return out
+
+
+def branch_stream(thread_id: str) -> int:
+    """A 64-bit seed component from a branch's thread id (stable across processes, unlike hash())."""
+    return int.from_bytes(hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+
+
+@dataclass(frozen=True)
+class BranchStep:
+    """One model call of a continuation branch: what the model writes, and Y if it answers."""
+
+    step: StepScript  # evidence is -1: the branch's clue is drawn by the tool
+    outcome: int | None  # Y of the answer (1: the claim is confirmed), None before the answer
+
+
+def q_given(config: WorldConfig, evidence: Sequence[int]) -> float:
+    """P(Y = 1 | s_1..s_n) = (a + sum s) / (a + b + n): the exact q_t of step t = n + 1."""
+    return (config.prior_a + sum(evidence)) / (config.prior_a + config.prior_b + len(evidence))
+
+
+def length_hazard(config: WorldConfig, t: int) -> float:
+    """P(L = t | L >= t) for the natural length L ~ Uniform{min_length..max_length}."""
+    if t < config.min_length:
+        return 0.0
+    if t >= config.max_length:
+        return 1.0
+    return 1.0 / (config.max_length - t + 1)
+
+
+def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> BranchStep:
+    """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix."""
+    t = len(evidence) + 1
+    rng = np.random.default_rng([seed, branch_stream(thread_id), t, 0])
+    u_malformed, u_final, u_outcome = rng.random(3)
+    noise = float(rng.normal())
+    token_seed = int(rng.integers(0, 2**31))
+    q = q_given(config, evidence)
+    verbal = round(min(1.0, max(0.0, FORECASTERS[config.forecaster](q, noise))), 2)
+    malformed = bool(u_malformed < config.malformed_rate)
+    final = bool(u_final < length_hazard(config, t))
+    step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
+    return BranchStep(step, int(u_outcome < q) if final and not malformed else None)
+
+
+def continuation_clue(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> tuple[bool, int]:
+    """The tool's clue t = len(evidence) + 1 in a branch: (the call fails, s_t ~ Bernoulli(q_t))."""
+    rng = np.random.default_rng([seed, branch_stream(thread_id), len(evidence) + 1, 1])
+    u_fail, u_evidence = rng.random(2)
+    return bool(u_fail < config.tool_failure_rate), int(u_evidence < q_given(config, evidence))
+
+
 # ---------------------------------------------------------------- what the model writes
 
-ANSWER = "yes"
+ANSWER = "yes"  # the answer that confirms the claim (Y = 1)
+WRONG_ANSWER = "no"  # a continuation branch's answer when it fails (Y = 0)
 
 
 @dataclass(frozen=True)
@@ -211,10 +290,10 @@ def query_of(task_id: str, t: int) -> str:
     return f"{task_id} clue {t}"
 
 
-def render(task_id: str, step: StepScript, style: str = "tagged") -> Rendered:
+def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = ANSWER) -> Rendered:
     """The step's text: the paper's tagged format, or LangChain's text ReAct format."""
     if style == "tagged":
-        action = f"finish[{ANSWER}]" if step.final else f"search[{query_of(task_id, step.t)}]"
+        action = f"finish[{answer}]" if step.final else f"search[{query_of(task_id, step.t)}]"
         text = (
             f"<think>Step {step.t}: {'I have enough evidence' if step.final else 'I need another clue'}.</think>\n"
             f"<action>{action}</action>\n"
@@ -226,7 +305,7 @@ def render(task_id: str, step: StepScript, style: str = "tagged") -> Rendered:
         head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
         head += f"Confidence: {step.verbal:.2f}\n"
         if step.final:
-            action = ANSWER
+            action = answer
             text = head + f"Final Answer: {action}"
         else:
             action = f"search\nAction Input: {query_of(task_id, step.t)}"
