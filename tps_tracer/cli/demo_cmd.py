@@ -12,6 +12,14 @@ this data (nothing in the findings is hard-coded: they are read off the scores):
 
 Censored runs carry the world's exact q_Z (the simulator knows it), so the report also has
 cen-exact rows next to the simple (q_Z ~ 0) form.
+
+`--q-z resume` estimates q_Z the way a deployment would: the runs keep LangGraph
+checkpoints (InMemorySaver), every censored run of the overconfident agent is resumed
+`--branches` times from its last checkpoint (`tps_tracer.langchain.resume`), and the
+cen-exact rows use q_hat = the share of successful branches. The JSON then has
+`q_z_resume`: mean |q_hat - q_Z| against the world's exact q_Z (next to the mean a
+binomial estimate with the same branch counts would have), and the cen-exact scores with
+q_hat next to those with the exact q_Z.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, writing
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.calibration import cross_fit_platt
+from tps_tracer.evaluation.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
 from tps_tracer.evaluation.paired import paired_auroc_delta, paired_mean_delta
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.report import ReportOptions, build_report
@@ -40,6 +49,7 @@ from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
 DEMO_TASKS = 300
+DEMO_RECURSION_LIMIT = 16  # the campaign's budget (8 model calls); resumed branches get a fresh one
 DEMO_SEED = 7
 PLATT = "verbal+platt"
 PRIMARY_RULE = "log"
@@ -53,6 +63,14 @@ def add_demo_parser(sub: Any) -> None:
     d.add_argument("--seed", type=int, default=DEMO_SEED, help="world and bootstrap seed")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of the report")
+    d.add_argument(
+        "--q-z",
+        choices=("oracle", "resume"),
+        default="oracle",
+        help="q_Z of censored runs: the world's exact value, or estimated by resuming checkpoints",
+    )
+    d.add_argument("--branches", type=int, default=10, help="continuation branches per censored run (--q-z resume)")
+    d.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (--q-z resume)")
     d.set_defaults(func=cmd_demo)
 
 
@@ -68,13 +86,14 @@ def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[Tra
     return out
 
 
-def _run_agents(args: argparse.Namespace, out_dir: Path) -> dict[str, Path]:
+def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+    """The two agents' record files, and their compiled graphs (with checkpoints under --q-z resume)."""
     from tps_tracer.sim.campaign import run_campaign
     from tps_tracer.sim.world import AgentWorld, WorldConfig
 
     config = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)
     agents = ("truthful", "overconfident")
-    paths = {}
+    paths, graphs = {}, {}
     bar = _progress(len(agents) * args.tasks, quiet=args.json)
     try:
         for name in agents:
@@ -82,10 +101,88 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> dict[str, Path]:
             paths[name] = out_dir / f"{name}.jsonl"
             paths[name].unlink(missing_ok=True)
             bar.set_description(f"{name} agent")
-            run_campaign(world, paths[name], progress=bar.update, bootstrap=0, q_z_oracle=True)
+            saver = None
+            if args.q_z == "resume" and name == "overconfident":
+                from langgraph.checkpoint.memory import InMemorySaver
+
+                saver = InMemorySaver()
+            result = run_campaign(
+                world, paths[name], progress=bar.update, bootstrap=0, q_z_oracle=True, checkpointer=saver
+            )
+            graphs[name] = result.agent
     finally:
         bar.close()
-    return paths
+    return paths, graphs
+
+
+def _resume_q_z(
+    args: argparse.Namespace, graph: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
+) -> tuple[Any, dict[str, Any]]:
+    """Resume the censored runs from their checkpoints; arrays with q_hat, and the comparison with q_Z.
+
+    `arrays` carry the world's exact q_Z (the campaign's oracle); the returned arrays carry
+    q_hat instead (NaN for prefixes with fewer than the minimum valid branches)."""
+    from tps_tracer.langchain.resume import resume_continuations
+    from tps_tracer.sim.scripted_model import grade_final_state
+
+    out.unlink(missing_ok=True)
+    censored = sum(1 for r in records if r.stop_reason.value == "max_steps")
+    bar = _progress(censored * args.branches, quiet=args.json)
+    bar.set_description("resuming censored runs")
+    try:
+        summary = resume_continuations(
+            graph,
+            records,
+            out,
+            branches=args.branches,
+            grader=grade_final_state,
+            budget=DEMO_RECURSION_LIMIT,
+            concurrency=args.concurrency,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, args.branches))
+    resumed = attach_q_z(arrays, mc.as_mapping()).arrays
+    has = ~np.isnan(resumed.q_z)
+    exact = np.where(has, arrays.q_z, np.nan)  # the world's q_Z on the same prefixes
+    err = np.abs(resumed.q_z[has] - exact[has])
+    valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
+    n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
+    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
+    with_q_hat = _scores(resumed, predictors, EXACT)
+    with_q_z = _scores(replace(arrays, q_z=exact), predictors, EXACT)
+    rows = np.flatnonzero(has)
+    report = {
+        "mean_abs_error": float(err.mean()) if err.size else None,
+        "binomial_mean_abs_error": _binomial_mean_abs_error(exact[has], n_valid) if err.size else None,
+        "n_prefixes": int(has.sum()),
+        "branches_per_prefix": args.branches,
+        "mean_valid_branches": float(n_valid.mean()) if err.size else None,
+        "min_valid": mc.min_valid,
+        "censored_without_estimate": int(censored - has.sum()),
+        "mean_q_hat": float(resumed.q_z[has].mean()) if err.size else None,
+        "mean_q_z": float(exact[has].mean()) if err.size else None,
+        "cen_exact_tps_log": {
+            p: {"q_hat": float(with_q_hat[p][rows].mean()), "q_z": float(with_q_z[p][rows].mean())}
+            for p in predictors
+            if rows.size
+        },
+        "resume": summary.as_dict(),
+        "continuations": str(out),
+    }
+    return resumed, report
+
+
+def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
+    """E|k/n - q| for k ~ Binomial(n, q), averaged over prefixes: the best a q_hat from n branches can do."""
+    from scipy.stats import binom
+
+    out = []
+    for qi, ni in zip(q.tolist(), n.tolist(), strict=True):
+        k = np.arange(ni + 1)
+        out.append(float(np.sum(binom.pmf(k, ni, qi) * np.abs(k / ni - qi))))
+    return float(np.mean(out))
 
 
 def _progress(total: int, quiet: bool) -> Any:
@@ -147,7 +244,7 @@ def _print_findings(f: dict[str, Any]) -> None:
     )
     for mode in (COMPLETE_ONLY, SIMPLE, EXACT):
         ranked = sorted(c["mean_tps_log"][mode].items(), key=lambda kv: -kv[1])
-        label = {EXACT: "exact (true q_Z)"}.get(mode, mode)
+        label = {EXACT: "exact (resumed q)" if "q_z_resume" in f else "exact (true q_Z)"}.get(mode, mode)
         print(f"  {label:>16}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked[:4]))
     a, b = c["best"][COMPLETE_ONLY], c["best"][SIMPLE]
     if c["verdict_changes"]:
@@ -156,6 +253,22 @@ def _print_findings(f: dict[str, Any]) -> None:
             print(f"    {b} minus {a}, {mode}: {d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")
     else:
         print(f"  Both evaluators pick {a}; see Delta_practice in the report for how much each stream shifts.")
+
+
+def _print_q_z_resume(r: dict[str, Any]) -> None:
+    run = r["resume"]
+    print(
+        f"\nq_Z from resumed checkpoints: {r['n_prefixes']} censored runs x {r['branches_per_prefix']} branches "
+        f"({run['wall_seconds_per_branch']} s of wall time per branch; branch stops {run['stop_reasons']})"
+    )
+    if r["n_prefixes"]:
+        print(
+            f"  mean |q_hat - q_Z| = {r['mean_abs_error']:.4f} against the world's exact q_Z "
+            f"(binomial sampling alone: {r['binomial_mean_abs_error']:.4f})"
+        )
+        print("  cen-exact TPS_log on these prefixes, with q_hat vs with the exact q_Z:")
+        for p, v in r["cen_exact_tps_log"].items():
+            print(f"    {p:>20}: {v['q_hat']:.4f} vs {v['q_z']:.4f}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -173,7 +286,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(budget: 8 model calls). The world knows every task's success process q_t exactly.\n",
             flush=True,
         )
-    paths = _run_agents(args, out_dir)
+    paths, graphs = _run_agents(args, out_dir)
     records = read_trajectories(paths["overconfident"])
     arrays = to_arrays(records)
     platt = cross_fit_platt(arrays, "verbal", PRIMARY_WEIGHTS)
@@ -181,7 +294,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
     write_trajectories(calibrated, paths["overconfident+platt"])
     cal_arrays = to_arrays(calibrated)
+    resume_report = None
+    if args.q_z == "resume":
+        paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
+        cal_arrays, resume_report = _resume_q_z(
+            args, graphs["overconfident"], calibrated, cal_arrays, paths["continuations"]
+        )
     f = findings(cal_arrays, args.bootstrap, args.seed)
+    if resume_report is not None:
+        f["q_z_resume"] = resume_report
     f["platt"] = platt.diagnostics()
     f["files"] = {k: str(v) for k, v in paths.items()}
     if args.json:
@@ -198,5 +319,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ci = f" [{ref['ci_low']:.3f}, {ref['ci_high']:.3f}]" if ref.get("ci_low") is not None else ""
     print(f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f}{ci} on the same tasks.")
     _print_findings(f)
+    if resume_report is not None:
+        _print_q_z_resume(resume_report)
     print(f"\nScore any of these files yourself: tps-tracer report {paths['overconfident+platt']}")
     return 0

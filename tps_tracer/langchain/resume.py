@@ -96,7 +96,10 @@ class ResumeSummary:
             "grader_errors": self.grader_errors,
             "fork_errors": self.fork_errors,
             "seconds": round(self.seconds, 3),
+            # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
+            # branches run concurrently; throughput: the call's wall time per branch run.
             "seconds_per_branch": round(self.branch_seconds / ran, 4) if ran else None,
+            "wall_seconds_per_branch": round(self.seconds / ran, 4) if ran else None,
         }
 
 
@@ -214,6 +217,7 @@ async def aresume_continuations(
     config: dict[str, Any] | None = None,
     policy: CensoringPolicy | None = None,
     health: HealthLedger | None = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> ResumeSummary:
     """Async form of `resume_continuations` (use it inside a running event loop)."""
     if branches < 1:
@@ -259,6 +263,13 @@ async def aresume_continuations(
                     todo.append((p, m))
 
         async def one(p: _Prefix, m: int) -> None:
+            try:
+                await run_branch(p, m)
+            finally:
+                if progress is not None:
+                    progress(1)
+
+        async def run_branch(p: _Prefix, m: int) -> None:
             t0 = time.perf_counter()
             thread = branch_thread_id(p.thread_id, p.trajectory_id, m)
             try:
@@ -269,7 +280,7 @@ async def aresume_continuations(
                 target = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
                 meta = {**(p.fork.metadata or {}), BRANCH_OF_KEY: p.trajectory_id, BRANCH_KEY: m}
                 await ops.put(target, ckpt, meta, dict(ckpt["channel_versions"]))
-            except Exception as exc:  # noqa: BLE001 - counted; the branch runs on the next call
+            except Exception as exc:  # counted; the branch runs on the next call
                 summary.fork_errors += 1
                 health.count("error", "resume_fork", f"forking {thread!r} failed: {exc!r}")
                 return
@@ -281,7 +292,7 @@ async def aresume_continuations(
             outcome: int | None = None
             try:
                 final = await ops.invoke(run_config)
-            except Exception as exc:  # noqa: BLE001 - how the branch ended is its stop reason
+            except Exception as exc:  # how the branch ended is its stop reason
                 reason, detail = classify_error(exc)
             else:
                 found, detail = classify_output(final)
@@ -289,7 +300,7 @@ async def aresume_continuations(
                 if reason is StopReason.CLEAN:
                     try:
                         outcome = await _grade(grader, final)
-                    except Exception as exc:  # noqa: BLE001 - counted, never raised
+                    except Exception as exc:  # counted, never raised
                         summary.grader_errors += 1
                         summary.branch_seconds += time.perf_counter() - t0
                         health.count("error", "resume_grader", f"grading {thread!r} failed: {exc!r}")
@@ -333,6 +344,7 @@ def resume_continuations(
     config: dict[str, Any] | None = None,
     policy: CensoringPolicy | None = None,
     health: HealthLedger | None = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> ResumeSummary:
     """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
 
@@ -344,7 +356,8 @@ def resume_continuations(
     grader: final state values of a clean branch -> 0/1 or bool (sync or async).
     budget: the branches' recursion_limit (fresh, counted from the fork); default the
     graph's. config: extra run config for the branches (callbacks, configurable keys, ...).
-    concurrency: branches in flight at once.
+    concurrency: branches in flight at once. progress: called with 1 after each branch.
+    health: the ledger that counts what was skipped or failed (default: a new one).
 
     Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat.
     """
@@ -366,6 +379,7 @@ def resume_continuations(
             config=config,
             policy=policy,
             health=health,
+            progress=progress,
         )
     )
 
