@@ -125,22 +125,28 @@ class _Saver:
     async def fork_point(self, thread: str, trajectory_id: str) -> Any | None:
         """The newest checkpoint of this run that still had work to do (see the module docstring).
 
-        Walks the thread newest first and stops at the first hit: a checkpoint's values are
-        deserialised only when reached (messages with logprobs make that the costly part)."""
+        Walks the thread newest first, one checkpoint per `list(before=..., limit=1)` call,
+        and stops at the first hit: a checkpoint's values are deserialised only when reached
+        (messages with logprobs make that the costly part), and no listing is still open
+        when `get_state` runs (SqliteSaver holds its lock while a listing is iterated)."""
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        if self.use_async:
-            async for tup in self.saver.alist(config):
-                if _ours(tup, trajectory_id) and (await self.graph.aget_state(tup.config)).next:
+        before = None
+        while True:
+            if self.use_async:
+                batch = [t async for t in self.saver.alist(config, before=before, limit=1)]
+            else:
+                batch = await asyncio.to_thread(lambda b=before: list(self.saver.list(config, before=b, limit=1)))
+            if not batch:
+                return None
+            tup = batch[0]
+            if _ours(tup, trajectory_id):
+                if self.use_async:
+                    state = await self.graph.aget_state(tup.config)
+                else:
+                    state = await asyncio.to_thread(self.graph.get_state, tup.config)
+                if state.next:
                     return tup
-            return None
-
-        def walk() -> Any | None:
-            for tup in self.saver.list(config):
-                if _ours(tup, trajectory_id) and self.graph.get_state(tup.config).next:
-                    return tup
-            return None
-
-        return await asyncio.to_thread(walk)
+            before = tup.config
 
     async def get_tuple(self, config: dict[str, Any]) -> Any:
         if self.use_async:
