@@ -47,8 +47,10 @@ from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.sim.world import WorldConfig
 
 DEMO_TASKS = 300
+DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent
 DEMO_RECURSION_LIMIT = 16  # the campaign's budget (8 model calls); resumed branches get a fresh one
 DEMO_SEED = 7
 PLATT = "verbal+platt"
@@ -87,11 +89,11 @@ def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[Tra
 
 
 def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
-    """The two agents' record files, and their compiled graphs (with checkpoints under --q-z resume)."""
+    """The two agents' record files, and (compiled graph, world) per agent (checkpoints under --q-z resume)."""
     from tps_tracer.sim.campaign import run_campaign
-    from tps_tracer.sim.world import AgentWorld, WorldConfig
+    from tps_tracer.sim.world import AgentWorld
 
-    config = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)
+    config = DEMO_WORLD
     agents = ("truthful", "overconfident")
     paths, graphs = {}, {}
     bar = _progress(len(agents) * args.tasks, quiet=args.json)
@@ -109,19 +111,20 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
             result = run_campaign(
                 world, paths[name], progress=bar.update, bootstrap=0, q_z_oracle=True, checkpointer=saver
             )
-            graphs[name] = result.agent
+            graphs[name] = (result.agent, world)
     finally:
         bar.close()
     return paths, graphs
 
 
 def _resume_q_z(
-    args: argparse.Namespace, graph: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
+    args: argparse.Namespace, graph: Any, world: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
 ) -> tuple[Any, dict[str, Any]]:
     """Resume the censored runs from their checkpoints; arrays with q_hat, and the comparison with q_Z.
 
-    `arrays` carry the world's exact q_Z (the campaign's oracle); the returned arrays carry
-    q_hat instead (NaN for prefixes with fewer than the minimum valid branches)."""
+    The returned arrays carry q_hat as q_z (NaN for prefixes with fewer than the minimum
+    valid branches: half the branches, at most 5 as in the paper). The exact q_Z of a
+    censored prefix is the world's q_t at its last recorded step, P(Y=1 | s_1..s_{Z-1})."""
     from tps_tracer.langchain.resume import resume_continuations
     from tps_tracer.sim.scripted_model import grade_final_state
 
@@ -142,10 +145,11 @@ def _resume_q_z(
         )
     finally:
         bar.close()
-    mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, args.branches))
+    mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, max(1, args.branches // 2)))
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)
-    exact = np.where(has, arrays.q_z, np.nan)  # the world's q_Z on the same prefixes
+    world_q = [world[r.metadata["task_id"]].steps[len(r.steps) - 1].q if r.steps else np.nan for r in records]
+    exact = np.where(has, np.array(world_q, dtype=float), np.nan)  # the world's q_Z on the same prefixes
     err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
@@ -297,9 +301,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     resume_report = None
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
-        cal_arrays, resume_report = _resume_q_z(
-            args, graphs["overconfident"], calibrated, cal_arrays, paths["continuations"]
-        )
+        graph, world = graphs["overconfident"]
+        cal_arrays, resume_report = _resume_q_z(args, graph, world, calibrated, cal_arrays, paths["continuations"])
     f = findings(cal_arrays, args.bootstrap, args.seed)
     if resume_report is not None:
         f["q_z_resume"] = resume_report
