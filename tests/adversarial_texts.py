@@ -93,9 +93,11 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "many_react_pairs",
-        lambda n: "Confidence: 55%\n"
-        + fill("Action: search\nAction Input: x\nObservation: y\n", n)
-        + "Action: lookup\nAction Input: Paris\n",
+        lambda n: (
+            "Confidence: 55%\n"
+            + fill("Action: search\nAction Input: x\nObservation: y\n", n)
+            + "Action: lookup\nAction Input: Paris\n"
+        ),
         0.55,
         "lookup\nAction Input: Paris",
         "the last of ~20,000 ReAct pairs",

@@ -65,9 +65,7 @@ def timed(fn, *args, **kwargs):
 @st.composite
 def written_values(draw):
     """(VALUE as written, reference reading (value, status)) from how the number is written."""
-    kind = draw(
-        st.sampled_from(["unit", "percent", "int_percent", "decimal_above", "int_above", "negative", "word"])
-    )
+    kind = draw(st.sampled_from(["unit", "percent", "int_percent", "decimal_above", "int_above", "negative", "word"]))
     if kind == "unit":  # a decimal in [0, 1]
         x = draw(st.integers(0, 10**4)) / 10**4
         return f"{x:.4f}", (x, "ok")

@@ -90,9 +90,7 @@ def main() -> None:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=True)
             r = json.loads(out.stdout)
             worst.append(max(r["text"], r["logprobs"]))
-            print(
-                f"{case.name:32s} {r['baseline'] * 1e3:8.2f}ms {r['text'] * 1e3:9.2f}ms {r['logprobs'] * 1e3:9.2f}ms"
-            )
+            print(f"{case.name:32s} {r['baseline'] * 1e3:8.2f}ms {r['text'] * 1e3:9.2f}ms {r['logprobs'] * 1e3:9.2f}ms")
         except subprocess.TimeoutExpired:
             worst.append(math.inf)
             print(f"{case.name:32s} {'':>10s} > {args.timeout:.0f} s (killed)")

@@ -273,4 +273,3 @@ class CaptureWorker:
             self._queue.put(None)
             thread.join(timeout)
             self._thread = None
-
