@@ -192,3 +192,33 @@ def test_progress_line_only_on_a_terminal(jsonl, monkeypatch):
     out = Terminal()
     report_from_path(jsonl, ReportOptions(bootstrap=5), chunk_bytes=50_000, progress=progress.progress_for(jsonl, out))
     assert out.getvalue().count("\r") > 3 and "100.0%" in out.getvalue() and out.getvalue().endswith("\n")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["calibrate", "--bootstrap", "50", "--json"],
+        ["censoring", "--bootstrap", "50", "--json"],
+        ["plot", "--format", "png"],
+    ],
+)
+def test_every_command_reads_parquet_like_jsonl(jsonl, tmp_path, capsys, command):
+    pq_path = _parquet(jsonl, tmp_path)
+    outputs = []
+    for i, path in enumerate((jsonl, pq_path)):
+        args = [*command, str(path)]
+        if command[0] == "calibrate":
+            args += ["-o", str(tmp_path / f"cal{i}.json")]
+        if command[0] == "plot":
+            args += ["-o", str(tmp_path / f"plots{i}")]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        if command[0] == "plot":
+            outputs.append(json.loads((tmp_path / f"plots{i}" / "plot-data.json").read_text()))
+        else:
+            outputs.append(json.loads(out))
+    if command[0] == "calibrate":
+        outputs = [json.loads((tmp_path / f"cal{i}.json").read_text()) for i in range(2)]
+        for o in outputs:
+            o["fitted_on"].pop("source")  # the file's own name
+    assert_reports_equal(outputs[0], outputs[1])

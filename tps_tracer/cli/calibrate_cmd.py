@@ -24,8 +24,9 @@ from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
 from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_columns
-from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays
+from tps_tracer.records import CensoringPolicy, to_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -73,7 +74,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise CliError(f"--penalty must be > 0, got {args.penalty}")
     with flag("--weights"):
         schedule = get_schedule(args.weights).name
-    arrays = to_arrays(read_trajectories(args.file))
+    arrays = to_arrays(read_records(args.file))
     predictors = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
     unknown = [p for p in predictors or [] if p not in arrays.predictors]
     if unknown:

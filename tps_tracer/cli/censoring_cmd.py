@@ -34,8 +34,9 @@ from tps_tracer.evaluation.exact_correction import conditional_projection_check,
 from tps_tracer.evaluation.informative import informative_censoring_shift
 from tps_tracer.evaluation.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
 from tps_tracer.evaluation.skipped_predictors import as_dicts, no_data_reason, nothing_left, role_masks, split_usable
-from tps_tracer.records import CensoringPolicy, read_trajectories, to_arrays, write_trajectories
+from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.parquet import read_records
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
@@ -143,7 +144,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
     if args.bootstrap < 0:
         raise CliError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    records = read_trajectories(args.file)
+    records = read_records(args.file)
     arrays = to_arrays(records)
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
     unknown = [p for p in requested or [] if p not in arrays.predictors]

@@ -23,7 +23,8 @@ from tps_tracer.evaluation.plot_data import (
 from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, with_platt_streams
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.evaluation.tps import CENSORING_MODES, SIMPLE
-from tps_tracer.records import read_trajectories, to_arrays
+from tps_tracer.records import to_arrays
+from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -55,7 +56,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     with flag("--weights"):
         sched = get_schedule(args.weights).name
     plots.check_available()
-    arrays = to_arrays(read_trajectories(args.file))
+    arrays = to_arrays(read_records(args.file))
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
     unknown = [p for p in requested or [] if p not in arrays.predictors]
     if unknown:
