@@ -75,7 +75,7 @@ TABLE = [
     ("report", "unfittable sample", ["report", "{censored}"], "no complete trajectory"),
     # calibrate
     ("calibrate", "missing file", ["calibrate", "{missing}", "-o", "{d}/c.json"], "{missing}: file not found"),
-    ("calibrate", "unreadable file (directory)", ["calibrate", "{dir}", "-o", "{d}/c.json"], "Is a directory"),
+    ("calibrate", "directory without shards", ["calibrate", "{dir}", "-o", "{d}/c.json"], "the directory holds no .parquet or .jsonl"),
     ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--bootstrap", "1"], "--bootstrap"),
     ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--penalty", "0"], "--penalty"),
     ("calibrate", "unknown predictor", ["calibrate", "{good}", "-o", "{d}/c.json", "--predictors", "nope"], "nope"),
@@ -96,7 +96,7 @@ TABLE = [
     ),
     # plot
     ("plot", "missing file", ["plot", "{missing}", "-o", "{d}/p"], "{missing}: file not found"),
-    ("plot", "unreadable file (directory)", ["plot", "{dir}", "-o", "{d}/p"], "Is a directory"),
+    ("plot", "directory without shards", ["plot", "{dir}", "-o", "{d}/p"], "the directory holds no .parquet or .jsonl"),
     ("plot", "bad option value", ["plot", "{good}", "-o", "{d}/p", "--bins", "0"], "--bins"),
     ("plot", "bad option value", ["plot", "{good}", "-o", "{d}/p", "--rule", "brierr"], "--rule"),
     ("plot", "bad option type", ["plot", "{good}", "-o", "{d}/p", "--format", "gif"], "argument --format"),
@@ -128,7 +128,7 @@ TABLE = [
         ["censoring", "{good}", "--continuations", "{dir}"],
         "Is a dir",
     ),
-    ("censoring", "unreadable file (directory)", ["censoring", "{dir}"], "Is a directory"),
+    ("censoring", "directory without shards", ["censoring", "{dir}"], "the directory holds no .parquet or .jsonl"),
     ("censoring", "bad option value", ["censoring", "{good}", "--artificial", "2"], "--artificial"),
     ("censoring", "bad option value", ["censoring", "{good}", "--informative", "sunspots"], "--informative"),
     ("censoring", "bad option value", ["censoring", "{good}", "--q-z-model", "colour"], "--q-z-model"),
