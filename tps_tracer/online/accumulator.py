@@ -29,10 +29,27 @@ resolves of unknown ids, conflicting outcomes) is rejected, counted by kind in
 `snapshot()["online"]["rejected"]`, and logged once per kind. A live trajectory with no
 event for `idle_timeout` seconds, or the oldest one when more than `max_live` are live,
 is stopped as "other" (abandoned, counted) so memory stays bounded.
+
+Summary mode (`mode="summary"`): instead of a row per finished trajectory, settled rows
+are folded into one `PartialState` (evaluation/partial_state.py: the per-column sums and
+bootstrap replicate sums, plus the four Phi summaries and the outcome of each complete
+usable trajectory per predictor, which the rank diagnostics need). A trajectory is settled
+once its role cannot change: every non-clean stop, and a clean stop with its outcome. A
+clean stop still waiting for its outcome stays a row in the pending table, so a late
+`resolve` works as in row mode; at most `max_pending` rows wait (beyond that the oldest is
+folded as pending, counted as ignored/pending_folded, and its outcome can no longer
+arrive). Folded ids are forgotten: a later resolve of one is a counted resolve_unknown.
+q_Z must arrive before (or with) a censored stop's folding, i.e. before `stop` returns in
+practice. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
+policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
+
+State across processes: `state()` is versioned bytes (accumulator_state.py) and
+`merge_state(bytes)` adds them to this accumulator, exactly as `merge` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -47,8 +64,10 @@ import numpy as np
 
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.report import ReportOptions, report_from_table
-from tps_tracer.health import HealthLedger
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
+from tps_tracer.evaluation.report import ReportOptions, report_from_table, report_header
+from tps_tracer.health import CATEGORIES, HealthLedger
+from tps_tracer.online import accumulator_state
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
@@ -61,6 +80,8 @@ from tps_tracer.scoring.schedules import MAX_HORIZON, WeightSchedule, get_schedu
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
+DEFAULT_MAX_PENDING = 100_000
+MODES = ("rows", "summary")
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
 _RESERVED = -1  # row_of value while a stop is being scored outside the lock
@@ -100,10 +121,19 @@ class Accumulator:
         clock: Callable[[], float] = time.monotonic,
         batch_size: int = 64,
         health: HealthLedger | None = None,
+        mode: str = "rows",
+        max_pending: int = DEFAULT_MAX_PENDING,
     ):
         """predictors=None discovers predictor names from the steps; otherwise other names are rejected.
         health: the ledger counting rejected input, abandoned runs and errors (adapters built on this
-        accumulator count into the same one)."""
+        accumulator count into the same one).
+        mode: "rows" keeps a row per finished trajectory; "summary" folds settled ones into a
+        partial state (constant memory, see the module docstring); max_pending bounds the
+        clean stops waiting for their outcome in summary mode."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.max_pending = max(1, int(max_pending))
         self.rules = [get_rule(r) for r in rules]
         self.schedules = [get_schedule(s) for s in weights]
         if not self.rules or not self.schedules:
@@ -140,6 +170,8 @@ class Accumulator:
         self._listener_meta: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # stop metadata, for late scores
         self._last_sweep = clock()
         self._sweep_every = 1.0 if idle_timeout is None else max(1e-3, min(1.0, idle_timeout / 4))
+        self._summary: PartialState | None = None  # summary mode: the folded settled trajectories
+        self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
 
     # ------------------------------------------------------------------ errors
 
@@ -340,6 +372,10 @@ class Accumulator:
                 row = self._rows.row_of.get(trajectory_id, _RESERVED)
                 if written and self._listeners and row != _RESERVED:
                     scores.append(self._score_of(trajectory_id, row))
+                if self.mode == "summary" and written and row != _RESERVED:
+                    self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
+                    if self._resolved_rows >= self.batch_size:
+                        self._fold(force=False)
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
@@ -554,6 +590,8 @@ class Accumulator:
             )
             self._keys.extend(keys)
             scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
+            if self.mode == "summary":
+                self._fold(force=False)
         self._notify(scores)
 
     def _key(self, tid: str) -> int:
@@ -639,7 +677,179 @@ class Accumulator:
     @property
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
-        return self._rows.n + len(self._queue)
+        return self._rows.n + len(self._queue) + (self._summary.n if self._summary is not None else 0)
+
+    # ------------------------------------------------------------------ summary mode
+
+    def _spec(self) -> StateSpec:
+        return StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
+
+    def _first_seen(self) -> dict[str, tuple[int, ...]]:
+        return {p: (i,) for i, p in enumerate(self._known)}
+
+    def _fold(self, force: bool) -> None:
+        """Under the lock, summary mode: fold the settled rows into the partial state.
+
+        Amortised: a fold copies the pending rows that stay, so it waits until the settled
+        rows are at least a quarter of the pending ones (and a batch), unless forced."""
+        rows = self._rows
+        n = rows.n
+        if n == 0:
+            return
+        pending = (rows.stop_code[:n] == _CLEAN_CODE) & np.isnan(rows.outcome[:n])
+        settled = ~pending
+        overflow = max(0, int(pending.sum()) - self.max_pending)
+        n_settled = int(settled.sum())
+        if not overflow and (n_settled == 0 or (not force and n_settled < max(self.batch_size, (n - n_settled) // 4))):
+            return
+        self._resolved_rows = 0
+        if overflow:  # the oldest waiting clean stops are folded as pending: their outcome can no longer arrive
+            settled[np.flatnonzero(pending)[:overflow]] = True
+            self.health.count("ignored", "pending_folded", n=overflow)
+        folded = [rows.ids[i] for i in np.flatnonzero(settled).tolist()]
+        unscored = sum(1 for tid in folded if self._unscored_outcome.pop(tid, None) is not None)
+        table = rows.take_out(settled, unscored)
+        self._keys = [k for k, done in zip(self._keys, settled.tolist(), strict=True) if not done]
+        part = PartialState.from_table(table, self._spec(), self._first_seen())
+        self._summary = part if self._summary is None else self._summary.merge(part)
+
+    def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
+        """(report, finished, pending) from the folded state plus the rows still stored."""
+        asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
+        if asked.signature() != self._spec().signature():
+            raise ValueError(
+                "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
+                "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
+            )
+        with self._lock:
+            table = self._rows.table()
+            summary = self._summary
+            first_seen = self._first_seen()
+        parts = [p for p in (summary, PartialState.from_table(table, self._spec(), first_seen)) if p is not None]
+        state = parts[0] if len(parts) == 1 else parts[0].merge(parts[1])
+        names = [p for p in (options.predictors or []) if p in state.predictors]
+        opts = dataclasses.replace(options, predictors=names)
+        if state.n_complete:
+            return state.to_report(opts), state.n, state.pending
+        coverage = [
+            {"predictor": p, "usable": state.predictors[p].usable, "skipped": dict(state.predictors[p].skipped)}
+            for p in names
+        ]
+        header = report_header(
+            [r.name for r in self.rules], [s.name for s in self.schedules], opts, None, state.audit(), coverage
+        )
+        empty: list[dict[str, Any]] = []
+        report = {
+            **header,
+            "scores": empty,
+            "deltas": [],
+            "diagnostics": [],
+            "scalar_predictors": [],
+            "recalibration": [],
+        }
+        return report, state.n, state.pending
+
+    # ------------------------------------------------------------------ state across processes
+
+    def state(self) -> bytes:
+        """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
+        self.flush()
+        with self._lock:
+            table = self._rows.table()
+            live = [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in self._live.items()]
+            unscored = dict(self._unscored_outcome)
+            known = list(self._known)
+            summary = self._summary
+        enc = accumulator_state.encode_array
+        body = {
+            "settings": {
+                "rules": [r.name for r in self.rules],
+                "schedules": [s.name for s in self.schedules],
+                "mode": self.mode,
+                "bootstrap": self.bootstrap,
+                "seed": self.seed,
+                "roles": {r.value: self.policy.role(r).value for r in STOP_REASONS},
+                "predictors": self.predictors,
+            },
+            "known": known,
+            "rows": {
+                "ids": table.ids,
+                "stop_code": enc(table.stop_code),
+                "outcome": enc(table.outcome),
+                "q_z": enc(table.q_z),
+                "n_steps": enc(table.n_steps),
+                "horizon": enc(table.horizon.astype(np.int64)),
+                "weight_mass": enc(table.weight_mass),
+                "predictors": {
+                    name: {"usable": enc(c.usable), "pairs": enc(c.pairs), "aggregates": enc(c.aggregates)}
+                    for name, c in table.predictors.items()
+                },
+            },
+            "unscored_outcome": unscored,
+            "live": live,
+            "summary": None if summary is None else summary.to_dict(),
+            "health": self.health.snapshot(),
+        }
+        return accumulator_state.dump(body)
+
+    @classmethod
+    def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:
+        """A new accumulator holding a state (no sink, no idle sweep unless given in kwargs)."""
+        body = accumulator_state.load(data)
+        try:
+            st = body["settings"]
+            policy = CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()})
+            kwargs.setdefault("idle_timeout", None)
+            acc = cls(
+                predictors=st["predictors"],
+                rules=st["rules"],
+                weights=st["schedules"],
+                bootstrap=int(st["bootstrap"]),
+                seed=int(st["seed"]),
+                policy=policy,
+                mode=st["mode"],
+                **kwargs,
+            )
+            dec = accumulator_state.decode_array
+            rows = body["rows"]
+            ids = [str(t) for t in rows["ids"]]
+            for name in body["known"]:
+                acc._known.setdefault(str(name), None)
+                if name not in acc._rows.predictors:
+                    acc._rows.add_predictor(str(name))
+            acc._rows.append_many(
+                ids,
+                dec(rows["stop_code"]).tolist(),
+                dec(rows["outcome"]).tolist(),
+                dec(rows["q_z"]).tolist(),
+                dec(rows["n_steps"]).tolist(),
+                dec(rows["horizon"]).tolist(),
+                dec(rows["weight_mass"]).reshape(len(ids), len(acc.schedules)),
+                {
+                    name: (dec(c["usable"]), dec(c["pairs"]), dec(c["aggregates"]))
+                    for name, c in rows["predictors"].items()
+                },
+            )
+            acc._keys = [acc._key(tid) for tid in ids]
+            for tid, y in body["unscored_outcome"].items():
+                acc._unscored_outcome[tid] = int(y)
+                acc._rows.outcome_on_unscored += 1
+            now = acc._clock()
+            for tid, steps, y, q in body["live"]:
+                acc._live[str(tid)] = _Live([dict(step) for step in steps], now, y, q)
+            if body["summary"] is not None:
+                acc._summary = PartialState.from_dict(body["summary"])
+            for cat, kinds in body["health"].items():
+                if cat in CATEGORIES:
+                    for kind, n in kinds.items():
+                        acc.health.count(cat, str(kind), n=int(n))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
+        return acc
+
+    def merge_state(self, data: bytes) -> None:
+        """Add the trajectories (finished and live) and health counts of another accumulator's `state()`."""
+        self.merge(Accumulator.from_state(data))
 
     # ------------------------------------------------------------------ results
 
@@ -670,11 +880,15 @@ class Accumulator:
             base_rate=self.base_rate,
             ece_bins=self.ece_bins,
         )
-        report = report_from_table(table, options, allow_empty=True)
+        if self.mode == "summary":
+            report, finished, pending = self._summary_snapshot(dataclasses.replace(options, predictors=names))
+        else:
+            report = report_from_table(table, options, allow_empty=True)
+            finished, pending = table.n, int(table.pending.sum())
         report["online"] = {
-            "finished": table.n,
+            "finished": finished,
             "live": n_live,
-            "pending_outcome": int(table.pending.sum()),
+            "pending_outcome": pending,
             "abandoned": health["abandoned"],
             "rejected": health["rejected"],
             "health": health,
@@ -693,6 +907,11 @@ class Accumulator:
             s.name for s in other.schedules
         ]:
             raise ValueError("cannot merge accumulators with different rules or weight schedules")
+        if other._summary is not None or other.mode == "summary":
+            if self.mode != "summary":
+                raise ValueError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")
+            if other._spec().signature() != self._spec().signature():
+                raise ValueError("cannot merge summary states with different censoring policy, bootstrap or seed")
         self.flush()
         other.flush()
         with other._lock:
@@ -703,6 +922,7 @@ class Accumulator:
             ]
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
+            other_summary = other._summary
         duplicates: list[str] = []
         take_ids: set[str] = set()
         with self._lock:
@@ -742,6 +962,11 @@ class Accumulator:
                     duplicates.append(tid)
                 else:
                     self._live[tid] = live
+            if self.mode == "summary":
+                # Folded ids are forgotten, so duplicates between two folded states are not detected.
+                if other_summary is not None:
+                    self._summary = other_summary if self._summary is None else self._summary.merge(other_summary)
+                self._fold(force=False)
         self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")

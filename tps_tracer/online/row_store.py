@@ -136,6 +136,42 @@ class RowStore:
             outcome_on_unscored=self.outcome_on_unscored,
         )
 
+    def take_out(self, rows: NDArray[np.bool_], outcome_on_unscored: int) -> PairTable:
+        """Remove the selected rows and return them as a pair table (summary mode folds them into
+        its partial state); `outcome_on_unscored` of the removed rows moves with them."""
+        full = self.table()
+        idx = np.flatnonzero(rows)
+        keep = np.flatnonzero(~rows)
+        taken = full.reordered(idx)
+        taken.outcome_on_unscored = outcome_on_unscored
+        for pp in taken.predictors.values():  # reordered keeps the whole table's counts
+            pp.skipped = skip_counts(pp.usable, taken.n_steps)
+        rest = full.reordered(keep)
+        # Negative entries are ids reserved by the accumulator while they are being scored: kept.
+        self.n, self.ids = 0, []
+        self.row_of = {tid: r for tid, r in self.row_of.items() if r < 0}
+        self.outcome_on_unscored = full.outcome_on_unscored - outcome_on_unscored
+        self.append_many(
+            rest.ids,
+            rest.stop_code.tolist(),
+            rest.outcome.tolist(),
+            rest.q_z.tolist(),
+            rest.n_steps.tolist(),
+            rest.horizon.astype(np.int64).tolist(),
+            rest.weight_mass,
+            {name: (c.usable, c.pairs, c.aggregates) for name, c in rest.predictors.items()},
+        )
+        # Freed slots back to their fill values: append_many writes only the predictors a batch
+        # mentions and relies on unwritten slots being unusable.
+        freed = slice(self.n, full.n)
+        self.outcome[freed] = np.nan
+        self.q_z[freed] = np.nan
+        for col in self.predictors.values():
+            col.usable[freed] = False
+            col.pairs[freed] = np.nan
+            col.aggregates[freed] = np.nan
+        return taken
+
     def nbytes(self) -> int:
         """Bytes held by the arrays (capacity included), for memory reporting."""
         total = sum(a.nbytes for a in (self.stop_code, self.outcome, self.q_z, self.n_steps, self.horizon))

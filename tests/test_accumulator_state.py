@@ -1,0 +1,229 @@
+"""Accumulator state across processes (state() / merge_state) and the constant-memory summary mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tps_tracer.online import Accumulator
+from tps_tracer.online.accumulator_state import MAGIC
+from tps_tracer.records import CensoringPolicy
+from tps_tracer.synthetic import example_records
+
+RULES = ("log", "brier", "beta(2,4)")
+SCHEDULES = ("linear-front", "uniform")
+B = 30
+
+
+def _scores(report):
+    return {(r["predictor"], r["rule"], r["weights"], r["censoring"]): r for r in report["scores"]}
+
+
+def assert_same_report(a_rep, b_rep, tol=1e-12):
+    a, b = _scores(a_rep), _scores(b_rep)
+    assert a and set(a) == set(b)
+    for key in a:
+        assert a[key]["n"] == b[key]["n"], key
+        for f in ("mean", "se", "ci_low", "ci_high"):
+            x, y = a[key][f], b[key][f]
+            assert (x is None and y is None) or math.isclose(x, y, rel_tol=0, abs_tol=tol), (key, f, x, y)
+    for k in ("audit", "coverage", "skipped_predictors", "base_rate"):
+        assert a_rep.get(k) == b_rep.get(k), k
+    assert len(a_rep["deltas"]) == len(b_rep["deltas"])
+    for da, db in zip(a_rep["deltas"], b_rep["deltas"], strict=True):
+        assert da["comparison"] == db["comparison"] and math.isclose(da["delta"], db["delta"], abs_tol=tol)
+    for part in ("diagnostics", "scalar_predictors"):
+        assert len(a_rep[part]) == len(b_rep[part])
+        for da, db in zip(a_rep[part], b_rep[part], strict=True):
+            assert da.keys() == db.keys()
+            for k in da:
+                x, y = da[k], db[k]
+                if isinstance(x, float) and isinstance(y, float):
+                    assert math.isclose(x, y, rel_tol=0, abs_tol=tol), (part, k, x, y)
+                else:
+                    assert x == y, (part, k)
+
+
+def feed(acc, records, late_outcomes=True):
+    """q_z before stop (as the summary mode requires), outcomes after every stop when late."""
+    for rec in records:
+        for step in rec.steps:
+            assert acc.observe(rec.trajectory_id, step.forecasts)
+        if rec.q_z is not None and rec.steps:
+            assert acc.resolve(rec.trajectory_id, q_z=rec.q_z)
+        if rec.outcome is not None and not late_outcomes and rec.steps:
+            assert acc.resolve(rec.trajectory_id, outcome=rec.outcome)
+        assert acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon)
+        if not rec.steps and rec.q_z is not None:
+            assert acc.resolve(rec.trajectory_id, q_z=rec.q_z)
+        if rec.outcome is not None and not late_outcomes and not rec.steps:
+            assert acc.resolve(rec.trajectory_id, outcome=rec.outcome)
+    if late_outcomes:
+        for rec in reversed(records):
+            if rec.outcome is not None:
+                assert acc.resolve(rec.trajectory_id, outcome=rec.outcome)
+
+
+def make(**kw):
+    return Accumulator(rules=RULES, weights=SCHEDULES, bootstrap=B, **kw)
+
+
+def strip(report):
+    report = dict(report)
+    report.pop("online")
+    return report
+
+
+# ---------------------------------------------------------------- state across processes
+
+
+def test_state_merge_of_four_accumulators_equals_one():
+    records = example_records()[:160]
+    whole = make()
+    feed(whole, records, late_outcomes=False)
+    whole.observe("still-live", {"verbal": 0.3})
+    parts = [make() for _ in range(4)]
+    for i, rec in enumerate(records):
+        feed(parts[i % 4], [rec], late_outcomes=False)
+    parts[2].observe("still-live", {"verbal": 0.3})
+    parts[1].observe("x", {"verbal": 2.0})  # a rejected forecast: the health ledger travels too
+    blobs = [p.state() for p in parts]
+    assert all(isinstance(b, bytes) and b.startswith(MAGIC) for b in blobs)
+    merged = make()
+    for blob in blobs:
+        merged.merge_state(blob)
+    assert merged.n_finished == whole.n_finished == len(records)
+    # The live trajectory arrives live: stopping it on both sides gives the same report.
+    assert merged.n_live == 2 and merged.rejected == {"invalid_forecast": 1}
+    for acc in (whole, merged):
+        acc.stop("still-live", "max_steps", horizon=4)
+    merged.stop("x", "other")
+    whole.observe("x", {"verbal": None})
+    whole.stop("x", "other")
+    assert strip(whole.snapshot()) == strip(merged.snapshot())  # rows travel bit-exactly
+
+
+def test_state_merge_rejects_duplicates_and_bad_bytes():
+    a, b = make(), make()
+    for acc in (a, b):
+        acc.observe("same", {"p": 0.5})
+        acc.stop("same", "clean")
+    a.merge_state(b.state())
+    assert a.n_finished == 1 and a.rejected["duplicate_id"] == 1
+    with pytest.raises(ValueError, match="bad magic"):
+        a.merge_state(b"pickle me")
+    with pytest.raises(ValueError, match="version 9"):
+        a.merge_state(MAGIC + bytes([9]) + b"{}")
+    with pytest.raises(ValueError, match="corrupt"):
+        a.merge_state(MAGIC + bytes([1]) + b"{not json")
+    with pytest.raises(ValueError, match="corrupt"):
+        a.merge_state(MAGIC + bytes([1]) + b'{"settings": {}}')
+    with pytest.raises(ValueError, match="different rules"):
+        a.merge_state(Accumulator(rules=("log",)).state())
+
+
+# ---------------------------------------------------------------- summary mode
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_summary_mode_equals_row_mode(late):
+    records = example_records()
+    rows, summary = make(), make(mode="summary", batch_size=8)
+    feed(rows, records, late_outcomes=late)
+    feed(summary, records, late_outcomes=late)
+    assert summary._summary is not None and summary._summary.n > 0  # really folded
+    assert summary._rows.n < len(records) // 2
+    a, b = summary.snapshot(), rows.snapshot()
+    assert {k[3] for k in _scores(a)} == {"complete-only", "simple", "exact"}
+    assert_same_report(a, b)
+    assert a["online"]["finished"] == b["online"]["finished"] == len(records)
+
+
+def test_summary_mode_with_a_late_predictor_and_partial_outcomes():
+    """A predictor first seen after folds, and some outcomes never arriving (pending)."""
+    records = example_records()[:90]
+    rows, summary = make(), make(mode="summary", batch_size=4)
+    for acc in (rows, summary):
+        feed(acc, records[:60], late_outcomes=False)
+        for i in range(10):
+            acc.observe(f"late-{i}", {"newcomer": 0.1 * i, "verbal": 0.5})
+            acc.stop(f"late-{i}", "clean")
+            if i % 3:
+                acc.resolve(f"late-{i}", outcome=i % 2)
+        feed(acc, records[60:], late_outcomes=True)
+    a, b = summary.snapshot(), rows.snapshot()
+    assert a["audit"]["pending_outcome"] == 4
+    assert "newcomer" in {r["predictor"] for r in a["scores"]}
+    assert_same_report(a, b)
+
+
+def test_summary_mode_late_outcome_waits_then_overflow_is_counted():
+    acc = make(mode="summary", batch_size=1, max_pending=3)
+    for i in range(5):
+        acc.observe(f"r{i}", {"p": 0.2 + 0.1 * i})
+        acc.stop(f"r{i}", "clean")
+    # five waited, the bound is three: the two oldest were folded as pending, counted
+    assert acc.health.get("ignored", "pending_folded") == 2
+    assert acc.resolve("r4", outcome=1)  # still waiting: works
+    assert not acc.resolve("r0", outcome=1)  # folded: its id is forgotten, the resolve is counted
+    assert acc.rejected["resolve_unknown"] == 1
+    snap = acc.snapshot()
+    assert snap["audit"]["pending_outcome"] == 4 and snap["online"]["finished"] == 5
+    row = {k: v for k, v in _scores(snap).items() if k[:3] == ("p", "log", "uniform") and k[3] == "complete-only"}
+    (only,) = row.values()
+    assert only["n"] == 1 and math.isclose(only["mean"], math.log(0.6), abs_tol=1e-12)  # positively oriented: log p
+
+
+def test_summary_mode_keeps_no_row_per_settled_trajectory():
+    acc = make(mode="summary", batch_size=64)
+    for i in range(3000):
+        acc.observe(f"a{i}", {"p": 0.5})
+        acc.stop(f"a{i}", "other" if i % 3 else "clean")
+        if i % 3 == 0:
+            acc.resolve(f"a{i}", outcome=i % 2)
+    acc.flush()
+    assert acc._rows.n < 64 + 64
+    assert acc.snapshot()["audit"]["stop_reasons"]["other"] == 2000
+    # per predictor, a complete usable trajectory keeps 4 summaries + its outcome: 40 bytes
+    st = acc._summary
+    held = sum(p.summaries.nbytes + p.outcomes.nbytes for p in st.predictors.values()) + st.base.outcomes.nbytes
+    assert held <= 1000 * (40 + 8)
+
+
+def test_summary_state_merge_of_four_equals_one_and_row_mode():
+    records = example_records()
+    whole_rows, whole_summary = make(), make(mode="summary", batch_size=8)
+    feed(whole_rows, records)
+    feed(whole_summary, records)
+    parts = [make(mode="summary", batch_size=8) for _ in range(4)]
+    for i, rec in enumerate(records):
+        feed(parts[i % 4], [rec])
+    merged = make(mode="summary")
+    for p in parts:
+        merged.merge_state(p.state())
+    assert_same_report(merged.snapshot(), whole_summary.snapshot())
+    assert_same_report(merged.snapshot(), whole_rows.snapshot())
+
+
+def test_summary_mode_refuses_other_settings_and_row_mode_merges():
+    acc = make(mode="summary")
+    feed(acc, example_records()[:20])
+    with pytest.raises(ValueError, match="summary-mode accumulator reports with"):
+        acc.snapshot(policy=CensoringPolicy.treating_as_censored(["parse_error"]))
+    with pytest.raises(ValueError, match="summary-mode accumulator reports with"):
+        acc.snapshot(bootstrap=B + 1)
+    with pytest.raises(ValueError, match="merges only into a summary-mode"):
+        make().merge_state(acc.state())
+    with pytest.raises(ValueError, match="mode must be"):
+        make(mode="sketch")
+
+
+def test_summary_mode_empty_and_no_complete_snapshots_match_row_mode():
+    for setup in (lambda a: None, lambda a: (a.observe("z", {"p": 0.4}), a.stop("z", "tool_error"))):
+        rows, summary = make(), make(mode="summary", batch_size=1)
+        setup(rows), setup(summary)
+        a, b = strip(summary.snapshot()), strip(rows.snapshot())
+        assert a == b
+    assert np.isfinite(0.0)
