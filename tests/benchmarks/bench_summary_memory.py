@@ -59,9 +59,8 @@ def main() -> None:
     print(f"N = {n} runs of 10 steps, 2 predictors")
     for scenario in ("abandoned", "graded"):
         for mode in ("rows", "summary"):
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", mode, scenario, str(n)], capture_output=True, text=True, check=True
-            )
+            cmd = [sys.executable, __file__, "--child", mode, scenario, str(n)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout)
             print(
                 f"{scenario:9s} {mode:7s}: RSS growth {r['bytes_per_run']:8.1f} B/run,"

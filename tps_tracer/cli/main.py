@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tps_tracer import strict_json
 from tps_tracer.cli.calibrate_cmd import add_calibrate_parser
@@ -54,6 +55,13 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--calibrator", help="apply a saved calibrator (from `tps-tracer calibrate`) instead of refitting")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local (this process, chunked) or ray (Ray Data reads the shards; needs the 'ray' extra)",
+    )
+    p.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one, 127.0.0.1)")
 
 
 # ReportOptions fields -> the flags that set them (an OptionError names the field).
@@ -104,12 +112,30 @@ def _options(args: argparse.Namespace) -> ReportOptions:
 
 def _report(path: str, args: argparse.Namespace) -> int:
     options = _options(args)
-    report = report_from_path(path, options, progress=progress_for(path))
+    if args.engine == "ray":
+        report = _report_on_ray(path, options, args.address)
+    else:
+        if args.address:
+            raise CliError("--address needs --engine ray")
+        report = report_from_path(path, options, progress=progress_for(path))
     if args.json:
         sys.stdout.write(strict_json.dumps(report))
     else:
         sys.stdout.write(render_report(report, path))
     return EXIT_OK
+
+
+def _report_on_ray(path: str, options: ReportOptions, address: str | None) -> dict[str, Any]:
+    try:
+        from tps_tracer.distributed.ray_engine import report_from_path_ray
+    except ImportError as exc:  # pragma: no cover - the module itself imports ray lazily
+        raise CliError(f"--engine ray: {exc}") from None
+    if options.calibrate is not None or options.calibrator is not None:
+        raise CliError("--calibrate / --calibrator refit on the whole sample: not available with --engine ray")
+    try:
+        return report_from_path_ray(path, options, address)
+    except ImportError as exc:
+        raise CliError(f"--engine ray needs Ray Data: pip install 'tps-tracer[ray]' ({exc})") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

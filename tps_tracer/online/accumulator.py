@@ -751,6 +751,18 @@ class Accumulator:
 
     # ------------------------------------------------------------------ state across processes
 
+    def partial_state(self) -> PartialState:
+        """The finished trajectories as one `PartialState` (either mode), for
+        `tps_tracer.distributed.evaluate` or `merge_states`; clean stops still waiting for their
+        outcome are in it as pending. Computed with this accumulator's policy, bootstrap and seed."""
+        self.flush()
+        with self._lock:
+            table = self._rows.table()
+            summary = self._summary
+            first_seen = self._first_seen()
+        rows = PartialState.from_table(table, self._spec(), first_seen)
+        return rows if summary is None else summary.merge(rows)
+
     def state(self) -> bytes:
         """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
         self.flush()
