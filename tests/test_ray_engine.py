@@ -175,3 +175,36 @@ def test_evaluate_partial_states_of_accumulator_replicas_on_ray_tasks(local_ray)
         assert merged["audit"] == single["audit"]
     with pytest.raises(ValueError, match="other rules"):
         evaluate(states, tt.ReportOptions(bootstrap=7))
+
+
+def _gate(argv):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        code = main(["gate", *argv, "--json"])
+    return code, json.loads(buf.getvalue())
+
+
+def test_gate_engine_ray_equals_local_score_and_verdict(local_ray, tmp_path):
+    d = tmp_path / "runs.jsonl"  # the local gate reads directories of Parquet shards only
+    write_trajectories(example_records(), d)
+    for threshold, verdict in (("-5", "pass"), ("0", "fail")):
+        argv = [str(d), "--min", threshold, "--predictor", "truthful", "--bootstrap", "300"]
+        local_code, local = _gate(argv)
+        ray_code, on_ray = _gate([*argv, "--engine", "ray"])
+        assert (local_code, local["verdict"]) == (ray_code, on_ray["verdict"]) and on_ray["verdict"] == verdict
+        assert local["score"].keys() == on_ray["score"].keys()
+        for k, v in local["score"].items():
+            w = on_ray["score"][k]
+            assert v == w if not isinstance(v, float) else math.isclose(v, w, rel_tol=0, abs_tol=1e-12), k
+        assert [c["name"] for c in local["checks"]] == [c["name"] for c in on_ray["checks"]]
+    code, err = _gate_error([str(d), "--vs-base-rate", "--engine", "ray"])
+    assert code == 2 and "--engine ray supports --min" in err
+
+
+def _gate_error(argv):
+    from contextlib import redirect_stderr
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["gate", *argv])
+    return code, err.getvalue()

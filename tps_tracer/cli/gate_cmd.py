@@ -72,6 +72,13 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
+    g.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: score one file or directory on Ray and gate on its report (--min and assumption checks only)",
+    )
+    g.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one)")
     g.set_defaults(func=cmd_gate)
 
 
@@ -125,6 +132,37 @@ def _read_all(paths: list[str]) -> list[TrajectoryRecord]:
     return records
 
 
+def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateCriteria) -> dict[str, Any]:
+    """The report of one file or directory computed on Ray, gated like a snapshot: the paired
+    checks (--vs-base-rate, --baseline) and --max-flip need the per-trajectory replicates."""
+    if len(args.files) != 1:
+        raise GateInputError("--engine ray gates one file or directory of shards")
+    if settings.get("baseline") or crit.vs_base_rate or crit.max_flip is not None:
+        raise GateInputError(
+            "--engine ray supports --min and the assumption checks (not --baseline, --vs-base-rate, --max-flip)"
+        )
+    crit.validate(False)
+    from tps_tracer.distributed.ray_engine import report_from_path_ray
+    from tps_tracer.evaluation.report import ReportOptions
+
+    options = ReportOptions(
+        predictors=[crit.predictor] if crit.predictor else None,
+        rules=[crit.rule],
+        schedules=[crit.weights],
+        bootstrap=crit.bootstrap,
+        seed=crit.seed,
+        policy=crit.policy,
+        base_rate=False,
+    )
+    try:
+        report = report_from_path_ray(args.files[0], options, args.address)
+    except ImportError as exc:
+        raise GateInputError(f"--engine ray needs Ray Data: pip install 'tps-tracer[ray]' ({exc})") from None
+    result = evaluate_gate_on_report(report, crit)
+    result["notes"] = ["gated from the report computed with --engine ray"]
+    return result
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     crit = _criteria(settings)
@@ -142,8 +180,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     else:
         if not args.files:
             raise GateInputError("give candidate trajectory file(s) or --snapshot")
-        baseline = _read_all([settings["baseline"]]) if settings.get("baseline") else None
-        result = evaluate_gate(_read_all(args.files), crit, baseline)
+        if args.engine == "ray":
+            result = _gate_on_ray(args, settings, crit)
+        else:
+            if args.address:
+                raise GateInputError("--address needs --engine ray")
+            baseline = _read_all([settings["baseline"]]) if settings.get("baseline") else None
+            result = evaluate_gate(_read_all(args.files), crit, baseline)
         source = ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):
