@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -47,7 +48,7 @@ def assert_same_report(a_rep, b_rep, tol=1e-12):
 
 
 def feed(acc, records, late_outcomes=True):
-    """q_z before stop (as the summary mode requires), outcomes after every stop when late."""
+    """q_z before or with the stop (as the summary mode requires), outcomes after every stop when late."""
     for rec in records:
         for step in rec.steps:
             assert acc.observe(rec.trajectory_id, step.forecasts)
@@ -55,9 +56,8 @@ def feed(acc, records, late_outcomes=True):
             assert acc.resolve(rec.trajectory_id, q_z=rec.q_z)
         if rec.outcome is not None and not late_outcomes and rec.steps:
             assert acc.resolve(rec.trajectory_id, outcome=rec.outcome)
-        assert acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon)
-        if not rec.steps and rec.q_z is not None:
-            assert acc.resolve(rec.trajectory_id, q_z=rec.q_z)
+        q_at_stop = rec.q_z if not rec.steps else None  # a run never observed gets q_z with its stop
+        assert acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, q_z=q_at_stop)
         if rec.outcome is not None and not late_outcomes and not rec.steps:
             assert acc.resolve(rec.trajectory_id, outcome=rec.outcome)
     if late_outcomes:
@@ -214,6 +214,10 @@ def test_summary_mode_refuses_other_settings_and_row_mode_merges():
         acc.snapshot(policy=CensoringPolicy.treating_as_censored(["parse_error"]))
     with pytest.raises(ValueError, match="summary-mode accumulator reports with"):
         acc.snapshot(bootstrap=B + 1)
+    with pytest.raises(ValueError, match="unknown predictor"):
+        acc.snapshot(predictors=["nope"])
+    with pytest.raises(ValueError, match="unknown predictor"):
+        make().snapshot(predictors=["nope"])  # row mode says the same
     with pytest.raises(ValueError, match="merges only into a summary-mode"):
         make().merge_state(acc.state())
     with pytest.raises(ValueError, match="mode must be"):
@@ -227,3 +231,44 @@ def test_summary_mode_empty_and_no_complete_snapshots_match_row_mode():
         a, b = strip(summary.snapshot()), strip(rows.snapshot())
         assert a == b
     assert np.isfinite(0.0)
+
+
+def test_summary_equals_rows_on_random_trajectories():
+    """Random mixes (missing forecasts, empty runs, every role, horizons beyond the steps), small batches."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from test_accumulator import to_records, trajectory
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(trajectory, min_size=1, max_size=30), st.booleans(), st.integers(1, 5))
+    def check(drawn, late, batch):
+        records = to_records(drawn)
+        rows, summary = make(), make(mode="summary", batch_size=batch)
+        feed(rows, records, late_outcomes=late)
+        feed(summary, records, late_outcomes=late)
+        a, b = summary.snapshot(), rows.snapshot()
+        assert a["online"]["rejected"] == {} and a["online"]["finished"] == b["online"]["finished"]
+        assert_same_report(a, b)
+        merged = make(mode="summary")
+        merged.merge_state(summary.state())
+        assert_same_report(merged.snapshot(), b)
+
+    check()
+
+
+def test_stop_takes_q_z_like_an_earlier_resolve(tmp_path):
+    acc = make(sink=tmp_path / "s.jsonl")
+    acc.observe("a", {"p": 0.5})
+    assert acc.stop("a", "max_steps", horizon=3, q_z=0.25)
+    assert acc.stop("never-observed", "max_steps", horizon=2, q_z=0.5)
+    acc.observe("b", {"p": 0.5})
+    acc.resolve("b", q_z=0.1)
+    assert acc.stop("b", "max_steps", horizon=3, q_z=0.9)  # the stop is kept, the other q_z is a conflict
+    assert acc.rejected == {"conflicting_resolution": 1}
+    acc.observe("c", {"p": 0.5})
+    acc.stop("c", "clean", q_z=2.0)
+    assert acc.rejected["invalid_q_z"] == 1
+    acc.close()
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [x["q_z"] for x in lines] == [0.25, 0.5, 0.1, None]
+    assert acc.snapshot()["audit"]["censored_with_q_z"] == 3

@@ -321,10 +321,12 @@ class Accumulator:
         reason: str | StopReason,
         horizon: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        q_z: float | None = None,
     ) -> bool:
         """Finish a trajectory: write its record and queue it for scoring (its role applies at snapshot).
 
         `horizon` is the step budget T for max_steps stops (defaults to the number of steps).
+        `q_z` is as `resolve(q_z=...)` before the stop (summary mode needs q_Z by the stop).
         A stop for an id never observed is a zero-step trajectory (e.g. a run that failed
         before its first model call): counted in the audit, scored for no predictor.
         """
@@ -336,10 +338,15 @@ class Accumulator:
             except ValueError:
                 self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
                 stop_reason = StopReason.OTHER
+            q = self._clean_q_z(trajectory_id, q_z)
+            conflict = False
             with self._lock:
                 duplicate = trajectory_id in self._rows.row_of
                 if not duplicate:
                     live = self._live.get(trajectory_id) or _Live()
+                    if q is not None:
+                        conflict = live.q_z not in (None, q)
+                        live.q_z = live.q_z if conflict else q
                     # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
                     if horizon is not None and not self._horizon_ok(trajectory_id, horizon, len(live.steps)):
                         horizon = None
@@ -348,6 +355,10 @@ class Accumulator:
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
+            if conflict:
+                self._reject(
+                    "conflicting_resolution", f"{trajectory_id!r}: {_RESOLVE_MESSAGES['conflicting_resolution']}"
+                )
             self._close(trajectory_id, live, stop_reason, horizon, self._clean_metadata(trajectory_id, metadata), None)
             self._maybe_sweep(self._clock())
             return True
@@ -727,7 +738,10 @@ class Accumulator:
             first_seen = self._first_seen()
         parts = [p for p in (summary, PartialState.from_table(table, self._spec(), first_seen)) if p is not None]
         state = parts[0] if len(parts) == 1 else parts[0].merge(parts[1])
-        names = [p for p in (options.predictors or []) if p in state.predictors]
+        names = list(options.predictors or [])
+        unknown = [p for p in names if p not in state.predictors]
+        if unknown:  # as report_from_table in row mode
+            raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
         opts = dataclasses.replace(options, predictors=names)
         if state.n_complete:
             return state.to_report(opts), state.n, state.pending
