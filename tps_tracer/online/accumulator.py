@@ -39,8 +39,8 @@ clean stop still waiting for its outcome stays a row in the pending table, so a 
 `resolve` works as in row mode; at most `max_pending` rows wait (beyond that the oldest is
 folded as pending, counted as ignored/pending_folded, and its outcome can no longer
 arrive). Folded ids are forgotten: a later resolve of one is a counted resolve_unknown.
-q_Z must arrive before (or with) a censored stop's folding, i.e. before `stop` returns in
-practice. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
+q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop is settled
+at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
 policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
 
 State across processes: `state()` is versioned bytes (accumulator_state.py) and
