@@ -9,7 +9,7 @@ fresh subprocess, times (median of --repeat runs, after one warm-up run):
     ray-1 / 2    report_from_path_ray on a local Ray with num_cpus=1 / 2 (Ray's start-up excluded,
                  printed apart), with --rules log,brier --weights all --bootstrap 1000
 
-and the peak RSS of each process: the driver, and the largest Ray worker (ru_maxrss reported by
+and the peak RSS (VmHWM) of each process: the driver, and the largest Ray worker (reported by
 tasks run on every worker process afterwards; workers are reused, so this is the worker that
 reduced the blocks). The machine is shared by other jobs: compare ratios, not seconds.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+def peak_mb() -> float:
+    """This process's peak RSS (VmHWM; ru_maxrss would carry over the parent's across fork + exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
 
 OPTS = {"rules": ("log", "brier"), "schedules": "all", "bootstrap": 1000}
 
@@ -62,13 +70,13 @@ def child(engine: str, path: str, repeat: int, num_blocks: int) -> dict[str, flo
         run()
         times.append(time.perf_counter() - t0)
     out["median_s"] = statistics.median(times)
-    out["driver_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["driver_peak_mb"] = peak_mb()
     if engine != "local":
 
         @ray.remote(num_cpus=1)
         def peak() -> tuple[int, float]:
             time.sleep(0.2)
-            return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            return os.getpid(), peak_mb()
 
         peaks = dict(ray.get([peak.remote() for _ in range(8)]))
         out["worker_peak_mb"] = max(peaks.values())
