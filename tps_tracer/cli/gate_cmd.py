@@ -157,7 +157,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     try:
         report = report_from_path_ray(args.files[0], options, args.address)
     except ImportError as exc:
-        raise GateInputError(f"--engine ray needs Ray Data: pip install 'tps-tracer[ray]' ({exc})") from None
+        raise GateInputError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
     result = evaluate_gate_on_report(report, crit)
     result["notes"] = ["gated from the report computed with --engine ray"]
     return result

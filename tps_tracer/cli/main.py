@@ -135,7 +135,7 @@ def _report_on_ray(path: str, options: ReportOptions, address: str | None) -> di
     try:
         return report_from_path_ray(path, options, address)
     except ImportError as exc:
-        raise CliError(f"--engine ray needs Ray Data: pip install 'tps-tracer[ray]' ({exc})") from None
+        raise CliError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
