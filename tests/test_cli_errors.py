@@ -75,7 +75,12 @@ TABLE = [
     ("report", "unfittable sample", ["report", "{censored}"], "no complete trajectory"),
     # calibrate
     ("calibrate", "missing file", ["calibrate", "{missing}", "-o", "{d}/c.json"], "{missing}: file not found"),
-    ("calibrate", "directory without shards", ["calibrate", "{dir}", "-o", "{d}/c.json"], "the directory holds no .parquet or .jsonl"),
+    (
+        "calibrate",
+        "directory without shards",
+        ["calibrate", "{dir}", "-o", "{d}/c.json"],
+        "the directory holds no .parquet or .jsonl",
+    ),
     ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--bootstrap", "1"], "--bootstrap"),
     ("calibrate", "bad option value", ["calibrate", "{good}", "-o", "{d}/c.json", "--penalty", "0"], "--penalty"),
     ("calibrate", "unknown predictor", ["calibrate", "{good}", "-o", "{d}/c.json", "--predictors", "nope"], "nope"),
