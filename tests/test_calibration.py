@@ -8,9 +8,9 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from tps_tracer.evaluation.calibration import EPS, cross_fit_platt, fit_platt, split_halves, step_weights
+from tps_tracer.evaluation.calibration.cross_fit import EPS, cross_fit_platt, fit_platt, split_halves, step_weights
+from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta, weighted_auroc_failure
 from tps_tracer.evaluation.diagnostics import auroc_failure
-from tps_tracer.evaluation.paired import paired_auroc_delta, paired_mean_delta, weighted_auroc_failure
 from tps_tracer.records import to_arrays
 from tps_tracer.synthetic import simulate_runs, to_records
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.continuations import parse_continuations, read_continuations
+from tps_tracer.evaluation.censoring.continuations import parse_continuations, read_continuations
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.report_options_check import OptionError
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays

@@ -497,7 +497,7 @@ def test_json_block_is_read_by_its_reader(block, tmp_path):
     path.write_text(" ".join(block.code.split("\n")) + "\n")  # the README wraps one JSON line for reading
     first = json.loads(path.read_text())
     if "source_trajectory_id" in first:
-        from tps_tracer.evaluation.continuations import read_continuations
+        from tps_tracer.evaluation.censoring.continuations import read_continuations
 
         [branch] = read_continuations(path)
         assert (branch.source_trajectory_id, branch.outcome) == (first["source_trajectory_id"], first["outcome"])

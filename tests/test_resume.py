@@ -23,8 +23,8 @@ from scipy.stats import binom
 
 from tps_tracer.cli.demo_cmd import DEMO_SEED, DEMO_WORLD
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.continuation_log import ContinuationLog
-from tps_tracer.evaluation.continuations import mc_q_z, parse_continuations, read_continuations
+from tps_tracer.evaluation.censoring.continuation_log import ContinuationLog
+from tps_tracer.evaluation.censoring.continuations import mc_q_z, parse_continuations, read_continuations
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.resume import aresume_continuations, branch_thread_id, resume_continuations
 from tps_tracer.records import read_trajectories

@@ -26,7 +26,7 @@ from tps_tracer.records.stop_reasons import StopReason
 FloatArray = NDArray[np.float64]
 
 if TYPE_CHECKING:
-    from tps_tracer.evaluation.continuations import ContinuationBranch
+    from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
 
 
 def _logit(q: FloatArray) -> FloatArray:
@@ -168,7 +168,7 @@ def simulate_continuations(
     theta (so q_hat_MC -> theta = P(Y = 1 | full state), whose mean given H_Z is q_Z). A
     share of branches ends in a parse error or unresolved (max_steps), as real reruns do.
     """
-    from tps_tracer.evaluation.continuations import ContinuationBranch
+    from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
 
     rng = np.random.default_rng(seed)
     members = only if only is not None else [i for i, r in enumerate(runs.stop_reason) if r is StopReason.MAX_STEPS]

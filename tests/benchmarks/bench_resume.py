@@ -22,7 +22,7 @@ import numpy as np
 from langgraph.checkpoint.memory import InMemorySaver
 from scipy.stats import binom
 
-from tps_tracer.evaluation.continuations import mc_q_z, read_continuations
+from tps_tracer.evaluation.censoring.continuations import mc_q_z, read_continuations
 from tps_tracer.langchain.resume import resume_continuations
 from tps_tracer.records import read_trajectories
 from tps_tracer.records.stop_reasons import StopReason

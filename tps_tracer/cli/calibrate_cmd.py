@@ -16,12 +16,12 @@ from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.calibration import DEFAULT_PENALTY
-from tps_tracer.evaluation.calibrator import Calibrator, fit_calibrator
-from tps_tracer.evaluation.fixed_rank import fixed_rank_sensitivity
-from tps_tracer.evaluation.paired import paired_mean_delta
+from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
+from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY
+from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
+from tps_tracer.evaluation.calibration.paired import paired_mean_delta
+from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
-from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
 from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_columns
 from tps_tracer.records import CensoringPolicy, to_arrays

@@ -20,9 +20,9 @@ import numpy as np
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
-from tps_tracer.evaluation.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.continuations import (
+from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
+from tps_tracer.evaluation.censoring.continuations import (
     DEFAULT_MIN_VALID,
     UNRESOLVED_POLICIES,
     McEstimates,
@@ -30,9 +30,9 @@ from tps_tracer.evaluation.continuations import (
     mc_q_z,
     read_continuations,
 )
-from tps_tracer.evaluation.exact_correction import conditional_projection_check, exact_vs_simple
-from tps_tracer.evaluation.informative import informative_censoring_shift
-from tps_tracer.evaluation.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
+from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
+from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
+from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
 from tps_tracer.evaluation.skipped_predictors import as_dicts, no_data_reason, nothing_left, role_masks, split_usable
 from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays

@@ -36,9 +36,9 @@ import numpy as np
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, writing
 from tps_tracer.cli.report_text import render_report
-from tps_tracer.evaluation.calibration import cross_fit_platt
-from tps_tracer.evaluation.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
-from tps_tracer.evaluation.paired import paired_auroc_delta, paired_mean_delta
+from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
+from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
+from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix

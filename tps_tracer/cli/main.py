@@ -17,7 +17,7 @@ from tps_tracer.cli.gate_cmd import add_gate_parser
 from tps_tracer.cli.plot_cmd import add_plot_parser
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.calibrator import Calibrator
+from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.report import ReportOptions

@@ -11,6 +11,7 @@ from tps_tracer import strict_json
 from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import render_skipped
+from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.plot_data import (
     MAX_STEP_BINS,
@@ -20,7 +21,6 @@ from tps_tracer.evaluation.plot_data import (
     reliability_bins,
     step_contributions,
 )
-from tps_tracer.evaluation.recalibration import PLATT_SUFFIX, with_platt_streams
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.evaluation.tps import CENSORING_MODES, SIMPLE
 from tps_tracer.records import to_arrays

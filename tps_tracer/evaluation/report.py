@@ -24,8 +24,14 @@ from tps_tracer.evaluation.bootstrap import (
     percentile_ci,
     trajectory_keys,
 )
-from tps_tracer.evaluation.calibration import DEFAULT_PENALTY
-from tps_tracer.evaluation.calibrator import Calibrator
+from tps_tracer.evaluation.calibration.calibrator import Calibrator
+from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY
+from tps_tracer.evaluation.calibration.recalibration import (
+    PLATT_SUFFIX,
+    auroc_deltas,
+    with_calibrator_streams,
+    with_platt_streams,
+)
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
@@ -33,12 +39,6 @@ from tps_tracer.evaluation.pairs import (
     PredictorPairs,
     pair_table_from_arrays,
     skip_counts,
-)
-from tps_tracer.evaluation.recalibration import (
-    PLATT_SUFFIX,
-    auroc_deltas,
-    with_calibrator_streams,
-    with_platt_streams,
 )
 from tps_tracer.evaluation.report_options_check import check_report_options
 from tps_tracer.evaluation.skipped_predictors import (

@@ -76,7 +76,7 @@ def check_report_options(opts: ReportOptions) -> None:
             "calibrate", f"unknown method {opts.calibrate!r} (supported: {', '.join(CALIBRATION_METHODS)})"
         )
     if opts.calibrator is not None:
-        from tps_tracer.evaluation.calibrator import Calibrator
+        from tps_tracer.evaluation.calibration.calibrator import Calibrator
 
         if not isinstance(opts.calibrator, Calibrator):
             raise OptionError("calibrator", f"must be a Calibrator, got {type(opts.calibrator).__name__}")

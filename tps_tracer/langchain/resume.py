@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tps_tracer.evaluation.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
+from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output
 from tps_tracer.records.jsonl import read_trajectories

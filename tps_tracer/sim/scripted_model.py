@@ -38,7 +38,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import ensure_config
 from pydantic import PrivateAttr
 
-from tps_tracer.evaluation.continuation_log import BRANCH_OF_KEY
+from tps_tracer.evaluation.censoring.continuation_log import BRANCH_OF_KEY
 from tps_tracer.sim.world import (
     ANSWER,
     WRONG_ANSWER,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.continuations import McEstimates
+from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.calibration import split_halves
-from tps_tracer.evaluation.continuations import McEstimates
-from tps_tracer.evaluation.logistic import fit_logistic, sigmoid
+from tps_tracer.evaluation.calibration.cross_fit import split_halves
+from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
+from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.calibration import cross_fit_platt
+from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.diagnostics import auprc_failure, aurc, auroc_failure
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, score_columns

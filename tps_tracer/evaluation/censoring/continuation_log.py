@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tps_tracer.evaluation.continuations import parse_continuations
+from tps_tracer.evaluation.censoring.continuations import parse_continuations
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.stop_reasons import StopReason
 

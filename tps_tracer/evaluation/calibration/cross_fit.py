@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.logistic import fit_logistic, sigmoid
+from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tps_tracer.evaluation.calibration import DEFAULT_PENALTY, CrossFitResult, cross_fit_platt
-from tps_tracer.evaluation.paired import PairedDelta, paired_auroc_delta
+from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, CrossFitResult, cross_fit_platt
+from tps_tracer.evaluation.calibration.paired import PairedDelta, paired_auroc_delta
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.schedules import WeightSchedule
 
 if TYPE_CHECKING:
-    from tps_tracer.evaluation.calibrator import Calibrator
+    from tps_tracer.evaluation.calibration.calibrator import Calibrator
 
 PLATT_SUFFIX = "+platt"
 

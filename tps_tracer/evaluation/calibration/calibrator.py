@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from tps_tracer import strict_json
 from tps_tracer.atomic_write import write_text
-from tps_tracer.evaluation.calibration import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
+from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
 from tps_tracer.evaluation.skipped_predictors import as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
