@@ -459,3 +459,22 @@ def test_demo_reports_q_z_from_resumed_checkpoints(tmp_path, capsys):
     assert r["mean_abs_error"] == pytest.approx(err)
     assert set(r["cen_exact_tps_log"]) >= {"verbal", "verbal+platt"}
     assert r["resume"]["written"] == 4 * r["resume"]["prefixes"]
+
+
+def test_a_grader_answering_in_words_follows_the_one_outcome_rule(campaign, tmp_path):
+    """Resume grades like the handler (`as_outcome`): "true"/"false" are outcomes, not grader failures."""
+    _, graph, records = campaign
+    some = _censored(records)[:3]
+    reference = tmp_path / "reference.jsonl"
+    resume_continuations(graph, some, reference, branches=2, grader=grade_final_state, budget=BUDGET)
+    out = tmp_path / "words.jsonl"
+    summary = resume_continuations(
+        graph,
+        some,
+        out,
+        branches=2,
+        grader=lambda state: "true" if grade_final_state(state) else "false",
+        budget=BUDGET,
+    )
+    assert summary.grader_errors == 0
+    assert _lines(out) == _lines(reference)

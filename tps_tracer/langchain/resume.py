@@ -52,6 +52,7 @@ from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output
 from tps_tracer.records.jsonl import read_trajectories
+from tps_tracer.records.outcome import as_outcome
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.tracking.keys import TRAJECTORY_ID_KEY
@@ -195,22 +196,14 @@ def _ours(tup: Any, trajectory_id: str) -> bool:
     return tagged is None or str(tagged) == trajectory_id
 
 
-def _grade_value(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int | float) and value in (0, 1):
-        return int(value)
-    return None
-
-
 async def _grade(grader: Grader, state: Any) -> int:
     if inspect.iscoroutinefunction(grader):
         value = await grader(state)
     else:
         value = await asyncio.to_thread(grader, state)
-    y = _grade_value(value)
+    y = as_outcome(value)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
     if y is None:
-        raise ValueError(f"the grader returned {value!r}, not 0/1 or a bool")
+        raise ValueError("the grader returned None: no verdict")
     return y
 
 
