@@ -103,6 +103,8 @@ def test_an_up_front_label_means_the_same_on_both_paths(tmp_path, label, want):
     assert sink_records(sink)["h"].outcome == want
 
     acc2 = Accumulator(bootstrap=0)
+    scored: list[Any] = []
+    acc2.add_listener(scored.append)  # each run's scores, once its outcome is known
     processor = TPSSpanProcessor(acc2, background=False)
     provider = TracerProvider()
     provider.add_span_processor(processor)
@@ -116,22 +118,10 @@ def test_an_up_front_label_means_the_same_on_both_paths(tmp_path, label, want):
             "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
         ).end()
         root.end()
-    records: list[Any] = []
-    acc2.add_listener(records.append)
     snap = acc2.snapshot()
     assert snap["online"]["finished"] == 2 and snap["online"]["pending_outcome"] == 0
-    assert snap["audit"]["n_trajectories"] == 2
-    # Both runs resolved with the same outcome: the base-rate row counts want * 2 successes.
     assert snap["audit"]["stop_reasons"]["clean"] == 2
-    outcomes = {r.trajectory_id: r.outcome for r in _scores(acc2)}
-    assert outcomes == {"a": want, "m": want}
-
-
-def _scores(acc: Accumulator):
-    got: list[Any] = []
-    acc.add_listener(got.append)
-    with acc._lock:
-        return [acc._score_of(tid, row) for tid, row in acc._rows.row_of.items()]
+    assert {s.trajectory_id: s.outcome for s in scored} == {"a": want, "m": want}
 
 
 def test_an_invalid_label_is_counted_and_the_run_stays_pending(tmp_path):
@@ -505,3 +495,25 @@ def test_a_plain_loop_of_separate_traces_is_one_trajectory_until_declared():
     score = next(sc for sc in scored if sc.trajectory_id == "loop-1")
     assert score.n_steps == 3 and score.horizon == 5
     assert score.primary("verbal", "log", "linear-front").value == pytest.approx(s0, abs=1e-12)
+
+
+def test_the_marks_of_runs_that_lost_steps_stay_bounded(tmp_path):
+    """A run that lost a step and is then abandoned for another reason must not leave its mark behind."""
+    from tps_tracer.tracking.tracker import TrajectoryTracker
+
+    acc, _ = new_accumulator(tmp_path)
+    tracker = TrajectoryTracker(acc, source="test", max_queue_size=1)
+    gate, busy = threading.Event(), threading.Event()
+    tracker.worker.call(lambda: (busy.set(), gate.wait()))
+    assert busy.wait(10)
+    states = [tracker.open(f"r{i}") for i in range(5)]
+    for state in states:
+        for _ in range(2):  # one fits the queue, the second is dropped
+            tracker.model_call(state, RawStep("<confidence>0.5</confidence>"), malformed=False)
+    assert len(tracker.worker.damaged) == 1  # bounded by the queue size: at most one mark is kept
+    for state in states:
+        tracker.finish(state, abandoned="evicted")
+    assert not tracker.worker.damaged
+    gate.set()
+    tracker.flush()
+    assert acc.health.get("abandoned", "evicted") == 5

@@ -226,6 +226,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
         """A span event the full queue refused (counted by the worker): its trace is incomplete."""
+        if len(self._damaged) >= self.max_open_traces:  # marks of traces never finished: keep it bounded
+            self._damaged.pop()
         self._damaged.add(event[2].context.trace_id)
 
     # ------------------------------------------------------------------ the worker: per-span bookkeeping
@@ -371,6 +373,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         return {**(child.attributes or {}), **attrs}
 
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
+        if self._damaged and trace_id in self._damaged:
+            self._damaged.discard(trace_id)  # taken whatever happens next, so the set stays bounded
+            abandoned = abandoned or "queue_full"
         root = st.root
         root_attrs = self._root_attributes(st)
         metadata = sr.run_metadata(root_attrs)
@@ -391,9 +396,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self.links.add(tid, SpanLink(trace_id, root.context.span_id))
         if not self.capture:
             return
-        if abandoned is None and trace_id in self._damaged:
-            self._damaged.discard(trace_id)
-            abandoned = "queue_full"
         state = self.tracker.open(tid, metadata)
         malformed = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
         for i, span in enumerate(steps):

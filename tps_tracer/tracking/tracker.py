@@ -108,7 +108,7 @@ class TrajectoryTracker:
             # request) is not an agent trajectory: counted, never recorded.
             self.health.count("ignored", "runs_without_model_calls")
             return None
-        if abandoned is None and self.worker.take_damaged(state.tid):
+        if self.worker.take_damaged(state.tid) and abandoned is None:  # always taken: the set stays bounded
             abandoned = "queue_full"
         decision = decide_stop(state, observed, self.horizon, abandoned)
         if decision.reason is StopReason.MAX_STEPS and budget_label is not None:  # the label matters only here

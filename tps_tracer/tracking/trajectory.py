@@ -56,7 +56,6 @@ class TrajectoryState:
     tid: str
     metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
     n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
-    n_steps: int = 0
     failed_calls: int = 0
     repairs: int = 0
     consecutive_malformed: int = 0
@@ -87,7 +86,6 @@ class TrajectoryState:
                 self.repairs += 1
             return False
         self.consecutive_malformed = 0
-        self.n_steps += 1
         return True
 
     def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:

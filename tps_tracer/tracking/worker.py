@@ -145,6 +145,8 @@ class CaptureWorker:
     def _drop(self, event: tuple[Any, ...]) -> None:
         kind = "after_close" if self._closed else "queue_full"
         if event[0] == "step":
+            if len(self.damaged) >= self.max_queue_size:  # marks of runs never finished: keep it bounded
+                self.damaged.pop()
             self.damaged.add(event[1])
         self.health.count(
             "dropped",
