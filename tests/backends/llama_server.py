@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.server_process import free_port, listening_addresses, wait_until_healthy
+from backends.server_process import free_port, listening_addresses, stop_process_group, wait_until_healthy
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
@@ -93,13 +92,7 @@ class LlamaServer:
         wait_until_healthy("llama-cpp-python server", self.process, f"{self.url}/v1/models", self.log, timeout)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        stop_process_group(self.process)
         self.process = None
 
     def listening_addresses(self) -> list[str]:

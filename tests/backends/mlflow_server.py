@@ -9,11 +9,10 @@ with the `mlflow-tracing` client from the main virtualenv, as a user would.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
-from backends.server_process import free_port, listening_addresses, wait_until_healthy
+from backends.server_process import free_port, listening_addresses, stop_process_group, wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,13 +62,7 @@ class MlflowServer:
         wait_until_healthy("MLflow", self.process, f"{self.url}/health", self.log, timeout)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        stop_process_group(self.process)
         self.process = None
 
     def listening_addresses(self) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -44,3 +46,15 @@ def listening_addresses(ports: list[int]) -> list[str]:
             if state == "0A" and int(port, 16) in ports:
                 out.append(addr)
     return out
+
+
+def stop_process_group(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server started with start_new_session=True (its workers too): TERM, then KILL after 30 s."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
