@@ -232,12 +232,12 @@ def test_a_record_file_with_several_problems_lists_them_after_the_first_line(fil
 
 def test_an_internal_error_is_exit_3_not_1_and_not_a_traceback(files, capsys, monkeypatch):
     """A bug (an exception nobody expected) must never look like the gate's FAIL (exit 1)."""
-    import tps_tracer.cli.main as cli_main
+    import tps_tracer.cli.report_cmd as report_cmd
 
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli_main, "report_from_path", broken)
+    monkeypatch.setattr(report_cmd, "report_from_path", broken)
     code, _, err = call(["report", str(files["good"])], capsys)
     assert code == 3
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

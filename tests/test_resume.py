@@ -21,8 +21,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from scipy.stats import binom
 
-from tps_tracer.cli.demo_cmd import DEMO_SEED, DEMO_WORLD
+from tps_tracer.cli.demo_cmd import DEMO_WORLD
 from tps_tracer.cli.main import main
+from tps_tracer.constants import DEMO_SEED
 from tps_tracer.evaluation.censoring.continuation_log import ContinuationLog
 from tps_tracer.evaluation.censoring.continuations import mc_q_z, parse_continuations, read_continuations
 from tps_tracer.health import HealthLedger

@@ -8,35 +8,79 @@ Public entry points:
     tps_tracer.evaluate(records, ...)       the report object (same as `tps-tracer report --json`)
     tps_tracer.Accumulator(...)             online TPS: observe / stop / resolve / snapshot / merge
     tps_tracer.SignalExtractor()            one LLM step (text, logprobs) -> the five forecasts
+
+These names are imported on first use (PEP 562): `import tps_tracer` and the command line's
+`--help` do not pay for numpy, scipy and pydantic until something needs them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
-from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
-from tps_tracer.records import (
-    CensoringPolicy,
-    Role,
-    StepRecord,
-    StopReason,
-    TrajectoryFileError,
-    TrajectoryRecord,
-    read_trajectories,
-    to_arrays,
-    write_trajectories,
-)
-from tps_tracer.scoring import custom_schedule, get_rule, get_schedule, score, weights
+if TYPE_CHECKING:
+    from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
+    from tps_tracer.evaluation.report import ReportOptions
+    from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
+    from tps_tracer.records import (
+        CensoringPolicy,
+        Role,
+        StepRecord,
+        StopReason,
+        TrajectoryFileError,
+        TrajectoryRecord,
+        read_trajectories,
+        to_arrays,
+        write_trajectories,
+    )
+    from tps_tracer.scoring import custom_schedule, get_rule, get_schedule, score, weights
 
 __version__ = "0.1.0"
+
+_HOME = {
+    "SignalExtractor": "tps_tracer.capture",
+    "VerbalConfidenceExtractor": "tps_tracer.capture",
+    "ReportOptions": "tps_tracer.evaluation.report",
+    "Accumulator": "tps_tracer.online",
+    "AccumulatorError": "tps_tracer.online",
+    "JsonlSink": "tps_tracer.online",
+    "CensoringPolicy": "tps_tracer.records",
+    "Role": "tps_tracer.records",
+    "StepRecord": "tps_tracer.records",
+    "StopReason": "tps_tracer.records",
+    "TrajectoryFileError": "tps_tracer.records",
+    "TrajectoryRecord": "tps_tracer.records",
+    "read_trajectories": "tps_tracer.records",
+    "to_arrays": "tps_tracer.records",
+    "write_trajectories": "tps_tracer.records",
+    "custom_schedule": "tps_tracer.scoring",
+    "get_rule": "tps_tracer.scoring",
+    "get_schedule": "tps_tracer.scoring",
+    "score": "tps_tracer.scoring",
+    "weights": "tps_tracer.scoring",
+}
 
 
 def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None = None) -> dict[str, Any]:
     """Evaluate trajectory records; returns the report dict documented in the README."""
+    from tps_tracer.evaluation.report import build_report
+    from tps_tracer.records.arrays import to_arrays
+
     return build_report(to_arrays(records), options)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})
 
 
 __all__ = [
@@ -59,6 +103,7 @@ __all__ = [
     "get_schedule",
     "read_trajectories",
     "score",
+    "to_arrays",
     "weights",
     "write_trajectories",
 ]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
 def peak_mb() -> float:
     """This process's peak RSS (VmHWM; ru_maxrss would carry over the parent's across fork + exec)."""
     with open("/proc/self/status") as f:

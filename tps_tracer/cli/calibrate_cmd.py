@@ -15,9 +15,7 @@ from typing import Any
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
-from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.calibration.paired import paired_mean_delta
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
@@ -29,20 +27,6 @@ from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
-
-
-def add_calibrate_parser(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="fit a Platt calibrator artifact (JSON) from trajectory records")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
-    p.add_argument("-o", "--output", required=True, help="where to write the calibrator JSON")
-    p.add_argument("--predictors", help="comma-separated predictors to calibrate (default: all)")
-    p.add_argument("--weights", default="linear-front", help="TPS schedule whose step weights the fit uses")
-    p.add_argument("--penalty", type=float, default=DEFAULT_PENALTY, help="L2 penalty on the slope (paper: 1.0)")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
-    p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
-    p.set_defaults(func=cmd_calibrate)
 
 
 def cross_fit_evaluation(

@@ -20,11 +20,8 @@ import numpy as np
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
-    DEFAULT_MIN_VALID,
-    UNRESOLVED_POLICIES,
     McEstimates,
     attach_q_z,
     mc_q_z,
@@ -40,30 +37,6 @@ from tps_tracer.records.parquet import read_records
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
-
-
-def add_censoring_parser(sub: Any) -> None:
-    p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
-    p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
-    p.add_argument("--min-valid", type=int, default=DEFAULT_MIN_VALID, help="valid branches needed per prefix")
-    p.add_argument("--unresolved", choices=UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as")
-    p.add_argument(
-        "--q-z-model",
-        metavar="FEATURES",
-        help="plug-in q_Z model features, e.g. 'step_share,logit:token_prob' (keep the predictor under test out)",
-    )
-    p.add_argument("--hybrid", action="store_true", help="train the q_Z model on the MC-audited prefixes")
-    p.add_argument("--write-records", metavar="OUT", help="write the records with the estimated q_z")
-    p.add_argument("--predictors", help="comma-separated predictors (default: all)")
-    p.add_argument("--rules", default="log", help="score rules (default: log)")
-    p.add_argument("--weights", default="linear-front", help="weight schedules, or 'all'")
-    p.add_argument("--artificial", default="0.25,0.5,0.75", help="artificial censoring rates, or 'none'")
-    p.add_argument("--informative", default="parse_error", help="informative stop reasons to re-score as censored")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.set_defaults(func=cmd_censoring)
 
 
 def _q_z_source(

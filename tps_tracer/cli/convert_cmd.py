@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from tps_tracer.records.chunks import is_parquet
 from tps_tracer.records.parquet import jsonl_to_parquet, parquet_to_jsonl
-
-
-def add_convert_parser(sub: Any) -> None:
-    c = sub.add_parser(
-        "convert",
-        help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)",
-    )
-    c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
-    c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
-    c.set_defaults(func=cmd_convert)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

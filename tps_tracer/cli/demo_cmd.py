@@ -49,31 +49,11 @@ from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 from tps_tracer.sim.world import WorldConfig
 
-DEMO_TASKS = 300
 DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent
 DEMO_RECURSION_LIMIT = 16  # the campaign's budget (8 model calls); resumed branches get a fresh one
-DEMO_SEED = 7
 PLATT = "verbal+platt"
 PRIMARY_RULE = "log"
 PRIMARY_WEIGHTS = "linear-front"
-
-
-def add_demo_parser(sub: Any) -> None:
-    d = sub.add_parser("demo", help="end-to-end demo: simulated tasks through a real LangGraph agent (no network)")
-    d.add_argument("--out", help="directory for the generated record files (default: a temp dir)")
-    d.add_argument("--tasks", type=int, default=DEMO_TASKS, help=f"tasks per agent (default {DEMO_TASKS})")
-    d.add_argument("--seed", type=int, default=DEMO_SEED, help="world and bootstrap seed")
-    d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
-    d.add_argument("--json", action="store_true", help="print the findings as JSON instead of the report")
-    d.add_argument(
-        "--q-z",
-        choices=("oracle", "resume"),
-        default="oracle",
-        help="q_Z of censored runs: the world's exact value, or estimated by resuming checkpoints",
-    )
-    d.add_argument("--branches", type=int, default=10, help="continuation branches per censored run (--q-z resume)")
-    d.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (--q-z resume)")
-    d.set_defaults(func=cmd_demo)
 
 
 def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[TrajectoryRecord]:

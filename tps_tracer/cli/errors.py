@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from tps_tracer.records.jsonl import TrajectoryFileError
+from tps_tracer.records.errors import TrajectoryFileError
 
 EXIT_OK = 0
 EXIT_GATE_FAIL = 1

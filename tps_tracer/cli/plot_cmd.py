@@ -12,7 +12,6 @@ from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import render_skipped
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
-from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.plot_data import (
     MAX_STEP_BINS,
     MAX_TRACE_POINTS,
@@ -22,26 +21,10 @@ from tps_tracer.evaluation.plot_data import (
     step_contributions,
 )
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
-from tps_tracer.evaluation.tps import CENSORING_MODES, SIMPLE
 from tps_tracer.records import to_arrays
 from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
-
-
-def add_plot_parser(sub: Any) -> None:
-    p = sub.add_parser("plot", help="draw reliability, forecast traces and per-step scores (PNG/SVG)")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
-    p.add_argument("-o", "--out", required=True, help="output directory")
-    p.add_argument("--predictors", help="comma-separated predictors (default: all); traces use the first")
-    p.add_argument("--calibrate", choices=["platt"], help="also draw raw vs cross-fitted Platt per predictor")
-    p.add_argument("--format", choices=["png", "svg"], default="png")
-    p.add_argument("--bins", type=int, default=DEFAULT_ECE_BINS, help="quantile bins of the reliability diagram")
-    p.add_argument("--rule", default="log")
-    p.add_argument("--weights", default="linear-front")
-    p.add_argument("--censoring", choices=CENSORING_MODES, default=SIMPLE)
-    p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
-    p.set_defaults(func=cmd_plot)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

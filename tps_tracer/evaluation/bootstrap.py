@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED
+
 FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
 
-DEFAULT_REPLICATES = 1000
-DEFAULT_SEED = 0
 CI_LEVEL = 0.95
 # Hash at most this many (replicate x trajectory) weights at once (2 MB of uint64 state: cache-sized).
 _BLOCK_ELEMENTS = 250_000

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
@@ -27,11 +28,6 @@ from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
 FloatArray = NDArray[np.float64]
-
-COMPLETE_ONLY = "complete-only"
-SIMPLE = "simple"
-EXACT = "exact"
-CENSORING_MODES = (COMPLETE_ONLY, SIMPLE, EXACT)
 
 
 @dataclass(frozen=True)

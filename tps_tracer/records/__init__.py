@@ -1,15 +1,37 @@
-"""The interchange schema (JSON Lines), stop reasons and their roles, and flat arrays."""
+"""The interchange schema (JSON Lines), stop reasons and their roles, and flat arrays.
 
-from tps_tracer.records.arrays import PredictorColumn, TrajectoryArrays, to_arrays
-from tps_tracer.records.jsonl import (
-    RecordError,
-    TrajectoryFileError,
-    parse_lines,
-    read_trajectories,
-    write_trajectories,
-)
-from tps_tracer.records.schema import StepRecord, TrajectoryRecord
-from tps_tracer.records.stop_reasons import DEFAULT_ROLES, CensoringPolicy, Role, StopReason
+The names below are imported on first use (PEP 562), so importing one light submodule
+(e.g. `tps_tracer.records.errors`) does not load pydantic, numpy and scipy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tps_tracer.records.arrays import PredictorColumn, TrajectoryArrays, to_arrays
+    from tps_tracer.records.errors import RecordError, TrajectoryFileError
+    from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
+    from tps_tracer.records.schema import StepRecord, TrajectoryRecord
+    from tps_tracer.records.stop_reasons import DEFAULT_ROLES, CensoringPolicy, Role, StopReason
+
+_HOME = {
+    "PredictorColumn": "arrays",
+    "TrajectoryArrays": "arrays",
+    "to_arrays": "arrays",
+    "RecordError": "errors",
+    "TrajectoryFileError": "errors",
+    "parse_lines": "jsonl",
+    "read_trajectories": "jsonl",
+    "write_trajectories": "jsonl",
+    "StepRecord": "schema",
+    "TrajectoryRecord": "schema",
+    "DEFAULT_ROLES": "stop_reasons",
+    "CensoringPolicy": "stop_reasons",
+    "Role": "stop_reasons",
+    "StopReason": "stop_reasons",
+}
 
 __all__ = [
     "DEFAULT_ROLES",
@@ -27,3 +49,16 @@ __all__ = [
     "to_arrays",
     "write_trajectories",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

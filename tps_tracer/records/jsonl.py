@@ -7,51 +7,17 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from pydantic import ValidationError
 
 from tps_tracer.atomic_write import atomic_write
+from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
-
-
-@dataclass(frozen=True)
-class RecordError:
-    line: int
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        if self.line == 0:  # the file as a whole (not found, empty, not text)
-            return self.message
-        where = f"line {self.line}" + (f", field '{self.field}'" if self.field else "")
-        return f"{where}: {self.message}"
-
-
-class TrajectoryFileError(ValueError):
-    """A trajectory file could not be read; `errors` lists every problem found (up to a cap)."""
-
-    def __init__(self, source: str, errors: list[RecordError], truncated: bool = False):
-        self.source = source
-        self.errors = errors
-        self.truncated = truncated
-        more = " (further errors not shown)" if truncated else ""
-        lines = "\n".join(f"  {e}" for e in errors)
-        super().__init__(f"{source}: {len(errors)} problem(s){more}\n{lines}")
-
-    def summary(self) -> str:
-        """The first problem on one line naming the file; further problems on the lines below."""
-        first = f"{self.source}: {self.errors[0]}" if self.errors else f"{self.source}: unreadable"
-        rest = self.errors[1:]
-        if not rest:
-            return first
-        more = " (further errors not shown)" if self.truncated else ""
-        return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
 
 
 def _loc_to_field(loc: tuple[int | str, ...]) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_PENALTY
 from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -32,7 +33,6 @@ FloatArray = NDArray[np.float64]
 
 EPS = 1e-6
 SD_FLOOR = 1e-6
-DEFAULT_PENALTY = 1.0
 
 
 def _logit(p: FloatArray) -> FloatArray:

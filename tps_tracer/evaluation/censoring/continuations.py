@@ -26,15 +26,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, runs_into_end
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 FloatArray = NDArray[np.float64]
-
-DEFAULT_MIN_VALID = 5
-UNRESOLVED_POLICIES = ("exclude", "failure", "success")
 
 
 @dataclass(frozen=True)

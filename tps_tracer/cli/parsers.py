@@ -1,0 +1,207 @@
+"""Every `tps-tracer` command's arguments, built without importing the code that runs them.
+
+A command's module (numpy, scipy, the record readers) is imported only when that command
+runs, through `Command`; so `tps-tracer --help`, `tps-tracer gate --help` and a usage
+error cost about Python's own start. Keep this module's imports light: names and
+defaults shared with the library come from `tps_tracer.constants`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from tps_tracer.cli.errors import DEBUG_ENV, OneLineParser
+from tps_tracer.constants import (
+    CENSORING_MODES,
+    DEFAULT_ECE_BINS,
+    DEFAULT_MIN_VALID,
+    DEFAULT_PENALTY,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    DEMO_SEED,
+    DEMO_TASKS,
+    SIMPLE,
+    UNRESOLVED_POLICIES,
+)
+
+
+class Command:
+    """A command's entry point `tps_tracer.cli.MODULE.FUNCTION`, imported when first called."""
+
+    def __init__(self, module: str, function: str):
+        self.module = f"tps_tracer.cli.{module}"
+        self.function = function
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        run = getattr(importlib.import_module(self.module), self.function)
+        return int(run(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
+    parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also: {DEBUG_ENV}=1)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("report", help="score a trajectory file (JSON Lines, Parquet, or a directory of shards)")
+    p.add_argument("file", help="trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards")
+    add_report_options(p)
+    p.set_defaults(func=Command("report_cmd", "cmd_report"))
+    add_demo_parser(sub)
+    add_gate_parser(sub)
+    add_calibrate_parser(sub)
+    add_censoring_parser(sub)
+    add_plot_parser(sub)
+    add_convert_parser(sub)
+    for command in sub.choices.values():  # `--debug` also after the command name
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
+def add_report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")
+    p.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules, e.g. 'log,brier,beta(2,4)'")
+    p.add_argument(
+        "--weights",
+        default="linear-front",
+        help="weight schedules: linear-front, uniform, exponential-front, linear-back, or 'all'",
+    )
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="bootstrap replicates (0: no CIs)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
+    p.add_argument(
+        "--no-base-rate",
+        action="store_true",
+        help="omit the constant base-rate reference predictor",
+    )
+    p.add_argument(
+        "--treat-as-censored",
+        default="",
+        help="sensitivity analysis: informative stop reasons to treat as censored, e.g. 'parse_error'",
+    )
+    p.add_argument(
+        "--calibrate",
+        choices=["platt"],
+        help="add cross-fitted recalibrated '<predictor>+platt' rows and paired raw-vs-recalibrated deltas",
+    )
+    p.add_argument("--calibrator", help="apply a saved calibrator (from `tps-tracer calibrate`) instead of refitting")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local (this process, chunked) or ray (Ray Data reads the shards; needs the 'ray' extra)",
+    )
+    p.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one, 127.0.0.1)")
+
+
+def add_demo_parser(sub: Any) -> None:
+    d = sub.add_parser("demo", help="end-to-end demo: simulated tasks through a real LangGraph agent (no network)")
+    d.add_argument("--out", help="directory for the generated record files (default: a temp dir)")
+    d.add_argument("--tasks", type=int, default=DEMO_TASKS, help=f"tasks per agent (default {DEMO_TASKS})")
+    d.add_argument("--seed", type=int, default=DEMO_SEED, help="world and bootstrap seed")
+    d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
+    d.add_argument("--json", action="store_true", help="print the findings as JSON instead of the report")
+    d.add_argument(
+        "--q-z",
+        choices=("oracle", "resume"),
+        default="oracle",
+        help="q_Z of censored runs: the world's exact value, or estimated by resuming checkpoints",
+    )
+    d.add_argument("--branches", type=int, default=10, help="continuation branches per censored run (--q-z resume)")
+    d.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (--q-z resume)")
+    d.set_defaults(func=Command("demo_cmd", "cmd_demo"))
+
+
+def add_gate_parser(sub: Any) -> None:
+    g = sub.add_parser("gate", help="pass/fail a candidate agent on censored TPS with confidence intervals")
+    g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
+    g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
+    g.add_argument("--config", help="TOML file with a [gate] table of these settings")
+    g.add_argument("--predictor", help="predictor to gate on (default: the first in the file)")
+    g.add_argument("--rule", help="score rule (default log)")
+    g.add_argument("--weights", help="weight schedule (default linear-front)")
+    g.add_argument("--censoring", help="complete-only, simple (default) or exact")
+    g.add_argument("--min", type=float, help="pass only if the score's CI lower bound is >= this")
+    g.add_argument("--vs-base-rate", action="store_true", default=None, help="non-inferiority to the base rate")
+    g.add_argument("--baseline", help="baseline run's trajectory file: non-inferiority to it")
+    g.add_argument("--margin", type=float, help="tolerated shortfall for --vs-base-rate / --baseline (default 0)")
+    g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
+    g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
+    g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
+    g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
+    g.add_argument("--bootstrap", type=int, help="bootstrap replicates (default 2000)")
+    g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
+    g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
+    g.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: score one file or directory on Ray and gate on its report (--min and assumption checks only)",
+    )
+    g.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one)")
+    g.set_defaults(func=Command("gate_cmd", "cmd_gate"))
+
+
+def add_calibrate_parser(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="fit a Platt calibrator artifact (JSON) from trajectory records")
+    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("-o", "--output", required=True, help="where to write the calibrator JSON")
+    p.add_argument("--predictors", help="comma-separated predictors to calibrate (default: all)")
+    p.add_argument("--weights", default="linear-front", help="TPS schedule whose step weights the fit uses")
+    p.add_argument("--penalty", type=float, default=DEFAULT_PENALTY, help="L2 penalty on the slope (paper: 1.0)")
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
+    p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
+    p.set_defaults(func=Command("calibrate_cmd", "cmd_calibrate"))
+
+
+def add_censoring_parser(sub: Any) -> None:
+    p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
+    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
+    p.add_argument("--min-valid", type=int, default=DEFAULT_MIN_VALID, help="valid branches needed per prefix")
+    p.add_argument("--unresolved", choices=UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as")
+    p.add_argument(
+        "--q-z-model",
+        metavar="FEATURES",
+        help="plug-in q_Z model features, e.g. 'step_share,logit:token_prob' (keep the predictor under test out)",
+    )
+    p.add_argument("--hybrid", action="store_true", help="train the q_Z model on the MC-audited prefixes")
+    p.add_argument("--write-records", metavar="OUT", help="write the records with the estimated q_z")
+    p.add_argument("--predictors", help="comma-separated predictors (default: all)")
+    p.add_argument("--rules", default="log", help="score rules (default: log)")
+    p.add_argument("--weights", default="linear-front", help="weight schedules, or 'all'")
+    p.add_argument("--artificial", default="0.25,0.5,0.75", help="artificial censoring rates, or 'none'")
+    p.add_argument("--informative", default="parse_error", help="informative stop reasons to re-score as censored")
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=Command("censoring_cmd", "cmd_censoring"))
+
+
+def add_plot_parser(sub: Any) -> None:
+    p = sub.add_parser("plot", help="draw reliability, forecast traces and per-step scores (PNG/SVG)")
+    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("-o", "--out", required=True, help="output directory")
+    p.add_argument("--predictors", help="comma-separated predictors (default: all); traces use the first")
+    p.add_argument("--calibrate", choices=["platt"], help="also draw raw vs cross-fitted Platt per predictor")
+    p.add_argument("--format", choices=["png", "svg"], default="png")
+    p.add_argument("--bins", type=int, default=DEFAULT_ECE_BINS, help="quantile bins of the reliability diagram")
+    p.add_argument("--rule", default="log")
+    p.add_argument("--weights", default="linear-front")
+    p.add_argument("--censoring", choices=CENSORING_MODES, default=SIMPLE)
+    p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
+    p.set_defaults(func=Command("plot_cmd", "cmd_plot"))
+
+
+def add_convert_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "convert",
+        help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)",
+    )
+    c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
+    c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
+    c.set_defaults(func=Command("convert_cmd", "cmd_convert"))

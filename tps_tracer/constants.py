@@ -1,0 +1,30 @@
+"""Names and defaults shared by the library and the command line.
+
+This module imports nothing: the CLI builds every parser (and answers `--help`) from it
+without loading numpy or scipy. The library modules that use these names import them from
+here, so each is defined once (and stays importable from its old module).
+"""
+
+# Bootstrap (evaluation/bootstrap.py).
+DEFAULT_REPLICATES = 1000
+DEFAULT_SEED = 0
+
+# Censoring modes of the TPS (evaluation/tps.py).
+COMPLETE_ONLY = "complete-only"
+SIMPLE = "simple"
+EXACT = "exact"
+CENSORING_MODES = (COMPLETE_ONLY, SIMPLE, EXACT)
+
+# Quantile bins of T-ECE and the reliability diagram (evaluation/diagnostics.py).
+DEFAULT_ECE_BINS = 10
+
+# L2 penalty on the Platt slope (evaluation/calibration/cross_fit.py; the paper uses 1.0).
+DEFAULT_PENALTY = 1.0
+
+# Monte Carlo continuations (evaluation/censoring/continuations.py).
+DEFAULT_MIN_VALID = 5
+UNRESOLVED_POLICIES = ("exclude", "failure", "success")
+
+# The demo (cli/demo_cmd.py).
+DEMO_TASKS = 300
+DEMO_SEED = 7

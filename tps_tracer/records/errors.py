@@ -1,0 +1,40 @@
+"""The errors a trajectory file can raise, in a module without dependencies (the CLI's error
+boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RecordError:
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        if self.line == 0:  # the file as a whole (not found, empty, not text)
+            return self.message
+        where = f"line {self.line}" + (f", field '{self.field}'" if self.field else "")
+        return f"{where}: {self.message}"
+
+
+class TrajectoryFileError(ValueError):
+    """A trajectory file could not be read; `errors` lists every problem found (up to a cap)."""
+
+    def __init__(self, source: str, errors: list[RecordError], truncated: bool = False):
+        self.source = source
+        self.errors = errors
+        self.truncated = truncated
+        more = " (further errors not shown)" if truncated else ""
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(f"{source}: {len(errors)} problem(s){more}\n{lines}")
+
+    def summary(self) -> str:
+        """The first problem on one line naming the file; further problems on the lines below."""
+        first = f"{self.source}: {self.errors[0]}" if self.errors else f"{self.source}: unreadable"
+        rest = self.errors[1:]
+        if not rest:
+            return first
+        more = " (further errors not shown)" if self.truncated else ""
+        return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
