@@ -91,6 +91,8 @@ bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_handler.py
 	$(BIN)/python tests/benchmarks/bench_span_processor.py
 	$(BIN)/python tests/benchmarks/bench_report_scale.py
+	$(BIN)/python tests/benchmarks/bench_gate_scale.py
+	$(BIN)/python tests/benchmarks/bench_startup.py
 
 # tps-tracer's cost as a percentage of a real model call (SmolLM2 on llama-cpp-python; ~3 min each).
 bench-real-model: real-model

@@ -25,12 +25,11 @@ from tps_tracer.cli.gate_text import render_gate_markdown, render_gate_text
 from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateInputError,
-    evaluate_gate,
     evaluate_gate_on_report,
+    gate_paths,
 )
+from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.records import CensoringPolicy
-from tps_tracer.records.parquet import read_records
-from tps_tracer.records.schema import TrajectoryRecord
 
 # flag -> (type, GateCriteria field or None)
 _SETTINGS: dict[str, tuple[type, str | None]] = {
@@ -49,37 +48,6 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     "baseline": (str, None),
     "treat_as_censored": (str, None),
 }
-
-
-def add_gate_parser(sub: Any) -> None:
-    g = sub.add_parser("gate", help="pass/fail a candidate agent on censored TPS with confidence intervals")
-    g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
-    g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
-    g.add_argument("--config", help="TOML file with a [gate] table of these settings")
-    g.add_argument("--predictor", help="predictor to gate on (default: the first in the file)")
-    g.add_argument("--rule", help="score rule (default log)")
-    g.add_argument("--weights", help="weight schedule (default linear-front)")
-    g.add_argument("--censoring", help="complete-only, simple (default) or exact")
-    g.add_argument("--min", type=float, help="pass only if the score's CI lower bound is >= this")
-    g.add_argument("--vs-base-rate", action="store_true", default=None, help="non-inferiority to the base rate")
-    g.add_argument("--baseline", help="baseline run's trajectory file: non-inferiority to it")
-    g.add_argument("--margin", type=float, help="tolerated shortfall for --vs-base-rate / --baseline (default 0)")
-    g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
-    g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
-    g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
-    g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
-    g.add_argument("--bootstrap", type=int, help="bootstrap replicates (default 2000)")
-    g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
-    g.add_argument("--json", action="store_true", help="print the result as JSON")
-    g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
-    g.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="ray: score one file or directory on Ray and gate on its report (--min and assumption checks only)",
-    )
-    g.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one)")
-    g.set_defaults(func=cmd_gate)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,18 +86,6 @@ def _criteria(settings: dict[str, Any]) -> GateCriteria:
     if reasons:
         crit.policy = CensoringPolicy.treating_as_censored(reasons)
     return crit
-
-
-def _read_all(paths: list[str]) -> list[TrajectoryRecord]:
-    records: list[TrajectoryRecord] = []
-    seen: set[str] = set()
-    for path in paths:
-        for rec in read_records(path):  # JSON Lines, Parquet or a directory of Parquet shards
-            if rec.trajectory_id in seen:
-                raise GateInputError(f"{path}: trajectory id {rec.trajectory_id!r} also appears in an earlier file")
-            seen.add(rec.trajectory_id)
-            records.append(rec)
-    return records
 
 
 def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateCriteria) -> dict[str, Any]:
@@ -185,8 +141,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         else:
             if args.address:
                 raise GateInputError("--address needs --engine ray")
-            baseline = _read_all([settings["baseline"]]) if settings.get("baseline") else None
-            result = evaluate_gate(_read_all(args.files), crit, baseline)
+            result = gate_paths(args.files, crit, settings.get("baseline"), progress=progress_for(args.files[0]))
         source = ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
 
 Progress = Callable[[Chunk], None]
+T = TypeVar("T")
 
 
 def _chunks(path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None) -> Iterator[Chunk]:
@@ -95,18 +96,33 @@ def state_from_path(
     return state
 
 
+def map_chunks(
+    path: str | os.PathLike[str],
+    fn: Callable[[TrajectoryArrays], T],
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Progress | None = None,
+) -> list[T]:
+    """`fn` of every chunk's arrays, in file order (one result from the exact reader when the file
+    needs the whole-file view: resolution lines, duplicate ids, an error to report by line)."""
+    try:
+        out: list[T] = []
+        keys = []
+        for chunk in _chunks(path, chunk_bytes, progress):
+            keys.append(trajectory_keys(chunk.arrays.ids))
+            out.append(fn(chunk.arrays))
+        _check_unique(path, keys, chunk_bytes)
+        if not out:
+            raise NeedsWholeFile("no trajectories")
+    except NeedsWholeFile:
+        return [fn(to_arrays(read_trajectories(path)))]
+    return out
+
+
 def read_arrays(
     path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None
 ) -> TrajectoryArrays:
     """All trajectories of the file(s) as one set of flat arrays (what `to_arrays(read_trajectories())` gives)."""
-    try:
-        parts = [c.arrays for c in _chunks(path, chunk_bytes, progress)]
-        _check_unique(path, [trajectory_keys(p.ids) for p in parts], chunk_bytes)
-        if not parts:
-            raise NeedsWholeFile("no trajectories")
-    except NeedsWholeFile:
-        return to_arrays(read_trajectories(path))
-    return concat_arrays(parts)
+    return concat_arrays(map_chunks(path, lambda arrays: arrays, chunk_bytes, progress))
 
 
 def report_from_path(

@@ -24,7 +24,9 @@ robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +35,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
-from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.chunked import Progress
+from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
 from tps_tracer.evaluation.report import BASE_RATE, base_rate_pairs, termination_audit
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left, role_masks
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
-from tps_tracer.records.arrays import to_arrays
+from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import get_rule
@@ -48,10 +51,6 @@ FloatArray = NDArray[np.float64]
 GATE_VERSION = 1
 PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
-
-
-class GateInputError(ValueError):
-    """The gate cannot be evaluated as asked (bad options, missing predictor, nothing to score)."""
 
 
 @dataclass
@@ -85,10 +84,6 @@ class GateCriteria:
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-def _task_ids(records: Sequence[TrajectoryRecord]) -> list[str]:
-    return [str(r.metadata.get("task_id", r.trajectory_id)) for r in records]
 
 
 def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
@@ -150,52 +145,51 @@ def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> lis
 class _Run:
     """One run's scores for the gated column (and the base-rate reference), per trajectory."""
 
-    def __init__(self, records: Sequence[TrajectoryRecord], crit: GateCriteria, predictor: str | None):
-        if not records:
+    def __init__(self, sample: GateSample, crit: GateCriteria, predictor: str | None):
+        table = sample.table
+        if table.n == 0:
             raise GateInputError("no trajectories")
-        arrays = to_arrays(records)
-        names = [p for p in arrays.predictors if p != BASE_RATE]
+        names = [p for p in table.predictors if p != BASE_RATE]
         self.skipped: list[Skipped] = []
         if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
             if not names:
                 raise GateInputError("the file has no forecasts to gate on")
-            complete, censored = role_masks(arrays.stop_code, arrays.outcome, crit.policy)
+            complete, censored = role_masks(table.stop_code, table.outcome, crit.policy)
             for name in names:
-                reason = no_data_reason(arrays.predictors[name], complete | censored)
+                reason = no_data_reason(table.predictors[name], complete | censored)
                 if reason is None:
                     predictor = name
                     break
                 self.skipped.append(Skipped(name, reason))
             if predictor is None:
                 raise GateInputError(str(nothing_left("gate on", self.skipped)))
-        if predictor not in arrays.predictors:
+        if predictor not in table.predictors:
             raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
         self.predictor = predictor
-        table: PairTable = pair_table_from_arrays(
-            arrays, [predictor], [get_rule(crit.rule)], [get_schedule(crit.weights)]
-        )
         complete, _ = table.role_masks(crit.policy)
         if not complete.any():
             raise GateInputError("no complete trajectory (a clean stop with an outcome): nothing to score")
         self.base_rate = float(np.mean(table.outcome[complete]))
-        table.predictors[BASE_RATE] = base_rate_pairs(table, self.base_rate)
-        sm = score_columns(table, [predictor, BASE_RATE], crit.policy, (crit.censoring,))
+        reference = base_rate_pairs(table, self.base_rate)
+        gated = dataclasses.replace(table, predictors={predictor: table.predictors[predictor], BASE_RATE: reference})
+        sm = score_columns(gated, [predictor, BASE_RATE], crit.policy, (crit.censoring,))
         self.score, self.reference = sm.columns[0], sm.columns[1]
         self.missing_q_z = sm.missing_q_z[predictor]
-        self.audit = termination_audit(table, crit.policy)
+        self.audit = termination_audit(gated, crit.policy)
         self.ids = table.ids
-        self.task_ids = _task_ids(records)
+        self.task_ids = sample.task_ids
 
 
 def evaluate_gate(
-    candidate: Sequence[TrajectoryRecord],
+    candidate: Sequence[TrajectoryRecord] | GateSample,
     criteria: GateCriteria | None = None,
-    baseline: Sequence[TrajectoryRecord] | None = None,
+    baseline: Sequence[TrajectoryRecord] | GateSample | None = None,
 ) -> dict[str, Any]:
-    """Run the gate; returns the result object behind `tps-tracer gate --json`."""
+    """Run the gate on records (or samples read by `gate_paths`); returns the result object
+    behind `tps-tracer gate --json`."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
-    run = _Run(candidate, crit, crit.predictor)
+    run = _Run(_sample(candidate, crit), crit, crit.predictor)
     checks: list[dict[str, Any]] = []
     warnings: list[str] = []
     notes: list[str] = []
@@ -243,7 +237,7 @@ def evaluate_gate(
             )
         )
     if baseline is not None:
-        checks.append(_baseline_check(run, _Run(baseline, crit, run.predictor), crit, notes))
+        checks.append(_baseline_check(run, _Run(_sample(baseline, crit), crit, run.predictor), crit, notes))
 
     # Assumption discipline: what the censored score rests on.
     rate = run.audit["censoring_rate"]
@@ -296,6 +290,30 @@ def evaluate_gate(
         "audit": run.audit,
         "skipped_predictors": as_dicts(run.skipped),
     }
+
+
+def gate_paths(
+    candidate: Sequence[str | os.PathLike[str]],
+    criteria: GateCriteria | None = None,
+    baseline: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> dict[str, Any]:
+    """`evaluate_gate` on trajectory files (JSON Lines, Parquet, directories of shards), read
+    chunk by chunk: memory holds a fixed-size row per trajectory, never the records."""
+    crit = criteria or GateCriteria()
+    crit.validate(baseline is not None)
+    rule, schedule = get_rule(crit.rule), get_schedule(crit.weights)
+    paired = baseline is not None  # task ids pair the two runs
+    cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress)
+    base = None if baseline is None else sample_from_paths([baseline], rule, schedule, True, chunk_bytes, progress)
+    return evaluate_gate(cand, crit, base)
+
+
+def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) -> GateSample:
+    if isinstance(run, GateSample):
+        return run
+    return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
 
 
 def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]) -> dict[str, Any]:

@@ -1,0 +1,176 @@
+"""The gate reads its files chunk by chunk (issue 17): the same verdict, estimates, CIs and flip
+probabilities as the gate on validated records, for JSON Lines (fast path, exact fallback) and
+Parquet, without ever holding the records."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tps_tracer.evaluation import chunked
+from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
+from tps_tracer.records import CensoringPolicy, read_trajectories, write_trajectories
+from tps_tracer.records.parquet import jsonl_to_parquet
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.synthetic import simulate_runs, to_records
+
+SMALL_CHUNKS = 20_000  # bytes: a few dozen trajectories per chunk
+
+
+def _with_tasks(records: list[TrajectoryRecord], prefix: str, seed: int) -> list[TrajectoryRecord]:
+    """Task ids in metadata that differ from the trajectory ids; a first predictor without data; shuffled."""
+    out = []
+    for i, r in enumerate(records):
+        steps = [s.model_copy(update={"forecasts": {"dead": None, **s.forecasts}}) for s in r.steps]
+        meta = {"task_id": f"task-{i}", "agent": prefix}
+        out.append(r.model_copy(update={"trajectory_id": f"{prefix}-{i}", "steps": steps, "metadata": meta}))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Any]:
+    sim = simulate_runs(400, seed=5)
+    cand = _with_tasks(to_records(sim, ["truthful", "overconfident"], missing_rate=0.0), "cand", 1)
+    base = _with_tasks(to_records(sim, ["overconfident", "truthful"], seed=3), "base", 2)
+    return {"cand": cand, "base": base}
+
+
+@pytest.fixture(scope="module")
+def files(runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("gate-paths")
+    out = {}
+    for name, recs in runs.items():
+        write_trajectories(recs, d / f"{name}.jsonl")
+        jsonl_to_parquet(d / f"{name}.jsonl", d / f"{name}.parquet")
+        out[name], out[f"{name}.parquet"] = d / f"{name}.jsonl", d / f"{name}.parquet"
+    return out
+
+
+def assert_same(a: Any, b: Any, where: str = "result") -> None:
+    """Equal, floats to 1e-12 (chunked segment sums may round differently in the last bit)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+CRITERIA = {
+    "default predictor, absolute": GateCriteria(min_score=-0.9, bootstrap=300),
+    "vs base rate, exact, brier, uniform": GateCriteria(
+        predictor="overconfident", rule="brier", weights="uniform", censoring="exact", vs_base_rate=True, bootstrap=300
+    ),
+    "policy, flip check": GateCriteria(
+        min_score=-0.8,
+        max_flip=0.2,
+        max_excluded_share=0.5,
+        policy=CensoringPolicy.treating_as_censored(["parse_error"]),
+        bootstrap=300,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CRITERIA))
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_gate_on_files_equals_the_gate_on_records(runs, files, name, fmt, monkeypatch):
+    crit = CRITERIA[name]
+    expected = evaluate_gate(runs["cand"], crit)
+
+    def no_exact_read(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a clean file must not be read record by record")
+
+    monkeypatch.setattr(chunked, "read_trajectories", no_exact_read)
+    path = files["cand"] if fmt == "jsonl" else files["cand.parquet"]
+    got = gate_paths([path], crit, chunk_bytes=SMALL_CHUNKS)
+    assert_same(got, expected)
+    assert got["score"]["predictor"] == ("overconfident" if crit.predictor else "truthful")  # "dead" skipped
+    if crit.predictor is None:
+        assert got["skipped_predictors"] == [{"predictor": "dead", "reason": got["skipped_predictors"][0]["reason"]}]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_baseline_pairs_by_metadata_task_id_read_from_the_files(runs, files, fmt):
+    crit = GateCriteria(vs_base_rate=True, bootstrap=300, margin=0.02)
+    expected = evaluate_gate(runs["cand"], crit, baseline=runs["base"])
+    suffix = "" if fmt == "jsonl" else ".parquet"
+    got = gate_paths([files["cand" + suffix]], crit, files["base" + suffix], chunk_bytes=SMALL_CHUNKS)
+    assert_same(got, expected)
+    check = {c["name"]: c for c in got["checks"]}["vs_baseline"]
+    # Trajectory ids differ (cand-i / base-i) and the files are in different orders: tasks pair them.
+    assert f"paired by task id over {got['score']['n']} tasks" in check["detail"]
+
+
+def test_unpaired_baseline_and_a_run_split_over_two_files(runs, files, tmp_path):
+    crit = GateCriteria(min_score=-2.0, bootstrap=200)
+    half = len(runs["cand"]) // 2
+    write_trajectories(runs["cand"][:half], tmp_path / "a.jsonl")
+    write_trajectories(runs["cand"][half:], tmp_path / "b.jsonl")
+    jsonl_to_parquet(tmp_path / "b.jsonl", tmp_path / "b.parquet")
+    base = runs["base"][:-7]  # fewer tasks: unpaired
+    write_trajectories(base, tmp_path / "base.jsonl")
+    expected = evaluate_gate(runs["cand"], crit, baseline=base)
+    got = gate_paths([tmp_path / "a.jsonl", tmp_path / "b.parquet"], crit, tmp_path / "base.jsonl", chunk_bytes=9_000)
+    assert_same(got, expected)
+    assert "unpaired" in {c["name"]: c for c in got["checks"]}["vs_baseline"]["detail"]
+
+
+def test_resolution_lines_take_the_exact_path_with_the_same_result(runs, tmp_path):
+    recs = runs["cand"][:120]
+    pending = [r for r in recs if r.stop_reason == "clean"][:5]
+    lines = []
+    for r in recs:
+        obj = json.loads(r.model_dump_json(exclude_none=True))
+        if r in pending:
+            obj.pop("outcome")
+            obj["outcome_pending"] = True
+        lines.append(json.dumps(obj))
+    lines += [json.dumps({"resolves": r.trajectory_id, "outcome": r.outcome}) for r in pending]
+    path = tmp_path / "resolved.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    crit = GateCriteria(min_score=-2.0, bootstrap=200)
+    assert_same(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(read_trajectories(path), crit))
+    assert_same(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(recs, crit))
+
+
+def test_duplicate_ids_within_and_across_files_are_errors(runs, tmp_path):
+    recs = runs["cand"][:50]
+    write_trajectories(recs, tmp_path / "a.jsonl")
+    write_trajectories(recs[10:12], tmp_path / "b.jsonl")
+    crit = GateCriteria(min_score=-2.0, bootstrap=100)
+    with pytest.raises(GateInputError, match=r"b\.jsonl: trajectory id .* also appears in an earlier file"):
+        gate_paths([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], crit)
+    with (tmp_path / "a.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(recs[3].model_dump_json() + "\n")
+    with pytest.raises(ValueError, match=r"line 51.*duplicate"):  # the exact reader names the line
+        gate_paths([tmp_path / "a.jsonl"], crit, chunk_bytes=2_000)
+
+
+def test_the_console_script_gates_parquet_against_a_jsonl_baseline(runs, files):
+    exe = shutil.which("tps-tracer", path=str(Path(sys.executable).parent))
+    assert exe
+    args = ["--vs-base-rate", "--bootstrap", "300", "--json"]
+    proc = subprocess.run(
+        [exe, "gate", str(files["cand.parquet"]), "--baseline", str(files["base"]), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    expected = evaluate_gate(runs["cand"], GateCriteria(vs_base_rate=True, bootstrap=300), baseline=runs["base"])
+    assert_same(json.loads(proc.stdout), json.loads(json.dumps(expected)))

@@ -1,0 +1,140 @@
+"""What the gate reads: one pair table (the gated rule and schedule, every predictor) per run.
+
+The gate needs, per trajectory, its branch pairs for one rule x schedule, its role and its
+weight mass (which scores the base-rate forecast): a fixed-size row whatever the length of
+the trajectory. Files are read chunk by chunk through the same readers as `report`
+(columnar fast path, exact fallback with line-numbered errors), each chunk reduced to its
+rows at once, so memory holds those rows and never the records or their steps. The rows
+are those `pair_table_from_arrays` gives on the whole file, so the gate's numbers are the
+same however the file is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tps_tracer.evaluation.chunked import Progress, map_chunks
+from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
+from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
+from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.task_ids import read_task_ids, task_id_of
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import WeightSchedule
+
+
+class GateInputError(ValueError):
+    """The gate cannot run on this input (the message says why)."""
+
+
+@dataclass
+class GateSample:
+    """One run: its pair table and, for pairing with a baseline, each trajectory's task id."""
+
+    table: PairTable
+    task_ids: list[str]
+
+
+def gate_rows(arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule) -> PairTable:
+    """The gate's rows of flat arrays: branch pairs of every predictor, without the diagnostics' summaries."""
+    table = pair_table_from_arrays(arrays, list(arrays.predictors), [rule], [schedule])
+    for p in table.predictors.values():
+        p.aggregates = p.aggregates[:, :0]  # the gate has no rank diagnostics: keep no summaries
+    return table
+
+
+def concat_tables(parts: Sequence[PairTable]) -> PairTable:
+    """One table from consecutive parts; a predictor a part lacks is missing there (as `concat_arrays`)."""
+    if not parts:
+        raise ValueError("no tables to concatenate")
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    names = list(dict.fromkeys(name for p in parts for name in p.predictors))
+    predictors: dict[str, PredictorPairs] = {}
+    for name in names:
+        usable, pairs = [], []
+        skipped: dict[str, int] = {}
+        for part in parts:
+            col = part.predictors.get(name)
+            if col is None:  # never mentioned in this part: every trajectory with steps lacks it
+                empty = int(np.sum(part.n_steps == 0))
+                col = PredictorPairs(
+                    np.zeros(part.n, dtype=bool),
+                    np.full((part.n, len(part.rules), len(part.schedules), 2), np.nan),
+                    np.empty((part.n, 0)),
+                    {"missing": part.n - empty, "no_steps": empty},
+                )
+            usable.append(col.usable)
+            pairs.append(col.pairs)
+            for k, v in col.skipped.items():
+                skipped[k] = skipped.get(k, 0) + v
+        predictors[name] = PredictorPairs(
+            np.concatenate(usable),
+            np.concatenate(pairs),
+            np.empty((sum(p.n for p in parts), 0)),
+            {k: v for k, v in skipped.items() if v},
+        )
+    return PairTable(
+        ids=[i for p in parts for i in p.ids],
+        stop_code=np.concatenate([p.stop_code for p in parts]),
+        outcome=np.concatenate([p.outcome for p in parts]),
+        q_z=np.concatenate([p.q_z for p in parts]),
+        n_steps=np.concatenate([p.n_steps for p in parts]),
+        horizon=np.concatenate([p.horizon for p in parts]),
+        rules=first.rules,
+        schedules=first.schedules,
+        weight_mass=np.concatenate([p.weight_mass for p in parts]),
+        predictors=predictors,
+        outcome_on_unscored=sum(p.outcome_on_unscored for p in parts),
+    )
+
+
+def sample_from_records(records: Sequence[TrajectoryRecord], rule: ScoreRule, schedule: WeightSchedule) -> GateSample:
+    if not records:
+        raise GateInputError("no trajectories")
+    return GateSample(gate_rows(to_arrays(records), rule, schedule), [task_id_of(r) for r in records])
+
+
+def sample_from_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    rule: ScoreRule,
+    schedule: WeightSchedule,
+    with_task_ids: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Progress | None = None,
+) -> GateSample:
+    """The files (JSON Lines, Parquet, directories of shards) read as one run, chunk by chunk.
+
+    Task ids (metadata.task_id) are read only when asked (`with_task_ids`: a baseline
+    comparison), in one more streaming pass over the files; otherwise they are the ids.
+    """
+    parts: list[PairTable] = []
+    seen: set[str] = set()  # ids of the earlier files (within one file, the reader checks duplicates)
+    for k, path in enumerate(paths):
+        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule), chunk_bytes, progress)
+        if len(paths) > 1:
+            dup = next((i for t in tables for i in t.ids if i in seen), None)
+            if dup is not None:
+                raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
+            if k < len(paths) - 1:
+                seen.update(i for t in tables for i in t.ids)
+        parts.extend(tables)
+    if not parts or sum(p.n for p in parts) == 0:
+        raise GateInputError("no trajectories")
+    table = concat_tables(parts)
+    task_ids = list(table.ids)
+    if with_task_ids:
+        ids: list[str] = []
+        task_ids = []
+        for path in paths:
+            more_ids, more_tasks = read_task_ids(path)
+            ids.extend(more_ids)
+            task_ids.extend(more_tasks)
+        if ids != table.ids:  # both passes read the same files in the same order
+            raise GateInputError("the trajectory files changed while the gate was reading them")
+    return GateSample(table, task_ids)
