@@ -5,7 +5,6 @@ Parquet, without ever holding the records."""
 from __future__ import annotations
 
 import json
-import math
 import random
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scale_support import assert_reports_equal
 
 from tps_tracer.evaluation import chunked
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
@@ -55,22 +55,6 @@ def files(runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dic
     return out
 
 
-def assert_same(a: Any, b: Any, where: str = "result") -> None:
-    """Equal, floats to 1e-12 (chunked segment sums may round differently in the last bit)."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), (where, a, b)
-    else:
-        assert a == b, (where, a, b)
-
-
 CRITERIA = {
     "default predictor, absolute": GateCriteria(min_score=-0.9, bootstrap=300),
     "vs base rate, exact, brier, uniform": GateCriteria(
@@ -98,7 +82,7 @@ def test_gate_on_files_equals_the_gate_on_records(runs, files, name, fmt, monkey
     monkeypatch.setattr(chunked, "read_trajectories", no_exact_read)
     path = files["cand"] if fmt == "jsonl" else files["cand.parquet"]
     got = gate_paths([path], crit, chunk_bytes=SMALL_CHUNKS)
-    assert_same(got, expected)
+    assert_reports_equal(got, expected)
     assert got["score"]["predictor"] == ("overconfident" if crit.predictor else "truthful")  # "dead" skipped
     if crit.predictor is None:
         assert got["skipped_predictors"] == [{"predictor": "dead", "reason": got["skipped_predictors"][0]["reason"]}]
@@ -110,7 +94,7 @@ def test_baseline_pairs_by_metadata_task_id_read_from_the_files(runs, files, fmt
     expected = evaluate_gate(runs["cand"], crit, baseline=runs["base"])
     suffix = "" if fmt == "jsonl" else ".parquet"
     got = gate_paths([files["cand" + suffix]], crit, files["base" + suffix], chunk_bytes=SMALL_CHUNKS)
-    assert_same(got, expected)
+    assert_reports_equal(got, expected)
     check = {c["name"]: c for c in got["checks"]}["vs_baseline"]
     # Trajectory ids differ (cand-i / base-i) and the files are in different orders: tasks pair them.
     assert f"paired by task id over {got['score']['n']} tasks" in check["detail"]
@@ -126,7 +110,7 @@ def test_unpaired_baseline_and_a_run_split_over_two_files(runs, files, tmp_path)
     write_trajectories(base, tmp_path / "base.jsonl")
     expected = evaluate_gate(runs["cand"], crit, baseline=base)
     got = gate_paths([tmp_path / "a.jsonl", tmp_path / "b.parquet"], crit, tmp_path / "base.jsonl", chunk_bytes=9_000)
-    assert_same(got, expected)
+    assert_reports_equal(got, expected)
     assert "unpaired" in {c["name"]: c for c in got["checks"]}["vs_baseline"]["detail"]
 
 
@@ -144,8 +128,8 @@ def test_resolution_lines_take_the_exact_path_with_the_same_result(runs, tmp_pat
     path = tmp_path / "resolved.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     crit = GateCriteria(min_score=-2.0, bootstrap=200)
-    assert_same(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(read_trajectories(path), crit))
-    assert_same(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(recs, crit))
+    assert_reports_equal(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(read_trajectories(path), crit))
+    assert_reports_equal(gate_paths([path], crit, chunk_bytes=5_000), evaluate_gate(recs, crit))
 
 
 def test_duplicate_ids_within_and_across_files_are_errors(runs, tmp_path):
@@ -173,4 +157,4 @@ def test_the_console_script_gates_parquet_against_a_jsonl_baseline(runs, files):
     )
     assert proc.returncode in (0, 1), proc.stderr
     expected = evaluate_gate(runs["cand"], GateCriteria(vs_base_rate=True, bootstrap=300), baseline=runs["base"])
-    assert_same(json.loads(proc.stdout), json.loads(json.dumps(expected)))
+    assert_reports_equal(json.loads(proc.stdout), json.loads(json.dumps(expected)))

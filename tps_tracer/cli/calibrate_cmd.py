@@ -19,12 +19,13 @@ from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibra
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.calibration.paired import paired_mean_delta
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
+from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
+from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_columns
-from tps_tracer.records import CensoringPolicy, to_arrays
+from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -58,7 +59,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise CliError(f"--penalty must be > 0, got {args.penalty}")
     with flag("--weights"):
         schedule = get_schedule(args.weights).name
-    arrays = to_arrays(read_records(args.file))
+    arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
     predictors = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
     unknown = [p for p in predictors or [] if p not in arrays.predictors]
     if unknown:

@@ -12,6 +12,7 @@ from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.tables import render_skipped
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
+from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.plot_data import (
     MAX_STEP_BINS,
     MAX_TRACE_POINTS,
@@ -20,9 +21,8 @@ from tps_tracer.evaluation.plot_data import (
     reliability_bins,
     step_contributions,
 )
+from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
-from tps_tracer.records import to_arrays
-from tps_tracer.records.parquet import read_records
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -39,7 +39,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     with flag("--weights"):
         sched = get_schedule(args.weights).name
     plots.check_available()
-    arrays = to_arrays(read_records(args.file))
+    arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
     unknown = [p for p in requested or [] if p not in arrays.predictors]
     if unknown:
