@@ -34,6 +34,8 @@ from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, re
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import (
     BASE_RATE,
+    BASE_RATE_SKIPPED,
+    NO_WORKING_SAMPLE,
     ReportOptions,
     _num,
     diagnostic_rows,
@@ -397,9 +399,10 @@ class PartialState:
         col = SimpleNamespace(usable=np.array([st.usable > 0]), skipped=st.skipped)
         return no_data_reason(col, np.array([in_working > 0]))
 
-    def to_report(self, options: ReportOptions | None = None) -> dict[str, Any]:
+    def to_report(self, options: ReportOptions | None = None, allow_empty: bool = False) -> dict[str, Any]:
         """The report object of all trajectories merged into this state (as `build_report`, without
-        recalibration, which refits on the whole sample and so is not a sum)."""
+        recalibration, which refits on the whole sample and so is not a sum); `allow_empty` as in
+        `report_from_table` (a live monitor's snapshot before anything can be scored)."""
         opts = options or ReportOptions()
         if opts.calibrate is not None or opts.calibrator is not None:
             raise ValueError("recalibration refits on the whole sample: use build_report on full arrays")
@@ -411,20 +414,25 @@ class PartialState:
         missing = [p for p in wanted if p not in self.predictors]
         if missing:
             raise ValueError(f"the state was built without predictor(s) {', '.join(missing)}")
-        if self.n_complete == 0:
-            raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+        audit = self.audit()
+        if self.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
+            if allow_empty:
+                return self._empty_report(opts, wanted, audit)
+            raise ValueError(NO_WORKING_SAMPLE)
         covered = list(wanted)
         # As report_from_table: a predictor with no usable trajectory in the working sample is skipped.
         predictors, skipped = split_usable(wanted, lambda p: self._no_data_reason(self.predictors[p]))
-        if covered and not predictors:
+        if covered and not predictors and not allow_empty:
             raise nothing_left("score", skipped)
-        base_rate = self.outcome_sum / self.n_complete
+        # Censored runs alone are scored (cen-simple, cen-exact); the base rate needs a complete outcome.
+        base_rate = self.outcome_sum / self.n_complete if self.n_complete else None
         states = {name: self.predictors[name] for name in covered}
-        if opts.base_rate and BASE_RATE not in self.predictors:
+        if opts.base_rate and base_rate is None and BASE_RATE not in self.predictors:
+            skipped.append(BASE_RATE_SKIPPED)
+        if opts.base_rate and base_rate is not None and BASE_RATE not in self.predictors:
             states[BASE_RATE] = self._base_rate_state(base_rate)
             predictors.append(BASE_RATE)
             covered.append(BASE_RATE)
-        audit = self.audit()
         modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
         mode_idx = [CENSORING_MODES.index(m) for m in modes]
 
@@ -465,6 +473,23 @@ class PartialState:
             "deltas": deltas,
             "diagnostics": diagnostics,
             "scalar_predictors": scalar_rows,
+            "recalibration": [],
+        }
+
+    def _empty_report(self, opts: ReportOptions, names: list[str], audit: dict[str, Any]) -> dict[str, Any]:
+        """Audit and coverage with empty score tables (as `report_from_table(..., allow_empty=True)`)."""
+        coverage = [
+            {"predictor": p, "usable": self.predictors[p].usable, "skipped": dict(self.predictors[p].skipped)}
+            for p in names
+        ]
+        rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
+        empty: list[dict[str, Any]] = []
+        return {
+            **report_header(rules, schedules, opts, None, audit, coverage),
+            "scores": empty,
+            "deltas": [],
+            "diagnostics": [],
+            "scalar_predictors": [],
             "recalibration": [],
         }
 

@@ -65,7 +65,7 @@ import numpy as np
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report import ReportOptions, report_from_table, report_header
+from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
@@ -743,25 +743,7 @@ class Accumulator:
         if unknown:  # as report_from_table in row mode
             raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
         opts = dataclasses.replace(options, predictors=names)
-        if state.n_complete:
-            return state.to_report(opts), state.n, state.pending
-        coverage = [
-            {"predictor": p, "usable": state.predictors[p].usable, "skipped": dict(state.predictors[p].skipped)}
-            for p in names
-        ]
-        header = report_header(
-            [r.name for r in self.rules], [s.name for s in self.schedules], opts, None, state.audit(), coverage
-        )
-        empty: list[dict[str, Any]] = []
-        report = {
-            **header,
-            "scores": empty,
-            "deltas": [],
-            "diagnostics": [],
-            "scalar_predictors": [],
-            "recalibration": [],
-        }
-        return report, state.n, state.pending
+        return state.to_report(opts, allow_empty=True), state.n, state.pending
 
     # ------------------------------------------------------------------ state across processes
 
