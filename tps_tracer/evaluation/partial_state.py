@@ -16,7 +16,10 @@ per-trajectory scalars the rank diagnostics need:
 
 States merge by addition and concatenation, in any order, and `to_report` gives the same
 object as `report_from_table` on all the trajectories at once: every count equal, every mean,
-CI and diagnostic equal up to floating-point summation order (<= 1e-12).
+CI and diagnostic equal up to floating-point summation order (<= 1e-12). Merging a small state
+into a big one costs what the small one holds: the per-trajectory arrays are appended in place
+(append_buffer.py), so a long-running accumulator folding batch after batch, or a reader merging
+chunk after chunk, does O(1) amortised work per trajectory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.evaluation.append_buffer import concat_rows
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import (
@@ -137,8 +141,8 @@ class PredictorState:
             total=self.total + other.total,
             rep_total=self.rep_total + other.rep_total,
             rep_count=self.rep_count + other.rep_count,
-            summaries=np.concatenate([self.summaries, other.summaries]),
-            outcomes=np.concatenate([self.outcomes, other.outcomes]),
+            summaries=concat_rows(self.summaries, other.summaries),
+            outcomes=concat_rows(self.outcomes, other.outcomes),
         )
 
 
@@ -163,7 +167,7 @@ class BaseRateState:
             self.rep_eta_mass + other.rep_eta_mass,
             self.rep_rest_mass + other.rep_rest_mass,
             self.rep_count + other.rep_count,
-            np.concatenate([self.outcomes, other.outcomes]),
+            concat_rows(self.outcomes, other.outcomes),
             self.missing_q_z + other.missing_q_z,
         )
 
