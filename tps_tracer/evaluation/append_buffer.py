@@ -17,6 +17,7 @@ never written again), so merge keeps its value semantics; a second append onto t
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -25,6 +26,7 @@ from numpy.typing import NDArray
 
 GROWTH = 1.5  # capacity factor when a buffer is full: at most a third of a buffer is slack
 MIN_CAPACITY = 64
+COPY_SLICE_BYTES = 1 << 21  # ~0.3 ms of copying between two chances for other threads to run
 
 
 class _Tail:
@@ -67,6 +69,48 @@ def _forget(key: int) -> None:
         _tails.pop(key, None)
 
 
+def _copy_yielding(buf: NDArray[Any], a: NDArray[Any]) -> None:
+    """buf[:len(a)] = a, in slices of COPY_SLICE_BYTES with the GIL released between them: numpy
+    holds the GIL through a copy, and a 10M-row buffer takes ~100 ms to copy, which would stall
+    every other thread of the host (the agent's) for as long."""
+    m = a.shape[0]
+    step = max(1, COPY_SLICE_BYTES // max(1, a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))))
+    if m <= step:
+        buf[:m] = a
+        return
+    for i in range(0, m, step):
+        j = min(m, i + step)
+        buf[i:j] = a[i:j]
+        time.sleep(0)  # let a thread waiting for the GIL run now, not after the 5 ms switch interval
+
+
+def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> NDArray[Any]:
+    """A new buffer holding a (and b), with room; private until registered, so the O(len(a))
+    copy runs without the lock."""
+    m, k = a.shape[0], 0 if b is None else b.shape[0]
+    cap = max(MIN_CAPACITY, int((m + max(k, extra)) * GROWTH))
+    buf = np.empty((cap, *a.shape[1:]), dtype=dtype)
+    _copy_yielding(buf, a)
+    if b is not None:
+        buf[m : m + k] = b
+    with _lock:
+        _tails[id(buf)] = _Tail(buf, m + k)
+    weakref.finalize(buf, _forget, id(buf))
+    return _view(buf, m + k)
+
+
+def reserve_rows(a: NDArray[Any], extra: int) -> NDArray[Any]:
+    """`a` itself if `extra` rows can be appended to it in place, else a copy of `a` in a buffer with
+    room: a caller that must append under a lock does the possibly O(len(a)) part here, before."""
+    with _lock:
+        tail = _tail_of(a)
+        if tail is not None and tail.used == a.shape[0]:
+            buf = tail.buffer()
+            if buf is not None and a.shape[0] + extra <= buf.shape[0]:
+                return a
+    return _fresh(a, None, extra, a.dtype)
+
+
 def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
     """`np.concatenate([a, b])` along the first axis, appending in place when `a` allows it (see module)."""
     if a.shape[1:] != b.shape[1:] or a.ndim == 0:
@@ -82,15 +126,7 @@ def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
                 buf[m : m + k] = b
                 tail.used = m + k
                 return _view(buf, m + k)
-    # A fresh buffer, private until registered: the O(m) copy runs without the lock.
-    cap = max(MIN_CAPACITY, int((m + k) * GROWTH))
-    buf = np.empty((cap, *a.shape[1:]), dtype=dtype)
-    buf[:m] = a
-    buf[m : m + k] = b
-    with _lock:
-        _tails[id(buf)] = _Tail(buf, m + k)
-    weakref.finalize(buf, _forget, id(buf))
-    return _view(buf, m + k)
+    return _fresh(a, b, k, dtype)
 
 
 def capacity_of(a: NDArray[Any]) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.append_buffer import concat_rows
+from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import (
@@ -339,6 +339,23 @@ class PartialState:
             predictors=predictors,
             base=self.base.merged(other.base),
         )
+
+    def with_room_for(self, other: PartialState) -> PartialState:
+        """This state, its per-trajectory arrays in buffers with room for `other`'s rows, so that
+        `self.with_room_for(other).merge(other)` appends without reallocating. The copy a full
+        buffer needs happens here: a caller merging under a lock calls this before taking it."""
+        predictors = {
+            name: dataclasses.replace(
+                st,
+                summaries=reserve_rows(st.summaries, other.predictors[name].summaries.shape[0]),
+                outcomes=reserve_rows(st.outcomes, other.predictors[name].outcomes.shape[0]),
+            )
+            if name in other.predictors
+            else st
+            for name, st in self.predictors.items()
+        }
+        base = dataclasses.replace(self.base, outcomes=reserve_rows(self.base.outcomes, other.base.outcomes.shape[0]))
+        return dataclasses.replace(self, predictors=predictors, base=base)
 
     # -- reporting ----------------------------------------------------------------------------
 

@@ -781,7 +781,21 @@ class Accumulator:
                 self._rows.outcome_on_unscored += len(fold.unscored)
             self._internal("fold", exc)
             return
-        with self._lock:
+        for _ in range(4):
+            with self._lock:
+                summary = self._summary
+            # A full buffer is copied here, outside the lock; under it the merge only appends.
+            try:
+                ready = None if summary is None else summary.with_room_for(part)
+            except Exception as exc:  # never expected; the merge below under the lock does without
+                self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
+                break
+            with self._lock:
+                if self._summary is summary:  # no other fold merged meanwhile (else: retry)
+                    self._summary = part if ready is None else ready.merge(part)
+                    del self._folding[fold.token]
+                    return
+        with self._lock:  # folds racing each other every time: merge under the lock (may copy)
             self._summary = part if self._summary is None else self._summary.merge(part)
             del self._folding[fold.token]
 
