@@ -43,6 +43,14 @@ q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop 
 at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
 policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
 
+A fold never makes the agent wait: under the lock it only takes the settled rows out of the
+store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
+and merged under a short lock, appending to the summary's per-trajectory arrays in place
+(O(rows), however many runs were folded before; a full buffer is regrown before the lock is
+taken). Meanwhile the rows are in `_folding`, which snapshots, `state()`, `partial_state()`
+and `merge` count as folded; a resolve for one of them is a resolve_unknown, as for any
+folded id.
+
 State across processes: `state()` is versioned bytes (accumulator_state.py) and
 `merge_state(bytes)` adds them to this accumulator, exactly as `merge` does.
 """
