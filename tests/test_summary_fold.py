@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 import numpy as np
@@ -224,15 +225,19 @@ def test_state_and_close_while_a_fold_is_in_flight(monkeypatch):
     assert_same_report(summary.snapshot(), rows.snapshot())
 
 
-def test_many_threads_folding_resolving_and_snapshotting_give_row_modes_result():
-    """Real threads, no gate: stops with late outcomes (resolves racing the folds of their batch),
-    budget stops, snapshots and state() all at once; nothing lost, nothing counted twice."""
+def test_many_threads_folding_resolving_merging_and_snapshotting_give_row_modes_result():
+    """Real threads, no gate, a tiny GIL switch interval for more interleavings: stops with late
+    outcomes (resolves racing the folds of their batch), budget stops, snapshots, state() and a
+    merge_state of another accumulator all at once; nothing lost, nothing counted twice."""
     records = [r for r in example_records() if r.steps]
     rows = make()
     feed(rows, records, late_outcomes=True)
+    side = make(mode="summary", batch_size=4)
+    feed(side, records[5::6], late_outcomes=True)  # one share arrives by merge_state, mid-run
+    blob = side.state()
     summary = make(mode="summary", batch_size=4, max_pending=10_000)
-    chunks = [records[i::6] for i in range(6)]
-    barrier = threading.Barrier(8)
+    chunks = [records[i::6] for i in range(5)]
+    barrier = threading.Barrier(len(chunks) + 3)
     errors: list[BaseException] = []
     done = threading.Event()
 
@@ -243,13 +248,16 @@ def test_many_threads_folding_resolving_and_snapshotting_give_row_modes_result()
 
     def watcher(kind):
         barrier.wait()
+        if kind == "merge":
+            summary.merge_state(blob)
+            return
         while not done.is_set():
             if kind == "snapshot":
                 snap = summary.snapshot()
                 assert snap["audit"]["n_trajectories"] == snap["online"]["finished"]
             else:
-                Accumulator_from = type(summary).from_state(summary.state())
-                assert Accumulator_from.n_finished <= len(records)
+                copy = type(summary).from_state(summary.state())
+                assert copy.n_finished <= len(records)
 
     def guarded(fn, *args):
         try:
@@ -258,16 +266,22 @@ def test_many_threads_folding_resolving_and_snapshotting_give_row_modes_result()
             errors.append(exc)
 
     agents = [threading.Thread(target=guarded, args=(agent, c)) for c in chunks]
-    watchers = [threading.Thread(target=guarded, args=(watcher, k)) for k in ("snapshot", "state")]
-    for t in agents + watchers:
-        t.start()
-    for t in agents:
-        t.join(120)
-    done.set()
-    for t in watchers:
-        t.join(120)
+    watchers = [threading.Thread(target=guarded, args=(watcher, k)) for k in ("snapshot", "state", "merge")]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for t in agents + watchers:
+            t.start()
+        for t in agents:
+            t.join(300)
+        done.set()
+        for t in watchers:
+            t.join(300)
+    finally:
+        sys.setswitchinterval(interval)
     assert not errors, errors[:3]
     assert summary.rejected == {}
+    assert summary.n_finished == len(records)
     assert summary._summary is not None and summary._summary.n > len(records) // 2
     assert_same_report(summary.snapshot(), rows.snapshot())
 
@@ -284,3 +298,27 @@ def test_partial_state_of_a_file_chunk_by_chunk_still_matches(tmp_path):
     assert_reports_equal(
         build_report(to_arrays(read_trajectories(path)), opts), report_from_path(path, opts, chunk_bytes=2_000)
     )
+
+
+def test_a_fold_that_fails_puts_its_rows_back(monkeypatch):
+    """Building a fold's state failing (a bug, memory) loses nothing: counted, rows back in the store,
+    folded by the next fold; the result still equals row mode."""
+    records = [r for r in example_records() if r.steps][:60]
+    summary, rows = make(mode="summary", batch_size=8), make()
+    feed(rows, records, late_outcomes=False)
+    real = PartialState.from_table.__func__  # type: ignore[attr-defined]
+    failures = []
+
+    def flaky(cls, table, spec, first_seen=None, keys=None):
+        if not failures and table.n >= 8:
+            failures.append(table.n)
+            raise MemoryError("simulated")
+        return real(cls, table, spec, first_seen, keys)
+
+    monkeypatch.setattr(ps_module.PartialState, "from_table", classmethod(flaky))
+    feed(summary, records[:8], late_outcomes=False)
+    assert failures == [8] and summary.health.get("error", "accumulator.fold") == 1
+    assert summary._rows.n == 8 and not summary._folding  # back in the store, none in flight
+    feed(summary, records[8:], late_outcomes=False)
+    assert summary._rows.n < 8
+    assert_same_report(summary.snapshot(), rows.snapshot())

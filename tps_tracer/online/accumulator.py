@@ -98,13 +98,19 @@ _RESERVED = -1  # row_of value while a stop is being scored outside the lock
 
 @dataclass
 class _Fold:
-    """Settled rows taken out of the store, while their PartialState is built outside the lock."""
+    """Settled runs on their way into the summary, outside the lock: rows taken out of the store
+    (their state is built, then merged), or another accumulator's summary (merged)."""
 
     token: int
-    table: PairTable
+    table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
     keys: list[int]  # their bootstrap keys, to put the rows back if building fails
     unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of _unscored_outcome)
     first_seen: dict[str, tuple[int, ...]]
+    part: PartialState | None = None  # their state, once built
+
+    @property
+    def n(self) -> int:
+        return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
 class AccumulatorError(ValueError):
@@ -717,7 +723,7 @@ class Accumulator:
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
         with self._lock:
-            folding = sum(f.table.n for f in self._folding.values())
+            folding = sum(f.n for f in self._folding.values())
             return self._rows.n + len(self._queue) + folding + (self._summary.n if self._summary is not None else 0)
 
     # ------------------------------------------------------------------ summary mode
@@ -766,53 +772,75 @@ class Accumulator:
 
     def _finish_fold(self, fold: _Fold) -> None:
         """Outside the lock: build the taken rows' PartialState (the bootstrap work, B x rows), then
-        merge it into the summary under a short lock (appending: O(rows), see append_buffer.py).
-        If building fails the rows go back to the store, so nothing is lost; counted as an error."""
-        try:
-            part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
-        except Exception as exc:
-            t = fold.table
-            with self._lock:
-                del self._folding[fold.token]
-                self._rows.append_many(
-                    t.ids,
-                    t.stop_code.tolist(),
-                    t.outcome.tolist(),
-                    t.q_z.tolist(),
-                    t.n_steps.tolist(),
-                    t.horizon.astype(np.int64).tolist(),
-                    t.weight_mass,
-                    {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
-                )
-                self._keys.extend(fold.keys)
-                self._unscored_outcome.update(fold.unscored)
-                self._rows.outcome_on_unscored += len(fold.unscored)
-            self._internal("fold", exc)
-            return
-        for _ in range(4):
+        merge it into the summary. If building fails the rows go back to the store, so nothing is
+        lost; counted as an error."""
+        if fold.part is None and fold.table is not None:
+            try:
+                fold.part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
+            except Exception as exc:
+                t = fold.table
+                with self._lock:
+                    del self._folding[fold.token]
+                    self._rows.append_many(
+                        t.ids,
+                        t.stop_code.tolist(),
+                        t.outcome.tolist(),
+                        t.q_z.tolist(),
+                        t.n_steps.tolist(),
+                        t.horizon.astype(np.int64).tolist(),
+                        t.weight_mass,
+                        {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
+                    )
+                    self._keys.extend(fold.keys)
+                    self._unscored_outcome.update(fold.unscored)
+                    self._rows.outcome_on_unscored += len(fold.unscored)
+                self._internal("fold", exc)
+                return
+        self._merge_folded(fold)
+
+    def _merge_folded(self, fold: _Fold) -> None:
+        """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
+        it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
+        fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
+        the lock is held for a check and an assignment. Until the swap the fold stays in _folding,
+        where snapshots find it."""
+        part = fold.part
+        assert part is not None
+        for _ in range(8):
             with self._lock:
                 summary = self._summary
-            # A full buffer is copied here, outside the lock; under it the merge only appends.
             try:
-                ready = None if summary is None else summary.with_room_for(part)
-            except Exception as exc:  # never expected; the merge below under the lock does without
+                merged = part if summary is None else summary.with_room_for(part).merge(part)
+            except Exception as exc:  # never expected; the merge under the lock below does without
                 self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
                 break
             with self._lock:
-                if self._summary is summary:  # no other fold merged meanwhile (else: retry)
-                    self._summary = part if ready is None else ready.merge(part)
+                if self._summary is summary:
+                    self._summary = merged
                     del self._folding[fold.token]
                     return
-        with self._lock:  # folds racing each other every time: merge under the lock (may copy)
+        with self._lock:  # folds racing each other every time: merge under the lock
             self._summary = part if self._summary is None else self._summary.merge(part)
             del self._folding[fold.token]
 
+    def _in_flight(self) -> list[tuple[PairTable | None, PartialState | None]]:
+        """Under the lock: what the folds under way hold (their state if built, else their rows)."""
+        return [(f.table, f.part) for f in self._folding.values()]
+
     def _settled_state(
-        self, summary: PartialState | None, folding: list[PairTable], first_seen: dict[str, tuple[int, ...]]
+        self,
+        summary: PartialState | None,
+        folding: list[tuple[PairTable | None, PartialState | None]],
+        first_seen: dict[str, tuple[int, ...]],
     ) -> PartialState | None:
-        """Outside the lock: the folded state plus the rows being folded right now. The summary is
-        merged last, into a fresh state, so its buffers' free rows stay for the next fold."""
-        parts = [PartialState.from_table(t, self._spec(), first_seen) for t in folding]
+        """Outside the lock: the folded state plus the folds under way. The summary is merged last,
+        into a fresh state, so its buffers' free rows stay for the next fold."""
+        parts = []
+        for table, part in folding:
+            if part is None and table is not None:
+                part = PartialState.from_table(table, self._spec(), first_seen)
+            if part is not None:
+                parts.append(part)
         if not parts:
             return summary
         state = merge_states(parts)
@@ -829,7 +857,7 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             summary = self._summary
-            folding = [f.table for f in self._folding.values()]
+            folding = self._in_flight()
             first_seen = self._first_seen()
         rows = PartialState.from_table(table, self._spec(), first_seen)
         settled = self._settled_state(summary, folding, first_seen)
@@ -851,7 +879,7 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             summary = self._summary
-            folding = [f.table for f in self._folding.values()]
+            folding = self._in_flight()
             first_seen = self._first_seen()
         rows = PartialState.from_table(table, self._spec(), first_seen)
         settled = self._settled_state(summary, folding, first_seen)
@@ -866,7 +894,7 @@ class Accumulator:
             unscored = dict(self._unscored_outcome)
             known = list(self._known)
             summary = self._summary
-            folding = [f.table for f in self._folding.values()]
+            folding = self._in_flight()
             first_seen = self._first_seen()
         summary = self._settled_state(summary, folding, first_seen)  # rows being folded travel as folded
         enc = accumulator_state.encode_array
@@ -1032,11 +1060,12 @@ class Accumulator:
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
             other_summary = other._summary
-            other_folding = [f.table for f in other._folding.values()]
+            other_folding = other._in_flight()
             other_first_seen = other._first_seen()
         other_summary = other._settled_state(other_summary, other_folding, other_first_seen)
         duplicates: list[str] = []
         fold: _Fold | None = None
+        merging: _Fold | None = None
         take_ids: set[str] = set()
         with self._lock:
             for name in known:
@@ -1077,9 +1106,13 @@ class Accumulator:
                     self._live[tid] = live
             if self.mode == "summary":
                 # Folded ids are forgotten, so duplicates between two folded states are not detected.
-                if other_summary is not None:
-                    self._summary = other_summary if self._summary is None else self._summary.merge(other_summary)
+                if other_summary is not None:  # merged outside the lock, counted as folding until then
+                    self._fold_count += 1
+                    merging = _Fold(self._fold_count, None, [], {}, {}, part=other_summary)
+                    self._folding[merging.token] = merging
                 fold = self._take_fold()
+        if merging is not None:
+            self._merge_folded(merging)
         if fold is not None:
             self._finish_fold(fold)
         self.health.merge(other.health)
