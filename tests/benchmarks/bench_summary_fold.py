@@ -16,15 +16,20 @@
    observe() on its own runs (20 steps, then a budget stop) in a loop. Baselines in the same
    process: the observe loop alone, and the same two threads on a row-mode accumulator (no
    fold: what sharing the GIL and two cores costs by itself). Printed: observe() latency
-   median / p99 / p99.9 / max in each, and the duration of the feeding thread's folding stops.
-   The max is at the mercy of the OS scheduler on a loaded machine; p99.9 is the steadier figure.
+   median / p99 / p99.9 / max in each, the duration of the feeding thread's folding stops, and
+   the longest holds of the accumulator's lock (timed by swapping in a timing lock): the most
+   any agent thread can wait for the accumulator. The observe() max also includes waiting for
+   the GIL and the OS scheduler on a loaded machine (see the row-mode control); p99.9 and the
+   lock holds are the steadier figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import statistics
+import sys
 import threading
 import time
 
@@ -126,6 +131,44 @@ def describe(lat: list[float]) -> str:
     )
 
 
+class GcPauses:
+    """Durations of the garbage collector's runs (a full collection holds the GIL in whichever
+    thread triggers it: it shows up in the observe() max of every scenario, folds or not)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._t0)
+
+    def take(self) -> str:
+        out, self.pauses = self.pauses, []
+        return f"longest GC pause meanwhile {1e3 * max(out, default=0.0):.1f} ms"
+
+
+class TimedLock:
+    """The accumulator's lock, timing how long each `with` holds it (the accumulator only uses `with`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.holds: list[tuple[float, str]] = []
+        self._t0 = 0.0
+
+    def __enter__(self) -> TimedLock:
+        self._lock.acquire()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.holds.append((time.perf_counter() - self._t0, sys._getframe(1).f_code.co_name))
+        self._lock.release()
+
+
 def contended(acc: Accumulator, args: argparse.Namespace, name: str) -> tuple[list[float], list[float]]:
     """observe() latencies of this thread while another feeds graded runs; and that thread's stop() times."""
     done = threading.Event()
@@ -150,16 +193,26 @@ def contended(acc: Accumulator, args: argparse.Namespace, name: str) -> tuple[li
 def agent_wait(args: argparse.Namespace) -> None:
     print(f"2. observe() from another thread while folds run ({args.large:,} folded, bootstrap {args.bootstrap})")
     acc = preloaded(args.large, args.bootstrap, args.batch)
+    gcs = GcPauses()
     alone: list[float] = []
     observe_loop(acc, threading.Event(), args.seconds / 2, alone, "alone")
-    print(f"   alone:                          {describe(alone)}")
+    print(f"   alone:                          {describe(alone)}; {gcs.take()}")
     # Control: the same feeding thread on a row-mode accumulator (no folds): what sharing the GIL
     # and two busy cores with another thread costs by itself.
     rows = Accumulator(predictors=PREDICTORS, bootstrap=args.bootstrap, idle_timeout=None, batch_size=args.batch)
     control, _ = contended(rows, args, "control")
-    print(f"   row mode fed meanwhile (no fold): {describe(control)}")
+    print(f"   row mode fed meanwhile (no fold): {describe(control)}; {gcs.take()}")
+    del rows
+    timed = TimedLock()
+    acc._lock = timed  # type: ignore[assignment]  # private: to see how long the agent could wait at most
     during, stops = contended(acc, args, "during")
-    print(f"   summary mode folding meanwhile:   {describe(during)}")
+    print(f"   summary mode folding meanwhile:   {describe(during)}; {gcs.take()}")
+    longest = sorted(timed.holds)[-3:]
+    print(
+        "   longest holds of the accumulator's lock: "
+        + ", ".join(f"{1e3 * d:.2f} ms ({where})" for d, where in reversed(longest))
+        + f"  of {len(timed.holds):,}"
+    )
     # Both threads stop runs, so which stop() scores and folds varies: the longest 1/batch of the
     # feeding thread's stop() calls are the ones that did.
     k = max(1, len(stops) // args.batch)
