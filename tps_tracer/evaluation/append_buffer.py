@@ -127,10 +127,3 @@ def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
                 tail.used = m + k
                 return _view(buf, m + k)
     return _fresh(a, b, k, dtype)
-
-
-def capacity_of(a: NDArray[Any]) -> int:
-    """Rows the buffer behind `a` can hold (a's own length if `a` is not one of ours), for memory reports."""
-    with _lock:
-        tail = _tail_of(a)
-    return a.shape[0] if tail is None else a.base.shape[0]  # type: ignore[union-attr]
