@@ -212,10 +212,23 @@ def test_pending_outcomes_are_counted_not_scored(tmp_path):
 
 def test_snapshot_before_any_graded_run_has_the_audit_and_no_scores():
     acc = Accumulator()
+    acc.observe("y", {"p": 0.2})
+    acc.stop("y", "clean")  # waiting for its outcome: nothing to score yet
+    snap = acc.snapshot()
+    assert snap["scores"] == [] and snap["audit"]["pending_outcome"] == 1
+
+
+def test_budget_stops_before_any_graded_run_get_their_censored_scores():
+    acc = Accumulator()
     acc.observe("x", {"p": 0.2})
     acc.stop("x", "max_steps", horizon=5)
     snap = acc.snapshot()
-    assert snap["scores"] == [] and snap["audit"]["roles"]["censored"] == 1
+    assert snap["audit"]["roles"]["censored"] == 1
+    rows = {(r["predictor"], r["rule"], r["censoring"]): r for r in snap["scores"]}
+    # cen-simple: w_1 = 2 * 5 / (5 * 6) on the failure branch log(1 - 0.2); no base rate without an outcome
+    assert math.isclose(rows[("p", "log", "simple")]["mean"], math.log(0.8) / 3, rel_tol=0, abs_tol=1e-12)
+    assert rows[("p", "log", "complete-only")]["n"] == 0
+    assert [s["predictor"] for s in snap["skipped_predictors"]] == ["base_rate"]
 
 
 def test_64_threads_give_the_serial_result():

@@ -112,8 +112,8 @@ def test_treat_as_censored_moves_parse_errors_into_the_working_sample():
             "NaN",
         ),
         ('{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "ste', "truncated"),
-        (
-            '{"trajectory_id": "a", "stop_reason": "max_steps", "steps": [{"forecasts": {"v": 0.2}}]}\n',
+        (  # budget stops alone are scored (cen-simple); only excluded stops leave nothing to score
+            '{"trajectory_id": "a", "stop_reason": "tool_error", "steps": [{"forecasts": {"v": 0.2}}]}\n',
             "no complete trajectory",
         ),
     ],

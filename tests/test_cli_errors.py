@@ -28,7 +28,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     # Every outcome 1: no Platt map can be fitted (the intercept has no finite maximum).
     ones = d / "ones.jsonl"
     ones.write_text("".join(json.dumps({**r, "outcome": 1} if "resolves" in r else r) + "\n" for r in records))
-    # No complete trajectory at all: nothing to score.
+    # No complete trajectory (budget stops only): the censored TPS alone; the gate refuses it.
     censored = d / "censored.jsonl"
     censored.write_text(
         "".join(
@@ -39,11 +39,23 @@ def files(tmp_path_factory) -> dict[str, Path]:
     )
     binary = d / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe\x00\x81 not text\n")
+    # Only excluded (informative) stops: no working sample, nothing any TPS scores.
+    excluded = d / "excluded.jsonl"
+    excluded.write_text(censored.read_text().replace('"max_steps"', '"tool_error"'))
     a_file = d / "a-file.txt"
     a_file.write_text("I am a file, not a directory\n")
     a_dir = d / "a-dir"
     a_dir.mkdir()
-    return {"good": good, "ones": ones, "censored": censored, "binary": binary, "file": a_file, "dir": a_dir, "d": d}
+    return {
+        "good": good,
+        "ones": ones,
+        "censored": censored,
+        "excluded": excluded,
+        "binary": binary,
+        "file": a_file,
+        "dir": a_dir,
+        "d": d,
+    }
 
 
 def test_the_unreadable_inputs_are_really_unreadable(files):
@@ -58,7 +70,7 @@ def test_the_unreadable_inputs_are_really_unreadable(files):
 
 
 # (command, failure kind, argv template, text the one-line message must contain)
-# {good} {ones} {censored} {binary} {dir} {file} {missing} are substituted with real paths.
+# {good} {ones} {censored} {excluded} {binary} {dir} {file} {missing} are substituted with real paths.
 TABLE = [
     # report
     ("report", "missing file", ["report", "{missing}"], "{missing}: file not found"),
@@ -72,7 +84,7 @@ TABLE = [
     ("report", "missing file (--calibrator)", ["report", "{good}", "--calibrator", "{missing}"], "--calibrator"),
     ("report", "unreadable file (--calibrator dir)", ["report", "{good}", "--calibrator", "{dir}"], "Is a directory"),
     ("report", "unfittable sample", ["report", "{ones}", "--calibrate", "platt"], "no predictor to recalibrate"),
-    ("report", "unfittable sample", ["report", "{censored}"], "no complete trajectory"),
+    ("report", "unfittable sample", ["report", "{excluded}"], "no complete trajectory"),
     # calibrate
     ("calibrate", "missing file", ["calibrate", "{missing}", "-o", "{d}/c.json"], "{missing}: file not found"),
     (

@@ -16,7 +16,10 @@ per-trajectory scalars the rank diagnostics need:
 
 States merge by addition and concatenation, in any order, and `to_report` gives the same
 object as `report_from_table` on all the trajectories at once: every count equal, every mean,
-CI and diagnostic equal up to floating-point summation order (<= 1e-12).
+CI and diagnostic equal up to floating-point summation order (<= 1e-12). Merging a small state
+into a big one costs what the small one holds: the per-trajectory arrays are appended in place
+(append_buffer.py), so a long-running accumulator folding batch after batch, or a reader merging
+chunk after chunk, does O(1) amortised work per trajectory.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import (
     BASE_RATE,
+    BASE_RATE_SKIPPED,
+    NO_WORKING_SAMPLE,
     ReportOptions,
     _num,
     diagnostic_rows,
@@ -135,8 +141,8 @@ class PredictorState:
             total=self.total + other.total,
             rep_total=self.rep_total + other.rep_total,
             rep_count=self.rep_count + other.rep_count,
-            summaries=np.concatenate([self.summaries, other.summaries]),
-            outcomes=np.concatenate([self.outcomes, other.outcomes]),
+            summaries=concat_rows(self.summaries, other.summaries),
+            outcomes=concat_rows(self.outcomes, other.outcomes),
         )
 
 
@@ -161,7 +167,7 @@ class BaseRateState:
             self.rep_eta_mass + other.rep_eta_mass,
             self.rep_rest_mass + other.rep_rest_mass,
             self.rep_count + other.rep_count,
-            np.concatenate([self.outcomes, other.outcomes]),
+            concat_rows(self.outcomes, other.outcomes),
             self.missing_q_z + other.missing_q_z,
         )
 
@@ -334,6 +340,23 @@ class PartialState:
             base=self.base.merged(other.base),
         )
 
+    def with_room_for(self, other: PartialState) -> PartialState:
+        """This state, its per-trajectory arrays in buffers with room for `other`'s rows, so that
+        `self.with_room_for(other).merge(other)` appends without reallocating. The copy a full
+        buffer needs happens here: a caller merging under a lock calls this before taking it."""
+        predictors = {
+            name: dataclasses.replace(
+                st,
+                summaries=reserve_rows(st.summaries, other.predictors[name].summaries.shape[0]),
+                outcomes=reserve_rows(st.outcomes, other.predictors[name].outcomes.shape[0]),
+            )
+            if name in other.predictors
+            else st
+            for name, st in self.predictors.items()
+        }
+        base = dataclasses.replace(self.base, outcomes=reserve_rows(self.base.outcomes, other.base.outcomes.shape[0]))
+        return dataclasses.replace(self, predictors=predictors, base=base)
+
     # -- reporting ----------------------------------------------------------------------------
 
     def predictor_names(self) -> list[str]:
@@ -397,9 +420,10 @@ class PartialState:
         col = SimpleNamespace(usable=np.array([st.usable > 0]), skipped=st.skipped)
         return no_data_reason(col, np.array([in_working > 0]))
 
-    def to_report(self, options: ReportOptions | None = None) -> dict[str, Any]:
+    def to_report(self, options: ReportOptions | None = None, allow_empty: bool = False) -> dict[str, Any]:
         """The report object of all trajectories merged into this state (as `build_report`, without
-        recalibration, which refits on the whole sample and so is not a sum)."""
+        recalibration, which refits on the whole sample and so is not a sum); `allow_empty` as in
+        `report_from_table` (a live monitor's snapshot before anything can be scored)."""
         opts = options or ReportOptions()
         if opts.calibrate is not None or opts.calibrator is not None:
             raise ValueError("recalibration refits on the whole sample: use build_report on full arrays")
@@ -411,20 +435,25 @@ class PartialState:
         missing = [p for p in wanted if p not in self.predictors]
         if missing:
             raise ValueError(f"the state was built without predictor(s) {', '.join(missing)}")
-        if self.n_complete == 0:
-            raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+        audit = self.audit()
+        if self.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
+            if allow_empty:
+                return self._empty_report(opts, wanted, audit)
+            raise ValueError(NO_WORKING_SAMPLE)
         covered = list(wanted)
         # As report_from_table: a predictor with no usable trajectory in the working sample is skipped.
         predictors, skipped = split_usable(wanted, lambda p: self._no_data_reason(self.predictors[p]))
-        if covered and not predictors:
+        if covered and not predictors and not allow_empty:
             raise nothing_left("score", skipped)
-        base_rate = self.outcome_sum / self.n_complete
+        # Censored runs alone are scored (cen-simple, cen-exact); the base rate needs a complete outcome.
+        base_rate = self.outcome_sum / self.n_complete if self.n_complete else None
         states = {name: self.predictors[name] for name in covered}
-        if opts.base_rate and BASE_RATE not in self.predictors:
+        if opts.base_rate and base_rate is None and BASE_RATE not in self.predictors:
+            skipped.append(BASE_RATE_SKIPPED)
+        if opts.base_rate and base_rate is not None and BASE_RATE not in self.predictors:
             states[BASE_RATE] = self._base_rate_state(base_rate)
             predictors.append(BASE_RATE)
             covered.append(BASE_RATE)
-        audit = self.audit()
         modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
         mode_idx = [CENSORING_MODES.index(m) for m in modes]
 
@@ -465,6 +494,23 @@ class PartialState:
             "deltas": deltas,
             "diagnostics": diagnostics,
             "scalar_predictors": scalar_rows,
+            "recalibration": [],
+        }
+
+    def _empty_report(self, opts: ReportOptions, names: list[str], audit: dict[str, Any]) -> dict[str, Any]:
+        """Audit and coverage with empty score tables (as `report_from_table(..., allow_empty=True)`)."""
+        coverage = [
+            {"predictor": p, "usable": self.predictors[p].usable, "skipped": dict(self.predictors[p].skipped)}
+            for p in names
+        ]
+        rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
+        empty: list[dict[str, Any]] = []
+        return {
+            **report_header(rules, schedules, opts, None, audit, coverage),
+            "scores": empty,
+            "deltas": [],
+            "diagnostics": [],
+            "scalar_predictors": [],
             "recalibration": [],
         }
 

@@ -58,6 +58,12 @@ from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, get_s
 
 BASE_RATE = "base_rate"
 REPORT_VERSION = 1
+NO_WORKING_SAMPLE = "no complete trajectory (stop_reason 'clean' with an outcome) and no censored one: nothing to score"
+# With censored runs only, the predictors are scored (cen-simple, cen-exact) and the base rate,
+# whose forecast is the mean complete outcome, is listed as skipped with this reason.
+BASE_RATE_SKIPPED = Skipped(
+    BASE_RATE, "needs at least one complete trajectory (a clean stop with an outcome) for its value; none yet"
+)
 
 
 @dataclass
@@ -199,11 +205,14 @@ def report_from_table(
 
     Rules and schedules are the table's; `options.predictors` selects among its predictors.
     `recalibrated` names (raw, recalibrated) predictor pairs to compare (paired TPS and AUROC
-    deltas in the "recalibration" section). With no complete trajectory this raises, or with
-    `allow_empty` returns the audit and coverage with empty score tables (a live monitor before
-    its first graded run). A predictor without a usable trajectory in the working sample is
-    left out of the score tables and listed in "skipped_predictors" with the reason, after
-    the `skipped` entries the caller already decided (e.g. predictors not recalibrated).
+    deltas in the "recalibration" section). Censored runs alone are scored (cen-simple, and
+    cen-exact where q_z is given): complete-only columns then have n=0, and the base rate, which
+    needs a complete outcome, is listed in "skipped_predictors". With no complete and no censored
+    trajectory this raises, or with `allow_empty` returns the audit and coverage with empty score
+    tables (a live monitor before its first finished run). A predictor without a usable
+    trajectory in the working sample is left out of the score tables and listed in
+    "skipped_predictors" with the reason, after the `skipped` entries the caller already
+    decided (e.g. predictors not recalibrated).
     """
     opts = options or ReportOptions()
     predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
@@ -211,7 +220,7 @@ def report_from_table(
     if unknown:
         raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(table.predictors)}")
     complete, censored = table.role_masks(opts.policy)
-    if not complete.any():
+    if not complete.any() and not censored.any():
         if allow_empty:
             empty: list[dict[str, Any]] = []
             return {
@@ -222,14 +231,17 @@ def report_from_table(
                 "scalar_predictors": [],
                 "recalibration": [],
             }
-        raise ValueError("no complete trajectory (stop_reason 'clean' with an outcome): nothing to score")
+        raise ValueError(NO_WORKING_SAMPLE)
     covered = list(predictors)
     predictors, no_data = split_usable(predictors, lambda p: no_data_reason(table.predictors[p], complete | censored))
     if covered and not predictors and not allow_empty:
         raise nothing_left("score", no_data)
     skipped = [*skipped, *no_data]
-    base_rate = float(np.mean(table.outcome[complete]))
-    if opts.base_rate and BASE_RATE not in table.predictors:
+    # Censored runs alone are scored (cen-simple, cen-exact); the base rate needs a complete outcome.
+    base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
+    if opts.base_rate and base_rate is None and BASE_RATE not in table.predictors:
+        skipped.append(BASE_RATE_SKIPPED)
+    if opts.base_rate and base_rate is not None and BASE_RATE not in table.predictors:
         table = dataclasses.replace(table, predictors=dict(table.predictors))  # leave the caller's intact
         table.predictors[BASE_RATE] = base_rate_pairs(table, base_rate)
         predictors.append(BASE_RATE)

@@ -43,6 +43,14 @@ q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop 
 at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
 policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
 
+A fold never makes the agent wait: under the lock it only takes the settled rows out of the
+store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
+and merged under a short lock, appending to the summary's per-trajectory arrays in place
+(O(rows), however many runs were folded before; a full buffer is regrown before the lock is
+taken). Meanwhile the rows are in `_folding`, which snapshots, `state()`, `partial_state()`
+and `merge` count as folded; a resolve for one of them is a resolve_unknown, as for any
+folded id.
+
 State across processes: `state()` is versioned bytes (accumulator_state.py) and
 `merge_state(bytes)` adds them to this accumulator, exactly as `merge` does.
 """
@@ -64,8 +72,9 @@ import numpy as np
 
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report import ReportOptions, report_from_table, report_header
+from tps_tracer.evaluation.pairs import PairTable
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
+from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
@@ -85,6 +94,23 @@ MODES = ("rows", "summary")
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
 _RESERVED = -1  # row_of value while a stop is being scored outside the lock
+
+
+@dataclass
+class _Fold:
+    """Settled runs on their way into the summary, outside the lock: rows taken out of the store
+    (their state is built, then merged), or another accumulator's summary (merged)."""
+
+    token: int
+    table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
+    keys: list[int]  # their bootstrap keys, to put the rows back if building fails
+    unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of _unscored_outcome)
+    first_seen: dict[str, tuple[int, ...]]
+    part: PartialState | None = None  # their state, once built
+
+    @property
+    def n(self) -> int:
+        return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
 class AccumulatorError(ValueError):
@@ -171,6 +197,10 @@ class Accumulator:
         self._last_sweep = clock()
         self._sweep_every = 1.0 if idle_timeout is None else max(1e-3, min(1.0, idle_timeout / 4))
         self._summary: PartialState | None = None  # summary mode: the folded settled trajectories
+        # Summary mode: rows taken out of the store whose PartialState is being built outside the
+        # lock; snapshots, state() and merges count them as folded meanwhile.
+        self._folding: dict[int, _Fold] = {}
+        self._fold_count = 0
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
 
     # ------------------------------------------------------------------ errors
@@ -378,6 +408,7 @@ class Accumulator:
                     self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
                 return False
             scores: list[TrajectoryScore] = []
+            fold: _Fold | None = None
             with self._lock:
                 status, written = self._apply_resolution(trajectory_id, y, q)
                 row = self._rows.row_of.get(trajectory_id, _RESERVED)
@@ -386,7 +417,9 @@ class Accumulator:
                 if self.mode == "summary" and written and row != _RESERVED:
                     self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
                     if self._resolved_rows >= self.batch_size:
-                        self._fold(force=False)
+                        fold = self._take_fold()
+            if fold is not None:
+                self._finish_fold(fold)
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
@@ -601,8 +634,9 @@ class Accumulator:
             )
             self._keys.extend(keys)
             scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
-            if self.mode == "summary":
-                self._fold(force=False)
+            fold = self._take_fold() if self.mode == "summary" else None
+        if fold is not None:
+            self._finish_fold(fold)
         self._notify(scores)
 
     def _key(self, tid: str) -> int:
@@ -688,7 +722,9 @@ class Accumulator:
     @property
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
-        return self._rows.n + len(self._queue) + (self._summary.n if self._summary is not None else 0)
+        with self._lock:
+            folding = sum(f.n for f in self._folding.values())
+            return self._rows.n + len(self._queue) + folding + (self._summary.n if self._summary is not None else 0)
 
     # ------------------------------------------------------------------ summary mode
 
@@ -698,31 +734,117 @@ class Accumulator:
     def _first_seen(self) -> dict[str, tuple[int, ...]]:
         return {p: (i,) for i, p in enumerate(self._known)}
 
-    def _fold(self, force: bool) -> None:
-        """Under the lock, summary mode: fold the settled rows into the partial state.
-
-        Amortised: a fold copies the pending rows that stay, so it waits until the settled
-        rows are at least a quarter of the pending ones (and a batch), unless forced."""
+    def _take_fold(self) -> _Fold | None:
+        """Under the lock, summary mode: take the settled rows out of the store, if a batch of them
+        is there (or waiting clean stops overflow max_pending). O(rows taken); the caller builds
+        their state with `_finish_fold` after releasing the lock."""
         rows = self._rows
         n = rows.n
         if n == 0:
-            return
+            return None
         pending = (rows.stop_code[:n] == _CLEAN_CODE) & np.isnan(rows.outcome[:n])
+        n_pending = int(pending.sum())
+        overflow = max(0, n_pending - self.max_pending)
+        if not overflow and n - n_pending < self.batch_size:
+            return None
         settled = ~pending
-        overflow = max(0, int(pending.sum()) - self.max_pending)
-        n_settled = int(settled.sum())
-        if not overflow and (n_settled == 0 or (not force and n_settled < max(self.batch_size, (n - n_settled) // 4))):
-            return
         self._resolved_rows = 0
         if overflow:  # the oldest waiting clean stops are folded as pending: their outcome can no longer arrive
-            settled[np.flatnonzero(pending)[:overflow]] = True
+            waiting = np.flatnonzero(pending)
+            if overflow < waiting.size:
+                waiting = waiting[np.argpartition(rows.seq[waiting], overflow - 1)[:overflow]]
+            settled[waiting] = True
             self.health.count("ignored", "pending_folded", n=overflow)
-        folded = [rows.ids[i] for i in np.flatnonzero(settled).tolist()]
-        unscored = sum(1 for tid in folded if self._unscored_outcome.pop(tid, None) is not None)
-        table = rows.take_out(settled, unscored)
-        self._keys = [k for k, done in zip(self._keys, settled.tolist(), strict=True) if not done]
-        part = PartialState.from_table(table, self._spec(), self._first_seen())
-        self._summary = part if self._summary is None else self._summary.merge(part)
+        unscored = {}
+        for i in np.flatnonzero(settled).tolist():
+            y = self._unscored_outcome.pop(rows.ids[i], None)
+            if y is not None:
+                unscored[rows.ids[i]] = y
+        keys = [self._keys[i] for i in np.flatnonzero(settled).tolist()]
+        table, holes, movers = rows.take_out(settled, len(unscored))
+        for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
+            self._keys[h] = self._keys[m]
+        del self._keys[rows.n :]
+        self._fold_count += 1
+        fold = _Fold(self._fold_count, table, keys, unscored, self._first_seen())
+        self._folding[fold.token] = fold
+        return fold
+
+    def _finish_fold(self, fold: _Fold) -> None:
+        """Outside the lock: build the taken rows' PartialState (the bootstrap work, B x rows), then
+        merge it into the summary. If building fails the rows go back to the store, so nothing is
+        lost; counted as an error."""
+        if fold.part is None and fold.table is not None:
+            try:
+                fold.part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
+            except Exception as exc:
+                t = fold.table
+                with self._lock:
+                    del self._folding[fold.token]
+                    self._rows.append_many(
+                        t.ids,
+                        t.stop_code.tolist(),
+                        t.outcome.tolist(),
+                        t.q_z.tolist(),
+                        t.n_steps.tolist(),
+                        t.horizon.astype(np.int64).tolist(),
+                        t.weight_mass,
+                        {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
+                    )
+                    self._keys.extend(fold.keys)
+                    self._unscored_outcome.update(fold.unscored)
+                    self._rows.outcome_on_unscored += len(fold.unscored)
+                self._internal("fold", exc)
+                return
+        self._merge_folded(fold)
+
+    def _merge_folded(self, fold: _Fold) -> None:
+        """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
+        it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
+        fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
+        the lock is held for a check and an assignment. Until the swap the fold stays in _folding,
+        where snapshots find it."""
+        part = fold.part
+        assert part is not None
+        for _ in range(8):
+            with self._lock:
+                summary = self._summary
+            try:
+                merged = part if summary is None else summary.with_room_for(part).merge(part)
+            except Exception as exc:  # never expected; the merge under the lock below does without
+                self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
+                break
+            with self._lock:
+                if self._summary is summary:
+                    self._summary = merged
+                    del self._folding[fold.token]
+                    return
+        with self._lock:  # folds racing each other every time: merge under the lock
+            self._summary = part if self._summary is None else self._summary.merge(part)
+            del self._folding[fold.token]
+
+    def _in_flight(self) -> list[tuple[PairTable | None, PartialState | None]]:
+        """Under the lock: what the folds under way hold (their state if built, else their rows)."""
+        return [(f.table, f.part) for f in self._folding.values()]
+
+    def _settled_state(
+        self,
+        summary: PartialState | None,
+        folding: list[tuple[PairTable | None, PartialState | None]],
+        first_seen: dict[str, tuple[int, ...]],
+    ) -> PartialState | None:
+        """Outside the lock: the folded state plus the folds under way. The summary is merged last,
+        into a fresh state, so its buffers' free rows stay for the next fold."""
+        parts = []
+        for table, part in folding:
+            if part is None and table is not None:
+                part = PartialState.from_table(table, self._spec(), first_seen)
+            if part is not None:
+                parts.append(part)
+        if not parts:
+            return summary
+        state = merge_states(parts)
+        return state if summary is None else state.merge(summary)
 
     def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
         """(report, finished, pending) from the folded state plus the rows still stored."""
@@ -735,33 +857,17 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             summary = self._summary
+            folding = self._in_flight()
             first_seen = self._first_seen()
-        parts = [p for p in (summary, PartialState.from_table(table, self._spec(), first_seen)) if p is not None]
-        state = parts[0] if len(parts) == 1 else parts[0].merge(parts[1])
+        rows = PartialState.from_table(table, self._spec(), first_seen)
+        settled = self._settled_state(summary, folding, first_seen)
+        state = rows if settled is None else rows.merge(settled)
         names = list(options.predictors or [])
         unknown = [p for p in names if p not in state.predictors]
         if unknown:  # as report_from_table in row mode
             raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
         opts = dataclasses.replace(options, predictors=names)
-        if state.n_complete:
-            return state.to_report(opts), state.n, state.pending
-        coverage = [
-            {"predictor": p, "usable": state.predictors[p].usable, "skipped": dict(state.predictors[p].skipped)}
-            for p in names
-        ]
-        header = report_header(
-            [r.name for r in self.rules], [s.name for s in self.schedules], opts, None, state.audit(), coverage
-        )
-        empty: list[dict[str, Any]] = []
-        report = {
-            **header,
-            "scores": empty,
-            "deltas": [],
-            "diagnostics": [],
-            "scalar_predictors": [],
-            "recalibration": [],
-        }
-        return report, state.n, state.pending
+        return state.to_report(opts, allow_empty=True), state.n, state.pending
 
     # ------------------------------------------------------------------ state across processes
 
@@ -773,9 +879,11 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             summary = self._summary
+            folding = self._in_flight()
             first_seen = self._first_seen()
         rows = PartialState.from_table(table, self._spec(), first_seen)
-        return rows if summary is None else summary.merge(rows)
+        settled = self._settled_state(summary, folding, first_seen)
+        return rows if settled is None else rows.merge(settled)
 
     def state(self) -> bytes:
         """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
@@ -786,6 +894,9 @@ class Accumulator:
             unscored = dict(self._unscored_outcome)
             known = list(self._known)
             summary = self._summary
+            folding = self._in_flight()
+            first_seen = self._first_seen()
+        summary = self._settled_state(summary, folding, first_seen)  # rows being folded travel as folded
         enc = accumulator_state.encode_array
         body = {
             "settings": {
@@ -949,7 +1060,12 @@ class Accumulator:
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
             other_summary = other._summary
+            other_folding = other._in_flight()
+            other_first_seen = other._first_seen()
+        other_summary = other._settled_state(other_summary, other_folding, other_first_seen)
         duplicates: list[str] = []
+        fold: _Fold | None = None
+        merging: _Fold | None = None
         take_ids: set[str] = set()
         with self._lock:
             for name in known:
@@ -990,9 +1106,15 @@ class Accumulator:
                     self._live[tid] = live
             if self.mode == "summary":
                 # Folded ids are forgotten, so duplicates between two folded states are not detected.
-                if other_summary is not None:
-                    self._summary = other_summary if self._summary is None else self._summary.merge(other_summary)
-                self._fold(force=False)
+                if other_summary is not None:  # merged outside the lock, counted as folding until then
+                    self._fold_count += 1
+                    merging = _Fold(self._fold_count, None, [], {}, {}, part=other_summary)
+                    self._folding[merging.token] = merging
+                fold = self._take_fold()
+        if merging is not None:
+            self._merge_folded(merging)
+        if fold is not None:
+            self._finish_fold(fold)
         self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")

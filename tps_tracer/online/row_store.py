@@ -5,6 +5,10 @@ predictor its branch pairs (R x S x 2 floats), four summaries and a usable flag;
 trajectory a few scalars, the truncated weight mass per schedule and its id. Arrays grow
 by 25 % so the slack stays small; predictors that first appear late get new columns
 (rows stored before are unusable for them, counted as "missing").
+
+Summary mode takes settled rows out (`take_out`) in O(rows taken): the holes are filled with
+the last rows, so row order is arrival order only until the first take-out; `seq` keeps each
+row's arrival number for the policies that need the oldest rows.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class RowStore:
         self.q_z = np.zeros(0)
         self.n_steps = np.zeros(0, dtype=np.int64)
         self.horizon = np.zeros(0)
+        self.seq = np.zeros(0, dtype=np.int64)  # arrival number of each row
+        self._next_seq = 0
         self.weight_mass = np.zeros((0, len(schedules)))
         self.predictors: dict[str, _PredictorColumns] = {}
         self.outcome_on_unscored = 0
@@ -63,6 +69,7 @@ class RowStore:
         self.q_z = grown(self.q_z, np.nan)  # type: ignore[assignment]
         self.n_steps = grown(self.n_steps, 0)  # type: ignore[assignment]
         self.horizon = grown(self.horizon, 0)  # type: ignore[assignment]
+        self.seq = grown(self.seq, 0)  # type: ignore[assignment]
         self.weight_mass = grown(self.weight_mass, 0.0)  # type: ignore[assignment]
         for col in self.predictors.values():
             col.usable = grown(col.usable, False)  # type: ignore[assignment]
@@ -103,6 +110,8 @@ class RowStore:
         self.q_z[sl] = q_z
         self.n_steps[sl] = n_steps
         self.horizon[sl] = horizon
+        self.seq[sl] = np.arange(self._next_seq, self._next_seq + k)
+        self._next_seq += k
         self.weight_mass[sl] = weight_mass
         for name, (usable, pairs, aggs) in predictors.items():
             col = self.predictors.get(name) or self.add_predictor(name)
@@ -136,45 +145,74 @@ class RowStore:
             outcome_on_unscored=self.outcome_on_unscored,
         )
 
-    def take_out(self, rows: NDArray[np.bool_], outcome_on_unscored: int) -> PairTable:
-        """Remove the selected rows and return them as a pair table (summary mode folds them into
-        its partial state); `outcome_on_unscored` of the removed rows moves with them."""
-        full = self.table()
-        idx = np.flatnonzero(rows)
-        keep = np.flatnonzero(~rows)
-        taken = full.reordered(idx)
-        taken.outcome_on_unscored = outcome_on_unscored
-        for pp in taken.predictors.values():  # reordered keeps the whole table's counts
-            pp.skipped = skip_counts(pp.usable, taken.n_steps)
-        rest = full.reordered(keep)
-        # Negative entries are ids reserved by the accumulator while they are being scored: kept.
-        self.n, self.ids = 0, []
-        self.row_of = {tid: r for tid, r in self.row_of.items() if r < 0}
-        self.outcome_on_unscored = full.outcome_on_unscored - outcome_on_unscored
-        self.append_many(
-            rest.ids,
-            rest.stop_code.tolist(),
-            rest.outcome.tolist(),
-            rest.q_z.tolist(),
-            rest.n_steps.tolist(),
-            rest.horizon.astype(np.int64).tolist(),
-            rest.weight_mass,
-            {name: (c.usable, c.pairs, c.aggregates) for name, c in rest.predictors.items()},
+    def take_out(
+        self, rows: NDArray[np.bool_], outcome_on_unscored: int
+    ) -> tuple[PairTable, NDArray[np.int64], NDArray[np.int64]]:
+        """Remove the selected rows (a mask over the n stored ones) and return them as a pair table
+        (summary mode folds them into its partial state); `outcome_on_unscored` of the removed rows
+        moves with them. Costs O(rows removed): each hole below the new end is filled with a kept
+        row from above it. Returns (table, holes, movers): row movers[i] now lives at holes[i], so
+        a caller keeping a list parallel to the rows moves its entries the same way."""
+        n = self.n
+        idx = np.flatnonzero(rows[:n])
+        new_n = n - idx.size
+        n_steps = self.n_steps[idx]
+        taken = PairTable(
+            ids=[self.ids[i] for i in idx.tolist()],
+            stop_code=self.stop_code[idx],
+            outcome=self.outcome[idx],
+            q_z=self.q_z[idx],
+            n_steps=n_steps,
+            horizon=self.horizon[idx],
+            rules=self.rules,
+            schedules=self.schedules,
+            weight_mass=self.weight_mass[idx],
+            predictors={
+                name: PredictorPairs(
+                    col.usable[idx], col.pairs[idx], col.aggregates[idx], skip_counts(col.usable[idx], n_steps)
+                )
+                for name, col in self.predictors.items()
+            },
+            outcome_on_unscored=outcome_on_unscored,
         )
+        holes = idx[idx < new_n]
+        movers = np.flatnonzero(~rows[new_n:n]) + new_n  # kept rows above the new end, as many as holes
+        arrays: list[NDArray[np.generic]] = [
+            self.stop_code,
+            self.outcome,
+            self.q_z,
+            self.n_steps,
+            self.horizon,
+            self.seq,
+            self.weight_mass,
+        ]
+        for col in self.predictors.values():
+            arrays += [col.usable, col.pairs, col.aggregates]
+        for a in arrays:
+            a[holes] = a[movers]
+        for tid in taken.ids:
+            del self.row_of[tid]
+        for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
+            tid = self.ids[m]
+            self.ids[h] = tid
+            self.row_of[tid] = h
+        del self.ids[new_n:]
         # Freed slots back to their fill values: append_many writes only the predictors a batch
         # mentions and relies on unwritten slots being unusable.
-        freed = slice(self.n, full.n)
+        freed = slice(new_n, n)
         self.outcome[freed] = np.nan
         self.q_z[freed] = np.nan
         for col in self.predictors.values():
             col.usable[freed] = False
             col.pairs[freed] = np.nan
             col.aggregates[freed] = np.nan
-        return taken
+        self.n = new_n
+        self.outcome_on_unscored -= outcome_on_unscored
+        return taken, holes, movers
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (capacity included), for memory reporting."""
-        total = sum(a.nbytes for a in (self.stop_code, self.outcome, self.q_z, self.n_steps, self.horizon))
+        total = sum(a.nbytes for a in (self.stop_code, self.outcome, self.q_z, self.n_steps, self.horizon, self.seq))
         total += self.weight_mass.nbytes
         for col in self.predictors.values():
             total += col.usable.nbytes + col.pairs.nbytes + col.aggregates.nbytes
