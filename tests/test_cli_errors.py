@@ -28,7 +28,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     # Every outcome 1: no Platt map can be fitted (the intercept has no finite maximum).
     ones = d / "ones.jsonl"
     ones.write_text("".join(json.dumps({**r, "outcome": 1} if "resolves" in r else r) + "\n" for r in records))
-    # No complete trajectory (budget stops only): the censored TPS alone; the gate refuses it.
+    # No complete trajectory (budget stops only): the censored TPS alone; no base rate.
     censored = d / "censored.jsonl"
     censored.write_text(
         "".join(
@@ -187,7 +187,8 @@ TABLE = [
         ["gate", "{good}", "--min", "-1", "--min-n", "5", "--markdown", "{file}/s.md"],
         "--markdown",
     ),
-    ("gate", "unfittable sample", ["gate", "{censored}", "--min", "-1"], "no complete trajectory"),
+    ("gate", "unfittable sample", ["gate", "{excluded}", "--min", "-1"], "no complete trajectory"),
+    ("gate", "unfittable sample", ["gate", "{censored}", "--vs-base-rate"], "no base rate to compare with"),
     # demo
     ("demo", "bad option type", ["demo", "--tasks", "few"], "argument --tasks"),
     ("demo", "bad option value", ["demo", "--tasks", "0"], "--tasks must be >= 1"),

@@ -186,3 +186,16 @@ def test_gate_on_an_accumulator_snapshot(truthful, tmp_path):
     assert res["score"]["ci_low"] == row["ci_low"]
     assert gate("--snapshot", str(snap), "--vs-base-rate").returncode == 2
     assert 0.0 <= res["checks"][-1]["flip_probability"] < 0.01
+
+
+def test_budget_stops_alone_are_gated_on_their_censored_score_like_the_report(runs, tmp_path):
+    """No complete run yet: the cen-simple score is defined (as in the report), the base rate is not."""
+    recs = [r for r in only(to_records(runs, ["truthful"]), "truthful") if r.stop_reason == StopReason.MAX_STEPS]
+    assert len(recs) >= 30
+    report = tt.evaluate(recs, tt.ReportOptions(rules=["log"], bootstrap=0))
+    row = next(r for r in report["scores"] if r["predictor"] == "p" and r["censoring"] == "simple")
+    res = evaluate_gate(recs, GateCriteria(min_score=row["mean"] - 1.0, bootstrap=300))
+    assert res["verdict"] == "pass" and res["score"]["n"] == len(recs) == row["n"]
+    assert res["score"]["mean"] == pytest.approx(row["mean"], rel=1e-12)
+    with pytest.raises(GateInputError, match="no base rate to compare with"):
+        evaluate_gate(recs, GateCriteria(vs_base_rate=True, bootstrap=300))

@@ -37,8 +37,8 @@ from numpy.typing import NDArray
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
-from tps_tracer.evaluation.report import BASE_RATE, base_rate_pairs, termination_audit
-from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left, role_masks
+from tps_tracer.evaluation.report import BASE_RATE, NO_WORKING_SAMPLE, base_rate_pairs, termination_audit
+from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
@@ -149,12 +149,14 @@ class _Run:
         table = sample.table
         if table.n == 0:
             raise GateInputError("no trajectories")
+        complete, censored = table.role_masks(crit.policy)
+        if not complete.any() and not censored.any():
+            raise GateInputError(NO_WORKING_SAMPLE)
         names = [p for p in table.predictors if p != BASE_RATE]
         self.skipped: list[Skipped] = []
         if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
             if not names:
                 raise GateInputError("the file has no forecasts to gate on")
-            complete, censored = role_masks(table.stop_code, table.outcome, crit.policy)
             for name in names:
                 reason = no_data_reason(table.predictors[name], complete | censored)
                 if reason is None:
@@ -166,14 +168,15 @@ class _Run:
         if predictor not in table.predictors:
             raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
         self.predictor = predictor
-        complete, _ = table.role_masks(crit.policy)
-        if not complete.any():
-            raise GateInputError("no complete trajectory (a clean stop with an outcome): nothing to score")
-        self.base_rate = float(np.mean(table.outcome[complete]))
-        reference = base_rate_pairs(table, self.base_rate)
-        gated = dataclasses.replace(table, predictors={predictor: table.predictors[predictor], BASE_RATE: reference})
-        sm = score_columns(gated, [predictor, BASE_RATE], crit.policy, (crit.censoring,))
-        self.score, self.reference = sm.columns[0], sm.columns[1]
+        # Censored runs alone are scored (as in the report); the base-rate reference needs a complete outcome.
+        self.base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
+        columns = {predictor: table.predictors[predictor]}
+        if self.base_rate is not None:
+            columns[BASE_RATE] = base_rate_pairs(table, self.base_rate)
+        gated = dataclasses.replace(table, predictors=columns)
+        sm = score_columns(gated, list(columns), crit.policy, (crit.censoring,))
+        self.score = sm.columns[0]
+        self.reference = sm.columns[1] if self.base_rate is not None else np.full(table.n, np.nan)
         self.missing_q_z = sm.missing_q_z[predictor]
         self.audit = termination_audit(gated, crit.policy)
         self.ids = table.ids
@@ -190,6 +193,10 @@ def evaluate_gate(
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
     run = _Run(_sample(candidate, crit), crit, crit.predictor)
+    if crit.vs_base_rate and run.base_rate is None:
+        raise GateInputError(
+            "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
+        )
     checks: list[dict[str, Any]] = []
     warnings: list[str] = []
     notes: list[str] = []
