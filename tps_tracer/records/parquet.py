@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
+from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.schema import TrajectoryRecord
 
 DEFAULT_ROWS_PER_GROUP = 50_000
@@ -154,6 +155,7 @@ def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
     """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
+    require_pyarrow(f"writing Parquet ({dst})")
     import pyarrow.parquet as pq
 
     from tps_tracer.records.chunks import NeedsWholeFile, iter_chunks
@@ -200,12 +202,13 @@ def _row_to_json(row: dict[str, Any]) -> str:
 
 def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
     """Validated records of a Parquet file or directory of shards (errors name the row)."""
-    import pyarrow.parquet as pq
-
     from tps_tracer.records.chunks import source_files
 
     seen: set[str] = set()
     for path in source_files(src):
+        require_pyarrow(f"reading Parquet ({path})")
+        import pyarrow.parquet as pq
+
         row = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
             lines = [_row_to_json(r) for r in batch.to_pylist()]
