@@ -51,7 +51,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return {"jsonl": jsonl, "parquet": parquet, "shards": shards, "d": d}
 
 
-def run(args: list[str], env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str] | None = None, code: str | None = None
+) -> subprocess.CompletedProcess[str]:
     prefix = ["-c", code] if code else ["-m", "tps_tracer.cli.main"]
     return subprocess.run([sys.executable, *prefix, *args], capture_output=True, text=True, env=env, timeout=300)
 
@@ -119,7 +121,10 @@ def test_parquet_without_pyarrow_is_one_line_naming_the_extra(blocked, files, ar
     out = run([a.format(**fill) for a in args], blocked)
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    assert out.stderr == f"tps-tracer {args[0]}: {what.format(**fill)} needs pyarrow, which is not installed: {INSTALL_HINT}\n"
+    assert (
+        out.stderr
+        == f"tps-tracer {args[0]}: {what.format(**fill)} needs pyarrow, which is not installed: {INSTALL_HINT}\n"
+    )
     assert INSTALL_HINT == "pip install 'tps-tracer[parquet]'"
     assert not (files["d"] / "out.parquet").exists() and not (files["d"] / "out.jsonl").exists()
 
