@@ -10,14 +10,15 @@ schema takes one. Anything else raises `NotColumnar` and the chunk is read by th
 
 - what orjson refuses and `json.loads` may accept: `NaN` / `Infinity` literals, lone surrogate
   escapes (`"\\ud800"`), numbers that overflow a double; the exact path decides;
-- what would make the two paths split lines differently: a carriage return that does not end a
-  line (text mode reads it as a line end), whitespace JSON does not know (form feed, NBSP);
+- whitespace JSON does not know around a record (form feed, NBSP), which `str.strip()` removes;
 - a record with a `resolves` key (however its name is escaped): resolution lines need the file;
 - integers beyond 64 bits, which orjson reads as floats: they are never valid here (a float
   horizon or step number is refused, and such a number is outside every accepted range).
 
 Lines are parsed `BATCH_LINES` at a time, so the Python objects of at most one batch are alive at
-once (a 32 MB chunk of dicts would be ~200 MB).
+once: a 32 MB chunk of dicts would be ~200 MB, and a batch of ~1 MB of JSON keeps its objects in
+the CPU caches (measured on 100k x 10 steps: 1,000 lines per batch read in ~0.65 s, 5,000 in
+~1.1 s, 20,000 in ~2 s).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ import orjson
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
 
-BATCH_LINES = 5_000
+BATCH_LINES = 1_000
 _NONE, _INT, _FLOAT, _BOOL, _STR = type(None), int, float, bool, str
 _NUMBER = frozenset({_NONE, _INT, _FLOAT})  # q_z, forecasts (null = not given / missing)
 _OUTCOME = frozenset({_NONE, _INT, _FLOAT, _BOOL})  # `true` / `false` are outcomes 1 / 0
 _INTEGER = frozenset({_NONE, _INT})  # horizon, t
 _ABSENT_OBJECT: dict[str, Any] = {}  # the value of an absent `metadata` / `forecasts` (never mutated)
 _ABSENT_LIST: list[Any] = []  # the value of an absent `steps` (never mutated)
+_ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identity (orjson never gives a NaN)
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
@@ -49,11 +51,8 @@ def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
 
 def raw_from_jsonl(chunk: bytes) -> RawColumns:
     """The raw columns of a chunk of whole JSON Lines (no BOM), or NotColumnar."""
-    if chunk.count(b"\r") != chunk.count(b"\r\n"):
-        raise NotColumnar("a carriage return that does not end a line")
-    lines = chunk.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()  # the piece after the last line end
+    # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
+    lines = chunk.splitlines()
     parts = [_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
     return concat_raw(parts) if parts else _batch([])
 
@@ -125,13 +124,7 @@ def _flatten(recs: list[Any]) -> RawColumns:
     t_types = _only(t, _INTEGER, "steps.t")
     fcs = [s.get("forecasts", _ABSENT_OBJECT) for s in flat]
     _only(fcs, dict, "forecasts")
-    # Names in first-seen order: each distinct key sequence once, in the order it first occurs.
-    names = dict.fromkeys(chain.from_iterable(dict.fromkeys(map(tuple, fcs))))
-    forecasts = {}
-    for name in names:
-        values = [f.get(name) for f in fcs]
-        _only(values, _NUMBER, f"forecasts.{name}")
-        forecasts[name] = _floats(values)
+    forecasts = _forecast_columns(fcs)
     return RawColumns(
         ids=ids,
         stop_code=stop_code,
@@ -143,3 +136,26 @@ def _flatten(recs: list[Any]) -> RawColumns:
         t=_floats(t) if _INT in t_types else None,
         forecasts=forecasts,
     )
+
+
+def _forecast_columns(fcs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """One float64 column per forecast name (NaN: null or absent), names in first-seen order."""
+    keys = sum(map(len, fcs))
+    # Usually every step names the same predictors as the first one: then the first step's names, in
+    # its order, are all the names, which the count of keys present proves. Otherwise: each distinct
+    # key sequence once, in the order it first occurs.
+    names = list(fcs[0]) if fcs else []
+    columns = _columns(fcs, names)
+    if sum(present for _, present in columns.values()) != keys:
+        names = list(dict.fromkeys(chain.from_iterable(dict.fromkeys(map(tuple, fcs)))))
+        columns = {**columns, **_columns(fcs, [n for n in names if n not in columns])}
+    return {name: columns[name][0] for name in names}
+
+
+def _columns(fcs: list[dict[str, Any]], names: list[str]) -> dict[str, tuple[np.ndarray, int]]:
+    out = {}
+    for name in names:
+        values = [f.get(name, _ABSENT) for f in fcs]
+        _only(values, _NUMBER, f"forecasts.{name}")
+        out[name] = (_floats(values), len(values) - values.count(_ABSENT))
+    return out
