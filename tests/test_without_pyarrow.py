@@ -144,3 +144,34 @@ def test_pyarrow_is_an_extra_not_a_core_dependency():
     test = next(line for line in makefile.splitlines() if line.startswith("extras_test"))
     assert "parquet" not in demo and "ray" not in demo
     assert "parquet" in test.split(":=")[1].split(",")
+
+
+@pytest.mark.parametrize("command", [["gate", "--min", "-5", "--bootstrap", "100", "--json"], ["censoring", "--json"]])
+def test_a_directory_of_json_lines_shards_needs_no_pyarrow(blocked, files, tmp_path, command):
+    """Shard directories may hold .jsonl files (README): the commands that read whole records (gate,
+    calibrate, censoring, plot) read them as JSON Lines, equal to the one file. (On the old reader they
+    went to the Parquet reader: "Parquet magic bytes not found".)"""
+    lines = files["jsonl"].read_text().splitlines(keepends=True)
+    shards = tmp_path / "jsonl-shards"
+    shards.mkdir()
+    (shards / "part-0.jsonl").write_text("".join(lines[:250]))
+    (shards / "part-1.jsonl").write_text("".join(lines[250:]))
+    whole, sharded = run([*command, str(files["jsonl"])]), run([*command, str(shards)], blocked)
+    assert whole.returncode == sharded.returncode == 0, sharded.stderr
+    assert_reports_equal(json.loads(whole.stdout), json.loads(sharded.stdout))
+
+
+def test_duplicate_ids_across_json_lines_shards_are_named(files, tmp_path):
+    from tps_tracer.records import TrajectoryFileError
+    from tps_tracer.records.parquet import read_records
+
+    lines = files["jsonl"].read_text().splitlines(keepends=True)
+    shards = tmp_path / "dups"
+    shards.mkdir()
+    (shards / "a.jsonl").write_text("".join(lines[:100]))
+    (shards / "b.jsonl").write_text("".join(lines[99:200]))
+    with pytest.raises(TrajectoryFileError) as exc:
+        read_records(shards)
+    dup = json.loads(lines[99])["trajectory_id"]
+    assert exc.value.errors[0].message == f"duplicate id {dup!r} (also in an earlier shard)"
+    assert exc.value.source.endswith("b.jsonl")
