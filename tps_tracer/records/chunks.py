@@ -105,8 +105,9 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
         carry = b"" if head == _BOM else head
         while True:
             block = fh.read(chunk_bytes)
+            more = bool(block)
             data = carry + block
-            if block:
+            if more:
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:  # one line longer than the chunk: keep reading
                     carry = data
@@ -114,10 +115,11 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
                 chunk, carry = data[:cut], data[cut:]
             else:
                 chunk, carry = data, b""
+            block = data = b""  # not kept alive while the chunk is parsed (a long line is ~75 MB)
             if _NON_SPACE.search(chunk):
                 yield offset, chunk, size
             offset += len(chunk)
-            if not block:
+            if not more:
                 return
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from itertools import chain, repeat
 from typing import Any
 
@@ -35,6 +36,9 @@ from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
 
 BATCH_LINES = 1_000
+_FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
+LONG_LINE = 8 << 20  # a longer line has its steps parsed in pieces (see `_long_line`)
+PIECE_BYTES = 2 << 20
 _NONE, _INT, _FLOAT, _BOOL, _STR = type(None), int, float, bool, str
 _NUMBER = frozenset({_NONE, _INT, _FLOAT})  # q_z, forecasts (null = not given / missing)
 _OUTCOME = frozenset({_NONE, _INT, _FLOAT, _BOOL})  # `true` / `false` are outcomes 1 / 0
@@ -52,12 +56,93 @@ def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
 def raw_from_jsonl(chunk: bytes) -> RawColumns:
     """The raw columns of a chunk of whole JSON Lines (no BOM), or NotColumnar."""
     # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
-    lines = chunk.splitlines()
-    parts = [_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
+    lines: list[Any] = chunk.splitlines()
+    if len(lines) <= _FEW_LINES:
+        lines = _views(chunk, lines)
+    parts: list[RawColumns] = []
+    start = 0
+    for i in [i for i, size in enumerate(map(len, lines)) if size > LONG_LINE]:
+        parts += _batches(lines[start:i])
+        parts.append(_long_line(bytes(lines[i])) or _batch(lines[i : i + 1]))
+        start = i + 1
+    parts += _batches(lines[start:])
     return concat_raw(parts) if parts else _batch([])
 
 
-def _batch(lines: Sequence[bytes]) -> RawColumns:
+def _batches(lines: list[Any]) -> list[RawColumns]:
+    return [_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
+
+
+def _long_line(line: bytes) -> RawColumns | None:
+    """One long record with its `steps` parsed PIECE_BYTES at a time, or None if the line does not
+    have the plain shape this needs (then it is parsed whole).
+
+    Parsed whole, a trajectory of 1.5M steps is ~700 MB of Python objects plus orjson's own
+    document tree. Here the line is cut after a `},` that is followed by `{`, inside the top-level
+    `steps` array. A cut may fall inside a string or a nested array; then the piece before it
+    is not a complete sequence of JSON values and fails to parse, and the line is parsed whole.
+    When every piece parses (each one starting where the previous one ended, outside any string
+    at the array's own depth), the pieces are exactly the array's elements, in order. The record
+    around the array is parsed with the array's last piece inside it. Lines with a `\\u` escape
+    are left whole, so no other key can also spell "steps" (a duplicate key wins when it is last).
+    """
+    k = line.find(b'"steps"')
+    j = line.find(b"[", k)
+    if k < 0 or j < 0 or line.count(b'"steps"') != 1 or b"\\u" in line or line[k + 7 : j].strip() != b":":
+        return None
+    head = line[: j + 1]
+    enabled = gc.isenabled()
+    gc.disable()  # as in _batch
+    try:
+        try:
+            shape = orjson.loads(head + b"]}")  # `steps` must be the top-level object's last key so far
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(shape, dict) or list(shape)[-1:] != ["steps"] or shape["steps"] != []:
+            return None
+        pieces: list[RawColumns] = []
+        begin = j + 1
+        while (cut := _cut(line, begin + PIECE_BYTES)) > 0:
+            try:
+                steps = orjson.loads(b"[" + line[begin:cut] + b"]")
+            except orjson.JSONDecodeError:
+                return None
+            pieces.append(_flatten([{"trajectory_id": "", "stop_reason": "other", "steps": steps}]))
+            begin = cut + 1
+        if not pieces:
+            return None
+        try:
+            record = orjson.loads(head + line[begin:])
+        except orjson.JSONDecodeError:
+            return None
+        last = _flatten([record])
+    finally:
+        if enabled:
+            gc.enable()
+    steps_only = concat_raw([*pieces, last])  # per-step columns in order, names first-seen
+    return replace(
+        last, lengths=np.array([int(steps_only.lengths.sum())]), t=steps_only.t, forecasts=steps_only.forecasts
+    )
+
+
+def _cut(line: bytes, start: int) -> int:
+    """The position of the comma of the first `},{` or `}, {` at or after `start`, or -1."""
+    found = [p for p in (line.find(b"},{", start), line.find(b"}, {", start)) if p >= 0]
+    return min(found) + 1 if found else -1
+
+
+def _views(chunk: bytes, lines: list[bytes]) -> list[memoryview]:
+    """The lines as views into the chunk, so a very long line (one trajectory of 1.5M steps is 75 MB)
+    is not held twice while its objects are built (the copies are freed before parsing)."""
+    views, pos, whole = [], 0, memoryview(chunk)
+    for line in lines:
+        start = chunk.find(line, pos)  # only line-end bytes lie between pos and the line's start
+        views.append(whole[start : start + len(line)])
+        pos = start + len(line)
+    return views
+
+
+def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
     # Parsing allocates ~10 dicts and lists per record, all kept alive until the batch is flattened:
     # the cyclic collector would run every ~700 allocations and walk them all (it roughly doubles
     # the read time, measured), although JSON values cannot form cycles. So it is off for the
@@ -71,14 +156,14 @@ def _batch(lines: Sequence[bytes]) -> RawColumns:
             gc.enable()
 
 
-def _parse(lines: Sequence[bytes]) -> list[Any]:
+def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
     try:
         return list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:
         pass
     try:  # blank lines (the exact path skips them too; bytes.strip() strips only ASCII whitespace,
-        # all of which str.strip() strips as well)
-        return [orjson.loads(line) for line in lines if line.strip()]
+        # all of which str.strip() strips as well; a longer run of spaces goes to the exact path)
+        return [orjson.loads(line) for line in lines if len(line) > 64 or bytes(line).strip()]
     except orjson.JSONDecodeError as exc:
         raise NotColumnar(f"orjson: {exc}") from None
 
@@ -96,6 +181,8 @@ def _floats(values: list[Any]) -> np.ndarray:
 
 
 def _flatten(recs: list[Any]) -> RawColumns:
+    """The batch's columns; empties `recs` on the way, so the parsed objects are freed as soon as their
+    values are read (one long trajectory's objects are ~450 bytes a step)."""
     n = len(recs)
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
@@ -117,14 +204,18 @@ def _flatten(recs: list[Any]) -> RawColumns:
 
     steps = [r.get("steps", _ABSENT_LIST) for r in recs]
     _only(steps, list, "steps")
+    recs.clear()  # the record dicts; their steps live on in `steps`
     lengths = np.fromiter(map(len, steps), dtype=np.int64, count=n)
     flat = list(chain.from_iterable(steps))
+    del steps
     _only(flat, dict, "steps: items are not objects")
-    t = [s.get("t") for s in flat]
-    t_types = _only(t, _INTEGER, "steps.t")
+    t_values = [s.get("t") for s in flat]
+    t_types = _only(t_values, _INTEGER, "steps.t")
     fcs = [s.get("forecasts", _ABSENT_OBJECT) for s in flat]
+    del flat  # the step dicts; their t and forecasts live on in the two lists
+    t = _floats(t_values) if _INT in t_types else None
+    del t_values
     _only(fcs, dict, "forecasts")
-    forecasts = _forecast_columns(fcs)
     return RawColumns(
         ids=ids,
         stop_code=stop_code,
@@ -133,8 +224,8 @@ def _flatten(recs: list[Any]) -> RawColumns:
         q_z=_floats(q_z),
         horizon=_floats(horizon),
         lengths=lengths,
-        t=_floats(t) if _INT in t_types else None,
-        forecasts=forecasts,
+        t=t,
+        forecasts=_forecast_columns(fcs),
     )
 
 
