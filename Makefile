@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
 extras_demo := langchain
-extras_test := test,dev,langchain,plot,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
+extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 

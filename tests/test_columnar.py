@@ -1,4 +1,7 @@
-"""Parquet and the columnar reader: the same arrays and reports as the exact JSON Lines path."""
+"""Parquet and the columnar readers: the same arrays and reports as the exact JSON Lines path.
+
+(Needs the `parquet` extra, which `make test` installs; tests/test_without_pyarrow.py covers its absence.)
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.chunks import iter_chunks
 from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
+from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.parquet import jsonl_to_parquet, parquet_records
 
 
@@ -148,9 +152,11 @@ def test_non_numeric_forecasts_are_counted_when_converting(tmp_path):
 def test_columnar_validation_refuses_what_the_exact_path_refuses_or_reads_differently(row, why):
     """Each row is rejected (or read as a non-numeric skip) by pydantic; the columnar path must not accept it."""
     text = "\n".join(json.dumps(r) for r in [{"trajectory_id": "ok", "stop_reason": "clean", "outcome": 0}, row])
-    table = pj.read_json(io.BytesIO(text.encode()))  # the reader the JSON Lines fast path uses
+    table = pj.read_json(io.BytesIO(text.encode()))  # an Arrow table, as Parquet gives
     with pytest.raises(NotColumnar, match=why.split(".")[0]):
         arrays_from_arrow(table)
+    with pytest.raises(NotColumnar, match=why.split(".")[0] + "|orjson"):  # NaN: orjson refuses the literal
+        arrays_from_jsonl(text.encode())  # the JSON Lines fast path
     with (
         pytest.raises(TrajectoryFileError)
         if why != "forecasts.p" or row["steps"][0]["forecasts"]["p"] != "x"

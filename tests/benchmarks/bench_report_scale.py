@@ -6,6 +6,7 @@ Writes N trajectories x 10 steps (two predictors, every stop reason, q_z on half
 runs) to a temporary JSON Lines file, then times, as medians of --repeat runs:
 
     json.loads     a bare `for line in file: json.loads(line)` pass (the baseline)
+    read           the columnar reader alone (`iter_chunks`: orjson + numpy, validated flat arrays)
     report         `report_from_path` (chunked, columnar reader, partial states): what the CLI runs
     whole-file     the exact path: read_trajectories -> to_arrays -> build_report (today's reference)
 
@@ -93,6 +94,13 @@ def json_pass(path: Path) -> None:
             json.loads(line)
 
 
+def _read_only(path: Path) -> None:
+    from tps_tracer.records.chunks import iter_chunks
+
+    for chunk in iter_chunks(path):
+        assert chunk.fast  # the generated file is plain: no chunk may drop to the exact path
+
+
 def timing(path: Path, repeat: int, whole_file: bool) -> None:
     from tps_tracer.evaluation.chunked import report_from_path
     from tps_tracer.evaluation.report import ReportOptions, build_report
@@ -104,6 +112,8 @@ def timing(path: Path, repeat: int, whole_file: bool) -> None:
     base = median_time(lambda: json_pass(path), repeat)
     print(f"file {path.name}: {size:.0f} MB; medians of {repeat} runs (2 shared cores: compare ratios)")
     print(f"  json.loads pass          {base:7.2f} s   1.00x")
+    tr = median_time(lambda: _read_only(path), repeat)
+    print(f"  read (columnar, no score){tr:7.2f} s   {tr / base:5.2f}x json.loads")
     t = median_time(lambda: report_from_path(path, opts), repeat)
     print(f"  report (chunked)         {t:7.2f} s   {t / base:5.2f}x json.loads   (target <= 3x)")
     t0 = median_time(

@@ -6,8 +6,10 @@ Exit codes of every `tps-tracer` command:
 - 1: the gate's FAIL verdict, and nothing else;
 - 2: an expected failure: a missing or unreadable file, invalid records, a bad option,
   an unknown predictor, an output that cannot be written, a sample that cannot be scored
-  or fitted (the gate: an unusable sample). One line on stderr says what failed and where;
-  a record file with several problems lists the further ones on the lines below;
+  or fitted (the gate: an unusable sample), a missing extra (a Parquet input without
+  pyarrow: `records/pyarrow_extra.MissingExtra`, a ValueError naming the pip command).
+  One line on stderr says what failed and where; a record file with several problems
+  lists the further ones on the lines below;
 - 3: an internal error (a bug): one line naming the exception, never exit 1 by accident;
 - 130: interrupted (Ctrl-C).
 

@@ -125,6 +125,10 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             errors.append(RecordError(line_no, "", f"invalid JSON ({exc.msg} at column {exc.colno})"))
             cut_at_end = runs_into_end(exc, text)
             continue
+        except RecursionError:  # the C scanner counts nesting against the interpreter's recursion limit
+            errors.append(RecordError(line_no, "", "invalid JSON (nested too deeply)"))
+            cut_at_end = False
+            continue
         if not isinstance(obj, dict):
             errors.append(RecordError(line_no, "", "each line must be a JSON object (one trajectory)"))
             continue

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
+from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.schema import TrajectoryRecord
 
 DEFAULT_ROWS_PER_GROUP = 50_000
@@ -154,6 +155,7 @@ def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
     """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
+    require_pyarrow(f"writing Parquet ({dst})")
     import pyarrow.parquet as pq
 
     from tps_tracer.records.chunks import NeedsWholeFile, iter_chunks
@@ -199,28 +201,39 @@ def _row_to_json(row: dict[str, Any]) -> str:
 
 
 def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
-    """Validated records of a Parquet file or directory of shards (errors name the row)."""
-    import pyarrow.parquet as pq
-
-    from tps_tracer.records.chunks import source_files
+    """Validated records of a Parquet file or a directory of shards (errors name the row); a directory's
+    `.jsonl` shards are read as JSON Lines (no pyarrow needed for them)."""
+    from tps_tracer.records.chunks import is_parquet, source_files
 
     seen: set[str] = set()
     for path in source_files(src):
-        row = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
-            lines = [_row_to_json(r) for r in batch.to_pylist()]
-            try:
-                records = parse_lines(lines, str(path)) if lines else []
-            except TrajectoryFileError as exc:
-                errors = [RecordError(e.line + row if e.line else 0, e.field, e.message) for e in exc.errors]
-                raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
+        batches = _parquet_batches(path, batch_rows) if is_parquet(path) else [(0, read_trajectories(path))]
+        for row, records in batches:
             for i, rec in enumerate(records):
                 if rec.trajectory_id in seen:
-                    msg = f"duplicate id {rec.trajectory_id!r}"
-                    raise TrajectoryFileError(str(path), [RecordError(row + i + 1, "trajectory_id", msg)])
+                    msg, line = f"duplicate id {rec.trajectory_id!r}", row + i + 1
+                    if not is_parquet(path):  # a JSON Lines shard: its own reader checked its lines
+                        msg, line = msg + " (also in an earlier shard)", 0
+                    raise TrajectoryFileError(str(path), [RecordError(line, "trajectory_id", msg)])
                 seen.add(rec.trajectory_id)
             yield from records
-            row += batch.num_rows
+
+
+def _parquet_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, list[TrajectoryRecord]]]:
+    """(first row, validated records) per record batch of one Parquet file."""
+    require_pyarrow(f"reading Parquet ({path})")
+    import pyarrow.parquet as pq
+
+    row = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        lines = [_row_to_json(r) for r in batch.to_pylist()]
+        try:
+            records = parse_lines(lines, str(path)) if lines else []
+        except TrajectoryFileError as exc:
+            errors = [RecordError(e.line + row if e.line else 0, e.field, e.message) for e in exc.errors]
+            raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
+        yield row, records
+        row += batch.num_rows
 
 
 def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:

@@ -1,0 +1,573 @@
+"""The orjson JSON Lines reader (records/jsonl_fast.py) against the exact path, case by case and fuzzed.
+
+The contract: on any chunk the fast reader either returns exactly the arrays of the exact path
+(`parse_lines` -> `to_arrays`) or refuses with NotColumnar; the chunk reader then gives the exact
+path's arrays, or NeedsWholeFile where the exact path has an error to report. Never a different
+result, never another exception. Each case below also pins whether the fast reader takes it (a
+plain file must not silently drop to the slow path).
+
+`TPS_FUZZ_SCALE=20 .venv/bin/python -m pytest -q tests/test_jsonl_fast.py` for a longer campaign.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scale_support import trajectory_dicts
+
+import tps_tracer.records.jsonl_fast as jsonl_fast
+from tps_tracer.evaluation.chunked import read_arrays
+from tps_tracer.records import TrajectoryArrays, TrajectoryFileError, parse_lines, read_trajectories, to_arrays
+from tps_tracer.records.chunks import NeedsWholeFile, _read_jsonl_chunk, iter_chunks
+from tps_tracer.records.columnar import NotColumnar
+from tps_tracer.records.jsonl_fast import BATCH_LINES, arrays_from_jsonl
+
+SCALE = float(os.environ.get("TPS_FUZZ_SCALE", "1"))
+
+
+def assert_same_arrays(a: TrajectoryArrays, b: TrajectoryArrays) -> None:
+    """Equal to the bit (NaN = NaN, -0.0 != 0.0), predictors in the same order, same skip counts."""
+    assert a.ids == b.ids
+    for name in ("offsets", "horizon", "stop_code", "outcome", "q_z"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes() or (np.array_equal(x, y, equal_nan=True) and _same_signs(x, y)), name
+    assert list(a.predictors) == list(b.predictors)
+    for name, col in a.predictors.items():
+        other = b.predictors[name]
+        assert np.array_equal(col.values, other.values, equal_nan=True) and _same_signs(col.values, other.values)
+        np.testing.assert_array_equal(col.usable, other.usable, err_msg=name)
+        assert col.skipped == other.skipped, name
+    assert a.outcome_on_unscored == b.outcome_on_unscored
+
+
+def _same_signs(x: np.ndarray, y: np.ndarray) -> bool:
+    return bool(np.array_equal(np.signbit(x), np.signbit(y)))
+
+
+def exact(chunk: bytes) -> TrajectoryArrays | None:
+    """The exact path's arrays for a chunk, or None when it reports an error."""
+    try:
+        return to_arrays(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), "<chunk>"))
+    except (TrajectoryFileError, UnicodeDecodeError):
+        return None
+
+
+def fast(chunk: bytes) -> TrajectoryArrays | None:
+    try:
+        return arrays_from_jsonl(chunk)
+    except NotColumnar:
+        return None
+
+
+def check_chunk(chunk: bytes) -> bool:
+    """The contract above for one chunk; returns whether the fast reader took it."""
+    expected = exact(chunk)
+    got = fast(chunk)
+    if got is not None and len(set(got.ids)) < got.n:
+        # Duplicate ids are checked over the whole input by the caller (evaluation/chunked.py), which
+        # then reads the file the exact way for the message: tested in test_partial_state.py.
+        assert expected is None
+        return True
+    if got is not None:
+        assert expected is not None, "the fast reader accepted what the exact path rejects"
+        assert_same_arrays(got, expected)
+    try:
+        arrays, was_fast = _read_jsonl_chunk(chunk, "<chunk>")
+    except NeedsWholeFile:
+        assert expected is None or b'"resolves"' in chunk  # an error to report, or resolution lines
+        return False
+    assert expected is not None and was_fast == (got is not None)
+    assert_same_arrays(arrays, expected)
+    return got is not None
+
+
+def rec(tid: str = "a", **fields: object) -> dict[str, object]:
+    out: dict[str, object] = {"trajectory_id": tid, "stop_reason": "clean", "outcome": 1}
+    out.update(fields)
+    return out
+
+
+def raw(fields: bytes) -> bytes:
+    """A clean record of id "a" with outcome 1 and these raw JSON fields, as one line."""
+    return b'{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, ' + fields + b"}\n"
+
+
+def lines(*records: object) -> bytes:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records).encode()
+
+
+STEPS = [{"t": 1, "forecasts": {"p": 0.25, "q": 0.5}}, {"forecasts": {"p": 0.75}}]
+OK = rec("ok", steps=STEPS, horizon=4)
+
+# (name, chunk, taken by the fast reader)
+CASES = [
+    ("plain", lines(OK, rec("b", steps=STEPS)), True),
+    ("crlf", lines(OK, rec("b")).replace(b"\n", b"\r\n"), True),
+    ("blank lines", b"\n  \t\n" + lines(OK) + b"\r\n\n" + lines(rec("b")) + b"   ", True),
+    ("last line without newline", lines(OK) + json.dumps(rec("b")).encode(), True),
+    ("truncated last line", lines(OK) + json.dumps(rec("b", steps=STEPS)).encode()[:-9], False),
+    ("true/false outcomes", lines(rec("a", outcome=True), rec("b", outcome=False)), True),
+    ("outcomes 1.0, 0.0 and -0.0", lines(rec("a", outcome=1.0), rec("b", outcome=0.0), rec("c", outcome=-0.0)), True),
+    (
+        "mixed int, float forecasts",
+        lines(rec(steps=[{"forecasts": {"p": 0}}, {"forecasts": {"p": 1}}, {"forecasts": {"p": 0.5}}])),
+        True,
+    ),
+    (
+        "null and absent forecasts",
+        lines(rec(steps=[{"forecasts": {"p": None, "q": 0.1}}, {"forecasts": {"q": 0.2}}, {}])),
+        True,
+    ),
+    (
+        "nulls where the schema takes one",
+        lines(rec(stop_reason="max_steps", outcome=None, q_z=None, horizon=None, steps=[{"t": None}])),
+        True,
+    ),
+    ("pending outcome", lines(rec(outcome=None, outcome_pending=True), rec("b", outcome_pending=False)), True),
+    ("outcome on a censored run (ignored, counted)", lines(rec(stop_reason="max_steps", outcome=1)), True),
+    ("-0.0 forecast and q_z", lines(rec(stop_reason="timeout", q_z=-0.0, steps=[{"forecasts": {"p": -0.0}}])), True),
+    (
+        "duplicate keys: the last wins",
+        b'{"trajectory_id": "a", "stop_reason": "clean", "outcome": 0, "outcome": 1}\n',
+        True,
+    ),
+    (
+        "duplicate forecast keys keep the first position",
+        raw(b'"steps": [{"forecasts": {"b": 0.1, "a": 0.2, "b": 0.3}}]'),
+        True,
+    ),
+    (
+        "unicode ids",
+        lines(rec("r\u00e9sum\u00e9"), rec("\U0001f600"), rec("\u4e2d"))
+        + b'{"trajectory_id": "\\ud83d\\ude00x", "stop_reason": "clean", "outcome": 1}\n',
+        True,
+    ),
+    ("raw UTF-8 ids", json.dumps(rec("caf\u00e9 \U0001f600"), ensure_ascii=False).encode() + b"\n", True),
+    (
+        "predictor order across records",
+        lines(rec("a", steps=[{"forecasts": {"z": 0.1}}]), rec("b", steps=[{"forecasts": {"a": 0.1, "z": 0.2}}])),
+        True,
+    ),
+    (
+        "unknown fields kept aside",
+        lines(rec(extra={"x": [1, {"y": None}]}, steps=[{"text": "hi", "forecasts": {}}])),
+        True,
+    ),
+    ("a 64-bit horizon", lines(rec(horizon=2**63)), True),
+    ("a huge integer in metadata (orjson: float)", raw(b'"metadata": {"n": 123456789012345678901234567890}'), True),
+    # Refused by the fast reader; the exact path decides (same arrays, or the error).
+    (
+        "lone surrogate id (pydantic refuses it too)",
+        b'{"trajectory_id": "\\ud800", "stop_reason": "clean", "outcome": 1}\n',
+        False,
+    ),
+    ("lone low surrogate in metadata", raw(b'"metadata": {"k": "\\udc00"}'), False),
+    ("NaN in metadata (json.loads reads it)", raw(b'"metadata": {"x": NaN}'), False),
+    ("NaN forecast", raw(b'"steps": [{"forecasts": {"p": NaN}}]'), False),
+    ("Infinity q_z", b'{"trajectory_id": "a", "stop_reason": "max_steps", "q_z": Infinity}\n', False),
+    ("-Infinity forecast", raw(b'"steps": [{"forecasts": {"p": -Infinity}}]'), False),
+    ("1e400 forecast", raw(b'"steps": [{"forecasts": {"p": 1e400}}]'), False),
+    ("horizon beyond 64 bits", raw(b'"horizon": 18446744073709551616'), False),
+    (
+        "outcome beyond 64 bits",
+        b'{"trajectory_id": "a", "stop_reason": "clean", "outcome": 18446744073709551617}\n',
+        False,
+    ),
+    ("float horizon (pydantic's lax int)", lines(rec(horizon=3.0)), False),
+    ("float step number", lines(rec(steps=[{"t": 1.0}])), False),
+    (
+        "bool horizon / t / q_z (lax)",
+        lines(rec(stop_reason="max_steps", horizon=True, q_z=False, steps=[{"t": True}])),
+        False,
+    ),
+    (
+        "bool forecast: non_numeric skip",
+        lines(rec(steps=[{"forecasts": {"p": True}}]), rec("b", steps=[{"forecasts": {"p": 0.5}}])),
+        False,
+    ),
+    ("string forecast: non_numeric skip", lines(rec(steps=[{"forecasts": {"p": "high"}}])), False),
+    ("list forecast: non_numeric skip", lines(rec(steps=[{"forecasts": {"p": [0.5]}}])), False),
+    ("non-object line", lines(OK, [1, 2]), False),
+    ("a string line", lines(OK, '"text"'), False),
+    ("steps not a list", lines(rec(steps={"t": 1})), False),
+    ("a step not an object", lines(rec(steps=[0.5])), False),
+    ("steps null", lines(rec(steps=None)), False),
+    ("forecasts not an object", lines(rec(steps=[{"forecasts": [0.5]}])), False),
+    ("forecasts null", lines(rec(steps=[{"forecasts": None}])), False),
+    ("metadata null", lines(rec(metadata=None)), False),
+    ("metadata a string", lines(rec(metadata="x")), False),
+    ("outcome_pending null", lines(rec(outcome_pending=None)), False),
+    ("outcome_pending 1 (lax bool)", lines(rec(outcome=None, outcome_pending=1)), False),
+    ("outcome a string", lines(rec(outcome="1")), False),
+    ("outcome 2", lines(rec(outcome=2)), False),
+    ("outcome 0.5", lines(rec(outcome=0.5)), False),
+    ("clean without outcome", lines(rec(outcome=None)), False),
+    ("pending with an outcome", lines(rec(outcome=1, outcome_pending=True)), False),
+    ("empty id", lines(rec("")), False),
+    ("id a number", lines(rec(7)), False),  # type: ignore[arg-type]
+    ("missing id", b'{"stop_reason": "clean", "outcome": 1}\n', False),
+    ("unknown stop reason", lines(rec(stop_reason="Clean")), False),
+    ("horizon below the steps", lines(rec(horizon=1, steps=STEPS)), False),
+    ("horizon 0", lines(rec(horizon=0)), False),
+    ("steps out of order", lines(rec(steps=[{"t": 2}])), False),
+    ("forecast outside [0, 1]", lines(rec(steps=[{"forecasts": {"p": 1.5}}])), False),
+    ("q_z outside [0, 1]", lines(rec(stop_reason="max_steps", q_z=-0.1)), False),
+    ("duplicate ids (checked over the whole input)", lines(OK, OK), True),
+    (
+        "a lone carriage return splits the line (text mode)",
+        b'{"trajectory_id": "a",\r "stop_reason": "clean", "outcome": 1}\n',
+        False,
+    ),
+    ("a lone carriage return between records", lines(rec("a")).rstrip(b"\n") + b"\r" + lines(rec("b")), True),
+    ("form feed around a record (str.strip takes it)", b"\x0c" + lines(OK), False),
+    ("a no-break-space line (str.strip: blank)", lines(OK) + "\u00a0\n".encode() + lines(rec("b")), False),
+    ("a BOM inside the chunk", lines(OK) + b"\xef\xbb\xbf" + lines(rec("b")), False),
+    ("control character in a string", b'{"trajectory_id": "a\x01", "stop_reason": "clean", "outcome": 1}\n', False),
+    ("invalid UTF-8 in an id", b'{"trajectory_id": "a\xff", "stop_reason": "clean", "outcome": 1}\n', False),
+    ("UTF-8-encoded surrogate", b'{"trajectory_id": "a\xed\xa0\x80", "stop_reason": "clean", "outcome": 1}\n', False),
+    (
+        "escaped resolves key",
+        b'{"resol\\u0076es": "a", "outcome": 1}\n' + lines(rec("a", outcome=None, outcome_pending=True)),
+        False,
+    ),
+    ("trailing comma", b'{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1,}\n', False),
+    ("two records on a line", lines(OK).rstrip(b"\n") + lines(rec("b")), False),
+    (
+        "deep nesting in metadata",
+        b'{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "metadata": {"x": '
+        + b"[" * 1100
+        + b"]" * 1100
+        + b"}}\n",
+        False,
+    ),
+]
+
+
+@pytest.fixture(params=["whole lines", "steps in pieces"])
+def split(request, monkeypatch):
+    """Every case twice: lines parsed whole, and every line's steps parsed one element at a time
+    (the long-line reader, `_long_line`, made to take every line it can)."""
+    if request.param == "steps in pieces":
+        monkeypatch.setattr(jsonl_fast, "LONG_LINE", 0)
+        monkeypatch.setattr(jsonl_fast, "PIECE_BYTES", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("chunk, taken", [(c, t) for _, c, t in CASES], ids=[name for name, _, _ in CASES])
+def test_fast_reader_equals_the_exact_path_or_refuses(chunk, taken, split):
+    assert check_chunk(chunk) == taken
+
+
+A = '{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, '
+S = '{"t": 1, "forecasts": {"p": 0.5}}'
+LONG_LINE_CASES = [
+    (
+        "plain",
+        A + '"steps": [' + ", ".join([S, S.replace("1", "2", 1), S.replace("1", "3", 1)]) + '], "horizon": 5}',
+    ),
+    ("compact", json.dumps(rec(steps=[{"forecasts": {"p": 0.1}}] * 4), separators=(",", ":"))),
+    (
+        "steps first",
+        '{"steps": [{"forecasts": {"q": 0.1}}, {"forecasts": {"p": 0.2, "q": 0.3}}], '
+        '"trajectory_id": "a", "stop_reason": "clean", "outcome": 0}',
+    ),
+    (
+        "a cut inside a string",
+        A + '"steps": [{"text": "}, {", "forecasts": {"p": 0.5}}, {"text": "x},{y"}]}',
+    ),
+    (
+        "a cut inside a nested array",
+        A + '"steps": [{"calls": [{"a": 1}, {"b": 2}], "forecasts": {"p": 0.5}}, {"calls": [{},{}]}]}',
+    ),
+    (
+        "steps in metadata first",
+        '{"metadata": {"steps": [{"a": 1}, {"b": 2}]}, '
+        '"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{}, {}]}',
+    ),
+    (
+        "steps in metadata only",
+        A + '"metadata": {"steps": [{"a": 1}, {"b": 2}]}}',
+    ),
+    (
+        "a later escaped duplicate key wins",
+        A + '"steps": [{}, {}], "st\\u0065ps": [{}]}',
+    ),
+    (
+        "an earlier escaped duplicate key loses",
+        A + '"st\\u0065ps": [{}], "steps": [{}, {}, {}]}',
+    ),
+    (
+        "a key ending in steps",
+        A + '"x\\"steps": [{}, {}], "steps": [{}]}',
+    ),
+    (
+        "steps as a string value",
+        A + '"note": "steps", "steps": [{}, {}]}',
+    ),
+    ("trailing comma after a cut", A + '"steps": [{}, {},]}'),
+    ("steps not a list", A + '"steps": {"a": {}, "b": {}}}'),
+    ("a step not an object", A + '"steps": [{}, {}, 3]}'),
+    (
+        "steps out of order across pieces",
+        A + '"steps": [{"t": 1}, {"t": 3}, {"t": 3}]}',
+    ),
+    ("a resolution line", '{"resolves": "a", "outcome": 1, "steps": [{}, {}]}'),
+    ("a cut record", A + '"steps": [{}, {}, {'),
+]
+
+
+@pytest.mark.parametrize("line", [c for _, c in LONG_LINE_CASES], ids=[n for n, _ in LONG_LINE_CASES])
+def test_long_lines_in_pieces_equal_the_exact_path_or_refuse(line, split):
+    check_chunk((line + "\n").encode())
+    check_chunk(lines(OK) + (line + "\n").encode() + lines(rec("z")))
+
+
+def test_a_long_trajectory_is_read_in_pieces(monkeypatch):
+    """Not a silent fallback: the long-line reader takes a plain long line, in several pieces."""
+    steps = [
+        {"t": i + 1, "forecasts": {"p": round(i / 5000, 6), **({"q": 0.5} if i > 3000 else {})}} for i in range(5000)
+    ]
+    line = json.dumps(rec("long", steps=steps, horizon=6000)).encode()
+    monkeypatch.setattr(jsonl_fast, "LONG_LINE", 1000)
+    monkeypatch.setattr(jsonl_fast, "PIECE_BYTES", 20_000)
+    calls = []
+    flatten = jsonl_fast._flatten
+    monkeypatch.setattr(jsonl_fast, "_flatten", lambda recs: calls.append(len(recs)) or flatten(recs))
+    assert check_chunk(lines(OK) + line + b"\n" + lines(rec("z")))
+    assert len(calls) > 10  # the pieces, the record around the last one, and the short lines' batches
+    arrays = arrays_from_jsonl(line + b"\n")
+    assert list(arrays.predictors) == ["p", "q"] and arrays.offsets.tolist() == [0, 5000]
+
+
+def test_the_refused_cases_really_differ_or_fail():
+    """Each refused case is one the exact path rejects, reads differently, or reads through lax types: the
+    list is not padded with cases the fast reader could take."""
+    accepted_by_exact = [name for name, chunk, taken in CASES if not taken and exact(chunk) is not None]
+    assert accepted_by_exact == [
+        "lone low surrogate in metadata",
+        "NaN in metadata (json.loads reads it)",
+        "horizon beyond 64 bits",
+        "float horizon (pydantic's lax int)",
+        "float step number",
+        "bool horizon / t / q_z (lax)",
+        "bool forecast: non_numeric skip",
+        "string forecast: non_numeric skip",
+        "list forecast: non_numeric skip",
+        "outcome_pending 1 (lax bool)",
+        "form feed around a record (str.strip takes it)",
+        "a no-break-space line (str.strip: blank)",
+        "escaped resolves key",
+    ]
+
+
+def test_values_match_an_independent_reading():
+    """The fast reader's columns against a hand-written reading of the records (not via to_arrays)."""
+    recs = [
+        rec("a", outcome=True, horizon=5, steps=[{"t": 1, "forecasts": {"p": 0.2, "q": 1}}, {"forecasts": {"p": 0}}]),
+        rec("b", stop_reason="max_steps", outcome=None, q_z=0.375, steps=[{"forecasts": {"q": 0.5}}]),
+        rec("c", stop_reason="parse_error", outcome=0),
+        rec("d", outcome=None, outcome_pending=True, steps=[{"forecasts": {"p": None}}]),
+    ]
+    got = arrays_from_jsonl(lines(*recs))
+    assert got.ids == ["a", "b", "c", "d"]
+    np.testing.assert_array_equal(got.offsets, [0, 2, 3, 3, 4])
+    np.testing.assert_array_equal(got.horizon, [5.0, 1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(got.outcome, [1.0, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(got.q_z, [np.nan, 0.375, np.nan, np.nan])
+    assert got.outcome_on_unscored == 1  # c's outcome on a parse_error stop
+    assert list(got.predictors) == ["p", "q"]
+    p, q = got.predictors["p"], got.predictors["q"]
+    np.testing.assert_array_equal(p.values, [0.2, 0.0, np.nan, np.nan])
+    np.testing.assert_array_equal(q.values, [1.0, np.nan, 0.5, np.nan])
+    np.testing.assert_array_equal(p.usable, [True, False, False, False])
+    np.testing.assert_array_equal(q.usable, [False, True, False, False])
+    assert p.skipped == {"missing": 2, "no_steps": 1} and q.skipped == {"missing": 2, "no_steps": 1}
+
+
+def test_many_batches_give_one_chunk_with_first_seen_predictors():
+    """A chunk longer than one parse batch: predictors first seen in a later batch, t only in some."""
+    recs = trajectory_dicts(2 * BATCH_LINES + 300, seed=21, predictors=("verbal",))
+    for r in recs[BATCH_LINES + 10 :]:
+        for s in r["steps"]:
+            s["forecasts"]["late"] = 0.5
+    for r in recs[: BATCH_LINES + 5]:
+        for s in r["steps"]:
+            s.pop("t", None)
+    assert check_chunk(lines(*recs))
+    assert list(arrays_from_jsonl(lines(*recs)).predictors) == ["verbal", "late"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_restored_after_each_batch(enabled):
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        arrays_from_jsonl(lines(OK))
+        assert gc.isenabled() == enabled
+        with pytest.raises(NotColumnar):
+            arrays_from_jsonl(lines(OK, [1]))
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_a_file_with_bom_crlf_and_a_last_line_without_newline(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    text = "\r\n".join(json.dumps(r) for r in trajectory_dicts(400, seed=22))
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    chunks = list(iter_chunks(path, chunk_bytes=7_000))
+    assert len(chunks) > 3 and all(c.fast for c in chunks)
+    assert_same_arrays(read_arrays(path, chunk_bytes=7_000), to_arrays(read_trajectories(path)))
+
+
+def test_deep_nesting_is_a_line_error_not_a_crash(tmp_path):
+    """json.loads raises RecursionError on ~1000 nested arrays; the exact path must report the line."""
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(lines(OK) + b'{"trajectory_id": "b", "metadata": ' + b"[" * 5000 + b"]" * 5000 + b"}\n")
+    with pytest.raises(TrajectoryFileError) as exc:
+        read_trajectories(path)
+    assert exc.value.errors[0].line == 2 and "nested too deeply" in exc.value.errors[0].message
+
+
+# -- fuzz ----------------------------------------------------------------------------------------
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+_NUMBERISH = st.one_of(
+    st.floats(0, 1),
+    st.sampled_from(
+        [0, 1, 0.0, 1.0, -0.0, True, False, None, 2, -1, 1.5, 2**64, 2**63, "0.5", float("nan"), float("inf")]
+    ),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+)
+_FORECASTS = st.dictionaries(st.sampled_from(["p", "q", "r\u00e9", "p"]), _NUMBERISH, max_size=3)
+_STEP = st.one_of(
+    st.fixed_dictionaries(
+        {}, optional={"t": st.one_of(st.none(), st.integers(0, 4), st.just(1.0)), "forecasts": _FORECASTS}
+    ),
+    st.fixed_dictionaries({"forecasts": st.one_of(st.none(), st.lists(st.floats(0, 1), max_size=1))}),
+    _ANY_JSON,
+)
+_ID = st.one_of(
+    st.text(min_size=0, max_size=6),
+    st.sampled_from(["a", "b", "a"]),
+    st.integers(),
+    st.just("\ud800x"),
+    st.just("\udfff"),
+)
+_RECORD = st.fixed_dictionaries(
+    {"trajectory_id": _ID},
+    optional={
+        "stop_reason": st.sampled_from(["clean", "max_steps", "parse_error", "timeout", "other", "CLEAN", 3]),
+        "outcome": _NUMBERISH,
+        "outcome_pending": st.sampled_from([True, False, None, 1, "true"]),
+        "horizon": st.one_of(st.none(), st.integers(-1, 12), st.sampled_from([3.0, True, 2**64, 2**63])),
+        "q_z": _NUMBERISH,
+        "steps": st.one_of(st.lists(_STEP, max_size=4), st.none(), _ANY_JSON),
+        "metadata": st.one_of(st.dictionaries(st.text(max_size=3), _ANY_JSON, max_size=2), st.none(), _ANY_JSON),
+        "extra": _ANY_JSON,
+        "model_config": _ANY_JSON,
+    },
+)
+
+
+def _line(record: dict[str, object], how: int) -> str:
+    text = json.dumps(record, ensure_ascii=bool(how & 1))  # NaN / Infinity literals as json.dumps writes them
+    if how & 2:
+        text = text.replace(", ", ",\t ").replace(": ", " :")
+    return text
+
+
+_MUTATIONS = st.sampled_from(["", "crlf", "blank", "cut", "cr", "ff", "dupkey", "nonobject", "bigint", "bom", "ws"])
+
+
+def _mutate(text: str, how: str, draw_pos: int) -> str:
+    if how == "crlf":
+        return text.replace("\n", "\r\n")
+    if how == "blank":
+        return text[:draw_pos] + "\n \t\n" + text[draw_pos:] if text[draw_pos - 1 : draw_pos] == "\n" else text + "\n\n"
+    if how == "cut":
+        return text[: max(1, draw_pos)]
+    if how == "cr":
+        return text[:draw_pos] + "\r" + text[draw_pos:]
+    if how == "ff":
+        return "\x0c" + text
+    if how == "dupkey":
+        return text.replace('"outcome": ', '"outcome": 0, "outcome": ', 1)
+    if how == "nonobject":
+        return text + "[1]\n"
+    if how == "bigint":
+        return text.replace('"horizon": ', '"horizon": 1' + "0" * 25 + ', "was": ', 1)
+    if how == "bom":
+        return text[:draw_pos] + "\ufeff" + text[draw_pos:]
+    if how == "ws":
+        return text.replace("\n", " \u00a0\n", 1)
+    return text
+
+
+@settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.lists(_RECORD, min_size=1, max_size=6),
+    how=st.integers(0, 3),
+    mutation=_MUTATIONS,
+    pos=st.integers(0, 2000),
+    last_newline=st.booleans(),
+    views=st.booleans(),
+    pieces=st.booleans(),
+)
+def test_fuzz_fast_reader_equals_exact_or_falls_back(records, how, mutation, pos, last_newline, views, pieces):
+    text = "\n".join(_line(r, how) for r in records) + ("\n" if last_newline else "")
+    text = _mutate(text, mutation, min(pos, len(text)))
+    saved = jsonl_fast._FEW_LINES, jsonl_fast.LONG_LINE, jsonl_fast.PIECE_BYTES
+    jsonl_fast._FEW_LINES = saved[0] if views else 0  # lines as views into the chunk, or as copies
+    if pieces:  # every line's steps one element at a time (the long-line reader)
+        jsonl_fast.LONG_LINE = jsonl_fast.PIECE_BYTES = 0
+    try:
+        check_chunk(text.encode("utf-8", "surrogatepass"))
+    finally:
+        jsonl_fast._FEW_LINES, jsonl_fast.LONG_LINE, jsonl_fast.PIECE_BYTES = saved
+
+
+@settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.lists(
+        st.fixed_dictionaries(
+            {
+                "trajectory_id": st.text(min_size=1, max_size=4),
+                "stop_reason": st.sampled_from(["clean", "max_steps", "timeout"]),
+                "outcome": st.sampled_from([0, 1, True, False, 1.0]),
+                "steps": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "forecasts": st.dictionaries(
+                                st.sampled_from("pqr"),
+                                st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0, 1])),
+                                max_size=3,
+                            )
+                        }
+                    ),
+                    max_size=4,
+                ),
+            },
+            optional={"q_z": st.one_of(st.none(), st.floats(0, 1)), "horizon": st.integers(4, 9)},
+        ),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda r: r["trajectory_id"],
+    )
+)
+def test_fuzz_valid_records_take_the_fast_path(records):
+    """Valid plain records (any float, repr round trip): the fast reader must take them, with the exact arrays."""
+    assert check_chunk("".join(json.dumps(r) + "\n" for r in records).encode("utf-8", "surrogatepass"))
