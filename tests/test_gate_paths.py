@@ -114,7 +114,7 @@ def test_unpaired_baseline_and_a_run_split_over_two_files(runs, files, tmp_path)
     assert "unpaired" in {c["name"]: c for c in got["checks"]}["vs_baseline"]["detail"]
 
 
-def test_resolution_lines_take_the_exact_path_with_the_same_result(runs, tmp_path):
+def test_resolution_lines_give_the_same_result(runs, tmp_path):
     recs = runs["cand"][:120]
     pending = [r for r in recs if r.stop_reason == "clean"][:5]
     lines = []

@@ -5,10 +5,11 @@ is a record batch), so memory is bounded by the chunk size, not the file size.
 
 JSON Lines chunks take the columnar path (orjson + numpy, `jsonl_fast.py`; validation over
 flat arrays, `columnar.py`) when they can, and otherwise the exact per-record path of
-`jsonl.py` for that chunk alone (same arrays). When the exact path finds an error, or the
-file needs the whole-file view (resolution lines fill records anywhere in the file), the
-reader raises `NeedsWholeFile` and the caller reads the file the exact way, so every error
-message is the one `read_trajectories` gives, with its line numbers.
+`jsonl.py` for that chunk alone (same arrays). Resolution lines are applied chunk by chunk
+(`resolutions.py`). When the exact path finds an error, or the file needs the whole-file view
+(a resolution the chunked path does not handle), the reader raises `NeedsWholeFile` and the
+caller reads the file the exact way, so every error message is the one `read_trajectories`
+gives, with its line numbers.
 
 Parquet chunks have no line numbers: errors name the row (counted from 1 in the file) and field.
 """
@@ -29,6 +30,7 @@ from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.pyarrow_extra import require_pyarrow
+from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
@@ -125,17 +127,29 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
 
 def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chunk]:
     try:
-        pieces = _byte_chunks(path, chunk_bytes)
-        for offset, chunk, size in pieces:
-            arrays, fast = _read_jsonl_chunk(chunk, str(path))
+        # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk.
+        resolutions = scan_resolutions(path)
+        for offset, chunk, size in _byte_chunks(path, chunk_bytes):
+            end = offset + len(chunk)
+            if resolutions is not None:
+                chunk = resolutions.drop_lines(chunk, offset)
+            arrays, fast = _read_jsonl_chunk(chunk, str(path), resolutions_scanned=resolutions is not None)
+            if resolutions is not None:
+                arrays = apply_resolutions(arrays, resolutions)
             if arrays.n:
-                yield Chunk(arrays, (file_index, offset), fast, str(path), offset + len(chunk), size)
+                yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
+        if resolutions is not None and resolutions.by_id:
+            raise NeedsWholeFile("a resolution of an id not in the file")
+    except ResolutionsNeedWholeFile as exc:
+        raise NeedsWholeFile(str(exc)) from None
     except OSError:
         raise NeedsWholeFile(str(path)) from None
 
 
-def _read_jsonl_chunk(chunk: bytes, source: str) -> tuple[TrajectoryArrays, bool]:
-    if b'"resolves"' in chunk:
+def _read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
+    """One chunk's arrays; `resolutions_scanned`: its resolution lines were taken out (a remaining
+    mention of "resolves" is a trajectory's text, and an escaped key is caught by the readers)."""
+    if not resolutions_scanned and b'"resolves"' in chunk:
         raise NeedsWholeFile("resolution lines")
     try:
         return arrays_from_jsonl(chunk), True

@@ -168,7 +168,8 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             errors[-1] = RecordError(
                 last.line, "", last.message + "; the file looks truncated (last line is incomplete)"
             )
-        raise TrajectoryFileError(source, errors)
+        # Capped like the line errors above (resolutions are checked at the end, all at once).
+        raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
     if not records:
         raise TrajectoryFileError(source, [RecordError(0, "", "the file holds no trajectories")])
     return records

@@ -1,0 +1,117 @@
+"""Resolution lines in the chunked reader: late outcomes / q_z applied chunk by chunk.
+
+The online sinks write a clean stop whose grade comes later as `outcome_pending` and, when the
+grade arrives, a line `{"resolves": id, "outcome": ..., "q_z": ...}` anywhere after it. So
+most files a service writes hold resolution lines, and reading them the whole-file way would
+give up the fast, bounded path for the common case.
+
+`scan_resolutions` finds them first (a byte search for `"resolves"`, then each hit parsed and
+validated exactly as `read_trajectories` does), remembering where each line lies; the chunk
+reader then drops those lines from its chunks and `apply_resolutions` fills the outcomes and
+q_z into each chunk's arrays before it is reduced. Only the plain case is handled here: a
+resolution of a pending clean stop, or a q_z where the record has none (or the same). Anything
+else (an invalid resolution, an outcome for a non-clean stop, a conflicting value, an id not in
+the file) raises `ResolutionsNeedWholeFile` (the reader's `NeedsWholeFile`), and the exact
+reader gives its result or its error message with line numbers, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import ValidationError
+
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.schema import ResolutionRecord
+from tps_tracer.records.stop_reasons import StopReason
+
+_KEY = b'"resolves"'
+_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
+
+
+class ResolutionsNeedWholeFile(Exception):
+    """A resolution line this module does not handle (see the module docstring)."""
+
+
+@dataclass
+class Resolutions:
+    """The resolution lines of one file: where they lie, and what they say per trajectory id."""
+
+    spans: list[tuple[int, int]]  # (start, end) byte offsets of each resolution line, end after its "\n"
+    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in file order
+
+    def drop_lines(self, chunk: bytes, offset: int) -> bytes:
+        """The chunk (starting at byte `offset` of the file) without its resolution lines."""
+        end = offset + len(chunk)
+        inside = [(s, e) for s, e in self.spans if offset <= s < end]
+        if not inside:
+            return chunk
+        parts, at = [], 0
+        for s, e in inside:
+            parts.append(chunk[at : s - offset])
+            at = e - offset
+        parts.append(chunk[at:])
+        return b"".join(parts)
+
+
+def scan_resolutions(path: str | os.PathLike[str]) -> Resolutions | None:
+    """The file's resolution lines, or None when no line mentions "resolves" (raises ResolutionsNeedWholeFile)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            hit = mm.find(_KEY)
+            if hit < 0:
+                return None
+            found = Resolutions([], {})
+            while hit >= 0:
+                start = mm.rfind(b"\n", 0, hit) + 1
+                newline = mm.find(b"\n", hit)
+                end = len(mm) if newline < 0 else newline + 1
+                _add_line(found, mm[start:end], start, end)
+                hit = mm.find(_KEY, end)
+    return found  # (possibly without spans: the hits were trajectories mentioning the word)
+
+
+def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
+    if start == 0 and line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise ResolutionsNeedWholeFile("a line mentioning 'resolves' is not JSON") from None
+    if not isinstance(obj, dict) or "resolves" not in obj:
+        return  # a trajectory that mentions the word (e.g. in its metadata)
+    try:
+        res = ResolutionRecord.model_validate(obj)
+    except ValidationError:
+        raise ResolutionsNeedWholeFile("an invalid resolution line") from None
+    outcome = None if res.outcome is None else float(res.outcome)
+    found.spans.append((start, end))
+    found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
+
+
+def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:
+    """The chunk's arrays with its trajectories' resolutions applied (and removed from `resolutions`)."""
+    if not resolutions.by_id:
+        return arrays
+    hits = [(i, tid) for i, tid in enumerate(arrays.ids) if tid in resolutions.by_id]
+    if not hits:
+        return arrays
+    outcome, q_z = arrays.outcome.copy(), arrays.q_z.copy()
+    for i, tid in hits:
+        for y, q in resolutions.by_id.pop(tid):
+            if y is not None:
+                if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
+                    raise ResolutionsNeedWholeFile("an outcome for a non-clean stop, or a conflicting one")
+                outcome[i] = y
+            if q is not None:
+                if not (np.isnan(q_z[i]) or q_z[i] == q):
+                    raise ResolutionsNeedWholeFile("a conflicting q_z")
+                q_z[i] = q
+    arrays.outcome, arrays.q_z = outcome, q_z
+    return arrays
