@@ -296,3 +296,23 @@ def test_the_gate_fail_verdict_is_the_only_exit_1(files):
     )
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout and proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ("", "the file holds no trajectories"),
+        ("\n\n  \n", "the file holds no trajectories"),
+        (
+            '{"trajectory_id": "r0", "stop_reason": "clean", "outcome": 1, "steps": [{"forecast": {"v": 0.6}}]}\n',
+            "no forecasts in the 1 trajectories: nothing to convert",
+        ),
+    ],
+)
+def test_convert_of_a_file_without_forecasts_is_one_line_not_an_internal_error(tmp_path, capsys, content, expect):
+    src = tmp_path / "in.jsonl"
+    src.write_text(content, encoding="utf-8")
+    assert main(["convert", str(src), str(tmp_path / "out.parquet")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expect in err
+    assert not (tmp_path / "out.parquet").exists()

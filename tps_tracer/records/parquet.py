@@ -166,6 +166,11 @@ def jsonl_to_parquet(
         names = list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors))
     except NeedsWholeFile:  # an error or resolution lines: the exact whole-file read (raises the precise error)
         names = list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts))
+    if not names:  # an empty file (the exact reader names it), or records without any forecast
+        records = read_trajectories(src)
+        raise TrajectoryFileError(
+            str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
+        )
     summary = ConvertSummary(predictors=tuple(names))
     fd, tmp = _atomic_target(dst)
     os.close(fd)
