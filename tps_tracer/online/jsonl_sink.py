@@ -5,6 +5,10 @@ yet is written with `"outcome_pending": true`; the outcome (or a q_Z) that arriv
 appended as a resolution line `{"resolves": id, "outcome": 1}`. `tps-tracer report` on the
 file applies the resolutions, so it reproduces the accumulator's numbers.
 
+A grade that arrives in another process (a grading job run later, a restarted service) is
+appended the same way with `JsonlSink(path).resolve(trajectory_id, outcome=..., q_z=...)`: an
+`Accumulator` only resolves the runs it holds in memory.
+
 Lines are flushed to the operating system after every write (not fsync'ed: that would put
 a disk round trip on the agent's path). Writes are serialised by a lock, so lines from
 many threads never interleave.
@@ -17,6 +21,8 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+
+from tps_tracer.records.outcome import as_outcome
 
 
 class JsonlSink:
@@ -34,6 +40,28 @@ class JsonlSink:
             self._fh.write(line)
             self._fh.flush()
             self.written += 1
+
+    def resolve(self, trajectory_id: str, outcome: Any = None, q_z: float | None = None) -> None:
+        """Append a resolution line for a trajectory written earlier (by this or another process).
+
+        `outcome` follows the one outcome rule (1/0, True/False, "true"/"false", ...), `q_z` is a
+        probability; at least one is needed. Raises ValueError on invalid values (this is a
+        grader's call, not the agent's path); an id the file lacks is reported by `tps-tracer
+        report` on the file, with the line number.
+        """
+        if not isinstance(trajectory_id, str) or not trajectory_id:
+            raise ValueError(f"trajectory_id must be a non-empty str, got {trajectory_id!r}")
+        y = as_outcome(outcome)  # InvalidOutcome is a ValueError naming the value
+        if q_z is not None and not (isinstance(q_z, (int, float)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0):
+            raise ValueError(f"q_z must be a number in [0, 1], got {q_z!r}")
+        if y is None and q_z is None:
+            raise ValueError("a resolution needs an outcome or a q_z")
+        obj: dict[str, Any] = {"resolves": trajectory_id}
+        if y is not None:
+            obj["outcome"] = y
+        if q_z is not None:
+            obj["q_z"] = float(q_z)
+        self.write(obj)
 
     def close(self) -> None:
         with self._lock:
