@@ -19,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake import FakeListLLM
@@ -517,3 +518,93 @@ def test_the_marks_of_runs_that_lost_steps_stay_bounded(tmp_path):
     gate.set()
     tracker.flush()
     assert acc.health.get("abandoned", "evicted") == 5
+
+
+# ---------------------------------------------------------------- a tool that raises, on both paths
+
+
+class _ToolCaller(BaseChatModel):
+    """Always asks for the `lookup` tool, stating its confidence."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "tool-caller"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> _ToolCaller:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        call = {"name": "lookup", "args": {"query": "x"}, "id": f"c{len(messages)}"}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("<confidence>0.7</confidence>", tool_calls=[call]))])
+
+
+def _raising_tool(exc: type[Exception]) -> Any:
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        raise exc("backend 503")
+
+    return lookup
+
+
+def _raising_node_graph(model: BaseChatModel):
+    """One model call, then a plain graph node (not a tool) raises."""
+
+    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"], config)]}
+
+    def boom(state: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("database gone")
+
+    graph = StateGraph(dict)
+    graph.add_node("model", call)
+    graph.add_node("boom", boom)
+    graph.set_entry_point("model")
+    graph.add_edge("model", "boom")
+    graph.add_edge("boom", END)
+    return graph.compile()
+
+
+@pytest.mark.parametrize("background", [True, False])
+@pytest.mark.parametrize(
+    ("make_agent", "want"),
+    [
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(RuntimeError)]), "tool_error"),
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(ToolException)]), "tool_error"),
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(TimeoutError)]), "tool_error"),
+        (lambda: _raising_node_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> x"])), "other"),
+    ],
+    ids=["RuntimeError-in-tool", "ToolException", "TimeoutError-in-tool", "RuntimeError-in-node"],
+)
+def test_a_run_ending_on_a_raising_tool_is_tool_error_on_both_paths(tmp_path, background, make_agent, want):
+    """The handler said "other" for any tool exception but ToolException (its deferred commit of the
+    last model output reset the tool-failed mark); the span processor said tool_error. An exception
+    that no tool raised stays "other" on both paths."""
+    provider = TracerProvider()
+    acc_span, span_sink = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc_span, background=background)
+    provider.add_span_processor(processor)
+    acc_cb, cb_sink = new_accumulator(tmp_path, "handler.jsonl")
+    handler = TPSCallbackHandler(acc_cb, background=background)
+    agent = make_agent()
+    with instrumented(provider):
+        for i in range(3):
+            with pytest.raises(Exception, match="503|database gone"):
+                agent.invoke(
+                    {"messages": [("user", "q")]},
+                    config={"callbacks": [handler], "metadata": {"tps_trajectory_id": f"r{i}"}},
+                )
+    processor.force_flush()
+    handler.flush()
+    acc_span.close()
+    acc_cb.close()
+    from_spans, from_callbacks = sink_records(span_sink), sink_records(cb_sink)
+    assert set(from_spans) == set(from_callbacks) == {"r0", "r1", "r2"}
+    for tid in from_spans:
+        for rec in (from_spans[tid], from_callbacks[tid]):
+            assert rec.stop_reason == want
+            assert [s.forecasts["verbal"] for s in rec.steps] == [0.7]
+            assert rec.metadata.get("tool_errors", 0) == (1 if want == "tool_error" else 0)
+    assert not handler.errors and not processor.errors

@@ -424,9 +424,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             for rid in run.run_ids:
                 self._runs.pop(rid, None)
                 self._streamed.pop(rid, None)
+            # Read before the commit: the pending output was returned before the tool that failed
+            # ran, and deciding it now would clear the mark as if a model call had followed.
+            tool_failed = state.last_tool_failed
             self._commit(run)
         if error is not None:
-            observed = classify_error(error, state.last_tool_failed)
+            observed = classify_error(error, tool_failed)
         else:
             found, detail = classify_output(outputs)
             observed = (found or StopReason.CLEAN, detail)
