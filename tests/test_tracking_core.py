@@ -533,9 +533,13 @@ class _ToolCaller(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> _ToolCaller:
         return self
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         call = {"name": "lookup", "args": {"query": "x"}, "id": f"c{len(messages)}"}
-        return ChatResult(generations=[ChatGeneration(message=AIMessage("<confidence>0.7</confidence>", tool_calls=[call]))])
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage("<confidence>0.7</confidence>", tool_calls=[call]))]
+        )
 
 
 def _raising_tool(exc: type[Exception]) -> Any:
@@ -591,7 +595,7 @@ def test_a_run_ending_on_a_raising_tool_is_tool_error_on_both_paths(tmp_path, ba
     agent = make_agent()
     with instrumented(provider):
         for i in range(3):
-            with pytest.raises(Exception, match="503|database gone"):
+            with pytest.raises(Exception, match=r"503|database gone"):
                 agent.invoke(
                     {"messages": [("user", "q")]},
                     config={"callbacks": [handler], "metadata": {"tps_trajectory_id": f"r{i}"}},
