@@ -612,3 +612,40 @@ def test_a_run_ending_on_a_raising_tool_is_tool_error_on_both_paths(tmp_path, ba
             assert [s.forecasts["verbal"] for s in rec.steps] == [0.7]
             assert rec.metadata.get("tool_errors", 0) == (1 if want == "tool_error" else 0)
     assert not handler.errors and not processor.errors
+
+
+# ---------------------------------------------------------------- an empty trajectory id
+
+
+@pytest.mark.parametrize("empty", ["", "   "])
+def test_an_empty_trajectory_id_falls_back_to_the_run_id_on_both_paths(tmp_path, empty):
+    """`tps_trajectory_id: ""` reached the accumulator, which rejected every event (invalid_id): the run was lost."""
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    graph = _one_call_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> done"]))
+    graph.invoke(
+        {"messages": [("user", "q")]}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": empty}}
+    )
+    acc.close()
+    records = sink_records(sink)
+    tid = handler.last_trajectory_id
+    assert tid is not None and str(UUID(tid)) == tid  # the root run's id
+    assert list(records) == [tid] and [s.forecasts["verbal"] for s in records[tid].steps] == [0.7]
+    assert acc.health.get("ignored", "empty_trajectory_id") == 1 and acc.health.get("rejected") == 0
+
+    acc2, sink2 = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc2, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    for attrs in ({"tps.trajectory_id": empty}, {"metadata": json.dumps({"tps_trajectory_id": empty})}):
+        root = tracer.start_span("agent", attributes=attrs)
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
+        ).end()
+        root.end()
+    acc2.close()
+    records = sink_records(sink2)
+    assert sorted(records) == sorted(r.metadata["otel_trace_id"] for r in records.values())  # the trace ids
+    assert len(records) == 2 and all(len(r) == 32 for r in records)
+    assert acc2.health.get("ignored", "empty_trajectory_id") == 2 and acc2.health.get("rejected") == 0

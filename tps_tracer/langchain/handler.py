@@ -201,8 +201,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     # ------------------------------------------------------------------ bookkeeping
 
     def _trajectory_id(self, metadata: Mapping[str, Any] | None) -> str | None:
+        """The id the run's metadata names; None when it names none, or only an empty / blank one."""
         wanted = metadata.get(self.trajectory_id_key) if isinstance(metadata, Mapping) else None
-        return None if wanted is None else str(wanted)
+        if wanted is None:
+            return None
+        tid = str(wanted)
+        return tid if tid.strip() else None
 
     def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         """The trajectory a new chain run belongs to (a new one for a root or a differently-named sub-run)."""
@@ -212,6 +216,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._runs[run_id] = parent
             parent.run_ids.append(run_id)
             return
+        if wanted is None and isinstance(metadata, Mapping) and metadata.get(self.trajectory_id_key) is not None:
+            # An empty id ("" from a template with nothing filled in) is no id: the run keeps its own.
+            self.health.count("ignored", "empty_trajectory_id")
         tid = wanted if wanted is not None else str(run_id)
         run = _Run(self.tracker.open(tid, metadata), run_id, [run_id])
         if tid in self._by_tid:

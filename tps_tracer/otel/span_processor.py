@@ -380,13 +380,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         root_attrs = self._root_attributes(st)
         metadata = sr.run_metadata(root_attrs)
         steps = sorted(st.llm, key=lambda s: s.start_time or 0)
-        tid = sr.trajectory_id_of(root_attrs)
+        tid = self._named_id(root_attrs)
         if tid is None:
             for span in steps:
-                tid = sr.trajectory_id_of(span.attributes or {})
+                tid = self._named_id(span.attributes or {})
                 if tid is not None:
                     metadata = {**sr.run_metadata(span.attributes or {}), **metadata}
                     break
+        if tid is None and self._blank_id(root_attrs, steps):
+            # An empty id ("" from a template with nothing filled in) is no id: the trace id is used.
+            self.health.count("ignored", "empty_trajectory_id")
         if tid is not None and abandoned is None and root is not None and steps == [root]:
             self._add_to_group(tid, trace_id, root, metadata)  # a root-level model call of a plain loop
             return
@@ -422,6 +425,19 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             budget_label=_first_given(sr.horizon_label(root_attrs, metadata), stated_limit),
             outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
             extra=extra,
+        )
+
+    @staticmethod
+    def _named_id(attributes: Mapping[str, Any]) -> str | None:
+        """The trajectory id the attributes name; None for none, or an empty / blank one."""
+        tid = sr.trajectory_id_of(attributes)
+        return tid if tid is not None and tid.strip() else None
+
+    @staticmethod
+    def _blank_id(root_attrs: Mapping[str, Any], steps: list[ReadableSpan]) -> bool:
+        """Whether the run names a trajectory id that is empty or blank (counted once per run)."""
+        return any(
+            sr.trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(s.attributes or {} for s in steps))
         )
 
     def _model_call(self, state: TrajectoryState, span: ReadableSpan, marked_malformed: bool) -> None:
