@@ -649,3 +649,76 @@ def test_an_empty_trajectory_id_falls_back_to_the_run_id_on_both_paths(tmp_path,
     assert sorted(records) == sorted(r.metadata["otel_trace_id"] for r in records.values())  # the trace ids
     assert len(records) == 2 and all(len(r) == 32 for r in records)
     assert acc2.health.get("ignored", "empty_trajectory_id") == 2 and acc2.health.get("rejected") == 0
+
+
+# ---------------------------------------------------------------- an outcome known by the time the record is written
+
+
+def _lines(sink: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in sink.read_text().splitlines()]
+
+
+def test_an_outcome_known_at_the_stop_is_written_with_the_record_not_as_a_resolution(tmp_path):
+    """The tracker stopped first and resolved after, so every run with a `tps_outcome` label (or a
+    grader, or an outcome recorded while its stop waited in the queue) took two lines:
+    `outcome_pending` plus `{"resolves": ...}`, which forces report/gate onto the slow reader."""
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, grader=lambda final: "graded" in final.text)
+    graph = _one_call_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> graded"]))
+    plain = TPSCallbackHandler(acc)  # no grader: outcomes from labels and record_outcome
+    for i, label in enumerate([1, 0, "true"]):
+        graph.invoke(
+            {"messages": [("user", "q")]},
+            config={"callbacks": [plain], "metadata": {"tps_trajectory_id": f"label{i}", "tps_outcome": label}},
+        )
+    graph.invoke({"messages": [("user", "q")]}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "g"}})
+    gate = threading.Event()
+    plain.feeder.call(gate.wait)  # the worker is busy: the next run's stop waits in the queue
+    graph.invoke({"messages": [("user", "q")]}, config={"callbacks": [plain], "metadata": {"tps_trajectory_id": "rec"}})
+    plain.record_outcome("rec", success=False)  # before the worker writes the run
+    gate.set()
+    plain.flush()
+    handler.flush()
+    lines = _lines(sink)
+    assert len(lines) == 5  # two workers: their lines interleave in any order
+    assert {r["trajectory_id"]: r["outcome"] for r in lines} == {
+        "label0": 1,
+        "label1": 0,
+        "label2": 1,
+        "g": 1,
+        "rec": 0,
+    }
+    assert not any("outcome_pending" in r for r in lines)
+    # An outcome that arrives after the record is written is still a resolution line (the accumulator's rule).
+    graph.invoke(
+        {"messages": [("user", "q")]}, config={"callbacks": [plain], "metadata": {"tps_trajectory_id": "late"}}
+    )
+    plain.flush()
+    plain.record_outcome("late", success=True)
+    plain.flush()
+    acc.close()
+    tail = _lines(sink)[5:]
+    assert tail[0]["trajectory_id"] == "late" and tail[0]["outcome_pending"] is True
+    assert tail[1] == {"resolves": "late", "outcome": 1}
+    assert {k: r.outcome for k, r in sink_records(sink).items()} == {
+        "label0": 1,
+        "label1": 0,
+        "label2": 1,
+        "g": 1,
+        "rec": 0,
+        "late": 1,
+    }
+    assert acc.health.get("rejected") == 0
+
+    acc2, sink2 = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc2, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("agent", attributes={"tps.trajectory_id": "a", "tps.outcome": "1"})
+    tracer.start_span(
+        "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
+    ).end()
+    root.end()
+    acc2.close()
+    assert [(r["trajectory_id"], r["outcome"], "outcome_pending" in r) for r in _lines(sink2)] == [("a", 1, False)]

@@ -121,13 +121,11 @@ class TrajectoryTracker:
             md["step_texts"] = state.texts
             if final_text is not None:
                 md["final_output"] = final_text[:CONTENT_LIMIT]
-        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md)
-        if decision.reason is StopReason.CLEAN:
-            known = self._label(state.tid, outcome_label)
-            if known is not None:
-                self.worker.resolve(state.tid, known)
-            elif self.grader is not None:
-                self.worker.grade(state.tid, self.grader, final_output)
+        # An outcome known now (a label, or the grader's verdict on the worker) goes out with
+        # the record: one line, no resolution line after it.
+        known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
+        grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
+        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
 
     def _label(self, tid: str, label: Any) -> int | None:
