@@ -105,8 +105,12 @@ class TrajectoryTracker:
         an outcome known up front. final_output: what the grader grades (clean runs only)."""
         if state.n_calls == 0:
             # A run that never called a model (a wrapper chain, a failing tool node, a web
-            # request) is not an agent trajectory: counted, never recorded.
-            self.health.count("ignored", "runs_without_model_calls")
+            # request) is not an agent trajectory: counted, never recorded. One finished early
+            # (evicted with its first call still running) is counted as what happened to it.
+            if abandoned is not None:
+                self.health.count("abandoned", abandoned)
+            else:
+                self.health.count("ignored", "runs_without_model_calls")
             return None
         if self.worker.take_damaged(state.tid) and abandoned is None:  # always taken: the set stays bounded
             abandoned = "queue_full"

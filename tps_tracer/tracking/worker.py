@@ -95,6 +95,11 @@ class CaptureWorker:
             os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
 
     @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (every later event is dropped)."""
+        return self._closed
+
+    @property
     def errors(self) -> dict[str, int]:
         return self.health.category("error")
 
