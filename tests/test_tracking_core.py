@@ -722,3 +722,31 @@ def test_an_outcome_known_at_the_stop_is_written_with_the_record_not_as_a_resolu
     root.end()
     acc2.close()
     assert [(r["trajectory_id"], r["outcome"], "outcome_pending" in r) for r in _lines(sink2)] == [("a", 1, False)]
+
+
+def test_the_late_spans_of_an_evicted_trace_are_dropped_not_a_second_trajectory():
+    """The span processor's analogue of the handler's eviction defect: the evicted trace's later
+    spans opened it again, which evicted the next trace, and the run was split into two records."""
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False, max_open_traces=2)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    roots = {}
+    for name in "ABC":  # C's first span evicts A, whose first model call has ended
+        roots[name] = root = tracer.start_span("agent", attributes={"tps.trajectory_id": name})
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.6}'}
+        ).end()
+    for name in "ABC":
+        root = roots[name]
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.4}'}
+        ).end()
+        root.end()
+    processor.shutdown()
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 3 and snap["audit"]["stop_reasons"]["clean"] == 2
+    assert acc.health.get("abandoned", "evicted") == 1
+    assert acc.health.get("dropped", "abandoned_run_event") == 3  # A's second call (start, end) and its root's end
+    assert processor.n_open == 0
