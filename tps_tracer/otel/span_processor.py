@@ -40,7 +40,7 @@ its children (async work, spans ended out of order) the trajectory is finished w
 last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
 most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace with no
 span event for `idle_timeout` seconds, is finished early (abandoned: stop reason "other",
-counted in the health ledger).
+counted in the health ledger); its later spans are dropped and counted, never re-opening it.
 
 Cost on the agent's path: on_start and on_end put the span on the capture worker's queue and
 return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
