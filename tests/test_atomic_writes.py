@@ -139,7 +139,12 @@ def ones_file(tmp_path_factory) -> Path:
     good = write_handler_output(d / "good.jsonl", n_tasks=40)
     lines = [json.loads(line) for line in good.read_text().splitlines()]
     ones = d / "ones.jsonl"
-    ones.write_text("".join(json.dumps({**r, "outcome": 1} if "resolves" in r else r) + "\n" for r in lines))
+    ones.write_text(
+        "".join(
+            json.dumps({**r, "outcome": 1} if "resolves" in r or r.get("outcome") is not None else r) + "\n"
+            for r in lines
+        )
+    )
     return ones
 
 

@@ -27,7 +27,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     records = [json.loads(line) for line in good.read_text().splitlines()]
     # Every outcome 1: no Platt map can be fitted (the intercept has no finite maximum).
     ones = d / "ones.jsonl"
-    ones.write_text("".join(json.dumps({**r, "outcome": 1} if "resolves" in r else r) + "\n" for r in records))
+    ones.write_text(
+        "".join(
+            json.dumps({**r, "outcome": 1} if "resolves" in r or r.get("outcome") is not None else r) + "\n"
+            for r in records
+        )
+    )
     # No complete trajectory (budget stops only): the censored TPS alone; no base rate.
     censored = d / "censored.jsonl"
     censored.write_text(

@@ -498,3 +498,75 @@ def test_live_calibration_adds_calibrated_forecasts(tmp_path):
         assert [s.forecasts["verbal+cal"] for s in steps] == pytest.approx(
             [0.5 * s.verbal + 0.25 for s in task.steps[: len(steps)]], abs=1e-15
         )
+
+
+def test_evicted_runs_are_recorded_abandoned_and_their_late_events_dropped(tmp_path):
+    """8 concurrent runs, max_open=5: the 3 evicted ones were counted as runs without model calls
+    and their later model calls re-opened trajectories that never finished (3 live after close)."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.runnables import RunnableLambda
+
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, max_open=5)
+    model = FakeListChatModel(responses=["<confidence>0.6</confidence> thinking"])
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        arrived: list[asyncio.Event] = []
+
+        async def body(x: Any, config: Any) -> str:
+            await model.ainvoke(x, config=config)  # step 1
+            arrived[-1].set()
+            await gate.wait()
+            await model.ainvoke(x, config=config)  # step 2, after the run may have been evicted
+            return "done"
+
+        chain = RunnableLambda(body)
+        tasks = []
+        for i in range(8):  # one at a time, so the oldest three are the evicted ones
+            arrived.append(asyncio.Event())
+            cfg = {"callbacks": [handler], "metadata": {"tps_trajectory_id": f"r{i}", "tps_outcome": 1}}
+            tasks.append(asyncio.create_task(chain.ainvoke("q", config=cfg)))
+            await asyncio.wait_for(arrived[-1].wait(), 10)
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    handler.close()
+    snap = acc.snapshot()
+    assert snap["online"]["live"] == 0 and snap["online"]["finished"] == 8 and handler.n_open == 0
+    acc.close()
+    records = sink_records(sink)
+    assert sorted(records) == [f"r{i}" for i in range(8)]
+    for i in range(3):
+        rec = records[f"r{i}"]
+        assert (rec.stop_reason, rec.metadata["tps_abandoned"]) == ("other", "evicted")
+        assert [s.forecasts["verbal"] for s in rec.steps] == [0.6]  # the step made before eviction
+    for i in range(3, 8):
+        rec = records[f"r{i}"]
+        assert rec.stop_reason == "clean" and rec.outcome == 1
+        assert [s.forecasts["verbal"] for s in rec.steps] == [0.6, 0.6]
+    assert handler.health.get("abandoned", "evicted") == 3
+    assert handler.health.get("ignored", "runs_without_model_calls") == 0
+    # Per evicted run: step 2's start and end, and the run's end.
+    assert handler.health.get("dropped", "abandoned_run_event") == 9
+    assert not handler.errors
+
+
+def test_close_finishes_the_runs_still_open_as_abandoned(tmp_path):
+    """A hand-written loop never declared stopped was left live in the accumulator forever."""
+    world = AgentWorld(1, seed=9, config=WorldConfig(min_length=8, max_length=8, malformed_rate=0))
+    model = ScriptedReActModel(world=world)
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc)
+    history = [HumanMessage(task_prompt("task-00000"))]
+    for _ in range(2):
+        history.append(model.invoke(history, config=config(handler, "loop-1")))
+    handler.close()
+    assert acc.n_live == 0 and handler.n_open == 0
+    model.invoke(history, config=config(handler, "loop-1"))  # after close: not re-opened
+    assert handler.n_open == 0
+    acc.close()
+    rec = sink_records(sink)["loop-1"]
+    assert (rec.stop_reason, rec.metadata["tps_abandoned"], len(rec.steps)) == ("other", "closed", 2)
+    assert handler.health.get("abandoned", "closed") == 1

@@ -19,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake import FakeListLLM
@@ -517,3 +518,235 @@ def test_the_marks_of_runs_that_lost_steps_stay_bounded(tmp_path):
     gate.set()
     tracker.flush()
     assert acc.health.get("abandoned", "evicted") == 5
+
+
+# ---------------------------------------------------------------- a tool that raises, on both paths
+
+
+class _ToolCaller(BaseChatModel):
+    """Always asks for the `lookup` tool, stating its confidence."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "tool-caller"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> _ToolCaller:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        call = {"name": "lookup", "args": {"query": "x"}, "id": f"c{len(messages)}"}
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage("<confidence>0.7</confidence>", tool_calls=[call]))]
+        )
+
+
+def _raising_tool(exc: type[Exception]) -> Any:
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        raise exc("backend 503")
+
+    return lookup
+
+
+def _raising_node_graph(model: BaseChatModel):
+    """One model call, then a plain graph node (not a tool) raises."""
+
+    def call(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"], config)]}
+
+    def boom(state: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("database gone")
+
+    graph = StateGraph(dict)
+    graph.add_node("model", call)
+    graph.add_node("boom", boom)
+    graph.set_entry_point("model")
+    graph.add_edge("model", "boom")
+    graph.add_edge("boom", END)
+    return graph.compile()
+
+
+@pytest.mark.parametrize("background", [True, False])
+@pytest.mark.parametrize(
+    ("make_agent", "want"),
+    [
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(RuntimeError)]), "tool_error"),
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(ToolException)]), "tool_error"),
+        (lambda: create_agent(_ToolCaller(), [_raising_tool(TimeoutError)]), "tool_error"),
+        (lambda: _raising_node_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> x"])), "other"),
+    ],
+    ids=["RuntimeError-in-tool", "ToolException", "TimeoutError-in-tool", "RuntimeError-in-node"],
+)
+def test_a_run_ending_on_a_raising_tool_is_tool_error_on_both_paths(tmp_path, background, make_agent, want):
+    """The handler said "other" for any tool exception but ToolException (its deferred commit of the
+    last model output reset the tool-failed mark); the span processor said tool_error. An exception
+    that no tool raised stays "other" on both paths."""
+    provider = TracerProvider()
+    acc_span, span_sink = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc_span, background=background)
+    provider.add_span_processor(processor)
+    acc_cb, cb_sink = new_accumulator(tmp_path, "handler.jsonl")
+    handler = TPSCallbackHandler(acc_cb, background=background)
+    agent = make_agent()
+    with instrumented(provider):
+        for i in range(3):
+            with pytest.raises(Exception, match=r"503|database gone"):
+                agent.invoke(
+                    {"messages": [("user", "q")]},
+                    config={"callbacks": [handler], "metadata": {"tps_trajectory_id": f"r{i}"}},
+                )
+    processor.force_flush()
+    handler.flush()
+    acc_span.close()
+    acc_cb.close()
+    from_spans, from_callbacks = sink_records(span_sink), sink_records(cb_sink)
+    assert set(from_spans) == set(from_callbacks) == {"r0", "r1", "r2"}
+    for tid in from_spans:
+        for rec in (from_spans[tid], from_callbacks[tid]):
+            assert rec.stop_reason == want
+            assert [s.forecasts["verbal"] for s in rec.steps] == [0.7]
+            assert rec.metadata.get("tool_errors", 0) == (1 if want == "tool_error" else 0)
+    assert not handler.errors and not processor.errors
+
+
+# ---------------------------------------------------------------- an empty trajectory id
+
+
+@pytest.mark.parametrize("empty", ["", "   "])
+def test_an_empty_trajectory_id_falls_back_to_the_run_id_on_both_paths(tmp_path, empty):
+    """`tps_trajectory_id: ""` reached the accumulator, which rejected every event (invalid_id): the run was lost."""
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, background=False)
+    graph = _one_call_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> done"]))
+    graph.invoke(
+        {"messages": [("user", "q")]}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": empty}}
+    )
+    acc.close()
+    records = sink_records(sink)
+    tid = handler.last_trajectory_id
+    assert tid is not None and str(UUID(tid)) == tid  # the root run's id
+    assert list(records) == [tid] and [s.forecasts["verbal"] for s in records[tid].steps] == [0.7]
+    assert acc.health.get("ignored", "empty_trajectory_id") == 1 and acc.health.get("rejected") == 0
+
+    acc2, sink2 = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc2, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    for attrs in ({"tps.trajectory_id": empty}, {"metadata": json.dumps({"tps_trajectory_id": empty})}):
+        root = tracer.start_span("agent", attributes=attrs)
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
+        ).end()
+        root.end()
+    acc2.close()
+    records = sink_records(sink2)
+    assert sorted(records) == sorted(r.metadata["otel_trace_id"] for r in records.values())  # the trace ids
+    assert len(records) == 2 and all(len(r) == 32 for r in records)
+    assert acc2.health.get("ignored", "empty_trajectory_id") == 2 and acc2.health.get("rejected") == 0
+
+
+# ---------------------------------------------------------------- an outcome known by the time the record is written
+
+
+def _lines(sink: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in sink.read_text().splitlines()]
+
+
+def test_an_outcome_known_at_the_stop_is_written_with_the_record_not_as_a_resolution(tmp_path):
+    """The tracker stopped first and resolved after, so every run with a `tps_outcome` label (or a
+    grader, or an outcome recorded while its stop waited in the queue) took two lines:
+    `outcome_pending` plus `{"resolves": ...}`, which forces report/gate onto the slow reader."""
+    acc, sink = new_accumulator(tmp_path)
+    handler = TPSCallbackHandler(acc, grader=lambda final: "graded" in final.text)
+    graph = _one_call_graph(FakeListChatModel(responses=["<confidence>0.7</confidence> graded"]))
+    plain = TPSCallbackHandler(acc)  # no grader: outcomes from labels and record_outcome
+    for i, label in enumerate([1, 0, "true"]):
+        graph.invoke(
+            {"messages": [("user", "q")]},
+            config={"callbacks": [plain], "metadata": {"tps_trajectory_id": f"label{i}", "tps_outcome": label}},
+        )
+    graph.invoke({"messages": [("user", "q")]}, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "g"}})
+    gate = threading.Event()
+    plain.feeder.call(gate.wait)  # the worker is busy: the next run's stop waits in the queue
+    graph.invoke({"messages": [("user", "q")]}, config={"callbacks": [plain], "metadata": {"tps_trajectory_id": "rec"}})
+    plain.record_outcome("rec", success=False)  # before the worker writes the run
+    gate.set()
+    plain.flush()
+    handler.flush()
+    lines = _lines(sink)
+    assert len(lines) == 5  # two workers: their lines interleave in any order
+    assert {r["trajectory_id"]: r["outcome"] for r in lines} == {
+        "label0": 1,
+        "label1": 0,
+        "label2": 1,
+        "g": 1,
+        "rec": 0,
+    }
+    assert not any("outcome_pending" in r for r in lines)
+    # An outcome that arrives after the record is written is still a resolution line (the accumulator's rule).
+    graph.invoke(
+        {"messages": [("user", "q")]}, config={"callbacks": [plain], "metadata": {"tps_trajectory_id": "late"}}
+    )
+    plain.flush()
+    plain.record_outcome("late", success=True)
+    plain.flush()
+    acc.close()
+    tail = _lines(sink)[5:]
+    assert tail[0]["trajectory_id"] == "late" and tail[0]["outcome_pending"] is True
+    assert tail[1] == {"resolves": "late", "outcome": 1}
+    assert {k: r.outcome for k, r in sink_records(sink).items()} == {
+        "label0": 1,
+        "label1": 0,
+        "label2": 1,
+        "g": 1,
+        "rec": 0,
+        "late": 1,
+    }
+    assert acc.health.get("rejected") == 0
+
+    acc2, sink2 = new_accumulator(tmp_path, "spans.jsonl")
+    processor = TPSSpanProcessor(acc2, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("agent", attributes={"tps.trajectory_id": "a", "tps.outcome": "1"})
+    tracer.start_span(
+        "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.7}'}
+    ).end()
+    root.end()
+    acc2.close()
+    assert [(r["trajectory_id"], r["outcome"], "outcome_pending" in r) for r in _lines(sink2)] == [("a", 1, False)]
+
+
+def test_the_late_spans_of_an_evicted_trace_are_dropped_not_a_second_trajectory():
+    """The span processor's analogue of the handler's eviction defect: the evicted trace's later
+    spans opened it again, which evicted the next trace, and the run was split into two records."""
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False, max_open_traces=2)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    roots = {}
+    for name in "ABC":  # C's first span evicts A, whose first model call has ended
+        roots[name] = root = tracer.start_span("agent", attributes={"tps.trajectory_id": name})
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.6}'}
+        ).end()
+    for name in "ABC":
+        root = roots[name]
+        tracer.start_span(
+            "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.4}'}
+        ).end()
+        root.end()
+    processor.shutdown()
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 3 and snap["audit"]["stop_reasons"]["clean"] == 2
+    assert acc.health.get("abandoned", "evicted") == 1
+    assert acc.health.get("dropped", "abandoned_run_event") == 3  # A's second call (start, end) and its root's end
+    assert processor.n_open == 0

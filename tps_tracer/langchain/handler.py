@@ -160,6 +160,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
+        # Run ids of trajectories finished early (evicted, closed): their late events are dropped
+        # and counted, never allowed to open a new trajectory. Oldest forgotten first, bounded.
+        self._gone: OrderedDict[UUID, None] = OrderedDict()
 
     # ------------------------------------------------------------------ public API
 
@@ -192,6 +195,14 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         return self.tracker.flush(timeout)
 
     def close(self) -> None:
+        """Finish the trajectories still open (abandoned: "closed"), then stop the capture worker."""
+        try:
+            with self._lock:
+                still_open = list({id(r): r for r in (*self._roots.values(), *self._by_tid.values())}.values())
+            for run in still_open:
+                self._end(run, outputs=None, error=None, abandoned="closed")
+        except Exception as exc:
+            self._fail("close", exc)
         self.tracker.close()
 
     @property
@@ -201,8 +212,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     # ------------------------------------------------------------------ bookkeeping
 
     def _trajectory_id(self, metadata: Mapping[str, Any] | None) -> str | None:
+        """The id the run's metadata names; None when it names none, or only an empty / blank one."""
         wanted = metadata.get(self.trajectory_id_key) if isinstance(metadata, Mapping) else None
-        return None if wanted is None else str(wanted)
+        if wanted is None:
+            return None
+        tid = str(wanted)
+        return tid if tid.strip() else None
 
     def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         """The trajectory a new chain run belongs to (a new one for a root or a differently-named sub-run)."""
@@ -212,6 +227,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._runs[run_id] = parent
             parent.run_ids.append(run_id)
             return
+        if wanted is None and isinstance(metadata, Mapping) and metadata.get(self.trajectory_id_key) is not None:
+            # An empty id ("" from a template with nothing filled in) is no id: the run keeps its own.
+            self.health.count("ignored", "empty_trajectory_id")
         tid = wanted if wanted is not None else str(run_id)
         run = _Run(self.tracker.open(tid, metadata), run_id, [run_id])
         if tid in self._by_tid:
@@ -228,6 +246,30 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         malformed = run.pending_malformed
         run.pending, run.pending_malformed = None, False
         self.tracker.model_call(run.state, raw, malformed)
+
+    def _late(self, run_id: UUID | None, child: UUID | None = None) -> bool:
+        """Whether `run_id` belongs to a trajectory finished early (then the event is dropped, counted).
+
+        child: a run starting under it, remembered as gone too (its own events are late as well)."""
+        if run_id is None or not self._gone or run_id not in self._gone:
+            return False
+        with self._lock:
+            if child is not None:
+                self._remember_gone([child])
+            elif run_id in self._gone:
+                del self._gone[run_id]  # its end: nothing more will come from it
+        self.health.count(
+            "dropped", "abandoned_run_event", "an event of a run finished early (evicted or closed) was dropped"
+        )
+        return True
+
+    def _remember_gone(self, run_ids: Sequence[UUID]) -> None:
+        """Under the lock."""
+        for rid in run_ids:
+            self._gone[rid] = None
+        limit = max(4 * self.max_open, 1024)
+        while len(self._gone) > limit:
+            self._gone.popitem(last=False)
 
     def _mark_malformed(self, run_id: UUID | None) -> None:
         run = self._runs.get(run_id) if run_id is not None else None
@@ -247,6 +289,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         **kwargs: Any,
     ) -> None:
         try:
+            if self._late(parent_run_id, child=run_id):
+                return
             with self._lock:
                 self._open(run_id, parent_run_id, metadata)
                 overflow = len(self._roots) > self.max_open
@@ -260,6 +304,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             run = self._roots.get(run_id)
             if run is not None:
                 self._end(run, outputs=outputs, error=None)
+            else:
+                self._late(run_id)
         except Exception as exc:
             self._fail("on_chain_end", exc)
 
@@ -268,6 +314,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             run = self._roots.get(run_id)
             if run is not None:
                 self._end(run, outputs=None, error=error)
+            elif self._late(run_id):
+                return
             elif isinstance(error, OutputParserException):
                 with self._lock:
                     self._mark_malformed(run_id)
@@ -285,6 +333,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     # ------------------------------------------------------------------ model events
 
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
+        if self._late(parent_run_id, child=run_id):
+            return  # a model call of a run finished early: never a new trajectory of its own
         with self._lock:
             run = self._runs.get(parent_run_id) if parent_run_id is not None else None
             if run is None:
@@ -295,6 +345,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 # A hand-written loop: model calls grouped by metadata, ended by declare_stop().
                 run = self._by_tid.get(tid)
                 if run is None:
+                    if self.tracker.worker.closed:
+                        self.health.count("dropped", "after_close", "the handler is closed")
+                        return
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None)
             self._runs[run_id] = run
             run.run_ids.append(run_id)
@@ -352,6 +405,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             streamed = self._streamed.pop(run_id, None)
             run = self._runs.get(run_id)
             if run is None:
+                self._late(run_id)
                 return
             raw, malformed = _llm_output(response)
             if streamed and len(streamed) > _n_entries(raw.logprobs):
@@ -370,6 +424,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 if run is not None:
                     self._commit(run)
                     self.tracker.failed_call(run.state)
+            if run is None:
+                self._late(run_id)
         except Exception as exc:
             self._fail("on_llm_error", exc)
 
@@ -385,6 +441,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         **kwargs: Any,
     ) -> None:
         try:
+            if self._late(parent_run_id, child=run_id):
+                return
             with self._lock:
                 run = self._runs.get(parent_run_id) if parent_run_id is not None else None
                 if run is not None:
@@ -395,6 +453,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         try:
+            if self._gone and run_id in self._gone:
+                self._late(run_id)
+                return
             if isinstance(output, ToolMessage) and output.status == "error":
                 with self._lock:
                     run = self._runs.get(run_id)
@@ -409,6 +470,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 run = self._runs.get(run_id)
                 if run is not None:
                     run.state.tool_failed()
+            if run is None:
+                self._late(run_id)
         except Exception as exc:
             self._fail("on_tool_error", exc)
 
@@ -424,9 +487,14 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             for rid in run.run_ids:
                 self._runs.pop(rid, None)
                 self._streamed.pop(rid, None)
+            if abandoned is not None:
+                self._remember_gone(run.run_ids)
+            # Read before the commit: the pending output was returned before the tool that failed
+            # ran, and deciding it now would clear the mark as if a model call had followed.
+            tool_failed = state.last_tool_failed
             self._commit(run)
         if error is not None:
-            observed = classify_error(error, state.last_tool_failed)
+            observed = classify_error(error, tool_failed)
         else:
             found, detail = classify_output(outputs)
             observed = (found or StopReason.CLEAN, detail)

@@ -352,11 +352,14 @@ class Accumulator:
         horizon: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         q_z: float | None = None,
+        outcome: int | bool | None = None,
     ) -> bool:
         """Finish a trajectory: write its record and queue it for scoring (its role applies at snapshot).
 
         `horizon` is the step budget T for max_steps stops (defaults to the number of steps).
         `q_z` is as `resolve(q_z=...)` before the stop (summary mode needs q_Z by the stop).
+        `outcome` is as `resolve(outcome=...)` before the stop: an outcome already known is
+        written with the record, so no resolution line follows it.
         A stop for an id never observed is a zero-step trajectory (e.g. a run that failed
         before its first model call): counted in the audit, scored for no predictor.
         """
@@ -369,6 +372,7 @@ class Accumulator:
                 self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
                 stop_reason = StopReason.OTHER
             q = self._clean_q_z(trajectory_id, q_z)
+            y = None if outcome is None else self._clean_outcome(trajectory_id, outcome)
             conflict = False
             with self._lock:
                 duplicate = trajectory_id in self._rows.row_of
@@ -377,6 +381,10 @@ class Accumulator:
                     if q is not None:
                         conflict = live.q_z not in (None, q)
                         live.q_z = live.q_z if conflict else q
+                    if y is not None:
+                        clash = live.outcome not in (None, y)
+                        conflict = conflict or clash
+                        live.outcome = live.outcome if clash else y
                     # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
                     if horizon is not None and not self._horizon_ok(trajectory_id, horizon, len(live.steps)):
                         horizon = None

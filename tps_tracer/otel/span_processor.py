@@ -40,7 +40,7 @@ its children (async work, spans ended out of order) the trajectory is finished w
 last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
 most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace with no
 span event for `idle_timeout` seconds, is finished early (abandoned: stop reason "other",
-counted in the health ledger).
+counted in the health ledger); its later spans are dropped and counted, never re-opening it.
 
 Cost on the agent's path: on_start and on_end put the span on the capture worker's queue and
 return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
@@ -173,6 +173,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
         self._damaged: set[int] = set()  # traces that lost a span event to a full queue
+        # Traces finished early (evicted, idle): their late spans are dropped and counted, never
+        # allowed to open the trace again (that split one run into two records). Bounded.
+        self._gone: OrderedDict[int, None] = OrderedDict()
         self._ended = 0
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
@@ -241,13 +244,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             now = self._clock()
             with self._lock:
                 st = self._traces.get(trace_id)
-                if st is None:
+                overflow = False
+                if st is None and not (self._gone and trace_id in self._gone):
                     st = self._traces[trace_id] = _Trace()
                     overflow = len(self._traces) > self.max_open_traces
-                else:
-                    overflow = False
-                st.open += 1
-                st.last_seen = now
+                if st is not None:
+                    st.open += 1
+                    st.last_seen = now
+            if st is None:
+                self._late_span()
+                return
             if overflow:
                 self._evict_oldest()
         except Exception as exc:
@@ -273,7 +279,12 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             with self._lock:
                 st = self._traces.get(trace_id)
                 if st is None:
-                    self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
+                    if self._gone and trace_id in self._gone:
+                        if is_root:
+                            del self._gone[trace_id]  # the run's end: nothing more will come from it
+                        self._late_span()
+                    else:
+                        self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
                     return
                 st.open -= 1
                 st.last_seen = now
@@ -304,6 +315,18 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         except Exception as exc:
             self._fail("on_end", exc)
 
+    def _late_span(self) -> None:
+        self.health.count(
+            "dropped", "abandoned_run_event", "a span of a trace finished early (evicted or idle) was dropped"
+        )
+
+    def _remember_gone(self, trace_id: int) -> None:
+        """Under the lock."""
+        self._gone[trace_id] = None
+        limit = max(4 * self.max_open_traces, 1024)
+        while len(self._gone) > limit:
+            self._gone.popitem(last=False)
+
     def _detach(self, trace_id: int, st: _Trace) -> _Trace:
         """Under the lock: take a finished run out of its trace (kept open in root_matcher mode)."""
         if self.root_matcher is None or st.open <= 0:
@@ -328,6 +351,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             for trace_id, st in list(self._traces.items()):
                 if now - st.last_seen >= self.idle_timeout:
                     idle.append((trace_id, self._traces.pop(trace_id)))
+                    self._remember_gone(trace_id)
             for tid, g in list(self._grouped.items()):
                 if now - g.last_seen >= self.idle_timeout:
                     idle_groups.append(self._grouped.pop(tid))
@@ -342,11 +366,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             if not self._traces:
                 return
             trace_id, st = self._traces.popitem(last=False)
+            self._remember_gone(trace_id)
         self._finish_early(trace_id, st, "evicted")
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
-        """A trace taken out before its run was seen to end: finished if it holds a run, else dropped."""
+        """A trace taken out before its run was seen to end: finished if it holds a run, else only counted.
+
+        Without a finished model call there is nothing to record (as for the handler's runs
+        evicted before their first call returned), but the loss is counted, never silent."""
         if st.root is None and not st.llm:
+            self.health.count("abandoned", why)
             return
         self.feeder.call(lambda: self._finish(trace_id, st, abandoned=why), "finish")
 
@@ -380,13 +409,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         root_attrs = self._root_attributes(st)
         metadata = sr.run_metadata(root_attrs)
         steps = sorted(st.llm, key=lambda s: s.start_time or 0)
-        tid = sr.trajectory_id_of(root_attrs)
+        tid = self._named_id(root_attrs)
         if tid is None:
             for span in steps:
-                tid = sr.trajectory_id_of(span.attributes or {})
+                tid = self._named_id(span.attributes or {})
                 if tid is not None:
                     metadata = {**sr.run_metadata(span.attributes or {}), **metadata}
                     break
+        if tid is None and self._blank_id(root_attrs, steps):
+            # An empty id ("" from a template with nothing filled in) is no id: the trace id is used.
+            self.health.count("ignored", "empty_trajectory_id")
         if tid is not None and abandoned is None and root is not None and steps == [root]:
             self._add_to_group(tid, trace_id, root, metadata)  # a root-level model call of a plain loop
             return
@@ -422,6 +454,19 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             budget_label=_first_given(sr.horizon_label(root_attrs, metadata), stated_limit),
             outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
             extra=extra,
+        )
+
+    @staticmethod
+    def _named_id(attributes: Mapping[str, Any]) -> str | None:
+        """The trajectory id the attributes name; None for none, or an empty / blank one."""
+        tid = sr.trajectory_id_of(attributes)
+        return tid if tid is not None and tid.strip() else None
+
+    @staticmethod
+    def _blank_id(root_attrs: Mapping[str, Any], steps: list[ReadableSpan]) -> bool:
+        """Whether the run names a trajectory id that is empty or blank (counted once per run)."""
+        return any(
+            sr.trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(s.attributes or {} for s in steps))
         )
 
     def _model_call(self, state: TrajectoryState, span: ReadableSpan, marked_malformed: bool) -> None:

@@ -105,8 +105,12 @@ class TrajectoryTracker:
         an outcome known up front. final_output: what the grader grades (clean runs only)."""
         if state.n_calls == 0:
             # A run that never called a model (a wrapper chain, a failing tool node, a web
-            # request) is not an agent trajectory: counted, never recorded.
-            self.health.count("ignored", "runs_without_model_calls")
+            # request) is not an agent trajectory: counted, never recorded. One finished early
+            # (evicted with its first call still running) is counted as what happened to it.
+            if abandoned is not None:
+                self.health.count("abandoned", abandoned)
+            else:
+                self.health.count("ignored", "runs_without_model_calls")
             return None
         if self.worker.take_damaged(state.tid) and abandoned is None:  # always taken: the set stays bounded
             abandoned = "queue_full"
@@ -121,13 +125,11 @@ class TrajectoryTracker:
             md["step_texts"] = state.texts
             if final_text is not None:
                 md["final_output"] = final_text[:CONTENT_LIMIT]
-        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md)
-        if decision.reason is StopReason.CLEAN:
-            known = self._label(state.tid, outcome_label)
-            if known is not None:
-                self.worker.resolve(state.tid, known)
-            elif self.grader is not None:
-                self.worker.grade(state.tid, self.grader, final_output)
+        # An outcome known now (a label, or the grader's verdict on the worker) goes out with
+        # the record: one line, no resolution line after it.
+        known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
+        grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
+        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
 
     def _label(self, tid: str, label: Any) -> int | None:

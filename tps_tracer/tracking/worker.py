@@ -18,6 +18,12 @@ Shaped like OpenTelemetry's batch processor:
 - **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
   queued events are the parent's); the worker restarts on the child's first event.
 
+**One line per run when the outcome is known in time.** A stop carries the outcome known
+when the run ended (a label, the grader's verdict, run on the worker just before the record
+is written), and `resolve()` for a run whose stop is still queued is merged into that stop:
+the record is written with its outcome, and no resolution line follows it. An outcome that
+arrives after the record is written is a resolution, as the accumulator defines it.
+
 `flush()` waits until everything submitted so far is applied (call it before a snapshot);
 `close()` flushes and stops the worker. With `background=False` every event is applied in
 the caller's thread (deterministic, for scripts and tests). Errors never reach the agent:
@@ -32,6 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tps_tracer.capture.raw_step import RawStep
@@ -46,6 +53,16 @@ CALIBRATED_SUFFIX = "+cal"
 APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
 _HEAVY = frozenset({"step", APPLY})  # the kinds dropped when the queue is full
+
+
+@dataclass
+class _QueuedStop:
+    """What a stop waiting in the queue will write with its record (filled in until it is applied)."""
+
+    outcome: int | None = None
+    q_z: float | None = None
+    grader: Callable[[Any], Any] | None = None
+    output: Any = None
 
 
 class CaptureWorker:
@@ -67,6 +84,8 @@ class CaptureWorker:
         self.background = background
         self.max_queue_size = max_queue_size
         self.damaged: set[str] = set()  # trajectories that lost a step to a full queue
+        self._stopping: dict[str, _QueuedStop] = {}  # stops submitted, not yet applied (one per trajectory)
+        self._stopping_lock = threading.Lock()
         self._closed = False
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -74,6 +93,11 @@ class CaptureWorker:
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (every later event is dropped)."""
+        return self._closed
 
     @property
     def errors(self) -> dict[str, int]:
@@ -84,11 +108,52 @@ class CaptureWorker:
     def step(self, trajectory_id: str, raw: RawStep) -> None:
         self._submit(("step", trajectory_id, raw))
 
-    def stop(self, trajectory_id: str, reason: str, horizon: int | None, metadata: Mapping[str, Any]) -> None:
-        self._submit(("stop", trajectory_id, reason, horizon, metadata))
+    def stop(
+        self,
+        trajectory_id: str,
+        reason: str,
+        horizon: int | None,
+        metadata: Mapping[str, Any],
+        outcome: int | None = None,
+        grader: Callable[[Any], Any] | None = None,
+        output: Any = None,
+    ) -> None:
+        """Finish a trajectory. outcome: known now (a label); grader: run on `output` just before the
+        record is written, its verdict (if any) is the outcome."""
+        ticket = _QueuedStop(outcome, None, grader, output)
+        with self._stopping_lock:
+            self._stopping[trajectory_id] = ticket
+        self._submit(("stop", trajectory_id, reason, horizon, metadata, ticket))
 
     def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
+        if (outcome is not None or q_z is not None) and self._merge_into_stop(trajectory_id, outcome, q_z):
+            return
         self._submit(("resolve", trajectory_id, outcome, q_z))
+
+    def _merge_into_stop(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
+        """Give the values to the trajectory's stop if it is still queued (then one record, no resolution line).
+
+        A value that differs from one the stop already carries is not merged: it goes to the
+        accumulator as a resolution after the stop, which counts the conflict."""
+        with self._stopping_lock:
+            ticket = self._stopping.get(trajectory_id)
+            if ticket is None:
+                return False
+            if (outcome is not None and ticket.outcome not in (None, outcome)) or (
+                q_z is not None and ticket.q_z not in (None, q_z)
+            ):
+                return False
+            if outcome is not None:
+                ticket.outcome = outcome
+            if q_z is not None:
+                ticket.q_z = q_z
+            return True
+
+    def _take_stop(self, trajectory_id: str, ticket: _QueuedStop) -> None:
+        """The stop is being applied (or dropped): later outcomes go to the accumulator as resolutions."""
+        with self._stopping_lock:
+            if self._stopping.get(trajectory_id) is ticket:
+                del self._stopping[trajectory_id]
 
     def grade(self, trajectory_id: str, grader: Callable[[Any], Any], output: Any) -> None:
         """Run a grader on the run's final output (in the worker) and resolve with its verdict."""
@@ -144,6 +209,8 @@ class CaptureWorker:
 
     def _drop(self, event: tuple[Any, ...]) -> None:
         kind = "after_close" if self._closed else "queue_full"
+        if event[0] == "stop":
+            self._take_stop(event[1], event[5])
         if event[0] == "step":
             if len(self.damaged) >= self.max_queue_size:  # marks of runs never finished: keep it bounded
                 self.damaged.pop()
@@ -208,8 +275,8 @@ class CaptureWorker:
                 _, tid, raw = event
                 self.accumulator.observe(tid, self._safe_forecasts(raw))
             elif kind == "stop":
-                _, tid, reason, horizon, metadata = event
-                self.accumulator.stop(tid, reason, horizon=horizon, metadata=metadata)
+                _, tid, reason, horizon, metadata, ticket = event
+                self._stop(tid, reason, horizon, metadata, ticket)
             elif kind == "resolve":
                 _, tid, outcome, q_z = event
                 self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
@@ -225,13 +292,33 @@ class CaptureWorker:
         except Exception as exc:  # never let one bad event stop the worker
             self.health.count("error", f"worker.{kind}", f"{kind} event failed ({type(exc).__name__}: {exc})")
 
-    def _grade(self, tid: str, grader: Callable[[Any], Any], output: Any) -> None:
+    def _stop(
+        self, tid: str, reason: str, horizon: int | None, metadata: Mapping[str, Any], ticket: _QueuedStop
+    ) -> None:
+        self._take_stop(tid, ticket)  # from here on, a resolve() is queued behind this stop
+        verdict = None
+        if ticket.grader is not None:
+            try:
+                verdict = self._verdict(tid, ticket.grader, ticket.output)
+            except Exception as exc:  # the grader's failure loses the verdict, never the record
+                self.health.count("error", "worker.grade", f"grade event failed ({type(exc).__name__}: {exc})")
+        outcome = verdict if verdict is not None else ticket.outcome
+        self.accumulator.stop(tid, reason, horizon=horizon, metadata=metadata, q_z=ticket.q_z, outcome=outcome)
+        if verdict is not None and ticket.outcome not in (None, verdict):
+            # The grader's verdict came first, as when it was a resolution; the later one is the
+            # accumulator's conflict to count.
+            self.accumulator.resolve(tid, outcome=ticket.outcome)
+
+    def _verdict(self, tid: str, grader: Callable[[Any], Any], output: Any) -> int | None:
         verdict = grader(output)
         try:
-            outcome = as_outcome(verdict)
+            return as_outcome(verdict)
         except InvalidOutcome as exc:
             self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
-            return
+            return None
+
+    def _grade(self, tid: str, grader: Callable[[Any], Any], output: Any) -> None:
+        outcome = self._verdict(tid, grader, output)
         if outcome is not None:
             self.accumulator.resolve(tid, outcome=outcome)
 
