@@ -149,3 +149,15 @@ def test_errors_of_many_resolutions_are_capped_like_line_errors(tmp_path):
         read_trajectories(path)
     assert len(exc.value.errors) == 20 and exc.value.truncated
     assert len(exc.value.summary().splitlines()) == 20 and "further errors not shown" in exc.value.summary()
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_resolution_on_the_first_line_after_a_bom(tmp_path, monkeypatch, newline):
+    lines, _ = _with_resolutions(50, seed=9)
+    first = next(i for i, line in enumerate(lines) if '"resolves"' in line)
+    lines.insert(0, lines.pop(first))  # a resolution before its trajectory, on line 1
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + newline.join(lines).encode("utf-8") + newline.encode())
+    expected = build_report(to_arrays(read_trajectories(path)), OPTIONS)
+    _forbid_exact(monkeypatch)
+    assert_reports_equal(report_from_path(path, OPTIONS, chunk_bytes=1_500), expected)

@@ -34,6 +34,7 @@ from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resol
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
+_SCAN_BYTES = 8 << 20  # pieces of the search for resolution lines (resolutions.py)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
@@ -128,7 +129,7 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
 def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chunk]:
     try:
         # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk.
-        resolutions = scan_resolutions(path)
+        resolutions = scan_resolutions((o, piece) for o, piece, _ in _byte_chunks(path, _SCAN_BYTES))
         for offset, chunk, size in _byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
             if resolutions is not None:

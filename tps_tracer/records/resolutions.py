@@ -18,8 +18,7 @@ reader gives its result or its error message with line numbers, as before.
 from __future__ import annotations
 
 import json
-import mmap
-import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,28 +57,26 @@ class Resolutions:
         return b"".join(parts)
 
 
-def scan_resolutions(path: str | os.PathLike[str]) -> Resolutions | None:
-    """The file's resolution lines, or None when no line mentions "resolves" (raises ResolutionsNeedWholeFile)."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return None
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            hit = mm.find(_KEY)
-            if hit < 0:
-                return None
-            found = Resolutions([], {})
-            while hit >= 0:
-                start = mm.rfind(b"\n", 0, hit) + 1
-                newline = mm.find(b"\n", hit)
-                end = len(mm) if newline < 0 else newline + 1
-                _add_line(found, mm[start:end], start, end)
-                hit = mm.find(_KEY, end)
+def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
+    """The resolution lines of a file given as (byte offset, bytes ending at a line end) pieces,
+    or None when no line mentions "resolves" (raises ResolutionsNeedWholeFile).
+
+    Read piece by piece (not memory-mapped: mapped pages of a large file count as the
+    process's resident memory while the scan runs)."""
+    found: Resolutions | None = None
+    for offset, piece in pieces:
+        hit = piece.find(_KEY)
+        while hit >= 0:
+            start = piece.rfind(b"\n", 0, hit) + 1
+            newline = piece.find(b"\n", hit)
+            end = len(piece) if newline < 0 else newline + 1
+            found = found or Resolutions([], {})
+            _add_line(found, piece[start:end], offset + start, offset + end)
+            hit = piece.find(_KEY, end)
     return found  # (possibly without spans: the hits were trajectories mentioning the word)
 
 
 def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
-    if start == 0 and line.startswith(b"\xef\xbb\xbf"):
-        line = line[3:]
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError):
