@@ -146,7 +146,7 @@ def test_bad_input_and_missing_criteria_exit_2(files, tmp_path):
     broken.write_text('{"trajectory_id": "a", "stop_reason": "clean"}\n')
     proc = gate(str(broken), "--min", "0")
     assert proc.returncode == 2 and "line 1" in proc.stderr
-    with pytest.raises(GateInputError, match="--censoring"):
+    with pytest.raises(GateInputError, match=r"GateCriteria\.censoring: must be one of"):
         evaluate_gate([], GateCriteria(min_score=0, censoring="both"))
 
 
