@@ -39,6 +39,7 @@ from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentil
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
 from tps_tracer.evaluation.report import BASE_RATE, NO_WORKING_SAMPLE, base_rate_pairs, termination_audit
+from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
@@ -208,6 +209,10 @@ class _Run:
         complete, censored = table.role_masks(crit.policy)
         if not complete.any() and not censored.any():
             raise GateInputError(NO_WORKING_SAMPLE)
+        try:  # a file column of that name is read unless another predictor is named
+            check_no_base_rate(table.predictors if predictor in (None, BASE_RATE) else ())
+        except ValueError as exc:
+            raise GateInputError(str(exc)) from None
         names = [p for p in table.predictors if p != BASE_RATE]
         self.skipped: list[Skipped] = []
         if predictor is None:  # the first predictor with data; those before it are skipped, with the reason

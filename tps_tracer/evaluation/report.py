@@ -41,6 +41,7 @@ from tps_tracer.evaluation.pairs import (
     skip_counts,
 )
 from tps_tracer.evaluation.report_options_check import check_report_options
+from tps_tracer.evaluation.reserved_names import BASE_RATE, check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
     Skipped,
     as_dicts,
@@ -56,7 +57,6 @@ from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, get_schedule
 
-BASE_RATE = "base_rate"
 REPORT_VERSION = 1
 NO_WORKING_SAMPLE = "no complete trajectory (stop_reason 'clean' with an outcome) and no censored one: nothing to score"
 # With censored runs only, the predictors are scored (cen-simple, cen-exact) and the base rate,
@@ -118,6 +118,7 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     """The report of flat trajectory arrays (see `report_from_table`)."""
     opts = options or ReportOptions()
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
+    check_no_base_rate(predictors)  # an unselected column of that name collides with nothing
     unknown = [p for p in predictors if p not in arrays.predictors]
     if unknown:
         raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
