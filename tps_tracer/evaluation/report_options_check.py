@@ -62,11 +62,12 @@ def check_report_options(opts: ReportOptions) -> None:
             get_schedule(schedule)
         except ValueError as exc:
             raise OptionError("schedules", str(exc)) from None
-    if not _is_int(opts.bootstrap) or not 0 <= opts.bootstrap <= MAX_REPLICATES:
+    if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
+        raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
+    if opts.bootstrap > MAX_REPLICATES:
         raise OptionError(
             "bootstrap",
-            f"must be an integer >= 0 (0: no confidence intervals) and at most {MAX_REPLICATES} "
-            f"(memory grows as replicates x score columns), got {opts.bootstrap!r}",
+            f"must be at most {MAX_REPLICATES} (memory grows as replicates x score columns), got {opts.bootstrap!r}",
         )
     if not _is_int(opts.seed):
         raise OptionError("seed", f"must be an integer, got {opts.seed!r}")
