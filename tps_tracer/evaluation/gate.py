@@ -40,7 +40,7 @@ from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
 from tps_tracer.evaluation.report import BASE_RATE, NO_WORKING_SAMPLE, base_rate_pairs, termination_audit
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
-from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left
+from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason, nothing_left
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
@@ -217,7 +217,7 @@ class _Run:
         self.skipped: list[Skipped] = []
         if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
             if not names:
-                raise GateInputError("the file has no forecasts to gate on")
+                raise GateInputError(NO_PREDICTOR)
             for name in names:
                 reason = no_data_reason(table.predictors[name], complete | censored)
                 if reason is None:

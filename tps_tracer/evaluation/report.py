@@ -43,6 +43,7 @@ from tps_tracer.evaluation.pairs import (
 from tps_tracer.evaluation.report_options_check import check_report_options
 from tps_tracer.evaluation.reserved_names import BASE_RATE, check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
+    NO_PREDICTOR,
     Skipped,
     as_dicts,
     no_data_reason,
@@ -117,6 +118,8 @@ def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, An
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
     """The report of flat trajectory arrays (see `report_from_table`)."""
     opts = options or ReportOptions()
+    if opts.predictors is None and not arrays.predictors:
+        raise ValueError(NO_PREDICTOR)
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
     check_no_base_rate(predictors)  # an unselected column of that name collides with nothing
     unknown = [p for p in predictors if p not in arrays.predictors]
