@@ -38,7 +38,13 @@ from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
-from tps_tracer.evaluation.report import BASE_RATE, NO_WORKING_SAMPLE, base_rate_pairs, termination_audit
+from tps_tracer.evaluation.report import (
+    BASE_RATE,
+    NO_WORKING_SAMPLE,
+    base_rate_pairs,
+    check_unique_ids,
+    termination_audit,
+)
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason, nothing_left
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
@@ -361,7 +367,7 @@ def evaluate_gate(
 
 
 def gate_paths(
-    candidate: Sequence[str | os.PathLike[str]],
+    candidate: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     criteria: GateCriteria | None = None,
     baseline: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
@@ -371,6 +377,8 @@ def gate_paths(
     chunk by chunk: memory holds a fixed-size row per trajectory, never the records."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
+    if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
+        candidate = [candidate]
     rule, schedule = get_rule(crit.rule), get_schedule(crit.weights)
     paired = baseline is not None  # task ids pair the two runs
     cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress)
@@ -381,6 +389,10 @@ def gate_paths(
 def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) -> GateSample:
     if isinstance(run, GateSample):
         return run
+    try:
+        check_unique_ids([r.trajectory_id for r in run])
+    except ValueError as exc:
+        raise GateInputError(str(exc)) from None
     return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
 
 

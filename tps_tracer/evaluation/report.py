@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,9 +116,21 @@ def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, An
     }
 
 
+def check_unique_ids(ids: Sequence[str]) -> None:
+    """A trajectory counted twice would double its weight in every mean and CI: an error, as in the readers."""
+    if len(set(ids)) == len(ids):
+        return
+    dups = [i for i, k in Counter(ids).items() if k > 1]
+    more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
+    raise ValueError(
+        f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
+    )
+
+
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
     """The report of flat trajectory arrays (see `report_from_table`)."""
     opts = options or ReportOptions()
+    check_unique_ids(arrays.ids)
     if opts.predictors is None and not arrays.predictors:
         raise ValueError(NO_PREDICTOR)
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
