@@ -55,11 +55,15 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     if args.config:
         try:
-            table = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig")).get("gate", {})
+            document = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig"))
         except OSError as exc:
             raise GateInputError(f"cannot read --config {args.config}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise GateInputError(f"cannot read --config {args.config}: {exc}") from None
+        table = document.get("gate")
+        if not isinstance(table, dict):  # settings outside [gate] would otherwise be ignored silently
+            found = ", ".join(document) or "nothing"
+            raise GateInputError(f"{args.config}: no [gate] table (found: {found}); put the settings under [gate]")
         for key, value in table.items():
             key = key.replace("-", "_")
             if key not in _SETTINGS:

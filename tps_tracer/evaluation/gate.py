@@ -396,6 +396,16 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
     return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
 
 
+def _pairing(cand: _Run, base: _Run, n: int) -> str:
+    """Say what paired the runs: task ids come from metadata.task_id, else the trajectory id."""
+    from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
+    if not any(from_metadata):
+        return f"paired by trajectory id over {n} trajectories (no metadata.task_id)"
+    if all(from_metadata):
+        return f"paired by task id over {n} tasks (metadata.task_id)"
+    return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"
+
+
 def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]) -> dict[str, Any]:
     c_ok, b_ok = ~np.isnan(cand.score), ~np.isnan(base.score)
     c_tasks = [t for t, ok in zip(cand.task_ids, c_ok, strict=True) if ok]
@@ -407,7 +417,7 @@ def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]
         boot = bootstrap_means(cols, trajectory_keys(c_tasks), crit.bootstrap, crit.seed)
         reps = boot.replicates[:, 0] - boot.replicates[:, 1]
         point = float(boot.point[0] - boot.point[1])
-        how = f"paired by task id over {len(c_tasks)} tasks"
+        how = _pairing(cand, base, len(c_tasks))
     else:
         bc = bootstrap_means(cand.score[c_ok][:, None], _salted_keys(c_tasks, "candidate"), crit.bootstrap, crit.seed)
         bb = bootstrap_means(base.score[b_ok][:, None], _salted_keys(b_tasks, "baseline"), crit.bootstrap, crit.seed)
