@@ -170,9 +170,12 @@ def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
 
 
 def _progress(total: int, quiet: bool) -> Any:
+    """A progress bar on stderr, only for a person watching: off a terminal (a CI log, `2> file`)
+    its carriage-return redraws are noise in the captured stderr."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet, leave=False)
+    interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet or not interactive, leave=False)
 
 
 def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarray]:
