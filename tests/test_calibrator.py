@@ -220,3 +220,44 @@ def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
     out = feeder.forecasts(RawStep("Thought: looks right. Confidence: 0.9\nAction: search[x]"))
     assert out["verbal"] == pytest.approx(0.9)
     assert out["verbal+cal"] == pytest.approx(float(cal.apply(PRED, [0.9])[0]), abs=1e-15)
+
+
+def _one_map_calibrator():
+    from tps_tracer.evaluation.calibration.calibrator import Calibrator
+    from tps_tracer.evaluation.calibration.cross_fit import PlattMap
+
+    m = PlattMap(a=0.3, b=1.5, mu=0.1, sigma=2.0, fallback=False, n_steps=10, n_trajectories=5)
+    return Calibrator(schedule="linear-front", penalty=1.0, maps={"verbal": m})
+
+
+def _platt_by_hand(p: float) -> float:
+    """sigmoid(a + b (logit(p) - mu) / sigma) of the map above, written out (EPS clip: 1e-6)."""
+    import math
+
+    logit = math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))
+    z = 0.3 + 1.5 * (logit - 0.1) / 2.0
+    return min(max(1 / (1 + math.exp(-z)), 1e-6), 1 - 1e-6)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 2.0, -0.1, "0.5", True, None, [0.5, "x"]])
+def test_apply_and_hooks_follow_one_rule_for_invalid_forecasts(bad):
+    """apply (batch) raises, a hook (live) returns NaN: neither turns an invalid forecast into a
+    calibrated probability (hooks used to map 2.0 to 0.999999, apply took the string "0.5")."""
+    import math
+
+    cal = _one_map_calibrator()
+    with pytest.raises(ValueError, match=r"'verbal': forecasts must be probabilities in \[0, 1\]"):
+        cal.apply("verbal", bad)
+    if not isinstance(bad, list):
+        assert math.isnan(cal.hooks()["verbal"](bad))
+
+
+def test_apply_and_hooks_agree_on_valid_forecasts():
+    import math
+
+    cal = _one_map_calibrator()
+    ps = [0.0, 0.2, 0.5, 0.9, 1.0, 1]
+    got = cal.apply("verbal", ps)
+    for p, g in zip(ps, got, strict=True):
+        assert math.isclose(g, _platt_by_hand(p), rel_tol=1e-12)
+        assert cal.hooks()["verbal"](p) == g

@@ -71,7 +71,8 @@ def _base_rate_row(n: int, k: int, steps: int = 3) -> dict[str, float]:
         )
         for i in range(n)
     ]
-    rep = evaluate(recs, ReportOptions(rules=["log", "brier", "beta(2,4)"], bootstrap=0))
+    # predictors=[]: the base rate alone, asked for explicitly (records without any predictor are an error).
+    rep = evaluate(recs, ReportOptions(predictors=[], rules=["log", "brier", "beta(2,4)"], bootstrap=0))
     diag = next(d for d in rep["diagnostics"] if d["predictor"] == "base_rate")
     tps = {
         r["rule"]: r["mean"]

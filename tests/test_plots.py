@@ -105,3 +105,23 @@ def test_plot_cli_svg_and_bad_input(records, tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(src), "-o", str(tmp_path / "x"), "--predictors", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_the_traces_legend_names_every_stop_reason_drawn():
+    """Every StopReason has its own marker, and the legend lists each one that was drawn (it used to
+    miss env_terminated, timeout and other: markers without a legend entry)."""
+    from tps_tracer.plots import _STOP_MARKERS, traces_figure
+    from tps_tracer.records.stop_reasons import StopReason
+
+    assert set(_STOP_MARKERS) == {r.value for r in StopReason}
+    assert len(set(_STOP_MARKERS.values())) == len(_STOP_MARKERS)  # distinguishable
+    reasons = [r.value for r in StopReason]
+    traces = [
+        {"forecasts": [0.4, 0.6], "outcome": 1 if r == "clean" else None, "stop_reason": r} for r in reasons[::-1]
+    ]
+    fig = traces_figure(traces, "verbal")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert [lab for lab in labels if lab.startswith("stop: ")] == [f"stop: {r}" for r in _STOP_MARKERS]
+    drawn = traces_figure(traces[:1], "verbal")  # only "other" drawn: only its entry
+    labels = [t.get_text() for t in drawn.axes[0].get_legend().get_texts()]
+    assert [lab for lab in labels if lab.startswith("stop: ")] == [f"stop: {reasons[-1]}"]

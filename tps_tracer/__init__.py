@@ -16,6 +16,7 @@ These names are imported on first use (PEP 562): `import tps_tracer` and the com
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,10 +64,21 @@ _HOME = {
 
 
 def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None = None) -> dict[str, Any]:
-    """Evaluate trajectory records; returns the report dict documented in the README."""
+    """Evaluate trajectory records; returns the report dict documented in the README.
+
+    `records` are `TrajectoryRecord` objects (from `read_trajectories(path)`), each id once.
+    """
     from tps_tracer.evaluation.report import build_report
     from tps_tracer.records.arrays import to_arrays
+    from tps_tracer.records.schema import TrajectoryRecord
 
+    hint = "use tps_tracer.read_trajectories(path) to read a file (or TrajectoryRecord.model_validate(d) per dict)"
+    if isinstance(records, (str, bytes, os.PathLike)):
+        raise TypeError(f"evaluate takes a list of TrajectoryRecord, got a path {records!r}: {hint}")
+    records = list(records)
+    bad = next((r for r in records if not isinstance(r, TrajectoryRecord)), None)
+    if bad is not None:
+        raise TypeError(f"evaluate takes a list of TrajectoryRecord, got a {type(bad).__name__}: {hint}")
     return build_report(to_arrays(records), options)
 
 

@@ -8,6 +8,10 @@ here, so each is defined once (and stays importable from its old module).
 # Bootstrap (evaluation/bootstrap.py).
 DEFAULT_REPLICATES = 1000
 DEFAULT_SEED = 0
+# Upper bound on bootstrap replicates (every command and the Python API): the replicate matrix
+# is replicates x score columns of float64, so 100,000 replicates already cost 0.8 MB per
+# column (a full report has hundreds of columns); percentile CIs are stable long before that.
+MAX_REPLICATES = 100_000
 
 # Censoring modes of the TPS (evaluation/tps.py).
 COMPLETE_ONLY = "complete-only"

@@ -12,7 +12,16 @@ from typing import Any
 from tps_tracer.evaluation.plot_data import ReliabilityBins, StepContributions
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
-_STOP_MARKERS = {"clean": "o", "max_steps": ">", "parse_error": "x", "tool_error": "s"}
+# One marker per StopReason value (the legend lists those drawn); an unknown value falls back to "*".
+_STOP_MARKERS = {
+    "clean": "o",
+    "max_steps": ">",
+    "parse_error": "x",
+    "tool_error": "s",
+    "env_terminated": "D",
+    "timeout": "v",
+    "other": "P",
+}
 
 
 def _pyplot() -> Any:

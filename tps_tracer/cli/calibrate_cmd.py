@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, flag, writing
+from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
@@ -53,8 +53,7 @@ def cross_fit_evaluation(
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.bootstrap < 2:
-        raise CliError("--bootstrap must be >= 2 (the paired deltas need a standard error)")
+    check_replicates(args.bootstrap, 2, "the paired deltas need a standard error")
     if not args.penalty > 0:
         raise CliError(f"--penalty must be > 0, got {args.penalty}")
     with flag("--weights"):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, flag, writing
+from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
@@ -115,8 +115,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
     unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
     if unknown_reasons:
         raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
-    if args.bootstrap < 0:
-        raise CliError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    check_replicates(args.bootstrap, 0, "0: no confidence intervals")
     records = read_records(args.file)
     arrays = to_arrays(records)
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None

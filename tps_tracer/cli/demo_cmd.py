@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, writing
+from tps_tracer.cli.errors import CliError, check_replicates, writing
 from tps_tracer.cli.report_text import render_report
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
@@ -170,9 +170,12 @@ def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
 
 
 def _progress(total: int, quiet: bool) -> Any:
+    """A progress bar on stderr, only for a person watching: off a terminal (a CI log, `2> file`)
+    its carriage-return redraws are noise in the captured stderr."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet, leave=False)
+    interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet or not interactive, leave=False)
 
 
 def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarray]:
@@ -258,8 +261,7 @@ def _print_q_z_resume(r: dict[str, Any]) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.tasks < 1:
         raise CliError(f"--tasks must be >= 1, got {args.tasks}")
-    if args.bootstrap < 0:
-        raise CliError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    check_replicates(args.bootstrap, 0, "0: no confidence intervals")
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tps-demo-"))
     with writing("--out", out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.records.errors import TrajectoryFileError
 
 EXIT_OK = 0
@@ -82,6 +83,15 @@ def flag(name: str) -> Iterator[None]:
         raise
     except ValueError as exc:
         raise CliError(f"{name}: {exc}") from exc
+
+
+def check_replicates(value: int, minimum: int, why: str, name: str = "--bootstrap") -> None:
+    """A replicate count in [minimum, MAX_REPLICATES] (memory grows as replicates x columns), else CliError."""
+    if not minimum <= value <= MAX_REPLICATES:
+        raise CliError(
+            f"{name}: must be an integer in [{minimum}, {MAX_REPLICATES}] ({why}; memory grows as "
+            f"replicates x score columns), got {value}"
+        )
 
 
 def expected_message(exc: BaseException) -> str | None:

@@ -20,11 +20,12 @@ else:  # pragma: no cover - Python 3.10
 
 from tps_tracer import strict_json
 from tps_tracer.atomic_write import append_text
-from tps_tracer.cli.errors import writing
+from tps_tracer.cli.errors import CliError, writing
 from tps_tracer.cli.gate_text import render_gate_markdown, render_gate_text
 from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateInputError,
+    GateOptionError,
     evaluate_gate_on_report,
     gate_paths,
 )
@@ -54,11 +55,15 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     if args.config:
         try:
-            table = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig")).get("gate", {})
+            document = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig"))
         except OSError as exc:
             raise GateInputError(f"cannot read --config {args.config}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise GateInputError(f"cannot read --config {args.config}: {exc}") from None
+        table = document.get("gate")
+        if not isinstance(table, dict):  # settings outside [gate] would otherwise be ignored silently
+            found = ", ".join(document) or "nothing"
+            raise GateInputError(f"{args.config}: no [gate] table (found: {found}); put the settings under [gate]")
         for key, value in table.items():
             key = key.replace("-", "_")
             if key not in _SETTINGS:
@@ -119,9 +124,17 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     return result
 
 
+# GateCriteria field -> its flag (a GateOptionError names the field).
+_FLAG_OF = {field: "--" + key.replace("_", "-") for key, (_, field) in _SETTINGS.items() if field is not None}
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     crit = _criteria(settings)
+    try:  # bad values fail before any file is read, by flag
+        crit.check_values()
+    except GateOptionError as exc:
+        raise CliError(f"{_FLAG_OF.get(exc.field, exc.field)}: {exc.detail}") from None
     if args.snapshot:
         if args.files or settings.get("baseline"):
             raise GateInputError("give either record files or --snapshot, and no --baseline with a snapshot")

@@ -22,9 +22,12 @@ from tps_tracer.constants import (
     DEFAULT_SEED,
     DEMO_SEED,
     DEMO_TASKS,
+    MAX_REPLICATES,
     SIMPLE,
     UNRESOLVED_POLICIES,
 )
+
+RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards"
 
 
 class Command:
@@ -39,12 +42,29 @@ class Command:
         return int(run(args))
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds "(default: X)" to an option's help, as argparse.ArgumentDefaultsHelpFormatter does,
+    but not for options without a real default (None, False: "(default: None)" reads as noise)
+    nor when the help text already names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        no_default = default is None or default is False or default == "" or default == argparse.SUPPRESS
+        if no_default or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from tps_tracer import __version__
+
     parser = OneLineParser(prog="tps-tracer", description="Trajectory Proper Scores for agent uncertainty.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("report", help="score a trajectory file (JSON Lines, Parquet, or a directory of shards)")
-    p.add_argument("file", help="trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards")
+    p.add_argument("file", help=RECORDS_HELP)
     add_report_options(p)
     p.set_defaults(func=Command("report_cmd", "cmd_report"))
     add_demo_parser(sub)
@@ -55,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_parser(sub)
     for command in sub.choices.values():  # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 
@@ -66,7 +87,12 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
         default="linear-front",
         help="weight schedules: linear-front, uniform, exponential-front, linear-back, or 'all'",
     )
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="bootstrap replicates (0: no CIs)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_REPLICATES,
+        help=f"bootstrap replicates (0: no CIs; at most {MAX_REPLICATES})",
+    )
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
     p.add_argument(
@@ -98,7 +124,7 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
 def add_demo_parser(sub: Any) -> None:
     d = sub.add_parser("demo", help="end-to-end demo: simulated tasks through a real LangGraph agent (no network)")
     d.add_argument("--out", help="directory for the generated record files (default: a temp dir)")
-    d.add_argument("--tasks", type=int, default=DEMO_TASKS, help=f"tasks per agent (default {DEMO_TASKS})")
+    d.add_argument("--tasks", type=int, default=DEMO_TASKS, help="tasks per agent")
     d.add_argument("--seed", type=int, default=DEMO_SEED, help="world and bootstrap seed")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of the report")
@@ -130,7 +156,7 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
     g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
     g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
-    g.add_argument("--bootstrap", type=int, help="bootstrap replicates (default 2000)")
+    g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {MAX_REPLICATES})")
     g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
@@ -146,13 +172,13 @@ def add_gate_parser(sub: Any) -> None:
 
 def add_calibrate_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="fit a Platt calibrator artifact (JSON) from trajectory records")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("-o", "--output", required=True, help="where to write the calibrator JSON")
     p.add_argument("--predictors", help="comma-separated predictors to calibrate (default: all)")
     p.add_argument("--weights", default="linear-front", help="TPS schedule whose step weights the fit uses")
     p.add_argument("--penalty", type=float, default=DEFAULT_PENALTY, help="L2 penalty on the slope (paper: 1.0)")
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
     p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
     p.set_defaults(func=Command("calibrate_cmd", "cmd_calibrate"))
@@ -160,7 +186,7 @@ def add_calibrate_parser(sub: Any) -> None:
 
 def add_censoring_parser(sub: Any) -> None:
     p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
     p.add_argument("--min-valid", type=int, default=DEFAULT_MIN_VALID, help="valid branches needed per prefix")
     p.add_argument("--unresolved", choices=UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as")
@@ -176,23 +202,34 @@ def add_censoring_parser(sub: Any) -> None:
     p.add_argument("--weights", default="linear-front", help="weight schedules, or 'all'")
     p.add_argument("--artificial", default="0.25,0.5,0.75", help="artificial censoring rates, or 'none'")
     p.add_argument("--informative", default="parse_error", help="informative stop reasons to re-score as censored")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_REPLICATES,
+        help=f"bootstrap replicates (0: no CIs; at most {MAX_REPLICATES})",
+    )
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap and artificial-censoring seed")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=Command("censoring_cmd", "cmd_censoring"))
 
 
 def add_plot_parser(sub: Any) -> None:
     p = sub.add_parser("plot", help="draw reliability, forecast traces and per-step scores (PNG/SVG)")
-    p.add_argument("file", help="trajectory records (JSON Lines)")
+    p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("-o", "--out", required=True, help="output directory")
     p.add_argument("--predictors", help="comma-separated predictors (default: all); traces use the first")
     p.add_argument("--calibrate", choices=["platt"], help="also draw raw vs cross-fitted Platt per predictor")
-    p.add_argument("--format", choices=["png", "svg"], default="png")
+    p.add_argument("--format", choices=["png", "svg"], default="png", help="image format of the plots")
     p.add_argument("--bins", type=int, default=DEFAULT_ECE_BINS, help="quantile bins of the reliability diagram")
-    p.add_argument("--rule", default="log")
-    p.add_argument("--weights", default="linear-front")
-    p.add_argument("--censoring", choices=CENSORING_MODES, default=SIMPLE)
+    p.add_argument("--rule", default="log", help="score rule of the per-step score plot: log, brier or beta(a,b)")
+    p.add_argument(
+        "--weights",
+        default="linear-front",
+        help="weight schedule of the per-step scores: linear-front, uniform, exponential-front, linear-back",
+    )
+    p.add_argument(
+        "--censoring", choices=CENSORING_MODES, default=SIMPLE, help="how budget-stopped runs enter the step scores"
+    )
     p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
     p.set_defaults(func=Command("plot_cmd", "cmd_plot"))
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED
+from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED, MAX_REPLICATES
 
 FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
@@ -234,6 +234,8 @@ def bootstrap_means(
     All columns share the replicate weights, so differences of replicate columns are
     paired bootstrap replicates of the difference of means.
     """
+    if not 0 <= n_replicates <= MAX_REPLICATES:  # the replicate matrix is n_replicates x K floats
+        raise ValueError(f"n_replicates must lie in [0, {MAX_REPLICATES}], got {n_replicates!r}")
     x = np.asarray(columns, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != keys.shape[0]:
         raise ValueError("columns must be (n_trajectories, K) with one key per trajectory")

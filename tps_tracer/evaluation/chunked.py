@@ -23,6 +23,8 @@ import numpy as np
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.reserved_names import check_no_base_rate
+from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile, iter_chunks, source_files
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
@@ -141,4 +143,8 @@ def report_from_path(
         if Path(path).is_dir():
             raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")]) from None
         return build_report(to_arrays(read_trajectories(path)), opts)
+    # (build_report checks the other paths)
+    if opts.predictors is None and not state.predictors:
+        raise ValueError(NO_PREDICTOR)
+    check_no_base_rate(state.predictors)
     return state.to_report(opts)

@@ -34,11 +34,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
-from tps_tracer.evaluation.report import BASE_RATE, NO_WORKING_SAMPLE, base_rate_pairs, termination_audit
-from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, no_data_reason, nothing_left
+from tps_tracer.evaluation.report import (
+    BASE_RATE,
+    NO_WORKING_SAMPLE,
+    base_rate_pairs,
+    check_unique_ids,
+    termination_audit,
+)
+from tps_tracer.evaluation.reserved_names import check_no_base_rate
+from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason, nothing_left
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
@@ -51,6 +59,7 @@ FloatArray = NDArray[np.float64]
 GATE_VERSION = 1
 PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
 
 @dataclass
@@ -71,15 +80,69 @@ class GateCriteria:
     policy: CensoringPolicy = field(default_factory=CensoringPolicy)
 
     def validate(self, has_baseline: bool) -> None:
-        if self.censoring not in CENSORING_MODES:
-            raise GateInputError(f"--censoring must be one of {', '.join(CENSORING_MODES)}")
+        """Raise GateOptionError naming the first invalid field (the CLI maps it to its flag)."""
+        self.check_values()
         if self.min_score is None and not self.vs_base_rate and not has_baseline:
             raise GateInputError("no decision criterion: give --min, --vs-base-rate and/or --baseline")
-        if self.bootstrap < 100:
-            raise GateInputError("--bootstrap must be at least 100 for a CI-based gate")
-        if self.margin < 0:
-            raise GateInputError("--margin must be >= 0 (it is how much worse than the reference is tolerated)")
-        get_rule(self.rule), get_schedule(self.weights)  # raise on unknown names
+
+    def check_values(self) -> None:
+        """Each field's own range, before any data is read: a NaN threshold, a probability
+        outside [0, 1] or a replicate count beyond MAX_REPLICATES fails here, by field name."""
+        if self.predictor is not None and (not isinstance(self.predictor, str) or not self.predictor):
+            raise GateOptionError("predictor", f"must be a non-empty string or None, got {self.predictor!r}")
+        for name, lookup in (("rule", get_rule), ("weights", get_schedule)):
+            try:
+                lookup(getattr(self, name))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise GateOptionError(name, str(exc)) from None
+        if self.censoring not in CENSORING_MODES:
+            raise GateOptionError("censoring", f"must be one of {', '.join(CENSORING_MODES)}, got {self.censoring!r}")
+        if self.min_score is not None:
+            _finite("min_score", self.min_score)
+        if not isinstance(self.vs_base_rate, (bool, np.bool_)):
+            raise GateOptionError("vs_base_rate", f"must be true or false, got {self.vs_base_rate!r}")
+        if _finite("margin", self.margin) < 0:
+            raise GateOptionError(
+                "margin", f"must be >= 0 (how much worse than the reference is tolerated), got {self.margin!r}"
+            )
+        if not _is_int(self.min_n) or self.min_n < 1:
+            raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
+        for name in ("max_excluded_share", "max_flip", "high_censoring"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= _finite(name, value) <= 1.0:
+                raise GateOptionError(name, f"is a share: must lie in [0, 1], got {value!r}")
+        if not _is_int(self.bootstrap) or not MIN_GATE_REPLICATES <= self.bootstrap <= MAX_REPLICATES:
+            raise GateOptionError(
+                "bootstrap",
+                f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
+                f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {self.bootstrap!r}",
+            )
+        if not _is_int(self.seed):
+            raise GateOptionError("seed", f"must be an integer, got {self.seed!r}")
+        if not isinstance(self.policy, CensoringPolicy):
+            raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
+
+
+class GateOptionError(GateInputError):
+    """A GateCriteria field is invalid; `field` is its name, `detail` the message without it."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.detail = message
+        super().__init__(f"GateCriteria.{field}: {message}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _finite(name: str, value: Any) -> float:
+    """value as a finite float, else GateOptionError naming the field (NaN would make every check fail)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GateOptionError(name, f"must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise GateOptionError(name, f"must be a finite number, got {value!r}")
+    return float(value)
 
 
 def _num(x: float) -> float | None:
@@ -152,11 +215,15 @@ class _Run:
         complete, censored = table.role_masks(crit.policy)
         if not complete.any() and not censored.any():
             raise GateInputError(NO_WORKING_SAMPLE)
+        try:  # a file column of that name is read unless another predictor is named
+            check_no_base_rate(table.predictors if predictor in (None, BASE_RATE) else ())
+        except ValueError as exc:
+            raise GateInputError(str(exc)) from None
         names = [p for p in table.predictors if p != BASE_RATE]
         self.skipped: list[Skipped] = []
         if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
             if not names:
-                raise GateInputError("the file has no forecasts to gate on")
+                raise GateInputError(NO_PREDICTOR)
             for name in names:
                 reason = no_data_reason(table.predictors[name], complete | censored)
                 if reason is None:
@@ -300,7 +367,7 @@ def evaluate_gate(
 
 
 def gate_paths(
-    candidate: Sequence[str | os.PathLike[str]],
+    candidate: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     criteria: GateCriteria | None = None,
     baseline: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
@@ -310,6 +377,8 @@ def gate_paths(
     chunk by chunk: memory holds a fixed-size row per trajectory, never the records."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
+    if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
+        candidate = [candidate]
     rule, schedule = get_rule(crit.rule), get_schedule(crit.weights)
     paired = baseline is not None  # task ids pair the two runs
     cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress)
@@ -320,7 +389,21 @@ def gate_paths(
 def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) -> GateSample:
     if isinstance(run, GateSample):
         return run
+    try:
+        check_unique_ids([r.trajectory_id for r in run])
+    except ValueError as exc:
+        raise GateInputError(str(exc)) from None
     return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
+
+
+def _pairing(cand: _Run, base: _Run, n: int) -> str:
+    """Say what paired the runs: task ids come from metadata.task_id, else the trajectory id."""
+    from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
+    if not any(from_metadata):
+        return f"paired by trajectory id over {n} trajectories (no metadata.task_id)"
+    if all(from_metadata):
+        return f"paired by task id over {n} tasks (metadata.task_id)"
+    return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"
 
 
 def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]) -> dict[str, Any]:
@@ -334,7 +417,7 @@ def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]
         boot = bootstrap_means(cols, trajectory_keys(c_tasks), crit.bootstrap, crit.seed)
         reps = boot.replicates[:, 0] - boot.replicates[:, 1]
         point = float(boot.point[0] - boot.point[1])
-        how = f"paired by task id over {len(c_tasks)} tasks"
+        how = _pairing(cand, base, len(c_tasks))
     else:
         bc = bootstrap_means(cand.score[c_ok][:, None], _salted_keys(c_tasks, "candidate"), crit.bootstrap, crit.seed)
         bb = bootstrap_means(base.score[b_ok][:, None], _salted_keys(b_tasks, "baseline"), crit.bootstrap, crit.seed)
@@ -352,6 +435,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     flip probability uses a normal approximation with the report's bootstrap SE.
     """
     crit = criteria or GateCriteria()
+    crit.check_values()
     if crit.vs_base_rate:
         raise GateInputError("--vs-base-rate needs trajectory records (a paired bootstrap), not a snapshot")
     if crit.min_score is None:

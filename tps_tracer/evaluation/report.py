@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,9 @@ from tps_tracer.evaluation.pairs import (
     skip_counts,
 )
 from tps_tracer.evaluation.report_options_check import check_report_options
+from tps_tracer.evaluation.reserved_names import BASE_RATE, check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
+    NO_PREDICTOR,
     Skipped,
     as_dicts,
     no_data_reason,
@@ -56,7 +59,6 @@ from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, get_schedule
 
-BASE_RATE = "base_rate"
 REPORT_VERSION = 1
 NO_WORKING_SAMPLE = "no complete trajectory (stop_reason 'clean' with an outcome) and no censored one: nothing to score"
 # With censored runs only, the predictors are scored (cen-simple, cen-exact) and the base rate,
@@ -114,10 +116,25 @@ def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, An
     }
 
 
+def check_unique_ids(ids: Sequence[str]) -> None:
+    """A trajectory counted twice would double its weight in every mean and CI: an error, as in the readers."""
+    if len(set(ids)) == len(ids):
+        return
+    dups = [i for i, k in Counter(ids).items() if k > 1]
+    more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
+    raise ValueError(
+        f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
+    )
+
+
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
     """The report of flat trajectory arrays (see `report_from_table`)."""
     opts = options or ReportOptions()
+    check_unique_ids(arrays.ids)
+    if opts.predictors is None and not arrays.predictors:
+        raise ValueError(NO_PREDICTOR)
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
+    check_no_base_rate(predictors)  # an unselected column of that name collides with nothing
     unknown = [p for p in predictors if p not in arrays.predictors]
     if unknown:
         raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
@@ -63,6 +64,11 @@ def check_report_options(opts: ReportOptions) -> None:
             raise OptionError("schedules", str(exc)) from None
     if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
         raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
+    if opts.bootstrap > MAX_REPLICATES:
+        raise OptionError(
+            "bootstrap",
+            f"must be at most {MAX_REPLICATES} (memory grows as replicates x score columns), got {opts.bootstrap!r}",
+        )
     if not _is_int(opts.seed):
         raise OptionError("seed", f"must be an integer, got {opts.seed!r}")
     if not isinstance(opts.policy, CensoringPolicy):

@@ -101,9 +101,17 @@ def split_usable(names: Sequence[str], reason_of: Callable[[str], str | None]) -
     return kept, skipped
 
 
+# A file whose steps carry no forecast at all (e.g. every step says "forecast" for "forecasts"):
+# report and gate fail on it as calibrate and plot do, rather than scoring the base rate alone.
+NO_PREDICTOR = (
+    "no predictor in the file: no step has a forecast under 'forecasts' "
+    "(is the key misspelled, e.g. 'forecast'? see the JSON Lines format in the README)"
+)
+
+
 def nothing_left(what: str, skipped: Sequence[Skipped]) -> ValueError:
     """The error when every predictor was skipped: names each one and why."""
-    reasons = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or "no predictor in the file"
+    reasons = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
     return ValueError(f"no predictor to {what}: {reasons}")
 
 

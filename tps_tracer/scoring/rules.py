@@ -142,10 +142,17 @@ def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArr
 
     y may be binary (0/1) or a soft label in [0, 1]; a soft label eta scores
     eta * S(p,1) + (1-eta) * S(p,0), as the censored-exact score does with q_Z.
-    Broadcasting follows numpy.
+    Two 1-D sequences must have the same length: a list of 3 forecasts against a list of 1
+    outcome is a mistake, not a request to reuse the outcome. A scalar pairs with every
+    element of the other; arrays of 2+ dimensions broadcast as in numpy (e.g. forecasts (1, n)
+    against branch outcomes (m, 1)).
     """
     r = get_rule(rule)
     pa = validate_probabilities(p, "forecast")
     ya = validate_probabilities(y, "outcome")
+    if pa.ndim == 1 and ya.ndim == 1 and pa.shape != ya.shape:
+        raise ValueError(
+            f"{pa.size} forecasts but {ya.size} outcomes: give one outcome per forecast (or one scalar outcome)"
+        )
     s1, s0 = r.branches(pa)
     return np.asarray(ya * s1 + (1.0 - ya) * s0, dtype=np.float64)

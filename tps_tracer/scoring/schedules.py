@@ -47,6 +47,10 @@ class WeightSchedule:
 
     def _numeric_totals(self, horizon: FloatArray) -> FloatArray:
         uniq, inverse = np.unique(horizon, return_inverse=True)
+        if uniq.size and not uniq[-1] <= MAX_HORIZON:  # the numeric total costs O(T) (NaN sorts last)
+            raise ValueError(
+                f"schedule {self.name!r}: horizon must be at most MAX_HORIZON = {MAX_HORIZON}, got {uniq[-1]!r}"
+            )
         totals = np.empty(uniq.shape, dtype=np.float64)
         for i, big_t in enumerate(uniq):
             # One pass for usual horizons; in blocks beyond, so memory stays bounded for any T.
@@ -110,7 +114,9 @@ def parse_schedules(text: str) -> list[WeightSchedule]:
 
 def weights(schedule: str | WeightSchedule = "linear-front", horizon: int = 1) -> FloatArray:
     """The normalised weight vector (w_1, ..., w_T) of a schedule for horizon T."""
-    if int(horizon) != horizon or horizon < 1:
-        raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+    # The range first: int() of NaN or infinity would raise its own, less helpful error.
+    number = isinstance(horizon, (int, float, np.integer, np.floating)) and not isinstance(horizon, bool)
+    if not number or not 1 <= horizon <= MAX_HORIZON or int(horizon) != horizon:
+        raise ValueError(f"horizon must be an integer in [1, MAX_HORIZON = {MAX_HORIZON}], got {horizon!r}")
     steps = np.arange(1.0, int(horizon) + 1.0)
     return get_schedule(schedule).step_weights(steps, np.full_like(steps, float(horizon)))

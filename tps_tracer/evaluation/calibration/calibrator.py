@@ -54,16 +54,24 @@ class Calibrator:
     skipped: list[dict[str, str]] = field(default_factory=list)  # [{"predictor", "reason"}]: not fitted
 
     def apply(self, predictor: str, forecasts: ArrayLike) -> np.ndarray:
-        """Calibrated probabilities for raw forecasts of `predictor` (clipped to [eps, 1 - eps])."""
+        """Calibrated probabilities for raw forecasts of `predictor` (clipped to [eps, 1 - eps]).
+
+        One rule for `apply` and `hooks`: an invalid forecast (NaN, outside [0, 1], a bool, a
+        string or anything else that is not a real number) never becomes a calibrated
+        probability. `apply` (batch) raises ValueError naming the predictor; a hook (live)
+        returns NaN, so the live pipeline rejects and counts that one value as it does the raw
+        one, and the step's other forecasts are kept.
+        """
         if predictor not in self.maps:
             raise KeyError(f"calibrator has no map for {predictor!r}; it has: {', '.join(self.maps)}")
-        f = np.asarray(forecasts, dtype=np.float64)
-        if np.any(np.isnan(f)) or np.any((f < 0) | (f > 1)):
-            raise ValueError(f"{predictor!r}: forecasts must be probabilities in [0, 1]")
+        f, problem = _probabilities(forecasts)
+        if problem is not None:
+            raise ValueError(f"{predictor!r}: forecasts must be probabilities in [0, 1]; got {problem}")
         return self.maps[predictor].apply(f)
 
     def hooks(self) -> dict[str, Callable[[float], float]]:
-        """{predictor: float -> float} for live use (the handler's `calibration=`)."""
+        """{predictor: float -> float} for live use (the handler's `calibration=`); an invalid
+        forecast maps to NaN (see `apply`)."""
         return {name: _scalar_map(m) for name, m in self.maps.items()}
 
     def check_schedule(self, schedule: str | WeightSchedule, strict: bool = False) -> bool:
@@ -152,9 +160,24 @@ class Calibrator:
             raise ValueError(f"{path}: {exc}") from exc
 
 
+def _probabilities(forecasts: ArrayLike) -> tuple[np.ndarray, str | None]:
+    """(forecasts as float64, None) when every value is a real number in [0, 1], else (_, what is wrong)."""
+    raw = np.asarray(forecasts)
+    if raw.dtype.kind not in "iuf":  # bools, strings ("0.5"), None, objects: not forecasts
+        return np.empty(0), f"values of type {raw.dtype} (e.g. {raw.flat[0]!r})" if raw.size else None
+    f = raw.astype(np.float64)
+    bad = ~((f >= 0.0) & (f <= 1.0))  # NaN too
+    if bad.any():
+        return f, f"{int(bad.sum())} invalid value(s), e.g. {float(f[bad].flat[0])!r}"
+    return f, None
+
+
 def _scalar_map(m: PlattMap) -> Callable[[float], float]:
     def apply(p: float) -> float:
-        return float(m.apply(np.array([p], dtype=np.float64))[0])
+        f, problem = _probabilities(p)
+        if problem is not None or f.ndim != 0:
+            return float("nan")  # passed on as invalid: rejected and counted downstream (see Calibrator.apply)
+        return float(m.apply(f.reshape(1))[0])
 
     return apply
 

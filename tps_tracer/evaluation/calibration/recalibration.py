@@ -17,6 +17,7 @@ import numpy as np
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, CrossFitResult, cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import PairedDelta, paired_auroc_delta
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable
+from tps_tracer.evaluation.reserved_names import PLATT_SUFFIX, check_no_recalibrated_collision
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.schedules import WeightSchedule
@@ -24,7 +25,7 @@ from tps_tracer.scoring.schedules import WeightSchedule
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration.calibrator import Calibrator
 
-PLATT_SUFFIX = "+platt"
+__all__ = ["PLATT_SUFFIX", "auroc_deltas", "with_calibrator_streams", "with_platt_streams"]
 
 
 def with_platt_streams(
@@ -34,6 +35,7 @@ def with_platt_streams(
     penalty: float = DEFAULT_PENALTY,
 ) -> tuple[TrajectoryArrays, dict[str, CrossFitResult]]:
     """Arrays with a cross-fitted "<p>+platt" column per predictor, and each predictor's fit."""
+    check_no_recalibrated_collision(arrays.predictors, predictors)  # never overwrite a user's column
     fits: dict[str, CrossFitResult] = {}
     for name in predictors:
         fits[name] = cross_fit_platt(arrays, name, schedule, penalty)
@@ -46,6 +48,7 @@ def with_calibrator_streams(
 ) -> TrajectoryArrays:
     """Arrays with the saved maps applied: one "<p>+platt" column per predictor the calibrator knows."""
     names = [p for p in (predictors or arrays.predictors) if p in calibrator.maps]
+    check_no_recalibrated_collision(arrays.predictors, names)  # never overwrite a user's column
     for name in names:
         col = arrays.predictors[name]
         usable_steps = np.repeat(col.usable, arrays.lengths)

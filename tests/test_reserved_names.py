@@ -1,0 +1,112 @@
+"""A user predictor may not take a name the evaluation creates itself: `base_rate` (the
+reference row) and `<p>+platt` (the recalibrated stream of p). Both used to lose data
+silently: the user's column replaced the reference (still disclosed as the constant), or the
+recalibrated stream overwrote the user's column. Now: one clear error naming the predictor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import tps_tracer as tt
+from tps_tracer.cli.main import main
+from tps_tracer.evaluation.reserved_names import ReservedNameError
+
+
+def rows(forecasts_of, n: int = 40) -> list[dict]:
+    return [
+        {
+            "trajectory_id": f"r{i}",
+            "stop_reason": "clean",
+            "outcome": i % 2,
+            "steps": [{"forecasts": forecasts_of(i % 2)}],
+        }
+        for i in range(n)
+    ]
+
+
+def write(path: Path, data: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in data))
+    return path
+
+
+@pytest.fixture()
+def base_rate_file(tmp_path) -> Path:
+    # The newcomer's file: a forecaster named "base_rate" that is nearly perfect (0.9 / 0.1).
+    return write(tmp_path / "pred_base_rate.jsonl", rows(lambda y: {"base_rate": 0.9 if y else 0.1}))
+
+
+@pytest.fixture()
+def platt_file(tmp_path) -> Path:
+    # "verbal" plus the user's own "verbal+platt" column (a constant 0.5).
+    return write(tmp_path / "pred_platt.jsonl", rows(lambda y: {"verbal": 0.7 if y else 0.3, "verbal+platt": 0.5}))
+
+
+def call(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_exit_2(code: int, out: str, err: str, name: str) -> None:
+    assert code == 2, (code, out, err)
+    assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"predictor {name!r}: the name is reserved" in err, err
+
+
+def test_report_rejects_a_predictor_named_base_rate(base_rate_file, capsys):
+    one_line_exit_2(*call(["report", str(base_rate_file)], capsys), "base_rate")
+    one_line_exit_2(*call(["report", str(base_rate_file), "--bootstrap", "0", "--json"], capsys), "base_rate")
+
+
+def test_evaluate_rejects_it_unless_another_predictor_is_selected(base_rate_file):
+    records = tt.read_trajectories(base_rate_file)
+    with pytest.raises(ReservedNameError, match="predictor 'base_rate': the name is reserved"):
+        tt.evaluate(records, tt.ReportOptions(bootstrap=0))
+
+
+def test_an_unselected_column_of_that_name_collides_with_nothing(tmp_path, capsys):
+    data = rows(lambda y: {"verbal": 0.6, "base_rate": 0.9 if y else 0.1})
+    path = write(tmp_path / "both.jsonl", data)
+    code, out, err = call(
+        ["report", str(path), "--predictors", "verbal", "--rules", "log", "--bootstrap", "0", "--json"], capsys
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    ref = [r for r in report["scores"] if r["predictor"] == "base_rate" and r["censoring"] == "simple"]
+    # The reference is the constant mean outcome (1/2): log(1/2) on every trajectory, not the user's 0.9/0.1.
+    assert len(ref) == 1 and math.isclose(ref[0]["mean"], math.log(0.5), rel_tol=1e-12)
+
+
+def test_gate_rejects_it_instead_of_finding_no_forecasts(base_rate_file, capsys):
+    one_line_exit_2(*call(["gate", str(base_rate_file), "--vs-base-rate", "--bootstrap", "200"], capsys), "base_rate")
+    one_line_exit_2(
+        *call(["gate", str(base_rate_file), "--min", "-1", "--predictor", "base_rate"], capsys), "base_rate"
+    )
+
+
+def test_recalibration_rejects_a_user_column_named_like_its_stream(platt_file, tmp_path, capsys):
+    one_line_exit_2(
+        *call(["report", str(platt_file), "--calibrate", "platt", "--bootstrap", "0"], capsys), "verbal+platt"
+    )
+    one_line_exit_2(*call(["calibrate", str(platt_file), "-o", str(tmp_path / "c.json")], capsys), "verbal+platt")
+    one_line_exit_2(
+        *call(["plot", str(platt_file), "-o", str(tmp_path / "p"), "--calibrate", "platt"], capsys), "verbal+platt"
+    )
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_without_recalibration_such_a_column_is_an_ordinary_predictor(platt_file, capsys):
+    code, out, err = call(["report", str(platt_file), "--rules", "log", "--bootstrap", "0", "--json"], capsys)
+    assert code == 0, err
+    simple = {r["predictor"]: r["mean"] for r in json.loads(out)["scores"] if r["censoring"] == "simple"}
+    # One step of weight 1: the mean log score of 0.5 is log 0.5; verbal scores log 0.7 on every run.
+    assert math.isclose(simple["verbal+platt"], math.log(0.5), rel_tol=1e-12)
+    assert math.isclose(simple["verbal"], math.log(0.7), rel_tol=1e-12)
