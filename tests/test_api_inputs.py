@@ -10,23 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import ok_records
 
 import tps_tracer as tt
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
 from tps_tracer.evaluation.report import build_report
 from tps_tracer.records.arrays import to_arrays
 
-
-def rows(n: int = 40) -> list[dict]:
-    return [
-        {
-            "trajectory_id": f"r{i}",
-            "stop_reason": "clean",
-            "outcome": i % 2,
-            "steps": [{"t": 1, "forecasts": {"verbal": 0.6}}, {"t": 2, "forecasts": {"verbal": 0.7}}],
-        }
-        for i in range(n)
-    ]
+rows = ok_records  # the newcomer trial's hand-written file
 
 
 @pytest.fixture()

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import call
 from handler_output import write_handler_output
 
 from tps_tracer.cli.main import main
@@ -204,15 +205,6 @@ TABLE = [
 def _fill(s: str, files: dict[str, Path]) -> str:
     subst = {k: str(v) for k, v in files.items()} | {"missing": str(files["d"] / "missing.jsonl")}
     return s.format(**subst)
-
-
-def call(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import call
 
 import tps_tracer
-from tps_tracer.cli.main import main
 from tps_tracer.cli.parsers import build_parser
 
 
@@ -29,15 +29,6 @@ def rows(n: int = 40) -> list[dict]:
         }
         for i in range(n)
     ]
-
-
-def call(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

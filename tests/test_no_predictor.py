@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_support import call
 
 import tps_tracer as tt
-from tps_tracer.cli.main import main
 from tps_tracer.evaluation.report import build_report
 from tps_tracer.records.arrays import to_arrays
 
@@ -35,15 +35,6 @@ def typo(tmp_path) -> Path:
     path = tmp_path / "typo_all.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in typo_rows()))
     return path
-
-
-def call(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import call, ok_records
+from scale_support import write_jsonl
 
 import tps_tracer as tt
-from tps_tracer.cli.main import main
 from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.gate import GateCriteria, GateOptionError, evaluate_gate
@@ -22,36 +23,9 @@ from tps_tracer.evaluation.report_options_check import OptionError
 from tps_tracer.scoring.schedules import MAX_HORIZON, custom_schedule
 
 
-def ok_records(n: int = 40) -> list[dict]:
-    """The newcomer trial's hand-written file: verbal 0.6 then 0.7, outcomes alternating."""
-    return [
-        {
-            "trajectory_id": f"r{i}",
-            "stop_reason": "clean",
-            "outcome": i % 2,
-            "steps": [{"t": 1, "forecasts": {"verbal": 0.6}}, {"t": 2, "forecasts": {"verbal": 0.7}}],
-        }
-        for i in range(n)
-    ]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.fixture()
 def ok(tmp_path) -> Path:
     return write_jsonl(tmp_path / "ok.jsonl", ok_records())
-
-
-def call(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 GATE_CASES = [

@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_support import call
 
 import tps_tracer as tt
-from tps_tracer.cli.main import main
 from tps_tracer.evaluation.reserved_names import ReservedNameError
 
 
@@ -44,15 +44,6 @@ def base_rate_file(tmp_path) -> Path:
 def platt_file(tmp_path) -> Path:
     # "verbal" plus the user's own "verbal+platt" column (a constant 0.5).
     return write(tmp_path / "pred_platt.jsonl", rows(lambda y: {"verbal": 0.7 if y else 0.3, "verbal+platt": 0.5}))
-
-
-def call(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line_exit_2(code: int, out: str, err: str, name: str) -> None:

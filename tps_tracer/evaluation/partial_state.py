@@ -43,6 +43,7 @@ from tps_tracer.evaluation.report import (
     ReportOptions,
     _num,
     diagnostic_rows,
+    empty_tables,
     report_header,
     score_rows,
 )
@@ -504,15 +505,7 @@ class PartialState:
             for p in names
         ]
         rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
-        empty: list[dict[str, Any]] = []
-        return {
-            **report_header(rules, schedules, opts, None, audit, coverage),
-            "scores": empty,
-            "deltas": [],
-            "diagnostics": [],
-            "scalar_predictors": [],
-            "recalibration": [],
-        }
+        return {**report_header(rules, schedules, opts, None, audit, coverage), **empty_tables()}
 
     # -- plain data (to ship between processes) -------------------------------------------------
 

@@ -211,6 +211,11 @@ def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
     return PredictorPairs(usable, pairs, aggs, skip_counts(usable, table.n_steps))
 
 
+def empty_tables() -> dict[str, list[Any]]:
+    """The report's tables when nothing can be scored yet (a live monitor before its first run)."""
+    return {"scores": [], "deltas": [], "diagnostics": [], "scalar_predictors": [], "recalibration": []}
+
+
 def report_from_table(
     table: PairTable,
     options: ReportOptions | None = None,
@@ -239,15 +244,7 @@ def report_from_table(
     complete, censored = table.role_masks(opts.policy)
     if not complete.any() and not censored.any():
         if allow_empty:
-            empty: list[dict[str, Any]] = []
-            return {
-                **_header(table, opts, predictors, None, list(skipped)),
-                "scores": empty,
-                "deltas": [],
-                "diagnostics": [],
-                "scalar_predictors": [],
-                "recalibration": [],
-            }
+            return {**_header(table, opts, predictors, None, list(skipped)), **empty_tables()}
         raise ValueError(NO_WORKING_SAMPLE)
     covered = list(predictors)
     predictors, no_data = split_usable(predictors, lambda p: no_data_reason(table.predictors[p], complete | censored))
