@@ -41,10 +41,7 @@ class GateSample:
 
 def gate_rows(arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule) -> PairTable:
     """The gate's rows of flat arrays: branch pairs of every predictor, without the diagnostics' summaries."""
-    table = pair_table_from_arrays(arrays, list(arrays.predictors), [rule], [schedule])
-    for p in table.predictors.values():
-        p.aggregates = p.aggregates[:, :0]  # the gate has no rank diagnostics: keep no summaries
-    return table
+    return pair_table_from_arrays(arrays, list(arrays.predictors), [rule], [schedule], with_summaries=False)
 
 
 def concat_tables(parts: Sequence[PairTable]) -> PairTable:

@@ -111,8 +111,12 @@ def pair_table_from_arrays(
     predictors: Sequence[str],
     rules: Sequence[ScoreRule],
     schedules: Sequence[WeightSchedule],
+    with_summaries: bool = True,
 ) -> PairTable:
-    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays."""
+    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays.
+
+    `with_summaries=False` leaves the four scalar summaries out (an (n, 0) array): for callers
+    without rank diagnostics (the gate)."""
     n = arrays.n
     lengths = arrays.lengths
     has_steps = lengths > 0
@@ -125,7 +129,7 @@ def pair_table_from_arrays(
     for name in predictors:
         col = arrays.predictors[name]
         pairs = np.full((n, len(rules), len(schedules), 2), np.nan)
-        aggs = np.full((n, len(AGGREGATOR_NAMES)), np.nan)
+        aggs = np.full((n, len(AGGREGATOR_NAMES) if with_summaries else 0), np.nan)
         if col.usable.any():
             values, layout = arrays.subset(col.usable, name)
             for i, rule in enumerate(rules):
@@ -134,7 +138,7 @@ def pair_table_from_arrays(
                     s1, s0 = branch_pairs_from_branches(b1, b0, layout, sched)
                     pairs[col.usable, i, j, 0] = s1
                     pairs[col.usable, i, j, 1] = s0
-            for k, agg in enumerate(AGGREGATORS.values()):
+            for k, agg in enumerate(AGGREGATORS.values() if with_summaries else ()):
                 aggs[col.usable, k] = agg(values, layout)
         out[name] = PredictorPairs(col.usable.copy(), pairs, aggs, dict(col.skipped))
     return PairTable(

@@ -17,6 +17,7 @@ reader gives its result or its error message with line numbers, as before.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,8 +46,11 @@ class Resolutions:
 
     def drop_lines(self, chunk: bytes, offset: int) -> bytes:
         """The chunk (starting at byte `offset` of the file) without its resolution lines."""
-        end = offset + len(chunk)
-        inside = [(s, e) for s, e in self.spans if offset <= s < end]
+        # Spans are in file order: find this chunk's by bisection (a file of a million
+        # resolutions must not cost spans x chunks comparisons).
+        lo = bisect.bisect_left(self.spans, (offset, -1))
+        hi = bisect.bisect_left(self.spans, (offset + len(chunk), -1))
+        inside = self.spans[lo:hi]
         if not inside:
             return chunk
         parts, at = [], 0

@@ -155,10 +155,6 @@ class CaptureWorker:
             if self._stopping.get(trajectory_id) is ticket:
                 del self._stopping[trajectory_id]
 
-    def grade(self, trajectory_id: str, grader: Callable[[Any], Any], output: Any) -> None:
-        """Run a grader on the run's final output (in the worker) and resolve with its verdict."""
-        self._submit(("grade", trajectory_id, grader, output))
-
     def call(self, job: Callable[[], Any], where: str = "job") -> None:
         """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
         self._submit(("call", job, where))
@@ -280,9 +276,6 @@ class CaptureWorker:
             elif kind == "resolve":
                 _, tid, outcome, q_z = event
                 self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
-            elif kind == "grade":
-                _, tid, grader, output = event
-                self._grade(tid, grader, output)
             elif kind == "call":
                 _, job, where = event
                 kind = where
@@ -316,11 +309,6 @@ class CaptureWorker:
         except InvalidOutcome as exc:
             self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
             return None
-
-    def _grade(self, tid: str, grader: Callable[[Any], Any], output: Any) -> None:
-        outcome = self._verdict(tid, grader, output)
-        if outcome is not None:
-            self.accumulator.resolve(tid, outcome=outcome)
 
     def _safe_forecasts(self, raw: RawStep) -> dict[str, float | None]:
         """The step's forecasts; if extraction fails the step is kept with none (counted): later steps never shift."""
