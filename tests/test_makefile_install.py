@@ -58,24 +58,27 @@ def test_the_wheel_build_gets_no_only_binary_setting_from_the_install_step_or_th
 
 
 def test_the_real_model_install_takes_the_built_wheel_and_only_that_one(calls, tmp_path):
-    installs = [c for c in calls if "real-model" in c[2] and "pip install" in c[2]]
-    assert len(installs) == 1, calls
-    args = installs[0][2]
-    assert f"--find-links {tmp_path / 'wheels'}" in args
-    assert "--only-binary llama-cpp-python" in args
-    # The build runs before the install that needs its wheel, and the other extra sets install first.
+    wheels = str(tmp_path / "wheels")
+    installs = [c[2] for c in calls if "pip install" in c[2] and wheels in c[2]]
+    assert len(installs) == 2, calls
+    extra, replace = installs
+    assert "--only-binary llama-cpp-python" in extra and "[real-model]" in extra
+    # A same-version llama-cpp-python built with other flags is replaced by the cache's build.
+    assert "--no-index" in replace and "--force-reinstall" in replace and "llama-cpp-python==" in replace
+    # The build runs before the installs that need its wheel, and the other extra sets install first.
     order = [c[2] for c in calls]
     build_at = next(i for i, a in enumerate(order) if "pip wheel" in a)
-    install_at = next(i for i, a in enumerate(order) if "[real-model]" in a)
+    install_at = order.index(extra)
     test_set_at = next(i for i, a in enumerate(order) if "test,dev" in a)
-    assert test_set_at < install_at and build_at < install_at
+    assert test_set_at < install_at and build_at < install_at < order.index(replace)
 
 
-def test_no_other_install_step_carries_the_real_model_settings(calls):
+def test_no_other_install_step_carries_the_real_model_settings(calls, tmp_path):
+    wheels = str(tmp_path / "wheels")
     for only_binary, find_links, args in calls:
-        if "[real-model]" in args:
+        if wheels in args:  # the build (-w) and the two real-model installs
             continue
         # The caller's own environment passes through untouched; nothing of the real-model step is added.
-        assert only_binary in (":all:", "<unset>"), args
-        assert "llama-cpp-python" not in args or "pip wheel" in args, args
+        assert only_binary == ":all:", args
         assert find_links == "/somewhere/else", args
+        assert "llama-cpp-python" not in args, args

@@ -2,8 +2,11 @@
 
 Agents built on `ChatOpenAI(base_url=<the server>, logprobs=True, top_logprobs=5)` (temperature 0,
 fixed seed, a few dozen tokens a call) run a hand-written LangGraph loop in the paper's tagged
-format (`<action>tool[arg]</action>`, `<confidence>0.XX</confidence>`), once free and once with a
-llama.cpp grammar that holds the model to the format, through invoke / stream (the model streaming
+format (`<action>tool[arg]</action>`, `<confidence>0.XX</confidence>`), once free, once with a
+llama.cpp grammar that holds the model to the format, and once with a grammar that allows only
+`finish[...]` (what the model does at temperature 0 moves with the build's floating-point kernels:
+SmolLM2 under the grammar loops on `search[query]` with an AVX2 build, so a clean run is made
+certain rather than hoped for), through invoke / stream (the model streaming
 too) / ainvoke / abatch. Each run is watched at once by `TPSCallbackHandler`, by `TPSSpanProcessor`
 behind OpenInference's LangChain instrumentor, and by the test's own `PayloadRecorder`.
 
@@ -63,7 +66,7 @@ MAX_TOKENS = 32  # a tagged step is 21 tokens; free text is cut here (the server
 BUDGET = 3  # model calls a run may make (recursion_limit 2 * BUDGET: agent + act per call)
 REPAIR_BUDGET = 2
 MODES = ("invoke", "stream", "ainvoke", "abatch")
-FORMATS = ("grammar", "free")
+FORMATS = ("grammar", "finish", "free")
 QUESTIONS = {"capital": "What is the capital of France?", "spider": "How many legs does a spider have?"}
 
 
@@ -90,11 +93,14 @@ confidence is a number between 0.0 and 1.0: the probability that the task will b
 GRAMMAR = r"""root ::= "<action>" tool "[" [a-z ]+ "]</action>\n<confidence>0." [0-9] [0-9] "</confidence>"
 tool ::= "search" | "finish"
 """
+# The same format with the answer forced: every run of this format ends clean on its first call.
+FINISH_GRAMMAR = GRAMMAR.replace('tool "["', '"finish["')
+GRAMMARS = {"grammar": GRAMMAR, "finish": FINISH_GRAMMAR}
 
 
 def chat_model(server: LlamaServer, fmt: str, max_tokens: int = MAX_TOKENS, **options: Any) -> ChatOpenAI:
-    """temperature 0, fixed seed, top-5 logprobs; fmt "grammar" holds the output to GRAMMAR."""
-    extra = {"grammar": GRAMMAR} if fmt == "grammar" else None
+    """temperature 0, fixed seed, top-5 logprobs; fmt "grammar" / "finish" holds the output to its grammar."""
+    extra = {"grammar": GRAMMARS[fmt]} if fmt in GRAMMARS else None
     return ChatOpenAI(
         base_url=server.base_url,
         api_key="not-needed",  # type: ignore[arg-type]
@@ -385,10 +391,12 @@ def test_handler_token_signals_equal_numpy_on_the_served_logprobs(runs: Runs, mo
             want = expected_signals(call.entries)
             for name in TOKEN_SIGNALS:
                 assert _close(step.forecasts[name], want[name]), (tid, name, step.forecasts[name], want[name])
-            if fmt == "grammar":  # held to the format, every call is a step with an action span
+            if fmt in GRAMMARS:  # held to the format, every call is a step with an action span
                 assert step.forecasts["action_token_prob"] is not None, (tid, call.text)
-        if fmt == "grammar":
+        if fmt in GRAMMARS:
             assert len(steps) == len(calls), (tid, [c.text for c in calls])
+        if fmt == "finish":
+            assert len(calls) == 1 and runs.handler[tid].stop_reason.value == "clean", (tid, calls)
 
 
 @pytest.mark.parametrize("mode", MODES)
