@@ -20,6 +20,7 @@ REASONS = (
     "env_terminated",
     "timeout",
     "other",
+    "capture_lost",
 )
 
 

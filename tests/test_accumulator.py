@@ -339,7 +339,7 @@ def test_idle_trajectories_are_abandoned_and_live_memory_is_bounded(tmp_path):
     assert acc.n_live == 3
     snap = acc.snapshot()
     assert snap["online"]["abandoned"] == {"idle": 1, "evicted": 1}
-    assert snap["audit"]["stop_reasons"]["other"] == 2
+    assert snap["audit"]["stop_reasons"]["capture_lost"] == 2 and snap["audit"]["roles"]["lost"] == 2
     acc.close()
     recs = {r.trajectory_id: r for r in read_trajectories(sink)}
     assert recs["old"].metadata == {"tps_abandoned": "idle"} and recs["young"].metadata == {"tps_abandoned": "evicted"}

@@ -442,24 +442,31 @@ def test_tokenizer_round_trips():
     assert "".join(tokenize(text)) == text
 
 
-def test_open_runs_are_bounded_oldest_evicted_as_other(tmp_path):
+def test_more_open_runs_than_max_open_are_all_kept_whole(tmp_path, caplog):
+    """max_open used to evict the oldest open run (recorded `other` with 1 of its 2 steps)."""
     from uuid import uuid4
 
     acc, sink = new_accumulator(tmp_path)
     handler = TPSCallbackHandler(acc, background=False, max_open=2)
     roots = [uuid4() for _ in range(3)]
-    for i, root in enumerate(roots):
-        handler.on_chain_start({}, {}, run_id=root, metadata={"tps_trajectory_id": f"r{i}"})
-        llm = uuid4()
-        handler.on_chat_model_start({}, [[]], run_id=llm, parent_run_id=root)
-        message = ChatGeneration(message=AIMessage("<confidence>0.4</confidence>"))
-        handler.on_llm_end(LLMResult(generations=[[message]]), run_id=llm)
-    assert handler.health.get("abandoned", "evicted") == 1 and handler.n_open == 2
-    handler.on_chain_end({"messages": []}, run_id=roots[0])  # the evicted run ends later: ignored
+    for step in range(2):
+        for i, root in enumerate(roots):
+            if step == 0:
+                handler.on_chain_start({}, {}, run_id=root, metadata={"tps_trajectory_id": f"r{i}"})
+            llm = uuid4()
+            handler.on_chat_model_start({}, [[]], run_id=llm, parent_run_id=root)
+            message = ChatGeneration(message=AIMessage(f"<confidence>0.{4 + step}</confidence>"))
+            handler.on_llm_end(LLMResult(generations=[[message]]), run_id=llm)
+    assert handler.n_open == 3 and not handler.health.category("abandoned")
+    for root in roots:
+        handler.on_chain_end({"messages": []}, run_id=root)
     acc.close()
-    rec = sink_records(sink)["r0"]
-    assert rec.stop_reason == "other" and rec.metadata["tps_abandoned"] == "evicted"
-    assert [s.forecasts["verbal"] for s in rec.steps] == [0.4]
+    records = sink_records(sink)
+    assert sorted(records) == ["r0", "r1", "r2"]
+    for rec in records.values():
+        assert rec.stop_reason == "clean"
+        assert [s.forecasts["verbal"] for s in rec.steps] == [0.4, 0.5]
+    assert sum("more than 2 runs open" in r.message for r in caplog.records) == 1  # warned once
 
 
 @pytest.mark.parametrize(
@@ -500,14 +507,15 @@ def test_live_calibration_adds_calibrated_forecasts(tmp_path):
         )
 
 
-def test_evicted_runs_are_recorded_abandoned_and_their_late_events_dropped(tmp_path):
-    """8 concurrent runs, max_open=5: the 3 evicted ones were counted as runs without model calls
-    and their later model calls re-opened trajectories that never finished (3 live after close)."""
+def test_idle_runs_are_recorded_capture_lost_and_their_late_events_dropped(tmp_path):
+    """8 concurrent runs; the first 3 get no callback for longer than idle_timeout: each is recorded
+    once, capture_lost with the step it made, and its later events never open a new trajectory."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
     from langchain_core.runnables import RunnableLambda
 
+    now = [0.0]
     acc, sink = new_accumulator(tmp_path)
-    handler = TPSCallbackHandler(acc, max_open=5)
+    handler = TPSCallbackHandler(acc, idle_timeout=60, clock=lambda: now[0])
     model = FakeListChatModel(responses=["<confidence>0.6</confidence> thinking"])
 
     async def main() -> None:
@@ -518,12 +526,14 @@ def test_evicted_runs_are_recorded_abandoned_and_their_late_events_dropped(tmp_p
             await model.ainvoke(x, config=config)  # step 1
             arrived[-1].set()
             await gate.wait()
-            await model.ainvoke(x, config=config)  # step 2, after the run may have been evicted
+            await model.ainvoke(x, config=config)  # step 2, after the run may have idled out
             return "done"
 
         chain = RunnableLambda(body)
         tasks = []
-        for i in range(8):  # one at a time, so the oldest three are the evicted ones
+        for i in range(8):
+            if i == 3:
+                now[0] = 61.0  # r0-r2 have been silent for 61 s; the next run's start sweeps them
             arrived.append(asyncio.Event())
             cfg = {"callbacks": [handler], "metadata": {"tps_trajectory_id": f"r{i}", "tps_outcome": 1}}
             tasks.append(asyncio.create_task(chain.ainvoke("q", config=cfg)))
@@ -540,15 +550,15 @@ def test_evicted_runs_are_recorded_abandoned_and_their_late_events_dropped(tmp_p
     assert sorted(records) == [f"r{i}" for i in range(8)]
     for i in range(3):
         rec = records[f"r{i}"]
-        assert (rec.stop_reason, rec.metadata["tps_abandoned"]) == ("other", "evicted")
-        assert [s.forecasts["verbal"] for s in rec.steps] == [0.6]  # the step made before eviction
+        assert (rec.stop_reason, rec.metadata["tps_abandoned"]) == ("capture_lost", "idle")
+        assert [s.forecasts["verbal"] for s in rec.steps] == [0.6]  # the step made before it idled out
     for i in range(3, 8):
         rec = records[f"r{i}"]
         assert rec.stop_reason == "clean" and rec.outcome == 1
         assert [s.forecasts["verbal"] for s in rec.steps] == [0.6, 0.6]
-    assert handler.health.get("abandoned", "evicted") == 3
+    assert handler.health.get("abandoned", "idle") == 3
     assert handler.health.get("ignored", "runs_without_model_calls") == 0
-    # Per evicted run: step 2's start and end, and the run's end.
+    # Per idle run: step 2's start and end, and the run's end.
     assert handler.health.get("dropped", "abandoned_run_event") == 9
     assert not handler.errors
 
@@ -568,5 +578,5 @@ def test_close_finishes_the_runs_still_open_as_abandoned(tmp_path):
     assert handler.n_open == 0
     acc.close()
     rec = sink_records(sink)["loop-1"]
-    assert (rec.stop_reason, rec.metadata["tps_abandoned"], len(rec.steps)) == ("other", "closed", 2)
+    assert (rec.stop_reason, rec.metadata["tps_abandoned"], len(rec.steps)) == ("capture_lost", "closed", 2)
     assert handler.health.get("abandoned", "closed") == 1

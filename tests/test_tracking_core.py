@@ -368,27 +368,56 @@ def test_token_signals_use_every_streamed_token(tmp_path, how):
 # ---------------------------------------------------------------- the capture worker: bounded, closed, forked
 
 
-def test_a_full_queue_drops_and_counts_and_the_run_is_abandoned_not_scored_with_a_hole(tmp_path):
+def test_a_full_queue_holds_the_caller_back_and_loses_nothing(tmp_path):
+    """The full queue used to drop the step (counted) and mark the run: under a burst most runs were lost."""
     acc, _ = new_accumulator(tmp_path)
     worker = CaptureWorker(acc, max_queue_size=3)
     gate, busy = threading.Event(), threading.Event()
     worker.call(lambda: (busy.set(), gate.wait()))  # the worker is busy: everything after waits in the queue
     assert busy.wait(10)  # the job left the queue: its 3 slots are free
+    threading.Timer(0.3, gate.set).start()  # the worker frees up while the caller is held back
+    lost: list[str] = []
     for i in range(6):
-        worker.step("t", RawStep(f"<confidence>0.{i + 1}</confidence>"))
-    assert acc.health.get("dropped", "queue_full") == 3
-    assert worker.take_damaged("t") and not worker.take_damaged("t")
-    gate.set()
+        worker.step("t", RawStep(f"<confidence>0.{i + 1}</confidence>"), on_loss=lost.append)
+    assert gate.is_set()  # the 4th step could only be queued once the worker had made room
+    assert worker.waits >= 1 and worker.waited_seconds > 0.1
+    worker.stop("t", "clean", None, {}, outcome=1)
     worker.flush()
+    assert lost == [] and acc.health.get("dropped") == 0 and acc.health.get("error") == 0
+    acc.close()
+    assert [s["verbal"] for s in _steps_of(tmp_path, "t")] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     worker.close()
-    assert acc.health.get("error") == 0
 
 
-def test_a_run_that_lost_steps_to_the_queue_is_recorded_as_abandoned(tmp_path):
+def test_a_stuck_worker_gives_the_event_up_after_max_block_and_marks_its_run(tmp_path):
+    acc, _ = new_accumulator(tmp_path)
+    worker = CaptureWorker(acc, max_queue_size=1, max_block=0.05)
+    gate, busy = threading.Event(), threading.Event()
+    worker.call(lambda: (busy.set(), gate.wait()))
+    assert busy.wait(10)
+    lost: list[str] = []
+    worker.step("t", RawStep("<confidence>0.5</confidence>"), on_loss=lost.append)  # fits
+    worker.step("t", RawStep("<confidence>0.6</confidence>"), on_loss=lost.append)  # waits 50 ms, given up
+    assert lost == ["queue_full"] and acc.health.get("dropped", "queue_full") == 1
+    gate.set()
+    worker.close()
+
+
+def _steps_of(tmp_path: Any, tid: str) -> list[dict[str, Any]]:
+    rec = next(r for r in _lines(tmp_path / "runs.jsonl") if r.get("trajectory_id") == tid)
+    return [s["forecasts"] for s in rec["steps"]]
+
+
+@pytest.mark.parametrize("stuck", [False, True])
+def test_a_run_whose_worker_is_busy_is_recorded_whole_or_capture_lost(tmp_path, stuck):
+    """A run that lost a step to the full queue was recorded `other` (an informative stop in reports);
+    now the agent waits for room, and only a stuck worker (no room for max_block) loses the run."""
     acc, sink = new_accumulator(tmp_path)
-    handler = TPSCallbackHandler(acc, max_queue_size=2)
+    handler = TPSCallbackHandler(acc, max_queue_size=2, max_block=0.05 if stuck else 60)
     gate = threading.Event()
     handler.feeder.call(gate.wait)
+    if not stuck:
+        threading.Timer(0.3, gate.set).start()
     graph = _looping_graph(FakeListChatModel(responses=["<confidence>0.5</confidence> x"]))
     with pytest.raises(Exception, match="Recursion limit"):
         graph.invoke(
@@ -399,8 +428,12 @@ def test_a_run_that_lost_steps_to_the_queue_is_recorded_as_abandoned(tmp_path):
     handler.flush()
     acc.close()
     rec = sink_records(sink)["q"]
-    assert rec.stop_reason == "other" and rec.metadata["tps_abandoned"] == "queue_full"
-    assert acc.health.get("abandoned", "queue_full") == 1 and acc.health.get("dropped", "queue_full") >= 1
+    if stuck:
+        assert rec.stop_reason == "capture_lost" and rec.metadata["tps_abandoned"] == "queue_full"
+        assert acc.health.get("abandoned", "queue_full") == 1 and acc.health.get("dropped", "queue_full") >= 1
+    else:
+        assert rec.stop_reason == "max_steps" and len(rec.steps) == 6 and "tps_abandoned" not in rec.metadata
+        assert acc.health.get("dropped") == 0 and handler.feeder.waits >= 1
 
 
 def test_events_after_close_are_dropped_with_the_reason_never_run_later(tmp_path):
@@ -487,7 +520,7 @@ def test_a_plain_loop_of_separate_traces_is_one_trajectory_until_declared():
         processor.shutdown()
     snap = acc.snapshot(predictors=["verbal"])
     assert snap["online"]["finished"] == 2
-    assert snap["audit"]["stop_reasons"]["max_steps"] == 1 and snap["audit"]["stop_reasons"]["other"] == 1
+    assert snap["audit"]["stop_reasons"]["max_steps"] == 1 and snap["audit"]["stop_reasons"]["capture_lost"] == 1
     assert acc.health.get("rejected", "declare_stop_unknown") == 1
     assert acc.health.get("abandoned", "shutdown") == 1
     # loop-1: three steps, verbal 0.2, 0.4, 0.9 under horizon 5, censored: the simple score is the
@@ -498,26 +531,30 @@ def test_a_plain_loop_of_separate_traces_is_one_trajectory_until_declared():
     assert score.primary("verbal", "log", "linear-front").value == pytest.approx(s0, abs=1e-12)
 
 
-def test_the_marks_of_runs_that_lost_steps_stay_bounded(tmp_path):
-    """A run that lost a step and is then abandoned for another reason must not leave its mark behind."""
+def test_the_mark_of_a_lost_step_lives_on_its_run(tmp_path):
+    """The marks used to live in a set capped at the queue size: 4 of these 5 runs lost theirs and
+    were scored as if whole."""
     from tps_tracer.tracking.tracker import TrajectoryTracker
 
-    acc, _ = new_accumulator(tmp_path)
-    tracker = TrajectoryTracker(acc, source="test", max_queue_size=1)
+    acc, sink = new_accumulator(tmp_path)
+    tracker = TrajectoryTracker(acc, source="test", max_queue_size=1, max_block=0.0)
     gate, busy = threading.Event(), threading.Event()
     tracker.worker.call(lambda: (busy.set(), gate.wait()))
     assert busy.wait(10)
     states = [tracker.open(f"r{i}") for i in range(5)]
     for state in states:
-        for _ in range(2):  # one fits the queue, the second is dropped
+        for _ in range(2):  # the first run's first step fits the queue; every other step is given up
             tracker.model_call(state, RawStep("<confidence>0.5</confidence>"), malformed=False)
-    assert len(tracker.worker.damaged) == 1  # bounded by the queue size: at most one mark is kept
+    assert [s.capture_lost for s in states] == ["queue_full"] * 5
     for state in states:
-        tracker.finish(state, abandoned="evicted")
-    assert not tracker.worker.damaged
+        tracker.finish(state)
     gate.set()
     tracker.flush()
-    assert acc.health.get("abandoned", "evicted") == 5
+    acc.close()
+    records = sink_records(sink)
+    assert {tid: (r.stop_reason, r.metadata["tps_abandoned"]) for tid, r in records.items()} == {
+        f"r{i}": ("capture_lost", "queue_full") for i in range(5)
+    }
 
 
 # ---------------------------------------------------------------- a tool that raises, on both paths
@@ -724,17 +761,17 @@ def test_an_outcome_known_at_the_stop_is_written_with_the_record_not_as_a_resolu
     assert [(r["trajectory_id"], r["outcome"], "outcome_pending" in r) for r in _lines(sink2)] == [("a", 1, False)]
 
 
-def test_the_late_spans_of_an_evicted_trace_are_dropped_not_a_second_trajectory():
-    """The span processor's analogue of the handler's eviction defect: the evicted trace's later
-    spans opened it again, which evicted the next trace, and the run was split into two records."""
+def test_more_open_traces_than_max_open_traces_are_all_kept_whole(caplog):
+    """max_open_traces used to evict the oldest open trace; its later spans were then dropped and the
+    run recorded `other` with 1 of its 2 steps."""
     acc = Accumulator(bootstrap=0)
     processor = TPSSpanProcessor(acc, background=False, max_open_traces=2)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("app")
     roots = {}
-    for name in "ABC":  # C's first span evicts A, whose first model call has ended
-        roots[name] = root = tracer.start_span("agent", attributes={"tps.trajectory_id": name})
+    for name in "ABC":
+        roots[name] = root = tracer.start_span("agent", attributes={"tps.trajectory_id": name, "tps.outcome": 1})
         tracer.start_span(
             "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.6}'}
         ).end()
@@ -746,7 +783,32 @@ def test_the_late_spans_of_an_evicted_trace_are_dropped_not_a_second_trajectory(
         root.end()
     processor.shutdown()
     snap = acc.snapshot()
-    assert snap["online"]["finished"] == 3 and snap["audit"]["stop_reasons"]["clean"] == 2
-    assert acc.health.get("abandoned", "evicted") == 1
-    assert acc.health.get("dropped", "abandoned_run_event") == 3  # A's second call (start, end) and its root's end
+    assert snap["online"]["finished"] == 3 and snap["audit"]["stop_reasons"]["clean"] == 3
+    assert acc.health.get("abandoned") == 0 and acc.health.get("dropped") == 0
     assert processor.n_open == 0
+    assert sum("more than 2 traces open" in r.message for r in caplog.records) == 1
+
+
+def test_the_late_spans_of_an_idle_trace_are_dropped_not_a_second_trajectory():
+    """A trace finished by the idle rule: its later spans must not open it again (one run, two records)."""
+    now = [0.0]
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False, idle_timeout=10, clock=lambda: now[0])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("agent", attributes={"tps.trajectory_id": "A"})
+    tracer.start_span(
+        "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.6}'}
+    ).end()
+    now[0] = 11.0
+    assert processor.sweep() == 1
+    tracer.start_span(
+        "llm", context=trace.set_span_in_context(root), attributes={"tps.forecasts": '{"verbal": 0.4}'}
+    ).end()
+    root.end()
+    processor.shutdown()
+    snap = acc.snapshot()
+    assert snap["online"]["finished"] == 1 and snap["audit"]["stop_reasons"]["capture_lost"] == 1
+    assert acc.health.get("abandoned", "idle") == 1
+    assert acc.health.get("dropped", "abandoned_run_event") == 3  # the late call (start, end) and the root's end

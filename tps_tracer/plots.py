@@ -21,6 +21,7 @@ _STOP_MARKERS = {
     "env_terminated": "D",
     "timeout": "v",
     "other": "P",
+    "capture_lost": "X",
 }
 
 

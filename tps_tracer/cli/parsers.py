@@ -154,6 +154,12 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--margin", type=float, help="tolerated shortfall for --vs-base-rate / --baseline (default 0)")
     g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
     g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
+    g.add_argument(
+        "--allow-capture-loss",
+        action="store_true",
+        default=None,
+        help="gate even if some runs are capture_lost (tps-tracer lost their end); default: exit 2",
+    )
     g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
     g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
     g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {MAX_REPLICATES})")

@@ -26,6 +26,14 @@ def _audit_text(audit: dict[str, Any]) -> str:
         + (f" ({100 * audit['excluded_share']:.1f}% of all)" if audit["excluded_share"] is not None else ""),
         f"  censored trajectories carrying q_z: {audit['censored_with_q_z']} of {roles['censored']}",
     ]
+    lost = roles.get("lost", 0)
+    if lost:
+        share = f" ({100 * lost / audit['n_trajectories']:.1f}% of all)" if audit["n_trajectories"] else ""
+        lines.append(
+            f"  CAPTURE LOSS: {lost} runs{share} whose end tps-tracer did not see (idle, evicted, "
+            "closed in flight, or an event lost; metadata.tps_abandoned says which): not scored, and not "
+            "the agent's stops; every score above is over the other runs only"
+        )
     if audit["pending_outcome"]:
         lines.append(f"  clean stops still waiting for their outcome (not scored): {audit['pending_outcome']}")
     if audit["outcome_ignored_on_unscored"]:

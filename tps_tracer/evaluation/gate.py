@@ -73,6 +73,7 @@ class GateCriteria:
     margin: float = 0.0
     min_n: int = 30
     max_excluded_share: float | None = None
+    allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
     bootstrap: int = 2000
@@ -99,8 +100,9 @@ class GateCriteria:
             raise GateOptionError("censoring", f"must be one of {', '.join(CENSORING_MODES)}, got {self.censoring!r}")
         if self.min_score is not None:
             _finite("min_score", self.min_score)
-        if not isinstance(self.vs_base_rate, (bool, np.bool_)):
-            raise GateOptionError("vs_base_rate", f"must be true or false, got {self.vs_base_rate!r}")
+        for name in ("vs_base_rate", "allow_capture_loss"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise GateOptionError(name, f"must be true or false, got {getattr(self, name)!r}")
         if _finite("margin", self.margin) < 0:
             raise GateOptionError(
                 "margin", f"must be >= 0 (how much worse than the reference is tolerated), got {self.margin!r}"
@@ -179,6 +181,10 @@ def _decision(name: str, point: float, reps: FloatArray, threshold: float, detai
     }
 
 
+def _refused_for_capture_loss(checks: list[dict[str, Any]]) -> bool:
+    return any(c["name"] == "capture_loss" and not c["passed"] for c in checks)
+
+
 def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = [
         {
@@ -190,6 +196,26 @@ def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> lis
             "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
         }
     ]
+    lost = int(audit.get("roles", {}).get("lost", 0))
+    if lost:
+        # Runs whose end tps-tracer lost are not a random subset (bursts lose the slow ones):
+        # gating the rest would judge survivors. Refused unless the user accepts it.
+        checks.append(
+            {
+                "name": "capture_loss",
+                "kind": "assumption",
+                "passed": bool(crit.allow_capture_loss),
+                "estimate": lost,
+                "threshold": 0,
+                "detail": f"{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
+                "metadata.tps_abandoned says why) are not scored; "
+                + (
+                    "gated anyway (allow_capture_loss)"
+                    if crit.allow_capture_loss
+                    else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
+                ),
+            }
+        )
     if crit.max_excluded_share is not None:
         share = audit.get("excluded_share") or 0.0
         checks.append(
@@ -289,8 +315,8 @@ def evaluate_gate(
         "ci_high": _num(hi[0]),
     }
 
-    usable = n >= crit.min_n
     checks.extend(_assumption_checks(n, run.audit, crit))
+    usable = n >= crit.min_n and not _refused_for_capture_loss(checks)
 
     if crit.min_score is not None:
         checks.append(
@@ -311,7 +337,11 @@ def evaluate_gate(
             )
         )
     if baseline is not None:
-        checks.append(_baseline_check(run, _Run(_sample(baseline, crit), crit, run.predictor), crit, notes))
+        base_run = _Run(_sample(baseline, crit), crit, run.predictor)
+        for check in _assumption_checks(len(base_run.ids), base_run.audit, crit):
+            if check["name"] == "capture_loss":
+                checks.append({**check, "detail": "baseline: " + check["detail"]})
+        checks.append(_baseline_check(run, base_run, crit, notes))
 
     # Assumption discipline: what the censored score rests on.
     rate = run.audit["censoring_rate"]
@@ -477,7 +507,8 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
         }
     )
-    verdict = UNUSABLE if n < crit.min_n else (PASS if all(c["passed"] for c in checks) else FAIL)
+    unusable = n < crit.min_n or _refused_for_capture_loss(checks)
+    verdict = UNUSABLE if unusable else (PASS if all(c["passed"] for c in checks) else FAIL)
     return {
         "version": GATE_VERSION,
         "verdict": verdict,

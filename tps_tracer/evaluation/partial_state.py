@@ -25,7 +25,7 @@ chunk after chunk, does O(1) amortised work per trajectory.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -171,6 +171,18 @@ class BaseRateState:
             concat_rows(self.outcomes, other.outcomes),
             self.missing_q_z + other.missing_q_z,
         )
+
+
+def _per_stop_reason(counts: Sequence[int]) -> IntArray:
+    """Counts per STOP_REASONS; a state saved before a stop reason was added lacks its (zero) count."""
+    out = np.zeros(len(STOP_REASONS), dtype=np.int64)
+    values = np.asarray(counts, dtype=np.int64)
+    if values.ndim != 1 or len(values) > len(STOP_REASONS):
+        raise ValueError(
+            f"a partial state holds {len(values)} stop-reason counts, this tps-tracer knows {len(STOP_REASONS)}"
+        )
+    out[: len(values)] = values
+    return out
 
 
 @dataclass
@@ -585,8 +597,8 @@ class PartialState:
             spec=spec,
             n=int(c["n"]),
             n_empty=int(c["n_empty"]),
-            stop_counts=np.asarray(obj["stop_counts"], dtype=np.int64),
-            q_z_counts=np.asarray(obj["q_z_counts"], dtype=np.int64),
+            stop_counts=_per_stop_reason(obj["stop_counts"]),
+            q_z_counts=_per_stop_reason(obj["q_z_counts"]),
             pending=int(c["pending"]),
             outcome_on_unscored=int(c["outcome_on_unscored"]),
             n_complete=int(c["n_complete"]),

@@ -37,7 +37,9 @@ once, and never raised into the agent. Only numbers are recorded unless
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,11 +67,15 @@ from tps_tracer.tracking.keys import (
 )
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
-from tps_tracer.tracking.worker import DEFAULT_MAX_QUEUE_SIZE, Calibration
+from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
 
 __all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TPSCallbackHandler"]
 
-DEFAULT_MAX_OPEN = 10_000
+DEFAULT_MAX_OPEN = 10_000  # open runs above which the handler warns (once) that runs may be leaking
+DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without any callback before a run is finished as capture_lost
+GONE_MEMORY = 4.0  # finished-early runs' ids are remembered for this many idle timeouts (late events)
+_INTERRUPTS = frozenset({"GraphInterrupt", "NodeInterrupt"})  # LangGraph's interrupt(): the run pauses
+logger = logging.getLogger("tps_tracer")
 _STREAM_ENTRY_LIMIT = 100_000  # streamed logprob entries kept per model call
 
 
@@ -82,6 +88,9 @@ class _Run:
     run_ids: list[UUID] = field(default_factory=list)
     pending: RawStep | None = None  # the last model output, until we know whether it was parsed
     pending_malformed: bool = False
+    last_seen: float = 0.0  # the clock at its last callback (the idle rule)
+    interrupted: bool = False  # a node raised LangGraph's interrupt: the root's end is a pause
+    ended: bool = False  # finished (once: an idle sweep may race the run's own end)
 
 
 def _tool_arguments(calls: Sequence[Any]) -> list[Any] | None:
@@ -133,12 +142,23 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         max_open: int = DEFAULT_MAX_OPEN,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         trajectory_id_key: str = TRAJECTORY_ID_KEY,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        max_block: float = DEFAULT_MAX_BLOCK,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
         budget of every run (a run's `tps_horizon` metadata overrides it). calibration:
         {predictor: map}, adding "<predictor>+cal" forecasts as they are captured.
-        background=False applies everything in the callback thread (deterministic, slower)."""
+        background=False applies everything in the callback thread (deterministic, slower).
+
+        Lifetimes: a run is open from its root's start to its end; a run paused by LangGraph's
+        interrupt() stays open (not idle) until it is resumed on the same thread or trajectory
+        id. A run with no callback for `idle_timeout` seconds (None: never) is finished as
+        capture_lost. Active runs are never evicted: more than `max_open` open runs only logs
+        a warning (a harness that never ends its runs), because a run cut short would bias
+        every score. A full capture queue holds the caller back (backpressure) for up to
+        `max_block` seconds before giving the step up (its run is then capture_lost)."""
         self.tracker = TrajectoryTracker(
             accumulator,
             source="langchain",
@@ -150,9 +170,17 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             capture_content=capture_content,
             background=background,
             max_queue_size=max_queue_size,
+            max_block=max_block,
         )
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
         self.accumulator = accumulator
         self.max_open = max_open
+        self.idle_timeout = idle_timeout
+        self._clock = clock
+        self._last_sweep = clock()
+        self._sweep_every = 1.0 if idle_timeout is None else min(1.0, idle_timeout / 4)
+        self._warned_open = False
         self.trajectory_id_key = trajectory_id_key
         self.last_trajectory_id: str | None = None
         self._lock = threading.Lock()
@@ -160,9 +188,14 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
-        # Run ids of trajectories finished early (evicted, closed): their late events are dropped
-        # and counted, never allowed to open a new trajectory. Oldest forgotten first, bounded.
-        self._gone: OrderedDict[UUID, None] = OrderedDict()
+        # Runs paused by an interrupt, by trajectory id and by LangGraph thread id: a new root
+        # run naming either resumes the same trajectory (its steps continue, one record).
+        self._paused: dict[str, _Run] = {}
+        self._paused_threads: dict[str, str] = {}
+        # Run ids of trajectories finished early (idle, closed) -> when: their late events are
+        # dropped and counted, never allowed to open a new trajectory. Forgotten after
+        # GONE_MEMORY idle timeouts (by age, not by count: a burst cannot push one out early).
+        self._gone: OrderedDict[UUID, float] = OrderedDict()
 
     # ------------------------------------------------------------------ public API
 
@@ -184,7 +217,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     return
                 self._commit(run)  # the last output happened before the declaration: decide it first
                 run.state.declare(reason, horizon)
-                finish_now = run.root is None
+                finish_now = run.root is None  # a hand-written loop, or a run paused by an interrupt
+                if finish_now:
+                    self._unpause(run)
             if finish_now:
                 self._end(run, outputs=None, error=None)
         except Exception as exc:
@@ -207,7 +242,37 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @property
     def n_open(self) -> int:
+        """Open trajectories, paused ones included."""
         return len(self._by_tid)
+
+    @property
+    def n_paused(self) -> int:
+        """Trajectories paused by an interrupt, waiting to be resumed."""
+        return len(self._paused)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Finish as capture_lost (abandoned: idle) the runs with no callback for idle_timeout seconds.
+
+        Runs paused by an interrupt are not idle: a resume can still continue them. Returns
+        how many runs were finished. Called on its own at most every second as runs start."""
+        if self.idle_timeout is None:
+            return 0
+        now = self._clock() if now is None else now
+        timeout = self.idle_timeout
+        with self._lock:
+            self._last_sweep = now
+            idle = [r for r in self._roots.values() if now - r.last_seen >= timeout]
+            idle += [
+                r
+                for tid, r in self._by_tid.items()
+                if r.root is None and tid not in self._paused and now - r.last_seen >= timeout
+            ]
+            cutoff = now - GONE_MEMORY * timeout
+            while self._gone and next(iter(self._gone.values())) < cutoff:
+                self._gone.popitem(last=False)
+        for run in idle:
+            self._end(run, outputs=None, error=None, abandoned="idle")
+        return len(idle)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -219,24 +284,68 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         tid = str(wanted)
         return tid if tid.strip() else None
 
-    def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
-        """The trajectory a new chain run belongs to (a new one for a root or a differently-named sub-run)."""
+    def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None, now: float) -> None:
+        """The trajectory a new chain run belongs to (a new one for a root or a differently-named
+        sub-run, or a paused one that this run resumes). Under the lock."""
         parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
         wanted = self._trajectory_id(metadata)
         if parent is not None and (wanted is None or wanted == parent.state.tid):
             self._runs[run_id] = parent
             parent.run_ids.append(run_id)
+            parent.last_seen = now
+            return
+        paused = self._resumed_by(wanted, metadata)
+        if paused is not None:
+            paused.root, paused.run_ids, paused.last_seen = run_id, [run_id], now
+            self._runs[run_id] = paused
+            self._roots[run_id] = paused
             return
         if wanted is None and isinstance(metadata, Mapping) and metadata.get(self.trajectory_id_key) is not None:
             # An empty id ("" from a template with nothing filled in) is no id: the run keeps its own.
             self.health.count("ignored", "empty_trajectory_id")
         tid = wanted if wanted is not None else str(run_id)
-        run = _Run(self.tracker.open(tid, metadata), run_id, [run_id])
+        run = _Run(self.tracker.open(tid, metadata), run_id, [run_id], last_seen=now)
         if tid in self._by_tid:
             self.health.count("rejected", "duplicate_trajectory_id", f"{tid!r} is already open; both are tracked")
         self._runs[run_id] = run
         self._roots[run_id] = run
         self._by_tid[tid] = run
+
+    def _resumed_by(self, wanted: str | None, metadata: Mapping[str, Any] | None) -> _Run | None:
+        """The paused run a new root run resumes: same trajectory id, else same LangGraph thread. Under the lock."""
+        if not self._paused:
+            return None
+        tid = wanted
+        if tid is None and isinstance(metadata, Mapping) and metadata.get("thread_id") is not None:
+            tid = self._paused_threads.get(str(metadata["thread_id"]))
+        run = self._paused.get(tid) if tid is not None else None
+        if run is not None:
+            self._unpause(run)
+        return run
+
+    def _unpause(self, run: _Run) -> None:
+        """Under the lock."""
+        tid = run.state.tid
+        if self._paused.get(tid) is run:
+            del self._paused[tid]
+            thread = run.state.metadata.get("thread_id")
+            if thread is not None and self._paused_threads.get(str(thread)) == tid:
+                del self._paused_threads[str(thread)]
+
+    def _pause(self, run: _Run) -> None:
+        """The root of an interrupted run ended: keep the trajectory open for its resume. Under the lock."""
+        if run.root is not None:
+            self._roots.pop(run.root, None)
+        for rid in run.run_ids:
+            self._runs.pop(rid, None)
+            self._streamed.pop(rid, None)
+        self._commit(run)  # the output before the interrupt was not rejected by a parser
+        run.root, run.run_ids, run.interrupted = None, [], False
+        tid = run.state.tid
+        self._paused[tid] = run
+        thread = run.state.metadata.get("thread_id")
+        if thread is not None:
+            self._paused_threads[str(thread)] = tid
 
     def _commit(self, run: _Run) -> None:
         """Decide the pending model output: a step, a repair, or the parse error that stops the run."""
@@ -264,12 +373,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         return True
 
     def _remember_gone(self, run_ids: Sequence[UUID]) -> None:
-        """Under the lock."""
+        """Under the lock (forgotten by age in `sweep`)."""
+        now = self._clock()
         for rid in run_ids:
-            self._gone[rid] = None
-        limit = max(4 * self.max_open, 1024)
-        while len(self._gone) > limit:
-            self._gone.popitem(last=False)
+            self._gone[rid] = now
 
     def _mark_malformed(self, run_id: UUID | None) -> None:
         run = self._runs.get(run_id) if run_id is not None else None
@@ -291,18 +398,31 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         try:
             if self._late(parent_run_id, child=run_id):
                 return
+            now = self._clock()
             with self._lock:
-                self._open(run_id, parent_run_id, metadata)
-                overflow = len(self._roots) > self.max_open
-            if overflow:
-                self._evict_oldest()
+                self._open(run_id, parent_run_id, metadata, now)
+                crowded = len(self._roots) > self.max_open
+            if crowded and not self._warned_open:
+                self._warned_open = True
+                logger.warning(
+                    "tps-tracer: more than %d runs open at once (max_open); none is cut short, but if your "
+                    "harness never ends its runs, memory grows until they idle out (idle_timeout=%s s)",
+                    self.max_open,
+                    self.idle_timeout,
+                )
+            if now - self._last_sweep >= self._sweep_every:
+                self.sweep(now)
         except Exception as exc:
             self._fail("on_chain_start", exc)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         try:
             run = self._roots.get(run_id)
-            if run is not None:
+            if run is not None and run.interrupted:
+                with self._lock:
+                    if self._roots.get(run_id) is run:
+                        self._pause(run)
+            elif run is not None:
                 self._end(run, outputs=outputs, error=None)
             else:
                 self._late(run_id)
@@ -311,9 +431,19 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         try:
+            interrupt = any(c.__name__ in _INTERRUPTS for c in type(error).__mro__)
             run = self._roots.get(run_id)
-            if run is not None:
+            if run is not None and (interrupt or run.interrupted):
+                with self._lock:
+                    if self._roots.get(run_id) is run:
+                        self._pause(run)
+            elif run is not None:
                 self._end(run, outputs=None, error=error)
+            elif interrupt:
+                with self._lock:
+                    inner = self._runs.get(run_id)
+                    if inner is not None:
+                        inner.interrupted = True
             elif self._late(run_id):
                 return
             elif isinstance(error, OutputParserException):
@@ -351,6 +481,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None)
             self._runs[run_id] = run
             run.run_ids.append(run_id)
+            run.last_seen = self._clock()
 
     def on_chat_model_start(
         self,
@@ -413,6 +544,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             with self._lock:
                 self._commit(run)  # the previous output was not rejected by a parser: decide it
                 run.pending, run.pending_malformed = raw, malformed
+                run.last_seen = self._clock()
         except Exception as exc:
             self._fail("on_llm_end", exc)
 
@@ -448,6 +580,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 if run is not None:
                     self._runs[run_id] = run
                     run.run_ids.append(run_id)
+                    run.last_seen = self._clock()
         except Exception as exc:
             self._fail("on_tool_start", exc)
 
@@ -480,10 +613,14 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def _end(self, run: _Run, outputs: Any, error: BaseException | None, abandoned: str | None = None) -> None:
         state = run.state
         with self._lock:
+            if run.ended:
+                return
+            run.ended = True
+            self._unpause(run)
             if self._by_tid.get(state.tid) is run:
                 del self._by_tid[state.tid]
-            if run.root is not None and self._roots.pop(run.root, None) is None:
-                return  # already ended (evicted)
+            if run.root is not None:
+                self._roots.pop(run.root, None)
             for rid in run.run_ids:
                 self._runs.pop(rid, None)
                 self._streamed.pop(rid, None)
@@ -514,10 +651,3 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         )
         if decision is not None:
             self.last_trajectory_id = state.tid
-
-    def _evict_oldest(self) -> None:
-        with self._lock:
-            if not self._roots:
-                return
-            _, run = next(iter(self._roots.items()))
-        self._end(run, outputs=None, error=None, abandoned="evicted")

@@ -28,7 +28,8 @@ Safety: nothing raises into the caller's agent loop unless `strict=True`. Bad in
 resolves of unknown ids, conflicting outcomes) is rejected, counted by kind in
 `snapshot()["online"]["rejected"]`, and logged once per kind. A live trajectory with no
 event for `idle_timeout` seconds, or the oldest one when more than `max_live` are live,
-is stopped as "other" (abandoned, counted) so memory stays bounded.
+is stopped as capture_lost (abandoned, counted) so memory stays bounded, unless an adapter
+owns the runs' lifetimes (`leave_lifetimes_to`: the handler and the span processor do).
 
 Summary mode (`mode="summary"`): instead of a row per finished trajectory, settled rows
 are folded into one `PartialState` (evaluation/partial_state.py: the per-column sums and
@@ -202,6 +203,7 @@ class Accumulator:
         self._folding: dict[int, _Fold] = {}
         self._fold_count = 0
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
+        self.lifetime_owner: str | None = None  # see leave_lifetimes_to
 
     # ------------------------------------------------------------------ errors
 
@@ -329,7 +331,7 @@ class Accumulator:
                     live = self._live.get(trajectory_id)
                     if live is None:
                         live = self._live[trajectory_id] = _Live()
-                        while len(self._live) > self.max_live:
+                        while len(self._live) > self.max_live and self.lifetime_owner is None:
                             evicted.append(self._reserve_oldest())
                     else:
                         self._live.move_to_end(trajectory_id)
@@ -338,7 +340,7 @@ class Accumulator:
             if rejected:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
             for tid, old in evicted:
-                self._close(tid, old, StopReason.OTHER, None, {"tps_abandoned": "evicted"}, "evicted")
+                self._close(tid, old, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "evicted"}, "evicted")
             self._maybe_sweep(now)
             return not rejected
         except Exception as exc:
@@ -688,12 +690,23 @@ class Accumulator:
         tid, live = self._live.popitem(last=False)
         return tid, self._reserve(tid, live)
 
+    def leave_lifetimes_to(self, owner: str) -> None:
+        """Let an adapter (the LangChain handler, the span processor) decide when its runs end.
+
+        The adapter knows what the accumulator cannot: that a run is paused by an interrupt
+        and will resume, or still busy behind a backlog of queued steps. So this accumulator
+        no longer idles out or evicts live trajectories on its own (an explicit `sweep()`
+        still does); the adapter's idle rule bounds memory instead."""
+        self.lifetime_owner = owner
+
     def _maybe_sweep(self, now: float) -> None:
+        if self.lifetime_owner is not None:
+            return
         if self.idle_timeout is not None and now - self._last_sweep >= self._sweep_every:
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
-        """Stop as 'other' (abandoned) every live trajectory idle for idle_timeout; returns how many."""
+        """Stop as capture_lost (abandoned: idle) every live trajectory idle for idle_timeout; returns how many."""
         if self.idle_timeout is None:
             return 0
         now = self._clock() if now is None else now
@@ -706,16 +719,16 @@ class Accumulator:
                     break
                 idle.append(self._reserve_oldest())
         for tid, live in idle:
-            self._close(tid, live, StopReason.OTHER, None, {"tps_abandoned": "idle"}, "idle")
+            self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "idle"}, "idle")
         return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
-        """Stop every live trajectory as 'other' (abandoned: 'closed') and close the sink."""
+        """Stop every live trajectory as capture_lost (abandoned: 'closed') and close the sink."""
         if stop_live:
             with self._lock:
                 leftover = [self._reserve_oldest() for _ in range(len(self._live))]
             for tid, live in leftover:
-                self._close(tid, live, StopReason.OTHER, None, {"tps_abandoned": "closed"}, "closed")
+                self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "closed"}, "closed")
         self.flush()
         if self.sink is not None:
             try:

@@ -38,9 +38,13 @@ without an id are one trajectory each.
 Order: on_start counts the open spans of each trace, so when the root ends before some of
 its children (async work, spans ended out of order) the trajectory is finished when the
 last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
-most `max_spans_per_trace`; more than `max_open_traces` open traces, or a trace with no
-span event for `idle_timeout` seconds, is finished early (abandoned: stop reason "other",
-counted in the health ledger); its later spans are dropped and counted, never re-opening it.
+most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
+finished early (abandoned: stop reason capture_lost, counted in the health ledger); its later
+spans are dropped and counted, never re-opening it. Active traces are never cut short: more
+than `max_open_traces` open traces only logs a warning, since a run cut short biases every
+score. A full capture queue holds the emitting thread back (backpressure) instead of dropping
+spans; a span event given up after `max_block` seconds marks its trace, which is then
+recorded as capture_lost, never scored with a hole in it.
 
 Cost on the agent's path: on_start and on_end put the span on the capture worker's queue and
 return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
@@ -53,6 +57,7 @@ Nothing raises into the instrumented application: errors are counted (health: er
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -74,12 +79,14 @@ from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET, PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
-from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_QUEUE_SIZE, Calibration
+from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
 
 SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
 DEFAULT_MAX_OPEN_TRACES = 10_000
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
+GONE_MEMORY = 4.0  # finished-early traces are remembered for this many idle timeouts (late spans)
+logger = logging.getLogger("tps_tracer")
 _SWEEP_EVERY_SPANS = 1024
 
 
@@ -114,6 +121,7 @@ class _Trace:
     callers: dict[int, ReadableSpan | None] = field(default_factory=dict)
     last_ended: ReadableSpan | None = None  # the root's output may be on this, its last child (see _root_attributes)
     dropped: int = 0  # spans over max_spans_per_trace
+    lost: str | None = None  # why a span event of this trace never reached the worker (then capture_lost)
     generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
     last_seen: float = 0.0  # the clock at its last span event (idle sweep)
 
@@ -145,6 +153,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        max_block: float = DEFAULT_MAX_BLOCK,
     ):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
@@ -167,15 +176,17 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             calibration=calibration,
             background=background,
             max_queue_size=max_queue_size,
+            max_block=max_block,
         )
         self._clock = clock
+        self._warned_open = False
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        self._damaged: set[int] = set()  # traces that lost a span event to a full queue
-        # Traces finished early (evicted, idle): their late spans are dropped and counted, never
-        # allowed to open the trace again (that split one run into two records). Bounded.
-        self._gone: OrderedDict[int, None] = OrderedDict()
+        # Traces finished early (idle, shutdown) -> when: their late spans are dropped and counted,
+        # never allowed to open the trace again (that split one run into two records). Forgotten
+        # after GONE_MEMORY idle timeouts (by age, not by count: a burst cannot push one out).
+        self._gone: OrderedDict[int, float] = OrderedDict()
         self._ended = 0
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
@@ -228,10 +239,17 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self._fail("on_end", exc)
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
-        """A span event the full queue refused (counted by the worker): its trace is incomplete."""
-        if len(self._damaged) >= self.max_open_traces:  # marks of traces never finished: keep it bounded
-            self._damaged.pop()
-        self._damaged.add(event[2].context.trace_id)
+        """A span event given up (counted by the worker): mark its trace, in order, on the worker."""
+        self.feeder.mark((APPLY, self._mark_lost, event[2].context.trace_id))
+
+    def _mark_lost(self, trace_id: int) -> None:
+        """On the worker: the trace lost a span event, so its run is recorded as capture_lost."""
+        with self._lock:
+            st = self._traces.get(trace_id)
+            if st is None and not (self._gone and trace_id in self._gone):
+                st = self._traces[trace_id] = _Trace(last_seen=self._clock())
+            if st is not None:
+                st.lost = st.lost or "queue_full"
 
     # ------------------------------------------------------------------ the worker: per-span bookkeeping
 
@@ -247,7 +265,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 overflow = False
                 if st is None and not (self._gone and trace_id in self._gone):
                     st = self._traces[trace_id] = _Trace()
-                    overflow = len(self._traces) > self.max_open_traces
+                    overflow = len(self._traces) > self.max_open_traces and not self._warned_open
                 if st is not None:
                     st.open += 1
                     st.last_seen = now
@@ -255,7 +273,13 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 self._late_span()
                 return
             if overflow:
-                self._evict_oldest()
+                self._warned_open = True
+                logger.warning(
+                    "tps-tracer: more than %d traces open at once (max_open_traces); none is cut short, but "
+                    "traces that never end stay in memory until they idle out (idle_timeout=%s s)",
+                    self.max_open_traces,
+                    self.idle_timeout,
+                )
         except Exception as exc:
             self._fail("on_start", exc)
 
@@ -317,15 +341,12 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def _late_span(self) -> None:
         self.health.count(
-            "dropped", "abandoned_run_event", "a span of a trace finished early (evicted or idle) was dropped"
+            "dropped", "abandoned_run_event", "a span of a trace finished early (idle or shut down) was dropped"
         )
 
-    def _remember_gone(self, trace_id: int) -> None:
-        """Under the lock."""
-        self._gone[trace_id] = None
-        limit = max(4 * self.max_open_traces, 1024)
-        while len(self._gone) > limit:
-            self._gone.popitem(last=False)
+    def _remember_gone(self, trace_id: int, now: float) -> None:
+        """Under the lock (forgotten by age in `sweep`)."""
+        self._gone[trace_id] = now
 
     def _detach(self, trace_id: int, st: _Trace) -> _Trace:
         """Under the lock: take a finished run out of its trace (kept open in root_matcher mode)."""
@@ -351,7 +372,10 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             for trace_id, st in list(self._traces.items()):
                 if now - st.last_seen >= self.idle_timeout:
                     idle.append((trace_id, self._traces.pop(trace_id)))
-                    self._remember_gone(trace_id)
+                    self._remember_gone(trace_id, now)
+            cutoff = now - GONE_MEMORY * self.idle_timeout
+            while self._gone and next(iter(self._gone.values())) < cutoff:
+                self._gone.popitem(last=False)
             for tid, g in list(self._grouped.items()):
                 if now - g.last_seen >= self.idle_timeout:
                     idle_groups.append(self._grouped.pop(tid))
@@ -360,14 +384,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         for g in idle_groups:
             self.feeder.call(functools.partial(self._end_grouped, g, abandoned="idle"), "finish")
         return len(idle) + len(idle_groups)
-
-    def _evict_oldest(self) -> None:
-        with self._lock:
-            if not self._traces:
-                return
-            trace_id, st = self._traces.popitem(last=False)
-            self._remember_gone(trace_id)
-        self._finish_early(trace_id, st, "evicted")
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
         """A trace taken out before its run was seen to end: finished if it holds a run, else only counted.
@@ -402,9 +418,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         return {**(child.attributes or {}), **attrs}
 
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
-        if self._damaged and trace_id in self._damaged:
-            self._damaged.discard(trace_id)  # taken whatever happens next, so the set stays bounded
-            abandoned = abandoned or "queue_full"
+        abandoned = abandoned or st.lost
         root = st.root
         root_attrs = self._root_attributes(st)
         metadata = sr.run_metadata(root_attrs)
@@ -487,16 +501,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             g = self._grouped.get(tid)
             if g is None:
                 g = self._grouped[tid] = _Grouped(self.tracker.open(tid, metadata))
-                overflow = len(self._grouped) > self.max_open_traces
-            else:
-                self._grouped.move_to_end(tid)
-                overflow = False
             g.last_seen = self._clock()
         g.links.append(SpanLink(trace_id, span.context.span_id))
-        if overflow:
-            with self._lock:
-                _, oldest = self._grouped.popitem(last=False)
-            self._end_grouped(oldest, abandoned="evicted")
         if self.capture:
             self._model_call(g.state, span, False)
 

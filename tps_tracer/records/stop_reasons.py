@@ -6,6 +6,13 @@
 | max_steps (any step/iteration/call budget)    | censored  | cen-simple / cen-exact      |
 | parse_error, tool_error, env_terminated,      | excluded  | not scored; counted in the  |
 | timeout, other                                |           | termination audit           |
+| capture_lost                                  | lost      | not scored; counted apart   |
+
+capture_lost is not the agent's stop: tps-tracer did not see the run's end (it was finished
+early by the capture layer: idle, evicted, closed or shut down with the run in flight, or an
+event lost), so it says nothing about the agent and is never counted among the informative
+stops. Reports show it on its own line and the gate refuses a sample holding any unless told
+otherwise (`allow_capture_loss`). Records say why in `metadata.tps_abandoned`.
 
 A CensoringPolicy may move informative stops to "censored" for the paper's
 contra-assumption sensitivity run; "clean" always stays complete.
@@ -26,12 +33,14 @@ class StopReason(str, Enum):
     ENV_TERMINATED = "env_terminated"
     TIMEOUT = "timeout"
     OTHER = "other"
+    CAPTURE_LOST = "capture_lost"  # tps-tracer lost the run's end (not the agent's stop): see above
 
 
 class Role(str, Enum):
     COMPLETE = "complete"  # outcome Y observed
     CENSORED = "censored"  # administratively stopped: Y unobserved, prefix scored
     EXCLUDED = "excluded"  # informative stop: not scored, counted
+    LOST = "lost"  # capture loss: not scored, counted apart from the informative stops
 
 
 DEFAULT_ROLES: Mapping[StopReason, Role] = {
@@ -42,6 +51,7 @@ DEFAULT_ROLES: Mapping[StopReason, Role] = {
     StopReason.ENV_TERMINATED: Role.EXCLUDED,
     StopReason.TIMEOUT: Role.EXCLUDED,
     StopReason.OTHER: Role.EXCLUDED,
+    StopReason.CAPTURE_LOST: Role.LOST,
 }
 
 
@@ -55,6 +65,11 @@ class CensoringPolicy:
         if self.roles.get(StopReason.CLEAN, Role.COMPLETE) is not Role.COMPLETE:
             raise ValueError("'clean' stops carry an observed outcome and must stay 'complete'")
         for reason, role in self.roles.items():
+            if (reason is StopReason.CAPTURE_LOST) != (role is Role.LOST):
+                raise ValueError(
+                    "'capture_lost' runs (tps-tracer lost their end) are neither censored nor informative: "
+                    "their role is always 'lost', and no other stop reason can have it"
+                )
             if reason is not StopReason.CLEAN and role is Role.COMPLETE:
                 raise ValueError(f"{reason.value!r} has no observed outcome and cannot be 'complete'")
 

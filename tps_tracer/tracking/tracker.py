@@ -36,7 +36,7 @@ from tps_tracer.tracking.trajectory import (
     run_budget,
     whole_number,
 )
-from tps_tracer.tracking.worker import DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
 
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 
@@ -55,12 +55,14 @@ class TrajectoryTracker:
         capture_content: bool = False,
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        max_block: float = DEFAULT_MAX_BLOCK,
     ):
         if not isinstance(repair_budget, int) or repair_budget < 0:
             raise ValueError(f"repair_budget must be an integer >= 0, got {repair_budget!r}")
         if horizon is not None and whole_number(horizon) is None:
             raise ValueError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator
+        accumulator.leave_lifetimes_to(source)  # the adapter above decides when its runs end
         self.health: HealthLedger = accumulator.health
         self.source = source
         self.repair_budget = repair_budget
@@ -68,7 +70,12 @@ class TrajectoryTracker:
         self.grader = grader
         self.capture_content = capture_content
         self.worker = CaptureWorker(
-            accumulator, extractor, calibration, background=background, max_queue_size=max_queue_size
+            accumulator,
+            extractor,
+            calibration,
+            background=background,
+            max_queue_size=max_queue_size,
+            max_block=max_block,
         )
 
     # ------------------------------------------------------------------ a run's life
@@ -81,7 +88,7 @@ class TrajectoryTracker:
         if state.decide_call(malformed, self.repair_budget):
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
-            self.worker.step(state.tid, raw)
+            self.worker.step(state.tid, raw, state.lose)
 
     def failed_call(self, state: TrajectoryState) -> None:
         state.call_failed()
@@ -103,17 +110,15 @@ class TrajectoryTracker:
         observed: the adapter's reading of the run's end. budget_label: the run's step
         budget as the run states it (metadata / attribute), validated here. outcome_label:
         an outcome known up front. final_output: what the grader grades (clean runs only)."""
-        if state.n_calls == 0:
+        if state.capture_lost is not None and abandoned is None:
+            abandoned = state.capture_lost  # a step never reached the accumulator: never scored with a hole
+        if state.n_calls == 0 and abandoned is None:
             # A run that never called a model (a wrapper chain, a failing tool node, a web
-            # request) is not an agent trajectory: counted, never recorded. One finished early
-            # (evicted with its first call still running) is counted as what happened to it.
-            if abandoned is not None:
-                self.health.count("abandoned", abandoned)
-            else:
-                self.health.count("ignored", "runs_without_model_calls")
+            # request) is not an agent trajectory: counted, never recorded.
+            self.health.count("ignored", "runs_without_model_calls")
             return None
-        if self.worker.take_damaged(state.tid) and abandoned is None:  # always taken: the set stays bounded
-            abandoned = "queue_full"
+        # A run finished early before its first model call returned is recorded all the same
+        # (capture_lost, no steps): every run the evaluator saw start leaves one record.
         decision = decide_stop(state, observed, self.horizon, abandoned)
         if decision.reason is StopReason.MAX_STEPS and budget_label is not None:  # the label matters only here
             budget = run_budget(budget_label, self.horizon, state.tid, self.health)

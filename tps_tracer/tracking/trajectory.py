@@ -64,6 +64,14 @@ class TrajectoryState:
     last_tool_failed: bool = False  # a tool failed after the last model call
     fixed: FixedStop | None = None
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
+    # Why an event of this run was lost on its way to the accumulator (the worker gave it up):
+    # kept on the run itself, so the loss cannot be forgotten before the run's record is written.
+    capture_lost: str | None = None
+
+    def lose(self, why: str) -> None:
+        """An event of this run was lost (called by the capture worker): the run will be capture_lost."""
+        if self.capture_lost is None:
+            self.capture_lost = why
 
     def call_failed(self) -> None:
         """A model call raised: it counts toward the calls made (the horizon), not as a step."""
@@ -146,7 +154,7 @@ def decide_stop(
     observed: what the run's end shows, as the adapter classified it (CLEAN when nothing
     else). budget: the run's step budget (`run_budget`), for max_steps."""
     if abandoned is not None:
-        return StopDecision(StopReason.OTHER, None, f"abandoned: {abandoned}", abandoned)
+        return StopDecision(StopReason.CAPTURE_LOST, None, f"abandoned: {abandoned}", abandoned)
     if state.fixed is not None:
         reason, declared_horizon, detail = state.fixed.reason, state.fixed.horizon, state.fixed.detail
     else:

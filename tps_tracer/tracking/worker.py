@@ -7,12 +7,15 @@ path costs microseconds. Events are applied in the order submitted: a trajectory
 then its stop, then any outcome recorded later.
 
 Shaped like OpenTelemetry's batch processor:
-- **Bounded.** Heavy events (steps, per-span work) wait in a queue of at most
-  `max_queue_size`; when it is full a new one is dropped and counted (health: dropped /
-  queue_full), never blocking the agent. A trajectory that lost a step is marked, and the
-  tracker records it as abandoned ("queue_full", stop reason other) rather than scoring a
-  trajectory with a hole in it. Control events (stop, outcome, flush) are one per
-  trajectory and are never dropped while open.
+- **Bounded, with backpressure, never dropping.** Heavy events (steps, per-span work) wait in
+  a queue of at most `max_queue_size`. When it is full the caller waits (sleeping, so the
+  worker gets the GIL) until there is room: an event loop or a thread pool that outruns
+  the worker is slowed to its pace instead of losing runs, because an evaluator that drops
+  runs scores the survivors. Only if the worker makes no room for `max_block` seconds (it is
+  stuck, e.g. in a grader that hangs) is the event given up: counted (dropped / queue_full)
+  and marked on its run (`on_loss`), which is then recorded as capture_lost, never scored
+  with a hole in it. Control events (stop, outcome, flush) are one per trajectory and
+  are never bounded. `waits` / `waited_seconds` say how often callers were held back.
 - **A shutdown flag.** After `close()` every event is dropped with the reason
   (dropped / after_close): nothing stays queued to run later.
 - **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
@@ -52,6 +55,7 @@ Calibration = Mapping[str, Callable[[float], float]]
 CALIBRATED_SUFFIX = "+cal"
 APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
+DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is given up (marked lost)
 _HEAVY = frozenset({"step", APPLY})  # the kinds dropped when the queue is full
 
 
@@ -74,16 +78,21 @@ class CaptureWorker:
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         health: HealthLedger | None = None,
+        max_block: float = DEFAULT_MAX_BLOCK,
     ):
         if max_queue_size < 1:
             raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
+        if not max_block >= 0:
+            raise ValueError(f"max_block must be >= 0 seconds, got {max_block}")
         self.accumulator = accumulator
         self.health = health if health is not None else getattr(accumulator, "health", None) or HealthLedger()
         self.extractor = extractor or SignalExtractor(health=self.health)
         self.calibration = dict(calibration or {})
         self.background = background
         self.max_queue_size = max_queue_size
-        self.damaged: set[str] = set()  # trajectories that lost a step to a full queue
+        self.max_block = max_block
+        self.waits = 0  # events whose caller waited for room (backpressure), and for how long in all
+        self.waited_seconds = 0.0
         self._stopping: dict[str, _QueuedStop] = {}  # stops submitted, not yet applied (one per trajectory)
         self._stopping_lock = threading.Lock()
         self._closed = False
@@ -105,8 +114,9 @@ class CaptureWorker:
 
     # ------------------------------------------------------------------ submission (any thread)
 
-    def step(self, trajectory_id: str, raw: RawStep) -> None:
-        self._submit(("step", trajectory_id, raw))
+    def step(self, trajectory_id: str, raw: RawStep, on_loss: Callable[[str], None] | None = None) -> None:
+        """Queue a step; `on_loss(why)` is called (in this thread) if it is ever given up."""
+        self._submit(("step", trajectory_id, raw), on_loss)
 
     def stop(
         self,
@@ -163,8 +173,9 @@ class CaptureWorker:
         """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker.
 
         A queue put behind a size check (~0.2 us), for callers on the hottest path (every
-        span of an instrumented app) that keep their bookkeeping on the worker. A dropped
-        event (queue full, or closed) is counted and passed to `on_drop` (cheap work only)."""
+        span of an instrumented app) that keep their bookkeeping on the worker. When the queue
+        is full the caller waits for room (backpressure); an event given up (closed, or no room
+        for `max_block` seconds) is counted and passed to `on_drop` (cheap work only)."""
         if not self.background:
             return self._apply_unless_closed
         self._start()
@@ -172,7 +183,7 @@ class CaptureWorker:
 
         def put(event: tuple[Any, ...]) -> None:
             q = self._queue  # read each time: a forked child gets a new queue
-            if q.qsize() < limit and not self._closed:
+            if (q.qsize() < limit or self._wait_for_room()) and not self._closed:
                 q.put(event)
             else:
                 self._drop(event)
@@ -181,15 +192,24 @@ class CaptureWorker:
 
         return put
 
+    def mark(self, event: tuple[Any, ...]) -> None:
+        """Queue a small control event past the bound (e.g. the mark of a lost event, in order)."""
+        if self._closed:
+            return
+        if not self.background or threading.current_thread() is self._thread:
+            self._apply(event)
+        else:
+            self._queue.put(event)
+
     def _apply_unless_closed(self, event: tuple[Any, ...]) -> None:
         if self._closed:
             self._drop(event)
         else:
             self._apply(event)
 
-    def _submit(self, event: tuple[Any, ...]) -> None:
+    def _submit(self, event: tuple[Any, ...], on_loss: Callable[[str], None] | None = None) -> None:
         if self._closed:
-            self._drop(event)
+            self._drop(event, on_loss)
             return
         # Events submitted by a job running on the worker are applied at once: queued, they
         # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
@@ -198,36 +218,46 @@ class CaptureWorker:
             return
         if self._thread is None:
             self._start()
-        if event[0] in _HEAVY and self._queue.qsize() >= self.max_queue_size:
-            self._drop(event)
+        if event[0] in _HEAVY and self._queue.qsize() >= self.max_queue_size and not self._wait_for_room():
+            self._drop(event, on_loss)
             return
         self._queue.put(event)
 
-    def _drop(self, event: tuple[Any, ...]) -> None:
+    def _wait_for_room(self) -> bool:
+        """Backpressure: sleep (the GIL released, so the worker runs) until the queue has room.
+
+        False when the worker is closed, gone, or made no room for `max_block` seconds."""
+        start = time.monotonic()
+        deadline = start + self.max_block
+        delay = 0.0001
+        try:
+            while self._queue.qsize() >= self.max_queue_size:
+                thread = self._thread
+                if self._closed or thread is None or not thread.is_alive() or time.monotonic() >= deadline:
+                    return False
+                time.sleep(delay)
+                delay = min(2 * delay, 0.005)
+            return True
+        finally:
+            self.waits += 1  # racy across threads: a statistic, not a ledger entry
+            self.waited_seconds += time.monotonic() - start
+
+    def _drop(self, event: tuple[Any, ...], on_loss: Callable[[str], None] | None = None) -> None:
         kind = "after_close" if self._closed else "queue_full"
         if event[0] == "stop":
             self._take_stop(event[1], event[5])
-        if event[0] == "step":
-            if len(self.damaged) >= self.max_queue_size:  # marks of runs never finished: keep it bounded
-                self.damaged.pop()
-            self.damaged.add(event[1])
+        if on_loss is not None:
+            try:
+                on_loss(kind)
+            except Exception as exc:
+                self.health.count("error", "worker.on_loss", f"on_loss failed ({type(exc).__name__}: {exc})")
         self.health.count(
             "dropped",
             kind,
             "the capture worker is closed"
             if self._closed
-            else f"the capture queue is full ({self.max_queue_size} events); capture falls behind the agent",
+            else f"the capture queue stayed full for {self.max_block} s (is a grader or listener stuck?)",
         )
-
-    def take_damaged(self, trajectory_id: str) -> bool:
-        """Whether the trajectory lost a step to a full queue (and forget it)."""
-        if not self.damaged:
-            return False
-        try:
-            self.damaged.remove(trajectory_id)
-            return True
-        except KeyError:
-            return False
 
     def _start(self) -> None:
         with self._start_lock:
@@ -240,7 +270,6 @@ class CaptureWorker:
         self._queue = queue.SimpleQueue()
         self._thread = None
         self._start_lock = threading.Lock()
-        self.damaged = set()
 
     # ------------------------------------------------------------------ worker
 
