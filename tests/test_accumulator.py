@@ -354,7 +354,9 @@ def test_a_broken_sink_is_reported_and_scores_stay_in_memory(tmp_path):
     assert acc.stop("t", "clean")
     acc.resolve("t", outcome=1)
     snap = acc.snapshot()
-    assert snap["online"]["health"]["error"] == {"sink": 2} and snap["online"]["rejected"] == {}
+    # The record's line failed, so its resolution line is not written either (no orphan line).
+    assert snap["online"]["health"]["error"] == {"sink": 1, "sink_resolution_of_lost_record": 1}
+    assert snap["online"]["rejected"] == {} and snap["online"]["sink"]["lines_failed"] == 1
     assert _scores(snap)[("p", "log", "linear-front", "complete-only")]["mean"] == pytest.approx(math.log(0.8))
 
 
@@ -386,7 +388,7 @@ def test_reader_applies_resolutions_in_any_order_and_rejects_bad_ones(tmp_path):
         '{"resolves": "a", "outcome": 1}\n{"resolves": "zz", "outcome": 1}\n{"resolves": "a"}\n'
     )
     with pytest.raises(TrajectoryFileError) as err:
-        read_trajectories(f)
+        read_trajectories(f, strict=True)  # strict: the orphan resolution is an error too
     text = str(err.value)
     assert "line 2, field 'outcome': 'a' already has outcome 0, not 1" in text
     assert "line 3, field 'resolves': no trajectory 'zz'" in text

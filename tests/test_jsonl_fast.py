@@ -55,7 +55,8 @@ def _same_signs(x: np.ndarray, y: np.ndarray) -> bool:
 def exact(chunk: bytes) -> TrajectoryArrays | None:
     """The exact path's arrays for a chunk, or None when it reports an error."""
     try:
-        return to_arrays(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), "<chunk>"))
+        # strict, as the chunk reader's exact path: a repeated id needs the whole-file read
+        return to_arrays(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), "<chunk>", strict=True))
     except (TrajectoryFileError, UnicodeDecodeError):
         return None
 

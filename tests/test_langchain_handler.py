@@ -126,9 +126,11 @@ def test_hand_built_text_react_graph_with_repairs(world, tmp_path):
 
 
 def test_classic_agent_executor_text_react(world, tmp_path):
-    """AgentExecutor: iteration-limit text is a budget stop; `_Exception` retries are repairs."""
+    """AgentExecutor: iteration-limit text is a budget stop; `_Exception` retries are repairs. The
+    executor retries malformed output without limit; the world scripts the paper's harness (two
+    repairs), a budget the agent does not enforce, so it is given to the handler."""
     acc, sink = new_accumulator(tmp_path)
-    handler = TPSCallbackHandler(acc)
+    handler = TPSCallbackHandler(acc, repair_budget=2)
     executor = classic_react_executor(ScriptedReActModel(world=world, style="react"), [search_tool(world)], 6)
     run_all(executor, world, handler, inputs=lambda tid: {"input": task_prompt(tid)})
     counts = check_against_world(sink_records(sink), world, lambda t: t.expected(6, repairs=True), style="react")

@@ -73,9 +73,15 @@ def test_truncated_last_line_is_reported_as_truncation(tmp_path):
     assert exc.value.errors[0].line == 2
 
 
-def test_duplicate_ids_are_reported_with_the_first_line():
-    err = _error_of([_line(), _line()])
-    assert "first seen on line 1" in err.errors[0].message
+def test_duplicate_ids_are_set_aside_with_the_first_line_or_refused_when_strict():
+    with pytest.raises(TrajectoryFileError) as exc:
+        parse_lines([_line(), _line()], strict=True)
+    assert "first seen on line 1" in exc.value.errors[0].message
+    records = parse_lines([_line(), _line(outcome=0)])
+    assert len(records) == 1 and records[0].outcome == 1  # the first record of the id is kept
+    assert records.set_aside.as_dict() == {
+        "duplicate_id": {"count": 1, "first": "line 2: duplicate id 'a' (first seen on line 1)"}
+    }
 
 
 def test_all_problems_are_listed_not_just_the_first():

@@ -14,6 +14,7 @@ from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_options_check import OptionError
+from tps_tracer.evaluation.split_report import TooManyGroups, reports_by
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -65,6 +66,8 @@ def _options(args: argparse.Namespace) -> ReportOptions:
 
 def _report(path: str, args: argparse.Namespace) -> int:
     options = _options(args)
+    if args.by is not None:
+        return _report_by(path, args.by, options, args)
     if args.engine == "ray":
         report = _report_on_ray(path, options, args.address)
     else:
@@ -75,6 +78,32 @@ def _report(path: str, args: argparse.Namespace) -> int:
         sys.stdout.write(strict_json.dumps(report))
     else:
         sys.stdout.write(render_report(report, path))
+    return EXIT_OK
+
+
+def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Namespace) -> int:
+    """`--by KEY`: one report per value of a metadata key (evaluation/split_report.py)."""
+    if args.engine == "ray":
+        raise CliError("--by reads the records whole: not available with --engine ray")
+    if not key.strip():
+        raise CliError("--by: give a metadata key, e.g. --by agent")
+    try:
+        split = reports_by(path, key, options)
+    except TooManyGroups as exc:
+        raise CliError(f"--by: {exc}") from None
+    if args.json:
+        sys.stdout.write(strict_json.dumps(split))
+        return EXIT_OK
+    parts = []
+    for group in split["groups"]:
+        title = f"{path} [{key} = {group['value']}, {group['n']} trajectories]"
+        if "error" in group:
+            parts.append(f"TPS report: {title}\n  not scored: {group['error']}\n")
+        else:
+            parts.append(render_report(group["report"], title))
+    for kind, v in split.get("input", {}).get("set_aside", {}).items():
+        parts.append(f"Lines set aside (not scored), {kind}: {v['count']} (first: {v['first']})\n")
+    sys.stdout.write("\n".join(parts))
     return EXIT_OK
 
 

@@ -179,6 +179,12 @@ def render_report(report: dict[str, Any], source: str) -> str:
         f"weights {', '.join(s['weights'])}; {s['bootstrap']} bootstrap replicates (seed {s['seed']})"
     )
     parts = [header, _audit_text(report["audit"])]
+    set_aside = report.get("input", {}).get("set_aside")
+    if set_aside:  # lines read but not scored (records/set_aside.py)
+        parts.append(
+            "Lines set aside (not scored)\n"
+            + "\n".join(f"  {kind}: {v['count']} (first: {v['first']})" for kind, v in set_aside.items())
+        )
     cov = _coverage_text(report["coverage"])
     if cov:
         parts.append(cov)

@@ -28,14 +28,18 @@ from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile, iter_chunks, source_files
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
+from tps_tracer.records.set_aside import SetAside
 
 Progress = Callable[[Chunk], None]
 T = TypeVar("T")
 
 
-def _chunks(path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None) -> Iterator[Chunk]:
+def _chunks(
+    path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None, set_aside: SetAside | None = None
+) -> Iterator[Chunk]:
     """The file's chunks, the next one read in a background thread while the caller reduces this one
-    (the reader and the bootstrap's weight hashing each leave a core idle otherwise)."""
+    (the reader and the bootstrap's weight hashing each leave a core idle otherwise). Lines a shard's
+    whole-file read set aside are added to `set_aside`."""
     chunks = iter_chunks(path, chunk_bytes)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
@@ -46,6 +50,8 @@ def _chunks(path: str | os.PathLike[str], chunk_bytes: int, progress: Progress |
             pending = reader.submit(next, chunks, None)
             if progress is not None:
                 progress(chunk)
+            if set_aside is not None:
+                set_aside.merge(chunk.set_aside)
             yield chunk
 
 
@@ -83,11 +89,13 @@ def state_from_path(
     spec: StateSpec,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Progress | None = None,
+    set_aside: SetAside | None = None,
 ) -> PartialState:
-    """The merged partial state of every trajectory in the file(s); raises NeedsWholeFile (see module)."""
+    """The merged partial state of every trajectory in the file(s); raises NeedsWholeFile (see module).
+    Lines read but not scored (records/set_aside.py) are added to `set_aside`."""
     state: PartialState | None = None
     keys: list[np.ndarray] = []
-    for chunk in _chunks(path, chunk_bytes, progress):
+    for chunk in _chunks(path, chunk_bytes, progress, set_aside):
         k = trajectory_keys(chunk.arrays.ids)
         keys.append(k)
         part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
@@ -137,14 +145,24 @@ def report_from_path(
     opts = options or ReportOptions()
     if opts.calibrate is not None or opts.calibrator is not None:
         return build_report(read_arrays(path, chunk_bytes, progress), opts)
+    set_aside = SetAside()
     try:
-        state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress)
+        state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress, set_aside)
     except NeedsWholeFile:
         if Path(path).is_dir():
             raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")]) from None
-        return build_report(to_arrays(read_trajectories(path)), opts)
+        records = read_trajectories(path)
+        return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
     # (build_report checks the other paths)
     if opts.predictors is None and not state.predictors:
         raise ValueError(NO_PREDICTOR)
     check_no_base_rate(state.predictors)
-    return state.to_report(opts)
+    return with_set_aside(state.to_report(opts), set_aside)
+
+
+def with_set_aside(report: dict[str, Any], set_aside: SetAside) -> dict[str, Any]:
+    """The report with an "input" section counting the lines read but not scored (only when there are
+    some, so a clean file's report is unchanged, and equal to the accumulator's snapshot)."""
+    if set_aside:
+        report["input"] = {"set_aside": set_aside.as_dict()}
+    return report

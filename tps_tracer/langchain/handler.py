@@ -58,7 +58,6 @@ from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import (
-    DEFAULT_REPAIR_BUDGET,
     HORIZON_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
@@ -133,7 +132,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         accumulator: Accumulator,
         *,
         grader: Callable[[Any], Any] | None = None,
-        repair_budget: int = DEFAULT_REPAIR_BUDGET,
+        repair_budget: int | None = None,
         horizon: int | None = None,
         extractor: SignalExtractor | None = None,
         calibration: Calibration | None = None,
@@ -149,7 +148,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
         budget of every run (a run's `tps_horizon` metadata overrides it). calibration:
-        {predictor: map}, adding "<predictor>+cal" forecasts as they are captured.
+        {predictor: map}, adding "<predictor>+cal" forecasts as they are captured. repair_budget:
+        None follows the agent's own retries (a run ending on malformed output is parse_error);
+        an integer imposes a harness budget the agent does not enforce (tracking/trajectory.py).
         background=False applies everything in the callback thread (deterministic, slower).
 
         Lifetimes: a run is open from its root's start to its end; a run paused by LangGraph's

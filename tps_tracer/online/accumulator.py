@@ -83,6 +83,7 @@ from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -92,6 +93,7 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
 DEFAULT_MAX_PENDING = 100_000
 MODES = ("rows", "summary")
+MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no resolution line follows them
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
 _RESERVED = -1  # row_of value while a stop is being scored outside the lock
@@ -176,6 +178,8 @@ class Accumulator:
         self.max_live = max_live
         self.strict = strict
         self.sink = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
+        self._sink_lock = threading.Lock()  # a record's write and the resolutions that depend on it
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # ids whose record failed to write (bounded)
         self._clock = clock
         self._scorer = BatchScorer(self.rules, self.schedules)
         self.batch_size = max(1, batch_size)
@@ -302,9 +306,11 @@ class Accumulator:
         return out
 
     def _valid_id(self, trajectory_id: Any) -> bool:
-        if isinstance(trajectory_id, str) and trajectory_id:
+        """The reader's rule (records/ids.py): an id written is an id read back."""
+        problem = id_problem(trajectory_id)
+        if problem is None:
             return True
-        self._reject("invalid_id", f"trajectory id must be a non-empty string, got {trajectory_id!r}")
+        self._reject("invalid_id", problem)
         return False
 
     # ------------------------------------------------------------------ events
@@ -313,7 +319,9 @@ class Accumulator:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
         try:
             # Exact-type checks first: this runs on every step, and ABC isinstance checks are slow.
-            if not (type(trajectory_id) is str and trajectory_id) and not self._valid_id(trajectory_id):
+            if not (type(trajectory_id) is str and trajectory_id and trajectory_id.isascii()) and not self._valid_id(
+                trajectory_id
+            ):
                 return False
             if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject(
@@ -434,7 +442,7 @@ class Accumulator:
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
             if written:
-                self._write({"resolves": trajectory_id, **written})
+                self._write_resolution(trajectory_id, written)
             self._notify(scores)
             return True
         except Exception as exc:
@@ -531,16 +539,22 @@ class Accumulator:
                 if reason is StopReason.CLEAN and live.outcome is None:
                     record["outcome_pending"] = True
                 live.written = True
+                # Taken before the trajectory lock is released: a resolve that sees `written` then
+                # waits for this record's write, and writes no line if it failed (_write_resolution).
+                self._sink_lock.acquire()
             self._queue.append(tid)
             if self._listeners:
                 self._listener_meta[tid] = dict(metadata or {})
                 while len(self._listener_meta) > self.max_live:
                     self._listener_meta.popitem(last=False)
             batch = self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
+        if record is not None:
+            try:
+                self._write_record(tid, record)
+            finally:
+                self._sink_lock.release()
         if abandoned is not None:
             self.health.count("abandoned", abandoned)
-        if record is not None:
-            self._write(record)
         if batch:
             self._score(batch)
 
@@ -670,13 +684,37 @@ class Accumulator:
                 self._known.setdefault(name, None)
         return list(seen)
 
-    def _write(self, obj: dict[str, Any]) -> None:
+    def _write(self, obj: dict[str, Any]) -> bool:
+        """Write one line; False (counted, logged once) when it did not reach the sink."""
         if self.sink is None:
-            return
+            return False
         try:
             self.sink.write(obj)
+            return True
         except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
             self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
+            return False
+
+    def _write_record(self, tid: str, record: dict[str, Any]) -> None:
+        """Write a stopped trajectory's record (the caller holds the sink lock, see `_close`)."""
+        if not self._write(record):
+            self._unwritten[tid] = None
+            while len(self._unwritten) > MAX_UNWRITTEN:  # beyond it, a late resolution may be an orphan line
+                self._unwritten.popitem(last=False)
+
+    def _write_resolution(self, tid: str, fields: dict[str, Any]) -> None:
+        """Append a resolution line, unless the record it resolves never reached the file: a line
+        resolving an id the file lacks is what made whole files unreadable (issue 29). The value is
+        still applied in memory; the line not written is counted."""
+        with self._sink_lock:
+            if tid in self._unwritten:
+                self.health.count(
+                    "error",
+                    "sink_resolution_of_lost_record",
+                    f"{tid!r}: resolution not written to the sink: the record it resolves was not written",
+                )
+                return
+            self._write({"resolves": tid, **fields})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1050,7 +1088,7 @@ class Accumulator:
             "abandoned": health["abandoned"],
             "rejected": health["rejected"],
             "health": health,
-            "sink": None if self.sink is None else {"path": str(self.sink.path), "lines_written": self.sink.written},
+            "sink": None if self.sink is None else _sink_counts(self.sink),
         }
         return report
 
@@ -1158,3 +1196,12 @@ _RESOLVE_MESSAGES = {
     "resolve_unknown": "no live or finished trajectory with this id",
     "conflicting_resolution": "already resolved with a different value; ignored",
 }
+
+
+def _sink_counts(sink: Any) -> dict[str, Any]:
+    """The snapshot's sink section: lines that reached the file, and (a JsonlSink's) the lines that did not."""
+    out: dict[str, Any] = {"path": str(sink.path), "lines_written": sink.written}
+    for key, attr in (("lines_failed", "failed"), ("reopened", "reopened")):
+        if hasattr(sink, attr):
+            out[key] = getattr(sink, attr)
+    return out

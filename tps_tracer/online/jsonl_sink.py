@@ -1,4 +1,4 @@
-"""The durable record of an online run: interchange JSON Lines, append-only, flushed per line.
+"""The durable record of an online run: interchange JSON Lines, append-only, one write per line.
 
 A trajectory is written once, when it stops. A clean stop whose outcome has not arrived
 yet is written with `"outcome_pending": true`; the outcome (or a q_Z) that arrives later is
@@ -9,36 +9,152 @@ A grade that arrives in another process (a grading job run later, a restarted se
 appended the same way with `JsonlSink(path).resolve(trajectory_id, outcome=..., q_z=...)`: an
 `Accumulator` only resolves the runs it holds in memory.
 
-Lines are flushed to the operating system after every write (not fsync'ed: that would put
-a disk round trip on the agent's path). Writes are serialised by a lock, so lines from
-many threads never interleave.
+What reaches the file is what the readers read back:
+
+- Each line goes out in one unbuffered write (not fsync'ed: that would put a disk round trip on
+  the agent's path). A write that fails part-way (disk full) has its partial line cut off
+  again, so the next line starts clean; the failed line raises `OSError` (the accumulator counts
+  it). `written` counts the lines that reached the file, `failed` the ones that did not.
+- The path is watched as `logging.handlers.WatchedFileHandler` does it: before each line the
+  path is stat'ed, and when the file was renamed or deleted (log rotation without
+  copytruncate) the path is opened afresh, so no line goes to an unlinked file (`reopened`).
+- A path that cannot be opened (a read-only directory, a missing mount) never raises at
+  construction: the failure is logged once, each line meanwhile raises `OSError` (counted by
+  the accumulator), and opening is retried at most every `retry_interval` seconds.
+- Re-runs append. A script run again into the same sink adds its records after the first
+  run's; the readers keep the first record of an id and set the later ones aside, counted
+  (records/set_aside.py), so the file stays readable. Use one file per run (or per-run ids)
+  to score every run.
+
+Writes are serialised by a lock, so lines from many threads never interleave.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import as_outcome
+
+logger = logging.getLogger("tps_tracer")
+
+DEFAULT_RETRY_INTERVAL = 1.0  # seconds between attempts to open a path that could not be opened
 
 
 class JsonlSink:
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        retry_interval: float = DEFAULT_RETRY_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        self.retry_interval = retry_interval
+        self._clock = clock
         self._lock = threading.Lock()
-        self.written = 0
+        self._file: BinaryIO | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open now
+        self._next_try = 0.0
+        self._closed = False
+        self.written = 0  # lines that reached the file
+        self.failed = 0  # lines that did not (the path could not be opened, the disk was full, ...)
+        self.reopened = 0  # times the path was opened again after a rename or deletion
+        self.open_error: str | None = None  # why the path could not be opened last time, if it could not
+        with self._lock:
+            self._open()
+
+    # ------------------------------------------------------------------ the file
+
+    def _open_file(self) -> BinaryIO:
+        """The path opened for appending, unbuffered (a subclass may wrap it, e.g. to inject faults)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return self.path.open("ab", buffering=0)
+
+    def _open(self) -> bool:
+        """Under the lock: open the path; False (logged once per failure streak) if it cannot be."""
+        try:
+            fh = self._open_file()
+            st = os.fstat(fh.fileno())
+        except OSError as exc:
+            if self.open_error is None:
+                logger.warning(
+                    "tps_tracer sink: cannot open %s (%s); lines fail until it can be opened", self.path, exc
+                )
+            self.open_error = f"cannot open {self.path}: {exc.strerror or exc}"
+            self._next_try = self._clock() + self.retry_interval
+            return False
+        if self.open_error is not None:
+            logger.warning("tps_tracer sink: %s is open now", self.path)
+        self._file, self._identity, self.open_error = fh, (st.st_dev, st.st_ino), None
+        return True
+
+    def _ready(self) -> BinaryIO:
+        """Under the lock: the open file, reopened if its path now names another file or none."""
+        if self._closed:
+            raise ValueError(f"the sink {self.path} is closed")
+        if self._file is not None:
+            try:
+                st = os.stat(self.path)
+                moved = (st.st_dev, st.st_ino) != self._identity
+            except FileNotFoundError:
+                moved = True
+            if not moved:
+                return self._file
+            self._close_file()
+            self.reopened += 1
+        elif self._clock() < self._next_try:
+            raise OSError(errno.EAGAIN, f"{self.open_error} (retrying)")
+        if not self._open():
+            raise OSError(errno.EIO, str(self.open_error))
+        assert self._file is not None
+        return self._file
+
+    def _close_file(self) -> None:
+        fh, self._file, self._identity = self._file, None, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:
+                pass  # unbuffered: nothing is lost by a failed close
+
+    def _write_all(self, fh: BinaryIO, data: bytes) -> None:
+        """Write the whole line, or none of it: a partial line is cut off again."""
+        done = 0
+        try:
+            while done < len(data):
+                n = fh.write(data[done:])
+                if not n:
+                    raise OSError(errno.EIO, "the file accepted no bytes")
+                done += n
+        except OSError:
+            if done:
+                try:  # single-writer append: the last `done` bytes of the file are this line's
+                    fd = fh.fileno()
+                    os.ftruncate(fd, os.fstat(fd).st_size - done)
+                except OSError as exc:
+                    logger.warning("tps_tracer sink: could not cut a partial line from %s (%s)", self.path, exc)
+            raise
+
+    # ------------------------------------------------------------------ lines
 
     def write(self, obj: dict[str, Any]) -> None:
         """Append one JSON object as a line; raises on I/O errors (the caller counts them)."""
-        line = json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n"
+        # ensure_ascii (the default): every id that passes `id_problem` reads back as written.
+        data = (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
         with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
+            try:
+                self._write_all(self._ready(), data)
+            except BaseException:
+                self.failed += 1
+                raise
             self.written += 1
 
     def resolve(self, trajectory_id: str, outcome: Any = None, q_z: float | None = None) -> None:
@@ -46,11 +162,12 @@ class JsonlSink:
 
         `outcome` follows the one outcome rule (1/0, True/False, "true"/"false", ...), `q_z` is a
         probability; at least one is needed. Raises ValueError on invalid values (this is a
-        grader's call, not the agent's path); an id the file lacks is reported by `tps-tracer
-        report` on the file, with the line number.
+        grader's call, not the agent's path); an id the file lacks is set aside and counted by
+        the readers (records/set_aside.py).
         """
-        if not isinstance(trajectory_id, str) or not trajectory_id:
-            raise ValueError(f"trajectory_id must be a non-empty str, got {trajectory_id!r}")
+        problem = id_problem(trajectory_id)
+        if problem is not None:
+            raise ValueError(problem)
         y = as_outcome(outcome)  # InvalidOutcome is a ValueError naming the value
         if q_z is not None and not (isinstance(q_z, (int, float)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0):
             raise ValueError(f"q_z must be a number in [0, 1], got {q_z!r}")
@@ -65,8 +182,8 @@ class JsonlSink:
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
-                self._fh.close()
+            self._closed = True
+            self._close_file()
 
     def __enter__(self) -> JsonlSink:
         return self

@@ -76,7 +76,7 @@ from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter
-from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET, PARSE_RETRY_TOOL
+from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
@@ -144,7 +144,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         links: TraceLinks | None = None,
         root_matcher: Callable[[ReadableSpan], bool] | None = None,
         horizon: int | None = None,
-        repair_budget: int = DEFAULT_REPAIR_BUDGET,
+        repair_budget: int | None = None,  # None: the agent's own retries (tracking/trajectory.py)
         extractor: SignalExtractor | None = None,
         calibration: Calibration | None = None,
         max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,

@@ -31,6 +31,7 @@ from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lin
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
+from tps_tracer.records.set_aside import SetAside
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
@@ -53,6 +54,7 @@ class Chunk:
     source: str
     done: int = 0  # bytes (JSON Lines) or rows (Parquet) of this file read so far
     size: int = 0  # the file's size in the same unit
+    set_aside: SetAside | None = None  # lines read but not scored (a shard read the whole-file way)
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:
@@ -89,7 +91,8 @@ def iter_chunks(
                 # One shard among many: its exact read gives the error (or the resolved records).
                 from tps_tracer.records.jsonl import read_trajectories
 
-                yield Chunk(to_arrays(read_trajectories(f)), (k, 0), False, str(f))
+                records = read_trajectories(f)
+                yield Chunk(to_arrays(records), (k, 0), False, str(f), set_aside=records.set_aside)
 
 
 def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
@@ -158,7 +161,9 @@ def _read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fal
         pass
     try:
         text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
-        return to_arrays(parse_lines(text, source)), False
+        # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it
+        # aside and counts it (records/set_aside.py)
+        return to_arrays(parse_lines(text, source, strict=True)), False
     except (TrajectoryFileError, UnicodeDecodeError):
         raise NeedsWholeFile(source) from None
 
@@ -205,7 +210,7 @@ def _exact_parquet_batch(batch: Any, source: str, first_row: int) -> TrajectoryA
     """The exact per-record path for one batch; errors name the row in the file (from 1)."""
     lines = (_row_json(r) for r in batch.to_pylist())
     try:
-        return to_arrays(parse_lines(lines, source))
+        return to_arrays(parse_lines(lines, source, strict=True))
     except TrajectoryFileError as exc:
         errors = [RecordError(e.line + first_row if e.line else 0, e.field, e.message) for e in exc.errors]
         raise TrajectoryFileError(f"{source} (Parquet: 'line' is the row, from 1)", errors) from None

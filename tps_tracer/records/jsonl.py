@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
+from tps_tracer.records.set_aside import ReadRecords, SetAside
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
@@ -99,15 +100,46 @@ def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
     return _NUMBER_TAIL.fullmatch(tail) is not None  # cut in a number ("0." or "1e")
 
 
-def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[TrajectoryRecord]:
+def _set_aside_resolutions(
+    resolutions: list[tuple[int, ResolutionRecord]],
+    first_line_of: dict[str, int],
+    repeats: dict[str, list[int]],
+    set_aside: SetAside,
+) -> list[tuple[int, ResolutionRecord]]:
+    """The resolutions to apply; those of no record, or of a set-aside repeat, are counted instead.
+
+    A resolution belongs to the nearest record of its id above it (the first one if none is
+    above): a re-run's grades go with the re-run's records (records/set_aside.py)."""
+    kept = []
+    for line_no, res in resolutions:
+        first = first_line_of.get(res.resolves)
+        if first is None:
+            set_aside.add("orphan_resolution", f"line {line_no}: no trajectory {res.resolves!r} in the file")
+            continue
+        above = [n for n in (first, *repeats.get(res.resolves, ())) if n < line_no]
+        if above and above[-1] != first:
+            set_aside.add(
+                "duplicate_resolution", f"line {line_no}: resolves the repeated {res.resolves!r} of line {above[-1]}"
+            )
+            continue
+        kept.append((line_no, res))
+    return kept
+
+
+def parse_lines(lines: Iterable[str], source: str = "<input>", strict: bool = False) -> ReadRecords:
     """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
 
     Resolution lines (`{"resolves": id, "outcome": ..., "q_z": ...}`) are applied to their records.
+    A record repeating an earlier id (a re-run appended to the sink) and a resolution of an id
+    the file lacks are set aside, counted in the result's `set_aside` and logged once
+    (records/set_aside.py); `strict=True` refuses them as errors instead.
     """
     records: list[TrajectoryRecord] = []
     resolutions: list[tuple[int, ResolutionRecord]] = []
     errors: list[RecordError] = []
+    set_aside = SetAside()
     first_line_of: dict[str, int] = {}
+    repeats: dict[str, list[int]] = {}  # id -> lines of its later, set-aside records
     invalid_ids: set[str] = set()
     last_line_no = 0
     last_raw = ""
@@ -147,18 +179,19 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
             continue
         errors.extend(_check_forecasts(rec, line_no))
         if rec.trajectory_id in first_line_of:
-            errors.append(
-                RecordError(
-                    line_no,
-                    "trajectory_id",
-                    f"duplicate id {rec.trajectory_id!r} (first seen on line {first_line_of[rec.trajectory_id]})",
-                )
-            )
+            message = f"duplicate id {rec.trajectory_id!r} (first seen on line {first_line_of[rec.trajectory_id]})"
+            if strict:
+                errors.append(RecordError(line_no, "trajectory_id", message))
+            else:
+                repeats.setdefault(rec.trajectory_id, []).append(line_no)
+                set_aside.add("duplicate_id", f"line {line_no}: {message}")
             continue
         first_line_of[rec.trajectory_id] = line_no
         records.append(rec)
     if resolutions:
         resolutions = [(n, r) for n, r in resolutions if r.resolves not in invalid_ids]
+        if not strict:
+            resolutions = _set_aside_resolutions(resolutions, first_line_of, repeats, set_aside)
         records = _apply_resolutions(records, resolutions, errors)
     if errors:
         # A last line without a newline whose JSON stops mid-value is the sign of a writer killed
@@ -172,20 +205,24 @@ def parse_lines(lines: Iterable[str], source: str = "<input>") -> list[Trajector
         raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
     if not records:
         raise TrajectoryFileError(source, [RecordError(0, "", "the file holds no trajectories")])
-    return records
+    set_aside.log_once(source)
+    return ReadRecords(records, set_aside)
 
 
-def read_trajectories(source: str | os.PathLike[str] | IO[str]) -> list[TrajectoryRecord]:
-    """Read a trajectory JSON Lines file (path or open text stream)."""
+def read_trajectories(source: str | os.PathLike[str] | IO[str], strict: bool = False) -> ReadRecords:
+    """Read a trajectory JSON Lines file (path or open text stream).
+
+    Repeated ids and resolutions of absent ids are set aside and counted (`result.set_aside`);
+    `strict=True` refuses the file for them (see `parse_lines`)."""
     if hasattr(source, "read"):
         stream: Any = source
-        return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"))
+        return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"), strict)
     path = Path(source)
     try:
         # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped; CRLF line
         # ends are read as newlines by text mode.
         with path.open(encoding="utf-8-sig") as fh:
-            return parse_lines(fh, str(path))
+            return parse_lines(fh, str(path), strict)
     except FileNotFoundError:
         raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
     except OSError as exc:  # a directory, no permission, ...

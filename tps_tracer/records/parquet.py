@@ -38,6 +38,7 @@ from typing import Any
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.set_aside import SetAside
 
 DEFAULT_ROWS_PER_GROUP = 50_000
 
@@ -128,14 +129,22 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
             yield read_trajectories(src)  # resolutions may refer to any line: the exact whole-file read
             return
         try:
-            records = parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src))
+            records: list[TrajectoryRecord] = parse_lines(
+                io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
+            )
         except (TrajectoryFileError, UnicodeDecodeError):
             read_trajectories(src)  # raises the exact error, with line numbers in the whole file
             raise
-        ids = {r.trajectory_id for r in records}
-        if not ids.isdisjoint(seen):
-            read_trajectories(src)  # names the duplicate and both lines
-        seen |= ids
+        # A repeated id (a re-run appended to the sink) is set aside, the first kept, as the
+        # whole-file reader does (records/set_aside.py); this file has no resolution lines.
+        repeated = [r for r in records if r.trajectory_id in seen]
+        if repeated:
+            set_aside = SetAside()
+            for r in repeated:
+                set_aside.add("duplicate_id", f"duplicate id {r.trajectory_id!r} (an earlier line has it)")
+            set_aside.log_once(str(src))
+            records = [r for r in records if r.trajectory_id not in seen]
+        seen.update(r.trajectory_id for r in records)
         yield records
 
 
@@ -176,8 +185,8 @@ def jsonl_to_parquet(
     os.close(fd)
     try:
         with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
-            for records in _record_batches(src, chunk_bytes):
-                writer.write_table(records_table(records, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
+            for batch in _record_batches(src, chunk_bytes):
+                writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -233,7 +242,7 @@ def _parquet_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, list[Tr
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
         lines = [_row_to_json(r) for r in batch.to_pylist()]
         try:
-            records = parse_lines(lines, str(path)) if lines else []
+            records = parse_lines(lines, str(path), strict=True) if lines else []
         except TrajectoryFileError as exc:
             errors = [RecordError(e.line + row if e.line else 0, e.field, e.message) for e in exc.errors]
             raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None

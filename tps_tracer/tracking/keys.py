@@ -7,10 +7,16 @@ association properties) and span attributes that tps-tracer reads:
 |---------------------|-----------------------|------------------------------------------------------------|
 | tps_trajectory_id   | tps.trajectory_id     | the trajectory's id (default: root run id / trace id)      |
 | tps_task_id         | -                     | the task, copied to the record's metadata as `task_id`     |
+| task_id             | -                     | the same, when `tps_task_id` is not given                  |
 | tps_horizon         | tps.horizon           | the run's step budget T, for max_steps stops               |
 | tps_outcome         | tps.outcome           | an outcome known up front (benchmarks), see `as_outcome`   |
 | -                   | tps.stop_reason       | the stop reason, set by the application                    |
 | -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
+
+Every other JSON-safe scalar the user attaches (e.g. `agent`, `model`) is copied to the
+record's metadata, bounded by the limits below (`tracking/trajectory.py: user_metadata`);
+`tps-tracer report --by KEY` splits a report by one of them, and the gate pairs runs on
+`task_id`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,13 @@ from tps_tracer.scoring.schedules import MAX_HORIZON  # noqa: F401  (re-exported
 
 TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"
+# User metadata copied into the record: at most this many keys, of these lengths (characters).
+MAX_USER_KEYS = 32
+MAX_KEY_CHARS = 64
+MAX_VALUE_CHARS = 256
+# Metadata keys the frameworks add to a run (LangGraph's step bookkeeping, LangSmith's model
+# labels, checkpoint ids): not the user's, never copied.
+FRAMEWORK_PREFIXES = ("tps_", "langgraph_", "checkpoint_", "ls_", "__")
 HORIZON_KEY = "tps_horizon"
 OUTCOME_KEY = "tps_outcome"
 

@@ -27,7 +27,6 @@ from tps_tracer.health import HealthLedger
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET
 from tps_tracer.tracking.trajectory import (
     StopDecision,
     TrajectoryState,
@@ -47,7 +46,7 @@ class TrajectoryTracker:
         accumulator: Accumulator,
         *,
         source: str,
-        repair_budget: int = DEFAULT_REPAIR_BUDGET,
+        repair_budget: int | None = None,
         horizon: int | None = None,
         grader: Callable[[Any], Any] | None = None,
         extractor: SignalExtractor | None = None,
@@ -57,8 +56,11 @@ class TrajectoryTracker:
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         max_block: float = DEFAULT_MAX_BLOCK,
     ):
-        if not isinstance(repair_budget, int) or repair_budget < 0:
-            raise ValueError(f"repair_budget must be an integer >= 0, got {repair_budget!r}")
+        # None (the default): parse errors follow the agent's own retries (trajectory.py)
+        if repair_budget is not None and (
+            not isinstance(repair_budget, int) or isinstance(repair_budget, bool) or repair_budget < 0
+        ):
+            raise ValueError(f"repair_budget must be None or an integer >= 0, got {repair_budget!r}")
         if horizon is not None and whole_number(horizon) is None:
             raise ValueError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator

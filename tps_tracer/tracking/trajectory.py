@@ -5,10 +5,14 @@ events into these calls; the rules live only here:
 
 - **Steps and repairs.** Each model call that returned is decided once (`decide_call`):
   well-formed output is a step; malformed output (only invalid tool calls, a parser that
-  rejected it, AgentExecutor's `_Exception` retry) is a repair, and one more than
-  `repair_budget` in a row stops the trajectory as parse_error ("repairs exhausted").
-  Calls after a stop is fixed are ignored (counted). Failed calls (the model raised) are
-  counted, never steps.
+  rejected it, AgentExecutor's `_Exception` retry) is a repair, counted. Parse errors follow
+  the agent (the paper: malformed output *after the harness's retries*): the agent's own
+  retry policy decides when it gives up, so a run that ends with an answer after any number
+  of repairs is clean (its repairs counted in `parse_repairs`), and one that ends on
+  malformed output is parse_error. A `repair_budget` given to the adapter states a harness
+  budget the agent does not enforce itself: one more malformed output than that in a row
+  then fixes parse_error ("repairs exhausted") and later calls are ignored (counted).
+  Failed calls (the model raised) are counted, never steps.
 - **Stop-reason precedence** (`decide_stop`): abandoned (finished before its end was
   seen) > a stop fixed during the run (declared by the user, or repairs exhausted) > what
   the run's end shows (the adapter's classification of the exception / final output); a
@@ -18,8 +22,10 @@ events into these calls; the rules live only here:
   else the adapter's default; a value that is not a whole number in [1, MAX_HORIZON]
   ("8 steps", NaN, inf) is ignored and counted (rejected: invalid_horizon_label), never
   allowed to lose the stop.
-- **Record metadata** (`record_metadata`): source, calls made, task id, stop detail,
-  repair / tool-error / ignored-call counts, abandonment, adapter extras.
+- **Record metadata** (`record_metadata`): the JSON-safe scalars the user attached to the run
+  (`config["metadata"]`, OpenInference metadata; bounded, see `user_metadata`), then source,
+  calls made, task id (`tps_task_id`, else the plain `task_id`), stop detail, repair /
+  tool-error / ignored-call counts, abandonment, adapter extras.
 """
 
 from __future__ import annotations
@@ -30,8 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tps_tracer.health import HealthLedger
+from tps_tracer.records.ids import id_problem
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import ABANDONED_KEY, MAX_HORIZON, TASK_ID_KEY
+from tps_tracer.tracking.keys import (
+    ABANDONED_KEY,
+    FRAMEWORK_PREFIXES,
+    MAX_HORIZON,
+    MAX_KEY_CHARS,
+    MAX_USER_KEYS,
+    MAX_VALUE_CHARS,
+    TASK_ID_KEY,
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +94,9 @@ class TrajectoryState:
         self.failed_calls += 1
         self.last_tool_failed = False
 
-    def decide_call(self, malformed: bool, repair_budget: int) -> bool:
-        """Decide a model call that returned; True when it is a step to score."""
+    def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
+        """Decide a model call that returned; True when it is a step to score. repair_budget None:
+        the agent's own retry policy decides (the run's end shows a parse error, `decide_stop`)."""
         self.n_calls += 1
         self.last_tool_failed = False
         if self.fixed is not None:
@@ -88,7 +104,7 @@ class TrajectoryState:
             return False
         if malformed:
             self.consecutive_malformed += 1
-            if self.consecutive_malformed > repair_budget:
+            if repair_budget is not None and self.consecutive_malformed > repair_budget:
                 self.fixed = FixedStop(StopReason.PARSE_ERROR, None, "repairs exhausted")
             else:
                 self.repairs += 1
@@ -168,15 +184,62 @@ def decide_stop(
     return StopDecision(reason, horizon, detail)
 
 
+def user_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """The JSON-safe scalars the user attached to the run, bounded; and how many entries were left out.
+
+    Kept: a str / bool / int / finite float value under a text key of at most MAX_KEY_CHARS
+    characters, strings of at most MAX_VALUE_CHARS, at most MAX_USER_KEYS of them. Left out,
+    counted in `tps_metadata_dropped`: anything longer or not a scalar (lists, objects, None).
+    Not user data, skipped silently: tps_* keys (read by tps-tracer itself) and the frameworks' own
+    (FRAMEWORK_PREFIXES)."""
+    kept: dict[str, Any] = {}
+    dropped = 0
+    for key, value in metadata.items():
+        if isinstance(key, str) and key.startswith(FRAMEWORK_PREFIXES):
+            continue
+        if (
+            len(kept) < MAX_USER_KEYS
+            and isinstance(key, str)
+            and 0 < len(key) <= MAX_KEY_CHARS
+            and id_problem(key) is None
+            and _json_scalar(value)
+        ):
+            kept[key] = value
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def _json_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) < 2**53  # exact as a JSON number in every reader
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= MAX_VALUE_CHARS and id_problem(value or "x") is None
+
+
+def task_id_label(metadata: Mapping[str, Any]) -> Any:
+    """The run's task: its `tps_task_id`, else its plain `task_id` (None when it names none)."""
+    task = metadata.get(TASK_ID_KEY)
+    return metadata.get("task_id") if task is None else task
+
+
 def record_metadata(
     state: TrajectoryState,
     decision: StopDecision,
     source: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The metadata written with the trajectory's record (only numbers and ids unless content is captured)."""
-    md: dict[str, Any] = {"source": source, "llm_calls": state.n_calls}
-    task = state.metadata.get(TASK_ID_KEY) if isinstance(state.metadata, Mapping) else None
+    """The metadata written with the trajectory's record: the user's own scalars (`user_metadata`),
+    then tps-tracer's keys, which win a clash (source, calls made, task id, stop detail, counts)."""
+    run_md = state.metadata if isinstance(state.metadata, Mapping) else {}
+    md, dropped = user_metadata(run_md)
+    if dropped:
+        md["tps_metadata_dropped"] = dropped
+    md.update(source=source, llm_calls=state.n_calls)
+    task = task_id_label(run_md)
     if task is not None:
         md["task_id"] = str(task)
     if decision.detail:
