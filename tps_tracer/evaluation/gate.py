@@ -316,7 +316,6 @@ def evaluate_gate(
     }
 
     checks.extend(_assumption_checks(n, run.audit, crit))
-    usable = n >= crit.min_n and not _refused_for_capture_loss(checks)
 
     if crit.min_score is not None:
         checks.append(
@@ -378,7 +377,7 @@ def evaluate_gate(
                 "detail": "largest verdict-flip probability under resampling",
             }
         )
-    if not usable:
+    if n < crit.min_n or _refused_for_capture_loss(checks):  # the baseline's loss included
         verdict = UNUSABLE
     else:
         verdict = PASS if all(c["passed"] for c in checks) else FAIL
