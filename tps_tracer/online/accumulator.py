@@ -733,8 +733,8 @@ class Accumulator:
 
         The adapter knows what the accumulator cannot: that a run is paused by an interrupt
         and will resume, or still busy behind a backlog of queued steps. So this accumulator
-        no longer idles out or evicts live trajectories on its own (an explicit `sweep()`
-        still does); the adapter's idle rule bounds memory instead."""
+        no longer idles out or evicts live trajectories (`sweep()` does nothing); the
+        adapter's idle rule (its own `sweep`) bounds memory instead."""
         self.lifetime_owner = owner
 
     def _maybe_sweep(self, now: float) -> None:
@@ -744,8 +744,10 @@ class Accumulator:
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
-        """Stop as capture_lost (abandoned: idle) every live trajectory idle for idle_timeout; returns how many."""
-        if self.idle_timeout is None:
+        """Stop as capture_lost (abandoned: idle) every live trajectory idle for idle_timeout; returns how many.
+
+        Nothing when an adapter owns the runs' lifetimes (`leave_lifetimes_to`)."""
+        if self.idle_timeout is None or self.lifetime_owner is not None:
             return 0
         now = self._clock() if now is None else now
         idle: list[tuple[str, _Live]] = []
