@@ -65,123 +65,197 @@ the text as given, and the match that starts last wins.
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from tps_tracer.capture.confidence_value import (
+    DEFAULT_LEVELS,
+    MISSING,
+    SCALES,
+    UNDECLARED,
+    Confidence,
+    Status,
+    ambiguous,
+    check_levels,
+    check_scale,
+    from_json_number,
+    read_value,
+)
 from tps_tracer.capture.text_folding import folded
 
-Status = Literal["ok", "clipped", "missing", "malformed"]
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "SCALES",
+    "UNDECLARED",
+    "Confidence",
+    "Status",
+    "VerbalConfidenceExtractor",
+    "statement_patterns",
+]
 
-MAX_VALUE_CHARS = 64
+WINDOW = 128  # characters of VALUE read after a label or key (the expression at its start is read)
 
+# The keyword, not glued to a word before it: `overconfidence`, `self-confidence`,
+# `low_confidence` are not statements (the lookbehinds include the keyword so the engine
+# meets the literal first).
+_KW = r"confidence(?<![a-z0-9]confidence)(?<![a-z0-9][-_]confidence)"
+_SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating))?"
 _SEP = r"(?:\*\*?|__?)?"  # optional markdown emphasis around the label or its colon
-# The three forms, written lower-case: the default path runs them on `folded(text)`, a
-# custom `patterns` list on the text with re.IGNORECASE. Each starts with the keyword (so
-# the engine can search for that literal) and checks what precedes it with a lookbehind.
-# Each has one group: the raw VALUE.
-TAG_PATTERN = r"confidence(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
-KEY_PATTERN = r"confidence(?<=[\"']confidence)[\"'][ \t]{0,8}:\s{0,64}([^\s,;<}\]]{0,65})"
-LABEL_PATTERN = (
-    r"confidence(?<![^\W_]confidence)(?:[ \t_-]{1,3}(?:level|score))?"
-    + _SEP
-    + r"[ \t]{0,8}[:=]"
-    + _SEP
-    + r"\s{0,16}([^\s,;<]{0,65}(?:,[0-9]|[ \t]%)?)"
+_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
+_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
+# Where a number can start. `?` is any non-ASCII character on the folded text (a full-width
+# or Arabic-Indic digit, `≈`, a no-break space): the VALUE is read from the original text.
+_NUMBER_START = (
+    r"(?:[\"'`*_(\[?~>]{0,4}[ \t]{0,2}(?:(?:"
+    + _APPROX_WORDS
+    + "|"
+    + _BOUND_WORDS
+    + r"|between)[ \t]{1,3})?(?:[0-9?]|[-+.][0-9]))"
 )
-DEFAULT_PATTERNS: tuple[str, ...] = (TAG_PATTERN, KEY_PATTERN, LABEL_PATTERN)
-
-# The last statement of any form: greedy `.*` backtracks from the end, so the first match
-# is the one whose keyword comes last. Run on the ASCII-folded text (`folded`).
-_LAST_STATEMENT = re.compile(("(?s:.*)(?:" + "|".join(DEFAULT_PATTERNS) + ")").encode("ascii"))
+_WINDOW = r"(?=([^\n<]{0," + str(WINDOW) + r"}))"  # a lookahead: the next statement stays findable
+_NEGATIONS = ("not", "than", "least", "most", "over", "under", "above", "below")
+_PROSE_TAIL = r"[ \t]{1,2}(?:sure|confident|certain)(?![a-z])"
 
 
-_VALUE = re.compile(r"([-+]?)([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?(?:[ \t]?(%))?")
-_STRIP_BOTH = " \t\r\n\"'`*_"
-_STRIP_END = ".!?)" + _STRIP_BOTH
+def _forms(levels: Sequence[str]) -> tuple[str, str, str, str]:
+    """What follows the keyword in each keyword form: tag, key, label (`:`), and `is`/`of`."""
+    words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
+    value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
+    tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
+    key = (
+        r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value))?[\"'][ \t]{0,8}:\s{0,64}"
+        r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
+    )
+    label = _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}" + value_start + _WINDOW
+    prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?=" + _NUMBER_START + ")" + _WINDOW
+    return tag, key, label, prose_is
 
 
-@dataclass(frozen=True)
-class Confidence:
-    value: float | None
-    status: Status
+def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...]:
+    """The statement forms (lower case, one group each: the raw VALUE); `levels`: the qualitative words."""
+    tag, key, label, prose_is = _forms(levels)
+    # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or
+    # bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure` are not statements).
+    behind = r"(?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS)
+    prose_pct = r"([0-9]" + behind + r"[0-9]{0,2}[ \t]?%)" + _PROSE_TAIL
+    return (
+        "confidence" + tag,
+        "confidence" + key,
+        _KW + _SUFFIX + label,
+        _KW + _SUFFIX + prose_is,
+        prose_pct,
+    )
 
 
-MISSING = Confidence(None, "missing")
-MALFORMED = Confidence(None, "malformed")
+DEFAULT_PATTERNS: tuple[str, ...] = statement_patterns()
 
 
-def _clip(value: float) -> Confidence:
-    if 0.0 <= value <= 1.0:
-        return Confidence(value + 0.0, "ok")  # + 0.0: -0.0 reads as 0.0
-    return Confidence(1.0 if value > 1.0 else 0.0, "clipped")
+def _percent_behind(width: int, space: str) -> str:
+    """At a `%`: a whole number of `width` digits (then `space`) before it, alone and not negated."""
+    num = "[0-9]" * width + space + "%"
+    return "(?:(?<=" + num + ")(?<![0-9.,/-]" + num + ")" + "".join(f"(?<!{w} {num})" for w in _NEGATIONS) + ")"
+
+
+# The prose form as the one-pass search runs it: anchored on its `%` (a literal, so the engine
+# skips to the candidates), the number checked by fixed-width lookbehinds. Reads what
+# DEFAULT_PATTERNS' prose form reads (tests/test_capture_fuzz.py checks both paths alike).
+_PERCENT_FAST = re.compile(
+    (
+        "(?s:.*)%(?:" + "|".join(_percent_behind(w, sp) for w in (1, 2, 3) for sp in ("", "[ \t]")) + ")" + _PROSE_TAIL
+    ).encode("ascii")
+)
+_PERCENT_NUMBER = re.compile(rb"[0-9]{1,3}[ \t]?$")
+
+
+@functools.lru_cache(maxsize=32)
+def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
+    # The last keyword statement of any form: greedy `.*` backtracks from the end, so the first
+    # match is the one whose keyword comes last; the keyword is a literal right after `.*`,
+    # so the engine jumps between its candidates, and the label and `is` forms share their
+    # keyword checks. The same forms as statement_patterns (groups in the same order).
+    tag, key, label, prose_is = _forms(levels)
+    words = _KW[len("confidence") :] + _SUFFIX
+    source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + words + "(?:" + label + "|" + prose_is + "))"
+    return re.compile(source.encode("ascii"))
+
+
+def _normal_key(key: str) -> str:
+    return re.sub(r"[\s_-]", "", key.lower())
 
 
 @dataclass
 class VerbalConfidenceExtractor:
-    """Configurable parser of stated confidences (see the module docstring for the grammar)."""
+    """Configurable parser of stated confidences (see the module docstring for the grammar).
 
-    patterns: Sequence[str] = DEFAULT_PATTERNS
-    argument_keys: Sequence[str] = ("confidence",)
-    percent_without_sign: bool = True
-    _compiled: list[re.Pattern[str]] | None = field(init=False, repr=False)
+    verbal_scale: the scale of bare numbers ("percent", "0-1", "1-10", "1-5"); None: only
+      numbers that fit a single scale are read, the others are refused as ambiguous.
+    levels: optional mapping of qualitative levels to numbers ({"high": 0.9, ...}); None:
+      `Confidence: high` is refused (ambiguous / qualitative).
+    """
+
+    patterns: Sequence[str] | None = None
+    argument_keys: Sequence[str] = ("confidence", "confidence_score", "confidence_level", "confidence_value")
+    verbal_scale: str | None = None
+    levels: Mapping[str, float] | None = None
+    _levels: dict[str, float] = field(init=False, repr=False)
+    _fast: re.Pattern[bytes] | None = field(init=False, repr=False)
+    _compiled: list[re.Pattern[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # The default grammar (the DEFAULT_PATTERNS tuple itself) takes the one-pass path on the
-        # folded text; other patterns run one by one as given (so does a list holding the
-        # default patterns, which the tests use to check that both paths read alike).
-        default = tuple(self.patterns) == DEFAULT_PATTERNS and isinstance(self.patterns, tuple)
-        self._compiled = None if default else [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
+        check_scale(self.verbal_scale)
+        self._levels = check_levels(self.levels)
+        levels = tuple(DEFAULT_LEVELS) + tuple(self._levels)
+        self._keys = {_normal_key(k) for k in self.argument_keys}
+        # The default grammar takes the one-pass path on the folded text; other patterns run
+        # one by one as given (so does a list holding the default patterns, which the tests
+        # use to check that both paths read alike).
+        if self.patterns is None:
+            self._fast, self._compiled = _keyword_regex(levels), []
+        else:
+            self._fast = None
+            self._compiled = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
 
     # ---------------------------------------------------------------- values
 
-    def _number(self, sign: str, digits: str, fraction: str | None, exponent: str | None, percent: bool) -> Confidence:
-        value = float(sign + digits + (exponent or ""))  # digits includes the fraction
-        if math.isnan(value):  # not reachable from the grammar; kept as a guard
-            return MALFORMED
-        if percent:
-            return _clip(value / 100.0)
-        integer = not sign and fraction is None and exponent is None and digits[:1] != "."
-        if integer and 1.0 < value <= 100.0 and self.percent_without_sign:
-            return Confidence(value / 100.0, "ok")
-        return _clip(value)
+    def _scale(self, scale: str | None) -> str | None:
+        return self.verbal_scale if scale is None else check_scale(scale)
 
-    def scale(self, raw: str) -> Confidence:
-        """One VALUE (the text of a statement) read with the table of the module docstring."""
-        s = raw.strip(_STRIP_BOTH).rstrip(_STRIP_END).lstrip("(" + _STRIP_BOTH)
-        if not s or len(s) > MAX_VALUE_CHARS:
-            return MALFORMED
-        m = _VALUE.fullmatch(s)
-        if m is None:
-            return MALFORMED
-        sign, digits, fraction, exponent, percent = m.groups()
-        return self._number(sign, digits, fraction, exponent, percent is not None)
+    def scale(self, raw: str, verbal_scale: str | None = None) -> Confidence:
+        """One VALUE (the text of a statement) read with the grammar of the module docstring."""
+        return read_value(raw, self._scale(verbal_scale), self._levels)
 
-    def from_number(self, value: Any) -> Confidence:
-        """A JSON number (tool-call argument): an int follows the integer rows of the table."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return MALFORMED
-        if isinstance(value, int):  # compared, never converted: float(10**400) would raise
-            if 1 < value <= 100 and self.percent_without_sign:
-                return Confidence(value / 100.0, "ok")
-            if value > 1:
-                return Confidence(1.0, "clipped")
-            return Confidence(0.0, "clipped") if value < 0 else Confidence(float(value), "ok")
-        if math.isnan(value):
-            return MALFORMED
-        return _clip(value)
+    def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
+        """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
+        return from_json_number(value, self._scale(verbal_scale))
 
     # ---------------------------------------------------------------- text
 
+    def _last_statement_fast(self, text: str) -> str | None:
+        assert self._fast is not None
+        buf = folded(text)
+        keyword = self._fast.match(buf)
+        percent = _PERCENT_FAST.match(buf)
+        start = -1
+        if keyword is not None:
+            g = next(i for i in range(1, keyword.re.groups + 1) if keyword.group(i) is not None)
+            s, e = keyword.span(g)
+            start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
+        if percent is not None:
+            at = buf.rfind(b"%", 0, percent.end())
+            number = _PERCENT_NUMBER.search(buf, max(0, at - 4), at)
+            assert number is not None  # the lookbehinds checked it
+            if number.start() > start:
+                s, e = number.start(), at + 1
+        return None if keyword is None and percent is None else text[s:e]  # same offsets as buf
+
     def _last_statement(self, text: str) -> str | None:
-        if self._compiled is None:
-            last = _LAST_STATEMENT.match(folded(text))
-            if last is None:
-                return None
-            return next(g for g in last.groups() if g is not None).decode("ascii")
+        """The raw VALUE of the statement that starts last (from the original text)."""
+        if self._fast is not None:
+            return self._last_statement_fast(text)
         best: re.Match[str] | None = None
         for pattern in self._compiled:
             for m in pattern.finditer(text):
@@ -192,43 +266,46 @@ class VerbalConfidenceExtractor:
         raw = best.group(1) if best.re.groups else best.group(0)
         return "" if raw is None else raw  # an optional group that did not take part: malformed
 
-    def from_text(self, text: str | None) -> Confidence:
-        """The last statement of the text (any form), read with the table; missing if none."""
+    def from_text(self, text: str | None, verbal_scale: str | None = None) -> Confidence:
+        """The last statement of the text (any form), read with the grammar; missing if none."""
         if not text or not isinstance(text, str):
             return MISSING
         raw = self._last_statement(text)
-        return MISSING if raw is None else self.scale(raw)
+        return MISSING if raw is None else self.scale(raw, verbal_scale)
 
     # ---------------------------------------------------------------- tool calls
 
-    def _from_mapping(self, arguments: Mapping[str, Any]) -> Confidence:
-        for key in self.argument_keys:
-            if key in arguments:
-                v = arguments[key]
-                if isinstance(v, str):
-                    return self.scale(v)
-                return self.from_number(v)
-        return MISSING
+    def _from_mapping(self, arguments: Mapping[str, Any], scale: str | None) -> Confidence:
+        readings = [
+            self.scale(v, scale) if isinstance(v, str) else self.from_number(v, scale)
+            for k, v in arguments.items()
+            if isinstance(k, str) and _normal_key(k) in self._keys
+        ]
+        if not readings:
+            return MISSING
+        if any(r != readings[0] for r in readings[1:]):
+            return ambiguous("conflicting_keys")  # `confidence` and `confidence_score` that disagree
+        return readings[0]
 
-    def _from_one_call(self, arguments: Any) -> Confidence:
+    def _from_one_call(self, arguments: Any, scale: str | None) -> Confidence:
         if isinstance(arguments, str):
             try:
                 decoded = json.loads(arguments)
             except (ValueError, RecursionError):
-                return self.from_text(arguments)  # not JSON: maybe still a "confidence: 0.8" string
-            return self._from_mapping(decoded) if isinstance(decoded, Mapping) else MISSING
+                return self.from_text(arguments, scale)  # not JSON: maybe still a "confidence: 0.8" string
+            return self._from_mapping(decoded, scale) if isinstance(decoded, Mapping) else MISSING
         if isinstance(arguments, Mapping):
-            return self._from_mapping(arguments)
+            return self._from_mapping(arguments, scale)
         return MISSING
 
-    def from_arguments(self, arguments: Any) -> Confidence:
+    def from_arguments(self, arguments: Any, verbal_scale: str | None = None) -> Confidence:
         """A confidence passed as a tool-call argument: one call's arguments (a mapping or its
         JSON string), or a sequence of them, one per parallel call (the last that states one wins)."""
         if arguments is None or isinstance(arguments, (str, Mapping)):
-            return self._from_one_call(arguments)
+            return self._from_one_call(arguments, verbal_scale)
         if isinstance(arguments, Sequence) and not isinstance(arguments, (bytes, bytearray)):
             for call in reversed(arguments):
-                found = self._from_one_call(call)
+                found = self._from_one_call(call, verbal_scale)
                 if found.status != "missing":
                     return found
         return MISSING

@@ -133,11 +133,14 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         max_open: int = DEFAULT_MAX_OPEN,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         trajectory_id_key: str = TRAJECTORY_ID_KEY,
+        verbal_scale: str | None = None,
     ):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
         budget of every run (a run's `tps_horizon` metadata overrides it). calibration:
-        {predictor: map}, adding "<predictor>+cal" forecasts as they are captured.
+        {predictor: map}, adding "<predictor>+cal" forecasts as they are captured. verbal_scale:
+        the scale of bare numbers in stated confidences ("percent", "0-1", "1-10", "1-5"; a run's
+        `tps_verbal_scale` metadata overrides it; None: only numbers that fit one scale are read).
         background=False applies everything in the callback thread (deterministic, slower)."""
         self.tracker = TrajectoryTracker(
             accumulator,
@@ -150,6 +153,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             capture_content=capture_content,
             background=background,
             max_queue_size=max_queue_size,
+            verbal_scale=verbal_scale,
         )
         self.accumulator = accumulator
         self.max_open = max_open

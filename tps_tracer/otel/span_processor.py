@@ -145,10 +145,12 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        verbal_scale: str | None = None,
     ):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
-        `tps_horizon` metadata or `tps.horizon` attribute overrides it)."""
+        `tps_horizon` metadata or `tps.horizon` attribute overrides it). verbal_scale: the scale of
+        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata)."""
         if capture and accumulator is None:
             raise ValueError("capture needs an accumulator")
         self.accumulator = accumulator
@@ -167,6 +169,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             calibration=calibration,
             background=background,
             max_queue_size=max_queue_size,
+            verbal_scale=verbal_scale,
         )
         self._clock = clock
         self._lock = threading.Lock()

@@ -9,6 +9,8 @@ association properties) and span attributes that tps-tracer reads:
 | tps_task_id         | -                     | the task, copied to the record's metadata as `task_id`     |
 | tps_horizon         | tps.horizon           | the run's step budget T, for max_steps stops               |
 | tps_outcome         | tps.outcome           | an outcome known up front (benchmarks), see `as_outcome`   |
+| tps_verbal_scale    | -                     | the scale of bare numbers in stated confidences of the run |
+|                     |                       | ("percent", "0-1", "1-10", "1-5"), over the adapter's      |
 | -                   | tps.stop_reason       | the stop reason, set by the application                    |
 | -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
 """
@@ -21,6 +23,7 @@ TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"
 HORIZON_KEY = "tps_horizon"
 OUTCOME_KEY = "tps_outcome"
+VERBAL_SCALE_KEY = "tps_verbal_scale"
 
 # The paper's harness: up to two repair attempts per step, one more malformed output stops the run.
 DEFAULT_REPAIR_BUDGET = 2
