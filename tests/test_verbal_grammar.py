@@ -11,6 +11,8 @@ import time
 
 import pytest
 from adversarial_texts import CASES, LOGPROB, chat_logprobs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from verbal_corpus import CORPUS, ISSUE_32
 
 from tps_tracer.capture import DEFAULT_ACTION_SPAN, SignalExtractor, VerbalConfidenceExtractor
@@ -89,6 +91,88 @@ def test_qualitative_levels_are_read_only_through_a_mapping_the_user_gives():
     for bad in ({"high": 1.5}, {"high": "0.9"}, {"h1gh": 0.9}, {"high": True}):
         with pytest.raises(ValueError, match="qualitative levels"):
             VerbalConfidenceExtractor(levels=bad)
+
+
+# ---------------------------------------------------------------- hypothesis: the property of the issue
+
+TOPS = {"percent": 100, "0-1": 1, "1-10": 10, "1-5": 5}
+DIGIT_ZEROS = (0x30, 0xFF10, 0x0660, 0x0966, 0x09E6)  # ASCII, full-width, Arabic-Indic, Devanagari, Bengali
+
+
+def plain_reading(x: float, point: bool, scale: str | None) -> tuple[float | None, str]:
+    """The rule as the README states it, from the number drawn (never parsed)."""
+    if x == 0 or (point and x <= 1):
+        return x, "ok"
+    if scale is None:
+        return (1.0, "clipped") if x > 100 else (x / 100, "ok") if x > 10 else (None, "ambiguous")
+    return (x / TOPS[scale], "ok") if x <= TOPS[scale] else (1.0, "clipped")
+
+
+@st.composite
+def written_on_a_scale(draw):
+    """(scale, VALUE as written, (value, status) it stands for)."""
+    scale = draw(st.sampled_from([None, *TOPS]))
+    kind = draw(st.sampled_from(["int", "decimal", "percent", "fraction", "range"]))
+    if kind == "int":
+        n = draw(st.integers(0, 120))
+        written, reading = str(n), plain_reading(n, False, scale)
+    elif kind == "decimal":
+        k = draw(st.integers(0, 120_000))
+        written, reading = f"{k / 1000:.3f}", plain_reading(k / 1000, True, scale)
+        if k < 1000 and draw(st.booleans()):
+            written = written.replace(".", ",")  # a decimal comma after 0 is never a thousands separator
+    elif kind == "percent":
+        k = draw(st.integers(0, 1500))
+        written, reading = f"{k / 10:.1f}%", ((k / 1000, "ok") if k <= 1000 else (1.0, "clipped"))
+    elif kind == "fraction":
+        b, a = draw(st.integers(1, 12)), draw(st.integers(0, 12))
+        written = f"{a}/{b}" if draw(st.booleans()) else f"{a} out of {b}"
+        reading = (a / b, "ok") if a <= b else (1.0, "clipped")
+    else:
+        lo = draw(st.integers(0, 100))
+        hi = draw(st.integers(lo, 100))
+        written = f"{lo}-{hi}%"
+        reading = ((lo + hi) / 200, "ok") if hi - lo <= 20 else (None, "ambiguous")
+    zero = draw(st.sampled_from(DIGIT_ZEROS))
+    written = "".join(chr(zero + int(c)) if c.isdigit() else c for c in written)
+    approx = draw(st.sampled_from(["", "~", "about ", "\u2248", "approximately "]))
+    wrap = draw(st.sampled_from(["{}", "**{}**", "`{}`", "({})", "{}."]))
+    return scale, wrap.format(approx + written), reading
+
+
+STATEMENT_FORMS = ("Confidence: {}", "<confidence>{}</confidence>", '{{"confidence": "{}"}}', "**Confidence:** {}")
+
+
+@given(written_on_a_scale(), st.sampled_from(STATEMENT_FORMS), st.text(max_size=30))
+@settings(max_examples=500, deadline=None)
+def test_a_number_read_ok_is_the_value_written_on_the_declared_scale(drawn, form, before):
+    scale, written, (value, status) = drawn
+    text = before.replace("c", "").replace("C", "").replace("%", "") + "\n" + form.format(written)
+    found = VerbalConfidenceExtractor(verbal_scale=scale).from_text(text)
+    assert found.status == status, (text, scale, found)
+    if status in ("ok", "clipped"):
+        assert found.value == pytest.approx(value, abs=1e-12), (text, scale, found)
+    else:
+        assert found.value is None
+
+
+@given(st.text(max_size=300) | st.sampled_from([f.text for f in CORPUS]), st.sampled_from([None, *TOPS]))
+@settings(max_examples=500, deadline=None)
+def test_no_input_reads_outside_0_1(text, scale):
+    levels = {"high": 0.9, "low": 0.2}
+    for ex in (
+        VerbalConfidenceExtractor(verbal_scale=scale),
+        VerbalConfidenceExtractor(verbal_scale=scale, levels=levels),
+    ):
+        found = ex.from_text(text)
+        if found.status in ("ok", "clipped"):
+            assert type(found.value) is float and 0.0 <= found.value <= 1.0
+        else:
+            assert found.value is None and found.status in ("missing", "malformed", "ambiguous")
+        assert (
+            ex.from_arguments({"confidence": text}).value in (None,)
+            or 0.0 <= ex.from_arguments({"confidence": text}).value <= 1.0
+        )
 
 
 def test_tool_arguments_one_call_and_parallel_calls():

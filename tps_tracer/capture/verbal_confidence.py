@@ -3,64 +3,86 @@
 The grammar (the README's "Verbal confidence" section says the same)
 =====================================================================
 
-Statements. Matching is case-insensitive; `confidence` is the keyword of all three forms.
+Statements. Matching is case-insensitive; `confidence` is the keyword of every form but the
+last. The keyword must not be glued to a word before it: `overconfidence`, `self-confidence`,
+`low_confidence` are not statements.
 
-- tag:   `<confidence>VALUE</confidence>` (the paper's format). The inner text runs to the
-  next `<`; an unclosed tag (truncated output) is not a statement.
-- key:   `"confidence": VALUE` or `'confidence': VALUE` (JSON / a Python dict in the text).
-  VALUE ends at whitespace or one of `, ; < } ]`.
-- label: `confidence`, optionally `confidence level` / `confidence score` (separated by a
-  space, `_` or `-`), optionally in markdown emphasis (`**`, `*`, `__`, `_`) before or
-  after the colon, then `:` or `=`, then VALUE: `Confidence: 85%`, `My confidence = 0.9.`,
-  `**Confidence:** 0.7`, `*Confidence*: 70%`, `__Confidence__: 0.7`, `confidence_score=0.4`.
-  The keyword must not follow a letter or digit (`overconfidence: 3` is not a statement).
-  VALUE ends at whitespace or one of `, ; <` (a decimal comma, `0,8`, stays in VALUE and
-  makes it malformed rather than reading 0).
+- tag:   `<confidence>VALUE</confidence>`. The inner text runs to the next `<`; an unclosed
+  tag (truncated output) is not a statement.
+- key:   `"confidence": VALUE` (JSON, or `'...'` in a Python dict), also `confidence_score`,
+  `confidence_level`, `confidence_value`, `confidenceScore`, `confidence-score`. VALUE is a
+  quoted string or runs to whitespace or one of `, ; < } ]`.
+- label: `confidence`, optionally followed by `level` / `score` / `value` / `estimate` /
+  `rating` (separated by a space, `_` or `-`), optionally in markdown emphasis, then `:`, `=`
+  or `|` (a markdown table row), then VALUE: `Confidence: 85%`, `**Confidence:** 0.7`,
+  `| Confidence | 0.85 |`, `confidence_score=0.4`. VALUE must START like a value (a digit, a
+  sign, a point, an approximation or bound word, a quote or markdown before them, a
+  qualitative level): otherwise the label is prose (`Note on confidence: rough`, `Confidence:
+  unknown`) and not a statement.
+- is:    `confidence [level|score] is|was|of|at NUMBER`: `My confidence is 0.9`, `a
+  confidence of 80%` (a number must follow; `confidence is high` is not a statement).
+- prose: a whole percent before `sure`, `confident` or `certain`: `I'm 90% sure`; not when
+  negated or bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure`).
 
-Whitespace between the colon and VALUE: at most 16 characters for a label, 64 for a key
-(more, and VALUE is empty: malformed). Anything else (`I am 80% confident`, `confidence is
-high`) is not a statement.
+The last statement wins: of all statements, the one that starts last (a keyword, or the
+number of a prose percent) is the step's confidence, even when it is refused (then the step
+has None, counted): `<confidence>0.6</confidence> ... Confidence: 80%` is 0.8. No statement:
+None ("missing").
 
-The last statement wins: of all statements in the text, in any form, the one whose keyword
-comes last is the step's confidence, even if it is malformed (then the step has None):
-`<confidence>0.6</confidence> ... Confidence: 80%` is 0.8. No statement: None ("missing").
+VALUE is read from the original text (`confidence_value.py`): NFKC, every Unicode decimal
+digit as ASCII (`0.８`, `0.٨`, `0.८` are 0.8), dashes as `-`, `≈` as `~`. Leading quotes,
+backticks, markdown and brackets are skipped; the expression at the start is read and must
+end at a boundary (end, whitespace, punctuation): `0.8 because ...` is 0.8, `0.8abc` is
+malformed. Numbers: `[+-]digits[.digits][e[+-]digits]` or `.digits`, a decimal comma (`0,8`,
+`85,5%`) unless it could be a thousands separator (`1,000`: ambiguous).
 
-VALUE. Surrounding whitespace, quotes, backticks and markdown `*` / `_` are removed, and
-trailing sentence punctuation (`. ! ? )`); what remains must be a number written with ASCII
-digits, `[+-]digits[.digits][e[+-]digits]`, optionally followed by `%` (one space allowed
-before it). A VALUE longer than 64 characters, or anything else, is malformed (None).
+Scales are declared, not guessed: `verbal_scale` ("percent", "0-1", "1-10", "1-5"; per
+extractor, per adapter, per call, or a run's `tps_verbal_scale` metadata). A plain number x
+(no `%`) other than 0 and a decimal at most 1 is read on it as x / top (top: 100, 1, 10, 5),
+clipped to 1 above top. Undeclared, it is read only when one scale alone fits it.
 
-| written                                   | read as                                  | status    |
-|-------------------------------------------|------------------------------------------|-----------|
-| `0`, `0.85`, `.85`, `1`, `1.0`, `8.5e-1`   | the number                               | ok        |
-| `85%`, `85.5 %`, `100%`                    | number / 100                             | ok        |
-| `150%`, `-5%`                              | number / 100, clipped to [0, 1]          | clipped   |
-| `85`, `100`: digits only, no sign, 1 < x <= 100 | x / 100 (percent; `percent_without_sign=False`: clipped to 1) | ok |
-| `1.2`, `1.5`, `85.0`, `1.3e0`, `+85`: not digits only, above 1 | not rescaled: clipped to 1.0 | clipped |
-| `150`, `101`: digits only, above 100       | clipped to 1.0                           | clipped   |
-| `-0.2`, `-3`                               | clipped to 0.0                           | clipped   |
-| `1e999`, `-1e999` (overflow)               | clipped to 1.0 / 0.0                     | clipped   |
-| `high`, ``, `nan`, `0,8`, `8/10`, `８５`, 65+ characters | None                       | malformed |
-| no statement                              | None                                     | missing   |
+| written                                     | read as                       | status / reason              |
+|---------------------------------------------|-------------------------------|------------------------------|
+| `0`, `0.85`, `.85`, `1.0`, `8.5e-1`, `0,85` | the number, on every scale    | ok                           |
+| `85%`, `85.5 %`, `85 percent`, `100%`       | number / 100                  | ok                           |
+| `150%`, `-5%`, `-0.2`, `1e999`              | clipped to [0, 1]             | clipped                      |
+| `8` on 1-10 / 1-5 / percent / 0-1           | 0.8 / 1.0 / 0.08 / 1.0        | ok / clipped / ok / clipped  |
+| `1`..`10`, `1.2`, `7.5`, undeclared         | None (1-5? 1-10? percent?)    | ambiguous / undeclared_scale |
+| `11`..`100`, `85.5`, undeclared             | x / 100 (only percent fits)   | ok                           |
+| `101`, `150`, undeclared                    | clipped to 1.0                | clipped                      |
+| `8/10`, `4/5`, `3 out of 4`                 | a / b, on every scale         | ok (`12/10`: clipped)        |
+| `8/0`                                       | None                          | malformed / zero_denominator |
+| `~80%`, `≈0.8`, `about 0.8`, `roughly 80%`  | the number                    | ok                           |
+| `80-90%`, `0.7-0.8`, `between 70% and 80%`  | the midpoint (hi - lo <= 0.2) | ok                           |
+| `50-90%`                                    | None                          | ambiguous / wide_range       |
+| `90-80%`                                    | None                          | malformed / range_order      |
+| `>0.8`, `at least 80%`, `less than 0.5`     | None                          | ambiguous / bound            |
+| `High (0.85)`, `high - 85%`, `0.85 (high)`  | the number                    | ok                           |
+| `high`, `medium`, `low`, `very high`        | `levels` mapping, else None   | ok / ambiguous / qualitative |
+| `1,000`                                     | None                          | ambiguous / comma            |
+| `?`, `0.8abc`, `élevée`                     | None                          | malformed / not_a_number     |
+| a number over 64 chars, a VALUE over 256    | None                          | malformed / too_long         |
+| no statement                                | None                          | missing                      |
 
-Tool calls. `from_arguments` reads the `confidence` argument (`argument_keys`) of one
-call's arguments (a mapping, or its JSON string; a string that is not JSON is read as
-text), or of a sequence of calls (parallel tool calls): the last call that states one
-wins, as in text. A JSON number follows the same table (an int 85 is percent, a float 85.0
-is clipped); a bool, a NaN or a non-scalar is malformed. `SignalExtractor` reads the
-arguments only when the text has no statement: the text has priority.
+Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
+`confidence`, `Confidence`, `confidence_score`, `confidenceLevel`...) of one call's arguments
+(a mapping, or its JSON string; a string that is not JSON is read as text), or of a sequence
+of calls (parallel tool calls): the last call that states one wins, as in text. Two keys of
+one call that disagree are refused (ambiguous / conflicting_keys). A JSON int is a bare
+integer, a float a decimal (same table); a bool, a NaN or a non-scalar is malformed.
+`SignalExtractor` reads the arguments only when the text has no statement.
 
-Time. The default grammar runs in time linear in the text, with a bounded amount of work
-per position. It is matched case-insensitively on an ASCII-folded copy of the text
-(`text_folding.folded`, ~1 ms per MB). Every quantifier that could meet another one is
-bounded (`{0,64}`) or over a class disjoint from its neighbours, and one regular
-expression, `(?s:.*)(?:statement)`, finds the LAST statement by backtracking from the end,
-so the search stops at the first statement from the end and never collects all of them.
-The tag's inner text is the one unbounded part; it stops at the next `<`, so no two
-attempts scan the same characters. The whole text is read (no truncation): 1 MB of
-adversarial text takes at most ~20 ms (tests/benchmarks/bench_extraction.py).
-Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
-the text as given, and the match that starts last wins.
+Time. Linear in the text, a bounded amount of work per position. The statements are found on
+an ASCII-folded copy (`text_folding.folded`, one byte per character, ~1 ms per MB), so an
+offset there is an offset in the text, from which VALUE is then read. Two regular
+expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
+the LAST statement of their family by backtracking from the end, the engine jumping between
+the literal's occurrences; every quantifier that could meet another is bounded or over a
+disjoint class, and VALUE is a lookahead window of at most 128 characters, so the search
+stops at the first statement from the end and never collects all of them. The whole text is
+read (no truncation): 1 MB of adversarial text takes at most ~35 ms
+(tests/benchmarks/bench_extraction.py). Custom `patterns` are the user's: they run with
+`finditer` (re.IGNORECASE | re.DOTALL) on the text as given, the match that starts last wins.
 """
 
 from __future__ import annotations
@@ -161,11 +183,16 @@ def _percent_behind(width: int, space: str) -> str:
 
 
 # The prose form as the one-pass search runs it: anchored on its `%` (a literal, so the engine
-# skips to the candidates), the number checked by fixed-width lookbehinds. Reads what
+# skips to the candidates), the words after it checked first (most `%` are not before `sure`),
+# then the number by fixed-width lookbehinds. Reads what
 # DEFAULT_PATTERNS' prose form reads (tests/test_capture_fuzz.py checks both paths alike).
 _PERCENT_FAST = re.compile(
     (
-        "(?s:.*)%(?:" + "|".join(_percent_behind(w, sp) for w in (1, 2, 3) for sp in ("", "[ \t]")) + ")" + _PROSE_TAIL
+        "(?s:.*)%(?="
+        + _PROSE_TAIL
+        + ")(?:"
+        + "|".join(_percent_behind(w, sp) for w in (1, 2, 3) for sp in ("", "[ \t]"))
+        + ")"
     ).encode("ascii")
 )
 _PERCENT_NUMBER = re.compile(rb"[0-9]{1,3}[ \t]?$")
@@ -245,7 +272,7 @@ class VerbalConfidenceExtractor:
             s, e = keyword.span(g)
             start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
         if percent is not None:
-            at = buf.rfind(b"%", 0, percent.end())
+            at = percent.end() - 1  # the match ends right after its `%`
             number = _PERCENT_NUMBER.search(buf, max(0, at - 4), at)
             assert number is not None  # the lookbehinds checked it
             if number.start() > start:
