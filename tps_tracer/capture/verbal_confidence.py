@@ -265,12 +265,14 @@ class VerbalConfidenceExtractor:
         assert self._fast is not None
         buf = folded(text)
         keyword = self._fast.match(buf)
-        percent = _PERCENT_FAST.match(buf)
         start = -1
         if keyword is not None:
             g = next(i for i in range(1, keyword.re.groups + 1) if keyword.group(i) is not None)
             s, e = keyword.span(g)
             start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
+        # A prose percent counts only after the keyword statement: search from there (its
+        # lookbehinds still see the text before), and not at all without a `%` (memchr).
+        percent = _PERCENT_FAST.match(buf, start + 1) if buf.find(b"%", start + 1) != -1 else None
         if percent is not None:
             at = percent.end() - 1  # the match ends right after its `%`
             number = _PERCENT_NUMBER.search(buf, max(0, at - 4), at)
