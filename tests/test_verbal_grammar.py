@@ -156,6 +156,26 @@ def test_a_number_read_ok_is_the_value_written_on_the_declared_scale(drawn, form
         assert found.value is None
 
 
+@given(
+    st.integers(-(10**30), 10**30) | st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([None, *TOPS]),
+)
+@settings(max_examples=500, deadline=None)
+def test_a_json_number_argument_reads_on_the_declared_scale(number, scale):
+    found = VerbalConfidenceExtractor(verbal_scale=scale).from_arguments({"confidence": number})
+    if isinstance(number, float) and math.isnan(number):
+        assert (found.status, found.reason) == ("malformed", "not_a_number")
+        return
+    if number < 0:
+        value, status = 0.0, "clipped"
+    elif number > 100:
+        value, status = 1.0, "clipped"  # above every scale
+    else:
+        value, status = plain_reading(number, isinstance(number, float), scale)
+    assert found.status == status, (number, scale, found)
+    assert found.value == (None if value is None else pytest.approx(value, abs=1e-12))
+
+
 @given(st.text(max_size=300) | st.sampled_from([f.text for f in CORPUS]), st.sampled_from([None, *TOPS]))
 @settings(max_examples=500, deadline=None)
 def test_no_input_reads_outside_0_1(text, scale):
