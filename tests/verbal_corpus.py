@@ -347,6 +347,36 @@ VALUES = [
     OK("Confidence: 5", 0.05, "percent"),
 ]
 
+# Forms that a plain reading would get wrong: odds, revisions, ranges leaving [0, 1], dates.
+EDGES = [
+    REFUSED("Confidence: 50/50", "ambiguous", "odds"),
+    REFUSED("Confidence: 3:1", "ambiguous", "odds"),
+    REFUSED("Confidence: 10:30", "ambiguous", "odds"),
+    REFUSED("Confidence: 0.9 -> 0.7", "ambiguous", "revised"),
+    REFUSED("Confidence: 90% => 70%", "ambiguous", "revised"),
+    REFUSED("Confidence: 0.9 \u2192 0.7", "ambiguous", "revised"),
+    REFUSED("Confidence: 95-105%", "malformed", "range_outside"),
+    REFUSED("Confidence: 2023-05-01", "malformed", "not_a_number"),
+    OK("Confidence: 1 in 3", 1 / 3),
+    OK("Confidence: 9 of 10", 0.9),
+    OK("Confidence: 4 (out of 5)", 0.8),
+    OK("Confidence: 8 (/10)", 0.8),
+    REFUSED("Confidence: 4 (out of 5", "ambiguous", "undeclared_scale"),
+    OK("Confidence: 0.9 in 2 sources", 0.9),
+    OK("Confidence: 0.8 of the time", 0.8),
+    OK("Confidence: 8.5 out of 10", 0.85),
+    OK("Confidence: 2/3", 2 / 3),
+    OK("Confidence: 100/100", 1.0),
+    OK("Confidence: 0.8\u200b", 0.8),  # a zero-width space after the number
+    OK("Confidence: \u200e0.8", 0.8),  # a left-to-right mark before it
+    OK("Confidence: \u0668\u0660\u066a", 0.8),  # Arabic-Indic 80 and the Arabic percent sign
+    OK("Confidence: 0.8 - fairly sure", 0.8),
+    OK("Confidence: 0.85 \u00b1 0.05", 0.85),
+    OK("Confidence: 80% (0.8)", 0.8),
+    REFUSED("Confidence: 85%+", "malformed", "not_a_number"),
+    REFUSED("Confidence: 0.7-0.8-0.9", "malformed", "not_a_number"),
+]
+
 CORPUS: list[Form] = (
-    ISSUE_32 + LABELS + MARKDOWN + TAGS + KEYS + FRACTIONS_RANGES_APPROX + LEVELS + COMMAS + PROSE + VALUES
+    ISSUE_32 + LABELS + MARKDOWN + TAGS + KEYS + FRACTIONS_RANGES_APPROX + LEVELS + COMMAS + PROSE + VALUES + EDGES
 )

@@ -122,6 +122,7 @@ def from_json_number(value: object, scale: str | None) -> Confidence:
 
 _DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
 _APPROX_SIGNS = dict.fromkeys(map(ord, "\u2248\u223c\u2243\u2245"), "~")
+_PERCENT_SIGNS = {0x066A: "%"}  # the Arabic percent sign (NFKC keeps it)
 
 _NUM = r"(?P<{g}>[-+]?(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)(?:e[-+]?[0-9]+)?)(?:\s?(?P<{g}pct>%|percent\b|pct\b))?"
 _PRE_CHARS = " \t\r\n\"'`*_(["  # quotes and markdown before a number
@@ -130,16 +131,24 @@ _APPROX = re.compile(
 )
 _BOUND = re.compile(r"(?:>=?|=>|<=?|at least|at most|more than|less than|over|under|above|below)(?![a-z])\s*")
 _BETWEEN = re.compile(r"between\s+" + _NUM.format(g="a") + r"\s+and\s+" + _NUM.format(g="b"))
-_EXPR = re.compile(_NUM.format(g="a") + r"(?:(?P<op>\s*(?:/|out of)\s*|\s*(?:-|to)\s*)" + _NUM.format(g="b") + ")?")
+# A fraction `8/10`, `8 out of 10`, `9 of 10`, `1 in 3`, `4 (out of 5)`; a range `80-90%`, `0.7 to 0.8`.
+_EXPR = re.compile(
+    _NUM.format(g="a")
+    + r"(?:(?P<op>\s*(?:/|out of|of|in)\s*|\s*\(\s*(?:out of|/)\s*|\s*(?:-|to)\s*)"
+    + _NUM.format(g="b")
+    + r"(?P<close>\s*\))?)?"
+)
+_ODDS = re.compile(r"\s*:\s*[0-9]")  # `3:1` after a number: odds, not a probability
+_REVISED = re.compile(r"\s*(?:-+>|=>|\u2192)")  # `0.9 -> 0.7`: which one is meant is not written
 _END = re.compile(r"$|[\s.,;:!?)\]}*_\"'`|]")
 _IN_BRACKETS = re.compile(r"\s*(?:[(\[]\s*|[-:,=]\s+|\s)")
 
 
 def normalise(raw: str) -> str:
     """NFKC, every Unicode decimal digit as ASCII, dashes as `-`, approximately-signs as `~`, lower case."""
-    s = unicodedata.normalize("NFKC", raw).translate(_DASHES).translate(_APPROX_SIGNS)
-    if not s.isascii():
-        s = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in s)
+    s = unicodedata.normalize("NFKC", raw).translate(_DASHES).translate(_APPROX_SIGNS).translate(_PERCENT_SIGNS)
+    if not s.isascii():  # digits of any script; format characters (zero-width space, RTL marks) dropped
+        s = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in s if unicodedata.category(c) != "Cf")
     return s.lower()
 
 
@@ -198,6 +207,8 @@ def _range(a: _Number, b: _Number, scale: str | None) -> Confidence:
         a.percent = b.percent = True
     lo, hi = a.read(scale), b.read(scale)
     for end in (lo, hi):
+        if end.status == "clipped":
+            return malformed("range_outside")  # `95-105%`: no midpoint of a range that leaves [0, 1]
         if end.status != "ok":
             return end
     assert lo.value is not None and hi.value is not None
@@ -218,12 +229,18 @@ def _expression(s: str, pos: int, scale: str | None) -> tuple[Confidence, int] |
         return None
     a = _number(m, "a")
     op = m.group("op")
-    if op is None:
-        return a.read(scale), m.end()
+    a_end = m.end("apct") if m.group("apct") is not None else m.end("a")
+    if op is None or ("(" in op and m.group("close") is None):
+        return a.read(scale), a_end  # `4 (out of` with no closing bracket: the number alone
     b = _number(m, "b")
-    if "/" in op or "out of" in op:
-        return _fraction(a, b), m.end()
-    return _range(a, b, scale), m.end()
+    end = m.end() if "(" in op else (m.end("bpct") if m.group("bpct") is not None else m.end("b"))
+    if "-" in op or "to" in op:
+        return _range(a, b, scale), end
+    if op.strip() in ("of", "in") and (a.point or b.point or a.percent or b.percent):
+        return a.read(scale), a_end  # `0.9 in 2 sources`: only whole numbers make `1 in 3`
+    if a.text == b.text == "50" and "/" in op:
+        return ambiguous("odds"), end  # `50/50`: even odds (0.5), not 50 over 50
+    return _fraction(a, b), end
 
 
 def _level(s: str, pos: int, levels: Mapping[str, float]) -> tuple[str, int] | None:
@@ -260,6 +277,10 @@ def read_value(raw: str, scale: str | None, levels: Mapping[str, float]) -> Conf
         if found is None:
             return Confidence(levels[word[0]], "ok") if word[0] in levels else ambiguous("qualitative")
     reading, end = found
+    if _ODDS.match(s, end):
+        return ambiguous("odds")
+    if _REVISED.match(s, end):
+        return ambiguous("revised")
     if not _END.match(s, end):
         return malformed("not_a_number")  # `0.8abc`, `8/10ths`
     return reading

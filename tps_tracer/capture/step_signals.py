@@ -17,7 +17,7 @@ gives None for the signals it feeds and is counted in the shared `HealthLedger`
 |-----------|---------------------|--------------------------------------------------------------|
 | malformed | confidence          | the last confidence statement is not a number                |
 | rejected  | confidence_<reason> | an ambiguous statement, refused (undeclared_scale, wide_range, |
-|           |                     | qualitative, comma, bound, conflicting_keys)                  |
+|           |                     | qualitative, comma, bound, odds, revised, conflicting_keys)   |
 | malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)     |
 | malformed | logprobs            | parse_logprobs rejects the payload (token signals None, the  |
 |           |                     | verbal confidence kept)                                      |

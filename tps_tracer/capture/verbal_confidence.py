@@ -41,28 +41,31 @@ extractor, per adapter, per call, or a run's `tps_verbal_scale` metadata). A pla
 (no `%`) other than 0 and a decimal at most 1 is read on it as x / top (top: 100, 1, 10, 5),
 clipped to 1 above top. Undeclared, it is read only when one scale alone fits it.
 
-| written                                     | read as                       | status / reason              |
-|---------------------------------------------|-------------------------------|------------------------------|
-| `0`, `0.85`, `.85`, `1.0`, `8.5e-1`, `0,85` | the number, on every scale    | ok                           |
-| `85%`, `85.5 %`, `85 percent`, `100%`       | number / 100                  | ok                           |
-| `150%`, `-5%`, `-0.2`, `1e999`              | clipped to [0, 1]             | clipped                      |
-| `8` on 1-10 / 1-5 / percent / 0-1           | 0.8 / 1.0 / 0.08 / 1.0        | ok / clipped / ok / clipped  |
-| `1`..`10`, `1.2`, `7.5`, undeclared         | None (1-5? 1-10? percent?)    | ambiguous / undeclared_scale |
-| `11`..`100`, `85.5`, undeclared             | x / 100 (only percent fits)   | ok                           |
-| `101`, `150`, undeclared                    | clipped to 1.0                | clipped                      |
-| `8/10`, `4/5`, `3 out of 4`                 | a / b, on every scale         | ok (`12/10`: clipped)        |
-| `8/0`                                       | None                          | malformed / zero_denominator |
-| `~80%`, `≈0.8`, `about 0.8`, `roughly 80%`  | the number                    | ok                           |
-| `80-90%`, `0.7-0.8`, `between 70% and 80%`  | the midpoint (hi - lo <= 0.2) | ok                           |
-| `50-90%`                                    | None                          | ambiguous / wide_range       |
-| `90-80%`                                    | None                          | malformed / range_order      |
-| `>0.8`, `at least 80%`, `less than 0.5`     | None                          | ambiguous / bound            |
-| `High (0.85)`, `high - 85%`, `0.85 (high)`  | the number                    | ok                           |
-| `high`, `medium`, `low`, `very high`        | `levels` mapping, else None   | ok / ambiguous / qualitative |
-| `1,000`                                     | None                          | ambiguous / comma            |
-| `?`, `0.8abc`, `élevée`                     | None                          | malformed / not_a_number     |
-| a number over 64 chars, a VALUE over 256    | None                          | malformed / too_long         |
-| no statement                                | None                          | missing                      |
+| written                                        | read as                       | status / reason              |
+|------------------------------------------------|-------------------------------|------------------------------|
+| `0`, `0.85`, `.85`, `1.0`, `8.5e-1`, `0,85`    | the number, on every scale    | ok                           |
+| `85%`, `85.5 %`, `85 percent`, `100%`          | number / 100                  | ok                           |
+| `150%`, `-5%`, `-0.2`, `1e999`                 | clipped to [0, 1]             | clipped                      |
+| `8` on 1-10 / 1-5 / percent / 0-1              | 0.8 / 1.0 / 0.08 / 1.0        | ok / clipped / ok / clipped  |
+| `1`..`10`, `1.2`, `7.5`, undeclared            | None (1-5? 1-10? percent?)    | ambiguous / undeclared_scale |
+| `11`..`100`, `85.5`, undeclared                | x / 100 (only percent fits)   | ok                           |
+| `101`, `150`, undeclared                       | clipped to 1.0                | clipped                      |
+| `8/10`, `3 out of 4`, `1 in 3`, `4 (out of 5)` | a / b, on every scale         | ok (`12/10`: clipped)        |
+| `50/50`, `3:1`                                 | None (odds)                   | ambiguous / odds             |
+| `0.9 -> 0.7`, `90% => 70%`                     | None (which one?)             | ambiguous / revised          |
+| `8/0`                                          | None                          | malformed / zero_denominator |
+| `~80%`, `≈0.8`, `about 0.8`, `roughly 80%`     | the number                    | ok                           |
+| `80-90%`, `0.7-0.8`, `between 70% and 80%`     | the midpoint (hi - lo <= 0.2) | ok                           |
+| `50-90%`                                       | None                          | ambiguous / wide_range       |
+| `90-80%`                                       | None                          | malformed / range_order      |
+| `95-105%`                                      | None                          | malformed / range_outside    |
+| `>0.8`, `at least 80%`, `less than 0.5`        | None                          | ambiguous / bound            |
+| `High (0.85)`, `high - 85%`, `0.85 (high)`     | the number                    | ok                           |
+| `high`, `medium`, `low`, `very high`           | `levels` mapping, else None   | ok / ambiguous / qualitative |
+| `1,000`                                        | None                          | ambiguous / comma            |
+| `?`, `0.8abc`, `élevée`                        | None                          | malformed / not_a_number     |
+| a number over 64 chars, a VALUE over 256       | None                          | malformed / too_long         |
+| no statement                                   | None                          | missing                      |
 
 Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
 `confidence`, `Confidence`, `confidence_score`, `confidenceLevel`...) of one call's arguments
