@@ -377,6 +377,33 @@ EDGES = [
     REFUSED("Confidence: 0.7-0.8-0.9", "malformed", "not_a_number"),
 ]
 
-CORPUS: list[Form] = (
-    ISSUE_32 + LABELS + MARKDOWN + TAGS + KEYS + FRACTIONS_RANGES_APPROX + LEVELS + COMMAS + PROSE + VALUES + EDGES
-)
+# A scale written in the label declares the statement's own scale.
+ANNOTATED = [
+    OK("Confidence (1-10): 8", 0.8),
+    OK("Confidence [0-100]: 85", 0.85),
+    OK("Confidence (0\u20131): 1", 1.0),
+    OK("Confidence (out of 5): 4", 0.8),
+    OK("Confidence (%): 8", 0.08),
+    OK("**Confidence (1-5):** 4", 0.8),
+    OK("Confidence (1-10): 8", 0.8, "percent", why="the statement's own scale wins over the declared one"),
+    OK("Confidence (1-10): 0.8", 0.8),
+    OK("Confidence (0 to 10): 7", 0.7),
+    CLIPPED("Confidence (1-10): 12", 1.0),
+    OK("confidence (0-1) = 1", 1.0),
+    MISSING("Confidence (see above): 8"),
+]
+
+CORPUS: list[Form] = [
+    *ISSUE_32,
+    *LABELS,
+    *MARKDOWN,
+    *TAGS,
+    *KEYS,
+    *FRACTIONS_RANGES_APPROX,
+    *LEVELS,
+    *COMMAS,
+    *PROSE,
+    *VALUES,
+    *EDGES,
+    *ANNOTATED,
+]

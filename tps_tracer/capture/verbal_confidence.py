@@ -13,7 +13,9 @@ last. The keyword must not be glued to a word before it: `overconfidence`, `self
   `confidence_level`, `confidence_value`, `confidenceScore`, `confidence-score`. VALUE is a
   quoted string or runs to whitespace or one of `, ; < } ]`.
 - label: `confidence`, optionally followed by `level` / `score` / `value` / `estimate` /
-  `rating` (separated by a space, `_` or `-`), optionally in markdown emphasis, then `:`, `=`
+  `rating` (separated by a space, `_` or `-`), optionally a scale in brackets (`(1-10)`,
+  `[0-100]`, `(out of 5)`, `(%)`: the statement's own scale, over any declared one),
+  optionally in markdown emphasis, then `:`, `=`
   or `|` (a markdown table row), then VALUE: `Confidence: 85%`, `**Confidence:** 0.7`,
   `| Confidence | 0.85 |`, `confidence_score=0.4`. VALUE must START like a value (a digit, a
   sign, a point, an approximation or bound word, a quote or markdown before them, a
@@ -108,6 +110,7 @@ from tps_tracer.capture.confidence_value import (
     check_levels,
     check_scale,
     from_json_number,
+    normalise,
     read_value,
 )
 from tps_tracer.capture.text_folding import folded
@@ -130,6 +133,16 @@ WINDOW = 128  # characters of VALUE read after a label or key (the expression at
 _KW = r"confidence(?<![a-z0-9]confidence)(?<![a-z0-9][-_]confidence)"
 _SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating))?"
 _SEP = r"(?:\*\*?|__?)?"  # optional markdown emphasis around the label or its colon
+# A scale written in the label, `Confidence (1-10): 8`, `Confidence [0-100]:`, `(out of 5)`, `(%)`:
+# the statement declares its own scale (`?` on the folded text: an en dash).
+_ANNOTATION = (
+    r"(?:[ \t]{0,3}[(\[][ \t]{0,2}(?:[01][ \t]{0,2}(?:-|to|\?)[ \t]{0,2}(?:100|10|5|1)|%|percent"
+    r"|(?:out of|/)[ \t]{0,2}(?:100|10|5))[ \t]{0,2}[)\]])?"
+)
+_READ_ANNOTATION = re.compile(
+    r"[(\[]\s*(?:[01]\s*(?:-|to)\s*(?P<top>100|10|5|1)|(?P<pct>%|percent)|(?:out of|/)\s*(?P<of>100|10|5))\s*[)\]]"
+)
+_TOP_SCALES = {"100": "percent", "10": "1-10", "5": "1-5", "1": "0-1"}
 _APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
 _BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
 # Where a number can start. `?` is any non-ASCII character on the folded text (a full-width
@@ -155,8 +168,9 @@ def _forms(levels: Sequence[str]) -> tuple[str, str, str, str]:
         r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value))?[\"'][ \t]{0,8}:\s{0,64}"
         r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
     )
-    label = _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}" + value_start + _WINDOW
-    prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?=" + _NUMBER_START + ")" + _WINDOW
+    # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
+    label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}(?!\s)" + value_start + _WINDOW
+    prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")" + _WINDOW
     return tag, key, label, prose_is
 
 
@@ -208,7 +222,8 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     # so the engine jumps between its candidates, and the label and `is` forms share their
     # keyword checks. The same forms as statement_patterns (groups in the same order).
     tag, key, label, prose_is = _forms(levels)
-    words = _KW[len("confidence") :] + _SUFFIX
+    # A cheap first check: only these characters can follow the keyword of a label or `is` form.
+    words = _KW[len("confidence") :] + r"(?=[ \t_*:=|(\[-])" + _SUFFIX
     source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + words + "(?:" + label + "|" + prose_is + "))"
     return re.compile(source.encode("ascii"))
 
@@ -264,7 +279,7 @@ class VerbalConfidenceExtractor:
 
     # ---------------------------------------------------------------- text
 
-    def _last_statement_fast(self, text: str) -> str | None:
+    def _last_statement_fast(self, text: str) -> tuple[str, str] | None:
         assert self._fast is not None
         buf = folded(text)
         keyword = self._fast.match(buf)
@@ -282,10 +297,12 @@ class VerbalConfidenceExtractor:
             assert number is not None  # the lookbehinds checked it
             if number.start() > start:
                 s, e = number.start(), at + 1
-        return None if keyword is None and percent is None else text[s:e]  # same offsets as buf
+        if keyword is None and percent is None:
+            return None
+        return text[s:e], text[start:s] if start >= 0 else ""  # same offsets as buf
 
-    def _last_statement(self, text: str) -> str | None:
-        """The raw VALUE of the statement that starts last (from the original text)."""
+    def _last_statement(self, text: str) -> tuple[str, str] | None:
+        """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
         if self._fast is not None:
             return self._last_statement_fast(text)
         best: re.Match[str] | None = None
@@ -296,14 +313,20 @@ class VerbalConfidenceExtractor:
         if best is None:
             return None
         raw = best.group(1) if best.re.groups else best.group(0)
-        return "" if raw is None else raw  # an optional group that did not take part: malformed
+        return ("" if raw is None else raw), best.group(0)  # a group that did not take part: malformed
 
     def from_text(self, text: str | None, verbal_scale: str | None = None) -> Confidence:
         """The last statement of the text (any form), read with the grammar; missing if none."""
         if not text or not isinstance(text, str):
             return MISSING
-        raw = self._last_statement(text)
-        return MISSING if raw is None else self.scale(raw, verbal_scale)
+        found = self._last_statement(text)
+        if found is None:
+            return MISSING
+        raw, label = found
+        written = _READ_ANNOTATION.search(normalise(label)) if "(" in label or "[" in label else None
+        if written is not None:  # the statement's own scale wins over any declared one
+            verbal_scale = "percent" if written["pct"] else _TOP_SCALES[written["top"] or written["of"]]
+        return self.scale(raw, verbal_scale)
 
     # ---------------------------------------------------------------- tool calls
 
