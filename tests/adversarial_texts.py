@@ -4,7 +4,8 @@ Shared by tests/test_verbal_grammar.py (correct value and a generous time bound 
 and tests/benchmarks/bench_extraction.py (worst / median time per text). Each case names
 the regex blow-up it targets on the old extractor: repeated unclosed tags (quadratic),
 `Action:` + spaces (cubic), `Final Answer:` + spaces (quadratic), plus long digit runs,
-repeated keywords, unicode, NUL bytes, lone surrogates and CRLF line ends.
+repeated keywords, unicode, NUL bytes, lone surrogates and CRLF line ends, and the forms of
+issue 32 (prose percents, `is` forms, prose after labels, table cells, full-width digits).
 
 `verbal` is the value the grammar of tps_tracer/capture/verbal_confidence.py gives (None:
 no statement, or the last one is malformed); `action` is the text of the action span
@@ -227,6 +228,63 @@ CASES: tuple[Case, ...] = (
         0.5,
         None,
         "one million empty lines",
+    ),
+    # Issue 32's grammar: prose percents, `is` forms, prose labels, table rows, non-ASCII digits.
+    Case(
+        "percent_signs",
+        lambda n: "Confidence: 0.4\n" + fill("90% ", n),
+        0.4,
+        None,
+        "a percent every 4 characters, none before `sure`",
+    ),
+    Case(
+        "negated_prose_percents",
+        lambda n: "Confidence: 0.35\n" + fill("not 90% sure ", n),
+        0.35,
+        None,
+        "77,000 negated prose percents (not statements)",
+    ),
+    Case(
+        "prose_percents_repeated",
+        lambda n: fill("I'm 90% sure ", n) + "I am 15 % certain",
+        0.15,
+        None,
+        "77,000 prose statements; the last wins",
+    ),
+    Case(
+        "is_forms_repeated",
+        lambda n: "Confidence: 0.45 " + fill("my confidence is ", n),
+        0.45,
+        None,
+        "`confidence is` without a number, 60,000 times",
+    ),
+    Case(
+        "prose_labels_repeated",
+        lambda n: "<confidence>0.25</confidence>" + fill("Note on confidence: rough ", n),
+        0.25,
+        None,
+        "labels followed by prose (not statements)",
+    ),
+    Case(
+        "table_cells_repeated",
+        lambda n: fill("| Confidence | ", n) + "0.6 |",
+        0.6,
+        None,
+        "markdown table cells back to back",
+    ),
+    Case(
+        "fullwidth_digit_run",
+        lambda n: "Confidence: " + fill("\uff19", n),
+        None,
+        None,
+        "a 1 MB full-width number (malformed: too long)",
+    ),
+    Case(
+        "approximations_repeated",
+        lambda n: "Confidence: " + fill("about ", n),
+        None,
+        None,
+        "an approximation word with no number, 160,000 times",
     ),
     Case(
         "open_angles",

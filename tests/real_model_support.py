@@ -165,10 +165,20 @@ def stated_confidence(text: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def argument_confidence(args: dict[str, Any]) -> float:
-    """A `confidence` tool argument as the docs say it is read: above 1 it is a percentage, then clipped."""
-    value = float(args["confidence"])
-    return min(1.0, max(0.0, value / 100.0 if value > 1.0 else value))
+def argument_confidence(args: dict[str, Any]) -> float | None:
+    """A `confidence` tool argument as the docs say it is read with no scale declared: 0 and a
+    decimal at most 1 as written, below 0 clipped to 0; 10 < x <= 100 a percentage (the only
+    scale it fits), above 100 clipped to 1; 1..10 otherwise could be on several scales: None."""
+    raw = args["confidence"]
+    value = float(raw)
+    point = isinstance(raw, float) or (isinstance(raw, str) and any(c in raw.lower() for c in ".e"))
+    if value < 0.0:
+        return 0.0
+    if value == 0.0 or (point and value <= 1.0):
+        return value
+    if value > 100.0:
+        return 1.0
+    return value / 100.0 if value > 10.0 else None
 
 
 def parses(text: str) -> bool:

@@ -62,10 +62,30 @@ def timed(fn, *args, **kwargs):
 # ------------------------------------------------------------------ statements with a reference
 
 
+SCALE_TOPS = {"percent": 100, "0-1": 1, "1-10": 10, "1-5": 5}
+
+
+def plain_reference(x: float, point: bool, scale: str | None) -> tuple[float | None, str]:
+    """A plain non-negative number x (written with a point or not) on the declared scale, as
+    the grammar states it: 0 and decimals <= 1 are probabilities; else x / top (clipped above
+    top); undeclared, only 10 < x <= 100 (percent alone fits) is read, above 100 clipped."""
+    if x == 0 or (point and x <= 1):
+        return x, "ok"
+    if scale is None:
+        return (1.0, "clipped") if x > 100 else (x / 100, "ok") if x > 10 else (None, "ambiguous")
+    top = SCALE_TOPS[scale]
+    return (x / top, "ok") if x <= top else (1.0, "clipped")
+
+
 @st.composite
-def written_values(draw):
-    """(VALUE as written, reference reading (value, status)) from how the number is written."""
-    kind = draw(st.sampled_from(["unit", "percent", "int_percent", "decimal_above", "int_above", "negative", "word"]))
+def written_values(draw, scale: str | None = None):
+    """(VALUE as written, reference reading (value, status)) from how the number is written.
+    The reference is None for words that are prose after a label (not a statement there)."""
+    kind = draw(
+        st.sampled_from(
+            ["unit", "percent", "int", "decimal_above", "plus_int", "negative", "fraction", "level", "word", "prose"]
+        )
+    )
     if kind == "unit":  # a decimal in [0, 1]
         x = draw(st.integers(0, 10**4)) / 10**4
         return f"{x:.4f}", (x, "ok")
@@ -74,20 +94,25 @@ def written_values(draw):
         text = f"{x:.1f}%" if draw(st.booleans()) else f"{x:.1f} %"
         v = x / 100
         return text, ((v, "ok") if v <= 1 else (1.0, "clipped"))
-    if kind == "int_percent":  # digits only: 0 and 1 are themselves, 2..100 percent, above clipped
+    if kind in ("int", "plus_int"):  # digits only: on the declared scale
         n = draw(st.integers(0, 400))
-        if n <= 1:
-            return str(n), (float(n), "ok")
-        return str(n), ((n / 100, "ok") if n <= 100 else (1.0, "clipped"))
-    if kind == "decimal_above":  # written with a point and above 1: never rescaled
+        return ("+" if kind == "plus_int" else "") + str(n), plain_reference(n, False, scale)
+    if kind == "decimal_above":  # written with a point and above 1: on the declared scale too
         x = draw(st.integers(1001, 10**6)) / 1000
-        return f"{x:.3f}", (1.0, "clipped")
-    if kind == "int_above":
-        return f"+{draw(st.integers(2, 10**6))}", (1.0, "clipped")
+        return f"{x:.3f}", plain_reference(x, True, scale)
     if kind == "negative":
         x = draw(st.integers(1, 10**6)) / 1000
         return f"-{x:.3f}", (0.0, "clipped")
-    return draw(st.sampled_from(["high", "low", "n/a", "unknown", "?", "nan"])), (None, "malformed")
+    if kind == "fraction":  # a/b carries its own scale
+        b = draw(st.integers(1, 20))
+        a = draw(st.integers(0, 25))
+        text = f"{a}/{b}" if draw(st.booleans()) else f"{a} out of {b}"
+        return text, ((a / b, "ok") if a <= b else (1.0, "clipped"))
+    if kind == "level":
+        return draw(st.sampled_from(["high", "low", "medium"])), (None, "ambiguous")
+    if kind == "prose":  # after a label, not a statement; in a tag or a JSON key, malformed
+        return draw(st.sampled_from(["n/a", "unknown", "nan", "unsure"])), None
+    return draw(st.sampled_from(["?", "0.5x", "1e"])), (None, "malformed")
 
 
 FORMS = (
@@ -108,17 +133,30 @@ FILLER = st.text(
 ) | st.sampled_from(["", "<", "</", ">", "**", "Action:", "Final Answer:", "\r\n", "0.5", "%", "\ud800", "🙂"])
 
 
-@given(st.lists(st.tuples(st.sampled_from(FORMS), written_values(), FILLER), max_size=6), FILLER)
+SCALES = st.sampled_from([None, "percent", "0-1", "1-10", "1-5"])
+
+
+@st.composite
+def statements_on_a_scale(draw):
+    scale = draw(SCALES)
+    items = draw(st.lists(st.tuples(st.sampled_from(FORMS), written_values(scale), FILLER), max_size=6))
+    return scale, items
+
+
+@given(statements_on_a_scale(), FILLER)
 @fuzz_settings(400)
-def test_the_last_generated_statement_is_the_reading(statements, tail):
+def test_the_last_generated_statement_is_the_reading(scaled, tail):
+    scale, statements = scaled
     parts, expected = [], (None, "missing")
     for form, (written, reference), filler in statements:
-        if form.startswith("{"):  # a key's VALUE ends at a space: "85 %" is written "85%" there
+        if form.startswith("{"):  # a key's unquoted VALUE ends at a space: "85 %" is written "85%" there
             written = written.replace(" %", "%")
         parts.append(filler + "\n" + form.format(written) + "\n")
+        if reference is None:  # prose after a label is no statement; a tag or a key is one
+            reference = (None, "malformed") if form.startswith(("<", "{")) else expected
         expected = reference
     text = "".join(parts) + tail
-    found = timed(VerbalConfidenceExtractor().from_text, text)
+    found = timed(VerbalConfidenceExtractor(verbal_scale=scale).from_text, text)
     value, status = expected
     assert found.status == status, (text, found, expected)
     if value is None:
@@ -234,7 +272,7 @@ def test_the_last_call_stating_a_confidence_wins(calls):
         else:
             written, reference = call
             args.append({"query": f"q{i}", "confidence": written})
-            expected = reference
+            expected = (None, "malformed") if reference is None else reference  # an argument is a statement
     found = VerbalConfidenceExtractor().from_arguments(args)
     assert found.status == expected[1]
     assert (found.value is None) == (expected[0] is None)

@@ -197,10 +197,11 @@ def test_action_text_locates_a_tool_call_string():
         ("My confidence: 0.9.", 0.9, "ok"),
         ('{"answer": "x", "confidence": 0.35}', 0.35, "ok"),
         ('{"confidence": "72%"}', 0.72, "ok"),
-        ("<confidence>1.3e0</confidence>", 1.0, "clipped"),  # a decimal above 1 is not rescaled
+        ("<confidence>1.3e0</confidence>", None, "ambiguous"),  # above 1, no scale declared: 1-5? 1-10? percent?
         ("Confidence: 150%", 1.0, "clipped"),
         ("<confidence>-0.2</confidence>", 0.0, "clipped"),
-        ("<confidence>high</confidence>", None, "malformed"),
+        ("<confidence>high</confidence>", None, "ambiguous"),  # a level, and no mapping of levels given
+        ("<confidence>unsure</confidence>", None, "malformed"),
         ("<confidence></confidence>", None, "malformed"),
         ("I am fairly confident.", None, "missing"),
         ("", None, "missing"),
@@ -218,7 +219,7 @@ def test_verbal_confidence_from_tool_arguments_and_configuration():
     assert ex.from_arguments('{"confidence": 90}').value == pytest.approx(0.9)
     assert ex.from_arguments({"confidence": True}).status == "malformed"
     assert ex.from_arguments({"query": "x"}).status == "missing"
-    strict = VerbalConfidenceExtractor(percent_without_sign=False, argument_keys=("p_success",))
+    strict = VerbalConfidenceExtractor(verbal_scale="0-1", argument_keys=("p_success",))
     assert strict.from_text("Confidence: 85").status == "clipped"
     assert strict.from_arguments({"p_success": "0.25"}).value == 0.25
     custom = VerbalConfidenceExtractor(patterns=(r"P\(success\)\s*=\s*(\S+)",))

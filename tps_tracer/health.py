@@ -8,7 +8,8 @@ trouble in one `HealthLedger`, shared by all of them, so a user reads it in one 
 One vocabulary, a category and a kind per count:
 
 - rejected: input refused, the rest of the run kept (invalid_forecast, invalid_horizon,
-  invalid_metadata, invalid_outcome_label, ...);
+  invalid_metadata, invalid_outcome_label, invalid_verbal_scale, an ambiguous stated
+  confidence under its reason: confidence_undeclared_scale, confidence_wide_range, ...);
 - abandoned: runs finished before their end was seen, recorded with stop reason "other"
   (idle, evicted, closed, shutdown, queue_full);
 - dropped: events lost before they were applied (queue_full, after_close);

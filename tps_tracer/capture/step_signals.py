@@ -16,6 +16,8 @@ gives None for the signals it feeds and is counted in the shared `HealthLedger`
 | category  | kind                | when                                                         |
 |-----------|---------------------|--------------------------------------------------------------|
 | malformed | confidence          | the last confidence statement is not a number                |
+| rejected  | confidence_<reason> | an ambiguous statement, refused (undeclared_scale, wide_range, |
+|           |                     | qualitative, comma, bound, odds, revised, conflicting_keys)   |
 | malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)     |
 | malformed | logprobs            | parse_logprobs rejects the payload (token signals None, the  |
 |           |                     | verbal confidence kept)                                      |
@@ -54,8 +56,14 @@ class SignalExtractor:
         action_span: SpanLocator = DEFAULT_ACTION_SPAN,
         top_k: int = DEFAULT_TOP_K,
         health: HealthLedger | None = None,
+        verbal_scale: str | None = None,
     ):
-        self.confidence = confidence or VerbalConfidenceExtractor()
+        """verbal_scale: the scale of bare numbers in stated confidences ("percent", "0-1",
+        "1-10", "1-5"; None: only numbers that fit one scale are read), for the default
+        `confidence` extractor; give one or the other."""
+        if confidence is not None and verbal_scale is not None:
+            raise ValueError("give verbal_scale to the VerbalConfidenceExtractor passed as `confidence`, not both")
+        self.confidence = confidence or VerbalConfidenceExtractor(verbal_scale=verbal_scale)
         self.action_span = action_span
         self.top_k = top_k
         self.health = health if health is not None else HealthLedger()
@@ -70,15 +78,16 @@ class SignalExtractor:
         self._count("extraction_error")
         self.health.count("error", "signal_extraction", f"{where} failed ({type(exc).__name__}: {exc}); signal is None")
 
-    def verbal(self, text: str | None, tool_arguments: Any = None) -> float | None:
+    def verbal(self, text: str | None, tool_arguments: Any = None, verbal_scale: str | None = None) -> float | None:
         """Stated confidence from the text, else from the tool calls' arguments.
 
         tool_arguments: one call's arguments (a mapping or its JSON string) or a sequence of
-        them, one per parallel tool call; the last call that states a confidence wins."""
+        them, one per parallel tool call; the last call that states a confidence wins.
+        verbal_scale: this call's scale of bare numbers (None: the extractor's)."""
         try:
-            found = self.confidence.from_text(text)
+            found = self.confidence.from_text(text, verbal_scale)
             if found.status == "missing" and tool_arguments is not None:
-                found = self.confidence.from_arguments(tool_arguments)
+                found = self.confidence.from_arguments(tool_arguments, verbal_scale)
         except Exception as exc:  # a custom pattern or argument object that misbehaves
             self._internal_error("verbal confidence", exc)
             return None
@@ -90,7 +99,15 @@ class SignalExtractor:
             return
         self._count(f"verbal_{found.status}")
         if found.status == "malformed":
-            self.health.count("malformed", "confidence", "a confidence statement that is not a number; verbal is None")
+            self.health.count(
+                "malformed",
+                "confidence",
+                f"a confidence statement that is not a number ({found.reason}); verbal is None",
+            )
+        elif found.status == "ambiguous":  # refused, under its own reason (undeclared_scale, wide_range, ...)
+            self.health.count(
+                "rejected", f"confidence_{found.reason}", f"an ambiguous confidence ({found.reason}); verbal is None"
+            )
         elif found.status == "clipped":
             self.health.count(
                 "malformed", "confidence_clipped", f"a stated confidence outside [0, 1] was clipped to {found.value}"
@@ -114,6 +131,7 @@ class SignalExtractor:
         logprobs: Any = None,
         tool_arguments: Any = None,
         action_text: str | None = None,
+        verbal_scale: str | None = None,
     ) -> dict[str, float | None]:
         """The five per-step forecasts; never raises.
 
@@ -122,6 +140,8 @@ class SignalExtractor:
         tool_arguments: tool calls' arguments (one mapping / JSON string, or a sequence of
           them, one per parallel call), read for a `confidence` when the text has none.
         action_text: locate the action as this exact string instead of with `action_span`.
+        verbal_scale: this call's scale of bare numbers in the stated confidence (None: the
+          extractor's; a run's `tps_verbal_scale` metadata arrives here).
         """
         out: dict[str, float | None] = dict.fromkeys(PREDICTORS)
         try:
@@ -129,7 +149,7 @@ class SignalExtractor:
         except Exception as exc:  # parse_logprobs only raises LogprobsFormatError; a guard
             self._internal_error("logprobs parsing", exc)
             lp = None
-        out[VERBAL] = self.verbal(text if text is not None else (lp.text if lp else None), tool_arguments)
+        out[VERBAL] = self.verbal(text if text is not None else (lp.text if lp else None), tool_arguments, verbal_scale)
         if lp is None:
             return out
         try:

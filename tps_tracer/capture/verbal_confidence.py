@@ -3,185 +3,308 @@
 The grammar (the README's "Verbal confidence" section says the same)
 =====================================================================
 
-Statements. Matching is case-insensitive; `confidence` is the keyword of all three forms.
+Statements. Matching is case-insensitive; `confidence` is the keyword of every form but the
+last. The keyword must not be glued to a word before it: `overconfidence`, `self-confidence`,
+`low_confidence` are not statements.
 
-- tag:   `<confidence>VALUE</confidence>` (the paper's format). The inner text runs to the
-  next `<`; an unclosed tag (truncated output) is not a statement.
-- key:   `"confidence": VALUE` or `'confidence': VALUE` (JSON / a Python dict in the text).
-  VALUE ends at whitespace or one of `, ; < } ]`.
-- label: `confidence`, optionally `confidence level` / `confidence score` (separated by a
-  space, `_` or `-`), optionally in markdown emphasis (`**`, `*`, `__`, `_`) before or
-  after the colon, then `:` or `=`, then VALUE: `Confidence: 85%`, `My confidence = 0.9.`,
-  `**Confidence:** 0.7`, `*Confidence*: 70%`, `__Confidence__: 0.7`, `confidence_score=0.4`.
-  The keyword must not follow a letter or digit (`overconfidence: 3` is not a statement).
-  VALUE ends at whitespace or one of `, ; <` (a decimal comma, `0,8`, stays in VALUE and
-  makes it malformed rather than reading 0).
+- tag:   `<confidence>VALUE</confidence>`. The inner text runs to the next `<`; an unclosed
+  tag (truncated output) is not a statement.
+- key:   `"confidence": VALUE` (JSON, or `'...'` in a Python dict), also `confidence_score`,
+  `confidence_level`, `confidence_value`, `confidenceScore`, `confidence-score`. VALUE is a
+  quoted string or runs to whitespace or one of `, ; < } ]`.
+- label: `confidence`, optionally followed by `level` / `score` / `value` / `estimate` /
+  `rating` (separated by a space, `_` or `-`), optionally a scale in brackets (`(1-10)`,
+  `[0-100]`, `(out of 5)`, `(%)`: the statement's own scale, over any declared one),
+  optionally in markdown emphasis, then `:`, `=`
+  or `|` (a markdown table row), then VALUE: `Confidence: 85%`, `**Confidence:** 0.7`,
+  `| Confidence | 0.85 |`, `confidence_score=0.4`. VALUE must START like a value (a digit, a
+  sign, a point, an approximation or bound word, a quote or markdown before them, a
+  qualitative level): otherwise the label is prose (`Note on confidence: rough`, `Confidence:
+  unknown`) and not a statement.
+- is:    `confidence [level|score] is|was|of|at NUMBER`: `My confidence is 0.9`, `a
+  confidence of 80%` (a number must follow; `confidence is high` is not a statement).
+- prose: a whole percent before `sure`, `confident` or `certain`: `I'm 90% sure`; not when
+  negated or bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure`).
 
-Whitespace between the colon and VALUE: at most 16 characters for a label, 64 for a key
-(more, and VALUE is empty: malformed). Anything else (`I am 80% confident`, `confidence is
-high`) is not a statement.
+The last statement wins: of all statements, the one that starts last (a keyword, or the
+number of a prose percent) is the step's confidence, even when it is refused (then the step
+has None, counted): `<confidence>0.6</confidence> ... Confidence: 80%` is 0.8. No statement:
+None ("missing").
 
-The last statement wins: of all statements in the text, in any form, the one whose keyword
-comes last is the step's confidence, even if it is malformed (then the step has None):
-`<confidence>0.6</confidence> ... Confidence: 80%` is 0.8. No statement: None ("missing").
+VALUE is read from the original text (`confidence_value.py`): NFKC, every Unicode decimal
+digit as ASCII (`0.８`, `0.٨`, `0.८` are 0.8), dashes as `-`, `≈` as `~`. Leading quotes,
+backticks, markdown and brackets are skipped; the expression at the start is read and must
+end at a boundary (end, whitespace, punctuation): `0.8 because ...` is 0.8, `0.8abc` is
+malformed. Numbers: `[+-]digits[.digits][e[+-]digits]` or `.digits`, a decimal comma (`0,8`,
+`85,5%`) unless it could be a thousands separator (`1,000`: ambiguous).
 
-VALUE. Surrounding whitespace, quotes, backticks and markdown `*` / `_` are removed, and
-trailing sentence punctuation (`. ! ? )`); what remains must be a number written with ASCII
-digits, `[+-]digits[.digits][e[+-]digits]`, optionally followed by `%` (one space allowed
-before it). A VALUE longer than 64 characters, or anything else, is malformed (None).
+Scales are declared, not guessed: `verbal_scale` ("percent", "0-1", "1-10", "1-5"; per
+extractor, per adapter, per call, or a run's `tps_verbal_scale` metadata). A plain number x
+(no `%`) other than 0 and a decimal at most 1 is read on it as x / top (top: 100, 1, 10, 5),
+clipped to 1 above top. Undeclared, it is read only when one scale alone fits it.
 
-| written                                   | read as                                  | status    |
-|-------------------------------------------|------------------------------------------|-----------|
-| `0`, `0.85`, `.85`, `1`, `1.0`, `8.5e-1`   | the number                               | ok        |
-| `85%`, `85.5 %`, `100%`                    | number / 100                             | ok        |
-| `150%`, `-5%`                              | number / 100, clipped to [0, 1]          | clipped   |
-| `85`, `100`: digits only, no sign, 1 < x <= 100 | x / 100 (percent; `percent_without_sign=False`: clipped to 1) | ok |
-| `1.2`, `1.5`, `85.0`, `1.3e0`, `+85`: not digits only, above 1 | not rescaled: clipped to 1.0 | clipped |
-| `150`, `101`: digits only, above 100       | clipped to 1.0                           | clipped   |
-| `-0.2`, `-3`                               | clipped to 0.0                           | clipped   |
-| `1e999`, `-1e999` (overflow)               | clipped to 1.0 / 0.0                     | clipped   |
-| `high`, ``, `nan`, `0,8`, `8/10`, `８５`, 65+ characters | None                       | malformed |
-| no statement                              | None                                     | missing   |
+| written                                        | read as                       | status / reason              |
+|------------------------------------------------|-------------------------------|------------------------------|
+| `0`, `0.85`, `.85`, `1.0`, `8.5e-1`, `0,85`    | the number, on every scale    | ok                           |
+| `85%`, `85.5 %`, `85 percent`, `100%`          | number / 100                  | ok                           |
+| `150%`, `-5%`, `-0.2`, `1e999`                 | clipped to [0, 1]             | clipped                      |
+| `8` on 1-10 / 1-5 / percent / 0-1              | 0.8 / 1.0 / 0.08 / 1.0        | ok / clipped / ok / clipped  |
+| `1`..`10`, `1.2`, `7.5`, undeclared            | None (1-5? 1-10? percent?)    | ambiguous / undeclared_scale |
+| `11`..`100`, `85.5`, undeclared                | x / 100 (only percent fits)   | ok                           |
+| `101`, `150`, undeclared                       | clipped to 1.0                | clipped                      |
+| `8/10`, `3 out of 4`, `1 in 3`, `4 (out of 5)` | a / b, on every scale         | ok (`12/10`: clipped)        |
+| `50/50`, `3:1`                                 | None (odds)                   | ambiguous / odds             |
+| `0.9 -> 0.7`, `90% => 70%`                     | None (which one?)             | ambiguous / revised          |
+| `8/0`                                          | None                          | malformed / zero_denominator |
+| `~80%`, `≈0.8`, `about 0.8`, `roughly 80%`     | the number                    | ok                           |
+| `80-90%`, `0.7-0.8`, `between 70% and 80%`     | the midpoint (hi - lo <= 0.2) | ok                           |
+| `50-90%`                                       | None                          | ambiguous / wide_range       |
+| `90-80%`                                       | None                          | malformed / range_order      |
+| `95-105%`                                      | None                          | malformed / range_outside    |
+| `>0.8`, `at least 80%`, `less than 0.5`        | None                          | ambiguous / bound            |
+| `High (0.85)`, `high - 85%`, `0.85 (high)`     | the number                    | ok                           |
+| `high`, `medium`, `low`, `very high`           | `levels` mapping, else None   | ok / ambiguous / qualitative |
+| `1,000`                                        | None                          | ambiguous / comma            |
+| `?`, `0.8abc`, `élevée`                        | None                          | malformed / not_a_number     |
+| a number over 64 chars, a VALUE over 256       | None                          | malformed / too_long         |
+| no statement                                   | None                          | missing                      |
 
-Tool calls. `from_arguments` reads the `confidence` argument (`argument_keys`) of one
-call's arguments (a mapping, or its JSON string; a string that is not JSON is read as
-text), or of a sequence of calls (parallel tool calls): the last call that states one
-wins, as in text. A JSON number follows the same table (an int 85 is percent, a float 85.0
-is clipped); a bool, a NaN or a non-scalar is malformed. `SignalExtractor` reads the
-arguments only when the text has no statement: the text has priority.
+Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
+`confidence`, `Confidence`, `confidence_score`, `confidenceLevel`...) of one call's arguments
+(a mapping, or its JSON string; a string that is not JSON is read as text), or of a sequence
+of calls (parallel tool calls): the last call that states one wins, as in text. Two keys of
+one call that disagree are refused (ambiguous / conflicting_keys). A JSON int is a bare
+integer, a float a decimal (same table); a bool, a NaN or a non-scalar is malformed.
+`SignalExtractor` reads the arguments only when the text has no statement.
 
-Time. The default grammar runs in time linear in the text, with a bounded amount of work
-per position. It is matched case-insensitively on an ASCII-folded copy of the text
-(`text_folding.folded`, ~1 ms per MB). Every quantifier that could meet another one is
-bounded (`{0,64}`) or over a class disjoint from its neighbours, and one regular
-expression, `(?s:.*)(?:statement)`, finds the LAST statement by backtracking from the end,
-so the search stops at the first statement from the end and never collects all of them.
-The tag's inner text is the one unbounded part; it stops at the next `<`, so no two
-attempts scan the same characters. The whole text is read (no truncation): 1 MB of
-adversarial text takes at most ~20 ms (tests/benchmarks/bench_extraction.py).
-Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
-the text as given, and the match that starts last wins.
+Time. Linear in the text, a bounded amount of work per position. The statements are found on
+an ASCII-folded copy (`text_folding.folded`, one byte per character, ~1 ms per MB), so an
+offset there is an offset in the text, from which VALUE is then read. Two regular
+expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
+the LAST statement of their family by backtracking from the end, the engine jumping between
+the literal's occurrences; every quantifier that could meet another is bounded or over a
+disjoint class, and VALUE is a lookahead window of at most 128 characters, so the search
+stops at the first statement from the end and never collects all of them. The whole text is
+read (no truncation): 1 MB of adversarial text takes at most ~35 ms
+(tests/benchmarks/bench_extraction.py). Custom `patterns` are the user's: they run with
+`finditer` (re.IGNORECASE | re.DOTALL) on the text as given, the match that starts last wins.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from tps_tracer.capture.confidence_value import (
+    DEFAULT_LEVELS,
+    MISSING,
+    SCALES,
+    UNDECLARED,
+    Confidence,
+    Status,
+    ambiguous,
+    check_levels,
+    check_scale,
+    from_json_number,
+    normalise,
+    read_value,
+)
 from tps_tracer.capture.text_folding import folded
 
-Status = Literal["ok", "clipped", "missing", "malformed"]
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "SCALES",
+    "UNDECLARED",
+    "Confidence",
+    "Status",
+    "VerbalConfidenceExtractor",
+    "statement_patterns",
+]
 
-MAX_VALUE_CHARS = 64
+WINDOW = 128  # characters of VALUE read after a label or key (the expression at its start is read)
 
+# The keyword, not glued to a word before it: `overconfidence`, `self-confidence`,
+# `low_confidence` are not statements (the lookbehinds include the keyword so the engine
+# meets the literal first).
+_KW = r"confidence(?<![a-z0-9]confidence)(?<![a-z0-9][-_]confidence)"
+_SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating))?"
 _SEP = r"(?:\*\*?|__?)?"  # optional markdown emphasis around the label or its colon
-# The three forms, written lower-case: the default path runs them on `folded(text)`, a
-# custom `patterns` list on the text with re.IGNORECASE. Each starts with the keyword (so
-# the engine can search for that literal) and checks what precedes it with a lookbehind.
-# Each has one group: the raw VALUE.
-TAG_PATTERN = r"confidence(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
-KEY_PATTERN = r"confidence(?<=[\"']confidence)[\"'][ \t]{0,8}:\s{0,64}([^\s,;<}\]]{0,65})"
-LABEL_PATTERN = (
-    r"confidence(?<![^\W_]confidence)(?:[ \t_-]{1,3}(?:level|score))?"
-    + _SEP
-    + r"[ \t]{0,8}[:=]"
-    + _SEP
-    + r"\s{0,16}([^\s,;<]{0,65}(?:,[0-9]|[ \t]%)?)"
+# A scale written in the label, `Confidence (1-10): 8`, `Confidence [0-100]:`, `(out of 5)`, `(%)`:
+# the statement declares its own scale (`?` on the folded text: an en dash).
+_ANNOTATION = (
+    r"(?:[ \t]{0,3}[(\[][ \t]{0,2}(?:[01][ \t]{0,2}(?:-|to|\?)[ \t]{0,2}(?:100|10|5|1)|%|percent"
+    r"|(?:out of|/)[ \t]{0,2}(?:100|10|5))[ \t]{0,2}[)\]])?"
 )
-DEFAULT_PATTERNS: tuple[str, ...] = (TAG_PATTERN, KEY_PATTERN, LABEL_PATTERN)
-
-# The last statement of any form: greedy `.*` backtracks from the end, so the first match
-# is the one whose keyword comes last. Run on the ASCII-folded text (`folded`).
-_LAST_STATEMENT = re.compile(("(?s:.*)(?:" + "|".join(DEFAULT_PATTERNS) + ")").encode("ascii"))
-
-
-_VALUE = re.compile(r"([-+]?)([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?(?:[ \t]?(%))?")
-_STRIP_BOTH = " \t\r\n\"'`*_"
-_STRIP_END = ".!?)" + _STRIP_BOTH
-
-
-@dataclass(frozen=True)
-class Confidence:
-    value: float | None
-    status: Status
-
-
-MISSING = Confidence(None, "missing")
-MALFORMED = Confidence(None, "malformed")
+_READ_ANNOTATION = re.compile(
+    r"[(\[]\s*(?:[01]\s*(?:-|to)\s*(?P<top>100|10|5|1)|(?P<pct>%|percent)|(?:out of|/)\s*(?P<of>100|10|5))\s*[)\]]"
+)
+_TOP_SCALES = {"100": "percent", "10": "1-10", "5": "1-5", "1": "0-1"}
+_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
+_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
+# Where a number can start. `?` is any non-ASCII character on the folded text (a full-width
+# or Arabic-Indic digit, `≈`, a no-break space): the VALUE is read from the original text.
+_NUMBER_START = (
+    r"(?:[\"'`*_(\[?~>]{0,4}[ \t]{0,2}(?:(?:"
+    + _APPROX_WORDS
+    + "|"
+    + _BOUND_WORDS
+    + r"|between)[ \t]{1,3})?(?:[0-9?]|[-+.][0-9]))"
+)
+_WINDOW = r"(?=([^\n<]{0," + str(WINDOW) + r"}))"  # a lookahead: the next statement stays findable
+_NEGATIONS = ("not", "than", "least", "most", "over", "under", "above", "below")
+_PROSE_TAIL = r"[ \t]{1,2}(?:sure|confident|certain)(?![a-z])"
 
 
-def _clip(value: float) -> Confidence:
-    if 0.0 <= value <= 1.0:
-        return Confidence(value + 0.0, "ok")  # + 0.0: -0.0 reads as 0.0
-    return Confidence(1.0 if value > 1.0 else 0.0, "clipped")
+def _forms(levels: Sequence[str]) -> tuple[str, str, str, str]:
+    """What follows the keyword in each keyword form: tag, key, label (`:`), and `is`/`of`."""
+    words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
+    value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
+    tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
+    key = (
+        r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value))?[\"'][ \t]{0,8}:\s{0,64}"
+        r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
+    )
+    # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
+    label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}(?!\s)" + value_start + _WINDOW
+    prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")" + _WINDOW
+    return tag, key, label, prose_is
+
+
+def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...]:
+    """The statement forms (lower case, one group each: the raw VALUE); `levels`: the qualitative words."""
+    tag, key, label, prose_is = _forms(levels)
+    # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or
+    # bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure` are not statements).
+    behind = r"(?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS)
+    prose_pct = r"([0-9]" + behind + r"[0-9]{0,2}[ \t]?%)" + _PROSE_TAIL
+    return (
+        "confidence" + tag,
+        "confidence" + key,
+        _KW + _SUFFIX + label,
+        _KW + _SUFFIX + prose_is,
+        prose_pct,
+    )
+
+
+DEFAULT_PATTERNS: tuple[str, ...] = statement_patterns()
+
+
+def _percent_behind(width: int, space: str) -> str:
+    """At a `%`: a whole number of `width` digits (then `space`) before it, alone and not negated."""
+    num = "[0-9]" * width + space + "%"
+    return "(?:(?<=" + num + ")(?<![0-9.,/-]" + num + ")" + "".join(f"(?<!{w} {num})" for w in _NEGATIONS) + ")"
+
+
+# The prose form as the one-pass search runs it: anchored on its `%` (a literal, so the engine
+# skips to the candidates), the words after it checked first (most `%` are not before `sure`),
+# then the number by fixed-width lookbehinds. Reads what
+# DEFAULT_PATTERNS' prose form reads (tests/test_capture_fuzz.py checks both paths alike).
+_PERCENT_FAST = re.compile(
+    (
+        "(?s:.*)%(?="
+        + _PROSE_TAIL
+        + ")(?:"
+        + "|".join(_percent_behind(w, sp) for w in (1, 2, 3) for sp in ("", "[ \t]"))
+        + ")"
+    ).encode("ascii")
+)
+_PERCENT_NUMBER = re.compile(rb"[0-9]{1,3}[ \t]?$")
+
+
+@functools.lru_cache(maxsize=32)
+def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
+    # The last keyword statement of any form: greedy `.*` backtracks from the end, so the first
+    # match is the one whose keyword comes last; the keyword is a literal right after `.*`,
+    # so the engine jumps between its candidates, and the label and `is` forms share their
+    # keyword checks. The same forms as statement_patterns (groups in the same order).
+    tag, key, label, prose_is = _forms(levels)
+    # A cheap first check: only these characters can follow the keyword of a label or `is` form.
+    words = _KW[len("confidence") :] + r"(?=[ \t_*:=|(\[-])" + _SUFFIX
+    source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + words + "(?:" + label + "|" + prose_is + "))"
+    return re.compile(source.encode("ascii"))
+
+
+def _normal_key(key: str) -> str:
+    return re.sub(r"[\s_-]", "", key.lower())
 
 
 @dataclass
 class VerbalConfidenceExtractor:
-    """Configurable parser of stated confidences (see the module docstring for the grammar)."""
+    """Configurable parser of stated confidences (see the module docstring for the grammar).
 
-    patterns: Sequence[str] = DEFAULT_PATTERNS
-    argument_keys: Sequence[str] = ("confidence",)
-    percent_without_sign: bool = True
-    _compiled: list[re.Pattern[str]] | None = field(init=False, repr=False)
+    verbal_scale: the scale of bare numbers ("percent", "0-1", "1-10", "1-5"); None: only
+      numbers that fit a single scale are read, the others are refused as ambiguous.
+    levels: optional mapping of qualitative levels to numbers ({"high": 0.9, ...}); None:
+      `Confidence: high` is refused (ambiguous / qualitative).
+    """
+
+    patterns: Sequence[str] | None = None
+    argument_keys: Sequence[str] = ("confidence", "confidence_score", "confidence_level", "confidence_value")
+    verbal_scale: str | None = None
+    levels: Mapping[str, float] | None = None
+    _levels: dict[str, float] = field(init=False, repr=False)
+    _fast: re.Pattern[bytes] | None = field(init=False, repr=False)
+    _compiled: list[re.Pattern[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # The default grammar (the DEFAULT_PATTERNS tuple itself) takes the one-pass path on the
-        # folded text; other patterns run one by one as given (so does a list holding the
-        # default patterns, which the tests use to check that both paths read alike).
-        default = tuple(self.patterns) == DEFAULT_PATTERNS and isinstance(self.patterns, tuple)
-        self._compiled = None if default else [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
+        check_scale(self.verbal_scale)
+        self._levels = check_levels(self.levels)
+        levels = tuple(DEFAULT_LEVELS) + tuple(self._levels)
+        self._keys = {_normal_key(k) for k in self.argument_keys}
+        # The default grammar takes the one-pass path on the folded text; other patterns run
+        # one by one as given (so does a list holding the default patterns, which the tests
+        # use to check that both paths read alike).
+        if self.patterns is None:
+            self._fast, self._compiled = _keyword_regex(levels), []
+        else:
+            self._fast = None
+            self._compiled = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
 
     # ---------------------------------------------------------------- values
 
-    def _number(self, sign: str, digits: str, fraction: str | None, exponent: str | None, percent: bool) -> Confidence:
-        value = float(sign + digits + (exponent or ""))  # digits includes the fraction
-        if math.isnan(value):  # not reachable from the grammar; kept as a guard
-            return MALFORMED
-        if percent:
-            return _clip(value / 100.0)
-        integer = not sign and fraction is None and exponent is None and digits[:1] != "."
-        if integer and 1.0 < value <= 100.0 and self.percent_without_sign:
-            return Confidence(value / 100.0, "ok")
-        return _clip(value)
+    def _scale(self, scale: str | None) -> str | None:
+        return self.verbal_scale if scale is None else check_scale(scale)
 
-    def scale(self, raw: str) -> Confidence:
-        """One VALUE (the text of a statement) read with the table of the module docstring."""
-        s = raw.strip(_STRIP_BOTH).rstrip(_STRIP_END).lstrip("(" + _STRIP_BOTH)
-        if not s or len(s) > MAX_VALUE_CHARS:
-            return MALFORMED
-        m = _VALUE.fullmatch(s)
-        if m is None:
-            return MALFORMED
-        sign, digits, fraction, exponent, percent = m.groups()
-        return self._number(sign, digits, fraction, exponent, percent is not None)
+    def scale(self, raw: str, verbal_scale: str | None = None) -> Confidence:
+        """One VALUE (the text of a statement) read with the grammar of the module docstring."""
+        return read_value(raw, self._scale(verbal_scale), self._levels)
 
-    def from_number(self, value: Any) -> Confidence:
-        """A JSON number (tool-call argument): an int follows the integer rows of the table."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return MALFORMED
-        if isinstance(value, int):  # compared, never converted: float(10**400) would raise
-            if 1 < value <= 100 and self.percent_without_sign:
-                return Confidence(value / 100.0, "ok")
-            if value > 1:
-                return Confidence(1.0, "clipped")
-            return Confidence(0.0, "clipped") if value < 0 else Confidence(float(value), "ok")
-        if math.isnan(value):
-            return MALFORMED
-        return _clip(value)
+    def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
+        """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
+        return from_json_number(value, self._scale(verbal_scale))
 
     # ---------------------------------------------------------------- text
 
-    def _last_statement(self, text: str) -> str | None:
-        if self._compiled is None:
-            last = _LAST_STATEMENT.match(folded(text))
-            if last is None:
-                return None
-            return next(g for g in last.groups() if g is not None).decode("ascii")
+    def _last_statement_fast(self, text: str) -> tuple[str, str] | None:
+        assert self._fast is not None
+        buf = folded(text)
+        keyword = self._fast.match(buf)
+        start = -1
+        if keyword is not None:
+            g = next(i for i in range(1, keyword.re.groups + 1) if keyword.group(i) is not None)
+            s, e = keyword.span(g)
+            start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
+        # A prose percent counts only after the keyword statement: search from there (its
+        # lookbehinds still see the text before), and not at all without a `%` (memchr).
+        percent = _PERCENT_FAST.match(buf, start + 1) if buf.find(b"%", start + 1) != -1 else None
+        if percent is not None:
+            at = percent.end() - 1  # the match ends right after its `%`
+            number = _PERCENT_NUMBER.search(buf, max(0, at - 4), at)
+            assert number is not None  # the lookbehinds checked it
+            if number.start() > start:
+                s, e = number.start(), at + 1
+        if keyword is None and percent is None:
+            return None
+        return text[s:e], text[start:s] if start >= 0 else ""  # same offsets as buf
+
+    def _last_statement(self, text: str) -> tuple[str, str] | None:
+        """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
+        if self._fast is not None:
+            return self._last_statement_fast(text)
         best: re.Match[str] | None = None
         for pattern in self._compiled:
             for m in pattern.finditer(text):
@@ -190,45 +313,54 @@ class VerbalConfidenceExtractor:
         if best is None:
             return None
         raw = best.group(1) if best.re.groups else best.group(0)
-        return "" if raw is None else raw  # an optional group that did not take part: malformed
+        return ("" if raw is None else raw), best.group(0)  # a group that did not take part: malformed
 
-    def from_text(self, text: str | None) -> Confidence:
-        """The last statement of the text (any form), read with the table; missing if none."""
+    def from_text(self, text: str | None, verbal_scale: str | None = None) -> Confidence:
+        """The last statement of the text (any form), read with the grammar; missing if none."""
         if not text or not isinstance(text, str):
             return MISSING
-        raw = self._last_statement(text)
-        return MISSING if raw is None else self.scale(raw)
+        found = self._last_statement(text)
+        if found is None:
+            return MISSING
+        raw, label = found
+        written = _READ_ANNOTATION.search(normalise(label)) if "(" in label or "[" in label else None
+        if written is not None:  # the statement's own scale wins over any declared one
+            verbal_scale = "percent" if written["pct"] else _TOP_SCALES[written["top"] or written["of"]]
+        return self.scale(raw, verbal_scale)
 
     # ---------------------------------------------------------------- tool calls
 
-    def _from_mapping(self, arguments: Mapping[str, Any]) -> Confidence:
-        for key in self.argument_keys:
-            if key in arguments:
-                v = arguments[key]
-                if isinstance(v, str):
-                    return self.scale(v)
-                return self.from_number(v)
-        return MISSING
+    def _from_mapping(self, arguments: Mapping[str, Any], scale: str | None) -> Confidence:
+        readings = [
+            self.scale(v, scale) if isinstance(v, str) else self.from_number(v, scale)
+            for k, v in arguments.items()
+            if isinstance(k, str) and _normal_key(k) in self._keys
+        ]
+        if not readings:
+            return MISSING
+        if any(r != readings[0] for r in readings[1:]):
+            return ambiguous("conflicting_keys")  # `confidence` and `confidence_score` that disagree
+        return readings[0]
 
-    def _from_one_call(self, arguments: Any) -> Confidence:
+    def _from_one_call(self, arguments: Any, scale: str | None) -> Confidence:
         if isinstance(arguments, str):
             try:
                 decoded = json.loads(arguments)
             except (ValueError, RecursionError):
-                return self.from_text(arguments)  # not JSON: maybe still a "confidence: 0.8" string
-            return self._from_mapping(decoded) if isinstance(decoded, Mapping) else MISSING
+                return self.from_text(arguments, scale)  # not JSON: maybe still a "confidence: 0.8" string
+            return self._from_mapping(decoded, scale) if isinstance(decoded, Mapping) else MISSING
         if isinstance(arguments, Mapping):
-            return self._from_mapping(arguments)
+            return self._from_mapping(arguments, scale)
         return MISSING
 
-    def from_arguments(self, arguments: Any) -> Confidence:
+    def from_arguments(self, arguments: Any, verbal_scale: str | None = None) -> Confidence:
         """A confidence passed as a tool-call argument: one call's arguments (a mapping or its
         JSON string), or a sequence of them, one per parallel call (the last that states one wins)."""
         if arguments is None or isinstance(arguments, (str, Mapping)):
-            return self._from_one_call(arguments)
+            return self._from_one_call(arguments, verbal_scale)
         if isinstance(arguments, Sequence) and not isinstance(arguments, (bytes, bytearray)):
             for call in reversed(arguments):
-                found = self._from_one_call(call)
+                found = self._from_one_call(call, verbal_scale)
                 if found.status != "missing":
                     return found
         return MISSING

@@ -144,6 +144,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         max_block: float = DEFAULT_MAX_BLOCK,
         clock: Callable[[], float] = time.monotonic,
+        verbal_scale: str | None = None,
     ):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
@@ -151,6 +152,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         {predictor: map}, adding "<predictor>+cal" forecasts as they are captured. repair_budget:
         None follows the agent's own retries (a run ending on malformed output is parse_error);
         an integer imposes a harness budget the agent does not enforce (tracking/trajectory.py).
+        verbal_scale: the scale of bare numbers in stated confidences ("percent", "0-1", "1-10",
+        "1-5"; a run's `tps_verbal_scale` metadata overrides it; None: only numbers that fit one
+        scale are read).
         background=False applies everything in the callback thread (deterministic, slower).
 
         Lifetimes: a run is open from its root's start to its end; a run paused by LangGraph's
@@ -172,6 +176,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             background=background,
             max_queue_size=max_queue_size,
             max_block=max_block,
+            verbal_scale=verbal_scale,
         )
         if idle_timeout is not None and not idle_timeout > 0:
             raise ValueError(f"idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")

@@ -154,10 +154,12 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
         max_block: float = DEFAULT_MAX_BLOCK,
+        verbal_scale: str | None = None,
     ):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
-        `tps_horizon` metadata or `tps.horizon` attribute overrides it)."""
+        `tps_horizon` metadata or `tps.horizon` attribute overrides it). verbal_scale: the scale of
+        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata)."""
         if capture and accumulator is None:
             raise ValueError("capture needs an accumulator")
         self.accumulator = accumulator
@@ -177,6 +179,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             background=background,
             max_queue_size=max_queue_size,
             max_block=max_block,
+            verbal_scale=verbal_scale,
         )
         self._clock = clock
         self._warned_open = False

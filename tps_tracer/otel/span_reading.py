@@ -36,7 +36,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
+from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY, VERBAL_SCALE_KEY
 
 OI_KIND = "openinference.span.kind"
 OI_OUTPUT_TEXT = "llm.output_messages.0.message.content"
@@ -135,7 +135,7 @@ def run_metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
     meta = _json(attributes.get(OI_METADATA))
     if isinstance(meta, Mapping):
         out.update({k: v for k, v in meta.items() if isinstance(k, str) and k.startswith("tps_")})
-    for key in (TRAJECTORY_ID_KEY, TASK_ID_KEY, HORIZON_KEY, OUTCOME_KEY):
+    for key in (TRAJECTORY_ID_KEY, TASK_ID_KEY, HORIZON_KEY, OUTCOME_KEY, VERBAL_SCALE_KEY):
         value = attributes.get(TRACELOOP_PROPERTIES + key)
         if value is not None:
             out.setdefault(key, value)

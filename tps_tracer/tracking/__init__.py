@@ -13,6 +13,7 @@ from tps_tracer.tracking.keys import (
     OUTCOME_KEY,
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
+    VERBAL_SCALE_KEY,
 )
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import StopDecision, TrajectoryState, decide_stop
@@ -24,6 +25,7 @@ __all__ = [
     "OUTCOME_KEY",
     "TASK_ID_KEY",
     "TRAJECTORY_ID_KEY",
+    "VERBAL_SCALE_KEY",
     "CaptureWorker",
     "StopDecision",
     "TrajectoryState",

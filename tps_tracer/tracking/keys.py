@@ -10,6 +10,8 @@ association properties) and span attributes that tps-tracer reads:
 | task_id             | -                     | the same, when `tps_task_id` is not given                  |
 | tps_horizon         | tps.horizon           | the run's step budget T, for max_steps stops               |
 | tps_outcome         | tps.outcome           | an outcome known up front (benchmarks), see `as_outcome`   |
+| tps_verbal_scale    | -                     | the scale of bare numbers in stated confidences of the run |
+|                     |                       | ("percent", "0-1", "1-10", "1-5"), over the adapter's      |
 | -                   | tps.stop_reason       | the stop reason, set by the application                    |
 | -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
 
@@ -34,6 +36,7 @@ MAX_VALUE_CHARS = 256
 FRAMEWORK_PREFIXES = ("tps_", "langgraph_", "checkpoint_", "ls_", "__")
 HORIZON_KEY = "tps_horizon"
 OUTCOME_KEY = "tps_outcome"
+VERBAL_SCALE_KEY = "tps_verbal_scale"
 
 # The paper's harness: up to two repair attempts per step, one more malformed output stops the run.
 DEFAULT_REPAIR_BUDGET = 2

@@ -19,14 +19,17 @@ stop-reason precedence and the horizon rule (`trajectory.py`), the outcome rules
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from tps_tracer.capture.confidence_value import UNDECLARED, check_scale
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.health import HealthLedger
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import VERBAL_SCALE_KEY
 from tps_tracer.tracking.trajectory import (
     StopDecision,
     TrajectoryState,
@@ -55,6 +58,7 @@ class TrajectoryTracker:
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         max_block: float = DEFAULT_MAX_BLOCK,
+        verbal_scale: str | None = None,
     ):
         # None (the default): parse errors follow the agent's own retries (trajectory.py)
         if repair_budget is not None and (
@@ -71,6 +75,11 @@ class TrajectoryTracker:
         self.horizon = horizon
         self.grader = grader
         self.capture_content = capture_content
+        check_scale(verbal_scale)  # a bad scale is the caller's error, raised here
+        if verbal_scale is not None:
+            if extractor is not None:
+                raise ValueError("give verbal_scale to the SignalExtractor passed as `extractor`, not both")
+            extractor = SignalExtractor(health=self.health, verbal_scale=verbal_scale)
         self.worker = CaptureWorker(
             accumulator,
             extractor,
@@ -90,7 +99,19 @@ class TrajectoryTracker:
         if state.decide_call(malformed, self.repair_budget):
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
+            declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
+            if declared is not None:
+                raw = replace(raw, verbal_scale=self._run_scale(state.tid, declared))
             self.worker.step(state.tid, raw, state.lose)
+
+    def _run_scale(self, tid: str, declared: Any) -> str:
+        """The run's `tps_verbal_scale`; an unknown one is counted and reads as undeclared (never
+        as the adapter's scale, which the run meant to override)."""
+        try:
+            return check_scale(declared) or UNDECLARED
+        except ValueError as exc:
+            self.health.count("rejected", "invalid_verbal_scale", f"{tid!r}: {exc}")
+            return UNDECLARED
 
     def failed_call(self, state: TrajectoryState) -> None:
         state.call_failed()

@@ -351,7 +351,9 @@ class CaptureWorker:
         if raw.forecasts is not None:
             out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
         else:
-            out = self.extractor.forecasts(raw.text, raw.logprobs, tool_arguments=raw.tool_arguments)
+            out = self.extractor.forecasts(
+                raw.text, raw.logprobs, tool_arguments=raw.tool_arguments, verbal_scale=raw.verbal_scale
+            )
         for name, fn in self.calibration.items():
             p = out.get(name)
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
