@@ -277,7 +277,7 @@ def import_costs(repeats: int = 5) -> dict[str, tuple[float, float]]:
         "  + tps_tracer.langchain": "import langgraph.graph, langchain.agents, langchain_core.callbacks\n"
         "import tps_tracer.langchain",
         "opentelemetry SDK": "import opentelemetry.sdk.trace",
-        "  + tps_tracer.otel": "import opentelemetry.sdk.trace\nimport tps_tracer.otel",
+        "  + tps_tracer.otel": "import opentelemetry.sdk.trace\nfrom tps_tracer.otel import TPSSpanProcessor",
     }
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     for _ in range(repeats):  # interleaved

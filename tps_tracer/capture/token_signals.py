@@ -30,11 +30,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.capture.token_logprobs import TokenLogprobs
+from tps_tracer.constants import DEFAULT_TOP_K
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
-
-DEFAULT_TOP_K = 5
 
 
 def per_token_probability(lp: TokenLogprobs) -> FloatArray:

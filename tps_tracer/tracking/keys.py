@@ -15,7 +15,7 @@ association properties) and span attributes that tps-tracer reads:
 
 from __future__ import annotations
 
-from tps_tracer.scoring.schedules import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
+from tps_tracer.constants import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
 
 TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"
