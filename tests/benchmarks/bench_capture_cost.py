@@ -27,11 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,7 @@ from langchain_core.tools import tool
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
+import tps_tracer
 from tps_tracer import Accumulator
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
@@ -110,16 +114,18 @@ class NoOpProcessor(SpanProcessor):
     pass
 
 
-def _median_rows(rows: dict[str, list[float]]) -> dict[str, float]:
-    return {name: statistics.median(xs) for name, xs in rows.items()}
-
-
-def _print_table(title: str, med: dict[str, float], noop: str) -> None:
+def _print_table(title: str, rows: dict[str, list[float]], noop: str) -> dict[str, float]:
+    """Medians per variant; `added` is the median over rounds of (variant - no-op) in the same
+    round, which cancels the load other processes put on the machine from round to round."""
     print(title)
     print(f"  {'variant':<34} {'us/call':>9} {'added vs no-op':>15} {'x no-op':>8}")
-    for name, v in med.items():
-        base = med[noop]
-        print(f"  {name:<34} {v * 1e6:9.1f} {(v - base) * 1e6:15.1f} {v / base:8.2f}")
+    base = statistics.median(rows[noop])
+    added = {}
+    for name, xs in rows.items():
+        added[name] = statistics.median(x - b for x, b in zip(xs, rows[noop], strict=True))
+        m = statistics.median(xs)
+        print(f"  {name:<34} {m * 1e6:9.1f} {added[name] * 1e6:15.1f} {m / base:8.2f}")
+    return added
 
 
 # ------------------------------------------------------------------ 1. LangChain / LangGraph
@@ -161,15 +167,15 @@ def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str,
         h.close()
         expected = RUNS * (rounds + 1)  # the warm-up round too
         assert n == expected, f"{kind}: {n} runs recorded, {expected} expected"
-    med = _median_rows(rows)
+    added = {}
     for kind in agents:
-        _print_table(
+        added[kind] = _print_table(
             f"LangChain create_agent, {STEPS} model calls per run, {kind} ({TOKENS} tokens, top-{TOP}), "
             f"process CPU per model call, median of {rounds} rounds",
-            {v: med[f"{kind}: {v}"] for v in variants},
+            {v: rows[f"{kind}: {v}"] for v in variants},
             "no-op handler",
-        )
-    return med
+        )["TPS handler"]
+    return added
 
 
 # ------------------------------------------------------------------ 2. OpenTelemetry
@@ -236,15 +242,15 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, floa
             n = accumulators[name.split(":")[0]].n_finished
             processor.shutdown()
             assert n == RUNS * (rounds + 1), f"{name}: {n} runs recorded, {RUNS * (rounds + 1)} expected"
-    med = _median_rows(rows)
+    added = {}
     for kind in llm_spans:
-        _print_table(
+        added[kind] = _print_table(
             f"OpenTelemetry SDK, OpenInference spans ({STEPS} LLM spans per trace), {kind}, "
             f"process CPU per model call, median of {rounds} rounds",
-            {v.split(": ")[1]: med[v] for v in providers if v.startswith(kind + ":")},
+            {v.split(": ")[1]: rows[v] for v in providers if v.startswith(kind + ":")},
             "no-op processor",
-        )
-    return med
+        )["TPS processor"]
+    return added
 
 
 # ------------------------------------------------------------------ 3. imports
@@ -253,19 +259,29 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, floa
 # its parent's peak.
 _PROBE = """
 import time
-t0 = time.perf_counter()
+t0 = time.process_time()
 {imports}
-t = time.perf_counter() - t0
+t = time.process_time() - t0
 with open("/proc/self/status") as f:
     kb = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
 print(t, kb)
 """
+# The tps_tracer this script imported (a checkout given by PYTHONPATH, or the installed one): the
+# probes import the same one, from a neutral directory (`-c` would put the cwd first on sys.path).
+_ROOT = str(Path(tps_tracer.__file__).resolve().parents[1])
 
 
 def _import_cost(imports: str) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of `imports` in a fresh interpreter."""
+    """(CPU seconds, peak RSS in MB) of `imports` in a fresh interpreter (CPU time: the wall time
+    of an import on a shared machine is mostly other people's load)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(imports=imports)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PROBE.format(imports=imports)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tempfile.gettempdir(),
+        env=env,
     )
     secs, kb = out.stdout.split()
     return float(secs), float(kb) / 1024
@@ -290,8 +306,8 @@ def import_costs(repeats: int = 5) -> dict[str, tuple[float, float]]:
     names = list(cases)
     for base, added in ((names[0], names[1]), (names[2], names[3])):
         (t0, m0), (t1, m1) = med[base], med[added]
-        print(f"  {base:<26} {t0:7.3f} s {m0:7.1f} MB peak RSS")
-        print(f"  {added:<26} {t1:7.3f} s {m1:7.1f} MB   (adds {t1 - t0:+.3f} s, {m1 - m0:+.1f} MB)")
+        print(f"  {base:<26} {t0:7.3f} s CPU {m0:7.1f} MB peak RSS")
+        print(f"  {added:<26} {t1:7.3f} s CPU {m1:7.1f} MB   (adds {t1 - t0:+.3f} s, {m1 - m0:+.1f} MB)")
     return med
 
 
@@ -332,7 +348,7 @@ def summary_latencies(n_runs: int, steps: int = 3) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--summary-runs", type=int, default=1_000_000)
     ap.add_argument("--skip", action="append", default=[], choices=["langchain", "otel", "imports", "summary"])
     args = ap.parse_args(argv)
