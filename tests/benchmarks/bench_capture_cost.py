@@ -25,6 +25,7 @@ Variants are interleaved round by round; figures are medians of ROUNDS rounds (>
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -145,6 +146,7 @@ def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str,
         handler = handlers[kind] if variant == "TPS handler" else None
         by_variant: dict[str, list[Any]] = {"no callbacks": [], "no-op handler": [noop], "TPS handler": [handler]}
         callbacks = by_variant[variant]
+        gc.collect()  # every variant starts without the others' garbage (LangGraph runs leave cycles)
         t0 = time.process_time()
         for i in range(RUNS):
             metadata = {"tps_trajectory_id": f"{tag}-{i}"}
@@ -160,7 +162,7 @@ def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str,
             one_round(kind, v, f"warm-{kind}-{v}")
     for r in range(rounds):
         for kind in agents:
-            for v in variants:
+            for v in variants[r % 3 :] + variants[: r % 3]:  # rotated: no variant always follows another
                 rows[f"{kind}: {v}"].append(one_round(kind, v, f"r{r}-{kind}-{v}"))
     for kind, h in handlers.items():
         n = h.accumulator.n_finished
@@ -217,6 +219,7 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, floa
         provider, processor = providers[name]
         kind = name.split(":")[0]
         tracer = provider.get_tracer("bench")
+        gc.collect()
         t0 = time.process_time()
         for i in range(RUNS):
             meta = json.dumps({"tps_trajectory_id": f"{tag}-{i}"})
@@ -234,8 +237,9 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, floa
     rows: dict[str, list[float]] = {name: [] for name in providers}
     for name in providers:
         one_round(name, f"warm-{name}")
+    names = list(providers)
     for r in range(rounds):
-        for name in providers:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             rows[name].append(one_round(name, f"r{r}-{name}"))
     for name, (_, processor) in providers.items():
         if processor is not None:
