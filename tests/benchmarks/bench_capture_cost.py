@@ -180,6 +180,51 @@ def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str,
     return added
 
 
+# ------------------------------------------------------------------ 1b. extraction alone
+
+
+def extraction_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, float]:
+    """Process CPU per step of the extraction's parts, in this thread, over the STEPS payloads in
+    turn; `reading floor` only looks up every token, logprob and candidate logprob in the dicts
+    (no conversion, no validation): what any reader of these Python objects pays."""
+    from itertools import chain
+    from operator import itemgetter
+
+    from tps_tracer.capture.step_signals import SignalExtractor
+    from tps_tracer.capture.token_logprobs import parse_logprobs
+
+    token, logprob, top = itemgetter("token"), itemgetter("logprob"), itemgetter("top_logprobs")
+    payloads = [lp for _, lp in outputs_lp]
+    parsed = [parse_logprobs(lp) for lp in payloads]
+    ex = SignalExtractor()
+
+    def floor() -> None:
+        for lp in payloads:
+            c = lp["content"]
+            list(map(token, c)), list(map(logprob, c)), list(map(logprob, chain.from_iterable(map(top, c))))
+
+    parts: dict[str, Callable[[], Any]] = {
+        "reading floor (dict lookups only)": floor,
+        "parse_logprobs": lambda: [parse_logprobs(lp) for lp in payloads],
+        "signals of parsed logprobs": lambda: [ex.forecasts(p.text, p) for p in parsed],
+        "SignalExtractor.forecasts (all)": lambda: [ex.forecasts(t, lp) for t, lp in outputs_lp],
+    }
+    rows: dict[str, list[float]] = {name: [] for name in parts}
+    for r in range(rounds):
+        names = list(parts)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            gc.collect()
+            t0 = time.process_time()
+            for _ in range(10):
+                parts[name]()
+            rows[name].append((time.process_time() - t0) / (10 * len(payloads)))
+    print(f"Extraction alone, {TOKENS} tokens x top-{TOP}, process CPU per step, median of {rounds} rounds")
+    med = {name: statistics.median(xs) for name, xs in rows.items()}
+    for name, v in med.items():
+        print(f"  {name:<36} {v * 1e6:9.1f} us")
+    return med
+
+
 # ------------------------------------------------------------------ 2. OpenTelemetry
 
 
@@ -354,7 +399,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--summary-runs", type=int, default=1_000_000)
-    ap.add_argument("--skip", action="append", default=[], choices=["langchain", "otel", "imports", "summary"])
+    ap.add_argument(
+        "--skip", action="append", default=[], choices=["langchain", "extraction", "otel", "imports", "summary"]
+    )
     args = ap.parse_args(argv)
     if args.rounds < 5:
         ap.error("--rounds must be >= 5 (medians of at least 5 interleaved runs)")
@@ -363,6 +410,8 @@ def main(argv: list[str] | None = None) -> None:
     steps: list[Callable[[], Any]] = []
     if "langchain" not in args.skip:
         steps.append(lambda: langchain_costs(args.rounds, outputs))
+    if "extraction" not in args.skip:
+        steps.append(lambda: extraction_costs(args.rounds, outputs))
     if "otel" not in args.skip:
         steps.append(lambda: otel_costs(args.rounds, outputs))
     if "imports" not in args.skip:
