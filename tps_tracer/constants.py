@@ -32,3 +32,8 @@ UNRESOLVED_POLICIES = ("exclude", "failure", "success")
 # The demo (cli/demo_cmd.py).
 DEMO_TASKS = 300
 DEMO_SEED = 7
+
+# The capture path (tracking/keys.py, capture/) reads these without importing numpy.
+# Largest step budget accepted by the capture path: far above any agent's; weights cost O(steps) below it.
+MAX_HORIZON = 10_000_000
+DEFAULT_TOP_K = 5  # candidates per token in the entropy confidence (the paper's 1 - H / ln 5)

@@ -1,25 +1,59 @@
-"""Capture: pure functions from one LLM step (text, logprobs) to forecasts. No framework imports."""
+"""Capture: pure functions from one LLM step (text, logprobs) to forecasts. No framework imports.
 
-from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, react_span, substring_span, tag_span, token_mask
-from tps_tracer.capture.step_signals import (
-    ACTION_ENTROPY_CONF,
-    ACTION_TOKEN_PROB,
-    ENTROPY_CONF,
-    PREDICTORS,
-    TOKEN_PROB,
-    VERBAL,
-    SignalExtractor,
-)
-from tps_tracer.capture.token_logprobs import (
-    LogprobsFormatError,
-    LogprobsStream,
-    TokenLogprobs,
-    from_legacy_completion,
-    from_openai_chat,
-    parse_logprobs,
-)
-from tps_tracer.capture.token_signals import entropy_confidence, token_probability
-from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
+Names are imported when first used (PEP 562), so the adapters, which import
+`capture.step_signals`, do not load numpy until a step carries logprobs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, react_span, substring_span, tag_span, token_mask
+    from tps_tracer.capture.step_signals import (
+        ACTION_ENTROPY_CONF,
+        ACTION_TOKEN_PROB,
+        ENTROPY_CONF,
+        PREDICTORS,
+        TOKEN_PROB,
+        VERBAL,
+        SignalExtractor,
+    )
+    from tps_tracer.capture.token_logprobs import (
+        LogprobsFormatError,
+        LogprobsStream,
+        TokenLogprobs,
+        from_legacy_completion,
+        from_openai_chat,
+        parse_logprobs,
+    )
+    from tps_tracer.capture.token_signals import entropy_confidence, token_probability
+    from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
+
+_WHERE = {
+    "action_span": ("DEFAULT_ACTION_SPAN", "react_span", "substring_span", "tag_span", "token_mask"),
+    "step_signals": (
+        "ACTION_ENTROPY_CONF",
+        "ACTION_TOKEN_PROB",
+        "ENTROPY_CONF",
+        "PREDICTORS",
+        "TOKEN_PROB",
+        "VERBAL",
+        "SignalExtractor",
+    ),
+    "token_logprobs": (
+        "LogprobsFormatError",
+        "LogprobsStream",
+        "TokenLogprobs",
+        "from_legacy_completion",
+        "from_openai_chat",
+        "parse_logprobs",
+    ),
+    "token_signals": ("entropy_confidence", "token_probability"),
+    "verbal_confidence": ("Confidence", "VerbalConfidenceExtractor"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "ACTION_ENTROPY_CONF",
@@ -45,3 +79,16 @@ __all__ = [
     "token_mask",
     "token_probability",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from tps_tracer.capture.text_folding import folded
-from tps_tracer.capture.token_logprobs import TokenLogprobs
+
+if TYPE_CHECKING:  # locating a span needs no numpy: the capture path imports it only to read logprobs
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from tps_tracer.capture.token_logprobs import TokenLogprobs
 
 Span = tuple[int, int]
 SpanLocator = Callable[[str], Span | None]

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
-from tps_tracer.capture.token_logprobs import LogprobsFormatError, TokenLogprobs, parse_logprobs
-from tps_tracer.capture.token_signals import (
-    DEFAULT_TOP_K,
-    masked_mean,
-    per_token_entropy_confidence,
-    per_token_probability,
-)
 from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
+from tps_tracer.constants import DEFAULT_TOP_K
 from tps_tracer.health import HealthLedger
+
+if TYPE_CHECKING:
+    from tps_tracer.capture.token_logprobs import TokenLogprobs
+
+# The numpy parts (logprob parsing, token signals) are imported on the first step that carries
+# logprobs, not with the adapters: importing the handler or the span processor stays light.
 
 VERBAL = "verbal"
 TOKEN_PROB = "token_prob"
@@ -118,6 +118,8 @@ class SignalExtractor:
         if logprobs is None:
             self._count("no_logprobs")
             return None
+        from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
+
         try:
             return parse_logprobs(logprobs)
         except LogprobsFormatError as exc:
@@ -160,6 +162,8 @@ class SignalExtractor:
         return out
 
     def _token_signals(self, lp: TokenLogprobs, action_text: str | None, out: dict[str, float | None]) -> None:
+        from tps_tracer.capture.token_signals import masked_mean, per_token_entropy_confidence, per_token_probability
+
         if lp.n == 0:
             self._count("no_tokens")
         prob = per_token_probability(lp)

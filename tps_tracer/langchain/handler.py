@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -54,7 +54,6 @@ from langchain_core.outputs import LLMResult
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
-from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import (
@@ -67,6 +66,9 @@ from tps_tracer.tracking.keys import (
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
+
+if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
+    from tps_tracer.online.accumulator import Accumulator
 
 __all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TPSCallbackHandler"]
 

@@ -9,15 +9,36 @@
     TraceLinks              trajectory id -> agent root span (shared by the above)
 
 Exporters are accumulator listeners: `accumulator.add_listener(exporter)`.
+
+Each name is imported when first used (PEP 562): `from tps_tracer.otel import TPSSpanProcessor`
+loads the capture path only, not the exporters (which read scores, hence the evaluation layer).
 """
 
-from tps_tracer.otel.evaluation_events import EvaluationEventExporter
-from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
-from tps_tracer.otel.metrics import TPSMetrics
-from tps_tracer.otel.mlflow_assessments import MlflowAssessments
-from tps_tracer.otel.phoenix import PhoenixAnnotations
-from tps_tracer.otel.span_processor import SCOPE_NAME, TPSSpanProcessor
-from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tps_tracer.otel.evaluation_events import EvaluationEventExporter
+    from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
+    from tps_tracer.otel.metrics import TPSMetrics
+    from tps_tracer.otel.mlflow_assessments import MlflowAssessments
+    from tps_tracer.otel.phoenix import PhoenixAnnotations
+    from tps_tracer.otel.span_processor import SCOPE_NAME, TPSSpanProcessor
+    from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+
+_WHERE = {
+    "SCOPE_NAME": "span_processor",
+    "EvaluationEventExporter": "evaluation_events",
+    "EvaluationSpanExporter": "evaluation_spans",
+    "MlflowAssessments": "mlflow_assessments",
+    "PhoenixAnnotations": "phoenix",
+    "SpanLink": "trace_links",
+    "TPSMetrics": "metrics",
+    "TPSSpanProcessor": "span_processor",
+    "TraceLinks": "trace_links",
+}
 
 __all__ = [
     "SCOPE_NAME",
@@ -30,3 +51,16 @@ __all__ = [
     "TPSSpanProcessor",
     "TraceLinks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -63,7 +63,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -71,7 +71,6 @@ from opentelemetry.trace import StatusCode
 
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
-from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
@@ -80,6 +79,9 @@ from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
+
+if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
+    from tps_tracer.online.accumulator import Accumulator
 
 SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
 DEFAULT_MAX_OPEN_TRACES = 10_000
@@ -169,8 +171,12 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self.max_open_traces = max_open_traces
         self.max_spans_per_trace = max_spans_per_trace
         self.idle_timeout = idle_timeout
+        if accumulator is None:  # links-only use: a private accumulator, imported only then
+            from tps_tracer.online.accumulator import Accumulator
+
+            accumulator = Accumulator(bootstrap=0)
         self.tracker = TrajectoryTracker(
-            accumulator or Accumulator(bootstrap=0),
+            accumulator,
             source="otel",
             repair_budget=repair_budget,
             horizon=horizon,

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.otel import agent_frameworks as fw
@@ -78,6 +80,20 @@ def _json(value: Any) -> Any:
         return json.loads(value)
     except ValueError:
         return None
+
+
+def _output_json(value: Any) -> Any:
+    """`_json` for a model's output (up to ~100 KB with logprobs: its decoding is most of a step's
+    cost on this path). orjson decodes it ~2x faster; what orjson refuses (NaN, Infinity, numbers
+    beyond float range, lone surrogates) goes to `json`, as before. The one other difference, an
+    integer beyond 64 bits but within float range read as that float, gives the same logprobs
+    and confidences (both are read as floats there, correctly rounded either way)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return _json(value)
 
 
 # ---------------------------------------------------------------- serialised LangChain messages
@@ -228,7 +244,7 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
     tool_args = attributes.get(OI_TOOL_ARGS)
     logprobs = None
     malformed = False
-    output = _json(attributes.get(OI_OUTPUT_VALUE))
+    output = _output_json(attributes.get(OI_OUTPUT_VALUE))
     if output is not None:
         found = _from_output_value(output)
         if found is not None:
@@ -285,7 +301,7 @@ def _root_output(attributes: Mapping[str, Any]) -> Any:
     for key in _OUTPUT_KEYS:
         value = attributes.get(key)
         if value is not None:
-            decoded = _json(value)
+            decoded = _output_json(value)
             return decoded if decoded is not None else value
     return None
 

@@ -15,13 +15,16 @@ matrix-vector product with a cached (trajectories x steps) weight matrix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import sparse
 
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule, weights
+
+if TYPE_CHECKING:
+    from scipy import sparse  # imported where the matrix is built: scipy stays off the capture path
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -125,6 +128,8 @@ class StepLayout:
         sched = get_schedule(schedule)
         mat = self._matrices.get(sched.name)
         if mat is None:
+            from scipy import sparse
+
             indices = np.arange(self.n_steps, dtype=np.int32 if self.n_steps < 2**31 else np.int64)
             mat = sparse.csr_matrix(
                 (self.weights(sched), indices, self.offsets), shape=(self.n_trajectories, self.n_steps)

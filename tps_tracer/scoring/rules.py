@@ -25,7 +25,6 @@ from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
 LOG_CLIP_EPS = 1e-6
 
@@ -80,9 +79,13 @@ class BetaRule:
 
     @cached_property
     def _constants(self) -> tuple[float, float]:
+        from scipy import special  # only the beta family needs scipy: not imported by the capture path
+
         return float(special.beta(self.a, self.b + 1.0)), float(special.beta(self.a + 1.0, self.b))
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        from scipy import special
+
         a, b = self.a, self.b
         k1, k0 = self._constants
         # I_{1-p}(b+1, a) instead of 1 - I_p(a, b+1): no cancellation for p near 1.

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tps_tracer.constants import MAX_HORIZON
+
 FloatArray = NDArray[np.float64]
 RawWeightFn = Callable[[FloatArray, FloatArray], ArrayLike]
-# Largest step budget accepted by the capture path: far above any agent's; weights cost O(steps) below it.
-MAX_HORIZON = 10_000_000
 _TOTAL_BLOCK = 1 << 20  # steps per block when a custom schedule is normalised numerically
 
 

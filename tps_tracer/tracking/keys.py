@@ -23,7 +23,7 @@ record's metadata, bounded by the limits below (`tracking/trajectory.py: user_me
 
 from __future__ import annotations
 
-from tps_tracer.scoring.schedules import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
+from tps_tracer.constants import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
 
 TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"

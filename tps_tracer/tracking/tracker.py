@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.confidence_value import UNDECLARED, check_scale
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.health import HealthLedger
-from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import VERBAL_SCALE_KEY
@@ -39,6 +38,9 @@ from tps_tracer.tracking.trajectory import (
     whole_number,
 )
 from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+
+if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
+    from tps_tracer.online.accumulator import Accumulator
 
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 

@@ -42,13 +42,15 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.health import HealthLedger
-from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+
+if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
+    from tps_tracer.online.accumulator import Accumulator
 
 # A live calibration map per predictor; its output is recorded as "<predictor>+cal".
 Calibration = Mapping[str, Callable[[float], float]]
