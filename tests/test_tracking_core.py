@@ -14,6 +14,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -39,7 +40,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
-from tps_tracer.tracking.worker import CaptureWorker
+from tps_tracer.tracking.worker import APPLY, CaptureWorker
 
 # ---------------------------------------------------------------- one outcome rule
 
@@ -812,3 +813,28 @@ def test_the_late_spans_of_an_idle_trace_are_dropped_not_a_second_trajectory():
     assert snap["online"]["finished"] == 1 and snap["audit"]["stop_reasons"]["capture_lost"] == 1
     assert acc.health.get("abandoned", "idle") == 1
     assert acc.health.get("dropped", "abandoned_run_event") == 3  # the late call (start, end) and the root's end
+
+
+def test_the_worker_never_waits_on_its_own_full_queue(tmp_path):
+    """A job on the worker (a grader that emits spans) putting into the full queue would wait for
+    itself until max_block and then lose the event; it goes in past the bound instead."""
+    acc, _ = new_accumulator(tmp_path)
+    worker = CaptureWorker(acc, max_queue_size=1, max_block=30)
+    put = worker.handoff()
+    ran: list[int] = []
+    gate, busy = threading.Event(), threading.Event()
+    worker.call(lambda: (busy.set(), gate.wait()))
+    assert busy.wait(10)
+    put((APPLY, ran.append, 1))  # fills the queue
+
+    def job() -> None:
+        start = time.monotonic()
+        put((APPLY, ran.append, 3))  # fits
+        put((APPLY, ran.append, 4))  # on the worker, with the queue full
+        ran.append(2 if time.monotonic() - start < 1 else -1)
+
+    worker.call(job)
+    gate.set()
+    assert worker.flush(10) and worker.flush(10)  # the second: the job's own puts queued behind the first
+    assert ran == [1, 2, 3, 4] and acc.health.get("dropped") == 0
+    worker.close()

@@ -58,7 +58,7 @@ CALIBRATED_SUFFIX = "+cal"
 APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
 DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is given up (marked lost)
-_HEAVY = frozenset({"step", APPLY})  # the kinds dropped when the queue is full
+_HEAVY = frozenset({"step", APPLY})  # the kinds bounded by the queue (their callers wait for room)
 
 
 @dataclass
@@ -228,7 +228,13 @@ class CaptureWorker:
     def _wait_for_room(self) -> bool:
         """Backpressure: sleep (the GIL released, so the worker runs) until the queue has room.
 
-        False when the worker is closed, gone, or made no room for `max_block` seconds."""
+        False when the worker is closed, gone, or made no room for `max_block` seconds. On the
+        worker itself (a grader or listener that emits spans) it never waits: the worker cannot
+        drain its own queue while it sleeps, so its events go in past the bound."""
+        if threading.current_thread() is self._thread:
+            return True
+        if self._thread is None:
+            self._start()  # a forked child's first event: its worker starts here
         start = time.monotonic()
         deadline = start + self.max_block
         delay = 0.0001
