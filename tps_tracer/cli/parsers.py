@@ -144,7 +144,9 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
     g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
     g.add_argument("--config", help="TOML file with a [gate] table of these settings")
-    g.add_argument("--predictor", help="predictor to gate on (default: the first in the file)")
+    g.add_argument(
+        "--predictor", help="predictor to gate on (default: the baseline's first with data, else the file's first)"
+    )
     g.add_argument("--rule", help="score rule (default log)")
     g.add_argument("--weights", help="weight schedule (default linear-front)")
     g.add_argument("--censoring", help="complete-only, simple (default) or exact")
@@ -152,6 +154,12 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--vs-base-rate", action="store_true", default=None, help="non-inferiority to the base rate")
     g.add_argument("--baseline", help="baseline run's trajectory file: non-inferiority to it")
     g.add_argument("--margin", type=float, help="tolerated shortfall for --vs-base-rate / --baseline (default 0)")
+    g.add_argument(
+        "--test",
+        choices=["regression", "non-inferiority"],
+        help="hypothesis test of --vs-base-rate / --baseline: regression (default; FAIL only on a significant "
+        "drop beyond the margin) or non-inferiority (PASS only if such a drop is ruled out)",
+    )
     g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
     g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
     g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
