@@ -74,6 +74,7 @@ FloatArray = NDArray[np.float64]
 GATE_VERSION = 2  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block
 PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
 
@@ -308,6 +309,20 @@ def censoring_warnings(audit: dict[str, Any], crit: GateCriteria, missing_q_z: i
     return warnings, notes
 
 
+def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
+    """A verdict that resampling reverses often is not evidence either way: say so on every PASS or FAIL."""
+    out = []
+    for c in checks:
+        flip = c.get("flip_probability")
+        if flip is not None and flip > FRAGILE_FLIP:
+            verb = "passes" if c["passed"] else "fails"
+            out.append(
+                f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
+                "of the same size could reverse it (--max-flip makes stability a check)"
+            )
+    return out
+
+
 def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
     """cen-exact on a candidate with censored runs and no q_z at all scores only its complete runs:
     a different quantity, so the sample cannot be gated on it."""
@@ -445,6 +460,7 @@ def evaluate_gate(
         if pw and pw.get("underpowered"):
             warnings.append(underpowered_warning(c["name"], crit.margin, pw))
 
+    warnings.extend(fragile_warnings(checks))
     decisions = [c for c in checks if c["kind"] == "decision"]
     flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
     if crit.max_flip is not None:
@@ -645,6 +661,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
         }
     )
+    warnings.extend(fragile_warnings(checks))
     failed = [c["name"] for c in checks if not c["passed"]]
     usable = n >= crit.min_n
     verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
