@@ -116,6 +116,8 @@ def render_calibration(
             ["predictor", "fit on half", "slope b", "fallback", "frequent raw values map to", "calibrated range"],
             splits,
         ),
+        "Platt minus raw (paired bootstrap; the CI is conditional on the cross-fitted maps, which are not\n"
+        "refitted in each replicate: it covers these maps' effect, not the population effect of Platt scaling)",
         render_table(["predictor", "statistic", "raw", "platt", "delta [95% CI]", "delta/SE"], deltas),
     ]
     if fixed is not None:
