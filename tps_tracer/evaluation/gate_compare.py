@@ -4,8 +4,9 @@ Pairing is on the intersection of the task ids both sides scored (a task missing
 a parse error or a censored run the side cannot score under cen-exact, drops out of the
 comparison and is counted, never silently). Tasks may repeat (several runs per task): the
 bootstrap resamples tasks (a cluster bootstrap), both sides' runs of a task sharing its
-replicate weight, so the difference's replicates are paired. When the sides share fewer than
-`min_common` tasks, the runs are compared unpaired (each side resampled independently).
+replicate weight, so the difference's replicates are paired (one row per task: the cost of a
+single run's bootstrap). When the sides share fewer than `min_common` tasks, the runs are
+compared unpaired (each side resampled independently).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
+from tps_tracer.evaluation.bootstrap import bootstrap_means, replicate_sums, trajectory_keys
 
 FloatArray = NDArray[np.float64]
 
@@ -68,17 +69,7 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int, min_common: int) 
         "baseline_unscored_runs": len(base.score) - len(b_tasks),
     }
     if len(common) >= min_common:
-        n_c, n_b = int(c_in.sum()), int(b_in.sum())
-        cols = np.full((n_c + n_b, 2), np.nan)
-        cols[:n_c, 0] = c_scores[c_in]
-        cols[n_c:, 1] = b_scores[b_in]
-        keys = [t for t, k in zip(c_tasks, c_in, strict=True) if k] + [
-            t for t, k in zip(b_tasks, b_in, strict=True) if k
-        ]
-        boot = bootstrap_means(cols, trajectory_keys(keys), bootstrap, seed)
-        reps = boot.replicates[:, 0] - boot.replicates[:, 1]
-        point = float(boot.point[0] - boot.point[1])
-        repeats = n_c > len(common) or n_b > len(common)
+        point, reps, repeats = _paired(c_tasks, c_scores, c_in, b_tasks, b_scores, b_in, bootstrap, seed)
         # The caller says what the task ids are; here only what the resampling did with repeats.
         how = "; tasks repeat: resampled by task" if repeats else ""
         return Comparison(point, reps, True, how, counts)
@@ -89,6 +80,38 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int, min_common: int) 
     why = "no common task ids" if not common else f"only {len(common)} common tasks (< {min_common})"
     how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; {why})"
     return Comparison(point, reps, False, how, counts)
+
+
+def _paired(
+    c_tasks: list[str],
+    c_scores: FloatArray,
+    c_in: NDArray[np.bool_],
+    b_tasks: list[str],
+    b_scores: FloatArray,
+    b_in: NDArray[np.bool_],
+    bootstrap: int,
+    seed: int,
+) -> tuple[float, FloatArray, bool]:
+    """(point, replicates, whether tasks repeat) of the task-clustered paired difference.
+
+    One row per common task, [sum and count of the candidate's runs, same for the baseline],
+    weighted by the task's replicate weight: each side's replicate mean is a ratio of weighted
+    sums, so both sides see the same resampled tasks at the cost of one row per task.
+    """
+    order = {t: i for i, t in enumerate(dict.fromkeys(t for t, k in zip(c_tasks, c_in, strict=True) if k))}
+    rows = np.zeros((len(order), 4))
+    c_idx = np.array([order[t] for t, k in zip(c_tasks, c_in, strict=True) if k], dtype=np.int64)
+    b_idx = np.array([order[t] for t, k in zip(b_tasks, b_in, strict=True) if k], dtype=np.int64)
+    np.add.at(rows[:, 0], c_idx, c_scores[c_in])
+    np.add.at(rows[:, 1], c_idx, 1.0)
+    np.add.at(rows[:, 2], b_idx, b_scores[b_in])
+    np.add.at(rows[:, 3], b_idx, 1.0)
+    sums = replicate_sums(rows, trajectory_keys(list(order)), bootstrap, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate that drew no task: NaN, as in bootstrap_means
+        reps = sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3]
+    total = rows.sum(axis=0)
+    point = float(total[0] / total[1] - total[2] / total[3])
+    return point, reps, bool(len(c_idx) > len(order) or len(b_idx) > len(order))
 
 
 def unpaired_text(counts: dict[str, int]) -> str:
