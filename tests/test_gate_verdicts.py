@@ -15,6 +15,7 @@ from cli_support import call
 from scipy.stats import norm
 
 import tps_tracer as tt
+from tps_tracer.cli.gate_text import render_gate_text
 from tps_tracer.evaluation.gate import GateCriteria, evaluate_gate, evaluate_gate_on_report
 from tps_tracer.records import StopReason, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord
@@ -90,6 +91,8 @@ def test_one_sided_q_z_under_cen_exact_compares_what_both_sides_score(sim):
     assert cmp["common_tasks"] == complete
     text = f"q_z on the candidate only (candidate {n_cens} of {n_cens} censored runs, baseline 0 of {n_cens})"
     assert cmp["asymmetries"] == [text] and any(w.startswith(text + ": under cen-exact") for w in res["warnings"])
+    text = render_gate_text(res, "runs_q.jsonl")  # a difference without variance renders (SE 0)
+    assert "vs_baseline: the difference does not vary under resampling (SE 0)" in " ".join(text.split())
     # The candidate's own score keeps its censored runs (cen-exact, as the report scores it).
     assert res["score"]["mean"] == pytest.approx(_mean(with_q, "exact"), abs=1e-12)
     # The other way round the candidate cannot score the gated quantity: unusable, with the reason.

@@ -110,6 +110,8 @@ def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str |
     se = pw.get("se")
     if se is None:
         return None
+    if pw.get("smallest_margin") is None and pw.get("detectable_drop") is None:  # se == 0
+        return f"{name}: the difference does not vary under resampling (SE 0): no power statement"
     if test == NON_INFERIORITY:
         return (
             f"{name}: SE of the difference {se:.3g}; the smallest margin an identical candidate passes with "
