@@ -4,8 +4,9 @@ The gated quantity (predictor, rule, schedule, censoring mode) is fixed by the c
 for the predictor, by the baseline: never chosen from the candidate's data. Default: TPS
 cen-simple, log rule, linear-front weights; the predictor named by `predictor`, else the
 baseline's first predictor with data, else the first predictor declared in the candidate's
-file. A candidate that cannot score it (the predictor missing or without data; cen-exact
-without any q_z) is UNUSABLE (exit 2), with the reason.
+file (the action predictors, null by design for native tool calls, passed over). A
+candidate that cannot score it (the predictor missing or without data; cen-exact without
+any q_z) is UNUSABLE (exit 2), with the reason.
 
 Decision checks, any combination:
 
@@ -213,30 +214,54 @@ def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
     return complete | censored
 
 
+# Null on every step by design for a native tool-calling agent (no action text: capture/step_signals.py):
+# the only predictors a default choice passes over when they have no data.
+BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
+
+
 def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | None) -> tuple[str, str, list[Skipped]]:
-    """(predictor, where the choice came from, baseline predictors skipped for lack of data).
+    """(predictor, where the choice came from, predictors passed over with the reason).
 
     Never from the candidate's data: a prompt change that nulls the candidate's `verbal`
-    must not move the gate to `token_prob` on both sides.
+    must not move the gate to `token_prob` on both sides. A named predictor found in neither
+    file is a usage error (a typo); one the baseline has and the candidate lacks makes the
+    candidate unusable (`_Run`).
     """
+    if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
+        try:
+            for sample in (cand, base):
+                if sample is not None:
+                    check_no_base_rate(sample.table.predictors)
+        except ValueError as exc:
+            raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
+        in_base = base is not None and crit.predictor in base.table.predictors
+        if crit.predictor not in cand.table.predictors and not in_base:
+            names = [p for p in cand.table.predictors if p != BASE_RATE]
+            raise GateInputError(
+                f"predictor {crit.predictor!r} is not in the file; found: {', '.join(names) or 'none'}"
+            )
         return crit.predictor, "--predictor", []
+    skipped: list[Skipped] = []
     if base is not None:
         working = _scorable(base, crit)
-        skipped: list[Skipped] = []
         for name in base.table.predictors:
-            if name == BASE_RATE:
-                continue
             reason = no_data_reason(base.table.predictors[name], working)
             if reason is None:
                 return name, "the baseline's first predictor with data", skipped
-            skipped.append(Skipped(name, reason))
+            skipped.append(Skipped(name, f"no data in the baseline: {reason}"))
         why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
         raise GateInputError(f"the baseline has no predictor to gate on: {why}")
-    names = [p for p in cand.table.predictors if p != BASE_RATE]
-    if not names:
+    working = _scorable(cand, crit)
+    for name in cand.table.predictors:
+        reason = no_data_reason(cand.table.predictors[name], working)
+        if reason is None or name not in BY_DESIGN_NULL:
+            return name, "the first predictor in the candidate's file", skipped
+        skipped.append(Skipped(name, f"{reason} (null by design for native tool calls)"))
+    if not cand.table.predictors:
         raise GateInputError(NO_PREDICTOR)
-    return names[0], "the first predictor in the candidate's file", []
+    why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped)
+    raise GateInputError(f"no predictor to gate on: {why}")
 
 
 class _Run:
@@ -246,10 +271,6 @@ class _Run:
         table = sample.table
         working = _scorable(sample, crit)
         complete = table.role_masks(crit.policy)[0]
-        try:  # a file column of that name is read unless another predictor is named
-            check_no_base_rate(table.predictors if crit.predictor in (None, BASE_RATE) else ())
-        except ValueError as exc:
-            raise GateInputError(str(exc)) from None
         names = [p for p in table.predictors if p != BASE_RATE]
         if predictor not in table.predictors:
             raise Unusable(
@@ -453,7 +474,7 @@ def evaluate_gate(
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for s in skipped:
-        notes.append(f"baseline predictor skipped: {s.predictor} ({s.reason})")
+        notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
     for c in checks:
         pw = c.get("power")
