@@ -286,3 +286,19 @@ def test_snapshots_get_the_same_censoring_warnings_as_records(tmp_path):
     exact = evaluate_gate_on_report(report, GateCriteria(min_score=-5.0, censoring="exact"))
     assert exact["verdict"] == "unusable" and exact["failed_checks"] == ["q_z_for_exact"]
     assert np.isfinite(on_snapshot["checks"][-1]["estimate"])
+
+
+def test_a_tiny_baseline_is_unusable_not_a_lenient_pass(sim, tmp_path, capsys):
+    """A baseline of a few runs gives a CI so wide that no drop is significant: no verdict instead."""
+    cand = renamed(to_records(sim, ["overconfident"]), {"p": "overconfident"})
+    base = renamed(to_records(sim, ["truthful"]), {"p": "truthful"})[:20]
+    res = evaluate_gate(cand, GateCriteria(bootstrap=300), baseline=base)
+    n_base = sum(r.stop_reason in (StopReason.CLEAN, StopReason.MAX_STEPS) for r in base)
+    assert res["verdict"] == "unusable" and res["failed_checks"][0] == "baseline_size"
+    assert res["reasons"] == [
+        f"baseline_size: {n_base} scored trajectories, fewer than min_n 30: too small for a CI-based verdict"
+    ]
+    write_trajectories(cand, tmp_path / "cand.jsonl")
+    write_trajectories(base, tmp_path / "base.jsonl")
+    code, out, _ = call(["gate", str(tmp_path / "cand.jsonl"), "--baseline", str(tmp_path / "base.jsonl")], capsys)
+    assert code == 2 and "baseline_size  FAIL" in out and "n >= 30" in out

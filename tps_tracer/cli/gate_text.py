@@ -39,7 +39,7 @@ def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
         return rule_text(c["test"], -float(thr))
     if name == "absolute":
         return f"CI low >= {fmt(thr)}"
-    if name == "sample_size":
+    if name in ("sample_size", "baseline_size"):
         return f"n >= {thr}"
     if name == "excluded_share":
         return f"share <= {fmt(thr)}"

@@ -469,6 +469,20 @@ def evaluate_gate(
     warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z)
     comparison = None
     if base is not None:
+        n_base = int(np.sum(~np.isnan(base.score)))
+        # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+        checks.insert(
+            1,
+            {
+                "name": "baseline_size",
+                "kind": "assumption",
+                "passed": n_base >= crit.min_n,
+                "estimate": n_base,
+                "threshold": crit.min_n,
+                "detail": f"{n_base} scored baseline trajectories; at least {crit.min_n} needed",
+            },
+        )
+        usable = usable and n_base >= crit.min_n
         check, comparison = _baseline_check(run, base, crit, warnings, notes)
         checks.append(check)
     notes.extend(more_notes)
@@ -505,7 +519,7 @@ def evaluate_gate(
         "score": selected,
         "checks": checks,
         "failed_checks": failed,
-        "reasons": [] if usable else [_too_small(n, crit)],
+        "reasons": _unusable_reasons(checks),
         "warnings": warnings,
         "notes": notes,
         "settings": _settings(crit),
@@ -696,7 +710,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         "score": {**score, "predictor_source": source},
         "checks": checks,
         "failed_checks": failed,
-        "reasons": [] if usable else [_too_small(n, crit)],
+        "reasons": _unusable_reasons(checks),
         "warnings": warnings,
         "notes": ["gated from a saved report/snapshot", *notes],
         "settings": settings,
@@ -704,8 +718,14 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     }
 
 
-def _too_small(n: int, crit: GateCriteria) -> str:
-    return f"sample_size: {n} scored trajectories, fewer than min_n {crit.min_n}: too small for a CI-based verdict"
+def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:
+    """Why there is no verdict: every failed sample-size check (too small for a CI-based verdict)."""
+    return [
+        f"{c['name']}: {c['estimate']} scored trajectories, fewer than min_n {c['threshold']}: too small for a "
+        "CI-based verdict"
+        for c in checks
+        if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
+    ]
 
 
 def _missing_q_z(audit: dict[str, Any]) -> int:
