@@ -188,6 +188,12 @@ def add_calibrate_parser(sub: Any) -> None:
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
+    p.add_argument(
+        "--refit-maps",
+        action="store_true",
+        help="also give the TPS deltas' CI with the maps refitted in every replicate (the population "
+        "effect of Platt scaling; one cross-fit per replicate)",
+    )
     p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
     p.set_defaults(func=Command("calibrate_cmd", "cmd_calibrate"))
 
