@@ -11,7 +11,7 @@ import textwrap
 from typing import Any
 
 from tps_tracer.cli.tables import fmt, render_table
-from tps_tracer.evaluation.gate_hypothesis import power_text, rule_text, test_text
+from tps_tracer.evaluation.gate_hypothesis import describe_test, power_text, rule_text
 
 WIDTH = 100
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
@@ -78,7 +78,7 @@ def _headline(result: dict[str, Any]) -> list[str]:
         lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} trajectories")
     settings = result.get("settings") or {}
     if any(c.get("test") for c in result["checks"]):
-        lines.append("test: " + test_text(settings["test"], float(settings["margin"])))
+        lines.append("test: " + describe_test(settings["test"], float(settings["margin"])))
     return lines
 
 

@@ -47,7 +47,7 @@ def rule_text(test: str, margin: float) -> str:
     return f"CI high >= {m}"
 
 
-def test_text(test: str, margin: float) -> str:
+def describe_test(test: str, margin: float) -> str:
     m, neg = _fmt(margin), _fmt(-margin)
     if test == NON_INFERIORITY:
         return (
