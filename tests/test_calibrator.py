@@ -128,6 +128,8 @@ def test_report_text_discloses_recalibration(tmp_path, capsys):
     assert main(["report", str(path), "--calibrate", "platt", "--bootstrap", "50", "--rules", "log"]) == 0
     out = capsys.readouterr().out
     assert "Recalibration: platt (cross-fitted" in out
+    # The Delta CI reuses the fitted maps in every replicate: the text says what it covers (issue 30).
+    assert "CI conditional on the fitted maps: they are not refitted in each replicate" in out
     assert "forecasts evaluated raw" not in out
     assert "'+platt' are recalibrated" in out
     assert main(["report", str(path), "--bootstrap", "0"]) == 0
@@ -164,7 +166,9 @@ def test_calibrate_cli_writes_a_loadable_artifact_with_its_cross_fitted_evaluati
     assert next(r["transform"] for r in printed["fixed_rank"]["rows"]) == "identity"
     # Text mode renders the same artifact.
     assert main(["calibrate", str(path), "-o", str(out), "--bootstrap", "20"]) == 0
-    assert "Cross-fitted evaluation" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Cross-fitted evaluation" in text
+    assert "the CI is conditional on the cross-fitted maps, which are not\nrefitted in each replicate" in text
 
 
 def test_calibrate_cli_rejects_unknown_predictors(tmp_path, capsys):

@@ -56,13 +56,14 @@ def files(runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 CRITERIA = {
-    "default predictor, absolute": GateCriteria(min_score=-0.9, bootstrap=300),
+    "named predictor, absolute": GateCriteria(predictor="truthful", min_score=-0.9, bootstrap=300),
     "vs base rate, exact, brier, uniform": GateCriteria(
         predictor="overconfident", rule="brier", weights="uniform", censoring="exact", vs_base_rate=True, bootstrap=300
     ),
     "policy, flip check": GateCriteria(
         min_score=-0.8,
         max_flip=0.2,
+        predictor="truthful",
         max_excluded_share=0.5,
         policy=CensoringPolicy.treating_as_censored(["parse_error"]),
         bootstrap=300,
@@ -83,9 +84,20 @@ def test_gate_on_files_equals_the_gate_on_records(runs, files, name, fmt, monkey
     path = files["cand"] if fmt == "jsonl" else files["cand.parquet"]
     got = gate_paths([path], crit, chunk_bytes=SMALL_CHUNKS)
     assert_reports_equal(got, expected)
-    assert got["score"]["predictor"] == ("overconfident" if crit.predictor else "truthful")  # "dead" skipped
-    if crit.predictor is None:
-        assert got["skipped_predictors"] == [{"predictor": "dead", "reason": got["skipped_predictors"][0]["reason"]}]
+    assert got["score"]["predictor"] == (crit.predictor or "truthful")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_default_predictor_without_data_is_unusable_never_switched(runs, files, fmt):
+    """The first predictor in the file ("dead") has no data: the gate names it and those with data,
+    exit 2, rather than gating on the next one (issue 30)."""
+    crit = GateCriteria(min_score=-0.9, bootstrap=300)
+    got = gate_paths([files["cand" if fmt == "jsonl" else "cand.parquet"]], crit, chunk_bytes=SMALL_CHUNKS)
+    assert_reports_equal(got, evaluate_gate(runs["cand"], crit))
+    assert got["verdict"] == "unusable" and got["exit_code"] == 2 and got["score"]["predictor"] == "dead"
+    (reason,) = got["reasons"]
+    assert reason.startswith("gated_predictor: the candidate cannot score predictor 'dead'")
+    assert "predictors with data: truthful, overconfident" in reason
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -100,7 +112,7 @@ def test_baseline_pairs_by_metadata_task_id_read_from_the_files(runs, files, fmt
     assert f"paired by task id over {got['score']['n']} tasks" in check["detail"]
 
 
-def test_unpaired_baseline_and_a_run_split_over_two_files(runs, files, tmp_path):
+def test_baseline_missing_tasks_pairs_on_the_common_ones_and_a_run_split_over_two_files(runs, files, tmp_path):
     crit = GateCriteria(min_score=-2.0, bootstrap=200)
     half = len(runs["cand"]) // 2
     write_trajectories(runs["cand"][:half], tmp_path / "a.jsonl")
@@ -111,7 +123,21 @@ def test_unpaired_baseline_and_a_run_split_over_two_files(runs, files, tmp_path)
     expected = evaluate_gate(runs["cand"], crit, baseline=base)
     got = gate_paths([tmp_path / "a.jsonl", tmp_path / "b.parquet"], crit, tmp_path / "base.jsonl", chunk_bytes=9_000)
     assert_reports_equal(got, expected)
-    assert "unpaired" in {c["name"]: c for c in got["checks"]}["vs_baseline"]["detail"]
+    # The baseline lacks 7 tasks: paired on the tasks both sides scored, the rest counted (issue 30).
+    detail = {c["name"]: c for c in got["checks"]}["vs_baseline"]["detail"]
+    cmp = got["comparison"]
+    assert f"paired by task id over {cmp['common_tasks']} tasks" in detail and cmp["paired"]
+    dropped = {r.metadata["task_id"] for r in runs["base"][-7:]}
+    assert 0 < cmp["candidate_unpaired_runs"] <= 7 and cmp["baseline_unpaired_runs"] == 0
+    assert cmp["candidate_paired_runs"] + cmp["candidate_unpaired_runs"] == got["score"]["n"]
+    assert cmp["common_tasks"] == cmp["candidate_paired_runs"] == cmp["baseline_paired_runs"]
+    assert len(dropped) == 7
+    # Disjoint task ids: compared unpaired, and said so.
+    other = [r.model_copy(update={"metadata": {**r.metadata, "task_id": "x" + r.metadata["task_id"]}}) for r in base]
+    write_trajectories(other, tmp_path / "other.jsonl")
+    got = gate_paths([tmp_path / "a.jsonl", tmp_path / "b.parquet"], crit, tmp_path / "other.jsonl", chunk_bytes=9_000)
+    assert_reports_equal(got, evaluate_gate(runs["cand"], crit, baseline=other))
+    assert "unpaired" in got["comparison"]["how"] and "no common task ids" in got["comparison"]["how"]
 
 
 def test_resolution_lines_give_the_same_result(runs, tmp_path):

@@ -196,6 +196,9 @@ def test_gate_default_predictor_skips_null_predictors_listed_first(handler_file,
     args = ["--min", "-5", "--min-n", "5", "--bootstrap", "300", "--json"]
     got = strict_loads(run(["gate", reordered, *args], capsys))
     explicit = strict_loads(run(["gate", reordered, *args, "--predictor", "verbal"], capsys))
+    # Only the action predictors (null by design for native tool calls) are passed over (issue 30).
+    source = got["score"].pop("predictor_source")
+    assert source == "the first predictor in the candidate's file" and explicit["score"].pop("predictor_source")
     assert got["score"] == explicit["score"] and got["score"]["predictor"] == "verbal"
     _skipped_are_the_action_predictors(got["skipped_predictors"])
     assert explicit["skipped_predictors"] == []

@@ -186,7 +186,8 @@ def _gate(argv):
 
 def test_gate_engine_ray_equals_local_score_and_verdict(local_ray, tmp_path):
     d = tmp_path / "runs.jsonl"  # the local gate reads directories of Parquet shards only
-    write_trajectories(example_records(), d)
+    # Without q_z, so that the censoring warning is due: Ray gives the same warnings (issue 30).
+    write_trajectories([r.model_copy(update={"q_z": None}) for r in example_records()], d)
     for threshold, verdict in (("-5", "pass"), ("0", "fail")):
         argv = [str(d), "--min", threshold, "--predictor", "truthful", "--bootstrap", "300"]
         local_code, local = _gate(argv)
@@ -197,6 +198,9 @@ def test_gate_engine_ray_equals_local_score_and_verdict(local_ray, tmp_path):
             w = on_ray["score"][k]
             assert v == w if not isinstance(v, float) else math.isclose(v, w, rel_tol=0, abs_tol=1e-12), k
         assert [c["name"] for c in local["checks"]] == [c["name"] for c in on_ray["checks"]]
+        assert local["warnings"] == on_ray["warnings"] and any(
+            w.startswith("censoring rate") for w in local["warnings"]
+        )
     code, err = _gate_error([str(d), "--vs-base-rate", "--engine", "ray"])
     assert code == 2 and "--engine ray supports --min" in err
 

@@ -19,6 +19,7 @@ from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibra
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.calibration.paired import paired_mean_delta
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
+from tps_tracer.evaluation.calibration.refit_bootstrap import refit_tps_deltas
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.progress import progress_for
@@ -31,9 +32,16 @@ from tps_tracer.scoring.schedules import get_schedule
 
 
 def cross_fit_evaluation(
-    arrays: TrajectoryArrays, predictors: list[str], schedule: str, penalty: float, bootstrap: int, seed: int
+    arrays: TrajectoryArrays,
+    predictors: list[str],
+    schedule: str,
+    penalty: float,
+    bootstrap: int,
+    seed: int,
+    refit: bool = False,
 ) -> dict[str, Any]:
-    """Per predictor: the two split maps and the paired raw-vs-Platt deltas (TPS log, AUROC)."""
+    """Per predictor: the two split maps and the paired raw-vs-Platt deltas (TPS log, AUROC);
+    with `refit`, also the TPS deltas with the maps refitted in every replicate."""
     with_platt, fits = with_platt_streams(arrays, predictors, schedule, penalty)
     names = [n for p in predictors for n in (p, p + PLATT_SUFFIX)]
     table = pair_table_from_arrays(with_platt, names, [get_rule("log")], [get_schedule(schedule)])
@@ -49,6 +57,9 @@ def cross_fit_evaluation(
             for mode in (COMPLETE_ONLY, SIMPLE)
         }
         out[p] = {"splits": fits[p].diagnostics(), "tps_log": tps, "auroc": aurocs[(p, p + PLATT_SUFFIX)].as_dict()}
+        if refit:
+            deltas = refit_tps_deltas(arrays, p, schedule, penalty, bootstrap, seed, (COMPLETE_ONLY, SIMPLE))
+            out[p]["tps_log_refit"] = {mode: d.as_dict() for mode, d in deltas.items()}
     return out
 
 
@@ -76,7 +87,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             if reason:
                 raise ValueError(f"{args.fixed_rank}: {reason}")
             fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule)
-    calibrator.cross_fit = cross_fit_evaluation(arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed)
+    calibrator.cross_fit = cross_fit_evaluation(
+        arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps
+    )
     with writing("-o", args.output):
         calibrator.save(args.output)  # only after everything was computed; atomic
     if args.json:
@@ -103,7 +116,8 @@ def render_calibration(
             mapping = ", ".join(f"{raw:.3g}->{cal:.3g}" for raw, cal in d["value_map"])
             fallback = "yes" if d["fallback"] else "no"
             splits.append([name, str(d["fit_on_half"]), fmt(d["b"], 4), fallback, mapping, f"[{lo:.4g}, {hi:.4g}]"])
-        for label, d in [*((f"TPS_log {m}", v) for m, v in ev["tps_log"].items()), ("AUROC", ev["auroc"])]:
+        refit = ((f"TPS_log {m} (refit)", v) for m, v in ev.get("tps_log_refit", {}).items())
+        for label, d in [*((f"TPS_log {m}", v) for m, v in ev["tps_log"].items()), *refit, ("AUROC", ev["auroc"])]:
             deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), fmt_ci(d["delta"], d["ci_low"], d["ci_high"])])
             deltas[-1].append(fmt(d["z"], 3))
     parts = [
@@ -116,6 +130,9 @@ def render_calibration(
             ["predictor", "fit on half", "slope b", "fallback", "frequent raw values map to", "calibrated range"],
             splits,
         ),
+        "Platt minus raw (paired bootstrap; the CI is conditional on the cross-fitted maps, which are not\n"
+        "refitted in each replicate: it covers these maps' effect, not the population effect of Platt scaling;\n"
+        "the '(refit)' rows of --refit-maps refit them per replicate and cover the latter)",
         render_table(["predictor", "statistic", "raw", "platt", "delta [95% CI]", "delta/SE"], deltas),
     ]
     if fixed is not None:

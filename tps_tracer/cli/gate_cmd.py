@@ -41,6 +41,7 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     "min": (float, "min_score"),
     "vs_base_rate": (bool, "vs_base_rate"),
     "margin": (float, "margin"),
+    "test": (str, "test"),
     "min_n": (int, "min_n"),
     "max_excluded_share": (float, "max_excluded_share"),
     "allow_capture_loss": (bool, "allow_capture_loss"),
@@ -121,7 +122,8 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     except ImportError as exc:
         raise GateInputError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
     result = evaluate_gate_on_report(report, crit)
-    result["notes"] = ["gated from the report computed with --engine ray"]
+    # The report's audit gives the same censoring warnings as the local engine (evaluate_gate_on_report).
+    result["notes"] = ["gated from the report computed with --engine ray", *result["notes"][1:]]
     return result
 
 

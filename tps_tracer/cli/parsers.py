@@ -149,7 +149,9 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
     g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
     g.add_argument("--config", help="TOML file with a [gate] table of these settings")
-    g.add_argument("--predictor", help="predictor to gate on (default: the first in the file)")
+    g.add_argument(
+        "--predictor", help="predictor to gate on (default: the baseline's first with data, else the file's first)"
+    )
     g.add_argument("--rule", help="score rule (default log)")
     g.add_argument("--weights", help="weight schedule (default linear-front)")
     g.add_argument("--censoring", help="complete-only, simple (default) or exact")
@@ -157,6 +159,12 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--vs-base-rate", action="store_true", default=None, help="non-inferiority to the base rate")
     g.add_argument("--baseline", help="baseline run's trajectory file: non-inferiority to it")
     g.add_argument("--margin", type=float, help="tolerated shortfall for --vs-base-rate / --baseline (default 0)")
+    g.add_argument(
+        "--test",
+        choices=["regression", "non-inferiority"],
+        help="hypothesis test of --vs-base-rate / --baseline: regression (default; FAIL only on a significant "
+        "drop beyond the margin) or non-inferiority (PASS only if such a drop is ruled out)",
+    )
     g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
     g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
     g.add_argument(
@@ -191,6 +199,12 @@ def add_calibrate_parser(sub: Any) -> None:
     p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
+    p.add_argument(
+        "--refit-maps",
+        action="store_true",
+        help="also give the TPS deltas' CI with the maps refitted in every replicate (the population "
+        "effect of Platt scaling; one cross-fit per replicate)",
+    )
     p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
     p.set_defaults(func=Command("calibrate_cmd", "cmd_calibrate"))
 

@@ -139,6 +139,9 @@ def _recalibration_text(report: dict[str, Any]) -> str | None:
     lines = [
         f"Recalibration: {cal['method']}, fitted with {cal['schedule']} step weights; "
         "recalibrated minus raw (paired bootstrap)",
+        "  CI conditional on the fitted maps: they are not refitted in each replicate, so it covers the",
+        "  effect of these maps, not the population effect of fitting Platt scaling (narrower than that;",
+        "  `tps-tracer calibrate --refit-maps` refits them per replicate)",
         render_table(["predictor", "recalibrated", "statistic", "delta [95% CI]", "delta/SE"], rows),
     ]
     if cal.get("schedule_mismatch"):

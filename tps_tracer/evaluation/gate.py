@@ -1,16 +1,24 @@
 """The deployment gate: may this agent ship, judged on censored TPS with confidence intervals?
 
-One score is gated (default: TPS, cen-simple, log rule, linear-front weights, the first
-predictor in the file). Decision checks, any combination:
+The gated quantity (predictor, rule, schedule, censoring mode) is fixed by the criteria or,
+for the predictor, by the baseline: never chosen from the candidate's data. Default: TPS
+cen-simple, log rule, linear-front weights; the predictor named by `predictor`, else the
+baseline's first predictor with data, else the first predictor declared in the candidate's
+file (the action predictors, null by design for native tool calls, passed over). A
+candidate that cannot score it (the predictor missing or without data; cen-exact without
+any q_z) is UNUSABLE (exit 2), with the reason.
+
+Decision checks, any combination:
 
 - absolute:      the CI lower bound of the score is at least `min_score`;
-- vs base rate:  non-inferiority to the constant base-rate forecast on the same
-                 trajectories: the CI lower bound of (score - base-rate score) >= -margin
+- vs base rate:  candidate minus the constant base-rate forecast on the same trajectories
                  (paired: both columns share the bootstrap weights);
-- vs baseline:   non-inferiority to a baseline run: CI lower bound of (candidate -
-                 baseline) >= -margin; paired by task id (metadata.task_id, else the
-                 trajectory id) when both runs scored exactly the same tasks, unpaired
-                 (independent resampling of each run) otherwise.
+- vs baseline:   candidate minus a baseline run, paired on the tasks both sides scored
+                 (gate_compare.py), the asymmetries between the sides named.
+
+The two comparative checks run the hypothesis test named by `test` (gate_hypothesis.py):
+regression detection (default; FAIL only on a significant drop beyond the margin) or
+non-inferiority (PASS only when a drop beyond the margin is ruled out), with their power.
 
 Assumption checks: at least `min_n` scored trajectories (else the sample is unusable,
 exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors ...), and
@@ -18,8 +26,8 @@ warnings when censoring is frequent and only the simple (q_Z ~ 0) form is availa
 
 Verdict stability: for every decision check, the share of bootstrap replicates whose own
 verdict differs from the observed one, where a replicate's verdict compares (replicate
-estimate - the observed CI's lower half-width) with the threshold. Near 0: the verdict is
-robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
+estimate - the observed CI's half-width on the tested side) with the threshold. Near 0: the
+verdict is robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
 """
 
 from __future__ import annotations
@@ -35,8 +43,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.constants import MAX_REPLICATES
-from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, trajectory_keys
+from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress
+from tps_tracer.evaluation.gate_compare import Side, censoring_rates_differ, compare, unpaired_text
+from tps_tracer.evaluation.gate_hypothesis import (
+    ALPHA,
+    DEFAULT_TEST,
+    TESTS,
+    decision,
+    underpowered_warning,
+)
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
 from tps_tracer.evaluation.report import (
     BASE_RATE,
@@ -46,7 +62,7 @@ from tps_tracer.evaluation.report import (
     termination_audit,
 )
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
-from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason, nothing_left
+from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason
 from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
@@ -56,21 +72,23 @@ from tps_tracer.scoring.schedules import get_schedule
 
 FloatArray = NDArray[np.float64]
 
-GATE_VERSION = 1
+GATE_VERSION = 2  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block
 PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
 
 @dataclass
 class GateCriteria:
-    predictor: str | None = None  # None: the first predictor in the candidate file
+    predictor: str | None = None  # None: the baseline's first predictor with data, else the candidate file's first
     rule: str = "log"
     weights: str = "linear-front"
     censoring: str = SIMPLE
     min_score: float | None = None
     vs_base_rate: bool = False
     margin: float = 0.0
+    test: str = DEFAULT_TEST  # the comparative checks' hypothesis test (gate_hypothesis.TESTS)
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
@@ -107,6 +125,8 @@ class GateCriteria:
             raise GateOptionError(
                 "margin", f"must be >= 0 (how much worse than the reference is tolerated), got {self.margin!r}"
             )
+        if self.test not in TESTS:
+            raise GateOptionError("test", f"must be one of {', '.join(TESTS)}, got {self.test!r}")
         if not _is_int(self.min_n) or self.min_n < 1:
             raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
         for name in ("max_excluded_share", "max_flip", "high_censoring"):
@@ -149,36 +169,6 @@ def _finite(name: str, value: Any) -> float:
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
-    """Keys independent of the unsalted ones: for resampling two runs independently."""
-    return trajectory_keys([f"{salt}\x00{i}" for i in ids])
-
-
-def _flip_probability(replicates: FloatArray, point: float, lo: float, threshold: float) -> float | None:
-    reps = replicates[~np.isnan(replicates)]
-    if reps.size == 0 or not math.isfinite(point) or not math.isfinite(lo):
-        return None
-    verdict = lo >= threshold
-    replicate_verdict = reps - (point - lo) >= threshold
-    return float(np.mean(replicate_verdict != verdict))
-
-
-def _decision(name: str, point: float, reps: FloatArray, threshold: float, detail: str) -> dict[str, Any]:
-    lo, hi = percentile_ci(reps[:, None])
-    lo0, hi0 = float(lo[0]), float(hi[0])
-    return {
-        "name": name,
-        "kind": "decision",
-        "passed": bool(math.isfinite(lo0) and lo0 >= threshold),
-        "estimate": _num(point),
-        "ci_low": _num(lo0),
-        "ci_high": _num(hi0),
-        "threshold": threshold,
-        "flip_probability": _flip_probability(reps, point, lo0, threshold),
-        "detail": detail,
-    }
 
 
 def _refused_for_capture_loss(checks: list[dict[str, Any]]) -> bool:
@@ -231,35 +221,97 @@ def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> lis
     return checks
 
 
+class Unusable(Exception):
+    """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
+
+    def __init__(self, check: str, reason: str):
+        self.check = check
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
+    table = sample.table
+    if table.n == 0:
+        raise GateInputError("no trajectories")
+    complete, censored = table.role_masks(crit.policy)
+    if not complete.any() and not censored.any():
+        raise GateInputError(NO_WORKING_SAMPLE)
+    return complete | censored
+
+
+# Null on every step by design for a native tool-calling agent (no action text: capture/step_signals.py):
+# the only predictors a default choice passes over when they have no data.
+BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
+
+
+def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | None) -> tuple[str, str, list[Skipped]]:
+    """(predictor, where the choice came from, predictors passed over with the reason).
+
+    Never from the candidate's data: a prompt change that nulls the candidate's `verbal`
+    must not move the gate to `token_prob` on both sides. A named predictor found in neither
+    file is a usage error (a typo); one the baseline has and the candidate lacks makes the
+    candidate unusable (`_Run`).
+    """
+    if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
+        try:
+            for sample in (cand, base):
+                if sample is not None:
+                    check_no_base_rate(sample.table.predictors)
+        except ValueError as exc:
+            raise GateInputError(str(exc)) from None
+    if crit.predictor is not None:
+        in_base = base is not None and crit.predictor in base.table.predictors
+        if crit.predictor not in cand.table.predictors and not in_base:
+            names = [p for p in cand.table.predictors if p != BASE_RATE]
+            raise GateInputError(
+                f"predictor {crit.predictor!r} is not in the file; found: {', '.join(names) or 'none'}"
+            )
+        return crit.predictor, "--predictor", []
+    skipped: list[Skipped] = []
+    if base is not None:
+        working = _scorable(base, crit)
+        for name in base.table.predictors:
+            reason = no_data_reason(base.table.predictors[name], working)
+            if reason is None:
+                return name, "the baseline's first predictor with data", skipped
+            skipped.append(Skipped(name, f"no data in the baseline: {reason}"))
+        why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
+        raise GateInputError(f"the baseline has no predictor to gate on: {why}")
+    working = _scorable(cand, crit)
+    for name in cand.table.predictors:
+        reason = no_data_reason(cand.table.predictors[name], working)
+        if reason is None or name not in BY_DESIGN_NULL:
+            return name, "the first predictor in the candidate's file", skipped
+        skipped.append(Skipped(name, f"{reason} (null by design for native tool calls)"))
+    if not cand.table.predictors:
+        raise GateInputError(NO_PREDICTOR)
+    why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped)
+    raise GateInputError(f"no predictor to gate on: {why}")
+
+
 class _Run:
     """One run's scores for the gated column (and the base-rate reference), per trajectory."""
 
-    def __init__(self, sample: GateSample, crit: GateCriteria, predictor: str | None):
+    def __init__(self, sample: GateSample, crit: GateCriteria, predictor: str, side: str):
         table = sample.table
-        if table.n == 0:
-            raise GateInputError("no trajectories")
-        complete, censored = table.role_masks(crit.policy)
-        if not complete.any() and not censored.any():
-            raise GateInputError(NO_WORKING_SAMPLE)
-        try:  # a file column of that name is read unless another predictor is named
-            check_no_base_rate(table.predictors if predictor in (None, BASE_RATE) else ())
-        except ValueError as exc:
-            raise GateInputError(str(exc)) from None
+        working = _scorable(sample, crit)
+        complete = table.role_masks(crit.policy)[0]
         names = [p for p in table.predictors if p != BASE_RATE]
-        self.skipped: list[Skipped] = []
-        if predictor is None:  # the first predictor with data; those before it are skipped, with the reason
-            if not names:
-                raise GateInputError(NO_PREDICTOR)
-            for name in names:
-                reason = no_data_reason(table.predictors[name], complete | censored)
-                if reason is None:
-                    predictor = name
-                    break
-                self.skipped.append(Skipped(name, reason))
-            if predictor is None:
-                raise GateInputError(str(nothing_left("gate on", self.skipped)))
         if predictor not in table.predictors:
-            raise GateInputError(f"predictor {predictor!r} is not in the file; found: {', '.join(names) or 'none'}")
+            raise Unusable(
+                "gated_predictor",
+                f"the {side} has no predictor {predictor!r} (found: {', '.join(names) or 'none'})",
+            )
+        reason = no_data_reason(table.predictors[predictor], working)
+        if reason is not None:
+            with_data = [p for p in names if no_data_reason(table.predictors[p], working) is None]
+            raise Unusable(
+                "gated_predictor",
+                f"the {side} cannot score predictor {predictor!r}: {reason}; predictors with data: "
+                f"{', '.join(with_data) or 'none'} (the gated predictor is never switched silently: "
+                "name one with --predictor on both runs)",
+            )
         self.predictor = predictor
         # Censored runs alone are scored (as in the report); the base-rate reference needs a complete outcome.
         self.base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
@@ -274,6 +326,99 @@ class _Run:
         self.audit = termination_audit(gated, crit.policy)
         self.ids = table.ids
         self.task_ids = sample.task_ids
+        self.with_data = {p for p in names if no_data_reason(table.predictors[p], working) is None}
+
+    def side(self) -> Side:
+        return Side(self.score, self.task_ids, self.ids)
+
+
+def censoring_warnings(audit: dict[str, Any], crit: GateCriteria, missing_q_z: int) -> tuple[list[str], list[str]]:
+    """(warnings, notes) on what the censored score rests on; the same for records, Ray and snapshots."""
+    warnings: list[str] = []
+    notes: list[str] = []
+    rate = audit.get("censoring_rate")
+    with_q = audit.get("censored_with_q_z") or 0
+    n_cens = (audit.get("roles") or {}).get("censored") or 0
+    if n_cens:
+        source = f"q_z from the records for {with_q} of {n_cens} censored runs" if with_q else "no q_z in the records"
+        notes.append(f"q_Z source: {source}")
+    if rate is not None and rate > crit.high_censoring and with_q == 0:
+        warnings.append(
+            f"censoring rate {rate:.1%} with only the simple form (q_Z ~ 0) available: the score is pessimistic "
+            "for runs stopped by the step budget; supply q_z (continuation audits) to gate on cen-exact"
+        )
+    if crit.censoring == EXACT and missing_q_z:
+        warnings.append(f"{missing_q_z} censored runs lack q_z and are left out of the cen-exact score")
+    if crit.censoring == "complete-only" and n_cens:
+        warnings.append(f"complete-only drops {n_cens} censored runs: survivor bias (use --censoring simple)")
+    if audit.get("default_policy") is False:
+        notes.append("non-default censoring policy: some informative stops treated as censored")
+    return warnings, notes
+
+
+def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
+    """A verdict that resampling reverses often is not evidence either way: say so on every PASS or FAIL."""
+    out = []
+    for c in checks:
+        flip = c.get("flip_probability")
+        if flip is not None and flip > FRAGILE_FLIP:
+            verb = "passes" if c["passed"] else "fails"
+            out.append(
+                f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
+                "of the same size could reverse it (--max-flip makes stability a check)"
+            )
+    return out
+
+
+def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
+    """cen-exact on a candidate with censored runs and no q_z at all scores only its complete runs:
+    a different quantity, so the sample cannot be gated on it."""
+    n_cens = (audit.get("roles") or {}).get("censored") or 0
+    if crit.censoring == EXACT and n_cens and not audit.get("censored_with_q_z"):
+        raise Unusable(
+            "q_z_for_exact",
+            f"--censoring exact needs q_z, and none of the candidate's {n_cens} censored runs carries one "
+            "(estimate it with `tps-tracer censoring --write-records`, or gate with --censoring simple)",
+        )
+
+
+def _settings(crit: GateCriteria) -> dict[str, Any]:
+    return {
+        "bootstrap": crit.bootstrap,
+        "seed": crit.seed,
+        "ci_level": CI_LEVEL,
+        "margin": crit.margin,
+        "test": crit.test,
+        "alpha_one_sided": ALPHA,
+    }
+
+
+def _unusable_result(crit: GateCriteria, predictor: str, source: str, u: Unusable) -> dict[str, Any]:
+    check = {"name": u.check, "kind": "assumption", "passed": False, "estimate": None, "threshold": None}
+    return {
+        "version": GATE_VERSION,
+        "verdict": UNUSABLE,
+        "exit_code": EXIT_CODES[UNUSABLE],
+        "score": {
+            "predictor": predictor,
+            "predictor_source": source,
+            "rule": get_rule(crit.rule).name,
+            "weights": get_schedule(crit.weights).name,
+            "censoring": crit.censoring,
+            "n": 0,
+            "mean": None,
+            "ci_low": None,
+            "ci_high": None,
+        },
+        "checks": [{**check, "detail": u.reason}],
+        "failed_checks": [u.check],
+        "reasons": [f"{u.check}: {u.reason}"],
+        "warnings": [],
+        "notes": [],
+        "settings": _settings(crit),
+        "audit": None,
+        "skipped_predictors": [],
+    }
 
 
 def evaluate_gate(
@@ -285,13 +430,22 @@ def evaluate_gate(
     behind `tps-tracer gate --json`."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
-    run = _Run(_sample(candidate, crit), crit, crit.predictor)
+    cand_sample = _sample(candidate, crit)
+    base_sample = None if baseline is None else _sample(baseline, crit)
+    predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
+    try:
+        run = _Run(cand_sample, crit, predictor, "candidate")
+        _check_exact(run.audit, crit)
+        base = None if base_sample is None else _Run(base_sample, crit, predictor, "baseline")
+    except Unusable as u:
+        result = _unusable_result(crit, predictor, source, u)
+        result["skipped_predictors"] = as_dicts(skipped)
+        return result
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
     checks: list[dict[str, Any]] = []
-    warnings: list[str] = []
     notes: list[str] = []
 
     scored = ~np.isnan(run.score)
@@ -306,6 +460,7 @@ def evaluate_gate(
     lo, hi = boot.ci()
     selected = {
         "predictor": run.predictor,
+        "predictor_source": source,
         "rule": get_rule(crit.rule).name,
         "weights": get_schedule(crit.weights).name,
         "censoring": crit.censoring,
@@ -315,11 +470,12 @@ def evaluate_gate(
         "ci_high": _num(hi[0]),
     }
 
+    usable = n >= crit.min_n
     checks.extend(_assumption_checks(n, run.audit, crit))
 
     if crit.min_score is not None:
         checks.append(
-            _decision(
+            decision(
                 "absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, "CI lower bound of the score"
             )
         )
@@ -327,42 +483,48 @@ def evaluate_gate(
         delta_reps = boot.replicates[:, 2] - boot.replicates[:, 1]
         delta = float(boot.point[2] - boot.point[1])
         checks.append(
-            _decision(
+            decision(
                 "vs_base_rate",
                 delta,
                 delta_reps,
                 -crit.margin + 0.0,  # + 0.0: no "-0" in reports
                 f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired",
+                crit.test,
             )
         )
-    if baseline is not None:
-        base_run = _Run(_sample(baseline, crit), crit, run.predictor)
-        for check in _assumption_checks(len(base_run.ids), base_run.audit, crit):
-            if check["name"] == "capture_loss":
-                checks.append({**check, "detail": "baseline: " + check["detail"]})
-        checks.append(_baseline_check(run, base_run, crit, notes))
-
-    # Assumption discipline: what the censored score rests on.
-    rate = run.audit["censoring_rate"]
-    with_q = run.audit["censored_with_q_z"]
-    n_cens = run.audit["roles"]["censored"]
-    if n_cens:
-        source = f"q_z from the records for {with_q} of {n_cens} censored runs" if with_q else "no q_z in the records"
-        notes.append(f"q_Z source: {source}")
-    if rate is not None and rate > crit.high_censoring and with_q == 0:
-        warnings.append(
-            f"censoring rate {rate:.1%} with only the simple form (q_Z ~ 0) available: the score is pessimistic "
-            "for runs stopped by the step budget; supply q_z (continuation audits) to gate on cen-exact"
+    warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z)
+    comparison = None
+    if base is not None:
+        n_base = int(np.sum(~np.isnan(base.score)))
+        # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+        checks.insert(
+            1,
+            {
+                "name": "baseline_size",
+                "kind": "assumption",
+                "passed": n_base >= crit.min_n,
+                "estimate": n_base,
+                "threshold": crit.min_n,
+                "detail": f"{n_base} scored baseline trajectories; at least {crit.min_n} needed",
+            },
         )
-    if crit.censoring == EXACT and run.missing_q_z:
-        warnings.append(f"{run.missing_q_z} censored runs lack q_z and are left out of the cen-exact score")
-    if crit.censoring == "complete-only" and n_cens:
-        warnings.append(f"complete-only drops {n_cens} censored runs: survivor bias (use --censoring simple)")
-    if not run.audit["default_policy"]:
-        notes.append("non-default censoring policy: some informative stops treated as censored")
-    for s in run.skipped:
+        usable = usable and n_base >= crit.min_n
+        for lost in _assumption_checks(n_base, base.audit, crit):
+            if lost["name"] == "capture_loss":
+                checks.append({**lost, "detail": "baseline: " + lost["detail"]})
+        check, comparison = _baseline_check(run, base, crit, warnings, notes)
+        checks.append(check)
+    notes.extend(more_notes)
+    notes.append(f"gated predictor {run.predictor}: {source}")
+    for s in skipped:
         notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
+    for c in checks:
+        pw = c.get("power")
+        if pw and pw.get("underpowered"):
+            warnings.append(underpowered_warning(c["name"], crit.margin, pw))
+
+    warnings.extend(fragile_warnings(checks))
     decisions = [c for c in checks if c["kind"] == "decision"]
     flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
     if crit.max_flip is not None:
@@ -377,21 +539,23 @@ def evaluate_gate(
                 "detail": "largest verdict-flip probability under resampling",
             }
         )
-    if n < crit.min_n or _refused_for_capture_loss(checks):  # the baseline's loss included
-        verdict = UNUSABLE
-    else:
-        verdict = PASS if all(c["passed"] for c in checks) else FAIL
+    failed = [c["name"] for c in checks if not c["passed"]]
+    usable = usable and not _refused_for_capture_loss(checks)  # the candidate's or the baseline's
+    verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
     return {
         "version": GATE_VERSION,
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
         "score": selected,
         "checks": checks,
+        "failed_checks": failed,
+        "reasons": _unusable_reasons(checks),
         "warnings": warnings,
         "notes": notes,
-        "settings": {"bootstrap": crit.bootstrap, "seed": crit.seed, "ci_level": CI_LEVEL, "margin": crit.margin},
+        "settings": _settings(crit),
         "audit": run.audit,
-        "skipped_predictors": as_dicts(run.skipped),
+        "skipped_predictors": as_dicts(skipped),
+        **({"comparison": comparison} if comparison is not None else {}),
     }
 
 
@@ -435,33 +599,75 @@ def _pairing(cand: _Run, base: _Run, n: int) -> str:
     return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"
 
 
-def _baseline_check(cand: _Run, base: _Run, crit: GateCriteria, notes: list[str]) -> dict[str, Any]:
-    c_ok, b_ok = ~np.isnan(cand.score), ~np.isnan(base.score)
-    c_tasks = [t for t, ok in zip(cand.task_ids, c_ok, strict=True) if ok]
-    b_tasks = [t for t, ok in zip(base.task_ids, b_ok, strict=True) if ok]
-    paired = len(set(c_tasks)) == len(c_tasks) and len(set(b_tasks)) == len(b_tasks) and set(c_tasks) == set(b_tasks)
-    if paired:
-        b_by_task = dict(zip(b_tasks, base.score[b_ok], strict=True))
-        cols = np.column_stack([cand.score[c_ok], [b_by_task[t] for t in c_tasks]])
-        boot = bootstrap_means(cols, trajectory_keys(c_tasks), crit.bootstrap, crit.seed)
-        reps = boot.replicates[:, 0] - boot.replicates[:, 1]
-        point = float(boot.point[0] - boot.point[1])
-        how = _pairing(cand, base, len(c_tasks))
-    else:
-        bc = bootstrap_means(cand.score[c_ok][:, None], _salted_keys(c_tasks, "candidate"), crit.bootstrap, crit.seed)
-        bb = bootstrap_means(base.score[b_ok][:, None], _salted_keys(b_tasks, "baseline"), crit.bootstrap, crit.seed)
-        reps = bc.replicates[:, 0] - bb.replicates[:, 0]
-        point = float(bc.point[0] - bb.point[0])
-        how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; task ids differ or repeat)"
-    notes.append(f"baseline comparison {how}; baseline mean {float(np.mean(base.score[b_ok])):.6g}")
-    return _decision("vs_baseline", point, reps, -crit.margin + 0.0, f"candidate minus baseline, {how}")
+def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]) -> list[str]:
+    """Name every difference between the sides that changes what is compared."""
+    found: list[str] = []
+    ca, ba = cand.audit, base.audit
+    cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
+    cn, bn = ca["roles"]["censored"], ba["roles"]["censored"]
+    if (cq > 0) != (bq > 0):
+        who = "candidate" if cq else "baseline"
+        text = f"q_z on the {who} only (candidate {cq} of {cn} censored runs, baseline {bq} of {bn})"
+        found.append(text)
+        if crit.censoring == EXACT:
+            warnings.append(
+                f"{text}: under cen-exact the other side cannot score its censored runs, so the difference "
+                "is computed on the tasks both sides score"
+            )
+        else:
+            notes.append(f"{text}; not used by cen-{crit.censoring}")
+    only_c, only_b = sorted(cand.with_data - base.with_data), sorted(base.with_data - cand.with_data)
+    if only_c or only_b:
+        text = (
+            f"predictor sets differ: candidate only {', '.join(only_c) or 'none'}; "
+            f"baseline only {', '.join(only_b) or 'none'}"
+        )
+        found.append(text)
+        notes.append(text)
+    cr, br = ca["censoring_rate"], ba["censoring_rate"]
+    if cr is not None and br is not None:
+        text = f"censoring rate candidate {cr:.1%}, baseline {br:.1%}"
+        if censoring_rates_differ(ca, ba):
+            found.append(text)
+            warnings.append(
+                f"{text} differ significantly: the runs stop on the step budget at different rates, and "
+                "cen-simple scores budget stops pessimistically (q_Z ~ 0)"
+            )
+        else:
+            notes.append(text)
+    return found
+
+
+def _baseline_check(
+    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    asym = _asymmetries(cand, base, crit, warnings, notes)
+    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed, crit.min_n)
+    how = _pairing(cand, base, cmp.counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
+    counts = cmp.counts
+    if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
+        notes.append(unpaired_text(counts))
+    elif not cmp.paired and counts["common_tasks"]:
+        warnings.append(
+            f"the runs share only {counts['common_tasks']} scored tasks (fewer than min_n {crit.min_n}): "
+            "compared unpaired, on different task sets"
+        )
+    b_ok = ~np.isnan(base.score)
+    base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
+    notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
+    check = decision(
+        "vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, f"candidate minus baseline, {how}", crit.test
+    )
+    comparison = {"paired": cmp.paired, "how": how, **counts, "asymmetries": asym, "baseline_mean": _num(base_mean)}
+    return check, comparison
 
 
 def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | None = None) -> dict[str, Any]:
     """Gate a saved report / `Accumulator.snapshot()` (no per-trajectory data).
 
     Only the absolute check and the assumption checks can be evaluated from a report; the
-    flip probability uses a normal approximation with the report's bootstrap SE.
+    flip probability uses a normal approximation with the report's bootstrap SE. The
+    censoring warnings come from the report's audit, as on records.
     """
     crit = criteria or GateCriteria()
     crit.check_values()
@@ -478,6 +684,20 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     candidates = [r for r in rows if r["rule"] == rule and r["weights"] == weights and r["censoring"] == crit.censoring]
     names = [r["predictor"] for r in candidates if r["predictor"] != BASE_RATE]
     predictor = crit.predictor or (names[0] if names else None)
+    source = "--predictor" if crit.predictor else "the report's first scored predictor"
+    warnings, notes = censoring_warnings(audit, crit, _missing_q_z(audit))
+    skipped = [s.get("predictor") for s in report.get("skipped_predictors") or [] if isinstance(s, dict)]
+    if crit.predictor is None and skipped:
+        warnings.append(
+            f"default predictor {predictor}: the report skipped {', '.join(map(str, skipped))} (no data); "
+            "name the gated predictor with --predictor so it cannot move"
+        )
+    try:
+        _check_exact(audit, crit)
+    except Unusable as u:
+        result = _unusable_result(crit, str(predictor), source, u)
+        result["warnings"], result["notes"] = warnings, notes
+        return result
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
@@ -506,20 +726,38 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
         }
     )
-    unusable = n < crit.min_n or _refused_for_capture_loss(checks)
-    verdict = UNUSABLE if unusable else (PASS if all(c["passed"] for c in checks) else FAIL)
+    warnings.extend(fragile_warnings(checks))
+    failed = [c["name"] for c in checks if not c["passed"]]
+    usable = n >= crit.min_n and not _refused_for_capture_loss(checks)
+    verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
+    settings = _settings(crit)
+    settings.update(bootstrap=report.get("settings", {}).get("bootstrap"), seed=report.get("settings", {}).get("seed"))
+    score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     return {
         "version": GATE_VERSION,
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
-        "score": {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")},
+        "score": {**score, "predictor_source": source},
         "checks": checks,
-        "warnings": [],
-        "notes": ["gated from a saved report/snapshot"],
-        "settings": {
-            "bootstrap": report.get("settings", {}).get("bootstrap"),
-            "ci_level": CI_LEVEL,
-            "margin": crit.margin,
-        },
+        "failed_checks": failed,
+        "reasons": _unusable_reasons(checks),
+        "warnings": warnings,
+        "notes": ["gated from a saved report/snapshot", *notes],
+        "settings": settings,
         "audit": audit,
     }
+
+
+def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:
+    """Why there is no verdict: every failed sample-size check (too small for a CI-based verdict)."""
+    return [
+        f"{c['name']}: {c['estimate']} scored trajectories, fewer than min_n {c['threshold']}: too small for a "
+        "CI-based verdict"
+        for c in checks
+        if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
+    ] + [f"capture_loss: {c['detail']}" for c in checks if c["name"] == "capture_loss" and not c["passed"]]
+
+
+def _missing_q_z(audit: dict[str, Any]) -> int:
+    roles = audit.get("roles") or {}
+    return max(0, int(roles.get("censored") or 0) - int(audit.get("censored_with_q_z") or 0))

@@ -150,8 +150,13 @@ def cross_fit_platt(
     predictor: str,
     schedule: str | WeightSchedule = "linear-front",
     penalty: float = DEFAULT_PENALTY,
+    trajectory_weights: FloatArray | None = None,
 ) -> CrossFitResult:
-    """Calibrate one predictor's stream by the two cross-fitted maps (see the module docstring)."""
+    """Calibrate one predictor's stream by the two cross-fitted maps (see the module docstring).
+
+    `trajectory_weights` multiply each trajectory's step weights in the fits (a bootstrap
+    replicate's Poisson weights: the maps refitted on the resample, refit_bootstrap.py).
+    """
     col = arrays.predictors[predictor]
     clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
     complete = clean & ~np.isnan(arrays.outcome) & col.usable
@@ -161,6 +166,8 @@ def cross_fit_platt(
     step_complete = np.repeat(complete, lengths)
     step_y = np.repeat(np.nan_to_num(arrays.outcome), lengths)
     w = step_weights(arrays, schedule)
+    if trajectory_weights is not None:
+        w = w * np.repeat(np.asarray(trajectory_weights, dtype=np.float64), lengths)
     maps = []
     for h in (0, 1):
         train = step_complete & (step_half == h)

@@ -61,6 +61,11 @@ def _delta(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDel
     return PairedDelta(name, a, b, b - a, se, float(lo[0]), float(hi[0]), n)
 
 
+def delta_from_replicates(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDelta:
+    """b - a with the SE and percentile CI of given replicates of the difference (NaN: left out)."""
+    return _delta(name, a, b, reps, n)
+
+
 def paired_mean_delta(
     a: FloatArray,
     b: FloatArray,
