@@ -20,17 +20,23 @@ REASONS = (
     "env_terminated",
     "timeout",
     "other",
-    "capture_lost",
 )
 
 
-def trajectory_dicts(n: int, seed: int = 0, predictors: tuple[str, ...] = ("verbal", "token_prob", "entropy")):
+def trajectory_dicts(
+    n: int,
+    seed: int = 0,
+    predictors: tuple[str, ...] = ("verbal", "token_prob", "entropy"),
+    capture_lost: bool = False,
+):
     """n records covering every stop reason, missing and absent forecasts, q_z on half the censored runs,
-    empty trajectories, horizons beyond the observed steps and outcomes given on non-clean stops."""
+    empty trajectories, horizons beyond the observed steps and outcomes given on non-clean stops.
+    capture_lost: also runs tps-tracer lost (off by default: the gate refuses such a sample)."""
+    reasons = (*REASONS, "capture_lost") if capture_lost else REASONS
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        reason = REASONS[i % len(REASONS)] if i < len(REASONS) else REASONS[int(rng.integers(len(REASONS)))]
+        reason = reasons[i % len(reasons)] if i < len(reasons) else reasons[int(rng.integers(len(reasons)))]
         z = 0 if i % 97 == 13 else int(rng.integers(1, 9))
         steps = []
         for t in range(z):

@@ -38,7 +38,9 @@ def _whole_file(path: Path, opts: ReportOptions) -> dict:
 
 @pytest.fixture(scope="module")
 def records_file(tmp_path_factory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("scale") / "runs.jsonl", trajectory_dicts(900, seed=1))
+    return write_jsonl(
+        tmp_path_factory.mktemp("scale") / "runs.jsonl", trajectory_dicts(900, seed=1, capture_lost=True)
+    )
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.records.arrays import (
     SKIP_REASONS,
     STOP_REASONS,
@@ -119,8 +120,8 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
 
     lengths = raw.lengths.astype(np.int64)
     horizon_given = raw.horizon
-    if np.any(horizon_given < 1.0):
-        raise NotColumnar("horizon < 1")
+    if np.any(horizon_given < 1.0) or np.any(horizon_given > MAX_HORIZON):
+        raise NotColumnar("horizon outside [1, MAX_HORIZON]")
     if np.any(horizon_given < lengths):
         raise NotColumnar("horizon < number of steps")
     horizon = np.where(np.isnan(horizon_given), lengths.astype(np.float64), horizon_given)

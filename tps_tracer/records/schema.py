@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 
@@ -48,7 +49,8 @@ class TrajectoryRecord(BaseModel):
     trajectory_id: str = Field(min_length=1)
     stop_reason: StopReason
     outcome: int | None = None
-    horizon: int | None = Field(default=None, ge=1)
+    # The capture path's bound (constants.MAX_HORIZON): a schedule over a larger T costs O(T) memory.
+    horizon: int | None = Field(default=None, ge=1, le=MAX_HORIZON)
     q_z: float | None = Field(default=None, ge=0.0, le=1.0)
     outcome_pending: bool = False
     steps: list[StepRecord] = Field(default_factory=list)
