@@ -243,10 +243,12 @@ def watch_runs(tmp: Path, batches: list[tuple[str, Build, dict[str, Any]]]) -> R
     """Run each (mode, build, inputs) watched by the handler, OpenInference + TPSSpanProcessor and the recorder."""
     provider = TracerProvider()
     acc_span, span_sink = new_accumulator(tmp, "spans.jsonl")
-    processor = TPSSpanProcessor(acc_span)
+    # The loop enforces REPAIR_BUDGET nudges itself; the adapters are told, so the output that
+    # exhausts them is the stop (parse_error, REPAIR_BUDGET repairs), as in the paper's harness.
+    processor = TPSSpanProcessor(acc_span, repair_budget=REPAIR_BUDGET)
     provider.add_span_processor(processor)
     acc_cb, cb_sink = new_accumulator(tmp, "handler.jsonl")
-    handler = TPSCallbackHandler(acc_cb)
+    handler = TPSCallbackHandler(acc_cb, repair_budget=REPAIR_BUDGET)
     recorder = PayloadRecorder()
     raw = RawHttpLog()
     raised: dict[str, Any] = {}
