@@ -313,3 +313,29 @@ def test_convert_of_a_file_without_forecasts_is_one_line_not_an_internal_error(t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expect in err
     assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_a_plain_value_error_inside_a_command_is_internal_exit_3(files, capsys, monkeypatch, command):
+    """A numpy broadcasting bug is ours, not the user's: exit 3 ("please report it"), not exit 2 ("bad input").
+
+    Before the InputError base class, the boundary mapped every ValueError to exit 2, so a bug
+    inside a command told the user their file was wrong.
+    """
+    import numpy as np
+
+    import tps_tracer.cli.gate_cmd as gate_cmd
+    import tps_tracer.cli.report_cmd as report_cmd
+
+    def broadcasting_bug(*args, **kwargs):
+        return np.zeros(3) + np.zeros(2)  # raises numpy's own ValueError
+
+    if command == "report":
+        monkeypatch.setattr(report_cmd, "report_from_path", broadcasting_bug)
+        argv = ["report", str(files["good"])]
+    else:
+        monkeypatch.setattr(gate_cmd, "gate_paths", broadcasting_bug)
+        argv = ["gate", str(files["good"]), "--vs-base-rate"]
+    code, _, err = call(argv, capsys)
+    assert code == 3, err
+    assert "internal error (ValueError: operands could not be broadcast" in err and "please report it" in err

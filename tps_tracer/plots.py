@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.plot_data import ReliabilityBins, StepContributions
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
@@ -32,7 +33,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")  # files only; never needs a display
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ValueError("plots need matplotlib: pip install 'tps-tracer[plot]'") from exc
+        raise InputError("plots need matplotlib: pip install 'tps-tracer[plot]'") from exc
     return plt
 
 

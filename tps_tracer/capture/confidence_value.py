@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from tps_tracer.errors import InputError
+
 Status = Literal["ok", "clipped", "missing", "malformed", "ambiguous"]
 
 # The scales a user may declare (verbal_scale=...), each with the number its top is written as.
@@ -66,7 +68,7 @@ def check_scale(scale: str | None) -> str | None:
     """`scale` itself if it is None, UNDECLARED or one of SCALES; else ValueError naming the choices."""
     if scale is None or scale == UNDECLARED or (isinstance(scale, str) and scale in SCALES):
         return scale
-    raise ValueError(f"verbal_scale must be one of {sorted(SCALES)} or None, got {scale!r}")
+    raise InputError(f"verbal_scale must be one of {sorted(SCALES)} or None, got {scale!r}")
 
 
 def check_levels(levels: Mapping[str, float] | None) -> dict[str, float]:
@@ -74,9 +76,9 @@ def check_levels(levels: Mapping[str, float] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in (levels or {}).items():
         if not isinstance(key, str) or not re.fullmatch(r"[a-z]+(?:[ -][a-z]+)*", key.lower()):
-            raise ValueError(f"qualitative levels: a level must be ASCII words, got {key!r}")
+            raise InputError(f"qualitative levels: a level must be ASCII words, got {key!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"qualitative levels: {key!r} must map to a number in [0, 1], got {value!r}")
+            raise InputError(f"qualitative levels: {key!r} must map to a number in [0, 1], got {value!r}")
         out[key.lower()] = float(value)
     return out
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
 from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
 from tps_tracer.constants import DEFAULT_TOP_K
+from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class SignalExtractor:
         "1-10", "1-5"; None: only numbers that fit one scale are read), for the default
         `confidence` extractor; give one or the other."""
         if confidence is not None and verbal_scale is not None:
-            raise ValueError("give verbal_scale to the VerbalConfidenceExtractor passed as `confidence`, not both")
+            raise InputError("give verbal_scale to the VerbalConfidenceExtractor passed as `confidence`, not both")
         self.confidence = confidence or VerbalConfidenceExtractor(verbal_scale=verbal_scale)
         self.action_span = action_span
         self.top_k = top_k

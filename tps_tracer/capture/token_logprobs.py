@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
@@ -51,7 +53,7 @@ _TOKEN = itemgetter("token")
 _LOGPROB = itemgetter("logprob")
 
 
-class LogprobsFormatError(ValueError):
+class LogprobsFormatError(InputError):
     """The logprobs object is not in a recognised format or holds invalid numbers."""
 
 
@@ -212,7 +214,7 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
             raise TypeError("token_logprobs must be a list")
         # None marks "no logprob" (the echoed prompt's first token); a NaN value is malformed.
         if any(isinstance(v, float) and math.isnan(v) for v in given_lp):
-            raise ValueError("token_logprobs holds NaN")
+            raise InputError("token_logprobs holds NaN")
         chosen = np.fromiter((math.nan if v is None else v for v in given_lp), dtype=np.float64, count=len(given_lp))
         top_maps = logprobs.get("top_logprobs") or [None] * len(tokens)
         if not isinstance(top_maps, (list, tuple)):

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.capture.token_logprobs import TokenLogprobs
 from tps_tracer.constants import DEFAULT_TOP_K
+from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -44,7 +45,7 @@ def per_token_probability(lp: TokenLogprobs) -> FloatArray:
 def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> FloatArray:
     """1 - H_i / ln k per token over its top-k candidates (renormalised); NaN where it has none."""
     if k < 2:
-        raise ValueError("entropy confidence needs k >= 2 candidates")
+        raise InputError("entropy confidence needs k >= 2 candidates")
     top = lp.top_logprobs[:, :k]
     if top.shape[1] == 0:
         return np.full(lp.n, np.nan)

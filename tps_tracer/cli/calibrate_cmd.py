@@ -15,6 +15,7 @@ from typing import Any
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.calibration.paired import paired_mean_delta
@@ -80,12 +81,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.fixed_rank:
         with flag("--fixed-rank"):
             if args.fixed_rank not in arrays.predictors:
-                raise ValueError(
+                raise InputError(
                     f"predictor {args.fixed_rank!r} not in the file; found: {', '.join(arrays.predictors)}"
                 )
             reason = platt_fit_reason(arrays, args.fixed_rank)
             if reason:
-                raise ValueError(f"{args.fixed_rank}: {reason}")
+                raise InputError(f"{args.fixed_rank}: {reason}")
             fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule)
     calibrator.cross_fit = cross_fit_evaluation(
         arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps

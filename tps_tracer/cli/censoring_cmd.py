@@ -20,6 +20,7 @@ import numpy as np
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
 from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
     McEstimates,
@@ -110,7 +111,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         )
         bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
         if bad_rates:
-            raise ValueError(f"rates must lie in [0, 1], got {bad_rates[0]}")
+            raise InputError(f"rates must lie in [0, 1], got {bad_rates[0]}")
     reasons = [r.strip() for r in args.informative.split(",") if r.strip()]
     unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
     if unknown_reasons:

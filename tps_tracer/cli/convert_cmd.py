@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tps_tracer.errors import InputError
 from tps_tracer.records.chunks import is_parquet
 from tps_tracer.records.parquet import jsonl_to_parquet, parquet_to_jsonl
 
@@ -15,7 +16,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = args.input, args.output
     from_parquet = Path(src).is_dir() or is_parquet(src)
     if from_parquet == is_parquet(dst):
-        raise ValueError("convert JSON Lines to a .parquet file, or Parquet (a file or a directory) to a .jsonl file")
+        raise InputError("convert JSON Lines to a .parquet file, or Parquet (a file or a directory) to a .jsonl file")
     summary = parquet_to_jsonl(src, dst) if from_parquet else jsonl_to_parquet(src, dst)
     print(f"tps-tracer: {summary.describe(dst)}", file=sys.stderr)
     return 0

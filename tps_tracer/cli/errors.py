@@ -4,13 +4,15 @@ Exit codes of every `tps-tracer` command:
 
 - 0: done (the gate: PASS);
 - 1: the gate's FAIL verdict, and nothing else;
-- 2: an expected failure: a missing or unreadable file, invalid records, a bad option,
-  an unknown predictor, an output that cannot be written, a sample that cannot be scored
-  or fitted (the gate: an unusable sample), a missing extra (a Parquet input without
-  pyarrow: `records/pyarrow_extra.MissingExtra`, a ValueError naming the pip command).
+- 2: an expected failure (an `InputError`, see tps_tracer/errors.py, or an OSError): a
+  missing or unreadable file, invalid records, a bad option, an unknown predictor, an
+  output that cannot be written, a sample that cannot be scored or fitted (the gate: an
+  unusable sample), a missing extra (a Parquet input without pyarrow:
+  `records/pyarrow_extra.MissingExtra`, an InputError naming the pip command).
   One line on stderr says what failed and where; a record file with several problems
   lists the further ones on the lines below;
-- 3: an internal error (a bug): one line naming the exception, never exit 1 by accident;
+- 3: an internal error (a bug): any other exception, a plain ValueError from numpy or the
+  standard library included; one line naming the exception, never exit 1 by accident;
 - 130: interrupted (Ctrl-C).
 
 `--debug` (on any command) or the environment variable TPS_TRACER_DEBUG=1 adds the
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from tps_tracer.constants import MAX_REPLICATES
+from tps_tracer.errors import InputError
 from tps_tracer.records.errors import TrajectoryFileError
 
 EXIT_OK = 0
@@ -38,7 +41,7 @@ EXIT_INTERRUPTED = 130
 DEBUG_ENV = "TPS_TRACER_DEBUG"
 
 
-class CliError(ValueError):
+class CliError(InputError):
     """An expected failure whose message already names what failed and where."""
 
 
@@ -100,8 +103,12 @@ def expected_message(exc: BaseException) -> str | None:
         return "bad input: " + exc.summary()
     if isinstance(exc, OSError):
         return _os_message(exc)
-    if isinstance(exc, ValueError):  # CliError, GateInputError, invalid options and samples
+    if isinstance(exc, InputError):  # CliError, GateInputError, invalid options and samples
         return str(exc)
+    if isinstance(exc, UnicodeDecodeError):  # bytes of a user's file that are not UTF-8 text
+        return f"cannot read input: not UTF-8 text ({exc.reason})"
+    # Anything else, a plain ValueError from numpy or the standard library included, is a bug of
+    # ours (exit 3): bad input is always reported through an InputError naming what and where.
     return None
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions
@@ -107,7 +108,7 @@ def _collect(ds: Any, fn: Any, spec: StateSpec) -> list[PartialState]:
 
 def _spec_for(options: ReportOptions) -> StateSpec:
     if options.calibrate is not None or options.calibrator is not None:
-        raise ValueError("recalibration refits on the whole sample: not available with the Ray engine")
+        raise InputError("recalibration refits on the whole sample: not available with the Ray engine")
     return StateSpec.from_options(options)
 
 
@@ -223,14 +224,14 @@ def evaluate(
         try:
             states = _collect(source, _reduce_arrow_block, spec)
         except WholeInputNeeded as exc:
-            raise ValueError(f"the dataset cannot be evaluated block by block: {exc}") from None
+            raise InputError(f"the dataset cannot be evaluated block by block: {exc}") from None
     else:
         states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in _as_list(source)]
         for s in states:
             if s.spec.signature() != spec.signature():
-                raise ValueError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
+                raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
     if not states:
-        raise ValueError("no trajectories to evaluate")
+        raise InputError("no trajectories to evaluate")
     return merge_states(states).to_report(opts)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED, MAX_REPLICATES
+from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
@@ -235,10 +236,10 @@ def bootstrap_means(
     paired bootstrap replicates of the difference of means.
     """
     if not 0 <= n_replicates <= MAX_REPLICATES:  # the replicate matrix is n_replicates x K floats
-        raise ValueError(f"n_replicates must lie in [0, {MAX_REPLICATES}], got {n_replicates!r}")
+        raise InputError(f"n_replicates must lie in [0, {MAX_REPLICATES}], got {n_replicates!r}")
     x = np.asarray(columns, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != keys.shape[0]:
-        raise ValueError("columns must be (n_trajectories, K) with one key per trajectory")
+        raise InputError("columns must be (n_trajectories, K) with one key per trajectory")
     present = ~np.isnan(x)
     x0 = np.where(present, x, 0.0)
     counts = present.sum(axis=0).astype(np.int64)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, build_report
@@ -155,7 +156,7 @@ def report_from_path(
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
     # (build_report checks the other paths)
     if opts.predictors is None and not state.predictors:
-        raise ValueError(NO_PREDICTOR)
+        raise InputError(NO_PREDICTOR)
     check_no_base_rate(state.predictors)
     return with_set_aside(state.to_report(opts), set_aside)
 

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.constants import DEFAULT_ECE_BINS
+from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 
@@ -21,7 +22,7 @@ def _prep(c: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     ca = np.asarray(c, dtype=np.float64)
     ya = np.asarray(y, dtype=np.float64)
     if ca.shape != ya.shape or ca.ndim != 1:
-        raise ValueError("confidence and outcome must be 1-d arrays of equal length")
+        raise InputError("confidence and outcome must be 1-d arrays of equal length")
     return ca, ya
 
 
@@ -97,7 +98,7 @@ def quantile_bins(c: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> NDArray[np.in
     dropped. Binning is by value, so tied confidences always share a bin (tie-aware)."""
     ca = np.asarray(c, dtype=np.float64)
     if n_bins < 1:
-        raise ValueError("n_bins must be at least 1")
+        raise InputError("n_bins must be at least 1")
     if ca.size == 0:
         return np.zeros(0, dtype=np.int64)
     edges = np.quantile(ca, np.linspace(0.0, 1.0, n_bins + 1))

@@ -43,6 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.constants import MAX_REPLICATES
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_compare import Side, censoring_rates_differ, compare, unpaired_text
@@ -258,7 +259,7 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
             for sample in (cand, base):
                 if sample is not None:
                     check_no_base_rate(sample.table.predictors)
-        except ValueError as exc:
+        except InputError as exc:
             raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
         in_base = base is not None and crit.predictor in base.table.predictors
@@ -584,7 +585,7 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
         return run
     try:
         check_unique_ids([r.trajectory_id for r in run])
-    except ValueError as exc:
+    except InputError as exc:
         raise GateInputError(str(exc)) from None
     return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
@@ -27,7 +28,7 @@ from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
 
-class GateInputError(ValueError):
+class GateInputError(InputError):
     """The gate cannot run on this input (the message says why)."""
 
 
@@ -47,7 +48,7 @@ def gate_rows(arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedul
 def concat_tables(parts: Sequence[PairTable]) -> PairTable:
     """One table from consecutive parts; a predictor a part lacks is missing there (as `concat_arrays`)."""
     if not parts:
-        raise ValueError("no tables to concatenate")
+        raise InputError("no tables to concatenate")
     if len(parts) == 1:
         return parts[0]
     first = parts[0]

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
@@ -178,7 +179,7 @@ def _per_stop_reason(counts: Sequence[int]) -> IntArray:
     out = np.zeros(len(STOP_REASONS), dtype=np.int64)
     values = np.asarray(counts, dtype=np.int64)
     if values.ndim != 1 or len(values) > len(STOP_REASONS):
-        raise ValueError(
+        raise InputError(
             f"a partial state holds {len(values)} stop-reason counts, this tps-tracer knows {len(STOP_REASONS)}"
         )
     out[: len(values)] = values
@@ -233,7 +234,7 @@ class PartialState:
         if [r.name for r in table.rules] != [r.name for r in spec.rules] or [s.name for s in table.schedules] != [
             s.name for s in spec.schedules
         ]:
-            raise ValueError("the pair table's rules and schedules differ from the state's spec")
+            raise InputError("the pair table's rules and schedules differ from the state's spec")
         if first_seen is None:
             first_seen = {p: (i,) for i, p in enumerate(table.predictors)}
         keys = trajectory_keys(table.ids) if keys is None else keys
@@ -329,7 +330,7 @@ class PartialState:
     def merge(self, other: PartialState) -> PartialState:
         """The state of both sets of trajectories (they must be disjoint; ids are not checked here)."""
         if self.spec.signature() != other.spec.signature():
-            raise ValueError("cannot merge partial states computed with different settings")
+            raise InputError("cannot merge partial states computed with different settings")
         first_seen = dict(self.first_seen)
         for name, where in other.first_seen.items():
             first_seen[name] = min(first_seen.get(name, where), where)
@@ -439,20 +440,20 @@ class PartialState:
         `report_from_table` (a live monitor's snapshot before anything can be scored)."""
         opts = options or ReportOptions()
         if opts.calibrate is not None or opts.calibrator is not None:
-            raise ValueError("recalibration refits on the whole sample: use build_report on full arrays")
+            raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
         seen = self.predictor_names()
         wanted = list(seen) if opts.predictors is None else list(opts.predictors)
         unknown = [p for p in wanted if p not in seen]
         if unknown:
-            raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(seen)}")
+            raise InputError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(seen)}")
         missing = [p for p in wanted if p not in self.predictors]
         if missing:
-            raise ValueError(f"the state was built without predictor(s) {', '.join(missing)}")
+            raise InputError(f"the state was built without predictor(s) {', '.join(missing)}")
         audit = self.audit()
         if self.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
             if allow_empty:
                 return self._empty_report(opts, wanted, audit)
-            raise ValueError(NO_WORKING_SAMPLE)
+            raise InputError(NO_WORKING_SAMPLE)
         covered = list(wanted)
         # As report_from_table: a predictor with no usable trajectory in the working sample is skipped.
         predictors, skipped = split_usable(wanted, lambda p: self._no_data_reason(self.predictors[p]))
@@ -561,7 +562,7 @@ class PartialState:
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> PartialState:
         if obj.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported partial state version {obj.get('version')!r}")
+            raise InputError(f"unsupported partial state version {obj.get('version')!r}")
 
         def arr(d: dict[str, Any], dtype: Any = np.float64) -> NDArray[Any]:
             return np.asarray(d["data"], dtype=dtype).reshape(d["shape"])
@@ -653,5 +654,5 @@ def merge_states(states: Iterable[PartialState]) -> PartialState:
     for s in states:
         out = s if out is None else out.merge(s)
     if out is None:
-        raise ValueError("no partial state to merge")
+        raise InputError("no partial state to merge")
     return out

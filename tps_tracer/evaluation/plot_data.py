@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, quantile_bins
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
@@ -154,7 +155,7 @@ def step_contributions(
         complete, np.nan_to_num(arrays.outcome), np.where(censoring == EXACT, np.nan_to_num(arrays.q_z), 0.0)
     )
     if not member.any():
-        raise ValueError(f"no trajectory of {predictor!r} in the {censoring} sample")
+        raise InputError(f"no trajectory of {predictor!r} in the {censoring} sample")
     values, layout = arrays.subset(member, predictor)
     b1, b0 = rule_.branches(values)
     e = np.repeat(eta[member], layout.lengths)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import (
     CI_LEVEL,
     DEFAULT_REPLICATES,
@@ -122,7 +123,7 @@ def check_unique_ids(ids: Sequence[str]) -> None:
         return
     dups = [i for i, k in Counter(ids).items() if k > 1]
     more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
-    raise ValueError(
+    raise InputError(
         f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
     )
 
@@ -132,12 +133,12 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     opts = options or ReportOptions()
     check_unique_ids(arrays.ids)
     if opts.predictors is None and not arrays.predictors:
-        raise ValueError(NO_PREDICTOR)
+        raise InputError(NO_PREDICTOR)
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
     check_no_base_rate(predictors)  # an unselected column of that name collides with nothing
     unknown = [p for p in predictors if p not in arrays.predictors]
     if unknown:
-        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+        raise InputError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
     rules = [get_rule(r) for r in opts.rules]
     schedules = [get_schedule(s) for s in opts.schedules]
     calibration: dict[str, Any] = {"method": "raw"}
@@ -185,7 +186,7 @@ def _recalibrate(
         }
         return out, info, skipped
     if opts.calibrate != "platt":
-        raise ValueError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
+        raise InputError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
     fittable, skipped = split_usable(predictors, lambda p: platt_fit_reason(arrays, p))
     if not fittable:
         raise nothing_left("recalibrate", skipped)
@@ -240,12 +241,12 @@ def report_from_table(
     predictors = list(table.predictors) if opts.predictors is None else list(opts.predictors)
     unknown = [p for p in predictors if p not in table.predictors]
     if unknown:
-        raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(table.predictors)}")
+        raise InputError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(table.predictors)}")
     complete, censored = table.role_masks(opts.policy)
     if not complete.any() and not censored.any():
         if allow_empty:
             return {**_header(table, opts, predictors, None, list(skipped)), **empty_tables()}
-        raise ValueError(NO_WORKING_SAMPLE)
+        raise InputError(NO_WORKING_SAMPLE)
     covered = list(predictors)
     predictors, no_data = split_usable(predictors, lambda p: no_data_reason(table.predictors[p], complete | censored))
     if covered and not predictors and not allow_empty:

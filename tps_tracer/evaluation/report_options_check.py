@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tps_tracer.constants import MAX_REPLICATES
+from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 CALIBRATION_METHODS = ("platt",)
 
 
-class OptionError(ValueError):
+class OptionError(InputError):
     """A ReportOptions field is invalid; `field` is its name."""
 
     def __init__(self, field: str, message: str):

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tps_tracer.errors import InputError
+
 BASE_RATE = "base_rate"
 PLATT_SUFFIX = "+platt"
 
 
-class ReservedNameError(ValueError):
+class ReservedNameError(InputError):
     """A user predictor takes a name the evaluation creates itself."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
@@ -109,10 +110,10 @@ NO_PREDICTOR = (
 )
 
 
-def nothing_left(what: str, skipped: Sequence[Skipped]) -> ValueError:
+def nothing_left(what: str, skipped: Sequence[Skipped]) -> InputError:
     """The error when every predictor was skipped: names each one and why."""
     reasons = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
-    return ValueError(f"no predictor to {what}: {reasons}")
+    return InputError(f"no predictor to {what}: {reasons}")
 
 
 def as_dicts(skipped: Sequence[Skipped]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records.arrays import to_arrays
 from tps_tracer.records.chunks import is_parquet
@@ -28,7 +29,7 @@ MISSING = "(missing)"
 MAX_GROUPS = 100  # more distinct values is almost certainly a per-run key (an id), not a slice
 
 
-class TooManyGroups(ValueError):
+class TooManyGroups(InputError):
     pass
 
 
@@ -67,7 +68,7 @@ def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | 
     for value, recs in split_records(records, key).items():
         try:
             groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
-        except ValueError as exc:  # e.g. no forecasts in this group: the other groups are still scored
+        except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored
             groups.append({"value": value, "n": len(recs), "error": str(exc)})
     out: dict[str, Any] = {"by": key, "groups": groups}
     if set_aside:

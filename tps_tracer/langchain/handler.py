@@ -53,6 +53,7 @@ from langchain_core.outputs import LLMResult
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.errors import InputError
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter
@@ -181,7 +182,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             verbal_scale=verbal_scale,
         )
         if idle_timeout is not None and not idle_timeout > 0:
-            raise ValueError(f"idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
+            raise InputError(f"idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
         self.accumulator = accumulator
         self.max_open = max_open
         self.idle_timeout = idle_timeout

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output
@@ -177,7 +178,7 @@ class _Saver:
 async def _saver_for(graph: Any) -> _Saver:
     saver = getattr(graph, "checkpointer", None)
     if saver is None or saver is True or saver is False:
-        raise ValueError("the graph has no checkpointer: compile it with checkpointer=InMemorySaver() / SqliteSaver")
+        raise InputError("the graph has no checkpointer: compile it with checkpointer=InMemorySaver() / SqliteSaver")
     probe = {"configurable": {"thread_id": "tps-tracer-probe", "checkpoint_ns": ""}}
     try:
         await saver.aget_tuple(probe)
@@ -203,7 +204,7 @@ async def _grade(grader: Grader, state: Any) -> int:
         value = await asyncio.to_thread(grader, state)
     y = as_outcome(value)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
     if y is None:
-        raise ValueError("the grader returned None: no verdict")
+        raise InputError("the grader returned None: no verdict")
     return y
 
 
@@ -223,11 +224,11 @@ async def aresume_continuations(
 ) -> ResumeSummary:
     """Async form of `resume_continuations` (use it inside a running event loop)."""
     if branches < 1:
-        raise ValueError("branches must be >= 1")
+        raise InputError("branches must be >= 1")
     if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+        raise InputError("concurrency must be >= 1")
     if budget is not None and budget < 1:
-        raise ValueError("budget (the branch's recursion_limit) must be >= 1")
+        raise InputError("budget (the branch's recursion_limit) must be >= 1")
     started = time.perf_counter()
     health = health if health is not None else HealthLedger()
     recs = read_trajectories(records) if isinstance(records, str | os.PathLike) else list(records)

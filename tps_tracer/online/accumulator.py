@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.pairs import PairTable
@@ -116,7 +117,7 @@ class _Fold:
         return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
-class AccumulatorError(ValueError):
+class AccumulatorError(InputError):
     """Bad input to the accumulator (raised only in strict mode; otherwise counted)."""
 
 
@@ -160,13 +161,13 @@ class Accumulator:
         partial state (constant memory, see the module docstring); max_pending bounds the
         clean stops waiting for their outcome in summary mode."""
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise InputError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.max_pending = max(1, int(max_pending))
         self.rules = [get_rule(r) for r in rules]
         self.schedules = [get_schedule(s) for s in weights]
         if not self.rules or not self.schedules:
-            raise ValueError("need at least one rule and one weight schedule")
+            raise InputError("need at least one rule and one weight schedule")
         self.predictors: list[str] | None = list(predictors) if predictors is not None else None
         self._predictor_set = frozenset(self.predictors) if self.predictors is not None else None
         self.bootstrap = bootstrap
@@ -911,7 +912,7 @@ class Accumulator:
         """(report, finished, pending) from the folded state plus the rows still stored."""
         asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
         if asked.signature() != self._spec().signature():
-            raise ValueError(
+            raise InputError(
                 "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
                 "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
             )
@@ -926,7 +927,7 @@ class Accumulator:
         names = list(options.predictors or [])
         unknown = [p for p in names if p not in state.predictors]
         if unknown:  # as report_from_table in row mode
-            raise ValueError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
+            raise InputError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
         opts = dataclasses.replace(options, predictors=names)
         return state.to_report(opts, allow_empty=True), state.n, state.pending
 
@@ -1042,7 +1043,7 @@ class Accumulator:
                     for kind, n in kinds.items():
                         acc.health.count(cat, str(kind), n=int(n))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ValueError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
+            raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
         return acc
 
     def merge_state(self, data: bytes) -> None:
@@ -1104,12 +1105,12 @@ class Accumulator:
         if [r.name for r in self.rules] != [r.name for r in other.rules] or [s.name for s in self.schedules] != [
             s.name for s in other.schedules
         ]:
-            raise ValueError("cannot merge accumulators with different rules or weight schedules")
+            raise InputError("cannot merge accumulators with different rules or weight schedules")
         if other._summary is not None or other.mode == "summary":
             if self.mode != "summary":
-                raise ValueError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")
+                raise InputError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")
             if other._spec().signature() != self._spec().signature():
-                raise ValueError("cannot merge summary states with different censoring policy, bootstrap or seed")
+                raise InputError("cannot merge summary states with different censoring policy, bootstrap or seed")
         self.flush()
         other.flush()
         with other._lock:

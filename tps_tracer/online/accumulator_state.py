@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
+
 MAGIC = b"TPSACC\x00"
 VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
@@ -41,7 +43,7 @@ def encode_array(a: NDArray[Any]) -> dict[str, Any]:
 
 def decode_array(d: dict[str, Any]) -> NDArray[Any]:
     if d.get("dtype") not in _ALLOWED_DTYPES:
-        raise ValueError(f"accumulator state: unsupported array dtype {d.get('dtype')!r}")
+        raise InputError(f"accumulator state: unsupported array dtype {d.get('dtype')!r}")
     raw = base64.b64decode(d["b64"], validate=True)
     arr = np.frombuffer(raw, dtype=np.dtype(d["dtype"])).copy()
     return arr.reshape([int(x) for x in d["shape"]])
@@ -54,17 +56,17 @@ def dump(body: dict[str, Any]) -> bytes:
 def load(data: bytes) -> dict[str, Any]:
     """The body of a state; a clear ValueError for anything that is not a state of a known version."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"accumulator state must be bytes, got {type(data).__name__}")
+        raise InputError(f"accumulator state must be bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) < len(MAGIC) + 1 or not data.startswith(MAGIC):
-        raise ValueError("not a tps-tracer accumulator state (bad magic)")
+        raise InputError("not a tps-tracer accumulator state (bad magic)")
     version = data[len(MAGIC)]
     if version != VERSION:
-        raise ValueError(f"unsupported accumulator state version {version} (this tps-tracer reads {VERSION})")
+        raise InputError(f"unsupported accumulator state version {version} (this tps-tracer reads {VERSION})")
     try:
         body = json.loads(data[len(MAGIC) + 1 :].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"corrupt accumulator state: {exc}") from None
+        raise InputError(f"corrupt accumulator state: {exc}") from None
     if not isinstance(body, dict):
-        raise ValueError("corrupt accumulator state: the body is not an object")
+        raise InputError("corrupt accumulator state: the body is not an object")
     return body

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tps_tracer.errors import InputError
 from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import as_outcome
 
@@ -99,7 +100,7 @@ class JsonlSink:
     def _ready(self) -> BinaryIO:
         """Under the lock: the open file, reopened if its path now names another file or none."""
         if self._closed:
-            raise ValueError(f"the sink {self.path} is closed")
+            raise InputError(f"the sink {self.path} is closed")
         if self._file is not None:
             try:
                 st = os.stat(self.path)
@@ -167,12 +168,12 @@ class JsonlSink:
         """
         problem = id_problem(trajectory_id)
         if problem is not None:
-            raise ValueError(problem)
+            raise InputError(problem)
         y = as_outcome(outcome)  # InvalidOutcome is a ValueError naming the value
         if q_z is not None and not (isinstance(q_z, (int, float)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0):
-            raise ValueError(f"q_z must be a number in [0, 1], got {q_z!r}")
+            raise InputError(f"q_z must be a number in [0, 1], got {q_z!r}")
         if y is None and q_z is None:
-            raise ValueError("a resolution needs an outcome or a q_z")
+            raise InputError("a resolution needs an outcome or a q_z")
         obj: dict[str, Any] = {"resolves": trajectory_id}
         if y is not None:
             obj["outcome"] = y

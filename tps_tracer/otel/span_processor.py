@@ -71,6 +71,7 @@ from opentelemetry.trace import StatusCode
 
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
+from tps_tracer.errors import InputError
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
@@ -163,7 +164,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         `tps_horizon` metadata or `tps.horizon` attribute overrides it). verbal_scale: the scale of
         bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata)."""
         if capture and accumulator is None:
-            raise ValueError("capture needs an accumulator")
+            raise InputError("capture needs an accumulator")
         self.accumulator = accumulator
         self.capture = capture
         self.links = links if links is not None else TraceLinks()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import StepLayout
@@ -65,7 +66,7 @@ class TrajectoryArrays:
         """A copy with one more flat column (e.g. a recalibrated stream); NaN steps skip their trajectory."""
         flat = np.asarray(values, dtype=np.float64)
         if flat.shape != (int(self.offsets[-1]),):
-            raise ValueError(f"{name!r}: expected {int(self.offsets[-1])} step values, got shape {flat.shape}")
+            raise InputError(f"{name!r}: expected {int(self.offsets[-1])} step values, got shape {flat.shape}")
         lengths = self.lengths
         owner = np.repeat(np.arange(self.n), lengths)
         has_nan = np.bincount(owner, weights=np.isnan(flat).astype(np.float64), minlength=self.n) > 0
@@ -145,7 +146,7 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
     skip counts per reason).
     """
     if not parts:
-        raise ValueError("no arrays to concatenate")
+        raise InputError("no arrays to concatenate")
     if len(parts) == 1:
         return parts[0]
     names = list(dict.fromkeys(name for p in parts for name in p.predictors))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tps_tracer.errors import InputError
+
 
 @dataclass(frozen=True)
 class RecordError:
@@ -19,7 +21,7 @@ class RecordError:
         return f"{where}: {self.message}"
 
 
-class TrajectoryFileError(ValueError):
+class TrajectoryFileError(InputError):
     """A trajectory file could not be read; `errors` lists every problem found (up to a cap)."""
 
     def __init__(self, source: str, errors: list[RecordError], truncated: bool = False):

@@ -25,11 +25,13 @@ import math
 from numbers import Real
 from typing import Any
 
+from tps_tracer.errors import InputError
+
 _TRUE = frozenset({"true", "1", "yes", "success"})
 _FALSE = frozenset({"false", "0", "no", "failure"})
 
 
-class InvalidOutcome(ValueError):
+class InvalidOutcome(InputError):
     """A value that is not a binary outcome (see the module table)."""
 
 

@@ -6,10 +6,12 @@ JSON Lines never need it (`jsonl_fast.py` reads them with orjson). Code that nee
 
 from __future__ import annotations
 
+from tps_tracer.errors import InputError
+
 INSTALL_HINT = "pip install 'tps-tracer[parquet]'"
 
 
-class MissingExtra(ImportError, ValueError):
+class MissingExtra(ImportError, InputError):
     """An optional dependency is not installed; the message says what needs it and the pip command.
 
     An ImportError for Python callers; a ValueError too, so the command line reports it as one line

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tps_tracer.constants import MAX_HORIZON
+from tps_tracer.errors import InputError
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 
@@ -33,7 +34,7 @@ def _binary(v: Any) -> Any:
     try:
         return as_outcome(v, allow_strings=False)
     except InvalidOutcome as exc:
-        raise ValueError(str(exc)) from None
+        raise InputError(str(exc)) from None
 
 
 class StepRecord(BaseModel):
@@ -64,14 +65,14 @@ class TrajectoryRecord(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> TrajectoryRecord:
         if self.outcome_pending and self.outcome is not None:
-            raise ValueError("outcome_pending is true but an outcome is given")
+            raise InputError("outcome_pending is true but an outcome is given")
         if self.stop_reason is StopReason.CLEAN and self.outcome is None and not self.outcome_pending:
-            raise ValueError("a 'clean' stop needs an outcome (0 or 1), or outcome_pending: true")
+            raise InputError("a 'clean' stop needs an outcome (0 or 1), or outcome_pending: true")
         if self.horizon is not None and self.horizon < len(self.steps):
-            raise ValueError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
+            raise InputError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
         for i, step in enumerate(self.steps):
             if step.t is not None and step.t != i + 1:
-                raise ValueError(f"steps[{i}].t is {step.t}, expected {i + 1} (steps must be in order)")
+                raise InputError(f"steps[{i}].t is {step.t}, expected {i + 1} (steps must be in order)")
         return self
 
     @property
@@ -106,5 +107,5 @@ class ResolutionRecord(BaseModel):
     @model_validator(mode="after")
     def _something(self) -> ResolutionRecord:
         if self.outcome is None and self.q_z is None:
-            raise ValueError("a resolution needs an outcome or a q_z")
+            raise InputError("a resolution needs an outcome or a q_z")
         return self

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tps_tracer.errors import InputError
+
 
 class StopReason(str, Enum):
     CLEAN = "clean"
@@ -63,15 +65,15 @@ class CensoringPolicy:
 
     def __post_init__(self) -> None:
         if self.roles.get(StopReason.CLEAN, Role.COMPLETE) is not Role.COMPLETE:
-            raise ValueError("'clean' stops carry an observed outcome and must stay 'complete'")
+            raise InputError("'clean' stops carry an observed outcome and must stay 'complete'")
         for reason, role in self.roles.items():
             if (reason is StopReason.CAPTURE_LOST) != (role is Role.LOST):
-                raise ValueError(
+                raise InputError(
                     "'capture_lost' runs (tps-tracer lost their end) are neither censored nor informative: "
                     "their role is always 'lost', and no other stop reason can have it"
                 )
             if reason is not StopReason.CLEAN and role is Role.COMPLETE:
-                raise ValueError(f"{reason.value!r} has no observed outcome and cannot be 'complete'")
+                raise InputError(f"{reason.value!r} has no observed outcome and cannot be 'complete'")
 
     @classmethod
     def treating_as_censored(cls, reasons: Iterable[str | StopReason]) -> CensoringPolicy:

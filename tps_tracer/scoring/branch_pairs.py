@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule, weights
 
@@ -53,13 +54,13 @@ class StepLayout:
         self.horizon = np.asarray(self.horizon, dtype=np.float64)
         lengths = np.diff(self.offsets)
         if self.offsets.ndim != 1 or self.offsets.size < 1 or self.offsets[0] != 0:
-            raise ValueError("offsets must be a 1-d array starting at 0")
+            raise InputError("offsets must be a 1-d array starting at 0")
         if lengths.size and lengths.min() < 1:
-            raise ValueError("every trajectory needs at least one step")
+            raise InputError("every trajectory needs at least one step")
         if self.horizon.shape != lengths.shape:
-            raise ValueError("horizon needs one entry per trajectory")
+            raise InputError("horizon needs one entry per trajectory")
         if np.any(self.horizon < lengths) or np.any(self.horizon != np.floor(self.horizon)):
-            raise ValueError("horizon T must be an integer and at least the number of observed steps Z")
+            raise InputError("horizon T must be an integer and at least the number of observed steps Z")
 
     @classmethod
     def from_lengths(cls, lengths: ArrayLike, horizon: ArrayLike | None = None) -> StepLayout:

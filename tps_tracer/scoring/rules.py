@@ -26,6 +26,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tps_tracer.errors import InputError
+
 LOG_CLIP_EPS = 1e-6
 
 FloatArray = NDArray[np.float64]
@@ -71,7 +73,7 @@ class BetaRule:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.a) and math.isfinite(self.b) and self.a > 0 and self.b > 0):
-            raise ValueError(f"beta(a,b) needs finite a > 0 and b > 0, got a={self.a}, b={self.b}")
+            raise InputError(f"beta(a,b) needs finite a > 0 and b > 0, got a={self.a}, b={self.b}")
 
     @property
     def name(self) -> str:
@@ -117,16 +119,16 @@ def get_rule(rule: str | ScoreRule) -> ScoreRule:
         try:
             a, b = float(m.group(1)), float(m.group(2))
         except ValueError:
-            raise ValueError(f"cannot read the parameters of rule {rule!r}") from None
+            raise InputError(f"cannot read the parameters of rule {rule!r}") from None
         return BetaRule(a, b)
-    raise ValueError(f"unknown score rule {rule!r}: use 'log', 'brier' or 'beta(a,b)' with a, b > 0")
+    raise InputError(f"unknown score rule {rule!r}: use 'log', 'brier' or 'beta(a,b)' with a, b > 0")
 
 
 def parse_rules(text: str) -> list[ScoreRule]:
     """Parse a comma-separated rule list such as "log,brier,beta(2,4)" (commas inside parentheses kept)."""
     parts = [p for p in re.split(r",(?![^()]*\))", text) if p.strip()]
     if not parts:
-        raise ValueError("no score rule given")
+        raise InputError("no score rule given")
     return [get_rule(p) for p in parts]
 
 
@@ -136,7 +138,7 @@ def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
     bad = ~((arr >= 0.0) & (arr <= 1.0))  # also catches NaN
     if bad.any():
         first = arr[bad].flat[0]
-        raise ValueError(f"{what} values must lie in [0, 1]; found {int(bad.sum())} invalid value(s), e.g. {first!r}")
+        raise InputError(f"{what} values must lie in [0, 1]; found {int(bad.sum())} invalid value(s), e.g. {first!r}")
     return arr
 
 
@@ -154,7 +156,7 @@ def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArr
     pa = validate_probabilities(p, "forecast")
     ya = validate_probabilities(y, "outcome")
     if pa.ndim == 1 and ya.ndim == 1 and pa.shape != ya.shape:
-        raise ValueError(
+        raise InputError(
             f"{pa.size} forecasts but {ya.size} outcomes: give one outcome per forecast (or one scalar outcome)"
         )
     s1, s0 = r.branches(pa)

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.constants import MAX_HORIZON
+from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 RawWeightFn = Callable[[FloatArray, FloatArray], ArrayLike]
@@ -48,7 +49,7 @@ class WeightSchedule:
     def _numeric_totals(self, horizon: FloatArray) -> FloatArray:
         uniq, inverse = np.unique(horizon, return_inverse=True)
         if uniq.size and not uniq[-1] <= MAX_HORIZON:  # the numeric total costs O(T) (NaN sorts last)
-            raise ValueError(
+            raise InputError(
                 f"schedule {self.name!r}: horizon must be at most MAX_HORIZON = {MAX_HORIZON}, got {uniq[-1]!r}"
             )
         totals = np.empty(uniq.shape, dtype=np.float64)
@@ -59,7 +60,7 @@ class WeightSchedule:
                 steps = np.arange(float(lo), min(float(lo + _TOTAL_BLOCK), big_t + 1.0))
                 raw = np.asarray(self.raw(steps, np.full_like(steps, big_t)), dtype=np.float64)
                 if raw.shape != steps.shape or not np.all(np.isfinite(raw) & (raw > 0)):
-                    raise ValueError(
+                    raise InputError(
                         f"schedule {self.name!r} must give finite positive weights for t=1..T (T={int(big_t)})"
                     )
                 total += raw.sum()
@@ -87,7 +88,7 @@ DEFAULT_SCHEDULE = LINEAR_FRONT
 def custom_schedule(name: str, raw: RawWeightFn) -> WeightSchedule:
     """A user schedule from raw positive weights raw(t, T); normalisation is done for you."""
     if name in BUILTIN_SCHEDULES:
-        raise ValueError(f"{name!r} is a built-in schedule name; choose another name")
+        raise InputError(f"{name!r} is a built-in schedule name; choose another name")
     return WeightSchedule(name, raw)
 
 
@@ -99,7 +100,7 @@ def get_schedule(schedule: str | WeightSchedule) -> WeightSchedule:
         return BUILTIN_SCHEDULES[key]
     except KeyError:
         known = ", ".join(BUILTIN_SCHEDULES)
-        raise ValueError(f"unknown weight schedule {schedule!r}; known: {known}") from None
+        raise InputError(f"unknown weight schedule {schedule!r}; known: {known}") from None
 
 
 def parse_schedules(text: str) -> list[WeightSchedule]:
@@ -108,7 +109,7 @@ def parse_schedules(text: str) -> list[WeightSchedule]:
     if names == ["all"]:
         return list(BUILTIN_SCHEDULES.values())
     if not names:
-        raise ValueError("no weight schedule given")
+        raise InputError("no weight schedule given")
     return [get_schedule(n) for n in names]
 
 
@@ -117,6 +118,6 @@ def weights(schedule: str | WeightSchedule = "linear-front", horizon: int = 1) -
     # The range first: int() of NaN or infinity would raise its own, less helpful error.
     number = isinstance(horizon, (int, float, np.integer, np.floating)) and not isinstance(horizon, bool)
     if not number or not 1 <= horizon <= MAX_HORIZON or int(horizon) != horizon:
-        raise ValueError(f"horizon must be an integer in [1, MAX_HORIZON = {MAX_HORIZON}], got {horizon!r}")
+        raise InputError(f"horizon must be an integer in [1, MAX_HORIZON = {MAX_HORIZON}], got {horizon!r}")
     steps = np.arange(1.0, int(horizon) + 1.0)
     return get_schedule(schedule).step_weights(steps, np.full_like(steps, float(horizon)))

@@ -38,6 +38,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import ensure_config
 from pydantic import PrivateAttr
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuation_log import BRANCH_OF_KEY
 from tps_tracer.sim.world import (
     ANSWER,
@@ -70,7 +71,7 @@ def branch_thread() -> str | None:
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     if thread is None:
-        raise ValueError("a continuation branch runs without a thread_id")
+        raise InputError("a continuation branch runs without a thread_id")
     return str(thread)
 
 
@@ -88,11 +89,11 @@ def grade_final_state(state: Any) -> int:
     Raises ValueError when the last message gives no answer (a grader failure)."""
     messages = state.get("messages") if isinstance(state, dict) else None
     if not messages:
-        raise ValueError("no messages in the final state")
+        raise InputError("no messages in the final state")
     last = messages[-1]
     found = _ACTION.search(last.text if isinstance(last, BaseMessage) else str(last))
     if not found:
-        raise ValueError("the final message has no <action>finish[...]</action>")
+        raise InputError("the final message has no <action>finish[...]</action>")
     return int(found.group("answer").strip() == ANSWER)
 
 
@@ -123,7 +124,7 @@ class ScriptedReActModel(BaseChatModel):
             found = TASK_MARKER.search(m.text if hasattr(m, "text") else str(m.content))
             if found:
                 return found.group(1)
-        raise ValueError("scripted model: no [task:ID] marker in the prompt")
+        raise InputError("scripted model: no [task:ID] marker in the prompt")
 
     def _next_output(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any] | None]:
         task_id = self._task_id(messages)
@@ -143,7 +144,7 @@ class ScriptedReActModel(BaseChatModel):
         self, task_id: str, messages: list[BaseMessage], thread: str
     ) -> tuple[AIMessage, dict[str, Any] | None]:
         if self.style != "tool_calls":
-            raise ValueError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
+            raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
         world: AgentWorld = self.world
         draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
         answer = ANSWER if draw.outcome else WRONG_ANSWER

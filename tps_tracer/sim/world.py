@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
@@ -148,7 +149,7 @@ class AgentWorld:
 
     def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig(), prefix: str = "task"):
         if config.forecaster not in FORECASTERS:
-            raise ValueError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
+            raise InputError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
         self.config = config
         self.seed = seed
         self.tasks: dict[str, TaskScript] = {}
@@ -312,7 +313,7 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
             text = head + f"Action: {action}"
         start = len(head) + len("Final Answer: " if step.final else "Action: ")
     else:
-        raise ValueError(f"unknown style {style!r}; choose from {STYLES}")
+        raise InputError(f"unknown style {style!r}; choose from {STYLES}")
     tokens = tokenize(text)
     bounds = np.cumsum([0] + [len(tok) for tok in tokens])
     mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tps_tracer.capture.confidence_value import UNDECLARED, check_scale
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
@@ -66,9 +67,9 @@ class TrajectoryTracker:
         if repair_budget is not None and (
             not isinstance(repair_budget, int) or isinstance(repair_budget, bool) or repair_budget < 0
         ):
-            raise ValueError(f"repair_budget must be None or an integer >= 0, got {repair_budget!r}")
+            raise InputError(f"repair_budget must be None or an integer >= 0, got {repair_budget!r}")
         if horizon is not None and whole_number(horizon) is None:
-            raise ValueError(f"horizon must be a whole number >= 1, got {horizon!r}")
+            raise InputError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator
         accumulator.leave_lifetimes_to(source)  # the adapter above decides when its runs end
         self.health: HealthLedger = accumulator.health
@@ -80,7 +81,7 @@ class TrajectoryTracker:
         check_scale(verbal_scale)  # a bad scale is the caller's error, raised here
         if verbal_scale is not None:
             if extractor is not None:
-                raise ValueError("give verbal_scale to the SignalExtractor passed as `extractor`, not both")
+                raise InputError("give verbal_scale to the SignalExtractor passed as `extractor`, not both")
             extractor = SignalExtractor(health=self.health, verbal_scale=verbal_scale)
         self.worker = CaptureWorker(
             accumulator,

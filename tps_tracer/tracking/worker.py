@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 
@@ -83,9 +84,9 @@ class CaptureWorker:
         max_block: float = DEFAULT_MAX_BLOCK,
     ):
         if max_queue_size < 1:
-            raise ValueError(f"max_queue_size must be >= 1, got {max_queue_size}")
+            raise InputError(f"max_queue_size must be >= 1, got {max_queue_size}")
         if not max_block >= 0:
-            raise ValueError(f"max_block must be >= 0 seconds, got {max_block}")
+            raise InputError(f"max_block must be >= 0 seconds, got {max_block}")
         self.accumulator = accumulator
         self.health = health if health is not None else getattr(accumulator, "health", None) or HealthLedger()
         self.extractor = extractor or SignalExtractor(health=self.health)

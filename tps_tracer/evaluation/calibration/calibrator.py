@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike
 
 from tps_tracer import strict_json
 from tps_tracer.atomic_write import write_text
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
 from tps_tracer.evaluation.skipped_predictors import as_dicts, nothing_left, platt_fit_reason, split_usable
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
@@ -66,7 +67,7 @@ class Calibrator:
             raise KeyError(f"calibrator has no map for {predictor!r}; it has: {', '.join(self.maps)}")
         f, problem = _probabilities(forecasts)
         if problem is not None:
-            raise ValueError(f"{predictor!r}: forecasts must be probabilities in [0, 1]; got {problem}")
+            raise InputError(f"{predictor!r}: forecasts must be probabilities in [0, 1]; got {problem}")
         return self.maps[predictor].apply(f)
 
     def hooks(self) -> dict[str, Callable[[float], float]]:
@@ -84,7 +85,7 @@ class Calibrator:
             f"refit with `tps-tracer calibrate --weights {name}` for the paper's procedure"
         )
         if strict:
-            raise ValueError(msg)
+            raise InputError(msg)
         warnings.warn(msg, ScheduleMismatch, stacklevel=2)
         return False
 
@@ -111,9 +112,9 @@ class Calibrator:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibrator:
         if data.get("kind") != ARTIFACT_KIND:
-            raise ValueError(f"not a tps-tracer calibrator (kind={data.get('kind')!r})")
+            raise InputError(f"not a tps-tracer calibrator (kind={data.get('kind')!r})")
         if data.get("version") != ARTIFACT_VERSION or data.get("method") != "platt":
-            raise ValueError(f"unsupported calibrator version/method: {data.get('version')!r}/{data.get('method')!r}")
+            raise InputError(f"unsupported calibrator version/method: {data.get('version')!r}/{data.get('method')!r}")
         try:
             maps = {
                 name: PlattMap(
@@ -129,7 +130,7 @@ class Calibrator:
             }
             bad = [n for n, m in maps.items() if not (np.isfinite([m.a, m.b, m.mu]).all() and m.sigma > 0 and m.b >= 0)]
             if bad:
-                raise ValueError(f"invalid map parameters for {', '.join(bad)}")
+                raise InputError(f"invalid map parameters for {', '.join(bad)}")
             return cls(
                 schedule=get_schedule(str(data["schedule"])).name,
                 penalty=float(data["penalty"]),
@@ -140,7 +141,7 @@ class Calibrator:
                 skipped=list(data.get("skipped_predictors", [])),
             )
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed calibrator: missing or invalid field {exc}") from exc
+            raise InputError(f"malformed calibrator: missing or invalid field {exc}") from exc
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Calibrator:
@@ -149,15 +150,15 @@ class Calibrator:
             try:
                 data = json.load(fh)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+                raise InputError(f"{path}: not valid JSON ({exc})") from exc
             except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+                raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from exc
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: not a tps-tracer calibrator (a JSON object is expected)")
+            raise InputError(f"{path}: not a tps-tracer calibrator (a JSON object is expected)")
         try:
             return cls.from_dict(data)
         except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from exc
+            raise InputError(f"{path}: {exc}") from exc
 
 
 def _probabilities(forecasts: ArrayLike) -> tuple[np.ndarray, str | None]:
@@ -203,7 +204,7 @@ def fit_calibrator(
     names = list(predictors) if predictors is not None else list(arrays.predictors)
     unknown = [p for p in names if p not in arrays.predictors]
     if unknown:
-        raise ValueError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+        raise InputError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
     fittable, skipped = split_usable(names, lambda p: platt_fit_reason(arrays, p))
     if not fittable:
         raise nothing_left("calibrate", skipped)
@@ -215,6 +216,6 @@ def fit_calibrator(
         maps[name] = fit_platt(col.values[train], step_y[train], w[train], penalty, int(train_traj.sum()))
         m = maps[name]
         if not np.isfinite([m.a, m.b, m.mu, m.sigma]).all():  # never write a map that cannot be applied
-            raise ValueError(f"the Platt fit of {name!r} did not converge to finite parameters")
+            raise InputError(f"the Platt fit of {name!r} did not converge to finite parameters")
     fitted_on = {"source": source, "n_trajectories": arrays.n, "n_complete": int(complete.sum())}
     return Calibrator(schedule=sched.name, penalty=penalty, maps=maps, fitted_on=fitted_on, skipped=as_dicts(skipped))

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_PENALTY
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -80,7 +81,7 @@ def fit_platt(
     y = np.asarray(labels, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     if f.size == 0 or w.sum() <= 0:
-        raise ValueError("Platt fit needs at least one weighted step")
+        raise InputError("Platt fit needs at least one weighted step")
     x_raw = _logit(f)
     mu = float(np.average(x_raw, weights=w))
     sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
@@ -172,7 +173,7 @@ def cross_fit_platt(
     for h in (0, 1):
         train = step_complete & (step_half == h)
         if not train.any():
-            raise ValueError(f"Platt: half {h} has no complete trajectory with a usable {predictor!r} stream")
+            raise InputError(f"Platt: half {h} has no complete trajectory with a usable {predictor!r} stream")
         n_traj = int((complete & (half == h)).sum())
         maps.append(fit_platt(col.values[train], step_y[train], w[train], penalty, n_traj))
     out = np.full_like(col.values, np.nan)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.diagnostics import auprc_failure, aurc, auroc_failure
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
@@ -49,7 +50,7 @@ def fixed_rank_sensitivity(
     complete, _ = raw.role_masks(CensoringPolicy())
     sel = complete & raw.predictors[predictor].usable
     if not sel.any():
-        raise ValueError(f"no complete trajectory with a usable {predictor!r} stream")
+        raise InputError(f"no complete trajectory with a usable {predictor!r} stream")
     r = raw.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(aggregator)]
     y = raw.outcome[sel]
     ranks = {"auroc": auroc_failure(r, y), "auprc": auprc_failure(r, y), "aurc": aurc(r, y)}

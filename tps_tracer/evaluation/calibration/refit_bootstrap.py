@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import replicate_weights, trajectory_keys
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import PairedDelta, delta_from_replicates
@@ -58,7 +59,7 @@ def refit_tps_deltas(
         w = replicate_weights(keys, [b], seed)[0]  # replicate b of the conditional bootstrap's resamples
         try:
             refit = cross_fit_platt(arrays, predictor, schedule, penalty, trajectory_weights=w)
-        except ValueError:  # a half without a weighted complete trajectory: no fit on this resample
+        except InputError:  # a half without a weighted complete trajectory: no fit on this resample
             continue
         scored = _scores(arrays.with_predictor(predictor + _REFIT, refit.values), predictor + _REFIT, schedule, modes)
         for k, mode in enumerate(modes):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_matrix
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -42,7 +43,7 @@ _MAX_STEPS = STOP_REASONS.index(StopReason.MAX_STEPS)
 def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int = 0) -> IntArray:
     """Cut point Z per trajectory (0: left complete). Length-1 trajectories cannot be cut."""
     if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"censoring rate must be in [0, 1], got {rate}")
+        raise InputError(f"censoring rate must be in [0, 1], got {rate}")
     rng = np.random.default_rng([seed, round(rate * 1_000_000)])
     cuts = np.zeros(len(ids), dtype=np.int64)
     for length in np.unique(lengths):
@@ -102,7 +103,7 @@ def artificial_censoring(
     col = arrays.predictors[predictor]
     sample = (arrays.stop_code == _CLEAN) & ~np.isnan(arrays.outcome) & col.usable
     if not sample.any():
-        raise ValueError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
+        raise InputError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
     base = replace(
         arrays,
         ids=[tid for tid, s in zip(arrays.ids, sample, strict=True) if s],

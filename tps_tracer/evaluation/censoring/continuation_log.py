@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuations import parse_continuations
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.stop_reasons import StopReason
@@ -81,7 +82,7 @@ class ContinuationLog:
     ) -> None:
         """Write one finished branch and flush it (an interruption after this keeps it)."""
         if stop_reason is StopReason.CLEAN and outcome not in (0, 1):
-            raise ValueError(f"a clean branch needs outcome 0 or 1, got {outcome!r}")
+            raise InputError(f"a clean branch needs outcome 0 or 1, got {outcome!r}")
         line = {
             "source_trajectory_id": source_trajectory_id,
             "branch": branch,
@@ -93,7 +94,7 @@ class ContinuationLog:
         with self._lock:
             key = (source_trajectory_id, str(branch))
             if key in self.done:
-                raise ValueError(f"branch {branch} of {source_trajectory_id!r} is already in {self.path}")
+                raise InputError(f"branch {branch} of {source_trajectory_id!r} is already in {self.path}")
             self._fh.write(text)
             self._fh.flush()
             self.done.add(key)

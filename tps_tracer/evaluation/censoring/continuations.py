@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
+from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, runs_into_end
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
@@ -154,9 +155,9 @@ def mc_q_z(
 ) -> McEstimates:
     """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix (see the module docstring)."""
     if unresolved not in UNRESOLVED_POLICIES:
-        raise ValueError(f"unresolved must be one of {UNRESOLVED_POLICIES}, got {unresolved!r}")
+        raise InputError(f"unresolved must be one of {UNRESOLVED_POLICIES}, got {unresolved!r}")
     if min_valid < 1:
-        raise ValueError("min_valid must be >= 1")
+        raise InputError("min_valid must be >= 1")
     by_id: dict[str, list[float]] = {}
     parse: dict[str, int] = {}
     open_: dict[str, int] = {}
@@ -213,7 +214,7 @@ def attach_q_z(
             not_censored.append(tid)
         else:
             if not 0.0 <= q <= 1.0:
-                raise ValueError(f"q_z estimate for {tid!r} is not a probability: {q}")
+                raise InputError(f"q_z estimate for {tid!r} is not a probability: {q}")
             q_z[i] = q
     out = replace(arrays, q_z=q_z)
     attached = int(np.sum(censored & ~np.isnan(q_z)))

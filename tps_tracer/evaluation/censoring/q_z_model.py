@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import split_halves
 from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
 from tps_tracer.evaluation.censoring.continuations import McEstimates
@@ -51,7 +52,7 @@ def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: I
     kind, _, name = spec.partition(":")
     if name not in arrays.predictors or kind not in ("forecast", "logit", "forecast_mean"):
         known = ", ".join(arrays.predictors)
-        raise ValueError(
+        raise InputError(
             f"unknown q_Z feature {spec!r} (step, step_share, forecast:P, logit:P, forecast_mean:P; P in {known})"
         )
     values = arrays.predictors[name].values
@@ -71,7 +72,7 @@ def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: I
 def prefix_features(arrays: TrajectoryArrays, rows: IntArray, cuts: IntArray, features: Sequence[str]) -> FloatArray:
     """(n, k) features of the prefixes H_cut of trajectories `rows`; NaN where a forecast is missing."""
     if not features:
-        raise ValueError("a q_Z model needs at least one feature")
+        raise InputError("a q_Z model needs at least one feature")
     return np.column_stack([_feature_column(arrays, f, rows, cuts) for f in features])
 
 
@@ -142,7 +143,7 @@ def _cross_fit(
     for k in (0, 1):
         train = fold != k
         if not train.any() or not (fold == k).any():
-            raise ValueError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
+            raise InputError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
         m = _fit_fold(x[train], y[train], w[train], penalty)
         oof[fold == k] = m.predict(x[fold == k])
         models.append(m)
@@ -170,7 +171,7 @@ def plug_in_q_z(
     pol = policy or CensoringPolicy()
     complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
     if complete.size < 4:
-        raise ValueError("plug-in q_Z needs complete trajectories to learn from (found fewer than 4)")
+        raise InputError("plug-in q_Z needs complete trajectories to learn from (found fewer than 4)")
     lengths = arrays.lengths[complete]
     rows = np.repeat(complete, lengths)
     cuts = np.arange(rows.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
@@ -198,7 +199,7 @@ def hybrid_q_z(
     censored = set(_censored_rows(arrays, pol).tolist())
     audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
     if len(audited) < 4:
-        raise ValueError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
+        raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
     rows = np.array([i for _, i in audited], dtype=np.int64)
     x = prefix_features(arrays, rows, arrays.lengths[rows], features)
     by_id = mc.as_mapping()

@@ -1,0 +1,71 @@
+"""Every error the package raises for bad input is an InputError, so the CLI can tell bad input (exit 2)
+from a bug (exit 3) by class alone (tps_tracer/errors.py, tps_tracer/cli/errors.py)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import tps_tracer
+from tps_tracer.cli.errors import expected_message
+from tps_tracer.errors import InputError
+
+PACKAGE = Path(tps_tracer.__file__).parent
+# Modules whose import needs an optional extra or a server; their classes are checked when importable.
+OPTIONAL = ("tps_tracer.distributed", "tps_tracer.plots")
+
+
+def _package_modules():
+    for info in pkgutil.walk_packages([str(PACKAGE)], prefix="tps_tracer."):
+        try:
+            yield importlib.import_module(info.name)
+        except ImportError:
+            if not info.name.startswith(OPTIONAL):
+                raise
+
+
+def test_every_value_error_class_of_the_package_is_an_input_error():
+    value_errors = {
+        f"{cls.__module__}.{cls.__name__}"
+        for module in _package_modules()
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if cls.__module__.startswith("tps_tracer.") and issubclass(cls, ValueError)
+    }
+    assert "tps_tracer.records.errors.TrajectoryFileError" in value_errors  # the walk found the classes
+    assert "tps_tracer.cli.errors.CliError" in value_errors
+    not_input = sorted(
+        name
+        for name in value_errors
+        if not issubclass(getattr(importlib.import_module(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]), InputError)
+    )
+    assert not_input == []
+
+
+def test_the_package_never_raises_a_bare_value_error():
+    """A deliberate check raises InputError; a bare ValueError would read as a bug (exit 3) at the CLI."""
+    bare = re.compile(r"\bValueError\(")  # raised, or built and returned to be raised
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (InputError("records.jsonl: line 3: horizon must be >= 1"), "records.jsonl: line 3: horizon must be >= 1"),
+        (ValueError("operands could not be broadcast together"), None),
+        (KeyError("a bug"), None),
+        (FileNotFoundError(2, "No such file or directory", "x.jsonl"), "x.jsonl: No such file or directory"),
+    ],
+)
+def test_the_boundary_maps_exit_codes_by_class(exc, expected):
+    assert expected_message(exc) == expected
