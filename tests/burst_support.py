@@ -89,12 +89,14 @@ def _inputs(task: int) -> dict[str, Any]:
     return {"messages": [("user", f"task {task}")]}
 
 
-def _config(handler: BaseCallbackHandler, task: int) -> dict[str, Any]:
-    return {"callbacks": [handler], "metadata": {"tps_trajectory_id": f"b{task}", "tps_outcome": task % 2}}
+def _config(handler: BaseCallbackHandler | Sequence[BaseCallbackHandler], task: int) -> dict[str, Any]:
+    callbacks = [handler] if isinstance(handler, BaseCallbackHandler) else list(handler)
+    return {"callbacks": callbacks, "metadata": {"tps_trajectory_id": f"b{task}", "tps_outcome": task % 2}}
 
 
-def run_async_burst(agent: Any, handler: BaseCallbackHandler, n: int) -> float:
-    """n runs started at once on one event loop (as `abatch` / `gather` harnesses do); wall seconds."""
+def run_async_burst(agent: Any, handler: BaseCallbackHandler | Sequence[BaseCallbackHandler], n: int) -> float:
+    """n runs started at once on one event loop (as `abatch` / `gather` harnesses do); wall seconds.
+    handler: the TPS handler, or a list of callbacks (the user's own beside it)."""
 
     async def main() -> None:
         await asyncio.gather(*(agent.ainvoke(_inputs(i), config=_config(handler, i)) for i in range(n)))

@@ -11,7 +11,11 @@ each run's record is checked against what its model said (burst_support.check_bu
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 from burst_support import burst_agent, check_burst_records, run_async_burst, run_thread_burst, run_trace_burst
+from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry.sdk.trace import TracerProvider
 from world_check import sink_records
 
@@ -56,6 +60,45 @@ def test_a_small_queue_and_max_open_far_below_the_concurrency_lose_nothing(tmp_p
     handler.flush()
     assert handler.feeder.waits > 0  # the queue did fill: the event loop was held back, not dropped
     _check(acc, handler, tmp_path, 3_000)
+
+
+class CountingCallback(BaseCallbackHandler):
+    """A user's own callback beside the TPS handler: counts what it receives (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def _seen(self, what: str) -> None:
+        with self.lock:
+            self.counts[what] += 1
+
+    def on_chat_model_start(self, serialized, messages, **kwargs):
+        self._seen("chat_model_start")
+
+    def on_llm_end(self, response, **kwargs):
+        self._seen("llm_end")
+
+    def on_tool_end(self, output, **kwargs):
+        self._seen("tool_end")
+
+    def on_chain_end(self, outputs, *, parent_run_id=None, **kwargs):
+        if parent_run_id is None:
+            self._seen("root_end")
+
+
+def test_a_burst_with_the_users_own_callback_beside_loses_nothing_in_either(tmp_path):
+    """Backpressure holds the event loop inside the TPS handler's callback: the user's callback next
+    to it must still receive every event, and the TPS records stay whole (2 model calls, 1 tool call
+    and 1 root end per run)."""
+    acc, handler = _handler(tmp_path, max_queue_size=64)
+    own = CountingCallback()
+    n = 2_000
+    run_async_burst(burst_agent(logprob_tokens=50), [own, handler], n)
+    handler.flush()
+    assert handler.feeder.waits > 0  # backpressure did hold the loop back
+    assert own.counts == Counter({"chat_model_start": 2 * n, "llm_end": 2 * n, "tool_end": n, "root_end": n})
+    _check(acc, handler, tmp_path, n)
 
 
 def _processor(tmp_path, **kw):
