@@ -133,6 +133,7 @@ def test_summary_mode_equals_row_mode(late):
     rows, summary = make(), make(mode="summary", batch_size=8)
     feed(rows, records, late_outcomes=late)
     feed(summary, records, late_outcomes=late)
+    summary._background.wait_idle()  # folds run on the accumulator's background thread
     assert summary._summary is not None and summary._summary.n > 0  # really folded
     assert summary._rows.n < len(records) // 2
     a, b = summary.snapshot(), rows.snapshot()
@@ -164,6 +165,7 @@ def test_summary_mode_late_outcome_waits_then_overflow_is_counted():
     for i in range(5):
         acc.observe(f"r{i}", {"p": 0.2 + 0.1 * i})
         acc.stop(f"r{i}", "clean")
+    acc._background.wait_idle()  # batches are scored (and the overflow folded) in the background
     # five waited, the bound is three: the two oldest were folded as pending, counted
     assert acc.health.get("ignored", "pending_folded") == 2
     assert acc.resolve("r4", outcome=1)  # still waiting: works

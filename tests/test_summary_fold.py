@@ -24,6 +24,7 @@ from tps_tracer.evaluation import partial_state as ps_module
 from tps_tracer.evaluation.append_buffer import concat_rows
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.online.accumulator import FOLD_THREAD_NAME
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring import parse_rules, parse_schedules
 from tps_tracer.synthetic import example_records
@@ -132,6 +133,7 @@ def test_folds_append_to_the_summary_in_place():
         acc.observe(f"r{i}", {"p": float(rng.random()), "q": float(rng.random())})
         acc.stop(f"r{i}", "clean" if i % 5 else "max_steps", q_z=None)
         acc.resolve(f"r{i}", outcome=i % 2) if i % 5 else None
+        acc._background.wait_idle()  # folds run on the background thread: see each one
         if acc._summary is None:
             continue
         after = _per_trajectory_arrays(acc._summary)
@@ -153,7 +155,7 @@ class _Gate:
         self.calls = 0
 
         def from_table(cls, table, spec, first_seen=None, keys=None):
-            if threading.current_thread().name == "folder":
+            if threading.current_thread().name == FOLD_THREAD_NAME:  # the fold of the folder's batch
                 self.calls += 1
                 self.entered.set()
                 assert self.release.wait(30)
@@ -317,8 +319,59 @@ def test_a_fold_that_fails_puts_its_rows_back(monkeypatch):
 
     monkeypatch.setattr(ps_module.PartialState, "from_table", classmethod(flaky))
     feed(summary, records[:8], late_outcomes=False)
+    summary._background.wait_idle()  # the fold runs on the accumulator's background thread
     assert failures == [8] and summary.health.get("error", "accumulator.fold") == 1
     assert summary._rows.n == 8 and not summary._folding  # back in the store, none in flight
     feed(summary, records[8:], late_outcomes=False)
+    summary._background.wait_idle()
     assert summary._rows.n < 8
     assert_same_report(summary.snapshot(), rows.snapshot())
+
+
+def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch):
+    """Summary mode used to score every 64th stop's batch and fold it on the caller's thread (p99.9
+    of stop() 6-9 ms). Now both run on the accumulator's background thread; the result is row mode's."""
+    from tps_tracer.online.accumulator import Accumulator
+
+    threads: list[str] = []
+    calls: dict[str, int] = {"_score_rows": 0, "_finish_fold": 0}
+    for name in calls:
+        real = getattr(Accumulator, name)
+
+        def spy(self, arg, _real=real, _name=name):
+            if self.mode == "summary":
+                threads.append(threading.current_thread().name)
+                calls[_name] += 1
+            return _real(self, arg)
+
+        monkeypatch.setattr(Accumulator, name, spy)
+    records = [r for r in example_records() if r.steps][:200]
+    summary, rows = make(mode="summary", batch_size=8), make()
+    feed(rows, records, late_outcomes=True)
+    feed(summary, records, late_outcomes=True)  # late outcomes: resolves that fold
+    summary._background.wait_idle()
+    assert calls["_score_rows"] == len(records) // 8 and calls["_finish_fold"] >= 5  # every batch, many folds
+    assert set(threads) == {FOLD_THREAD_NAME}, set(threads)
+    assert_same_report(summary.snapshot(), rows.snapshot())
+
+
+def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
+    from tps_tracer.online.background_work import BackgroundWork
+
+    work = BackgroundWork("bg-test", max_pending=2, linger=0.05)
+    gate, done = threading.Event(), []
+    assert work.submit(lambda: gate.wait(10))  # parks the thread
+    assert work.submit(done.append, 1)
+    assert not work.submit(done.append, 2)  # full: the caller runs it itself (backpressure, not loss)
+    assert work.inline_runs == 1
+    assert work.run_queued_here() == 1 and done == [1]  # a flush runs what has not started
+    gate.set()
+    assert work.wait_idle(10) and work.unfinished == 0
+    assert work.submit(done.append, 3) and work.wait_idle(10) and done == [1, 3]
+    deadline = 0
+    while work._thread is not None and deadline < 200:  # idle for `linger`: the thread ends
+        threading.Event().wait(0.01)
+        deadline += 1
+    assert work._thread is None
+    assert work.submit(lambda: 1 / 0) and work.wait_idle(10) and work.failures == 1  # counted, thread goes on
+    assert work.submit(done.append, 4) and work.wait_idle(10) and done[-1] == 4

@@ -44,6 +44,12 @@ q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop 
 at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
 policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
 
+The caller of `stop` / `resolve` never scores or folds in summary mode: each batch of 64 stops
+is scored, and its settled rows folded, on the accumulator's own background thread
+(online/background_work.py; when 64 such jobs are already waiting, the caller runs one itself:
+backpressure, never loss). `flush()`, and so snapshots, `state()`, merges and `close()`, wait
+for that work first. Listeners are then called from that thread.
+
 A fold never makes the agent wait: under the lock it only takes the settled rows out of the
 store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
 and merged under a short lock, appending to the summary's per-trajectory arrays in place
@@ -79,6 +85,7 @@ from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_s
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
+from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
@@ -115,6 +122,9 @@ class _Fold:
     @property
     def n(self) -> int:
         return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
+
+
+FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
 
 
 class AccumulatorError(InputError):
@@ -209,6 +219,10 @@ class Accumulator:
         self._fold_count = 0
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
         self.lifetime_owner: str | None = None  # see leave_lifetimes_to
+        # Summary mode: batch scoring and folds run here, never on the thread calling stop/resolve.
+        self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
+        self._scoring = 0  # batches handed to the background and not yet rows
+        self._scoring_done = threading.Condition()
 
     # ------------------------------------------------------------------ errors
 
@@ -438,7 +452,7 @@ class Accumulator:
                     if self._resolved_rows >= self.batch_size:
                         fold = self._take_fold()
             if fold is not None:
-                self._finish_fold(fold)
+                self._off_caller(self._finish_fold, fold)
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
@@ -544,6 +558,11 @@ class Accumulator:
                 # waits for this record's write, and writes no line if it failed (_write_resolution).
                 self._sink_lock.acquire()
             self._queue.append(tid)
+            if self.predictors is None:  # first-seen order is stop order, however batches are scored
+                for step in live.steps:
+                    for name in step:
+                        if name not in self._known:
+                            self._known[name] = None
             if self._listeners:
                 self._listener_meta[tid] = dict(metadata or {})
                 while len(self._listener_meta) > self.max_live:
@@ -557,7 +576,7 @@ class Accumulator:
         if abandoned is not None:
             self.health.count("abandoned", abandoned)
         if batch:
-            self._score(batch)
+            self._score_off_caller(batch)
 
     def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
         if (
@@ -595,12 +614,35 @@ class Accumulator:
         batch, self._queue = self._queue, []
         return batch
 
+    def _off_caller(self, job: Callable[[Any], None], arg: Any) -> None:
+        """Summary mode: run a fold on the background thread (inline when it is `max_pending` jobs
+        behind: backpressure); row mode: inline, as always."""
+        if self._background is None or not self._background.submit(job, arg):
+            job(arg)
+
+    def _score_off_caller(self, batch: list[str]) -> None:
+        if self._background is None:
+            self._score(batch)
+            return
+        with self._scoring_done:
+            self._scoring += 1
+        if not self._background.submit(self._score_job, batch):
+            self._score_job(batch)
+
     def flush(self) -> None:
-        """Score every queued stopped trajectory now (snapshot, merge and close do this first)."""
+        """Score every queued stopped trajectory now, and wait for the background scoring and folds
+        (summary mode) to finish: snapshot, state, merge and close do this first."""
         with self._lock:
             batch = self._take_queue()
         if batch:
             self._score(batch)
+        if self._background is not None:
+            # Jobs not started yet run here, now; then wait for a batch being scored on the
+            # background thread (not for its fold: `_folding` shows it). Never on that thread itself.
+            self._background.run_queued_here()
+            if not self._background.on_worker_thread():
+                with self._scoring_done:
+                    self._scoring_done.wait_for(lambda: self._scoring == 0)
 
     def _score_safely(self, lives: list[_Live], names: list[str]) -> ScoredBatch:
         """Score a batch; if that fails, one by one, so one bad trajectory cannot take others down.
@@ -627,7 +669,28 @@ class Accumulator:
         )
 
     def _score(self, batch: list[str]) -> None:
-        """Turn queued trajectories into rows of the pair table (the heavy part, outside the lock)."""
+        """Turn queued trajectories into rows of the pair table (the heavy part, outside the lock);
+        in summary mode, fold the rows that settled."""
+        fold, scores = self._score_rows(batch)
+        if fold is not None:
+            self._finish_fold(fold)
+        self._notify(scores)
+
+    def _score_job(self, batch: list[str]) -> None:
+        """`_score` as a background job: counted in `_scoring` until its rows are in the store (a
+        snapshot waits for that: until then the batch is in no table), not while its fold runs (a
+        fold in flight is in `_folding`, which snapshots already count)."""
+        try:
+            fold, scores = self._score_rows(batch)
+        finally:
+            with self._scoring_done:
+                self._scoring -= 1
+                self._scoring_done.notify_all()
+        if fold is not None:
+            self._finish_fold(fold)
+        self._notify(scores)
+
+    def _score_rows(self, batch: list[str]) -> tuple[_Fold | None, list[TrajectoryScore]]:
         with self._lock:
             lives = [self._finishing[tid] for tid in batch]
         names = self._names_in(lives)
@@ -660,9 +723,7 @@ class Accumulator:
             self._keys.extend(keys)
             scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
             fold = self._take_fold() if self.mode == "summary" else None
-        if fold is not None:
-            self._finish_fold(fold)
-        self._notify(scores)
+        return fold, scores
 
     def _key(self, tid: str) -> int:
         """The id-derived bootstrap key; an id that cannot be hashed never takes its batch down."""
@@ -771,6 +832,8 @@ class Accumulator:
             for tid, live in leftover:
                 self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "closed"}, "closed")
         self.flush()
+        if self._background is not None:
+            self._background.wait_idle()  # the folds in flight too: nothing runs after close
         if self.sink is not None:
             try:
                 self.sink.close()
@@ -786,7 +849,8 @@ class Accumulator:
         """Stopped trajectories (scored, or queued for scoring)."""
         with self._lock:
             folding = sum(f.n for f in self._folding.values())
-            return self._rows.n + len(self._queue) + folding + (self._summary.n if self._summary is not None else 0)
+            # _finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
+            return self._rows.n + len(self._finishing) + folding + (self._summary.n if self._summary is not None else 0)
 
     # ------------------------------------------------------------------ summary mode
 
