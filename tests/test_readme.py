@@ -1,4 +1,5 @@
-"""The README is a tested contract: every code block of README.md and integrations/*/README.md runs here.
+"""The README is a tested contract: every code block of README.md, docs/*.md and integrations/*/README.md
+runs here.
 
 Blocks run as written, never edited. A block whose code needs names or files a user supplies
 (their agent, their records) says so in an HTML comment on the line above it:
@@ -41,7 +42,12 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "README.md", *sorted((ROOT / "integrations").glob("*/README.md"))]
+DOCS = ROOT / "docs"
+READMES = [
+    ROOT / "README.md",
+    *sorted(DOCS.glob("*.md")),
+    *sorted((ROOT / "integrations").glob("*/README.md")),
+]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 
@@ -328,6 +334,23 @@ def _check_otel(ns: dict[str, Any]) -> None:
     assert not ns["processor"].errors
 
 
+def _check_span_processor_attached(ns: dict[str, Any]) -> None:
+    """The two lines attach the processor: a root span with one LLM child becomes one finished run."""
+    tracer = ns["provider"].get_tracer("readme")
+    with tracer.start_as_current_span("agent", attributes={"tps.trajectory_id": "run-1", "tps.stop_reason": "clean"}):
+        with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM"}) as span:
+            span.set_attribute("llm.output_messages.0.message.content", "Confidence: 0.7")
+    assert ns["provider"].force_flush()  # reaches the processor through the provider, as an exporter's would
+    ns["acc"].resolve("run-1", outcome=1)
+    snap = ns["acc"].snapshot()
+    ns["provider"].shutdown()
+    assert snap["online"]["finished"] == 1 and snap["audit"]["stop_reasons"]["clean"] == 1
+    # One step read from the span text, T = 1, y = 1: TPS_log = log 0.7.
+    key = ("verbal", "log", "complete-only")
+    [row] = [r for r in snap["scores"] if (r["predictor"], r["rule"], r["censoring"]) == key]
+    assert row["n"] == 1 and row["mean"] == pytest.approx(math.log(0.7), abs=1e-12)
+
+
 def _check_backend_delivery(status_of: str) -> Callable[[dict[str, Any]], None]:
     def check(ns: dict[str, Any]) -> None:
         delivery = getattr(ns["tps"], status_of)
@@ -378,10 +401,15 @@ def _check_collector(ns: dict[str, Any]) -> None:
 
 CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     # (README, code only that block has) -> check of what the block made
-    ("README.md", 'acc.observe("task-17", {"verbal": f["verbal"], "token_prob": f["token_prob"]})'): _check_signals,
-    ("README.md", 'cal = Calibrator.load("calibrator.json")'): _check_calibrator,
+    (
+        "docs/capture.md",
+        'acc.observe("task-17", {"verbal": f["verbal"], "token_prob": f["token_prob"]})',
+    ): _check_signals,
+    ("docs/calibration.md", 'cal = Calibrator.load("calibrator.json")'): _check_calibrator,
     ("README.md", 'handler.record_outcome("task-17", success=True)'): _check_handler,
-    ("README.md", "LangChainInstrumentor().instrument(tracer_provider=provider)"): _check_otel,
+    ("docs/capture.md", 'handler.record_outcome("task-17", success=True)'): _check_handler,
+    ("README.md", "provider.add_span_processor(TPSSpanProcessor(acc))"): _check_span_processor_attached,
+    ("docs/otel.md", "LangChainInstrumentor().instrument(tracer_provider=provider)"): _check_otel,
     ("integrations/phoenix/README.md", "from phoenix_recipe import trace_to_phoenix"): _check_backend_delivery(
         "annotations"
     ),
@@ -427,7 +455,7 @@ def _workdir(block: Block, supplies: Supplies, tmp_path: Path) -> Path:
     for name in block.given:
         if name in GIVEN_FILES:
             shutil.copy(supplies.folder / name, work / name)
-    if block.path.parent == ROOT:  # paths the README names relative to the checkout
+    if block.path.parent in (ROOT, DOCS):  # paths the pages name relative to the checkout
         (work / "examples").symlink_to(ROOT / "examples")
     return work
 
