@@ -1,8 +1,9 @@
 """The README is a tested contract: every code block of README.md, docs/*.md and integrations/*/README.md
 runs here.
 
-Blocks run as written, never edited. A block whose code needs names or files a user supplies
-(their agent, their records) says so in an HTML comment on the line above it:
+Blocks run as written, never edited; fences start at column 0 (not inside a list item). A block
+whose code needs names or files a user supplies (their agent, their records) says so in an HTML
+comment on the line above it:
 
     <!-- readme-test: given agent, question (your agent and a task for it) -->
 
@@ -400,7 +401,7 @@ def _check_collector(ns: dict[str, Any]) -> None:
 
 
 CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
-    # (README, code only that block has) -> check of what the block made
+    # (page, code only that block has) -> check of what the block made
     (
         "docs/capture.md",
         'acc.observe("task-17", {"verbal": f["verbal"], "token_prob": f["token_prob"]})',
@@ -433,6 +434,9 @@ CHECKS_BY_ID = {b.id: check for key, check in CHECKS.items() for b in _blocks_wi
 def test_every_block_is_accounted_for():
     """Nothing slips through: blocks are python, sh or json, or say why they are not run; checks match blocks."""
     assert len(READMES) >= 5 and len(BLOCKS) >= 15
+    for readme in READMES:  # an indented fence (a block inside a list item) is not parsed: it would never run
+        for number, line in enumerate(readme.read_text().splitlines(), 1):
+            assert not re.match(r"^\s+```", line), f"{readme.relative_to(ROOT)}:{number}: start the fence at column 0"
     for b in BLOCKS:
         assert b.lang in {"python", "sh", "json", "text"}, f"{b.id}: unknown block language"
         if b.lang == "python":
