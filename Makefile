@@ -13,7 +13,7 @@ extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-t
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools real-model lint typecheck check fresh-check bench bench-real-model clean
+.PHONY: demo test tools real-model lint typecheck check docs fresh-check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,10 @@ typecheck: $(call stamp,test)
 
 check: lint typecheck test
 
+# The documentation site (docs/*.md, nav in mkdocs.yml) into site/; --strict: a broken link or anchor fails.
+docs: $(call stamp,test)
+	$(BIN)/mkdocs build --strict
+
 # What CI runs, before you submit: a new clone of HEAD, an empty HOME (no pip or wheel cache),
 # make demo, lint, typecheck, make test (.ci/run). TPS_CI_ORDER=test-first for the other order.
 fresh-check:
@@ -120,4 +124,4 @@ bench-real-model: real-model
 	$(BIN)/python tests/benchmarks/bench_real_model.py --stream
 
 clean:
-	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) site .pytest_cache .mypy_cache .ruff_cache *.egg-info

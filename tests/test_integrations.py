@@ -1,7 +1,8 @@
 """The pieces in integrations/, exercised with the real tools that run here.
 
-- GitHub Actions: actionlint on the workflow, then its own `run:` steps executed in bash
-  (the evaluation job and the gate, `GITHUB_STEP_SUMMARY` pointing to a file).
+- GitHub Actions: actionlint on both workflows, then their own `run:` steps executed in bash in a
+  folder laid out as a user's repository (the evaluation jobs and the gate, `GITHUB_STEP_SUMMARY`
+  pointing to a file).
 - Prometheus: `promtool check rules`, the hand-written `promtool test rules` file, and a
   rule test built from a real scrape of TPSMetrics (names, labels and values as exported).
 - OpenTelemetry Collector: no collector binary installs here, so the configuration's
@@ -50,36 +51,78 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
 # ---------------------------------------------------------------- GitHub Actions
 
 
-def test_workflow_passes_actionlint():
-    out = _run([_tool("actionlint"), "-no-color", str(INTEGRATIONS / "github-actions" / "tps-gate.yml")])
+ACTIONS = INTEGRATIONS / "github-actions"
+WORKFLOWS = ["tps-gate.yml", "tps-gate-baseline.yml"]
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_workflow_passes_actionlint(name):
+    out = _run([_tool("actionlint"), "-no-color", str(ACTIONS / name)])
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_workflow_steps_run_here(tmp_path):
-    """The workflow's evaluation and gate steps, run as Actions would (bash -e), pass and write the summary."""
-    workflow = yaml.safe_load((INTEGRATIONS / "github-actions" / "tps-gate.yml").read_text())
-    job = workflow["jobs"]["calibration-gate"]
-    steps = {s.get("name"): s for s in job["steps"]}
-    assert "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
+def _user_repository(tmp_path: Path, workflow: str) -> Path:
+    """A repository set up as the README says: the workflow and tps-gate.toml in .github/workflows/,
+    nothing else of this checkout (issue 34: the workflow named integrations/github-actions/tps-gate.toml,
+    which a user's repository does not have, and the gate exited 2)."""
+    repo = tmp_path / "user-repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    for name in (workflow, "tps-gate.toml"):
+        shutil.copy(ACTIONS / name, repo / ".github" / "workflows" / name)
+    return repo
+
+
+def _job(workflow: str) -> tuple[dict, dict]:
+    parsed = yaml.safe_load((ACTIONS / workflow).read_text())
+    [job] = parsed["jobs"].values()
+    assert "pull_request" in parsed[True]  # YAML 1.1 reads the key `on` as True
     # tps-tracer is not on an index: the workflow installs the checkout of its repository it makes.
-    checkout = next(s for s in job["steps"] if s.get("name") == "Check out tps-tracer")
+    steps = {s.get("name"): s for s in job["steps"]}
+    checkout = steps["Check out tps-tracer"]
     assert checkout["uses"].startswith("actions/checkout@") and checkout["with"]["path"] == ".tps-tracer"
     assert steps["Install tps-tracer"]["run"] == 'python -m pip install "./.tps-tracer[langchain]"'
-    (tmp_path / "integrations").symlink_to(INTEGRATIONS)  # the repository checkout
+    return parsed, job
+
+
+def _env(job: dict, summary: Path) -> dict[str, str]:
+    env = {**os.environ, **job["env"], "GITHUB_STEP_SUMMARY": str(summary)}
+    env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"  # `pip install tps-tracer` is this venv
+    return env
+
+
+def test_workflow_config_default_is_where_the_readme_puts_it():
+    """A pull_request run has no inputs: the expression falls back to the default the README names,
+    the same as the manual run's input default."""
+    parsed, job = _job("tps-gate.yml")
+    m = re.fullmatch(r"\$\{\{ inputs\.config \|\| '([^']+)' \}\}", job["env"]["TPS_GATE_CONFIG"])
+    assert m is not None, job["env"]["TPS_GATE_CONFIG"]
+    default = parsed[True]["workflow_dispatch"]["inputs"]["config"]["default"]
+    assert m.group(1) == default == ".github/workflows/tps-gate.toml"
+    assert default in (ACTIONS / "README.md").read_text()
+    assert (
+        yaml.safe_load((ACTIONS / "tps-gate-baseline.yml").read_text())["jobs"]["calibration-gate-baseline"]["env"][
+            "TPS_GATE_CONFIG"
+        ]
+        == default
+    )
+
+
+def test_workflow_steps_run_in_a_user_repository(tmp_path):
+    """The workflow's evaluation and gate steps, run as Actions would (bash -e) in a repository set up as
+    the README says, pass and write the summary; the overconfident agent fails the same gate."""
+    _, job = _job("tps-gate.yml")
+    steps = {s.get("name"): s for s in job["steps"]}
+    repo = _user_repository(tmp_path, "tps-gate.yml")
     summary = tmp_path / "summary.md"
-    env = {
-        **os.environ,
-        **job["env"],
-        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",  # `pip install tps-tracer` is this venv
-        "GITHUB_STEP_SUMMARY": str(summary),
-    }
+    env = _env(job, summary)
+    env["TPS_GATE_CONFIG"] = ".github/workflows/tps-gate.toml"  # what `inputs.config || '...'` gives a pull_request
 
     def step(name: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return _run(["bash", "-e", "-c", steps[name]["run"]], cwd=tmp_path, env={**env, **extra})
+        return _run(["bash", "-e", "-c", steps[name]["run"]], cwd=repo, env={**env, **extra})
 
     evaluation = step("Evaluation job (replace with your agent's)")
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
-    assert (tmp_path / job["env"]["RECORDS"]).stat().st_size > 0
+    assert (repo / job["env"]["RECORDS"]).stat().st_size > 0
 
     passed = step("Gate on censored TPS")
     assert passed.returncode == 0, passed.stdout + passed.stderr
@@ -93,6 +136,43 @@ def test_workflow_steps_run_here(tmp_path):
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "FAIL" in summary.read_text().splitlines()[0]
     assert "| vs_base_rate | FAIL |" in summary.read_text()
+
+
+def test_baseline_workflow_steps_run_in_a_user_repository(tmp_path):
+    """The baseline variant: the candidate's and the base branch's evaluation jobs (the latter in
+    .baseline/, as the workflow checks it out), then the paired gate. An unchanged agent passes; an
+    overconfident candidate against the truthful baseline fails the baseline comparison."""
+    _, job = _job("tps-gate-baseline.yml")
+    steps = {s.get("name"): s for s in job["steps"]}
+    base = next(s for s in job["steps"] if s.get("name") == "Check out the base branch")
+    assert base["with"] == {"ref": "${{ github.event.pull_request.base.sha }}", "path": ".baseline"}
+    repo = _user_repository(tmp_path, "tps-gate-baseline.yml")
+    shutil.copytree(repo, repo / ".baseline", ignore=shutil.ignore_patterns(".baseline"))  # the base branch
+    summary = tmp_path / "summary.md"
+    env = _env(job, summary)
+
+    def step(name: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        cwd = repo / steps[name].get("working-directory", ".")
+        return _run(["bash", "-e", "-c", steps[name]["run"]], cwd=cwd, env={**env, **extra})
+
+    for name in (
+        "Evaluation job, candidate (replace with your agent's)",
+        "Evaluation job, baseline (replace with your agent's)",
+    ):
+        out = step(name)
+        assert out.returncode == 0, out.stderr[-2000:]
+    candidate, baseline = repo / job["env"]["CANDIDATE"], repo / job["env"]["BASELINE"]
+    assert candidate.stat().st_size > 0 and baseline.read_bytes() == candidate.read_bytes()
+
+    passed = step("Gate candidate vs baseline")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    text = summary.read_text()
+    assert text.startswith("## ✅ tps-tracer gate: PASS") and "| vs_baseline | pass |" in text
+
+    summary.unlink()
+    failed = step("Gate candidate vs baseline", CANDIDATE="eval/overconfident.jsonl")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "| vs_baseline | FAIL |" in summary.read_text()
 
 
 # ---------------------------------------------------------------- Prometheus

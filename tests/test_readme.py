@@ -1,7 +1,9 @@
-"""The README is a tested contract: every code block of README.md and integrations/*/README.md runs here.
+"""The README is a tested contract: every code block of README.md, docs/*.md and integrations/*/README.md
+runs here.
 
-Blocks run as written, never edited. A block whose code needs names or files a user supplies
-(their agent, their records) says so in an HTML comment on the line above it:
+Blocks run as written, never edited; fences start at column 0 (not inside a list item). A block
+whose code needs names or files a user supplies (their agent, their records) says so in an HTML
+comment on the line above it:
 
     <!-- readme-test: given agent, question (your agent and a task for it) -->
 
@@ -41,7 +43,12 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "README.md", *sorted((ROOT / "integrations").glob("*/README.md"))]
+DOCS = ROOT / "docs"
+READMES = [
+    ROOT / "README.md",
+    *sorted(DOCS.glob("*.md")),
+    *sorted((ROOT / "integrations").glob("*/README.md")),
+]
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 
@@ -328,6 +335,23 @@ def _check_otel(ns: dict[str, Any]) -> None:
     assert not ns["processor"].errors
 
 
+def _check_span_processor_attached(ns: dict[str, Any]) -> None:
+    """The two lines attach the processor: a root span with one LLM child becomes one finished run."""
+    tracer = ns["provider"].get_tracer("readme")
+    with tracer.start_as_current_span("agent", attributes={"tps.trajectory_id": "run-1", "tps.stop_reason": "clean"}):
+        with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM"}) as span:
+            span.set_attribute("llm.output_messages.0.message.content", "Confidence: 0.7")
+    assert ns["provider"].force_flush()  # reaches the processor through the provider, as an exporter's would
+    ns["acc"].resolve("run-1", outcome=1)
+    snap = ns["acc"].snapshot()
+    ns["provider"].shutdown()
+    assert snap["online"]["finished"] == 1 and snap["audit"]["stop_reasons"]["clean"] == 1
+    # One step read from the span text, T = 1, y = 1: TPS_log = log 0.7.
+    key = ("verbal", "log", "complete-only")
+    [row] = [r for r in snap["scores"] if (r["predictor"], r["rule"], r["censoring"]) == key]
+    assert row["n"] == 1 and row["mean"] == pytest.approx(math.log(0.7), abs=1e-12)
+
+
 def _check_backend_delivery(status_of: str) -> Callable[[dict[str, Any]], None]:
     def check(ns: dict[str, Any]) -> None:
         delivery = getattr(ns["tps"], status_of)
@@ -377,11 +401,16 @@ def _check_collector(ns: dict[str, Any]) -> None:
 
 
 CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
-    # (README, code only that block has) -> check of what the block made
-    ("README.md", 'acc.observe("task-17", {"verbal": f["verbal"], "token_prob": f["token_prob"]})'): _check_signals,
-    ("README.md", 'cal = Calibrator.load("calibrator.json")'): _check_calibrator,
+    # (page, code only that block has) -> check of what the block made
+    (
+        "docs/capture.md",
+        'acc.observe("task-17", {"verbal": f["verbal"], "token_prob": f["token_prob"]})',
+    ): _check_signals,
+    ("docs/calibration.md", 'cal = Calibrator.load("calibrator.json")'): _check_calibrator,
     ("README.md", 'handler.record_outcome("task-17", success=True)'): _check_handler,
-    ("README.md", "LangChainInstrumentor().instrument(tracer_provider=provider)"): _check_otel,
+    ("docs/capture.md", 'handler.record_outcome("task-17", success=True)'): _check_handler,
+    ("README.md", "provider.add_span_processor(TPSSpanProcessor(acc))"): _check_span_processor_attached,
+    ("docs/otel.md", "LangChainInstrumentor().instrument(tracer_provider=provider)"): _check_otel,
     ("integrations/phoenix/README.md", "from phoenix_recipe import trace_to_phoenix"): _check_backend_delivery(
         "annotations"
     ),
@@ -405,6 +434,9 @@ CHECKS_BY_ID = {b.id: check for key, check in CHECKS.items() for b in _blocks_wi
 def test_every_block_is_accounted_for():
     """Nothing slips through: blocks are python, sh or json, or say why they are not run; checks match blocks."""
     assert len(READMES) >= 5 and len(BLOCKS) >= 15
+    for readme in READMES:  # an indented fence (a block inside a list item) is not parsed: it would never run
+        for number, line in enumerate(readme.read_text().splitlines(), 1):
+            assert not re.match(r"^\s+```", line), f"{readme.relative_to(ROOT)}:{number}: start the fence at column 0"
     for b in BLOCKS:
         assert b.lang in {"python", "sh", "json", "text"}, f"{b.id}: unknown block language"
         if b.lang == "python":
@@ -427,7 +459,7 @@ def _workdir(block: Block, supplies: Supplies, tmp_path: Path) -> Path:
     for name in block.given:
         if name in GIVEN_FILES:
             shutil.copy(supplies.folder / name, work / name)
-    if block.path.parent == ROOT:  # paths the README names relative to the checkout
+    if block.path.parent in (ROOT, DOCS):  # paths the pages name relative to the checkout
         (work / "examples").symlink_to(ROOT / "examples")
     return work
 

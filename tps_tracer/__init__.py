@@ -64,7 +64,7 @@ _HOME = {
 
 
 def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None = None) -> dict[str, Any]:
-    """Evaluate trajectory records; returns the report dict documented in the README.
+    """Evaluate trajectory records; returns the report dict documented in docs/report.md.
 
     `records` are `TrajectoryRecord` objects (from `read_trajectories(path)`), each id once.
     """

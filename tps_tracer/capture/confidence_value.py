@@ -2,7 +2,7 @@
 
 `verbal_confidence.py` finds the statement; this module turns its VALUE into a
 `Confidence` (value, status, reason). The grammar is written out in that module's
-docstring and in the README's "Verbal confidence" table; the rules in short:
+docstring and in docs/capture.md's "Verbal confidence" table; the rules in short:
 
 - The VALUE is taken from the original text (never from the ASCII-folded copy) and
   NFKC-normalised, and every Unicode decimal digit becomes its ASCII digit, so `0.８`,

@@ -1,6 +1,6 @@
 """Verbal confidence: the probability of success the model states at a step.
 
-The grammar (the README's "Verbal confidence" section says the same)
+The grammar (docs/capture.md's "Verbal confidence" section says the same)
 =====================================================================
 
 Statements. Matching is case-insensitive; `confidence` is the keyword of every form but the

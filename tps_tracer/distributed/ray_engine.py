@@ -1,5 +1,5 @@
 """The Ray engine: Ray Data reads trajectory shards, each block becomes a `PartialState`, the
-driver merges them into the report (the one mechanism of DESIGN.md "Scale").
+driver merges them into the report (the one mechanism of docs/design.md "Scale").
 
 The result equals `report_from_path` on the same input (every count equal, means, CIs and
 diagnostics <= 1e-12): bootstrap weights are a pure function of trajectory id, replicate

@@ -106,7 +106,7 @@ def split_usable(names: Sequence[str], reason_of: Callable[[str], str | None]) -
 # report and gate fail on it as calibrate and plot do, rather than scoring the base rate alone.
 NO_PREDICTOR = (
     "no predictor in the file: no step has a forecast under 'forecasts' "
-    "(is the key misspelled, e.g. 'forecast'? see the JSON Lines format in the README)"
+    "(is the key misspelled, e.g. 'forecast'? see the JSON Lines format in docs/records.md)"
 )
 
 

@@ -55,7 +55,7 @@ class ScoreMatrix:
 def eta_by_mode(
     complete: NDArray[np.bool_], censored: NDArray[np.bool_], outcome: FloatArray, q_z: FloatArray
 ) -> dict[str, tuple[NDArray[np.bool_], FloatArray]]:
-    """The eta table (DESIGN.md, "the branch pair"), the one definition: per censoring mode,
+    """The eta table (docs/design.md, "the branch pair"), the one definition: per censoring mode,
     which rows it scores and the eta each row's pair is mixed with (score = eta s1 + (1-eta) s0).
 
     complete: rows whose outcome Y is observed (NaN outcome on a complete row is pending:

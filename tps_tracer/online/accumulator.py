@@ -10,7 +10,7 @@ Life of a trajectory. `observe` appends a step to a live trajectory (created on 
 sight). `stop` writes its record to the sink (if any) and queues it; queued trajectories
 are scored in vectorised batches (every `batch_size` stops, and before any snapshot,
 merge or close) into rows of the pair table: per predictor the branch pairs (s1, s0) for
-every rule x schedule, four scalar summaries and the truncated weight mass (DESIGN.md,
+every rule x schedule, four scalar summaries and the truncated weight mass (docs/design.md,
 "the branch pair"). The steps are then dropped, so a finished trajectory costs a fixed
 ~1.5 KB whatever its length. The stop reason's role (complete / censored / excluded) and
 the outcome or q_Z only pick eta at snapshot time, which is why outcomes may arrive long

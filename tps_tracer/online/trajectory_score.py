@@ -1,7 +1,7 @@
 """One finished trajectory's scores, as handed to exporters when they become known.
 
 The accumulator stores each finished trajectory as branch pairs (s1, s0) per predictor x
-rule x schedule (DESIGN.md, "the branch pair"). A `TrajectoryScore` is a copy of that row
+rule x schedule (docs/design.md, "the branch pair"). A `TrajectoryScore` is a copy of that row
 with what picks eta: the stop reason's role under the accumulator's policy, the outcome,
 q_Z. `values()` mixes them with the same formula and eta as the report's score matrix
 (`evaluation/tps.py`), so an exported per-trajectory score is exactly the number the

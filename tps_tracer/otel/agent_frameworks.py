@@ -1,6 +1,6 @@
 """Span shapes of agent frameworks beyond LangChain: pure functions over span attributes.
 
-What each framework's instrumentation writes (versions tested: README "Agent frameworks"):
+What each framework's instrumentation writes (versions tested: docs/otel.md "Agent frameworks"):
 
 - smolagents (openinference-instrumentation-smolagents): the LLM span's text only in
   `llm.output_messages.0.message.contents.N.message_content.text` (no flat

@@ -1,4 +1,4 @@
-"""The interchange schema: one trajectory per JSON Lines record (see DESIGN.md).
+"""The interchange schema: one trajectory per JSON Lines record (see docs/design.md).
 
     {"trajectory_id": "run-42", "stop_reason": "clean", "outcome": 1, "horizon": 7,
      "q_z": null, "steps": [{"t": 1, "forecasts": {"verbal": 0.9}}, ...],

@@ -3,7 +3,7 @@
 Every rule is represented by its two branches, S(p, 1) and S(p, 0): the score of
 forecast p if the task succeeds and if it fails. A score against a (possibly soft)
 label eta in [0, 1] is then eta * S(p, 1) + (1 - eta) * S(p, 0), which is the single
-mechanism behind complete, censored-simple and censored-exact TPS (see DESIGN.md).
+mechanism behind complete, censored-simple and censored-exact TPS (see docs/design.md).
 
 Formulas (paper, Appendix "Beta-family Scoring Rules"):
 
