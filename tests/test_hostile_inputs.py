@@ -1,0 +1,186 @@
+"""Hostile record files (issue 35): every command x every hostile file ends in exit 2 with one line
+on stderr naming the file, the line and the field, in bounded memory; none is an internal error (3).
+
+Each command runs in its own process, as a user runs it, and reports its own peak RSS (VmHWM, read
+in the child: getrusage's ru_maxrss of a child starts at the forking parent's size). The bounds are
+those of records/limits.py (docs/records-limits.md). Files are generated small where the bound
+allows it; the record-size cases are just beyond the bound (a line of 257 MiB), the garbage line
+is a sparse 1 GiB file (its first byte decides, so it is never read whole).
+
+Before this issue: 100,000 predictor names took > 6 GiB and exit 3; a 1 GiB garbage line 91 s and
+4.2 GiB; a 1 GiB metadata string 68 s and 4.5 GiB; a 5,000-digit integer gave Python's
+set_int_max_str_digits advice with no file or line; depth 1,000 passed four commands and failed two;
+duplicate keys were read as the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tps_tracer.constants import MAX_DEPTH, MAX_PREDICTORS, MAX_RECORD_BYTES
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1 << 20
+
+# Runs the CLI and writes the process's own peak RSS (kB) to the file named by argv[1].
+_RUN = """
+import sys
+from tps_tracer.cli.main import main
+peak_file = sys.argv.pop(1)
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as fh:
+        peak = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
+    with open(peak_file, "w") as fh:
+        fh.write(peak)
+sys.exit(code)
+"""
+
+
+def ok(i: int) -> dict[str, object]:
+    return {
+        "trajectory_id": f"r{i}",
+        "stop_reason": "clean",
+        "outcome": i % 2,
+        "steps": [{"t": 1, "forecasts": {"verbal": 0.6}}, {"t": 2, "forecasts": {"verbal": 0.7}}],
+    }
+
+
+OK_LINES = "".join(json.dumps(ok(i)) + "\n" for i in range(40))
+HEAD = '{"trajectory_id": "h", "stop_reason": "clean", "outcome": 1, '
+
+
+@dataclass
+class Hostile:
+    name: str
+    line: int  # the line the message must name
+    field: str | None  # the field it must name (None: the line as a whole)
+    words: str  # a phrase of the message
+    ceiling_mb: int  # peak RSS of the command's process
+
+
+def _write_names(path: Path) -> None:
+    """40 plain records, then one record per new predictor name: the 1,000th new name (line 1040)
+    is the 1,001st distinct name of the file."""
+    with path.open("w") as fh:
+        fh.write(OK_LINES)
+        for i in range(2 * MAX_PREDICTORS):
+            fh.write(json.dumps({**ok(1000 + i), "steps": [{"forecasts": {f"p{i}": 0.5}}]}) + "\n")
+
+
+def _write_garbage(path: Path) -> None:
+    """Three plain lines, then a 1 GiB line starting with "garbage" (sparse: the rest is a hole)."""
+    with path.open("wb") as fh:
+        fh.write("".join(OK_LINES.splitlines(keepends=True)[:3]).encode())
+        fh.write(b"garbage")
+        fh.truncate(1 << 30)
+    with path.open("ab") as fh:
+        fh.write(b"\n")
+
+
+def _write_long_string(path: Path) -> None:
+    """Three plain lines, then a record whose metadata string makes it 1 MiB longer than the bound."""
+    with path.open("wb") as fh:
+        fh.write("".join(json.dumps(ok(i)) + "\n" for i in range(3)).encode())
+        fh.write((HEAD + '"metadata": {"note": "').encode())
+        block = b"a" * (8 * MB)
+        for _ in range(MAX_RECORD_BYTES // len(block) + 1):
+            fh.write(block)
+        fh.write(b'"}}\n')
+
+
+def _line6(text: str) -> str:
+    lines = OK_LINES.splitlines(keepends=True)
+    return "".join(lines[:5]) + text + "\n" + "".join(lines[5:])
+
+
+CASES: dict[str, tuple[Hostile, object]] = {
+    "names": (
+        Hostile("names", 40 + MAX_PREDICTORS, f"steps[0].forecasts.p{MAX_PREDICTORS - 1}", "distinct predictor", 300),
+        _write_names,
+    ),
+    "garbage-1gib": (Hostile("garbage", 4, None, "not a JSON object", 300), _write_garbage),
+    "long-string": (
+        Hostile("long", 4, None, "longer than 256 MiB", MAX_RECORD_BYTES // MB + 300),
+        _write_long_string,
+    ),
+    "duplicate-key": (
+        Hostile("dup", 6, "outcome", "duplicate key", 300),
+        _line6(HEAD + '"outcome": 0, "steps": []}'),
+    ),
+    "duplicate-metadata-key": (
+        Hostile("dupmeta", 6, "metadata.a", "duplicate key", 300),
+        _line6(HEAD + '"metadata": {"a": 1, "b": 2, "a": 3}}'),
+    ),
+    "depth-300": (
+        Hostile("deep300", 6, "metadata.x[0]...", f"nested more than {MAX_DEPTH}", 300),
+        _line6(HEAD + '"metadata": {"x": ' + "[" * 300 + "]" * 300 + "}}"),
+    ),
+    "depth-1000": (
+        Hostile("deep1000", 6, None, f"nested more than {MAX_DEPTH}", 300),
+        _line6(HEAD + '"metadata": {"x": ' + "[" * 1000 + "]" * 1000 + "}}"),
+    ),
+    "integer-5000-digits": (
+        Hostile("bigint", 6, "metadata.n", "5000 digits", 300),
+        _line6(HEAD + '"metadata": {"n": ' + "7" * 5000 + "}}"),
+    ),
+    "horizon-2^63": (
+        Hostile("horizon", 6, "horizon", "less than or equal to 10000000", 300),
+        _line6('{"trajectory_id": "h", "stop_reason": "max_steps", "horizon": ' + str(2**63) + "}"),
+    ),
+}
+
+COMMANDS = {
+    "report": lambda f, d: ["report", str(f)],
+    "gate": lambda f, d: ["gate", str(f), "--min", "-5"],
+    "calibrate": lambda f, d: ["calibrate", str(f), "-o", str(d / "cal.json")],
+    "censoring": lambda f, d: ["censoring", str(f)],
+    "plot": lambda f, d: ["plot", str(f), "-o", str(d / "plot.png")],
+    "convert": lambda f, d: ["convert", str(f), str(d / "out.parquet")],
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("hostile")
+    for case, make in CASES.values():
+        path = d / f"{case.name}.jsonl"
+        if callable(make):
+            make(path)
+        else:
+            path.write_text(str(make))
+    return d
+
+
+def run_cli(argv: list[str], work: Path) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS in MB) of `tps-tracer ARGV` in its own process."""
+    peak = work / "peak"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, str(peak), *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    return proc.returncode, proc.stderr, int(peak.read_text()) // 1024
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("key", list(CASES))
+def test_a_hostile_file_is_one_line_exit_2_in_bounded_memory(hostile_dir, tmp_path, key, command):
+    case = CASES[key][0]
+    path = hostile_dir / f"{case.name}.jsonl"
+    code, err, peak_mb = run_cli(COMMANDS[command](path, tmp_path), tmp_path)
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err  # one line, no traceback
+    assert err.startswith(f"tps-tracer {command}: bad input: {path}: line {case.line}"), err
+    if case.field is not None:
+        assert f"line {case.line}, field '{case.field}'" in err, err
+    assert case.words in err, err
+    assert peak_mb < case.ceiling_mb, f"peak RSS {peak_mb} MB"
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("peak",)]  # no output, no temp file
