@@ -184,3 +184,77 @@ def test_a_hostile_file_is_one_line_exit_2_in_bounded_memory(hostile_dir, tmp_pa
     assert case.words in err, err
     assert peak_mb < case.ceiling_mb, f"peak RSS {peak_mb} MB"
     assert not [p for p in tmp_path.iterdir() if p.name not in ("peak",)]  # no output, no temp file
+
+
+def _write_wide_parquet(path: Path) -> None:
+    """A Parquet file in the project's schema whose forecasts struct has MAX_PREDICTORS + 1 fields."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tps_tracer.records.parquet import arrow_schema
+
+    names = [f"p{i}" for i in range(MAX_PREDICTORS + 1)]
+    rows = [
+        {
+            "trajectory_id": f"r{i}",
+            "stop_reason": "clean",
+            "outcome": i % 2,
+            "steps": [{"t": 1, "forecasts": {n: 0.5 for n in names}, "extra": None}],
+            "metadata": "{}",
+        }
+        for i in range(3)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(names)), path)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_parquet_file_with_too_many_predictors_is_refused_before_its_rows_are_read(tmp_path, command):
+    path = tmp_path / "wide.parquet"
+    _write_wide_parquet(path)
+    argv = COMMANDS[command](path, tmp_path)
+    if command == "convert":
+        argv[-1] = str(tmp_path / "out.jsonl")
+    code, err, peak_mb = run_cli(argv, tmp_path)
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"tps-tracer {command}: bad input: {path}: field 'steps.forecasts' has 1001 fields"), err
+    assert peak_mb < 300
+
+
+def test_names_spread_over_chunks_are_counted_over_the_whole_input(tmp_path):
+    """Each chunk has fewer than MAX_PREDICTORS names, the file more: the line of the 1,001st is named
+    (the chunked reader, with chunks of ~4 kB, and the whole-file reader agree)."""
+    from tps_tracer.evaluation.chunked import read_arrays
+    from tps_tracer.records import TrajectoryFileError, read_trajectories
+
+    path = tmp_path / "spread.jsonl"
+    _write_names(path)
+    for read in (lambda: read_arrays(path, chunk_bytes=4096), lambda: read_trajectories(path)):
+        with pytest.raises(TrajectoryFileError) as exc:
+            read()
+        [error] = exc.value.errors
+        assert (error.line, error.field) == (40 + MAX_PREDICTORS, f"steps[0].forecasts.p{MAX_PREDICTORS - 1}")
+
+
+def test_the_bounds_themselves_are_accepted(tmp_path):
+    """MAX_PREDICTORS names, a record nested MAX_DEPTH deep, a 4,300-digit integer: read, not refused."""
+    from tps_tracer.evaluation.chunked import read_arrays
+    from tps_tracer.records import read_trajectories
+
+    path = tmp_path / "at-the-bounds.jsonl"
+    with path.open("w") as fh:
+        fh.write(OK_LINES)
+        for i in range(MAX_PREDICTORS - 1):  # "verbal" is the first name
+            fh.write(json.dumps({**ok(1000 + i), "steps": [{"forecasts": {f"p{i}": 0.5}}]}) + "\n")
+        # record (1) -> metadata (2) -> MAX_DEPTH - 2 nested lists
+        fh.write(HEAD + '"metadata": {"x": ' + "[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2) + "}}\n")
+        fh.write(HEAD.replace('"h"', '"h2"') + '"metadata": {"n": ' + "7" * 4300 + "}}\n")
+    for arrays in (read_arrays(path), read_arrays(path, chunk_bytes=4096)):
+        assert len(arrays.predictors) == MAX_PREDICTORS and arrays.n == 40 + MAX_PREDICTORS - 1 + 2
+    records = read_trajectories(path)
+    assert records[-2].metadata["x"] == json.loads("[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2))
+    assert records[-1].metadata["n"] == int("7" * 4300)
+    deeper = tmp_path / "one-deeper.jsonl"
+    deeper.write_text(HEAD + '"metadata": {"x": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}}\n")
+    with pytest.raises(Exception, match=f"nested more than {MAX_DEPTH}"):
+        read_arrays(deeper)
