@@ -120,6 +120,12 @@ CASES: dict[str, tuple[Hostile, object]] = {
         Hostile("dupmeta", 6, "metadata.a", "duplicate key", 300),
         _line6(HEAD + '"metadata": {"a": 1, "b": 2, "a": 3}}'),
     ),
+    "duplicate-key-in-a-resolution": (  # the chunked reader applies resolutions itself: same rule
+        Hostile("dupres", 42, "outcome", "duplicate key", 300),
+        OK_LINES
+        + '{"trajectory_id": "p", "stop_reason": "clean", "outcome_pending": true, "steps": []}\n'
+        + '{"resolves": "p", "outcome": 1, "outcome": 0}\n',
+    ),
     "depth-300": (
         Hostile("deep300", 6, "metadata.x[0]...", f"nested more than {MAX_DEPTH}", 300),
         _line6(HEAD + '"metadata": {"x": ' + "[" * 300 + "]" * 300 + "}}"),
