@@ -36,4 +36,13 @@ DEMO_SEED = 7
 # The capture path (tracking/keys.py, capture/) reads these without importing numpy.
 # Largest step budget accepted by the capture path: far above any agent's; weights cost O(steps) below it.
 MAX_HORIZON = 10_000_000
+# Bounds of the record file readers (records/limits.py; docs/records-limits.md says why each is where it is).
+# Distinct predictor names in one input: the readers build one float column per name and trajectory step.
+MAX_PREDICTORS = 1_000
+# Bytes of one JSON Lines record (one line): the 1.5M-step trajectory of the benchmarks is 75 MB.
+MAX_RECORD_BYTES = 256 << 20
+# Nested arrays/objects in one record, the record itself included (a plain record nests 4 deep).
+MAX_DEPTH = 253
+# Digits of one integer literal: Python's own bound on int(str) (sys.get_int_max_str_digits()).
+MAX_INT_DIGITS = 4_300
 DEFAULT_TOP_K = 5  # candidates per token in the entropy confidence (the paper's 1 - H / ln 5)

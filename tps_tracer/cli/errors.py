@@ -13,7 +13,9 @@ Exit codes of every `tps-tracer` command:
   lists the further ones on the lines below;
 - 3: an internal error (a bug): any other exception, a plain ValueError from numpy or the
   standard library included; one line naming the exception, never exit 1 by accident;
-- 130: interrupted (Ctrl-C).
+- 130: interrupted (Ctrl-C);
+- 143: terminated (SIGTERM): raised as an exception in the main thread, so the output being
+  written is abandoned the way an error abandons it (no `.tmp` file left, `atomic_write.py`).
 
 `--debug` (on any command) or the environment variable TPS_TRACER_DEBUG=1 adds the
 traceback on stderr; the exit code stays the same.
@@ -24,7 +26,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -38,6 +42,7 @@ EXIT_GATE_FAIL = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + signal.SIGTERM
 DEBUG_ENV = "TPS_TRACER_DEBUG"
 
 
@@ -116,11 +121,30 @@ def debug_requested(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(EXIT_TERMINATED)  # a BaseException: cleanup handlers run, no boundary turns it into exit 2
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) while the command runs (the default action would end the process
+    before `atomic_write` removes its temp file); the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
     """Run one command inside the boundary; returns its exit code (see the module docstring)."""
     debug = debug_requested(args)
     try:
-        return int(func(args))
+        with _sigterm_as_exit():
+            return int(func(args))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

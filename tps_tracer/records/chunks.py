@@ -29,6 +29,13 @@ from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
 from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
+from tps_tracer.records.limits import (
+    PredictorNames,
+    check_parquet_predictors,
+    check_unfinished_line,
+    line_number_at,
+    predictors_message,
+)
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
 from tps_tracer.records.set_aside import SetAside
@@ -79,20 +86,50 @@ def iter_chunks(
 ) -> Iterator[Chunk]:
     """Chunks of whole trajectories from a JSON Lines file, a Parquet file or a directory of shards."""
     files = source_files(path)
+    names = PredictorNames()  # distinct predictor names over the whole input (records/limits.py)
     for k, f in enumerate(files):
         if is_parquet(f):
-            yield from _parquet_chunks(f, k, batch_rows)
+            chunks = _parquet_chunks(f, k, batch_rows)
         else:
-            try:
-                yield from _jsonl_chunks(f, k, chunk_bytes)
-            except NeedsWholeFile:
-                if len(files) == 1:
-                    raise
-                # One shard among many: its exact read gives the error (or the resolved records).
-                from tps_tracer.records.jsonl import read_trajectories
+            chunks = _jsonl_chunks(f, k, chunk_bytes)
+        try:
+            for chunk in chunks:
+                if not names.add(chunk.arrays.predictors):
+                    _too_many_predictors(chunk, names)
+                yield chunk
+        except NeedsWholeFile:
+            if len(files) == 1:
+                raise
+            # One shard among many: its exact read gives the error (or the resolved records).
+            from tps_tracer.records.jsonl import read_trajectories
 
-                records = read_trajectories(f)
-                yield Chunk(to_arrays(records), (k, 0), False, str(f), set_aside=records.set_aside)
+            records = read_trajectories(f)
+            chunk = Chunk(to_arrays(records), (k, 0), False, str(f), set_aside=records.set_aside)
+            if not names.add(chunk.arrays.predictors):
+                _too_many_predictors(chunk, names)
+            yield chunk
+
+
+def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
+    """Raise the error naming the first predictor name beyond the bound (the chunk that crossed it)."""
+    before = [n for n in names.names if n not in chunk.arrays.predictors]  # names of the earlier chunks
+    if not is_parquet(chunk.source) and chunk.done > chunk.origin[1]:  # (not a shard read whole)
+        # Find the line: re-read the chunk's lines in order, counting from the earlier chunks' names.
+        start = chunk.origin[1]
+        first_line = line_number_at(chunk.source, start)
+        with open(chunk.source, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(chunk.done - start)
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if start == 0 else "utf-8")
+        try:
+            parse_lines(text, chunk.source, names=PredictorNames(before))
+        except TrajectoryFileError as exc:
+            shifted = [RecordError(e.line + first_line - 1, e.field, e.message) for e in exc.errors[-1:]]
+            raise TrajectoryFileError(chunk.source, shifted) from None
+    where = "rows of a Parquet batch" if is_parquet(chunk.source) else "a shard"
+    raise TrajectoryFileError(
+        chunk.source, [RecordError(0, "steps.forecasts", f"{predictors_message()} (reached in {where})")]
+    )
 
 
 def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
@@ -109,15 +146,18 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
         head = fh.read(len(_BOM))
         offset = len(head) if head == _BOM else 0
         carry = b"" if head == _BOM else head
+        long_line: list[bytes] = []  # the blocks of a line longer than the chunk, joined once
         while True:
             block = fh.read(chunk_bytes)
             more = bool(block)
-            data = carry + block
+            if more and b"\n" not in block:  # one line longer than the chunk: keep reading,
+                long_line.append(block)  # refused early if it cannot be a record (records/limits.py)
+                check_unfinished_line([carry, *long_line], len(carry) + sum(map(len, long_line)), path, offset)
+                continue
+            data = b"".join([carry, *long_line, block])
+            long_line = []
             if more:
                 cut = data.rfind(b"\n") + 1
-                if cut == 0:  # one line longer than the chunk: keep reading
-                    carry = data
-                    continue
                 chunk, carry = data[:cut], data[cut:]
             else:
                 chunk, carry = data, b""
@@ -180,6 +220,7 @@ def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Ch
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
+    check_parquet_predictors(pf.schema_arrow, str(path))  # before a batch builds 100,000 columns
     if "resolves" in pf.schema_arrow.names:
         raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
     total = pf.metadata.num_rows

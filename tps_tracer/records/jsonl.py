@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
+from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
 
@@ -126,14 +127,21 @@ def _set_aside_resolutions(
     return kept
 
 
-def parse_lines(lines: Iterable[str], source: str = "<input>", strict: bool = False) -> ReadRecords:
+def parse_lines(
+    lines: Iterable[str], source: str = "<input>", strict: bool = False, names: PredictorNames | None = None
+) -> ReadRecords:
     """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
 
     Resolution lines (`{"resolves": id, "outcome": ..., "q_z": ...}`) are applied to their records.
     A record repeating an earlier id (a re-run appended to the sink) and a resolution of an id
     the file lacks are set aside, counted in the result's `set_aside` and logged once
     (records/set_aside.py); `strict=True` refuses them as errors instead.
+
+    Every line is read under the JSON rule of `records/limits.py`, and the distinct predictor
+    names are counted in `names` (a new count if None): the first name beyond MAX_PREDICTORS
+    ends the read at once, naming its line and field (the arrays would need a column per name).
     """
+    names = PredictorNames() if names is None else names
     records: list[TrajectoryRecord] = []
     resolutions: list[tuple[int, ResolutionRecord]] = []
     errors: list[RecordError] = []
@@ -152,13 +160,13 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", strict: bool = Fa
         if len(errors) >= MAX_REPORTED_ERRORS:
             raise TrajectoryFileError(source, errors, truncated=True)
         try:
-            obj = json.loads(text)
+            obj = load_json(text)
         except json.JSONDecodeError as exc:
             errors.append(RecordError(line_no, "", f"invalid JSON ({exc.msg} at column {exc.colno})"))
             cut_at_end = runs_into_end(exc, text)
             continue
-        except RecursionError:  # the C scanner counts nesting against the interpreter's recursion limit
-            errors.append(RecordError(line_no, "", "invalid JSON (nested too deeply)"))
+        except JsonRuleError as exc:  # duplicate key, nesting, huge integer (records/limits.py)
+            errors.append(RecordError(line_no, exc.field, exc.message))
             cut_at_end = False
             continue
         if not isinstance(obj, dict):
@@ -178,6 +186,9 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", strict: bool = Fa
                 invalid_ids.add(obj["trajectory_id"])  # its resolutions are not reported again
             continue
         errors.extend(_check_forecasts(rec, line_no))
+        beyond = names.first_beyond(step.forecasts for step in rec.steps)
+        if beyond is not None:
+            raise TrajectoryFileError(source, [*errors, RecordError(line_no, beyond, predictors_message())])
         if rec.trajectory_id in first_line_of:
             message = f"duplicate id {rec.trajectory_id!r} (first seen on line {first_line_of[rec.trajectory_id]})"
             if strict:
@@ -216,13 +227,14 @@ def read_trajectories(source: str | os.PathLike[str] | IO[str], strict: bool = F
     `strict=True` refuses the file for them (see `parse_lines`)."""
     if hasattr(source, "read"):
         stream: Any = source
-        return parse_lines(iter(stream.readline, ""), getattr(stream, "name", "<stream>"), strict)
+        name = getattr(stream, "name", "<stream>")
+        return parse_lines(bounded_lines(stream, name), name, strict)
     path = Path(source)
     try:
         # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped; CRLF line
         # ends are read as newlines by text mode.
         with path.open(encoding="utf-8-sig") as fh:
-            return parse_lines(fh, str(path), strict)
+            return parse_lines(bounded_lines(fh, str(path)), str(path), strict)
     except FileNotFoundError:
         raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
     except OSError as exc:  # a directory, no permission, ...

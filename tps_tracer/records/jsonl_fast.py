@@ -36,6 +36,7 @@ import orjson
 
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.limits import MAX_PREDICTORS, plain_json
 
 BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
@@ -109,6 +110,8 @@ def _long_line(line: bytes) -> RawColumns | None:
                 steps = orjson.loads(b"[" + line[begin:cut] + b"]")
             except orjson.JSONDecodeError:
                 return None
+            if not plain_json(line[begin:cut], [[steps]]):  # as deep as in the record (limits.py)
+                return None
             pieces.append(_flatten([{"trajectory_id": "", "stop_reason": "other", "steps": steps}]))
             begin = cut + 1
         if not pieces:
@@ -116,6 +119,8 @@ def _long_line(line: bytes) -> RawColumns | None:
         try:
             record = orjson.loads(head + line[begin:])
         except orjson.JSONDecodeError:
+            return None
+        if not plain_json(head + line[begin:], [record]):
             return None
         last = _flatten([record])
     finally:
@@ -152,7 +157,11 @@ def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _flatten(_parse(lines))
+        recs = _parse(lines)
+        # Duplicate keys and nesting (records/limits.py): orjson keeps the last key silently.
+        if not plain_json(b"".join(lines), recs):
+            raise NotColumnar("a duplicate key, deep nesting or an escaped ASCII character")
+        return _flatten(recs)
     finally:
         if enabled:
             gc.enable()
@@ -242,10 +251,15 @@ def _forecast_columns(fcs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     # Usually every step names the same predictors as the first one: then the first step's names, in
     # its order, are all the names, which the count of keys present proves. Otherwise: each distinct
     # key sequence once, in the order it first occurs.
+    # Past MAX_PREDICTORS names the exact path names the line (the columns would need gigabytes).
     names = list(fcs[0]) if fcs else []
+    if len(names) > MAX_PREDICTORS:
+        raise NotColumnar("too many predictor names")
     columns = _columns(fcs, names)
     if sum(present for _, present in columns.values()) != keys:
         names = list(dict.fromkeys(chain.from_iterable(dict.fromkeys(map(tuple, fcs)))))
+        if len(names) > MAX_PREDICTORS:
+            raise NotColumnar("too many predictor names")
         columns = {**columns, **_columns(fcs, [n for n in names if n not in columns])}
     return {name: columns[name][0] for name in names}
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,13 +149,14 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
 
 def _atomic_target(dst: Path) -> tuple[int, str]:
     """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
+    from tps_tracer.atomic_write import remove_stale, temp_path
+
+    remove_stale(dst)  # a killed earlier conversion's temp file (atomic_write.py)
+    tmp = str(temp_path(dst))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     except OSError as exc:
         raise OSError(f"cannot write {dst}: {exc.strerror}") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
     return fd, tmp
 
 
@@ -238,8 +238,12 @@ def _parquet_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, list[Tr
     require_pyarrow(f"reading Parquet ({path})")
     import pyarrow.parquet as pq
 
+    from tps_tracer.records.limits import check_parquet_predictors
+
+    pf = pq.ParquetFile(path)
+    check_parquet_predictors(pf.schema_arrow, str(path))  # before a batch builds 100,000 columns
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+    for batch in pf.iter_batches(batch_size=batch_rows):
         lines = [_row_to_json(r) for r in batch.to_pylist()]
         try:
             records = parse_lines(lines, str(path), strict=True) if lines else []

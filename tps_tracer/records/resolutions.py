@@ -18,7 +18,6 @@ reader gives its result or its error message with line numbers, as before.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.limits import load_json
 from tps_tracer.records.schema import ResolutionRecord
 from tps_tracer.records.stop_reasons import StopReason
 
@@ -82,7 +82,7 @@ def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
 
 def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
     try:
-        obj = json.loads(line)
+        obj = load_json(line)  # the readers' one JSON rule (records/limits.py): a duplicate key is refused
     except (ValueError, UnicodeDecodeError):
         raise ResolutionsNeedWholeFile("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:

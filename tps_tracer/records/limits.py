@@ -1,0 +1,299 @@
+"""The bounds every record reader enforces, and the one JSON rule they share (docs/records-limits.md).
+
+A hostile or broken file must end in one line naming the file, the line and the field (exit 2),
+in bounded time and memory, whatever command reads it. The readers call this module at a few
+points each:
+
+- record size (`MAX_RECORD_BYTES`): the byte chunker (`chunks.py`) and the text reader
+  (`jsonl.py`) look at a line while it is still being read: a line that does not start like a
+  JSON object is refused as soon as its first bytes are read, and any line is refused as soon
+  as it passes the bound, before it is held whole;
+- predictor names (`MAX_PREDICTORS`): the readers build one float column per distinct name, so a
+  file of 100,000 names needed gigabytes; `PredictorNames` counts them over the whole input;
+- the JSON rule (`load_json` on the exact path, `plain_json` on the fast path): a duplicate key
+  is refused (never silently last-wins), nesting deeper than `MAX_DEPTH` is refused, and an
+  integer of more than `MAX_INT_DIGITS` digits is refused, each naming the field. The fast path
+  (orjson) cannot see duplicates; `plain_json` proves a batch has none (or sends it to the exact
+  path, which decides), so every command gives the same answer for the same line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
+
+import orjson
+
+from tps_tracer.constants import MAX_DEPTH, MAX_INT_DIGITS, MAX_PREDICTORS, MAX_RECORD_BYTES
+from tps_tracer.errors import InputError
+from tps_tracer.records.errors import RecordError, TrajectoryFileError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_PREDICTORS",
+    "MAX_RECORD_BYTES",
+    "JsonRuleError",
+    "PredictorNames",
+    "bounded_lines",
+    "check_unfinished_line",
+    "load_json",
+    "plain_json",
+]
+
+PROBE_CHARS = 1 << 20  # the text reader reads a line in pieces of this many characters
+
+
+# -- the JSON rule -----------------------------------------------------------------------------
+
+
+class JsonRuleError(InputError):
+    """A line is JSON but breaks the readers' rule (duplicate key, too deep, huge integer)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class _Duplicate(dict):
+    """An object that repeated a key (the key in `duplicate`); only ever seen by `load_json`."""
+
+    duplicate = ""
+
+
+class _HugeInt:
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def _path(parts: Sequence[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + part
+    return out
+
+
+def _find(obj: Any, hit: Any) -> tuple[list[str | int], Any] | None:
+    """(path, value) of the first value (depth first, in order) for which `hit(value)` is true."""
+    stack: list[tuple[list[str | int], Any]] = [([], obj)]
+    while stack:
+        path, value = stack.pop()
+        if hit(value):
+            return path, value
+        if isinstance(value, dict):
+            stack.extend(([*path, k], v) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _too_deep(obj: Any) -> list[str | int] | None:
+    """The path of the first array/object nested deeper than MAX_DEPTH (the record is level 1), or None."""
+    stack: list[tuple[list[str | int], Any]] = [([], obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, (dict, list)):
+            if len(path) + 1 > MAX_DEPTH:
+                return path
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend(([*path, k], v) for k, v in items)
+    return None
+
+
+def _depth_message() -> str:
+    return f"nested more than {MAX_DEPTH} arrays/objects deep (the maximum)"
+
+
+def load_json(text: str | bytes) -> Any:
+    """`json.loads` under the readers' rule; raises JSONDecodeError (not JSON) or JsonRuleError."""
+    problems: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) == len(items):
+            return obj
+        seen: set[str] = set()
+        dup = _Duplicate(obj)
+        dup.duplicate = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        problems.append("duplicate")
+        return dup
+
+    def integer(digits: str) -> int | _HugeInt:
+        if len(digits) - digits.startswith("-") > MAX_INT_DIGITS:
+            problems.append("huge")
+            return _HugeInt(len(digits) - digits.startswith("-"))
+        return int(digits)
+
+    try:
+        obj = json.loads(text, object_pairs_hook=pairs, parse_int=integer)
+    except RecursionError:  # the C scanner counts nesting against the interpreter's recursion limit
+        raise JsonRuleError("", _depth_message()) from None
+    if problems:
+        path, value = _find(obj, lambda v: isinstance(v, (_Duplicate, _HugeInt)))  # type: ignore[misc]
+        if isinstance(value, _Duplicate):
+            key = value.duplicate
+            raise JsonRuleError(
+                _path([*path, key]), f"duplicate key {key!r} in one object (refused, not read as the last one)"
+            )
+        raise JsonRuleError(_path(path), f"an integer of {value.digits} digits (more than {MAX_INT_DIGITS})")
+    try:
+        orjson.dumps([obj])  # C speed: fails beyond 254 levels counting the list, i.e. MAX_DEPTH
+    except orjson.JSONEncodeError:  # too deep, or something else orjson does not write (a 65-bit int)
+        deep = _too_deep(obj)
+        if deep is not None:  # named down to the third level (the full path is hundreds of "[0]")
+            raise JsonRuleError(_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _depth_message()) from None
+    return obj
+
+
+_SPACED_KEY = re.compile(rb'"[ \t\n\r]+:')
+_QUOTE_OR_COLON_ESCAPE = re.compile(rb"\\u00(?:22|3[aA])")
+
+
+def plain_json(raw: bytes, parsed: Any) -> bool:
+    """True when `parsed` (orjson's reading of `raw`) provably has no duplicate key and nests at
+    most MAX_DEPTH - 1 levels below its outermost list; False: let the exact path decide.
+
+    orjson keeps the last of duplicate keys silently. Every key in `raw` is a `"` followed by a
+    `:`; orjson writes `parsed` back with exactly one `":` per key it kept. Inside strings, a quote
+    is `\\"` in both texts and a colon is `:`, unless `raw` spells one as `\\u0022` / `\\u003a` (then
+    False); other escapes never make or break a `":`. So the counts of `":` agree exactly when no key
+    was dropped (a `":` inside a string counts in both). Writing fails beyond 254 levels.
+    """
+    if _SPACED_KEY.search(raw) or _QUOTE_OR_COLON_ESCAPE.search(raw):
+        return False
+    try:
+        canonical = orjson.dumps(parsed)
+    except orjson.JSONEncodeError:
+        return False
+    return raw.count(b'":') == canonical.count(b'":')
+
+
+# -- predictor names ---------------------------------------------------------------------------
+
+
+def predictors_message() -> str:
+    return (
+        f"more than {MAX_PREDICTORS} distinct predictor names in the input (the maximum: each name is a "
+        "column of every step)"
+    )
+
+
+class PredictorNames:
+    """The distinct predictor names of one input (all its files), refused beyond MAX_PREDICTORS."""
+
+    def __init__(self, names: Iterable[str] = ()):
+        self.names: dict[str, None] = dict.fromkeys(names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, names: Iterable[str]) -> bool:
+        """Add the names; False if the input now has more than MAX_PREDICTORS."""
+        self.names.update(dict.fromkeys(names))
+        return len(self.names) <= MAX_PREDICTORS
+
+    def first_beyond(self, steps: Iterable[Iterable[str]]) -> str | None:
+        """Add each step's names in order; the field of the first name beyond the bound, or None."""
+        for i, names in enumerate(steps):
+            for name in names:
+                if name not in self.names:
+                    self.names[name] = None
+                    if len(self.names) > MAX_PREDICTORS:
+                        return f"steps[{i}].forecasts.{name}"
+        return None
+
+
+def check_parquet_predictors(schema: Any, source: str) -> None:
+    """Refuse a Parquet schema (pyarrow) whose `steps.forecasts` struct has more than MAX_PREDICTORS
+    fields, before any batch is read (a batch would build a column per field)."""
+    try:
+        forecasts = schema.field("steps").type.value_type.field("forecasts").type
+        count = forecasts.num_fields
+    except (KeyError, AttributeError, TypeError):
+        return  # not the plain schema: the readers name what is wrong with it
+    if count > MAX_PREDICTORS:
+        message = f"field 'steps.forecasts' has {count} fields: {predictors_message()}"
+        raise TrajectoryFileError(source, [RecordError(0, "steps.forecasts", message)])
+
+
+# -- record size -------------------------------------------------------------------------------
+
+_SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def _size_message() -> str:
+    return f"the record is longer than {_mib(MAX_RECORD_BYTES)} (the maximum record size); refused unread"
+
+
+def _start_message(first: str) -> str:
+    return f"not a JSON object (the line starts with {first!r}), refused before reading the rest"
+
+
+def line_number_at(path: str | os.PathLike[str], offset: int) -> int:
+    """The number (from 1) of the line starting at byte `offset`, counted as text mode counts
+    (\\n, \\r\\n and a lone \\r end a line); read in pieces, only on the error path."""
+    lines, last = 0, b""
+    with open(path, "rb") as fh:
+        remaining = offset
+        while remaining > 0:
+            piece = fh.read(min(remaining, 8 << 20))
+            if not piece:
+                break
+            remaining -= len(piece)
+            both = last + piece
+            # a \r\n split across pieces is counted once: count over the joined byte
+            lines += piece.count(b"\n") + piece.count(b"\r") - both.count(b"\r\n")
+            last = piece[-1:]
+    return lines + 1
+
+
+def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.PathLike[str], offset: int) -> None:
+    """Refuse a line still being read (its first `size` bytes in `parts`, starting at byte `offset`)
+    that cannot be a record: its first non-blank byte is not `{`, or it passed MAX_RECORD_BYTES.
+    A byte >= 0x80 may start Unicode whitespace, which the exact reader strips: left to the bound."""
+    for part in parts:
+        rest = part.lstrip(_SPACE)  # C speed: a line of a gigabyte of spaces is not walked in Python
+        if not rest:
+            continue
+        first = rest[0]
+        if first != ord("{") and first < 0x80:
+            line = line_number_at(path, offset)
+            raise TrajectoryFileError(str(path), [RecordError(line, "", _start_message(chr(first)))])
+        break
+    if size > MAX_RECORD_BYTES:
+        raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", _size_message())])
+
+
+def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
+    """The lines of a text stream, as iterating it gives them, but a line is read PROBE_CHARS at a
+    time: one that does not start like an object, or passes MAX_RECORD_BYTES, is refused early."""
+    line_no = 0
+    while True:
+        line = fh.readline(PROBE_CHARS)
+        if not line:
+            return
+        line_no += 1
+        if len(line) < PROBE_CHARS or line.endswith("\n"):
+            yield line
+            continue
+        first = line.removeprefix("\ufeff").lstrip()[:1]
+        if first and first != "{":
+            raise TrajectoryFileError(source, [RecordError(line_no, "", _start_message(first))])
+        parts, size = [line], len(line.encode("utf-8", "surrogatepass"))
+        while not parts[-1].endswith("\n"):
+            more = fh.readline(PROBE_CHARS)
+            if not more:
+                break
+            parts.append(more)
+            size += len(more.encode("utf-8", "surrogatepass"))
+            if size > MAX_RECORD_BYTES:
+                raise TrajectoryFileError(source, [RecordError(line_no, "", _size_message())])
+        yield "".join(parts)
