@@ -65,7 +65,6 @@ State across processes: `state()` is versioned bytes (accumulator_state.py) and
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import threading
@@ -80,22 +79,21 @@ import numpy as np
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.pairs import PairTable
-from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
+from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
+from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.row_store import RowStore
+from tps_tracer.online.summary_folding import SummaryFolding, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
-from tps_tracer.records.ids import id_problem
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import MAX_HORIZON, WeightSchedule, get_schedule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
@@ -105,23 +103,6 @@ MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
 _RESERVED = -1  # row_of value while a stop is being scored outside the lock
-
-
-@dataclass
-class _Fold:
-    """Settled runs on their way into the summary, outside the lock: rows taken out of the store
-    (their state is built, then merged), or another accumulator's summary (merged)."""
-
-    token: int
-    table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
-    keys: list[int]  # their bootstrap keys, to put the rows back if building fails
-    unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of _unscored_outcome)
-    first_seen: dict[str, tuple[int, ...]]
-    part: PartialState | None = None  # their state, once built
-
-    @property
-    def n(self) -> int:
-        return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
 FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
@@ -143,7 +124,7 @@ class _Live:
     written: bool = False  # its record is in the sink, so later resolutions are appended as lines
 
 
-class Accumulator:
+class Accumulator(SummaryFolding):
     def __init__(
         self,
         predictors: Sequence[str] | None = None,
@@ -180,6 +161,7 @@ class Accumulator:
             raise InputError("need at least one rule and one weight schedule")
         self.predictors: list[str] | None = list(predictors) if predictors is not None else None
         self._predictor_set = frozenset(self.predictors) if self.predictors is not None else None
+        self._checks = InputChecks(self._reject, self._predictor_set)
         self.bootstrap = bootstrap
         self.seed = seed
         self.policy = policy or CensoringPolicy()
@@ -300,50 +282,20 @@ class Accumulator:
                         "error", "listener", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}"
                     )
 
-    # ------------------------------------------------------------------ input cleaning
-
-    def _clean_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
-        allowed = self._predictor_set
-        out: dict[str, float | None] = {}
-        for name, v in forecasts.items():
-            if allowed is not None and name not in allowed:
-                self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
-                continue
-            if v is None:
-                out[name] = None
-            elif type(v) is float and 0.0 <= v <= 1.0:  # the common case, checked first (NaN fails it)
-                out[name] = v
-            elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and 0.0 <= v <= 1.0:
-                out[name] = float(v)
-            else:
-                self._reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
-                out[name] = None
-        return out
-
-    def _valid_id(self, trajectory_id: Any) -> bool:
-        """The reader's rule (records/ids.py): an id written is an id read back."""
-        problem = id_problem(trajectory_id)
-        if problem is None:
-            return True
-        self._reject("invalid_id", problem)
-        return False
-
-    # ------------------------------------------------------------------ events
-
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
         try:
             # Exact-type checks first: this runs on every step, and ABC isinstance checks are slow.
-            if not (type(trajectory_id) is str and trajectory_id and trajectory_id.isascii()) and not self._valid_id(
-                trajectory_id
-            ):
+            if not (
+                type(trajectory_id) is str and trajectory_id and trajectory_id.isascii()
+            ) and not self._checks.valid_id(trajectory_id):
                 return False
             if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject(
                     "invalid_step", f"{trajectory_id!r}: forecasts must be a mapping, got {type(forecasts).__name__}"
                 )
                 return False
-            step = self._clean_step(trajectory_id, forecasts)
+            step = self._checks.step(trajectory_id, forecasts)
             now = self._clock()
             evicted: list[tuple[str, _Live]] = []
             with self._lock:
@@ -389,15 +341,15 @@ class Accumulator:
         before its first model call): counted in the audit, scored for no predictor.
         """
         try:
-            if not self._valid_id(trajectory_id):
+            if not self._checks.valid_id(trajectory_id):
                 return False
             try:
                 stop_reason = StopReason(reason)
             except ValueError:
                 self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
                 stop_reason = StopReason.OTHER
-            q = self._clean_q_z(trajectory_id, q_z)
-            y = None if outcome is None else self._clean_outcome(trajectory_id, outcome)
+            q = self._checks.q_z(trajectory_id, q_z)
+            y = None if outcome is None else self._checks.outcome(trajectory_id, outcome)
             conflict = False
             with self._lock:
                 duplicate = trajectory_id in self._rows.row_of
@@ -411,7 +363,7 @@ class Accumulator:
                         conflict = conflict or clash
                         live.outcome = live.outcome if clash else y
                     # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
-                    if horizon is not None and not self._horizon_ok(trajectory_id, horizon, len(live.steps)):
+                    if horizon is not None and not self._checks.horizon_ok(trajectory_id, horizon, len(live.steps)):
                         horizon = None
                     self._live.pop(trajectory_id, None)
                     self._reserve(trajectory_id, live)
@@ -422,7 +374,7 @@ class Accumulator:
                 self._reject(
                     "conflicting_resolution", f"{trajectory_id!r}: {_RESOLVE_MESSAGES['conflicting_resolution']}"
                 )
-            self._close(trajectory_id, live, stop_reason, horizon, self._clean_metadata(trajectory_id, metadata), None)
+            self._close(trajectory_id, live, stop_reason, horizon, self._checks.metadata(trajectory_id, metadata), None)
             self._maybe_sweep(self._clock())
             return True
         except Exception as exc:
@@ -432,10 +384,10 @@ class Accumulator:
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished trajectory; False if rejected."""
         try:
-            if not self._valid_id(trajectory_id):
+            if not self._checks.valid_id(trajectory_id):
                 return False
-            y = self._clean_outcome(trajectory_id, outcome)
-            q = self._clean_q_z(trajectory_id, q_z)
+            y = self._checks.outcome(trajectory_id, outcome)
+            q = self._checks.q_z(trajectory_id, q_z)
             if y is None and q is None:
                 if outcome is None and q_z is None:
                     self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
@@ -463,21 +415,6 @@ class Accumulator:
         except Exception as exc:
             self._internal("resolve", exc)
             return False
-
-    def _clean_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
-        try:
-            return as_outcome(outcome, allow_strings=False)
-        except InvalidOutcome as exc:
-            self._reject("invalid_outcome", f"{trajectory_id!r}: {exc}")
-            return None
-
-    def _clean_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
-        if q_z is None:
-            return None
-        if isinstance(q_z, (int, float, np.floating)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0:
-            return float(q_z)
-        self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
-        return None
 
     def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
         """Under the lock: (status, fields newly set). Same value twice is a no-op; a different one a conflict."""
@@ -577,38 +514,6 @@ class Accumulator:
             self.health.count("abandoned", abandoned)
         if batch:
             self._score_off_caller(batch)
-
-    def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
-        if (
-            isinstance(horizon, (int, np.integer))
-            and not isinstance(horizon, bool)
-            and max(n_steps, 1) <= horizon <= MAX_HORIZON
-        ):
-            return True
-        self._reject(
-            "invalid_horizon",
-            f"{tid!r}: horizon {str(horizon)[:40]!r} is not an integer in [{max(n_steps, 1)}, {MAX_HORIZON}] "
-            "(the steps taken, the largest budget accepted); using the steps taken",
-        )
-        return False
-
-    def _clean_metadata(self, tid: str, metadata: Any) -> dict[str, Any]:
-        """The record's metadata as strict JSON: a non-mapping is dropped, NaN/inf and non-JSON values
-        are replaced (null, their repr), counted as invalid_metadata; never a reason to lose the run."""
-        if metadata is None:
-            return {}
-        if not isinstance(metadata, Mapping):
-            self._reject("invalid_metadata", f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}")
-            return {}
-        md = dict(metadata)
-        try:
-            json.dumps(md, allow_nan=False)
-            if all(type(k) is str for k in md):
-                return md
-        except (TypeError, ValueError, RecursionError):
-            pass
-        self._reject("invalid_metadata", f"{tid!r}: metadata is not strict JSON; bad values written as null / repr")
-        return {str(k): _json_safe(v, 0) for k, v in md.items()}
 
     def _take_queue(self) -> list[str]:
         batch, self._queue = self._queue, []
@@ -851,149 +756,6 @@ class Accumulator:
             folding = sum(f.n for f in self._folding.values())
             # _finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
             return self._rows.n + len(self._finishing) + folding + (self._summary.n if self._summary is not None else 0)
-
-    # ------------------------------------------------------------------ summary mode
-
-    def _spec(self) -> StateSpec:
-        return StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
-
-    def _first_seen(self) -> dict[str, tuple[int, ...]]:
-        return {p: (i,) for i, p in enumerate(self._known)}
-
-    def _take_fold(self) -> _Fold | None:
-        """Under the lock, summary mode: take the settled rows out of the store, if a batch of them
-        is there (or waiting clean stops overflow max_pending). O(rows taken); the caller builds
-        their state with `_finish_fold` after releasing the lock."""
-        rows = self._rows
-        n = rows.n
-        if n == 0:
-            return None
-        pending = (rows.stop_code[:n] == _CLEAN_CODE) & np.isnan(rows.outcome[:n])
-        n_pending = int(pending.sum())
-        overflow = max(0, n_pending - self.max_pending)
-        if not overflow and n - n_pending < self.batch_size:
-            return None
-        settled = ~pending
-        self._resolved_rows = 0
-        if overflow:  # the oldest waiting clean stops are folded as pending: their outcome can no longer arrive
-            waiting = np.flatnonzero(pending)
-            if overflow < waiting.size:
-                waiting = waiting[np.argpartition(rows.seq[waiting], overflow - 1)[:overflow]]
-            settled[waiting] = True
-            self.health.count("ignored", "pending_folded", n=overflow)
-        unscored = {}
-        for i in np.flatnonzero(settled).tolist():
-            y = self._unscored_outcome.pop(rows.ids[i], None)
-            if y is not None:
-                unscored[rows.ids[i]] = y
-        keys = [self._keys[i] for i in np.flatnonzero(settled).tolist()]
-        table, holes, movers = rows.take_out(settled, len(unscored))
-        for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
-            self._keys[h] = self._keys[m]
-        del self._keys[rows.n :]
-        self._fold_count += 1
-        fold = _Fold(self._fold_count, table, keys, unscored, self._first_seen())
-        self._folding[fold.token] = fold
-        return fold
-
-    def _finish_fold(self, fold: _Fold) -> None:
-        """Outside the lock: build the taken rows' PartialState (the bootstrap work, B x rows), then
-        merge it into the summary. If building fails the rows go back to the store, so nothing is
-        lost; counted as an error."""
-        if fold.part is None and fold.table is not None:
-            try:
-                fold.part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
-            except Exception as exc:
-                t = fold.table
-                with self._lock:
-                    del self._folding[fold.token]
-                    self._rows.append_many(
-                        t.ids,
-                        t.stop_code.tolist(),
-                        t.outcome.tolist(),
-                        t.q_z.tolist(),
-                        t.n_steps.tolist(),
-                        t.horizon.astype(np.int64).tolist(),
-                        t.weight_mass,
-                        {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
-                    )
-                    self._keys.extend(fold.keys)
-                    self._unscored_outcome.update(fold.unscored)
-                    self._rows.outcome_on_unscored += len(fold.unscored)
-                self._internal("fold", exc)
-                return
-        self._merge_folded(fold)
-
-    def _merge_folded(self, fold: _Fold) -> None:
-        """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
-        it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
-        fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
-        the lock is held for a check and an assignment. Until the swap the fold stays in _folding,
-        where snapshots find it."""
-        part = fold.part
-        assert part is not None
-        for _ in range(8):
-            with self._lock:
-                summary = self._summary
-            try:
-                merged = part if summary is None else summary.with_room_for(part).merge(part)
-            except Exception as exc:  # never expected; the merge under the lock below does without
-                self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
-                break
-            with self._lock:
-                if self._summary is summary:
-                    self._summary = merged
-                    del self._folding[fold.token]
-                    return
-        with self._lock:  # folds racing each other every time: merge under the lock
-            self._summary = part if self._summary is None else self._summary.merge(part)
-            del self._folding[fold.token]
-
-    def _in_flight(self) -> list[tuple[PairTable | None, PartialState | None]]:
-        """Under the lock: what the folds under way hold (their state if built, else their rows)."""
-        return [(f.table, f.part) for f in self._folding.values()]
-
-    def _settled_state(
-        self,
-        summary: PartialState | None,
-        folding: list[tuple[PairTable | None, PartialState | None]],
-        first_seen: dict[str, tuple[int, ...]],
-    ) -> PartialState | None:
-        """Outside the lock: the folded state plus the folds under way. The summary is merged last,
-        into a fresh state, so its buffers' free rows stay for the next fold."""
-        parts = []
-        for table, part in folding:
-            if part is None and table is not None:
-                part = PartialState.from_table(table, self._spec(), first_seen)
-            if part is not None:
-                parts.append(part)
-        if not parts:
-            return summary
-        state = merge_states(parts)
-        return state if summary is None else state.merge(summary)
-
-    def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
-        """(report, finished, pending) from the folded state plus the rows still stored."""
-        asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
-        if asked.signature() != self._spec().signature():
-            raise InputError(
-                "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
-                "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
-            )
-        with self._lock:
-            table = self._rows.table()
-            summary = self._summary
-            folding = self._in_flight()
-            first_seen = self._first_seen()
-        rows = PartialState.from_table(table, self._spec(), first_seen)
-        settled = self._settled_state(summary, folding, first_seen)
-        state = rows if settled is None else rows.merge(settled)
-        names = list(options.predictors or [])
-        unknown = [p for p in names if p not in state.predictors]
-        if unknown:  # as report_from_table in row mode
-            raise InputError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
-        opts = dataclasses.replace(options, predictors=names)
-        return state.to_report(opts, allow_empty=True), state.n, state.pending
 
     # ------------------------------------------------------------------ state across processes
 
@@ -1244,19 +1006,6 @@ class Accumulator:
         self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
-
-
-def _json_safe(value: Any, depth: int) -> Any:
-    """A strict-JSON stand-in for a metadata value: NaN/inf -> null, unknown objects -> their repr."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if depth < 8 and isinstance(value, Mapping):
-        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
-    if depth < 8 and isinstance(value, (list, tuple)):
-        return [_json_safe(v, depth + 1) for v in value]
-    return repr(value)[:200]
 
 
 _RESOLVE_MESSAGES = {

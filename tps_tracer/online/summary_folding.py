@@ -1,0 +1,212 @@
+"""Summary mode's folds: settled rows leave the accumulator's row store for one PartialState.
+
+A mixin of `Accumulator` (online/accumulator.py), which owns the state named below; the module
+docstring there says when a trajectory is settled and why a fold never holds the lock while it
+builds its state. Here: taking a batch of settled rows out of the store (under the lock),
+building and merging their state (outside it), and the snapshot of the folded state plus the
+rows still stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tps_tracer.errors import InputError
+from tps_tracer.evaluation.pairs import PairTable
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
+from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.health import HealthLedger
+from tps_tracer.online.row_store import RowStore
+from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import WeightSchedule
+
+_CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
+
+
+@dataclass
+class _Fold:
+    """Settled runs on their way into the summary, outside the lock: rows taken out of the store
+    (their state is built, then merged), or another accumulator's summary (merged)."""
+
+    token: int
+    table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
+    keys: list[int]  # their bootstrap keys, to put the rows back if building fails
+    unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of _unscored_outcome)
+    first_seen: dict[str, tuple[int, ...]]
+    part: PartialState | None = None  # their state, once built
+
+    @property
+    def n(self) -> int:
+        return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
+
+
+class SummaryFolding:
+    # Owned by Accumulator (see its __init__); declared here for the type checker.
+    rules: list[ScoreRule]
+    schedules: list[WeightSchedule]
+    policy: CensoringPolicy
+    bootstrap: int
+    seed: int
+    max_pending: int
+    batch_size: int
+    health: HealthLedger
+    _lock: threading.Lock
+    _rows: RowStore
+    _keys: list[int]
+    _known: dict[str, None]
+    _unscored_outcome: dict[str, int]
+    _summary: PartialState | None
+    _folding: dict[int, _Fold]
+    _fold_count: int
+    _resolved_rows: int
+
+    def _internal(self, where: str, exc: BaseException) -> None:
+        raise NotImplementedError  # Accumulator's: count an internal error
+
+    def _spec(self) -> StateSpec:
+        return StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
+
+    def _first_seen(self) -> dict[str, tuple[int, ...]]:
+        return {p: (i,) for i, p in enumerate(self._known)}
+
+    def _take_fold(self) -> _Fold | None:
+        """Under the lock, summary mode: take the settled rows out of the store, if a batch of them
+        is there (or waiting clean stops overflow max_pending). O(rows taken); the caller builds
+        their state with `_finish_fold` after releasing the lock."""
+        rows = self._rows
+        n = rows.n
+        if n == 0:
+            return None
+        pending = (rows.stop_code[:n] == _CLEAN_CODE) & np.isnan(rows.outcome[:n])
+        n_pending = int(pending.sum())
+        overflow = max(0, n_pending - self.max_pending)
+        if not overflow and n - n_pending < self.batch_size:
+            return None
+        settled = ~pending
+        self._resolved_rows = 0
+        if overflow:  # the oldest waiting clean stops are folded as pending: their outcome can no longer arrive
+            waiting = np.flatnonzero(pending)
+            if overflow < waiting.size:
+                waiting = waiting[np.argpartition(rows.seq[waiting], overflow - 1)[:overflow]]
+            settled[waiting] = True
+            self.health.count("ignored", "pending_folded", n=overflow)
+        unscored = {}
+        for i in np.flatnonzero(settled).tolist():
+            y = self._unscored_outcome.pop(rows.ids[i], None)
+            if y is not None:
+                unscored[rows.ids[i]] = y
+        keys = [self._keys[i] for i in np.flatnonzero(settled).tolist()]
+        table, holes, movers = rows.take_out(settled, len(unscored))
+        for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
+            self._keys[h] = self._keys[m]
+        del self._keys[rows.n :]
+        self._fold_count += 1
+        fold = _Fold(self._fold_count, table, keys, unscored, self._first_seen())
+        self._folding[fold.token] = fold
+        return fold
+
+    def _finish_fold(self, fold: _Fold) -> None:
+        """Outside the lock: build the taken rows' PartialState (the bootstrap work, B x rows), then
+        merge it into the summary. If building fails the rows go back to the store, so nothing is
+        lost; counted as an error."""
+        if fold.part is None and fold.table is not None:
+            try:
+                fold.part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
+            except Exception as exc:
+                t = fold.table
+                with self._lock:
+                    del self._folding[fold.token]
+                    self._rows.append_many(
+                        t.ids,
+                        t.stop_code.tolist(),
+                        t.outcome.tolist(),
+                        t.q_z.tolist(),
+                        t.n_steps.tolist(),
+                        t.horizon.astype(np.int64).tolist(),
+                        t.weight_mass,
+                        {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
+                    )
+                    self._keys.extend(fold.keys)
+                    self._unscored_outcome.update(fold.unscored)
+                    self._rows.outcome_on_unscored += len(fold.unscored)
+                self._internal("fold", exc)
+                return
+        self._merge_folded(fold)
+
+    def _merge_folded(self, fold: _Fold) -> None:
+        """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
+        it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
+        fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
+        the lock is held for a check and an assignment. Until the swap the fold stays in _folding,
+        where snapshots find it."""
+        part = fold.part
+        assert part is not None
+        for _ in range(8):
+            with self._lock:
+                summary = self._summary
+            try:
+                merged = part if summary is None else summary.with_room_for(part).merge(part)
+            except Exception as exc:  # never expected; the merge under the lock below does without
+                self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
+                break
+            with self._lock:
+                if self._summary is summary:
+                    self._summary = merged
+                    del self._folding[fold.token]
+                    return
+        with self._lock:  # folds racing each other every time: merge under the lock
+            self._summary = part if self._summary is None else self._summary.merge(part)
+            del self._folding[fold.token]
+
+    def _in_flight(self) -> list[tuple[PairTable | None, PartialState | None]]:
+        """Under the lock: what the folds under way hold (their state if built, else their rows)."""
+        return [(f.table, f.part) for f in self._folding.values()]
+
+    def _settled_state(
+        self,
+        summary: PartialState | None,
+        folding: list[tuple[PairTable | None, PartialState | None]],
+        first_seen: dict[str, tuple[int, ...]],
+    ) -> PartialState | None:
+        """Outside the lock: the folded state plus the folds under way. The summary is merged last,
+        into a fresh state, so its buffers' free rows stay for the next fold."""
+        parts = []
+        for table, part in folding:
+            if part is None and table is not None:
+                part = PartialState.from_table(table, self._spec(), first_seen)
+            if part is not None:
+                parts.append(part)
+        if not parts:
+            return summary
+        state = merge_states(parts)
+        return state if summary is None else state.merge(summary)
+
+    def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
+        """(report, finished, pending) from the folded state plus the rows still stored."""
+        asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
+        if asked.signature() != self._spec().signature():
+            raise InputError(
+                "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
+                "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
+            )
+        with self._lock:
+            table = self._rows.table()
+            summary = self._summary
+            folding = self._in_flight()
+            first_seen = self._first_seen()
+        rows = PartialState.from_table(table, self._spec(), first_seen)
+        settled = self._settled_state(summary, folding, first_seen)
+        state = rows if settled is None else rows.merge(settled)
+        names = list(options.predictors or [])
+        unknown = [p for p in names if p not in state.predictors]
+        if unknown:  # as report_from_table in row mode
+            raise InputError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
+        opts = dataclasses.replace(options, predictors=names)
+        return state.to_report(opts, allow_empty=True), state.n, state.pending
