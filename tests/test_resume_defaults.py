@@ -9,6 +9,7 @@ accumulator, checkpointer (InMemorySaver) and `tps-tracer report`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -29,6 +30,7 @@ from tests.cli_support import call
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
 from tps_tracer.langchain.handler import TPSCallbackHandler
 from tps_tracer.langchain.resume import resume_continuations
+from tps_tracer.langchain.stream_budget import StreamBudget
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records import read_trajectories
 from tps_tracer.sim.agents import prebuilt_react_agent
@@ -141,11 +143,28 @@ def test_a_branch_that_can_finish_within_the_limit_finishes_clean(tmp_path):
     assert summary.grader_errors == 0
 
 
-def test_fewer_branches_than_min_valid_warn_with_the_fix(tmp_path):
+def test_fewer_branches_than_min_valid_warn_with_the_fix(tmp_path, capsys):
     agent, rec = _censored_run(tmp_path, finish_after=7)
     with pytest.warns(UserWarning, match=r"branches=4 is below the 5 valid branches .* use branches >= 10"):
         summary = resume_continuations(agent, [rec], tmp_path / "a.jsonl", branches=4, grader=lambda s: 1)
     assert summary.as_dict()["warnings"] and "--min-valid 4" in summary.as_dict()["warnings"][0]
+    # ... and `tps-tracer censoring` on those branches says why nothing was attached (the file also
+    # needs complete runs, which the toolkit's other checks use: six hand-written ones).
+    records = tmp_path / "with_complete.jsonl"
+    clean = [
+        {
+            "trajectory_id": f"c{i}",
+            "stop_reason": "clean",
+            "outcome": i % 2,
+            "steps": [{"t": 1, "forecasts": {"verbal": 0.6}}],
+        }
+        for i in range(6)
+    ]
+    records.write_text((tmp_path / "runs.jsonl").read_text() + "".join(json.dumps(x) + "\n" for x in clean))
+    code, out, err = call(["censoring", str(records), "--continuations", str(tmp_path / "a.jsonl")], capsys)
+    assert code == 0, err
+    assert "dropped_fewer_than_min_valid: 1" in out
+    assert "NOTE: 1 censored prefixes have fewer than 5 valid (clean) branches" in " ".join(out.split())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # enough branches: no warning at all
         summary = resume_continuations(agent, [rec], tmp_path / "b.jsonl", branches=5, grader=lambda s: 1)
@@ -273,3 +292,21 @@ def test_budget_arguments_are_checked(tmp_path):
         pass
     handler.close()
     acc.close()
+
+
+def test_breaking_an_async_stream_under_handler_budget_records_max_steps(tmp_path):
+    acc, handler, graph = _stream_setup(tmp_path, finish_after=None)
+    config: dict[str, Any] = {"callbacks": [handler], "metadata": {"tps_trajectory_id": "a"}, "recursion_limit": 200}
+
+    async def run() -> StreamBudget:
+        with handler.budget(config, max_steps=3) as b:
+            stream = graph.astream({"messages": [HumanMessage("x")]}, config=config, stream_mode="updates")
+            async for _ in stream:
+                if b.exhausted:
+                    break
+            await stream.aclose()  # an async generator is closed here, not by the break itself
+        return b
+
+    b = asyncio.run(run())
+    rec = _records(tmp_path, acc, handler)["a"]
+    assert (rec.stop_reason.value, rec.horizon, len(rec.steps), b.calls) == ("max_steps", 3, 3, 3)
