@@ -75,6 +75,7 @@ def test_report_text_has_every_section():
         "Diagnostics",
         "Scalar AUQ",
         "Disclosure",
+        "How to read this report",
     ):
         assert heading in proc.stdout
 

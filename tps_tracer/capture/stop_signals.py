@@ -50,6 +50,7 @@ BUDGET_EXCEPTIONS = frozenset(
         "UsageLimitExceeded",  # pydantic-ai
         "MaxTurnsExceeded",  # OpenAI Agents SDK
         "AgentMaxStepsError",  # smolagents
+        "BranchStepBudgetExceeded",  # tps_tracer.langchain.resume: a resumed branch used its step budget
     }
 )
 PARSE_EXCEPTIONS = frozenset({"OutputParserException"})

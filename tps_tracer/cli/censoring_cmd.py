@@ -19,7 +19,7 @@ import numpy as np
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
+from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table, wrap
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
@@ -173,6 +173,14 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
     if q.get("audit"):
         lines.append("  audit (out-of-fold plug-in vs MC on the audited prefixes): ")
         lines[-1] += ", ".join(f"{k} {fmt(v, 4) if isinstance(v, float) else v}" for k, v in q["audit"].items())
+    dropped = q.get("dropped_fewer_than_min_valid") or 0
+    if dropped:  # the usual cause of a censoring run that attaches nothing: too few branches per prefix
+        lines += wrap(
+            f"NOTE: {dropped} censored prefixes have fewer than {q.get('min_valid')} valid (clean) branches and get "
+            "no q_z: resume them with more branches (resume_continuations(..., branches=10)), or pass a lower "
+            "--min-valid knowingly",
+            "  ",
+        )
     parts = [f"Censoring toolkit: {source}", "q_Z source\n" + "\n".join(lines)]
     skipped = render_skipped(report.get("skipped_predictors", []))
     if skipped:

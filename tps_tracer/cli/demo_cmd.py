@@ -8,7 +8,11 @@ overconfident verbal stream, prints the report, and computes the paper's two fin
 this data (nothing in the findings is hard-coded: they are read off the scores):
 
 1. recalibration barely moves AUROC but moves TPS_log by many standard errors;
-2. censored-aware scoring changes the verdict relative to complete-only evaluation.
+2. which stream each evaluator (complete-only, cen-simple, cen-exact with an estimated q)
+   ranks first, checked against the ground truth the simulator has: cen-exact with the
+   world's exact q_Z, whose expectation is the score over the full horizon. Whether an
+   evaluator agrees is computed on each run, never assumed (on the default demo, cen-simple
+   picks a stream the ground truth ranks second, and says so).
 
 Censored runs carry the world's exact q_Z (the simulator knows it), so the report also has
 cen-exact rows next to the simple (q_Z ~ 0) form.
@@ -36,6 +40,7 @@ import numpy as np
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, writing
 from tps_tracer.cli.report_text import render_report
+from tps_tracer.cli.tables import wrap
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
@@ -183,8 +188,44 @@ def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarr
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
 
 
-def findings(arrays: Any, bootstrap: int, seed: int) -> dict[str, Any]:
-    """The paper's two findings, computed on the overconfident agent's records (raw + Platt)."""
+def world_q_z(world: Any, records: list[TrajectoryRecord]) -> np.ndarray:
+    """The world's exact q_Z of every censored run (NaN for the others): q_t at its last recorded
+    step, P(Y=1 | s_1..s_{Z-1}), what a perfect continuation estimate would converge to."""
+    return np.array(
+        [
+            world[r.metadata["task_id"]].steps[len(r.steps) - 1].q
+            if r.stop_reason.value == "max_steps" and r.steps
+            else np.nan
+            for r in records
+        ],
+        dtype=float,
+    )
+
+
+def _against_truth(
+    means: dict[str, dict[str, float]], truth: dict[str, np.ndarray], ids: Any, bootstrap: int, seed: int
+) -> dict[str, Any]:
+    """Each evaluator's pick checked against the ground truth: its rank there and, when it is not
+    the truth's best, the paired difference (pick minus best) under the ground truth's scores."""
+    t_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
+    ranking = sorted(t_means, key=lambda p: -t_means[p])
+    best = ranking[0]
+    verdicts = {}
+    for mode, m in means.items():
+        pick = max(m, key=m.__getitem__)
+        v: dict[str, Any] = {"pick": pick, "agrees": pick == best, "truth_rank": ranking.index(pick) + 1}
+        if pick != best:
+            d = paired_mean_delta(truth[best], truth[pick], ids, bootstrap, seed, f"{pick} - {best}").as_dict()
+            v["truth_delta"] = d
+        verdicts[mode] = v
+    return {"mean_tps_log": t_means, "ranking": ranking, "best": best, "verdicts": verdicts}
+
+
+def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -> dict[str, Any]:
+    """The paper's two findings, computed on the overconfident agent's records (raw + Platt).
+
+    truth_arrays: the same records with the world's exact q_Z (default: `arrays`, when their
+    q_z is the world's); the ground truth is cen-exact on them."""
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     simple = _scores(arrays, predictors, SIMPLE)
     complete = _scores(arrays, predictors, COMPLETE_ONLY)
@@ -205,6 +246,8 @@ def findings(arrays: Any, bootstrap: int, seed: int) -> dict[str, Any]:
         for mode, cols in modes
     }
     n_censored = int(np.sum(table.role_masks(CensoringPolicy())[1]))
+    truth = _scores(truth_arrays if truth_arrays is not None else arrays, predictors, EXACT)
+    checked = _against_truth(means, truth, arrays.ids, bootstrap, seed)
     return {
         "recalibration": {"auroc": auroc.as_dict(), "tps_log": tps.as_dict()},
         "censoring": {
@@ -214,44 +257,83 @@ def findings(arrays: Any, bootstrap: int, seed: int) -> dict[str, Any]:
             "best": best,
             "verdict_changes": a != b,
             "head_to_head": head_to_head,
+            "ground_truth": checked,
         },
     }
+
+
+def _say(text: str, prefix: str = "") -> None:
+    print("\n".join(wrap(text, prefix)))
 
 
 def _print_findings(f: dict[str, Any]) -> None:
     au, tp = f["recalibration"]["auroc"], f["recalibration"]["tps_log"]
     print("\nFinding 1: recalibration moves the probability scale, not the ranking")
-    print("  cross-fitted Platt on the overconfident agent's verbal confidence (log rule, linear-front, cen-simple):")
+    _say(
+        "cross-fitted Platt on the overconfident agent's verbal confidence (log rule, linear-front, cen-simple):", "  "
+    )
     print(f"    AUROC    {au['a']:.3f} -> {au['b']:.3f}   Delta {au['delta']:+.4f}   Delta/SE {au['z']:+.1f}")
     print(f"    TPS_log  {tp['a']:.3f} -> {tp['b']:.3f}   Delta {tp['delta']:+.4f}   Delta/SE {tp['z']:+.1f}")
     c = f["censoring"]
-    print(
-        f"\nFinding 2: {c['n_censored']} of {c['n_trajectories']} runs hit the step budget "
-        "(administratively censored); mean TPS_log by evaluator:"
+    print()
+    _say(
+        f"Finding 2: {c['n_censored']} of {c['n_trajectories']} runs hit the step budget (administratively "
+        "censored); the best three streams by mean TPS_log under each evaluator:"
     )
-    for mode in (COMPLETE_ONLY, SIMPLE, EXACT):
-        ranked = sorted(c["mean_tps_log"][mode].items(), key=lambda kv: -kv[1])
-        label = {EXACT: "exact (resumed q)" if "q_z_resume" in f else "exact (true q_Z)"}.get(mode, mode)
-        print(f"  {label:>16}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked[:4]))
-    a, b = c["best"][COMPLETE_ONLY], c["best"][SIMPLE]
-    if c["verdict_changes"]:
-        print(f"  The best stream changes: complete-only picks {a}, censored-aware (simple) scoring picks {b}.")
-        for mode, d in c["head_to_head"].items():
-            print(f"    {b} minus {a}, {mode}: {d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")
+    # Without --q-z resume the cen-exact row is the ground truth itself: printed once, under that name.
+    g = c["ground_truth"]
+    rows = [
+        (m, c["mean_tps_log"][m])
+        for m in ((COMPLETE_ONLY, SIMPLE, EXACT) if "q_z_resume" in f else (COMPLETE_ONLY, SIMPLE))
+    ]
+    rows.append(("ground truth", g["mean_tps_log"]))
+    label = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple", EXACT: "cen-exact (resumed q)"}
+    for mode, means in rows:
+        ranked = sorted(means.items(), key=lambda kv: -kv[1])[:3]
+        _say(f"{label.get(mode, mode)}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked), "    ")
+    _say(
+        "ground truth = cen-exact with the world's exact q_Z (the simulator knows it): each budget-stopped "
+        "run is scored by its true chance of success, so on average it is the score the runs would get if "
+        f"their outcome were observed. It ranks {g['best']} first.",
+        "  ",
+    )
+    names = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple (q_Z~0)", EXACT: "cen-exact (resumed q)"}
+    wrong, separated_any = [], False
+    for mode, v in g["verdicts"].items():
+        if mode == EXACT and "q_z_resume" not in f:
+            continue  # that evaluator is the ground truth itself
+        if v["agrees"]:
+            _say(f"{names[mode]} picks {v['pick']}: agrees with the ground truth.", "    ")
+            continue
+        d = v["truth_delta"]
+        separated = d["ci_low"] > 0 or d["ci_high"] < 0
+        separated_any = separated_any or separated
+        wrong.append(names[mode])
+        _say(
+            f"{names[mode]} picks {v['pick']}: the ground truth ranks it #{v['truth_rank']}, "
+            f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}] against {g['best']}"
+            + ("." if separated else " (the interval covers 0: not separated on this sample)."),
+            "    ",
+        )
+    if not wrong:
+        _say("Every evaluator ranks the ground truth's best stream first on this sample.", "  ")
     else:
-        print(f"  Both evaluators pick {a}; see Delta_practice in the report for how much each stream shifts.")
+        how = "a gap the ground truth separates from 0" if separated_any else "a gap within this sample's noise"
+        _say(f"So {' and '.join(wrong)} put first a stream the ground truth ranks lower: {how}.", "  ")
 
 
 def _print_q_z_resume(r: dict[str, Any]) -> None:
     run = r["resume"]
-    print(
-        f"\nq_Z from resumed checkpoints: {r['n_prefixes']} censored runs x {r['branches_per_prefix']} branches "
+    print()
+    _say(
+        f"q_Z from resumed checkpoints: {r['n_prefixes']} censored runs x {r['branches_per_prefix']} branches "
         f"({run['wall_seconds_per_branch']} s of wall time per branch; branch stops {run['stop_reasons']})"
     )
     if r["n_prefixes"]:
-        print(
-            f"  mean |q_hat - q_Z| = {r['mean_abs_error']:.4f} against the world's exact q_Z "
-            f"(binomial sampling alone: {r['binomial_mean_abs_error']:.4f})"
+        _say(
+            f"mean |q_hat - q_Z| = {r['mean_abs_error']:.4f} against the world's exact q_Z "
+            f"(binomial sampling alone: {r['binomial_mean_abs_error']:.4f})",
+            "  ",
         )
         print("  cen-exact TPS_log on these prefixes, with q_hat vs with the exact q_Z:")
         for p, v in r["cen_exact_tps_log"].items():
@@ -280,12 +362,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
     write_trajectories(calibrated, paths["overconfident+platt"])
     cal_arrays = to_arrays(calibrated)
+    truth_arrays = replace(cal_arrays, q_z=world_q_z(graphs["overconfident"][1], calibrated))
     resume_report = None
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
         graph, world = graphs["overconfident"]
         cal_arrays, resume_report = _resume_q_z(args, graph, world, calibrated, cal_arrays, paths["continuations"])
-    f = findings(cal_arrays, args.bootstrap, args.seed)
+    f = findings(cal_arrays, args.bootstrap, args.seed, truth_arrays)
     if resume_report is not None:
         f["q_z_resume"] = resume_report
     f["platt"] = platt.diagnostics()
@@ -293,7 +376,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(strict_json.dumps(f))
         return 0
-    print("Wrote " + ", ".join(str(p) for p in paths.values()))
+    _say("Wrote " + ", ".join(str(p) for p in paths.values()))
     opts = ReportOptions(rules=("log", "brier"), bootstrap=args.bootstrap, seed=args.seed)
     print()
     print(render_report(build_report(cal_arrays, opts), str(paths["overconfident+platt"])))
@@ -302,7 +385,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         s for s in truthful["scores"] if s["predictor"] == "verbal" and s["censoring"] == SIMPLE and s["rule"] == "log"
     )
     ci = f" [{ref['ci_low']:.3f}, {ref['ci_high']:.3f}]" if ref.get("ci_low") is not None else ""
-    print(f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f}{ci} on the same tasks.")
+    _say(f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f}{ci} on the same tasks.")
     _print_findings(f)
     if resume_report is not None:
         _print_q_z_resume(resume_report)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from tps_tracer.cli.tables import fmt, render_table
+from tps_tracer.cli.tables import WIDTH, fit_table, fmt
 from tps_tracer.evaluation.gate_hypothesis import describe_test, power_text, rule_text
 
-WIDTH = 100
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
 
 CENSORING_TERMS = {
@@ -108,7 +107,7 @@ def render_gate_text(result: dict[str, Any], source: str) -> str:
     for h in _headline(result):
         lines += _wrap("  ", h)
     lines.append("")
-    lines += ["  " + line for line in render_table(_HEADERS, _rows(result)).splitlines()]
+    lines += fit_table(_HEADERS, _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
     failed = result.get("failed_checks") or []
     if failed:
         lines += _wrap("  ", f"failed: {', '.join(failed)}")

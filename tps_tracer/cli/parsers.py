@@ -113,6 +113,11 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrator", help="apply a saved calibrator (from `tps-tracer calibrate`) instead of refitting")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument(
+        "--wide",
+        action="store_true",
+        help="side-by-side score tables, one column per evaluator (wider than 100 columns)",
+    )
+    p.add_argument(
         "--by",
         metavar="KEY",
         help="one report per value of this record metadata key (e.g. agent, model; records without it: '(missing)')",

@@ -8,7 +8,9 @@ from typing import Any
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import EXIT_OK, CliError, flag, reading
+from tps_tracer.cli.report_legend import legend_lines
 from tps_tracer.cli.report_text import render_report
+from tps_tracer.cli.tables import wrap
 from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.progress import progress_for
@@ -77,7 +79,7 @@ def _report(path: str, args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(strict_json.dumps(report))
     else:
-        sys.stdout.write(render_report(report, path))
+        sys.stdout.write(render_report(report, path, wide=args.wide))
     return EXIT_OK
 
 
@@ -98,11 +100,18 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
     for group in split["groups"]:
         title = f"{path} [{key} = {group['value']}, {group['n']} trajectories]"
         if "error" in group:
-            parts.append(f"TPS report: {title}\n  not scored: {group['error']}\n")
+            parts.append(
+                "\n".join([*wrap(f"TPS report: {title}"), *wrap(f"not scored: {group['error']}", "  ")]) + "\n"
+            )
         else:
-            parts.append(render_report(group["report"], title))
+            parts.append(render_report(group["report"], title, wide=args.wide, legend=False))
     for kind, v in split.get("input", {}).get("set_aside", {}).items():
-        parts.append(f"Lines set aside (not scored), {kind}: {v['count']} (first: {v['first']})\n")
+        parts.append(
+            "\n".join(wrap(f"Lines set aside (not scored), {kind}: {v['count']} (first: {v['first']})")) + "\n"
+        )
+    scored = [g["report"] for g in split["groups"] if "error" not in g]
+    if scored:  # one legend for every group: the terms are the same
+        parts.append("\n".join(legend_lines(scored)) + "\n")
     sys.stdout.write("\n".join(parts))
     return EXIT_OK
 

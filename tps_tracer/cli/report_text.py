@@ -1,25 +1,46 @@
-"""Render a report dict (see tps_tracer.evaluation.report) as readable text."""
+"""Render a report dict (see tps_tracer.evaluation.report) as readable text.
+
+By default every line fits in WIDTH (100) columns: the score tables have one row per
+evaluator (complete-only, cen-simple, cen-exact) instead of one column each, a column whose
+value is the same on every row (one rule, one weight schedule) is named in the header line
+instead, prose is wrapped, and a table that still does not fit becomes one block per row.
+`wide=True` (`report --wide`) prints the side-by-side tables of earlier versions. A legend
+of every printed term closes the report (cli/report_legend.py).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
+from tps_tracer.cli.report_legend import legend_lines
+from tps_tracer.cli.tables import WIDTH, fit_table, fmt, fmt_ci, render_skipped, render_table, wrap
 
 _MODE_TITLES = {
     "complete-only": "complete-only",
     "simple": "cen-simple (q_Z~0)",
     "exact": "cen-exact (q_z)",
 }
+_MODE_SHORT = {"complete-only": "complete-only", "simple": "cen-simple", "exact": "cen-exact"}
 
 
-def _audit_text(audit: dict[str, Any]) -> str:
+def _width(wide: bool) -> int | None:
+    return None if wide else WIDTH
+
+
+def _prose(lines: list[str]) -> list[str]:
+    """Prose lines wrapped to WIDTH (also under --wide, which widens tables only)."""
+    out: list[str] = []
+    for line in lines:
+        body = line.lstrip(" ")
+        out += wrap(body, line[: len(line) - len(body)])
+    return out
+
+
+def _audit_text(audit: dict[str, Any], wide: bool) -> str:
     rows = [[reason, str(count), audit["role_of"][reason]] for reason, count in audit["stop_reasons"].items() if count]
     roles = audit["roles"]
     rate = audit["censoring_rate"]
     lines = [
-        "Termination audit",
-        render_table(["stop reason", "count", "role"], rows),
         f"  working sample {audit['working_sample']} = {roles['complete']} complete + "
         f"{roles['censored']} censored" + (f" (censoring rate {100 * rate:.1f}%)" if rate is not None else ""),
         f"  excluded (informative stops, not scored): {roles['excluded']}"
@@ -40,10 +61,11 @@ def _audit_text(audit: dict[str, Any]) -> str:
         lines.append(f"  outcomes given on non-clean stops (ignored): {audit['outcome_ignored_on_unscored']}")
     if not audit["default_policy"]:
         lines.append("  NOTE: non-default censoring policy (sensitivity analysis), see roles above")
-    return "\n".join(lines)
+    table = fit_table(["stop reason", "count", "role"], rows, width=_width(wide))
+    return "\n".join(["Termination audit", table, *_prose(lines)])
 
 
-def _coverage_text(coverage: list[dict[str, Any]]) -> str | None:
+def _coverage_text(coverage: list[dict[str, Any]], wide: bool) -> str | None:
     skipped = [c for c in coverage if c["skipped"]]
     if not skipped:
         return None
@@ -51,53 +73,79 @@ def _coverage_text(coverage: list[dict[str, Any]]) -> str | None:
     for c in skipped:
         reasons = ", ".join(f"{k} {v}" for k, v in c["skipped"].items())
         lines.append(f"  {c['predictor']}: {sum(c['skipped'].values())} skipped ({reasons}); {c['usable']} usable")
-    return "\n".join(lines)
+    return "\n".join(_prose(lines))
 
 
-def _scores_text(report: dict[str, Any]) -> str:
+def _varying(rows: list[dict[str, Any]], key: str) -> bool:
+    """False when every row has the same value (one rule, one schedule): the header line names it."""
+    return len({r[key] for r in rows}) > 1
+
+
+def _scores_text(report: dict[str, Any], wide: bool) -> str:
     modes = list(dict.fromkeys(r["censoring"] for r in report["scores"]))
     by_key: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for r in report["scores"]:
         by_key.setdefault((r["predictor"], r["rule"], r["weights"]), {})[r["censoring"]] = r
-    rows = []
-    for (pred, rule, weights), cells in by_key.items():
-        row = [pred, rule, weights]
-        for m in modes:
-            c = cells[m]
-            row.append(f"{fmt_ci(c['mean'], c['ci_low'], c['ci_high'])}  n={c['n']}")
-        rows.append(row)
-    headers = ["predictor", "rule", "weights", *(_MODE_TITLES[m] for m in modes)]
-    out = [
-        "TPS, mean [95% bootstrap CI] (reward-oriented: higher is better)",
-        render_table(headers, rows),
-    ]
+    title = "TPS, mean [95% bootstrap CI] (reward-oriented: higher is better)"
+    if wide:
+        rows = []
+        for (pred, rule, weights), cells in by_key.items():
+            row = [pred, rule, weights]
+            for m in modes:
+                c = cells[m]
+                row.append(f"{fmt_ci(c['mean'], c['ci_low'], c['ci_high'])}  n={c['n']}")
+            rows.append(row)
+        table = render_table(["predictor", "rule", "weights", *(_MODE_TITLES[m] for m in modes)], rows)
+    else:
+        # One row per evaluator keeps the table narrow; a stream's evaluators stay adjacent.
+        show_rule, show_w = _varying(report["scores"], "rule"), _varying(report["scores"], "weights")
+        rows = []
+        for (pred, rule, weights), cells in by_key.items():
+            for m in modes:
+                c = cells[m]
+                ci = f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if c["ci_low"] is not None else "-"
+                keys = [pred, *([rule] if show_rule else []), *([weights] if show_w else [])]
+                rows.append([*keys, _MODE_SHORT[m], fmt(c["mean"]), ci, str(c["n"])])
+        headers = ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
+        table = fit_table([*headers, "evaluator", "mean", "95% CI", "n"], rows)
+        if not (show_rule and show_w):
+            fixed = [f"rule {report['scores'][0]['rule']}"] * (not show_rule)
+            fixed += [f"weights {report['scores'][0]['weights']}"] * (not show_w)
+            title = f"TPS, mean and 95% bootstrap CI (higher is better; {', '.join(fixed)})"
+    out = [title, table]
     missing = {r["predictor"]: r["n_missing_q_z"] for r in report["scores"] if r.get("n_missing_q_z")}
-    for pred, k in missing.items():
-        out.append(f"  cen-exact for {pred} leaves out {k} censored trajectories without q_z")
-    return "\n".join(out)
+    notes = [f"  cen-exact for {pred} leaves out {k} censored trajectories without q_z" for pred, k in missing.items()]
+    return "\n".join(out + _prose(notes))
 
 
-def _deltas_text(report: dict[str, Any]) -> str:
-    rows = [
-        [
-            d["predictor"],
-            d["rule"],
-            d["weights"],
-            d["comparison"],
-            fmt_ci(d["delta"], d["ci_low"], d["ci_high"]),
-            fmt(d["z"], 3),
+def _deltas_text(report: dict[str, Any], wide: bool) -> str:
+    title = "Delta_practice: censored extension minus complete-only (paired bootstrap)"
+    if wide:
+        rows = [
+            [
+                d["predictor"],
+                d["rule"],
+                d["weights"],
+                d["comparison"],
+                fmt_ci(d["delta"], d["ci_low"], d["ci_high"]),
+                fmt(d["z"], 3),
+            ]
+            for d in report["deltas"]
         ]
-        for d in report["deltas"]
-    ]
-    return "\n".join(
-        [
-            "Delta_practice: censored extension minus complete-only (paired bootstrap)",
-            render_table(["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"], rows),
-        ]
-    )
+        headers = ["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"]
+        return "\n".join([title, render_table(headers, rows)])
+    show_rule, show_w = _varying(report["deltas"], "rule"), _varying(report["deltas"], "weights")
+    rows = []
+    for d in report["deltas"]:
+        keys = [d["predictor"], *([d["rule"]] if show_rule else []), *([d["weights"]] if show_w else [])]
+        ci = f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}]" if d["ci_low"] is not None else "-"
+        rows.append([*keys, "cen-" + d["comparison"].split(" - ")[0], fmt(d["delta"]), ci, fmt(d["z"], 3)])
+    headers = ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
+    headers += ["evaluator", "delta", "95% CI", "delta/SE"]
+    return "\n".join([title, fit_table(headers, rows)])
 
 
-def _diagnostics_text(report: dict[str, Any]) -> str:
+def _diagnostics_text(report: dict[str, Any], wide: bool) -> str:
     cols = ["auroc", "auprc", "aurc", "t_ece", "t_brier"]
     rows = [[d["predictor"], str(d["n"]), *(fmt(d[c], 3) for c in cols)] for d in report["diagnostics"]]
     scalar = [
@@ -106,19 +154,23 @@ def _diagnostics_text(report: dict[str, Any]) -> str:
         if s["aggregator"] != "phi_w"
     ]
     head = ["AUROC^", "AUPRC^", "AURC_v", "T-ECE_v", "T-Brier_v"]
+    intro = [
+        "Diagnostics on complete trajectories (^ higher is better, _v lower is better)",
+        f"  scalar summary of a run: {report['settings']['diagnostic_summary']}; AUROC/AUPRC with failure "
+        "as the positive class",
+    ]
     return "\n".join(
         [
-            f"Diagnostics on complete trajectories (scalar summary: {report['settings']['diagnostic_summary']};",
-            "  AUROC/AUPRC with failure as the positive class; ^ higher is better, _v lower is better)",
-            render_table(["predictor", "n", *head], rows),
+            *_prose(intro),
+            fit_table(["predictor", "n", *head], rows, width=_width(wide)),
             "",
             "Scalar AUQ aggregators (not TPS inputs: they collapse the trace)",
-            render_table(["predictor", "aggregator", "n", *head], scalar),
+            fit_table(["predictor", "aggregator", "n", *head], scalar, width=_width(wide)),
         ]
     )
 
 
-def _recalibration_text(report: dict[str, Any]) -> str | None:
+def _recalibration_text(report: dict[str, Any], wide: bool) -> str | None:
     if not report.get("recalibration"):
         return None
     cal = report["settings"]["calibration"]
@@ -136,26 +188,47 @@ def _recalibration_text(report: dict[str, Any]) -> str | None:
     fallbacks = [
         f"{p} (half {d['fit_on_half']})" for p, split in cal.get("splits", {}).items() for d in split if d["fallback"]
     ]
-    lines = [
+    intro = [
         f"Recalibration: {cal['method']}, fitted with {cal['schedule']} step weights; "
         "recalibrated minus raw (paired bootstrap)",
         "  CI conditional on the fitted maps: they are not refitted in each replicate, so it covers the",
         "  effect of these maps, not the population effect of fitting Platt scaling (narrower than that;",
         "  `tps-tracer calibrate --refit-maps` refits them per replicate)",
-        render_table(["predictor", "recalibrated", "statistic", "delta [95% CI]", "delta/SE"], rows),
     ]
+    headers = ["predictor", "recalibrated", "statistic", "delta [95% CI]", "delta/SE"]
+    lines = [*_prose(intro), fit_table(headers, rows, width=_width(wide))]
+    notes = []
     if cal.get("schedule_mismatch"):
-        lines.append(
+        notes.append(
             f"  WARNING: the calibrator was fitted with {cal['schedule']} step weights, not the evaluated "
             f"{report['settings']['weights'][0]}; refit it with matching weights (paper, Appendix Calibration)"
         )
     if fallbacks:
-        lines.append("  monotone fallback (slope < 0 -> constant base rate): " + ", ".join(fallbacks))
-    return "\n".join(lines)
+        notes.append("  monotone fallback (slope < 0 -> constant base rate): " + ", ".join(fallbacks))
+    return "\n".join(lines + _prose(notes))
+
+
+def _q_z_clause(audit: dict[str, Any]) -> str:
+    """What cen-exact rests on, from the audit's counts (never a claim the file does not support)."""
+    censored, with_q = audit["roles"]["censored"], audit["censored_with_q_z"]
+    if censored == 0:
+        return "no run in the working sample was censored, so the censored extensions equal complete-only."
+    if with_q == 0:
+        return (
+            "no censored run carries q_z, so there are no cen-exact rows (estimate q_z with `tps-tracer "
+            "censoring`, docs/resume-and-budgets.md)."
+        )
+    if with_q < censored:
+        return (
+            f"cen-exact uses the q_z recorded in the file for {with_q} of {censored} censored runs and leaves "
+            "the others out."
+        )
+    return f"cen-exact uses the q_z recorded in the file for all {censored} censored runs."
 
 
 def _disclosure(report: dict[str, Any]) -> str:
     s = report["settings"]
+    audit = report["audit"]
     cal = s["calibration"]
     pre = [c["predictor"] for c in report["coverage"] if c["predictor"].endswith(("+platt", "+cal"))]
     if cal["method"] == "raw" and pre:
@@ -165,38 +238,45 @@ def _disclosure(report: dict[str, Any]) -> str:
     else:
         how = f"predictors named '+platt' are recalibrated ({cal['method']}), the others are raw; "
     base = s["base_rate"]
+    as_censored = [r for r, role in audit["role_of"].items() if role == "censored"]
+    excluded = [r for r, role in audit["role_of"].items() if role == "excluded" and audit["stop_reasons"].get(r)]
     return (
         "Disclosure: "
         + how
         + (f"base_rate is the constant reference F_t = {base:.4f}; " if base is not None else "")
-        + "max_steps stops are treated as administrative (non-informative) censoring, informative stops "
-        "are excluded; cen-simple is the pessimistic q_Z~0 approximation, cen-exact uses the q_z given in the file."
+        + f"{' and '.join(as_censored) or 'no'} stops are treated as administrative (non-informative) censoring"
+        + (f", informative stops ({', '.join(excluded)}) are excluded" if excluded else "")
+        + "; cen-simple is the pessimistic q_Z~0 approximation; "
+        + _q_z_clause(audit)
     )
 
 
-def render_report(report: dict[str, Any], source: str) -> str:
+def render_report(report: dict[str, Any], source: str, wide: bool = False, legend: bool = True) -> str:
+    """The text report; wide=True keeps the side-by-side tables; legend=False leaves the legend
+    to the caller (`report --by` prints one legend for all groups)."""
     s = report["settings"]
-    header = (
-        f"TPS report: {source}\n"
+    header = [
+        f"TPS report: {source}",
         f"  {report['audit']['n_trajectories']} trajectories; rules {', '.join(s['rules'])}; "
-        f"weights {', '.join(s['weights'])}; {s['bootstrap']} bootstrap replicates (seed {s['seed']})"
-    )
-    parts = [header, _audit_text(report["audit"])]
+        f"weights {', '.join(s['weights'])}; {s['bootstrap']} bootstrap replicates (seed {s['seed']})",
+    ]
+    parts = ["\n".join(_prose(header)), _audit_text(report["audit"], wide)]
     set_aside = report.get("input", {}).get("set_aside")
     if set_aside:  # lines read but not scored (records/set_aside.py)
-        parts.append(
-            "Lines set aside (not scored)\n"
-            + "\n".join(f"  {kind}: {v['count']} (first: {v['first']})" for kind, v in set_aside.items())
-        )
-    cov = _coverage_text(report["coverage"])
+        lines = ["Lines set aside (not scored)"]
+        lines += [f"  {kind}: {v['count']} (first: {v['first']})" for kind, v in set_aside.items()]
+        parts.append("\n".join(_prose(lines)))
+    cov = _coverage_text(report["coverage"], wide)
     if cov:
         parts.append(cov)
     skipped = render_skipped(report.get("skipped_predictors", []))
     if skipped:
         parts.append(skipped)
-    parts += [_scores_text(report), _deltas_text(report)]
-    recal = _recalibration_text(report)
+    parts += [_scores_text(report, wide), _deltas_text(report, wide)]
+    recal = _recalibration_text(report, wide)
     if recal:
         parts.append(recal)
-    parts += [_diagnostics_text(report), _disclosure(report)]
+    parts += [_diagnostics_text(report, wide), "\n".join(_prose([_disclosure(report)]))]
+    if legend:
+        parts.append("\n".join(legend_lines([report])))
     return "\n\n".join(parts) + "\n"

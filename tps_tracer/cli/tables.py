@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
+
+# Terminal reports stay within this many columns unless the user asks for wide tables (--wide).
+WIDTH = 100
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -34,10 +38,38 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
     return "\n".join(lines)
 
 
+def wrap(text: str, prefix: str = "", width: int = WIDTH) -> list[str]:
+    """One line of prose wrapped to `width`; continuation lines indent two more than `prefix`.
+
+    Words are never split at hyphens (paths, predictor names and 'complete-only' stay whole);
+    a single word longer than the width (a long path) is broken only if it must be."""
+    return textwrap.wrap(
+        text, width, initial_indent=prefix, subsequent_indent=" " * (len(prefix) + 2), break_on_hyphens=False
+    ) or [prefix.rstrip()]
+
+
+def fit_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None = WIDTH
+) -> str:
+    """`render_table`, or, when a line would pass `width` (long predictor names, many columns),
+    the same cells as one block per row (first cell, then 'header: value' lines), so no line
+    of a report is cut or wrapped mid-table. width=None: always the table (`--wide`)."""
+    table = render_table(headers, rows, indent)
+    if width is None or max((len(line) for line in table.splitlines()), default=0) <= width:
+        return table
+    lines: list[str] = []
+    for r in rows:
+        lines += wrap(f"{headers[0]}: {r[0]}", indent, width)
+        for h, c in zip(headers[1:], r[1:], strict=True):
+            lines += wrap(f"{h}: {c}", indent + "    ", width)
+    return "\n".join(lines)
+
+
 def render_skipped(skipped: Sequence[dict[str, str]]) -> str | None:
     """The 'Skipped predictors' note of every command (None when nothing was skipped)."""
     if not skipped:
         return None
     lines = ["Skipped predictors (no usable data for this command; the rest is unaffected)"]
-    lines += [f"  {s['predictor']}: {s['reason']}" for s in skipped]
+    for s in skipped:
+        lines += wrap(f"{s['predictor']}: {s['reason']}", "  ")
     return "\n".join(lines)

@@ -41,7 +41,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -55,6 +56,12 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
+from tps_tracer.langchain.stream_budget import (
+    StreamBudget,
+    budget_trajectory_id,
+    check_max_steps,
+    closed_by_caller,
+)
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter
 from tps_tracer.tracking.keys import (
@@ -205,6 +212,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         # dropped and counted, never allowed to open a new trajectory. Forgotten after
         # GONE_MEMORY idle timeouts (by age, not by count: a burst cannot push one out early).
         self._gone: OrderedDict[UUID, float] = OrderedDict()
+        # The caller's own step budgets (`budget(...)`), by trajectory id; and the ids of runs
+        # whose stream was closed without one (a declare_stop after the break names the fix).
+        self._budgets: dict[str, StreamBudget] = {}
+        self._closed_streams: OrderedDict[str, None] = OrderedDict()
 
     # ------------------------------------------------------------------ public API
 
@@ -219,6 +230,15 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         try:
             with self._lock:
                 run = self._by_tid.get(trajectory_id)
+                if run is None and trajectory_id in self._closed_streams:
+                    self.health.count(
+                        "rejected",
+                        "declare_stop_after_stream_closed",
+                        f"declare_stop: {trajectory_id!r} already ended when its stream was closed (recorded as "
+                        "other); to record your own budget, wrap the loop in `with handler.budget(config, "
+                        "max_steps=N) as b:` and break when b.exhausted",
+                    )
+                    return
                 if run is None:
                     self.health.count(
                         "rejected", "declare_stop_unknown", f"declare_stop: no open trajectory {trajectory_id!r}"
@@ -233,6 +253,26 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 self._end(run, outputs=None, error=None)
         except Exception as exc:
             self._fail("declare_stop", exc)
+
+    @contextmanager
+    def budget(self, target: str | MutableMapping[str, Any], max_steps: int) -> Iterator[StreamBudget]:
+        """Your own step budget around a `graph.stream(...)` loop (langchain/stream_budget.py).
+
+        `with handler.budget(config, max_steps=N) as b:` then `if b.exhausted: break` inside
+        the stream loop: a run whose stream you close inside the block is recorded as
+        max_steps with horizon N (censored), not `other`. target: the run config (its
+        metadata's trajectory id is used, and set when missing) or the trajectory id."""
+        budget = StreamBudget(budget_trajectory_id(target, self.trajectory_id_key), check_max_steps(max_steps))
+        with self._lock:
+            self._budgets[budget.trajectory_id] = budget
+        try:
+            yield budget
+        finally:
+            with self._lock:
+                run = self._by_tid.get(budget.trajectory_id)
+                # A run still open (its generator not yet closed) keeps the budget until it ends.
+                if run is None and self._budgets.get(budget.trajectory_id) is budget:
+                    del self._budgets[budget.trajectory_id]
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything captured so far has reached the accumulator."""
@@ -491,6 +531,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._runs[run_id] = run
             run.run_ids.append(run_id)
             run.last_seen = self._clock()
+            budget = self._budgets.get(run.state.tid)
+            if budget is not None:
+                budget.calls += 1
 
     def on_chat_model_start(
         self,
@@ -639,20 +682,30 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             # ran, and deciding it now would clear the mark as if a model call had followed.
             tool_failed = state.last_tool_failed
             self._commit(run)
-        if error is not None:
+            budget = self._budgets.pop(state.tid, None)
+            if closed_by_caller(error) and budget is None:
+                self._closed_streams[state.tid] = None
+                while len(self._closed_streams) > 1024:  # only to explain a late declare_stop
+                    self._closed_streams.popitem(last=False)
+        md = state.metadata
+        budget_label = md.get(HORIZON_KEY)
+        if budget is not None and closed_by_caller(error):
+            # The caller stopped reading under its own budget: administrative censoring.
+            observed = (StopReason.MAX_STEPS, budget.detail)
+            budget_label = budget.max_steps if budget_label is None else budget_label
+        elif error is not None:
             observed = classify_error(error, tool_failed)
         else:
             found, detail = classify_output(outputs)
             observed = (found or StopReason.CLEAN, detail)
         last = final_message(outputs) if self.tracker.capture_content else None
         text = last if isinstance(last, str) else getattr(last, "text", None)
-        md = state.metadata
         thread = md.get("thread_id")  # LangGraph's checkpointer thread: where the run can be resumed
         decision = self.tracker.finish(
             state,
             observed,
             abandoned=abandoned,
-            budget_label=md.get(HORIZON_KEY),
+            budget_label=budget_label,
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
             final_text=text if isinstance(text, str) else None,

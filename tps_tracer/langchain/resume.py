@@ -20,12 +20,24 @@ there by `TPSCallbackHandler` from the run config), `resume_continuations`:
    through the checkpointer itself: the state is copied, nothing is shared. The fork's
    pending writes are not copied: they are the outputs the cut superstep already produced
    (e.g. the "Sorry" message), which the branch must produce afresh;
-3. continues each branch with `graph.invoke(None, ...)` under a fresh budget (the
-   `recursion_limit` counts from the fork), concurrently (at most `concurrency` at a time);
+3. continues each branch with `graph.invoke(None, ...)` under a fresh budget counted from
+   the fork, concurrently (at most `concurrency` at a time). By default (budget=None) the
+   budget is the original run's step limit, the record's `horizon` (model calls; the
+   handler writes it on every max_steps record), enforced by a callback that stops the
+   branch when it starts one model call more (BranchStepBudgetExceeded -> max_steps): a
+   stuck agent cannot run LangGraph's default recursion limit (10,000 supersteps) of paid
+   calls per branch. An explicit `budget` is the branches' `recursion_limit` instead;
 4. takes each branch's stop reason from how it ended (the handler's rules:
    GraphRecursionError or the budget message is max_steps, malformed output parse_error,
    ...), grades clean branches' final state with the user's grader, and appends one line
    per branch to the continuation file `tps-tracer censoring --continuations` reads.
+
+The grader gets what its signature asks for: a first parameter annotated as a message
+(BaseMessage, AIMessage, str) gets the final message, as the handler's grader does;
+otherwise the final state values. An unannotated grader that raises on the state is called
+once more with the final message (the handler's grader reused here), and that is counted
+(`grader_given_message`). Fewer branches than `tps-tracer censoring` needs per prefix
+(DEFAULT_MIN_VALID) warn with the fix, and the warning is in the summary.
 
 The file is the bookkeeping: a branch already in it is never rerun, so an interrupted call
 continues where it stopped. A branch whose grader raised (or returned something that is
@@ -41,17 +53,25 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import time
+import types
+import typing
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
+from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
 from tps_tracer.health import HealthLedger
-from tps_tracer.langchain.stop_detection import classify_error, classify_output
+from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.records.jsonl import read_trajectories
 from tps_tracer.records.outcome import as_outcome
 from tps_tracer.records.schema import TrajectoryRecord
@@ -59,6 +79,7 @@ from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.tracking.keys import TRAJECTORY_ID_KEY
 
 Grader = Callable[[Any], Any]  # final state values -> 0/1 (bool, int or float); may be async
+RECENSORED_SHARE = 0.2  # above this share of branches cut again by their budget, the summary warns
 THREAD_KEY = "thread_id"  # where the handler puts the run's LangGraph thread in the record metadata
 
 
@@ -80,7 +101,11 @@ class ResumeSummary:
     written: int = 0  # branches run and written now
     stop_reasons: Counter[str] = field(default_factory=Counter)  # of the written branches
     grader_errors: int = 0  # clean branches not written: the grader raised or returned a non-0/1
+    grader_error_example: str | None = None  # the first grader failure, as it was raised
+    grader_given_message: int = 0  # graded on the final message after raising on the state (see above)
     fork_errors: int = 0  # branches not run: copying the checkpoint failed
+    branch_budget: str = ""  # what bounded each branch
+    warnings: list[str] = field(default_factory=list)  # e.g. fewer branches than a q_z needs
     seconds: float = 0.0  # wall time of the call
     branch_seconds: float = 0.0  # summed wall time of the branches run (fork, run and grading)
 
@@ -96,7 +121,11 @@ class ResumeSummary:
             "written": self.written,
             "stop_reasons": dict(sorted(self.stop_reasons.items())),
             "grader_errors": self.grader_errors,
+            "grader_error_example": self.grader_error_example,
+            "grader_given_message": self.grader_given_message,
             "fork_errors": self.fork_errors,
+            "branch_budget": self.branch_budget,
+            "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
             # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
             # branches run concurrently; throughput: the call's wall time per branch run.
@@ -110,6 +139,72 @@ class _Prefix:
     trajectory_id: str
     thread_id: str
     fork: Any  # the CheckpointTuple to copy
+    step_limit: int  # the original run's step limit (model calls): the record's horizon
+
+
+class BranchStepBudgetExceeded(RuntimeError):
+    """A resumed branch started more model calls than the original run's step limit (max_steps)."""
+
+
+class _StepCap(BaseCallbackHandler):
+    """Stops a branch at its (limit+1)-th model call: raise_error makes LangChain raise it into the graph."""
+
+    raise_error = True
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.calls = 0
+
+    def _start(self) -> None:
+        self.calls += 1
+        if self.calls > self.limit:
+            raise BranchStepBudgetExceeded(f"branch step budget of {self.limit} model calls used")
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        self._start()
+
+    def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
+        self._start()
+
+
+class _QuietStepCap(logging.Filter):
+    """LangChain logs every exception a callback raises, even a deliberate one (raise_error): the
+    step cap's stop is the branch's stop reason, recorded in the continuation file, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (args and args[0] == _StepCap.__name__)
+
+
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_QuietStepCap())
+
+
+def _with_cap(callbacks: Any, cap: _StepCap) -> Any:
+    if callbacks is None:
+        return [cap]
+    if isinstance(callbacks, list | tuple):
+        return [*callbacks, cap]
+    manager = callbacks.copy()  # a CallbackManager: a copy, so the user's is not changed
+    manager.add_handler(cap, inherit=True)
+    return manager
+
+
+def _wants_message(grader: Grader) -> bool | None:
+    """True: the grader's first parameter is annotated as a message (or str); False: as anything
+    else; None: not annotated (or not inspectable)."""
+    try:
+        fn = grader if inspect.isfunction(grader) or inspect.ismethod(grader) else grader.__call__  # type: ignore[operator]
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+        hints = typing.get_type_hints(fn)
+    except Exception:  # builtins, odd callables, unresolvable annotations
+        return None
+    if not params or params[0].name not in hints:
+        return None
+    hint = hints[params[0].name]
+    if hint is Any:
+        return None  # says nothing about what it reads
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return any(isinstance(o, type) and (issubclass(o, BaseMessage) or o is str) for o in options)
 
 
 class _Saver:
@@ -197,15 +292,29 @@ def _ours(tup: Any, trajectory_id: str) -> bool:
     return tagged is None or str(tagged) == trajectory_id
 
 
-async def _grade(grader: Grader, state: Any) -> int:
+async def _call(grader: Grader, value: Any) -> int:
     if inspect.iscoroutinefunction(grader):
-        value = await grader(state)
+        out = await grader(value)
     else:
-        value = await asyncio.to_thread(grader, state)
-    y = as_outcome(value)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
+        out = await asyncio.to_thread(grader, value)
+    y = as_outcome(out)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
     if y is None:
         raise InputError("the grader returned None: no verdict")
     return y
+
+
+async def _grade(grader: Grader, state: Any, wants_message: bool | None, summary: ResumeSummary) -> int:
+    """The grader's verdict on a clean branch, given the state or the final message (module docstring)."""
+    if wants_message:
+        return await _call(grader, final_message(state))
+    try:
+        return await _call(grader, state)
+    except (TypeError, AttributeError, KeyError, IndexError):
+        if wants_message is not None:
+            raise
+        y = await _call(grader, final_message(state))  # the handler's grader, reused: it reads a message
+        summary.grader_given_message += 1
+        return y
 
 
 async def aresume_continuations(
@@ -230,10 +339,24 @@ async def aresume_continuations(
     if budget is not None and budget < 1:
         raise InputError("budget (the branch's recursion_limit) must be >= 1")
     started = time.perf_counter()
+    summary = ResumeSummary(branches_per_prefix=branches)
+    if branches < DEFAULT_MIN_VALID:
+        message = (
+            f"branches={branches} is below the {DEFAULT_MIN_VALID} valid branches `tps-tracer censoring` needs per "
+            f"prefix (--min-valid {DEFAULT_MIN_VALID}), so no censored run would get a q_z: use branches >= "
+            f"{2 * DEFAULT_MIN_VALID} (room for invalid branches), or pass --min-valid {branches} knowingly"
+        )
+        summary.warnings.append(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+    summary.branch_budget = (
+        f"recursion_limit {budget} (given)"
+        if budget is not None
+        else "the original run's step limit (the record's horizon, in model calls), counted from the fork"
+    )
     health = health if health is not None else HealthLedger()
     recs = read_trajectories(records) if isinstance(records, str | os.PathLike) else list(records)
     ops = await _saver_for(graph)
-    summary = ResumeSummary(branches_per_prefix=branches)
+    wants_message = _wants_message(grader)
     prefixes: list[_Prefix] = []
     for rec in _censored(recs, policy or CensoringPolicy()):
         summary.censored += 1
@@ -247,7 +370,7 @@ async def aresume_continuations(
             summary.without_checkpoint.append(rec.trajectory_id)
             health.count("ignored", "resume_without_checkpoint")
             continue
-        prefixes.append(_Prefix(rec.trajectory_id, str(thread), fork))
+        prefixes.append(_Prefix(rec.trajectory_id, str(thread), fork, rec.horizon or len(rec.steps) or 1))
     summary.prefixes = len(prefixes)
 
     base = dict(config or {})
@@ -292,6 +415,8 @@ async def aresume_continuations(
                 "configurable": {**base_configurable, "thread_id": thread},
                 "metadata": {**base_metadata, BRANCH_OF_KEY: p.trajectory_id, BRANCH_KEY: m},
             }
+            if budget is None:  # the original run's step limit, not LangGraph's default recursion limit
+                run_config["callbacks"] = _with_cap(base.get("callbacks"), _StepCap(p.step_limit))
             outcome: int | None = None
             try:
                 final = await ops.invoke(run_config)
@@ -302,9 +427,11 @@ async def aresume_continuations(
                 reason = found or StopReason.CLEAN
                 if reason is StopReason.CLEAN:
                     try:
-                        outcome = await _grade(grader, final)
+                        outcome = await _grade(grader, final, wants_message, summary)
                     except Exception as exc:  # counted, never raised
                         summary.grader_errors += 1
+                        if summary.grader_error_example is None:
+                            summary.grader_error_example = f"{thread}: {exc!r}"
                         summary.branch_seconds += time.perf_counter() - t0
                         health.count("error", "resume_grader", f"grading {thread!r} failed: {exc!r}")
                         return
@@ -332,6 +459,13 @@ async def aresume_continuations(
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(todo)) or 1)))
     summary.seconds = time.perf_counter() - started
+    again = summary.stop_reasons.get(StopReason.MAX_STEPS.value, 0)
+    if summary.written and again > RECENSORED_SHARE * summary.written:
+        summary.warnings.append(
+            f"{again} of {summary.written} branches hit the step budget again ({summary.branch_budget}): they are "
+            "unresolved, left out of q_hat by default (`tps-tracer censoring --unresolved` for the sensitivity "
+            "analysis); give the branches more room with budget=<recursion_limit> if that is affordable"
+        )
     return summary
 
 
@@ -356,9 +490,13 @@ def resume_continuations(
     records: the handler's trajectory records (a list or a JSON Lines path); only censored
     ones (max_steps under `policy`) with a `thread_id` in their metadata are resumed.
     out: the continuation file (created or extended; branches already in it are skipped).
-    grader: final state values of a clean branch -> 0/1 or bool (sync or async).
-    budget: the branches' recursion_limit (fresh, counted from the fork); default the
-    graph's. config: extra run config for the branches (callbacks, configurable keys, ...).
+    grader: a clean branch's final state values -> 0/1 or bool (sync or async); a grader
+    whose first parameter is annotated as a message gets the final message, like the
+    handler's grader (module docstring).
+    budget: None (default): each branch may make as many model calls as the original run's
+    step limit (the record's horizon), counted from the fork; an integer: the branches'
+    LangGraph recursion_limit instead (fresh, counted from the fork).
+    config: extra run config for the branches (callbacks, configurable keys, ...).
     concurrency: branches in flight at once. progress: called with 1 after each branch.
     health: the ledger that counts what was skipped or failed (default: a new one).
 
@@ -387,4 +525,10 @@ def resume_continuations(
     )
 
 
-__all__ = ["ResumeSummary", "aresume_continuations", "branch_thread_id", "resume_continuations"]
+__all__ = [
+    "BranchStepBudgetExceeded",
+    "ResumeSummary",
+    "aresume_continuations",
+    "branch_thread_id",
+    "resume_continuations",
+]
