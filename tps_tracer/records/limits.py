@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
@@ -149,27 +148,23 @@ def load_json(text: str | bytes) -> Any:
     return obj
 
 
-_SPACED_KEY = re.compile(rb'"[ \t\n\r]+:')
-_QUOTE_OR_COLON_ESCAPE = re.compile(rb"\\u00(?:22|3[aA])")
-
-
 def plain_json(raw: bytes, parsed: Any) -> bool:
     """True when `parsed` (orjson's reading of `raw`) provably has no duplicate key and nests at
     most MAX_DEPTH - 1 levels below its outermost list; False: let the exact path decide.
 
-    orjson keeps the last of duplicate keys silently. Every key in `raw` is a `"` followed by a
-    `:`; orjson writes `parsed` back with exactly one `":` per key it kept. Inside strings, a quote
-    is `\\"` in both texts and a colon is `:`, unless `raw` spells one as `\\u0022` / `\\u003a` (then
-    False); other escapes never make or break a `":`. So the counts of `":` agree exactly when no key
-    was dropped (a `":` inside a string counts in both). Writing fails beyond 254 levels.
+    orjson keeps the last of duplicate keys silently. Every key in `raw` is followed by one colon;
+    orjson writes `parsed` back with one colon per key it kept. Any other colon is inside a string,
+    written as `:` in both texts unless `raw` spells it `\\u003a` (then False); numbers and literals
+    have none. So the counts of colons agree exactly when no key was dropped. Writing fails beyond
+    254 levels of nesting (the outermost list included).
     """
-    if _SPACED_KEY.search(raw) or _QUOTE_OR_COLON_ESCAPE.search(raw):
+    if b"\\u003" in raw and (b"\\u003a" in raw or b"\\u003A" in raw):
         return False
     try:
         canonical = orjson.dumps(parsed)
     except orjson.JSONEncodeError:
         return False
-    return raw.count(b'":') == canonical.count(b'":')
+    return raw.count(b":") == canonical.count(b":")
 
 
 # -- predictor names ---------------------------------------------------------------------------
