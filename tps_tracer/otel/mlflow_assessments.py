@@ -9,7 +9,9 @@
 
 MLflow names a trace ingested over OTLP `tr-<32 hex digits of the OpenTelemetry trace id>`.
 Per trajectory it gets, on the agent root span: one feedback per score rule (`tps.log`,
-`tps.brier`, ...) for the headline predictor / schedule / censoring mode, value = the TPS,
+`tps.brier`, ...) for the headline predictor (fixed: "verbal" unless configured), and per rule
+for each other usable predictor (`tps.log.token_prob`, ...; score_names.py), at one schedule /
+censoring mode, each sent once per run (again only when its value changes), value = the TPS,
 rationale = what the number is, the label and other facts in metadata; and `tps.stop_reason`
 (value = the stop reason) so runs can be filtered by why they stopped. Source: CODE,
 source id `tps-tracer`.
@@ -30,10 +32,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, DEFAULT_NOT_STORED_TIMEOUT, RetryingDelivery
-from tps_tracer.otel.evaluation_spans import explanation, headline_values, score_facts, value_facts
+from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
+from tps_tracer.otel.score_names import SentScores, named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 STOP_ASSESSMENT = "tps.stop_reason"
@@ -59,7 +63,7 @@ class MlflowAssessments(RetryingDelivery):
         tracking_uri: str | None = None,
         links: TraceLinks | None = None,
         *,
-        predictor: str | None = None,
+        predictor: str = HEADLINE_PREDICTOR,
         weights: str | None = None,
         censoring: str = SIMPLE,
         client: Any = None,
@@ -76,6 +80,7 @@ class MlflowAssessments(RetryingDelivery):
             client = TracingClient(tracking_uri)
         self.client = client
         self.predictor, self.weights, self.censoring = predictor, weights, censoring
+        self.sent_scores = SentScores()  # a notification that changes nothing sends nothing (one annotation per name)
         # One assessment per request (MLflow has no batch write): a failure never re-sends a written one.
         super().__init__(
             links,
@@ -89,20 +94,24 @@ class MlflowAssessments(RetryingDelivery):
     def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
         facts = score_facts(score)
         where = {"trace_id": mlflow_trace_id(link), "span_id": link.span_hex}
-        out: list[dict[str, Any]] = [
-            {
-                **where,
-                "name": STOP_ASSESSMENT,
-                "value": score.stop_reason.value,
-                "rationale": f"stop reason {score.stop_reason.value} ({score.role.value})",
-                "metadata": _metadata(facts),
-            }
-        ]
-        for v in headline_values(score, self.predictor, self.weights, self.censoring):
+        out: list[dict[str, Any]] = []
+        if self.sent_scores.is_new(score.trajectory_id, STOP_ASSESSMENT, score.stop_reason.value):
             out.append(
                 {
                     **where,
-                    "name": f"tps.{v.rule}",
+                    "name": STOP_ASSESSMENT,
+                    "value": score.stop_reason.value,
+                    "rationale": f"stop reason {score.stop_reason.value} ({score.role.value})",
+                    "metadata": _metadata(facts),
+                }
+            )
+        for name, v in named_values(score, self.predictor, self.weights, self.censoring):
+            if not self.sent_scores.is_new(score.trajectory_id, name, (v.value, score.label)):
+                continue
+            out.append(
+                {
+                    **where,
+                    "name": name,
                     "value": v.value,
                     "rationale": explanation(score, v),
                     "metadata": _metadata({**facts, "label": score.label, **value_facts(v)}),
