@@ -7,9 +7,11 @@ configured), never the first predictor a run happens to have:
     tps.log                 the headline predictor's TPS, log rule
     tps.log.token_prob      another predictor's, named after it
     tps.brier, ...          one name per rule
+    tps.log.exact           exact censoring (q_Z known), when the exporter is set to it
+    tps.log.uniform         another weight schedule than linear-front, likewise
 
-all at the exporter's one schedule and censoring mode (which the metadata states). A run on
-which the headline predictor is unusable simply has no `tps.log`.
+all at the exporter's one schedule and censoring mode (which the metadata states too). A
+run on which the headline predictor is unusable simply has no `tps.log`.
 
 The accumulator calls its listeners again when a late outcome or q_Z arrives; `SentScores`
 remembers what each exporter already sent per trajectory, so a value that did not change is
@@ -22,13 +24,27 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from tps_tracer.constants import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 
+DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
 DEFAULT_MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
 
 
-def score_name(rule: str, predictor: str, headline: str) -> str:
-    return f"tps.{rule}" if predictor == headline else f"tps.{rule}.{predictor}"
+def score_name(
+    rule: str, predictor: str, headline: str, weights: str = DEFAULT_WEIGHTS, censoring: str = SIMPLE
+) -> str:
+    """tps.<rule>, then .<predictor> unless it is the headline, .<censoring> unless simple, .<weights>
+    unless linear-front: an exporter configured otherwise (`export --censoring exact`) never writes
+    another quantity under a name already in use."""
+    parts = [f"tps.{rule}"]
+    if predictor != headline:
+        parts.append(predictor)
+    if censoring != SIMPLE:
+        parts.append(censoring)
+    if weights != DEFAULT_WEIGHTS:
+        parts.append(weights)
+    return ".".join(parts)
 
 
 def first_weights(score: TrajectoryScore) -> str | None:
@@ -42,7 +58,7 @@ def named_values(
     """(name, value) for every usable predictor x rule at one schedule and censoring mode (none when excluded)."""
     weights = weights if weights is not None else first_weights(score)
     return [
-        (score_name(v.rule, v.predictor, headline), v)
+        (score_name(v.rule, v.predictor, headline, v.weights, v.censoring), v)
         for v in score.values()
         if v.weights == weights and v.censoring == censoring
     ]
