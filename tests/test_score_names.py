@@ -12,13 +12,21 @@ from __future__ import annotations
 import math
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.otel import EvaluationSpanExporter, MlflowAssessments, PhoenixAnnotations, TraceLinks
+from tps_tracer.otel import (
+    EvaluationEventExporter,
+    EvaluationSpanExporter,
+    MlflowAssessments,
+    PhoenixAnnotations,
+    TraceLinks,
+)
 from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
 from tps_tracer.otel.trace_links import SpanLink
 
@@ -128,3 +136,25 @@ def test_backend_names_carry_the_predictor_and_each_is_sent_once(backend):
     assert {tid: {n for (t, n) in scores if t == tid} for tid in RUNS} == want_names
     for (tid, name), value in scores.items():
         assert value == pytest.approx(expected(tid, name), abs=1e-12), (tid, name)
+
+
+def test_one_evaluation_event_per_run_and_score():
+    logs = InMemoryLogExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    drive([EvaluationEventExporter(provider, TraceLinks())])
+    keys = []
+    for data in logs.get_finished_logs():
+        a = data.log_record.attributes
+        keys.append((a["tps.trajectory_id"], a.get("tps.predictor"), a.get("tps.rule"), a.get("tps.censoring")))
+    assert len(keys) == len(set(keys))  # q_z's second notification re-sent nothing already sent
+    budget_modes = {k[3] for k in keys if k[0] == "budget"}
+    assert budget_modes == {"simple", "exact"}  # the exact mode arrived with q_z
+    exact = [d.log_record.attributes for d in logs.get_finished_logs()]
+    exact = [a for a in exact if a["tps.trajectory_id"] == "budget" and a.get("tps.censoring") == "exact"]
+    steps = RUNS["budget"][0]
+    for a in exact:
+        col = 0 if a["tps.predictor"] == "verbal" else 1
+        want = tps(steps, col, a["tps.rule"], 0.3, 5)
+        assert a["gen_ai.evaluation.score.value"] == pytest.approx(want, abs=1e-12)
+    assert [k for k in keys if k[0] == "malformed"] == [("malformed", None, None, None)]

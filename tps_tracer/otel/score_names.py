@@ -69,10 +69,10 @@ class SentScores:
 
     def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED):
         self.max_remembered = max_remembered
-        self._sent: OrderedDict[str, dict[str, Hashable]] = OrderedDict()
+        self._sent: OrderedDict[str, dict[Hashable, Hashable]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def is_new(self, trajectory_id: str, name: str, signature: Hashable) -> bool:
+    def is_new(self, trajectory_id: str, name: Hashable, signature: Hashable) -> bool:
         """True (and remembered) when `name` was never sent for this trajectory, or with another signature."""
         with self._lock:
             sent = self._sent.setdefault(trajectory_id, {})
