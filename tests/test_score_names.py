@@ -114,7 +114,8 @@ def test_backend_names_carry_the_predictor_and_each_is_sent_once(backend):
         exporter = MlflowAssessments("http://127.0.0.1:9", links, client=object())
     items: list[dict] = []
     try:
-        drive([lambda score: items.extend(exporter.items(score, LINKS[score.trajectory_id]))])
+        # What the exporter's listener queues for delivery (no backend here: the records themselves).
+        drive([lambda score: items.extend(exporter.new_records(score, LINKS[score.trajectory_id]))])
     finally:
         exporter.close(1)
     span_of = {link.span_hex: tid for tid, link in LINKS.items()}

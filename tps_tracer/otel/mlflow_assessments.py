@@ -37,7 +37,7 @@ from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, DEFAULT_NOT_STORED_TIMEOUT, RetryingDelivery
 from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
-from tps_tracer.otel.score_names import SentScores, named_values
+from tps_tracer.otel.score_names import named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 STOP_ASSESSMENT = "tps.stop_reason"
@@ -80,7 +80,6 @@ class MlflowAssessments(RetryingDelivery):
             client = TracingClient(tracking_uri)
         self.client = client
         self.predictor, self.weights, self.censoring = predictor, weights, censoring
-        self.sent_scores = SentScores()  # a notification that changes nothing sends nothing (one annotation per name)
         # One assessment per request (MLflow has no batch write): a failure never re-sends a written one.
         super().__init__(
             links,
@@ -94,20 +93,16 @@ class MlflowAssessments(RetryingDelivery):
     def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
         facts = score_facts(score)
         where = {"trace_id": mlflow_trace_id(link), "span_id": link.span_hex}
-        out: list[dict[str, Any]] = []
-        if self.sent_scores.is_new(score.trajectory_id, STOP_ASSESSMENT, score.stop_reason.value):
-            out.append(
-                {
-                    **where,
-                    "name": STOP_ASSESSMENT,
-                    "value": score.stop_reason.value,
-                    "rationale": f"stop reason {score.stop_reason.value} ({score.role.value})",
-                    "metadata": _metadata(facts),
-                }
-            )
+        out: list[dict[str, Any]] = [
+            {
+                **where,
+                "name": STOP_ASSESSMENT,
+                "value": score.stop_reason.value,
+                "rationale": f"stop reason {score.stop_reason.value} ({score.role.value})",
+                "metadata": _metadata(facts),
+            }
+        ]
         for name, v in named_values(score, self.predictor, self.weights, self.censoring):
-            if not self.sent_scores.is_new(score.trajectory_id, name, (v.value, score.label)):
-                continue
             out.append(
                 {
                     **where,
@@ -118,6 +113,9 @@ class MlflowAssessments(RetryingDelivery):
                 }
             )
         return out
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        return record["name"], (record["value"], record["metadata"].get("label"))
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback

@@ -30,7 +30,7 @@ from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, RetryingDelivery
 from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
-from tps_tracer.otel.score_names import SentScores, named_values
+from tps_tracer.otel.score_names import named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 STOP_ANNOTATION = "tps.stop_reason"
@@ -59,27 +59,22 @@ class PhoenixAnnotations(RetryingDelivery):
             client = Client(base_url=endpoint)
         self.client = client
         self.predictor, self.weights, self.censoring = predictor, weights, censoring
-        self.sent_scores = SentScores()  # a notification that changes nothing sends nothing (one annotation per name)
         super().__init__(
             links, batch_size=batch_size, retry_initial=retry_initial, retry_max=retry_max, max_pending=max_pending
         )
 
     def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
         facts = score_facts(score)
-        out: list[dict[str, Any]] = []
-        if self.sent_scores.is_new(score.trajectory_id, STOP_ANNOTATION, score.stop_reason.value):
-            out.append(
-                {
-                    "name": STOP_ANNOTATION,
-                    "annotator_kind": "CODE",
-                    "span_id": link.span_hex,
-                    "result": {"label": score.stop_reason.value, "explanation": score.role.value},
-                    "metadata": facts,
-                }
-            )
+        out: list[dict[str, Any]] = [
+            {
+                "name": STOP_ANNOTATION,
+                "annotator_kind": "CODE",
+                "span_id": link.span_hex,
+                "result": {"label": score.stop_reason.value, "explanation": score.role.value},
+                "metadata": facts,
+            }
+        ]
         for name, v in named_values(score, self.predictor, self.weights, self.censoring):
-            if not self.sent_scores.is_new(score.trajectory_id, name, (v.value, score.label)):
-                continue
             out.append(
                 {
                     "name": name,
@@ -90,6 +85,10 @@ class PhoenixAnnotations(RetryingDelivery):
                 }
             )
         return out
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        result = record["result"]
+        return record["name"], (result.get("score"), result.get("label"))
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         # sync=False: Phoenix queues an annotation whose span it has not stored yet.
