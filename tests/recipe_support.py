@@ -58,14 +58,34 @@ class RecipeRun:
     def flush(self) -> None:
         (self.handler.flush if self.handler else self.processor.force_flush)()
 
-    def record_outcomes(self, tasks) -> None:
+    def record_outcomes(self, tasks, every_run: bool = False) -> None:
+        """Each clean run's grade; every_run: a grading job that grades every task, excluded and
+        censored runs too (whose outcomes scoring ignores: nothing may be exported twice for them)."""
         for task in tasks:
-            if task.expected(HORIZON, repairs=False).stop_reason is StopReason.CLEAN:
+            if every_run or task.expected(HORIZON, repairs=False).stop_reason is StopReason.CLEAN:
                 (self.handler or self.processor).record_outcome(task.task_id, success=task.outcome)
         self.flush()
 
 
-def expected_score(record: TrajectoryRecord, rule: str, outcomes: dict[str, bool]) -> float:
-    """The verbal predictor's TPS under `rule`, computed independently (q_Z ~ 0 for a censored run)."""
+def expected_score(record: TrajectoryRecord, rule: str, outcomes: dict[str, bool], predictor: str = "verbal") -> float:
+    """A predictor's TPS under `rule`, computed independently (q_Z ~ 0 for a censored run)."""
     eta = float(outcomes[record.trajectory_id]) if record.stop_reason is StopReason.CLEAN else 0.0
-    return expected_tps(record, "verbal", rule, eta)
+    return expected_tps(record, predictor, rule, eta)
+
+
+def usable_predictors(record: TrajectoryRecord) -> list[str]:
+    """Predictors with a forecast at every step (the only ones a run is scored with)."""
+    if not record.steps:
+        return []
+    return [p for p in record.steps[0].forecasts if all(s.forecasts.get(p) is not None for s in record.steps)]
+
+
+def expected_score_names(record: TrajectoryRecord, rules) -> dict[str, tuple[str, str]]:
+    """Exported name -> (predictor, rule): `tps.<rule>` is always verbal, others carry their predictor."""
+    if record.stop_reason not in SCORED:
+        return {}
+    return {
+        (f"tps.{rule}" if p == "verbal" else f"tps.{rule}.{p}"): (p, rule)
+        for p in usable_predictors(record)
+        for rule in rules
+    }

@@ -22,7 +22,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_support import agent_for, instrumented
-from recipe_support import SCORED, RecipeRun, Subset, expected_score, load_recipe
+from recipe_support import RecipeRun, Subset, expected_score, expected_score_names, load_recipe
 from world_check import sink_records
 
 from tps_tracer import Accumulator
@@ -79,7 +79,7 @@ class Pipeline(RecipeRun):
 
 
 def expected_assessments(records) -> int:
-    return sum(1 + len(RULES) * (r.stop_reason in SCORED) for r in records.values())
+    return sum(1 + len(expected_score_names(r, RULES)) for r in records.values())
 
 
 def root_of(trace):
@@ -100,8 +100,8 @@ def check_assessments(info, root_span_id: str, record, outcomes) -> int:
     """Every assessment on the run's trace sits on the agent root and equals the record's score
     (computed independently); each is written once. Returns the number of score assessments."""
     names = sorted(a.name for a in info.assessments)
-    want = [STOP_ASSESSMENT] + ([f"tps.{r}" for r in RULES] if record.stop_reason in SCORED else [])
-    assert names == sorted(want), names  # retries included, nothing written twice
+    meaning = expected_score_names(record, RULES)
+    assert names == sorted([STOP_ASSESSMENT, *meaning]), names  # retries included, nothing written twice
     scores = 0
     for a in info.assessments:
         assert a.span_id == root_span_id
@@ -111,9 +111,9 @@ def check_assessments(info, root_span_id: str, record, outcomes) -> int:
         if a.name == STOP_ASSESSMENT:
             assert a.value == record.stop_reason.value
             continue
-        rule = a.name.removeprefix("tps.")
-        assert a.value == pytest.approx(expected_score(record, rule, outcomes), abs=1e-12)
-        assert a.metadata["censoring"] == "simple" and a.metadata["predictor"] == "verbal"
+        predictor, rule = meaning[a.name]  # one name, one predictor
+        assert a.value == pytest.approx(expected_score(record, rule, outcomes, predictor), abs=1e-12)
+        assert a.metadata["censoring"] == "simple" and a.metadata["predictor"] == predictor
         scores += 1
     return scores
 
@@ -126,7 +126,7 @@ def test_scores_read_back_from_mlflow(mlflow_server, world, tmp_path, capture):
     t0 = time.monotonic()
     with instrumented(pipe.provider, hide_inputs=True):
         pipe.run(agent, inputs, world)
-    pipe.record_outcomes(world)
+    pipe.record_outcomes(world, every_run=True)  # excluded runs graded too: nothing written twice for them
     assert pipe.tps.flush(60)
     print(f"run + export + assessments {time.monotonic() - t0:.1f} s; {pipe.assessments.status()}")
     records = sink_records(pipe.sink)
@@ -146,7 +146,7 @@ def test_scores_read_back_from_mlflow(mlflow_server, world, tmp_path, capture):
         trace = client.get_trace(mlflow_trace_id(link))
         assert root_of(trace).span_id == link.span_hex
         check_evaluation_span(trace, records[tid])
-    assert scores == len(RULES) * sum(r.stop_reason in SCORED for r in records.values()) > 0
+    assert scores == sum(len(expected_score_names(r, RULES)) for r in records.values()) > 0
     status = pipe.assessments.status()
     assert status["sent"] == expected_assessments(records)
     assert status["pending"] == 0 and status["failed_attempts"] == 0 and status["gave_up"] == 0
@@ -197,7 +197,7 @@ def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up
     orphan(dataclasses.replace(scores[0], metadata={"otel_trace_id": ghost.trace_hex, "otel_span_id": ghost.span_hex}))
     assert orphan.flush(30)
     lost = orphan.status()
-    assert lost["gave_up"] == len(orphan.items(scores[0], ghost)) and lost["sent"] == 0
+    assert lost["gave_up"] == len(orphan.items(scores[0], ghost)) and lost["sent"] == 0  # items(): all, sent or not
     assert "RESOURCE_DOES_NOT_EXIST" in lost["last_error"]
     for exporter_ in (assessments, orphan):
         exporter_.close()

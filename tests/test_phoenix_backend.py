@@ -18,12 +18,14 @@ import phoenix.client as phoenix_client
 import pytest
 from backends.phoenix_server import PhoenixServer
 from otel_support import agent_for, instrumented
-from recipe_support import SCORED, RecipeRun, Subset, expected_score, load_recipe
+from recipe_support import RecipeRun, Subset, expected_score, expected_score_names, load_recipe
 from world_check import sink_records
 
 from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
+
+RULES = ("log", "brier", "beta(2,4)")  # the accumulator's default rules
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +119,9 @@ def check_annotations(annotations, roots, world) -> int:
         if ann["name"] == "tps.stop_reason":
             assert ann["result"]["label"] == rec.stop_reason.value
             continue
-        rule = ann["name"].removeprefix("tps.")
-        assert ann["result"]["score"] == pytest.approx(expected_score(rec, rule, outcomes), abs=1e-12)
+        predictor, rule = expected_score_names(rec, RULES)[ann["name"]]  # one name, one predictor
+        assert ann["metadata"]["predictor"] == predictor
+        assert ann["result"]["score"] == pytest.approx(expected_score(rec, rule, outcomes, predictor), abs=1e-12)
         assert ann["annotator_kind"] == "CODE"
         checked += 1
     return checked
@@ -132,7 +135,7 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     t0 = time.monotonic()
     with instrumented(pipe.provider, hide_inputs=True):
         pipe.run(agent, inputs, world)
-    pipe.record_outcomes(world)
+    pipe.record_outcomes(world, every_run=True)  # excluded runs graded too: no second evaluation span
     pipe.provider.force_flush()
     assert pipe.annotations.flush(30)
     t1 = time.monotonic()
@@ -142,12 +145,12 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     print(f"run+export {t1 - t0:.1f} s, Phoenix ingestion {time.monotonic() - t1:.1f} s")
     got = {e["attributes"]["tps.trajectory_id"] for e in evaluations}
     assert len(evaluations) == len(records), [(t, r.stop_reason.value) for t, r in records.items() if t not in got]
-    scored = sum(r.stop_reason in SCORED for r in records.values())
+    scored = sum(len(expected_score_names(r, RULES)) for r in records.values())
     deadline = time.monotonic() + 30
-    while (n := check_scores(client, pipe.project, spans, evaluations, records, world)) < 3 * scored:
+    while (n := check_scores(client, pipe.project, spans, evaluations, records, world)) < scored:
         assert time.monotonic() < deadline, (n, scored)
         time.sleep(0.5)
-    assert n == 3 * scored  # log, brier, beta(2,4) on each scored run's root span
+    assert n == scored  # each rule x usable predictor on each scored run's root span, one name each
     status = pipe.annotations.status()
     assert status["pending"] == 0 and status["failed_attempts"] == 0 and status["dropped"] == 0
     pipe.acc.close()
@@ -192,7 +195,7 @@ def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
     # (The second half's spans were sent during the outage; the SDK's OTLP exporter gives up
     # on them after its retries, which is why the JSON Lines sink is the durable record.)
     roots = {pipe.processor.links.get(t).span_hex: records[t] for t in first.tasks}
-    want = len(roots) + 3 * sum(r.stop_reason in SCORED for r in roots.values())
+    want = len(roots) + sum(len(expected_score_names(r, RULES)) for r in roots.values())
     assert wait_for_annotations(client, pipe.project, set(roots), want) == want
     annotations = client.spans.get_span_annotations(span_ids=list(roots), project_identifier=pipe.project, limit=10_000)
     assert check_annotations(annotations, roots, world) == want - len(roots)

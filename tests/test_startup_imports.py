@@ -42,7 +42,16 @@ def test_import_tps_tracer_loads_nothing_heavy() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["gate", "--help"], ["report", "--help"], ["convert", "--help"], ["demo", "--help"], ["nope"]],
+    [
+        ["--help"],
+        ["gate", "--help"],
+        ["report", "--help"],
+        ["convert", "--help"],
+        ["demo", "--help"],
+        ["export", "--help"],
+        ["import", "--help"],
+        ["nope"],
+    ],
 )
 def test_help_and_usage_errors_load_nothing_heavy(argv: list[str]) -> None:
     code = (

@@ -19,6 +19,10 @@ SIMPLE = "simple"
 EXACT = "exact"
 CENSORING_MODES = (COMPLETE_ONLY, SIMPLE, EXACT)
 
+# The predictor whose scores exporters publish under the plain names (`tps.log`, ...): one fixed
+# choice per exporter, so a name means one predictor on every run (online/trajectory_score.py).
+HEADLINE_PREDICTOR = "verbal"
+
 # Quantile bins of T-ECE and the reliability diagram (evaluation/diagnostics.py).
 DEFAULT_ECE_BINS = 10
 

@@ -12,7 +12,8 @@
 What lands in MLflow, per agent run: a trace (`tr-<OpenTelemetry trace id>`) with the
 agent's spans, sent over OTLP/HTTP to the tracking server's /v1/traces endpoint; a
 `tps.evaluation` child span of the run's root in that trace; and assessments (feedback,
-source CODE) on the root span: `tps.log` / `tps.brier` / ... with the TPS as value, and
+source CODE) on the root span: `tps.log` / `tps.brier` / ... (headline predictor, `verbal`;
+others as `tps.log.token_prob`, ...) with the TPS as value, and
 `tps.stop_reason`. The JSON Lines sink is the durable record; `tps.assessments.status()`
 reports delivery (retried while MLflow is down). With the LangChain handler doing the
 capture instead, pass `capture="handler"` and add `tps.handler` to the agent's callbacks.

@@ -9,7 +9,8 @@
 
 What lands in Phoenix, per agent run: the agent's spans (OTLP/HTTP), a `tps.evaluation`
 child span of the run's root in the same trace, and span annotations on that root
-(`tps.log` / `tps.brier` / ... score and label, `tps.stop_reason`). The JSON Lines sink is
+(`tps.log` / `tps.brier` / ... score and label for the headline predictor, `verbal`; others
+as `tps.log.token_prob`, ...; `tps.stop_reason`). The JSON Lines sink is
 the durable record; `tps.annotations.status()` reports delivery (retried while Phoenix is down).
 With the LangChain handler doing the capture instead, pass `capture="handler"` and add
 `tps.handler` to the agent's callbacks.

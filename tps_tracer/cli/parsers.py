@@ -22,6 +22,7 @@ from tps_tracer.constants import (
     DEFAULT_SEED,
     DEMO_SEED,
     DEMO_TASKS,
+    HEADLINE_PREDICTOR,
     MAX_REPLICATES,
     SIMPLE,
     UNRESOLVED_POLICIES,
@@ -73,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_censoring_parser(sub)
     add_plot_parser(sub)
     add_convert_parser(sub)
+    add_export_parser(sub)
+    add_import_parser(sub)
     for command in sub.choices.values():  # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.formatter_class = DefaultsHelpFormatter
@@ -272,3 +275,41 @@ def add_convert_parser(sub: Any) -> None:
     c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
     c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
     c.set_defaults(func=Command("convert_cmd", "cmd_convert"))
+
+
+def add_export_parser(sub: Any) -> None:
+    e = sub.add_parser(
+        "export",
+        help="push a records file's scores (late outcomes and q_z applied) to their traces: phoenix, mlflow, otlp",
+    )
+    e.add_argument("records", help="trajectory JSON Lines (with resolution lines) whose metadata names otel_trace_id")
+    e.add_argument("--to", choices=["phoenix", "mlflow", "otlp"], required=True, help="where the traces are")
+    e.add_argument(
+        "--endpoint",
+        help="Phoenix base URL (default http://127.0.0.1:6006), MLflow tracking URI (default: MLFLOW_TRACKING_URI), "
+        "or OTLP/HTTP endpoint (default http://127.0.0.1:4318)",
+    )
+    e.add_argument("--predictor", default=HEADLINE_PREDICTOR, help="the headline predictor: scores named tps.<rule>")
+    e.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules")
+    e.add_argument("--weights", default="linear-front", help="the weight schedule of every exported score")
+    e.add_argument("--censoring", choices=CENSORING_MODES, default=SIMPLE, help="censoring mode of every score")
+    e.add_argument(
+        "--resource",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--to otlp: resource attribute of the evaluation spans (repeatable), e.g. "
+        "openinference.project.name=my-project for Phoenix",
+    )
+    e.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for delivery (and for MLflow traces)")
+    e.add_argument("--json", action="store_true", help="print the summary as JSON")
+    e.set_defaults(func=Command("export_cmd", "cmd_export"))
+
+
+def add_import_parser(sub: Any) -> None:
+    i = sub.add_parser("import", help="turn stored traces (OTLP JSON, the Collector file exporter's) into records")
+    i.add_argument("traces", nargs="+", help="OTLP JSON files: one ExportTraceServiceRequest per line")
+    i.add_argument("-o", "--output", required=True, help="the records file to write (JSON Lines)")
+    i.add_argument("--horizon", type=int, help="step budget of every run (a run's tps_horizon metadata overrides it)")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.set_defaults(func=Command("import_cmd", "cmd_import"))

@@ -55,6 +55,7 @@ from langchain_core.outputs import LLMResult
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
+from tps_tracer.langchain.otel_context import current_span_ids, instrumentor_span_ids
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.langchain.stream_budget import (
     StreamBudget,
@@ -100,6 +101,8 @@ class _Run:
     last_seen: float = 0.0  # the clock at its last callback (the idle rule)
     interrupted: bool = False  # a node raised LangGraph's interrupt: the root's end is a pause
     ended: bool = False  # finished (once: an idle sweep may race the run's own end)
+    trace_ids: dict[str, str] | None = None  # the OpenTelemetry span current at the run's start
+    instrumentor_checked: bool = False  # the instrumentor's own span for the root was looked up
 
 
 def _tool_arguments(calls: Sequence[Any]) -> list[Any] | None:
@@ -353,7 +356,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             # An empty id ("" from a template with nothing filled in) is no id: the run keeps its own.
             self.health.count("ignored", "empty_trajectory_id")
         tid = wanted if wanted is not None else str(run_id)
-        run = _Run(self.tracker.open(tid, metadata), run_id, [run_id], last_seen=now)
+        run = _Run(self.tracker.open(tid, metadata), run_id, [run_id], last_seen=now, trace_ids=current_span_ids())
         if tid in self._by_tid:
             self.health.count("rejected", "duplicate_trajectory_id", f"{tid!r} is already open; both are tracked")
         self._runs[run_id] = run
@@ -527,7 +530,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     if self.tracker.worker.closed:
                         self.health.count("dropped", "after_close", "the handler is closed")
                         return
-                    run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None)
+                    run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None, trace_ids=current_span_ids())
+            if not run.instrumentor_checked and run.root is not None:
+                run.instrumentor_checked = True  # once per run: its root span exists by its first model call
+                run.trace_ids = instrumentor_span_ids(run.root) or run.trace_ids
             self._runs[run_id] = run
             run.run_ids.append(run_id)
             run.last_seen = self._clock()
@@ -709,7 +715,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
             final_text=text if isinstance(text, str) else None,
-            extra=None if thread is None else {"thread_id": str(thread)},
+            extra={**(run.trace_ids or {}), **({} if thread is None else {"thread_id": str(thread)})} or None,
         )
         if decision is not None:
             self.last_trajectory_id = state.tid

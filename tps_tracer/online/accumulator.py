@@ -398,7 +398,13 @@ class Accumulator(SummaryFolding):
                 status, written = self._apply_resolution(trajectory_id, y, q)
                 row = self._rows.row_of.get(trajectory_id, _RESERVED)
                 if written and self._listeners and row != _RESERVED:
-                    scores.append(self._score_of(trajectory_id, row))
+                    score = self._score_of(trajectory_id, row)
+                    # Only what changes a score is news: an outcome for an excluded or censored run
+                    # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
+                    if ("outcome" in written and score.role is Role.COMPLETE) or (
+                        "q_z" in written and score.role is Role.CENSORED
+                    ):
+                        scores.append(score)
                 if self.mode == "summary" and written and row != _RESERVED:
                     self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
                     if self._resolved_rows >= self.batch_size:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE, eta_by_mode
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import mix
@@ -79,13 +80,15 @@ class TrajectoryScore:
 
     def primary(
         self,
-        predictor: str | None = None,
+        predictor: str = HEADLINE_PREDICTOR,
         rule: str | None = None,
         weights: str | None = None,
         censoring: str = SIMPLE,
     ) -> ScoreValue | None:
-        """The headline score: the given predictor / rule / schedule, else the first of each (the
-        accumulator's configured order), under `censoring` (for complete runs every mode is equal)."""
+        """The headline score: `predictor` (fixed, never the run's first usable one: an exported name
+        must mean one predictor on every run; None when this run cannot use it), `rule` / `weights`
+        else the first of each (the accumulator's configured order, the same on every run), under
+        `censoring` (for complete runs every mode is equal)."""
         for v in self.values():
             if (
                 (predictor is None or v.predictor == predictor)

@@ -26,11 +26,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tps_tracer.online.trajectory_score import TrajectoryScore
+from tps_tracer.otel.score_names import SentScores
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 logger = logging.getLogger("tps_tracer")
@@ -64,6 +65,7 @@ class RetryingDelivery:
         not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
     ):
         self.links = links if links is not None else TraceLinks()
+        self.sent_scores = SentScores()  # one record per run and name (see identity)
         self.batch_size = batch_size
         self.retry_initial, self.retry_max = retry_initial, retry_max
         self.max_pending = max_pending
@@ -100,8 +102,23 @@ class RetryingDelivery:
     def __call__(self, score: TrajectoryScore) -> None:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self._enqueue(score, link))
 
+    def identity(self, record: Any) -> tuple[Hashable, Hashable] | None:
+        """(name, signature) of a backend record: a notification re-sends a record only when its
+        signature changed since it was last queued for this trajectory (None: always send)."""
+        return None
+
+    def new_records(self, score: TrajectoryScore, link: SpanLink) -> list[Any]:
+        """`items(score, link)` less those already queued for this trajectory with the same signature."""
+        return [
+            r
+            for r in self.items(score, link)
+            if (key := self.identity(r)) is None or self.sent_scores.is_new(score.trajectory_id, *key)
+        ]
+
     def _enqueue(self, score: TrajectoryScore, link: SpanLink) -> None:
-        records = self.items(score, link)
+        records = self.new_records(score, link)
+        if not records:
+            return
         with self._cond:
             self._queue.extend(records)
             while len(self._queue) > self.max_pending:

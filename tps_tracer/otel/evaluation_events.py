@@ -15,7 +15,8 @@ on the trajectory's agent root span:
 
 An excluded run (informative stop) has no score; it gets one record with the label
 `excluded`, its stop reason and no value, so the trace still says why it was not scored.
-A score known again later (a q_Z arriving adds the exact mode) is emitted again with it.
+A trajectory notified again later (a q_Z arriving adds the exact mode) gets records only for
+the scores that are new or changed: one record per run and score.
 
 Use it next to, or instead of, `EvaluationSpanExporter`; export with any log record
 processor (`BatchLogRecordProcessor(OTLPLogExporter(...))`). Needs opentelemetry-sdk 1.35+
@@ -41,6 +42,7 @@ from tps_tracer.otel.evaluation_spans import (
     trajectory_attributes,
     value_attributes,
 )
+from tps_tracer.otel.score_names import SentScores
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
@@ -53,6 +55,7 @@ class EvaluationEventExporter:
 
         self.logger = logger_provider.get_logger(SCOPE_NAME, __version__)
         self.links = links
+        self.sent_scores = SentScores()
         self.counts: Counter[str] = Counter()
 
     def __call__(self, score: TrajectoryScore) -> None:
@@ -68,9 +71,15 @@ class EvaluationEventExporter:
         }
         values = list(score.values())
         if not values:  # excluded: no score, but the reason is on the record
-            self._emit(context, {**common, "gen_ai.evaluation.explanation": explanation(score, None)})
+            if self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):
+                self._emit(context, {**common, "gen_ai.evaluation.explanation": explanation(score, None)})
             return
         for v in values:
+            # A later notification (q_Z adds the exact mode) re-sends only what is new or changed.
+            if not self.sent_scores.is_new(
+                score.trajectory_id, (v.predictor, v.rule, v.weights, v.censoring), (v.value, score.label)
+            ):
+                continue
             self._emit(
                 context, {**common, **value_attributes(v), "gen_ai.evaluation.explanation": explanation(score, v)}
             )

@@ -6,7 +6,8 @@ child of the agent root, in the shape of the OpenTelemetry GenAI evaluation conv
 
     span  tps.evaluation          (parent: the agent root; scope "tps_tracer")
       gen_ai.evaluation.name          "tps"
-      gen_ai.evaluation.score.value   the headline TPS (primary predictor / rule / schedule / censoring)
+      gen_ai.evaluation.score.value   the headline TPS (the exporter's fixed predictor, default "verbal",
+                                      rule / schedule / censoring); absent when the run cannot use it
       gen_ai.evaluation.score.label   success | failure | censored | excluded
       gen_ai.evaluation.explanation   what the number is, in words
       tps.*                           trajectory id, predictor, rule, weights, censoring, stop reason,
@@ -26,8 +27,10 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
 
+from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
+from tps_tracer.otel.score_names import SentScores
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
@@ -83,19 +86,10 @@ def value_facts(v: ScoreValue) -> dict[str, Any]:
     return {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
 
 
-def headline_values(
-    score: TrajectoryScore, predictor: str | None, weights: str | None, censoring: str
-) -> list[ScoreValue]:
-    """Every rule's value for the headline predictor / schedule / censoring mode (none for an excluded run)."""
-    head = score.primary(predictor, None, weights, censoring)
-    if head is None:
-        return []
-    key = (head.predictor, head.weights, head.censoring)
-    return [v for v in score.values() if (v.predictor, v.weights, v.censoring) == key]
-
-
-def explanation(score: TrajectoryScore, v: ScoreValue | None) -> str:
+def explanation(score: TrajectoryScore, v: ScoreValue | None, headline: str | None = None) -> str:
     if v is None:
+        if headline is not None and next(score.values(), None) is not None:
+            return f"no score for predictor {headline} on this run; stop reason {score.stop_reason.value}"
         return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
     return (
         f"TPS, {v.rule} rule, {v.weights} weights, {v.censoring} censoring, predictor {v.predictor}, "
@@ -109,18 +103,22 @@ class EvaluationSpanExporter:
         tracer_provider: TracerProvider,
         links: TraceLinks,
         *,
-        predictor: str | None = None,
+        predictor: str = HEADLINE_PREDICTOR,
         rule: str | None = None,
         weights: str | None = None,
         censoring: str = SIMPLE,
+        sent_scores: SentScores | None = None,
     ):
-        """The headline score is predictor / rule / weights (default: the accumulator's first of each)
-        under `censoring`; every other combination is an event on the span."""
+        """The headline score is `predictor` (fixed: the span's value means one predictor on every
+        run) / rule / weights (default: the accumulator's first of each, the same on every run)
+        under `censoring`; every other combination is an event on the span. One span per run: a
+        later notification emits another only when the headline value or label changed."""
         from tps_tracer import __version__
 
         self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self.links = links
         self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
+        self.sent_scores = sent_scores if sent_scores is not None else SentScores()
         self.counts: Counter[str] = Counter()
 
     def __call__(self, score: TrajectoryScore) -> None:
@@ -130,10 +128,15 @@ class EvaluationSpanExporter:
         parent = SpanContext(link.trace_id, link.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
         context = trace.set_span_in_context(NonRecordingSpan(parent))
         head = score.primary(self.predictor, self.rule, self.weights, self.censoring)
+        signature = (score.label, None if head is None else head.value)
+        if not self.sent_scores.is_new(score.trajectory_id, EVALUATION_SPAN, signature):
+            self.counts["unchanged"] += 1  # e.g. an outcome recorded for an excluded run
+            return
         attrs = trajectory_attributes(score)
         attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
         attrs["gen_ai.evaluation.score.label"] = score.label
-        attrs["gen_ai.evaluation.explanation"] = explanation(score, head)
+        attrs["gen_ai.evaluation.explanation"] = explanation(score, head, self.predictor)
+        attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
         if head is not None:
             attrs.update(value_attributes(head))
         span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)

@@ -9,7 +9,9 @@
 
 MLflow names a trace ingested over OTLP `tr-<32 hex digits of the OpenTelemetry trace id>`.
 Per trajectory it gets, on the agent root span: one feedback per score rule (`tps.log`,
-`tps.brier`, ...) for the headline predictor / schedule / censoring mode, value = the TPS,
+`tps.brier`, ...) for the headline predictor (fixed: "verbal" unless configured), and per rule
+for each other usable predictor (`tps.log.token_prob`, ...; score_names.py), at one schedule /
+censoring mode, each sent once per run (again only when its value changes), value = the TPS,
 rationale = what the number is, the label and other facts in metadata; and `tps.stop_reason`
 (value = the stop reason) so runs can be filtered by why they stopped. Source: CODE,
 source id `tps-tracer`.
@@ -30,10 +32,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, DEFAULT_NOT_STORED_TIMEOUT, RetryingDelivery
-from tps_tracer.otel.evaluation_spans import explanation, headline_values, score_facts, value_facts
+from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
+from tps_tracer.otel.score_names import named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 STOP_ASSESSMENT = "tps.stop_reason"
@@ -59,7 +63,7 @@ class MlflowAssessments(RetryingDelivery):
         tracking_uri: str | None = None,
         links: TraceLinks | None = None,
         *,
-        predictor: str | None = None,
+        predictor: str = HEADLINE_PREDICTOR,
         weights: str | None = None,
         censoring: str = SIMPLE,
         client: Any = None,
@@ -98,17 +102,20 @@ class MlflowAssessments(RetryingDelivery):
                 "metadata": _metadata(facts),
             }
         ]
-        for v in headline_values(score, self.predictor, self.weights, self.censoring):
+        for name, v in named_values(score, self.predictor, self.weights, self.censoring):
             out.append(
                 {
                     **where,
-                    "name": f"tps.{v.rule}",
+                    "name": name,
                     "value": v.value,
                     "rationale": explanation(score, v),
                     "metadata": _metadata({**facts, "label": score.label, **value_facts(v)}),
                 }
             )
         return out
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        return record["name"], (record["value"], record["metadata"].get("label"))
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback

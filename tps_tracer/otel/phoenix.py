@@ -6,9 +6,12 @@
     phoenix.flush(); phoenix.status()   # {"sent": ..., "pending": ..., "failed_attempts": ..., ...}
 
 Per trajectory, one annotation per score rule (`tps.log`, `tps.brier`, ...) for the headline
-predictor / schedule / censoring mode, with score = the TPS, label = success / failure /
-censored, the other `tps.*` facts in metadata, plus `tps.stop_reason` (label only) so runs
-can be filtered by why they stopped. Annotations are sent with `sync=False`: Phoenix queues
+predictor (fixed: "verbal" unless `predictor=` says otherwise) and one per rule for each other
+usable predictor (`tps.log.token_prob`, ...; see score_names.py), at one schedule / censoring
+mode, with score = the TPS, label = success / failure / censored, the other `tps.*` facts in
+metadata, plus `tps.stop_reason` (label only) so runs can be filtered by why they stopped.
+Each name is sent once per run; again only when its value changes (a late outcome).
+Annotations are sent with `sync=False`: Phoenix queues
 an annotation whose span it has not stored yet, so a score may arrive before its trace.
 
 Delivery is `RetryingDelivery`'s: off every other thread, retried with backoff while
@@ -22,10 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, RetryingDelivery
-from tps_tracer.otel.evaluation_spans import explanation, headline_values, score_facts, value_facts
+from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
+from tps_tracer.otel.score_names import named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 STOP_ANNOTATION = "tps.stop_reason"
@@ -39,7 +44,7 @@ class PhoenixAnnotations(RetryingDelivery):
         endpoint: str = "http://127.0.0.1:6006",
         links: TraceLinks | None = None,
         *,
-        predictor: str | None = None,
+        predictor: str = HEADLINE_PREDICTOR,
         weights: str | None = None,
         censoring: str = SIMPLE,
         client: Any = None,
@@ -69,10 +74,10 @@ class PhoenixAnnotations(RetryingDelivery):
                 "metadata": facts,
             }
         ]
-        for v in headline_values(score, self.predictor, self.weights, self.censoring):
+        for name, v in named_values(score, self.predictor, self.weights, self.censoring):
             out.append(
                 {
-                    "name": f"tps.{v.rule}",
+                    "name": name,
                     "annotator_kind": "CODE",
                     "span_id": link.span_hex,
                     "result": {"score": v.value, "label": score.label, "explanation": explanation(score, v)},
@@ -80,6 +85,10 @@ class PhoenixAnnotations(RetryingDelivery):
                 }
             )
         return out
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        result = record["result"]
+        return record["name"], (result.get("score"), result.get("label"))
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         # sync=False: Phoenix queues an annotation whose span it has not stored yet.

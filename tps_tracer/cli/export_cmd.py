@@ -1,0 +1,107 @@
+"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp`: a records file's scores onto their traces.
+
+The library side is `tps_tracer.otel.score_export` (what is exported, what is counted); this
+builds the backend's exporter from the options, runs it, waits for delivery and reports.
+Exit 0 when every linked run was delivered, 1 when some writes are still pending or were
+given up (the summary says how many), 2 for bad input (the error boundary's codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tps_tracer.errors import InputError
+
+
+def _resource(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--resource takes KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(listener, flush(timeout) -> bool, status()) for an OTLP/HTTP endpoint: evaluation spans."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
+    from tps_tracer.otel.score_export import ScoreSpanIds, span_key
+    from tps_tracer.otel.trace_links import TraceLinks
+
+    endpoint = args.endpoint or "http://127.0.0.1:4318"
+    url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
+    ids = ScoreSpanIds()
+    resource = Resource.create({"service.name": "tps-tracer", **_resource(args.resource)})
+    provider = TracerProvider(resource=resource, id_generator=ids)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    spans = EvaluationSpanExporter(provider, TraceLinks(), **options)
+
+    def listener(score: Any) -> None:
+        ids.key(*span_key(score))  # the same score exported again: the same span id
+        spans(score)
+
+    def flush(timeout: float) -> bool:
+        return bool(provider.force_flush(int(timeout * 1000)))
+
+    return listener, flush, lambda: {"spans": spans.counts["spans"], "endpoint": url}
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tps_tracer.records.chunks import is_parquet
+    from tps_tracer.records.jsonl import read_trajectories
+
+    if is_parquet(args.records):
+        raise InputError("export reads JSON Lines records (convert Parquet with `tps-tracer convert`)")
+    records = read_trajectories(args.records)
+    from tps_tracer.scoring.rules import parse_rules
+
+    rules = parse_rules(args.rules)  # commas inside beta(a,b) kept
+    options: dict[str, Any] = {"predictor": args.predictor, "weights": args.weights, "censoring": args.censoring}
+    if args.to == "otlp":
+        listener, flush, status = _otlp(args, options)
+        closer = None
+    elif args.to == "phoenix":
+        from tps_tracer.otel.phoenix import PhoenixAnnotations
+
+        exporter: Any = PhoenixAnnotations(args.endpoint or "http://127.0.0.1:6006", **options)
+        listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
+    else:
+        from tps_tracer.otel.mlflow_upsert import MlflowUpsert
+
+        exporter = MlflowUpsert(args.endpoint, not_stored_timeout=args.timeout, **options)
+        listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
+
+    from tps_tracer.otel.score_export import export_records
+
+    summary = export_records(records, listener, rules, [args.weights])
+    delivered = flush(args.timeout)
+    summary.delivery = status()
+    if closer is not None:
+        closer(1.0)
+    failed = not delivered or summary.delivery.get("gave_up", 0) or summary.delivery.get("dropped", 0)
+    if args.json:
+        print(json.dumps({**summary.as_dict(), "to": args.to, "complete": not failed}, indent=2))
+    print(_line(summary, args.to, failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _line(summary: Any, to: str, failed: bool) -> str:
+    parts = [f"tps-tracer: {len(summary.exported)} runs exported to {to}"]
+    if summary.without_trace:
+        shown = ", ".join(summary.without_trace[:5]) + (", ..." if len(summary.without_trace) > 5 else "")
+        parts.append(f"{len(summary.without_trace)} without trace ids ({shown})")
+    if summary.pending_outcome:
+        shown = ", ".join(summary.pending_outcome[:5]) + (", ..." if len(summary.pending_outcome) > 5 else "")
+        parts.append(f"{len(summary.pending_outcome)} clean runs still waiting for their outcome ({shown})")
+    if failed:
+        parts.append(f"delivery incomplete: {summary.delivery}")
+    return "; ".join(parts)

@@ -1,0 +1,219 @@
+"""Stored traces in OTLP JSON (the Collector file exporter's format) as SDK spans, for `tps-tracer import`.
+
+Each line of the file is one `ExportTraceServiceRequest` in OTLP's JSON encoding:
+resourceSpans[].scopeSpans[].spans[], with trace and span ids in hex, 64-bit integers as
+strings, enums as integers (names accepted too), attribute values as {"stringValue": ...},
+{"intValue": "7"}, {"doubleValue": ...}, {"boolValue": ...}, {"arrayValue": {"values": [...]}}.
+
+`read_otlp_json` turns them into `ReadableSpan`s (the SDK's own type) so that the span
+processor's own code (`TPSSpanProcessor`) reads them exactly as it reads live spans; nothing
+about runs is decided here. What cannot be read is counted, never dropped silently:
+
+    per trace    spans without a valid span id or times (skipped), attribute values that
+                 are not OpenTelemetry attribute types (kvlist, bytes: left out of the span)
+    per file     lines that are not JSON / not an ExportTraceServiceRequest, spans without
+                 a valid trace id (no run to count them against)
+
+A span whose parent is not in the file is read as the child of a remote span (the agent ran
+inside a request traced elsewhere), as the live processor sees such a span.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from tps_tracer.errors import InputError
+
+_STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
+_STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
+_KIND_NAMES = {
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+
+
+class Unreadable(InputError):
+    """A value this reader cannot turn into an OpenTelemetry attribute."""
+
+
+@dataclass
+class OtlpRead:
+    spans: list[ReadableSpan] = field(default_factory=list)
+    per_trace: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # trace hex -> counts
+    per_file: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
+
+
+def _hex_id(value: Any, digits: int) -> int | None:
+    if not isinstance(value, str) or len(value) != digits:
+        return None
+    try:
+        n = int(value, 16)
+    except ValueError:
+        return None
+    return n or None
+
+
+def _nanos(value: Any) -> int | None:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def _enum(value: Any, names: dict[str, int]) -> int:
+    if isinstance(value, str):
+        return names.get(value, 0)
+    return value if isinstance(value, int) else 0
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP AnyValue as an attribute value (arrays as tuples); Unreadable for kvlist / bytes / empty."""
+    if not isinstance(value, dict) or len(value) != 1:
+        raise Unreadable("not an AnyValue")
+    kind, v = next(iter(value.items()))
+    if kind == "stringValue" and isinstance(v, str):
+        return v
+    if kind == "boolValue" and isinstance(v, bool):
+        return v
+    if kind == "intValue" and not isinstance(v, bool):
+        return int(v)
+    if kind == "doubleValue" and isinstance(v, (int, float, str)) and not isinstance(v, bool):
+        return float(v)  # "NaN" / "Infinity" are written as strings
+    if kind == "arrayValue" and isinstance(v, dict):
+        return tuple(any_value(item) for item in v.get("values", []))
+    raise Unreadable(kind)
+
+
+def attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        try:
+            out[item["key"]] = any_value(item.get("value"))
+        except (Unreadable, KeyError, TypeError, ValueError):
+            problems["unreadable_attributes"] += 1
+    return out
+
+
+def _span(
+    raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[str, str]]
+) -> None:
+    trace_id = _hex_id(raw.get("traceId"), 32)
+    if trace_id is None:
+        out.per_file["spans_without_trace_id"] += 1
+        return
+    problems = out.per_trace[f"{trace_id:032x}"]
+    span_id = _hex_id(raw.get("spanId"), 16)
+    start, end = _nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))
+    if span_id is None or start is None or end is None or end < start:
+        problems["unreadable_spans"] += 1
+        return
+    parent_id = _hex_id(raw.get("parentSpanId"), 16) if raw.get("parentSpanId") else None
+    # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
+    remote = parent_id is not None and (raw["traceId"].lower(), raw["parentSpanId"].lower()) not in known
+    status = raw.get("status") or {}
+    events = [
+        Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
+        for e in raw.get("events") or []
+        if isinstance(e, dict)
+    ]
+    span = ReadableSpan(
+        name=str(raw.get("name", "")),
+        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+        parent=None
+        if parent_id is None
+        else SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+        resource=resource,
+        attributes=attributes(raw.get("attributes"), problems),
+        events=events,
+        kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
+        status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=scope,
+    )
+    out.spans.append(span)
+
+
+def _request(obj: Any, out: OtlpRead, pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]]) -> None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("resourceSpans"), list):
+        out.per_file["lines_not_a_trace_request"] += 1
+        return
+    for rs in obj["resourceSpans"]:
+        resource_problems: Counter[str] = Counter()
+        resource = Resource(attributes(((rs or {}).get("resource") or {}).get("attributes"), resource_problems))
+        out.per_file.update(resource_problems)
+        for ss in (rs or {}).get("scopeSpans") or []:
+            sc = (ss or {}).get("scope") or {}
+            scope = InstrumentationScope(str(sc.get("name", "")), sc.get("version") or None)
+            for raw in (ss or {}).get("spans") or []:
+                if isinstance(raw, dict):
+                    pending.append((raw, resource, scope))
+                else:
+                    out.per_file["spans_not_objects"] += 1
+
+
+def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
+    out = OtlpRead()
+    pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        out.lines += 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            out.per_file["lines_not_json"] += 1
+            continue
+        _request(obj, out, pending)
+    known = {
+        (raw["traceId"].lower(), raw["spanId"].lower())
+        for raw, _, _ in pending
+        if isinstance(raw.get("traceId"), str) and isinstance(raw.get("spanId"), str)
+    }
+    for raw, resource, scope in pending:
+        _span(raw, resource, scope, out, known)
+    return out
+
+
+def span_events(spans: list[ReadableSpan]) -> Iterator[tuple[bool, ReadableSpan]]:
+    """(is_start, span) in the order a live processor would have seen them: by time, a parent
+    starting before its children and ending after them when the clock cannot tell them apart."""
+    depth: dict[tuple[int, int], int] = {}
+    parent_of = {(s.context.trace_id, s.context.span_id): s.parent for s in spans}
+
+    def depth_of(key: tuple[int, int]) -> int:
+        d, seen = 0, set()
+        while (p := parent_of.get(key)) is not None and key not in seen:
+            seen.add(key)
+            key = (p.trace_id, p.span_id)
+            if key not in parent_of:
+                break
+            d += 1
+        return d
+
+    for s in spans:
+        depth[(s.context.trace_id, s.context.span_id)] = depth_of((s.context.trace_id, s.context.span_id))
+    events = [
+        (s.start_time or 0, 0, depth[(s.context.trace_id, s.context.span_id)], i, True, s) for i, s in enumerate(spans)
+    ]
+    events += [
+        (s.end_time or 0, 1, -depth[(s.context.trace_id, s.context.span_id)], i, False, s) for i, s in enumerate(spans)
+    ]
+    events.sort(key=lambda e: e[:4])
+    for *_, is_start, span in events:
+        yield is_start, span

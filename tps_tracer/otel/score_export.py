@@ -1,0 +1,126 @@
+"""Scores of a records file pushed to the traces they belong to, after the fact (`tps-tracer export`).
+
+Scores known later never reached the backend live: a grade appended by a grading job
+(`JsonlSink(...).resolve`), a q_z written by `tps-tracer censoring --write-records`. This
+reads the records with their resolution lines applied, scores each run on the same
+accumulator the live exporters listen to (so a number is the one the live path would have
+sent), and hands each score to the same exporters, linked by the `otel_trace_id` /
+`otel_span_id` the span processor and the LangChain handler write into every record.
+
+Runs are accounted for, never silently skipped:
+
+    exported          scored or excluded runs handed to the backend (an excluded run gets its
+                      stop reason, as live)
+    without_trace     runs whose record names no trace (ids listed): nothing to attach to
+    pending_outcome   clean runs still waiting for their grade (ids listed): no score yet
+
+Re-running is idempotent: Phoenix keeps one annotation per span and name (a second write
+replaces it), MLflow assessments are looked up and updated in place (`MlflowUpsert`), and
+OTLP evaluation spans get span ids derived from the run and its score (`ScoreSpanIds`), so
+a backend that keys spans by id (Phoenix, any store that deduplicates) stores one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.online.trajectory_score import TrajectoryScore
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.scoring.rules import ScoreRule
+
+
+@dataclass
+class ExportSummary:
+    exported: list[str] = field(default_factory=list)
+    without_trace: list[str] = field(default_factory=list)
+    pending_outcome: list[str] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)  # the accumulator's own refusals, by kind
+    delivery: dict[str, Any] = field(default_factory=dict)  # the exporter's status() after flushing
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exported": len(self.exported),
+            "without_trace": {"count": len(self.without_trace), "ids": self.without_trace},
+            "pending_outcome": {"count": len(self.pending_outcome), "ids": self.pending_outcome},
+            "rejected": self.rejected,
+            "delivery": self.delivery,
+        }
+
+
+def has_trace(record: TrajectoryRecord) -> bool:
+    md = record.metadata
+    return isinstance(md.get("otel_trace_id"), str) and isinstance(md.get("otel_span_id"), str)
+
+
+def scores_of(
+    records: Iterable[TrajectoryRecord], rules: Sequence[str | ScoreRule], weights: Sequence[str]
+) -> tuple[list[TrajectoryScore], dict[str, int]]:
+    """Each run's TrajectoryScore as the live accumulator notifies it (clean runs without a grade: none)."""
+    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
+    scores: list[TrajectoryScore] = []
+    acc.add_listener(scores.append)
+    for rec in records:
+        for step in rec.steps:
+            acc.observe(rec.trajectory_id, dict(step.forecasts))
+        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
+    acc.close()
+    return scores, dict(acc.rejected)
+
+
+def export_records(
+    records: Sequence[TrajectoryRecord],
+    exporter: Callable[[TrajectoryScore], None],
+    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)"),
+    weights: Sequence[str] = ("linear-front",),
+) -> ExportSummary:
+    """Hand every linked run's score to `exporter` (a live exporter: a listener); see the module docstring."""
+    summary = ExportSummary()
+    linked = []
+    for rec in records:
+        if not has_trace(rec):
+            summary.without_trace.append(rec.trajectory_id)
+        elif rec.is_pending:
+            summary.pending_outcome.append(rec.trajectory_id)
+        else:
+            linked.append(rec)
+    scores, summary.rejected = scores_of(linked, rules, weights)
+    for score in scores:
+        exporter(score)
+        summary.exported.append(score.trajectory_id)
+    return summary
+
+
+class ScoreSpanIds(IdGenerator):
+    """An OpenTelemetry id generator whose next span id is derived from the score being exported.
+
+    `key(...)` sets what the next span id is derived from (the run, its label and value); the
+    same score exported twice gets the same span id, which a store keyed by span id keeps once.
+    Trace ids are never generated here (an evaluation span joins its run's trace)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._key = b""
+        self._random = random.Random()
+
+    def key(self, *parts: object) -> None:
+        self._key = repr(parts).encode()
+
+    def generate_span_id(self) -> int:
+        if not self._key:
+            return self._random.getrandbits(64) or 1
+        return int.from_bytes(hashlib.sha256(self._key).digest()[:8], "big") or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
+def span_key(score: TrajectoryScore) -> tuple[object, ...]:
+    """What an evaluation span's content depends on: the run and what picks its eta."""
+    return (score.trajectory_id, score.stop_reason.value, score.outcome, score.q_z)
