@@ -64,7 +64,7 @@ from tps_tracer.langchain.stream_budget import (
     closed_by_caller,
 )
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.adapter import TrackedAdapter
+from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
     OUTCOME_KEY,
@@ -437,6 +437,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     # ------------------------------------------------------------------ chain events
 
+    @never_raises("on_chain_start")
     def on_chain_start(
         self,
         serialized: dict[str, Any] | None,
@@ -447,70 +448,61 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        try:
-            if self._late(parent_run_id, child=run_id):
-                return
-            now = self._clock()
-            with self._lock:
-                self._open(run_id, parent_run_id, metadata, now)
-                crowded = len(self._roots) > self.max_open
-            if crowded and not self._warned_open:
-                self._warned_open = True
-                logger.warning(
-                    "tps-tracer: more than %d runs open at once (max_open); none is cut short, but if your "
-                    "harness never ends its runs, memory grows until they idle out (idle_timeout=%s s)",
-                    self.max_open,
-                    self.idle_timeout,
-                )
-            if now - self._last_sweep >= self._sweep_every:
-                self.sweep(now)
-        except Exception as exc:
-            self._fail("on_chain_start", exc)
+        if self._late(parent_run_id, child=run_id):
+            return
+        now = self._clock()
+        with self._lock:
+            self._open(run_id, parent_run_id, metadata, now)
+            crowded = len(self._roots) > self.max_open
+        if crowded and not self._warned_open:
+            self._warned_open = True
+            logger.warning(
+                "tps-tracer: more than %d runs open at once (max_open); none is cut short, but if your "
+                "harness never ends its runs, memory grows until they idle out (idle_timeout=%s s)",
+                self.max_open,
+                self.idle_timeout,
+            )
+        if now - self._last_sweep >= self._sweep_every:
+            self.sweep(now)
 
+    @never_raises("on_chain_end")
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            run = self._roots.get(run_id)
-            if run is not None and run.interrupted:
-                with self._lock:
-                    if self._roots.get(run_id) is run:
-                        self._pause(run)
-            elif run is not None:
-                self._end(run, outputs=outputs, error=None)
-            else:
-                self._late(run_id)
-        except Exception as exc:
-            self._fail("on_chain_end", exc)
+        run = self._roots.get(run_id)
+        if run is not None and run.interrupted:
+            with self._lock:
+                if self._roots.get(run_id) is run:
+                    self._pause(run)
+        elif run is not None:
+            self._end(run, outputs=outputs, error=None)
+        else:
+            self._late(run_id)
 
+    @never_raises("on_chain_error")
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            interrupt = any(c.__name__ in _INTERRUPTS for c in type(error).__mro__)
-            run = self._roots.get(run_id)
-            if run is not None and (interrupt or run.interrupted):
-                with self._lock:
-                    if self._roots.get(run_id) is run:
-                        self._pause(run)
-            elif run is not None:
-                self._end(run, outputs=None, error=error)
-            elif interrupt:
-                with self._lock:
-                    inner = self._runs.get(run_id)
-                    if inner is not None:
-                        inner.interrupted = True
-            elif self._late(run_id):
-                return
-            elif isinstance(error, OutputParserException):
-                with self._lock:
-                    self._mark_malformed(run_id)
-        except Exception as exc:
-            self._fail("on_chain_error", exc)
+        interrupt = any(c.__name__ in _INTERRUPTS for c in type(error).__mro__)
+        run = self._roots.get(run_id)
+        if run is not None and (interrupt or run.interrupted):
+            with self._lock:
+                if self._roots.get(run_id) is run:
+                    self._pause(run)
+        elif run is not None:
+            self._end(run, outputs=None, error=error)
+        elif interrupt:
+            with self._lock:
+                inner = self._runs.get(run_id)
+                if inner is not None:
+                    inner.interrupted = True
+        elif self._late(run_id):
+            return
+        elif isinstance(error, OutputParserException):
+            with self._lock:
+                self._mark_malformed(run_id)
 
+    @never_raises("on_agent_action")
     def on_agent_action(self, action: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            if getattr(action, "tool", None) == PARSE_RETRY_TOOL:
-                with self._lock:
-                    self._mark_malformed(run_id)
-        except Exception as exc:
-            self._fail("on_agent_action", exc)
+        if getattr(action, "tool", None) == PARSE_RETRY_TOOL:
+            with self._lock:
+                self._mark_malformed(run_id)
 
     # ------------------------------------------------------------------ model events
 
@@ -541,6 +533,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             if budget is not None:
                 budget.calls += 1
 
+    @never_raises("on_chat_model_start")
     def on_chat_model_start(
         self,
         serialized: dict[str, Any] | None,
@@ -551,11 +544,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        try:
-            self._llm_start(run_id, parent_run_id, metadata)
-        except Exception as exc:
-            self._fail("on_chat_model_start", exc)
+        self._llm_start(run_id, parent_run_id, metadata)
 
+    @never_raises("on_llm_start")
     def on_llm_start(
         self,
         serialized: dict[str, Any] | None,
@@ -566,61 +557,53 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        try:
-            self._llm_start(run_id, parent_run_id, metadata)
-        except Exception as exc:
-            self._fail("on_llm_start", exc)
+        self._llm_start(run_id, parent_run_id, metadata)
 
+    @never_raises("on_llm_new_token")
     def on_llm_new_token(self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
         # Streamed chunks carry one logprobs entry each; kept in case the final result lacks them.
-        try:
-            lp = kwargs.get("logprobs")
-            if lp is None and chunk is not None:
-                lp = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
-                if lp is None:
-                    message = getattr(chunk, "message", None)
-                    lp = (getattr(message, "response_metadata", None) or {}).get("logprobs")
-            if lp and run_id in self._runs:  # only for model calls of a trajectory we track
-                entries = lp.get("content") if isinstance(lp, Mapping) else lp
-                if isinstance(entries, list) and entries:
-                    kept = self._streamed.setdefault(run_id, [])
-                    if len(kept) < _STREAM_ENTRY_LIMIT:
-                        kept.extend(entries)
-        except Exception as exc:
-            self._fail("on_llm_new_token", exc)
+        lp = kwargs.get("logprobs")
+        if lp is None and chunk is not None:
+            lp = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
+            if lp is None:
+                message = getattr(chunk, "message", None)
+                lp = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+        if lp and run_id in self._runs:  # only for model calls of a trajectory we track
+            entries = lp.get("content") if isinstance(lp, Mapping) else lp
+            if isinstance(entries, list) and entries:
+                kept = self._streamed.setdefault(run_id, [])
+                if len(kept) < _STREAM_ENTRY_LIMIT:
+                    kept.extend(entries)
 
+    @never_raises("on_llm_end")
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            streamed = self._streamed.pop(run_id, None)
-            run = self._runs.get(run_id)
-            if run is None:
-                self._late(run_id)
-                return
-            raw, malformed = _llm_output(response)
-            if streamed and len(streamed) > _n_entries(raw.logprobs):
-                raw = RawStep(raw.text, {"content": streamed}, raw.tool_arguments)
-            with self._lock:
-                self._commit(run)  # the previous output was not rejected by a parser: decide it
-                run.pending, run.pending_malformed = raw, malformed
-                run.last_seen = self._clock()
-        except Exception as exc:
-            self._fail("on_llm_end", exc)
+        streamed = self._streamed.pop(run_id, None)
+        run = self._runs.get(run_id)
+        if run is None:
+            self._late(run_id)
+            return
+        raw, malformed = _llm_output(response)
+        if streamed and len(streamed) > _n_entries(raw.logprobs):
+            raw = RawStep(raw.text, {"content": streamed}, raw.tool_arguments)
+        with self._lock:
+            self._commit(run)  # the previous output was not rejected by a parser: decide it
+            run.pending, run.pending_malformed = raw, malformed
+            run.last_seen = self._clock()
 
+    @never_raises("on_llm_error")
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            self._streamed.pop(run_id, None)
-            with self._lock:
-                run = self._runs.get(run_id)
-                if run is not None:
-                    self._commit(run)
-                    self.tracker.failed_call(run.state)
-            if run is None:
-                self._late(run_id)
-        except Exception as exc:
-            self._fail("on_llm_error", exc)
+        self._streamed.pop(run_id, None)
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None:
+                self._commit(run)
+                self.tracker.failed_call(run.state)
+        if run is None:
+            self._late(run_id)
 
     # ------------------------------------------------------------------ tool events
 
+    @never_raises("on_tool_start")
     def on_tool_start(
         self,
         serialized: dict[str, Any] | None,
@@ -630,41 +613,34 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        try:
-            if self._late(parent_run_id, child=run_id):
-                return
-            with self._lock:
-                run = self._runs.get(parent_run_id) if parent_run_id is not None else None
-                if run is not None:
-                    self._runs[run_id] = run
-                    run.run_ids.append(run_id)
-                    run.last_seen = self._clock()
-        except Exception as exc:
-            self._fail("on_tool_start", exc)
+        if self._late(parent_run_id, child=run_id):
+            return
+        with self._lock:
+            run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            if run is not None:
+                self._runs[run_id] = run
+                run.run_ids.append(run_id)
+                run.last_seen = self._clock()
 
+    @never_raises("on_tool_end")
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
-            if self._gone and run_id in self._gone:
-                self._late(run_id)
-                return
-            if isinstance(output, ToolMessage) and output.status == "error":
-                with self._lock:
-                    run = self._runs.get(run_id)
-                    if run is not None:
-                        run.state.tool_failed(ended_run=False)  # handled by the agent: counted, not a stop
-        except Exception as exc:
-            self._fail("on_tool_end", exc)
-
-    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        try:
+        if self._gone and run_id in self._gone:
+            self._late(run_id)
+            return
+        if isinstance(output, ToolMessage) and output.status == "error":
             with self._lock:
                 run = self._runs.get(run_id)
                 if run is not None:
-                    run.state.tool_failed()
-            if run is None:
-                self._late(run_id)
-        except Exception as exc:
-            self._fail("on_tool_error", exc)
+                    run.state.tool_failed(ended_run=False)  # handled by the agent: counted, not a stop
+
+    @never_raises("on_tool_error")
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None:
+                run.state.tool_failed()
+        if run is None:
+            self._late(run_id)
 
     # ------------------------------------------------------------------ the end of a trajectory
 

@@ -75,7 +75,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.adapter import TrackedAdapter
+from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
@@ -236,17 +236,13 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     # ------------------------------------------------------------------ the agent's path
 
+    @never_raises("on_start")
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        try:
-            self._handoff((APPLY, self._track_start, span))
-        except Exception as exc:
-            self._fail("on_start", exc)
+        self._handoff((APPLY, self._track_start, span))
 
+    @never_raises("on_end")
     def on_end(self, span: ReadableSpan) -> None:
-        try:
-            self._handoff((APPLY, self._track_end, span))
-        except Exception as exc:
-            self._fail("on_end", exc)
+        self._handoff((APPLY, self._track_end, span))
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
         """A span event given up (counted by the worker): mark its trace, in order, on the worker."""
@@ -263,91 +259,87 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     # ------------------------------------------------------------------ the worker: per-span bookkeeping
 
+    @never_raises("on_start")
     def _track_start(self, span: ReadableSpan) -> None:
-        try:
-            scope = span.instrumentation_scope
-            if scope is not None and scope.name == SCOPE_NAME:
-                return
-            trace_id = span.context.trace_id
-            now = self._clock()
-            with self._lock:
-                st = self._traces.get(trace_id)
-                overflow = False
-                if st is None and not (self._gone and trace_id in self._gone):
-                    st = self._traces[trace_id] = _Trace()
-                    overflow = len(self._traces) > self.max_open_traces and not self._warned_open
-                if st is not None:
-                    st.open += 1
-                    st.last_seen = now
-            if st is None:
-                self._late_span()
-                return
-            if overflow:
-                self._warned_open = True
-                logger.warning(
-                    "tps-tracer: more than %d traces open at once (max_open_traces); none is cut short, but "
-                    "traces that never end stay in memory until they idle out (idle_timeout=%s s)",
-                    self.max_open_traces,
-                    self.idle_timeout,
-                )
-        except Exception as exc:
-            self._fail("on_start", exc)
-
-    def _track_end(self, span: ReadableSpan) -> None:
-        try:
-            scope = span.instrumentation_scope
-            if scope is not None and scope.name == SCOPE_NAME:
-                return
-            llm = sr.is_llm_span(_attribute_dict(span))
-            parent = span.parent
-            if self.root_matcher is None:
-                is_root = parent is None or parent.is_remote
-            else:
-                is_root = bool(self.root_matcher(span))
-            # langchain-classic AgentExecutor retries malformed output through an "_Exception" tool run.
-            failed = span.status.status_code is StatusCode.ERROR or span.name == PARSE_RETRY_TOOL
-            finish: _Trace | None = None
-            context = span.context
-            trace_id = context.trace_id
-            now = self._clock()
-            with self._lock:
-                st = self._traces.get(trace_id)
-                if st is None:
-                    if self._gone and trace_id in self._gone:
-                        if is_root:
-                            del self._gone[trace_id]  # the run's end: nothing more will come from it
-                        self._late_span()
-                    else:
-                        self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
-                    return
-                st.open -= 1
+        scope = span.instrumentation_scope
+        if scope is not None and scope.name == SCOPE_NAME:
+            return
+        trace_id = span.context.trace_id
+        now = self._clock()
+        with self._lock:
+            st = self._traces.get(trace_id)
+            overflow = False
+            if st is None and not (self._gone and trace_id in self._gone):
+                st = self._traces[trace_id] = _Trace()
+                overflow = len(self._traces) > self.max_open_traces and not self._warned_open
+            if st is not None:
+                st.open += 1
                 st.last_seen = now
-                if llm:
-                    if parent is not None:
-                        st.callers.setdefault(parent.span_id, None)
-                elif st.callers and context.span_id in st.callers:
-                    st.callers[context.span_id] = span
-                if llm or (failed and not is_root):
-                    if len(st.llm) + len(st.failures) < self.max_spans_per_trace:
-                        (st.llm if llm else st.failures).append(span)
-                    else:
-                        st.dropped += 1
-                if is_root:
-                    st.root = span
+        if st is None:
+            self._late_span()
+            return
+        if overflow:
+            self._warned_open = True
+            logger.warning(
+                "tps-tracer: more than %d traces open at once (max_open_traces); none is cut short, but "
+                "traces that never end stay in memory until they idle out (idle_timeout=%s s)",
+                self.max_open_traces,
+                self.idle_timeout,
+            )
+
+    @never_raises("on_end")
+    def _track_end(self, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope
+        if scope is not None and scope.name == SCOPE_NAME:
+            return
+        llm = sr.is_llm_span(_attribute_dict(span))
+        parent = span.parent
+        if self.root_matcher is None:
+            is_root = parent is None or parent.is_remote
+        else:
+            is_root = bool(self.root_matcher(span))
+        # langchain-classic AgentExecutor retries malformed output through an "_Exception" tool run.
+        failed = span.status.status_code is StatusCode.ERROR or span.name == PARSE_RETRY_TOOL
+        finish: _Trace | None = None
+        context = span.context
+        trace_id = context.trace_id
+        now = self._clock()
+        with self._lock:
+            st = self._traces.get(trace_id)
+            if st is None:
+                if self._gone and trace_id in self._gone:
+                    if is_root:
+                        del self._gone[trace_id]  # the run's end: nothing more will come from it
+                    self._late_span()
                 else:
-                    st.last_ended = span
-                if st.root is not None and (st.open <= 0 or self.root_matcher is not None):
-                    finish = self._detach(trace_id, st)
-                elif st.open <= 0 and st.root is None and not st.llm:
-                    del self._traces[trace_id]  # nothing of an agent run in it
-                self._ended += 1
-                sweep = self._ended % _SWEEP_EVERY_SPANS == 0
-            if finish is not None:
-                self.feeder.call(lambda: self._finish(trace_id, finish), "finish")
-            if sweep:
-                self.sweep()
-        except Exception as exc:
-            self._fail("on_end", exc)
+                    self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
+                return
+            st.open -= 1
+            st.last_seen = now
+            if llm:
+                if parent is not None:
+                    st.callers.setdefault(parent.span_id, None)
+            elif st.callers and context.span_id in st.callers:
+                st.callers[context.span_id] = span
+            if llm or (failed and not is_root):
+                if len(st.llm) + len(st.failures) < self.max_spans_per_trace:
+                    (st.llm if llm else st.failures).append(span)
+                else:
+                    st.dropped += 1
+            if is_root:
+                st.root = span
+            else:
+                st.last_ended = span
+            if st.root is not None and (st.open <= 0 or self.root_matcher is not None):
+                finish = self._detach(trace_id, st)
+            elif st.open <= 0 and st.root is None and not st.llm:
+                del self._traces[trace_id]  # nothing of an agent run in it
+            self._ended += 1
+            sweep = self._ended % _SWEEP_EVERY_SPANS == 0
+        if finish is not None:
+            self.feeder.call(lambda: self._finish(trace_id, finish), "finish")
+        if sweep:
+            self.sweep()
 
     def _late_span(self) -> None:
         self.health.count(

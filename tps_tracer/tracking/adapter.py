@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tps_tracer.health import HealthLedger
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.worker import CaptureWorker
+
+_Method = TypeVar("_Method", bound=Callable[..., None])
+
+
+def never_raises(where: str) -> Callable[[_Method], _Method]:
+    """The one guard of every callback an agent framework calls on an adapter (the handler's
+    on_*, the span processor's on_start / on_end and their worker halves): whatever goes wrong
+    inside is counted as an error under `where` in the adapter's health ledger and the callback
+    returns None, so capture can never break, slow or change the agent it observes."""
+
+    def wrap(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def guarded(self: TrackedAdapter, *args: Any, **kwargs: Any) -> None:
+            try:
+                method(self, *args, **kwargs)
+            except Exception as exc:
+                self._fail(where, exc)
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
 
 
 class TrackedAdapter:
