@@ -31,6 +31,7 @@ from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
 from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow, validated_arrays
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
+from tps_tracer.records.parquet_columns import projected_batches
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
 from tps_tracer.records.set_aside import SetAside
@@ -190,15 +191,14 @@ def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Ch
     if "resolves" in pf.schema_arrow.names:
         raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
     total = pf.metadata.num_rows
-    row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows):
+    # Only the columns the scores need (parquet_columns.py); a refused batch is read whole.
+    for row, batch, whole in projected_batches(pf, batch_rows):
         try:
             arrays, fast = arrays_from_arrow(batch, from_json=False), True
         except NotColumnar:
-            arrays, fast = _exact_parquet_batch(batch, str(path), row), False
+            arrays, fast = _exact_parquet_batch(whole(), str(path), row), False
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
-        row += batch.num_rows
 
 
 def _row_json(row: dict[str, Any]) -> str:
