@@ -35,7 +35,6 @@ pyarrow is the `parquet` extra: without it this reader refuses every chunk.
 
 from __future__ import annotations
 
-import io
 import re
 from typing import Any
 
@@ -68,39 +67,42 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         raise NotColumnar("pyarrow is not installed") from None
     from tps_tracer.records.arrow_columns import raw_from_arrow
 
-    body = chunk[:-1] if chunk.endswith(b"\n") else chunk
-    if not body:
+    # The scans stop before a final line end (no copy of the chunk: a long trajectory's line is ~75 MB).
+    end = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
+    if end <= 0:
         raise NotColumnar("empty chunk")
     # (bytes.find and regexes with a literal prefix: ~25 ms per 32 MB each; a regex starting with
     # an alternation tries every position and took seconds)
-    if _BLANK_FIRST_LINE.match(body) or _BLANK_LINE.search(body):
+    if _BLANK_FIRST_LINE.match(chunk, 0, end) or _BLANK_LINE.search(chunk, 0, end):
         raise NotColumnar("arrow: a blank line")
-    if b"\r" in body or b"NaN" in body or b"Infinity" in body:
+    if any(chunk.find(s, 0, end) >= 0 for s in (b"\r", b"NaN", b"Infinity")):
         raise NotColumnar("arrow: a carriage return, NaN or Infinity")
-    if b"\\u00" in body and _ASCII_ESCAPE.search(body):
+    if chunk.find(b"\\u00", 0, end) >= 0 and _ASCII_ESCAPE.search(chunk, 0, end):
         raise NotColumnar("arrow: an escaped ASCII character")
-    if b"-0" in body and any(body[m.start() - 1 : m.start()] not in b"eE" for m in _MINUS_ZERO.finditer(body)):
+    if chunk.find(b"-0", 0, end) >= 0 and any(
+        chunk[m.start() - 1 : m.start()] not in b"eE" for m in _MINUS_ZERO.finditer(chunk, 0, end)
+    ):
         raise NotColumnar("arrow: an integer -0")  # Arrow reads -0.0 in a float column; Python: int 0
-    if not body.isascii():
+    if not chunk.isascii():
         try:  # pyarrow checks UTF-8 only in the strings it converts; the exact path decodes every line
-            body.decode("utf-8")
+            chunk.decode("utf-8")
         except UnicodeDecodeError:
             raise NotColumnar("arrow: invalid UTF-8") from None
     # One block for the whole chunk: every line fits, and predictor columns come out in the order
     # the records first name them (a new field is appended to the inferred struct).
     read = pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1)
     try:
-        table = pj.read_json(io.BytesIO(chunk), read_options=read)
+        table = pj.read_json(pa.BufferReader(chunk), read_options=read)
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
         raise NotColumnar(f"arrow: {exc}") from None
     if _depth(pa.struct(list(table.schema))) > MAX_DEPTH:
         raise NotColumnar("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
-    if table.num_rows != body.count(b"\n") + 1:
+    if table.num_rows != chunk.count(b"\n", 0, end) + 1:
         raise NotColumnar("arrow: not one object per line")
     for key, path in _NULLABLE_OBJECTS:
         # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
         # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
-        mentions = body.count(key)
+        mentions = chunk.count(key, 0, end)
         if mentions and mentions != _present(table, path):
             raise NotColumnar(f"arrow: {key.decode()} null or mentioned elsewhere")
     return raw_from_arrow(table, from_json=True)
