@@ -29,6 +29,7 @@ from test_jsonl_fast import (
 )
 
 import tps_tracer.records.chunks as chunks
+import tps_tracer.records.jsonl_arrow as jsonl_arrow
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.records import TrajectoryArrays, read_trajectories, to_arrays
@@ -138,14 +139,22 @@ def test_values_match_an_independent_reading():
 
 
 def test_predictors_in_first_seen_order_across_a_large_chunk():
+    """A name first met past the first lines (PROBE_BYTES) makes the chunk the orjson reader's; the
+    chunk reader's arrays are still the exact ones, names in first-seen order."""
     recs = trajectory_dicts(3000, seed=5, predictors=("verbal",))
     for r in recs[1700:]:
         for s in r["steps"]:
             s["forecasts"] = {"late": 0.25, **s["forecasts"]}
     chunk = lines(*recs)
-    assert check(chunk)
-    got = arrow(chunk)
-    assert got is not None and list(got.predictors) == ["verbal", "late"]
+    assert len(chunk) > jsonl_arrow.PROBE_BYTES and not check(chunk)
+    arrays, fast = chunks._read_jsonl_chunk(chunk, "<chunk>")
+    assert fast and list(arrays.predictors) == ["verbal", "late"]
+    assert_same_arrays(arrays, exact(chunk))  # type: ignore[arg-type]
+    # Both names in the first lines: taken, in first-seen order.
+    early = lines(*recs[1700:], *recs[:1700])
+    assert check(early)
+    got = arrow(early)
+    assert got is not None and list(got.predictors) == ["late", "verbal"]
 
 
 @settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,10 +164,36 @@ def test_predictors_in_first_seen_order_across_a_large_chunk():
     mutation=_MUTATIONS,
     pos=st.integers(0, 2000),
     last_newline=st.booleans(),
+    probe_first_line=st.booleans(),
 )
-def test_fuzz_arrow_reader_equals_exact_or_refuses(records, how, mutation, pos, last_newline):
+def test_fuzz_arrow_reader_equals_exact_or_refuses(records, how, mutation, pos, last_newline, probe_first_line):
+    """probe_first_line: the fields (and their types) are fixed by the first line alone, so the
+    explicit-schema parse of the later lines is exercised too."""
     text = "\n".join(_line(r, how) for r in records) + ("\n" if last_newline else "")
-    check(_mutate(text, mutation, min(pos, len(text))).encode("utf-8", "surrogatepass"))
+    saved = jsonl_arrow.PROBE_BYTES
+    jsonl_arrow.PROBE_BYTES = 0 if probe_first_line else saved
+    try:
+        check(_mutate(text, mutation, min(pos, len(text))).encode("utf-8", "surrogatepass"))
+    finally:
+        jsonl_arrow.PROBE_BYTES = saved
+
+
+@pytest.mark.parametrize("chunk", [c for _, c, _ in CASES], ids=[name for name, _, _ in CASES])
+def test_fields_fixed_by_the_first_line_still_equal_the_exact_path_or_refuse(chunk, monkeypatch):
+    monkeypatch.setattr(jsonl_arrow, "PROBE_BYTES", 0)
+    check(chunk)
+
+
+def test_a_new_name_on_every_line_is_refused_before_arrow_builds_it():
+    """Arrow gives every field a slot in every object of its type: 20,000 predictor names, one per
+    line, would be 20,000 x 20,000 slots. Refused from the first lines' fields and the object count."""
+    chunk = lines(*(rec(f"r{i}", steps=[{"forecasts": {f"p{i}": 0.5}}]) for i in range(20_000)))
+    with pytest.raises(NotColumnar, match="too many fields"):
+        raw_from_jsonl_arrow(chunk)
+    # Past the probe, a new name is a parse error (the orjson reader, which bounds names, decides).
+    few = lines(*(rec(f"r{i}", steps=[{"forecasts": {"p": 0.5}}]) for i in range(3000)))
+    with pytest.raises(NotColumnar, match="unexpected field"):
+        raw_from_jsonl_arrow(few + lines(rec("new", steps=[{"forecasts": {"q": 0.5}}])))
 
 
 _NUMBER_TEXT = st.one_of(
@@ -188,7 +223,8 @@ def test_number_spellings_read_to_the_bit(numbers):
         assert got is None
 
 
-_PLAIN_ID = st.text(alphabet="abcxyz-_.:/ 0123456789\u00e9\u4e2d\U0001f600", min_size=1, max_size=6)
+# (no "-": an id like "-0 " reads, to the byte scan, like the integer -0, and is refused: see the module)
+_PLAIN_ID = st.text(alphabet="abcxyz_.:/ 0123456789\u00e9\u4e2d\U0001f600", min_size=1, max_size=6)
 
 
 @settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
