@@ -1,18 +1,30 @@
-"""`report` at scale: time against a bare json.loads pass in the same run, and peak memory.
+"""`report` (and `gate`, Parquet, `convert`) at scale: process CPU time against a bare json.loads pass.
 
-    make bench     (or: .venv/bin/python tests/benchmarks/bench_report_scale.py [--trajectories N] [--memory])
+    make bench     (or: .venv/bin/python tests/benchmarks/bench_report_scale.py [--trajectories N] [--repeat R])
 
 Writes N trajectories x 10 steps (two predictors, every stop reason, q_z on half the censored
-runs) to a temporary JSON Lines file, then times, as medians of --repeat runs:
+runs) to a temporary JSON Lines file (and, for the Parquet and gate variants, its Parquet copy and
+a second file as the gate's baseline), then runs the variants below in R interleaved rounds (one of
+each per round, so a load change on the shared machine hits all of them alike) and prints, per
+variant, the median process CPU time (`time.process_time`: every thread of this process, the
+reader's included) and its ratio to the json.loads pass of the same round, as min / median / max
+over the rounds, next to the issue-33 target:
 
-    json.loads     a bare `for line in file: json.loads(line)` pass (the baseline)
-    read           the columnar reader alone (`iter_chunks`: orjson + numpy, validated flat arrays)
-    report         `report_from_path` (chunked, columnar reader, partial states): what the CLI runs
-    whole-file     the exact path: read_trajectories -> to_arrays -> build_report (today's reference)
+    json.loads     a bare `for line in file: json.loads(line)` pass (the baseline, 1.00x)
+    orjson         the same pass with orjson.loads (anchor: the per-record parser's floor)
+    arrow-json     pyarrow.json.read_json over the file's chunks, no conversion (anchor: the columnar
+                   parser's floor; DuckDB, the issue's other anchor, is not installed here)
+    read           the chunked reader alone (`iter_chunks`: pyarrow / orjson + numpy, validated arrays)
+    report         `report_from_path` with --rules log,brier --weights all --bootstrap 1000 (the CLI's path)
+    report b0      the same with --bootstrap 0
+    parquet        `report_from_path` on the Parquet copy, --bootstrap 1000   (--parquet)
+    gate+baseline  `gate_paths` with --baseline (a second file of N), --vs-base-rate, ratio to the
+                   json.loads pass over both files                                  (--gate)
+    convert        `jsonl_to_parquet`                                               (--convert)
 
-with --rules log,brier --weights all --bootstrap 1000, and prints each figure and its ratio to
-json.loads. --memory also runs `tps-tracer report` in a subprocess per size (100k, 400k with 5-15
-steps, 1M; one 1.5M-step trajectory) and prints its peak RSS (ru_maxrss of the child).
+--memory also runs `tps-tracer report` in a subprocess per size (100k, 400k with 5-15 steps,
+1M; one 1.5M-step trajectory) and prints its peak RSS (ru_maxrss of the child); --small times a
+40-run report as a command (wall clock, fresh process, median of R) against `python -c pass`.
 The machine is shared: compare ratios, not seconds.
 """
 
@@ -79,19 +91,29 @@ def write_long_trajectory(path: Path, steps: int) -> Path:
     return path
 
 
-def median_time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def json_pass(path: Path) -> None:
     with path.open(encoding="utf-8") as fh:
         for line in fh:
             json.loads(line)
+
+
+def orjson_pass(path: Path) -> None:
+    import orjson
+
+    with path.open("rb") as fh:
+        for line in fh:
+            orjson.loads(line)
+
+
+def arrow_json_pass(path: Path) -> None:
+    import io
+
+    import pyarrow.json as pj
+
+    from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, jsonl_byte_chunks
+
+    for chunk in jsonl_byte_chunks(path, DEFAULT_CHUNK_BYTES):
+        pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1))
 
 
 def _read_only(path: Path) -> None:
@@ -101,28 +123,103 @@ def _read_only(path: Path) -> None:
         assert chunk.fast  # the generated file is plain: no chunk may drop to the exact path
 
 
-def timing(path: Path, repeat: int, whole_file: bool) -> None:
+def cpu_time(fn) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+# name -> (target as a ratio to json.loads, or None for an anchor / no target)
+TARGETS = {
+    "json.loads": None,
+    "orjson": None,
+    "arrow-json": None,
+    "read": None,
+    "report": 1.5,
+    "report b0": 1.0,
+    "parquet": 0.5,
+    "gate+baseline": 2.0,
+    "convert": 1.5,
+}
+
+
+def variants(path: Path, tmp: Path, args: argparse.Namespace) -> dict[str, tuple[object, bool]]:
+    """name -> (callable, whether its baseline is json.loads over both files)."""
     from tps_tracer.evaluation.chunked import report_from_path
-    from tps_tracer.evaluation.report import ReportOptions, build_report
-    from tps_tracer.records import read_trajectories, to_arrays
+    from tps_tracer.evaluation.report import ReportOptions
     from tps_tracer.scoring import parse_rules, parse_schedules
 
-    opts = ReportOptions(rules=parse_rules("log,brier"), schedules=parse_schedules("all"), bootstrap=1000)
+    rules, schedules = parse_rules("log,brier"), parse_schedules("all")
+    b1000 = ReportOptions(rules=rules, schedules=schedules, bootstrap=1000)
+    b0 = ReportOptions(rules=rules, schedules=schedules, bootstrap=0)
+    out: dict[str, tuple[object, bool]] = {
+        "json.loads": (lambda: json_pass(path), False),
+        "orjson": (lambda: orjson_pass(path), False),
+        "arrow-json": (lambda: arrow_json_pass(path), False),
+        "read": (lambda: _read_only(path), False),
+        "report": (lambda: report_from_path(path, b1000), False),
+        "report b0": (lambda: report_from_path(path, b0), False),
+    }
+    if args.parquet or args.convert:
+        from tps_tracer.records.parquet import jsonl_to_parquet
+
+        pq_path = tmp / "bench.parquet"
+        jsonl_to_parquet(path, pq_path)
+        if args.parquet:
+            out["parquet"] = (lambda: report_from_path(pq_path, b1000), False)
+        if args.convert:
+            out["convert"] = (lambda: jsonl_to_parquet(path, tmp / "convert.parquet"), False)
+    if args.gate:
+        from tps_tracer.evaluation.gate import GateCriteria, gate_paths
+
+        base = write_file(tmp / "baseline.jsonl", args.trajectories, seed=1)
+        crit = GateCriteria(vs_base_rate=True, bootstrap=1000)
+        out["gate+baseline"] = (lambda: gate_paths([str(path)], crit, str(base)), True)
+    return out
+
+
+def timing(path: Path, tmp: Path, args: argparse.Namespace) -> None:
+    runs = variants(path, tmp, args)
+    base_path = tmp / "baseline.jsonl"
+    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeat):
+        base = cpu_time(lambda: json_pass(path))
+        both = base + cpu_time(lambda: json_pass(base_path)) if args.gate else base
+        for name, (fn, over_both) in runs.items():
+            t = base if name == "json.loads" else cpu_time(fn)  # type: ignore[arg-type]
+            seconds[name].append(t)
+            ratios[name].append(t / (both if over_both else base))
     size = path.stat().st_size / 1e6
-    base = median_time(lambda: json_pass(path), repeat)
-    print(f"file {path.name}: {size:.0f} MB; medians of {repeat} runs (2 shared cores: compare ratios)")
-    print(f"  json.loads pass          {base:7.2f} s   1.00x")
-    tr = median_time(lambda: _read_only(path), repeat)
-    print(f"  read (columnar, no score){tr:7.2f} s   {tr / base:5.2f}x json.loads")
-    t = median_time(lambda: report_from_path(path, opts), repeat)
-    print(f"  report (chunked)         {t:7.2f} s   {t / base:5.2f}x json.loads   (target <= 3x)")
-    t0 = median_time(
-        lambda: report_from_path(path, ReportOptions(rules=opts.rules, schedules=opts.schedules, bootstrap=0)), repeat
+    print(
+        f"{args.trajectories} trajectories x 10 steps, {size:.0f} MB JSON Lines; process CPU time, "
+        f"{args.repeat} interleaved rounds; ratio to the json.loads pass of the same round (gate: over both files)"
     )
-    print(f"  report, --bootstrap 0    {t0:7.2f} s   {t0 / base:5.2f}x json.loads")
-    if whole_file:
-        tw = median_time(lambda: build_report(to_arrays(read_trajectories(path)), opts), 1)
-        print(f"  whole-file (exact) path  {tw:7.2f} s   {tw / base:5.2f}x json.loads   (one run)")
+    print(f"  {'variant':14s} {'median s':>9s}   {'min':>6s} {'median':>6s} {'max':>6s}   target")
+    for name, r in ratios.items():
+        target = TARGETS.get(name)
+        mark = "" if target is None else f"<= {target}x " + ("met" if statistics.median(r) <= target else "NOT met")
+        print(
+            f"  {name:14s} {statistics.median(seconds[name]):9.2f}   {min(r):5.2f}x {statistics.median(r):5.2f}x "
+            f"{max(r):5.2f}x   {mark}"
+        )
+
+
+def small_report(tmp: Path, repeat: int) -> None:
+    """A 40-run report as a command, wall clock of a fresh process (what a user waits for)."""
+    path = write_file(tmp / "small.jsonl", 40)
+    cmd = [sys.executable, "-m", "tps_tracer.cli.main", "report", str(path), *OPTIONS]
+    walls, bare = [], []
+    for _ in range(repeat):
+        for sink, argv in ((walls, cmd), (bare, [sys.executable, "-c", "pass"])):
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, capture_output=True)
+            sink.append(time.perf_counter() - t0)
+    print(
+        f"  40-run report (wall, fresh process): median {statistics.median(walls):.2f} s "
+        f"(min {min(walls):.2f}, max {max(walls):.2f}); `python -c pass` {statistics.median(bare):.2f} s; "
+        "target <= 0.3 s"
+    )
 
 
 # Peak RSS survives fork and exec on Linux (ru_maxrss starts at the forking process's RSS), so
@@ -162,22 +259,24 @@ def memory(tmp: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trajectories", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--whole-file", action="store_true", help="also time the exact whole-file path (slow)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--parquet", action="store_true", help="also the report on the file's Parquet copy")
+    ap.add_argument("--gate", action="store_true", help="also the gate with a baseline file of the same size")
+    ap.add_argument("--convert", action="store_true", help="also jsonl_to_parquet")
+    ap.add_argument("--small", action="store_true", help="also a 40-run report as a command (wall clock)")
     ap.add_argument("--memory", action="store_true", help="peak RSS for 100k / 400k / 1M / one long trajectory")
     ap.add_argument("--memory-only", action="store_true", help="only the peak RSS figures")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        path = write_file(tmp / "bench.jsonl", args.trajectories) if not args.memory_only else None
-        if args.memory_only:
+        if args.memory_only or args.memory:  # first: this process stays small while it spawns the measured ones
             memory(tmp)
-            return
-        assert path is not None
-        if args.memory:  # first: this process stays small while it spawns the measured ones
-            memory(tmp)
-        timing(path, args.repeat, args.whole_file)
-        path.unlink()
+            if args.memory_only:
+                return
+        path = write_file(tmp / "bench.jsonl", args.trajectories)
+        timing(path, tmp, args)
+        if args.small:
+            small_report(tmp, args.repeat)
     print(
         f"(this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, "
         f"{os.cpu_count()} cores)"

@@ -3,8 +3,9 @@
 Each chunk holds whole trajectories (a JSON Lines chunk ends at a line end; a Parquet chunk
 is a record batch), so memory is bounded by the chunk size, not the file size.
 
-JSON Lines chunks take the columnar path (orjson + numpy, `jsonl_fast.py`; validation over
-flat arrays, `columnar.py`) when they can, and otherwise the exact per-record path of
+JSON Lines chunks take a columnar path when they can: pyarrow's JSON reader for chunks of a
+megabyte or more (`jsonl_arrow.py`), else (or when it refuses) orjson + numpy (`jsonl_fast.py`);
+validation over flat arrays, `columnar.py`, and otherwise the exact per-record path of
 `jsonl.py` for that chunk alone (same arrays). Resolution lines are applied chunk by chunk
 (`resolutions.py`). When the exact path finds an error, or the file needs the whole-file view
 (a resolution the chunked path does not handle), the reader raises `NeedsWholeFile` and the
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tps_tracer.records import jsonl_arrow
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
+from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow, validated_arrays
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.limits import (
@@ -36,6 +38,7 @@ from tps_tracer.records.limits import (
     line_number_at,
     predictors_message,
 )
+from tps_tracer.records.parquet_columns import projected_batches
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
 from tps_tracer.records.set_aside import SetAside
@@ -195,6 +198,11 @@ def _read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fal
     mention of "resolves" is a trajectory's text, and an escaped key is caught by the readers)."""
     if not resolutions_scanned and b'"resolves"' in chunk:
         raise NeedsWholeFile("resolution lines")
+    if len(chunk) >= jsonl_arrow.MIN_BYTES:  # pyarrow's columnar parser first (jsonl_arrow.py)
+        try:
+            return validated_arrays(jsonl_arrow.raw_from_jsonl_arrow(chunk)), True
+        except NotColumnar:
+            pass
     try:
         return arrays_from_jsonl(chunk), True
     except NotColumnar:
@@ -224,15 +232,14 @@ def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Ch
     if "resolves" in pf.schema_arrow.names:
         raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
     total = pf.metadata.num_rows
-    row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows):
+    # Only the columns the scores need (parquet_columns.py); a refused batch is read whole.
+    for row, batch, whole in projected_batches(pf, batch_rows):
         try:
             arrays, fast = arrays_from_arrow(batch, from_json=False), True
         except NotColumnar:
-            arrays, fast = _exact_parquet_batch(batch, str(path), row), False
+            arrays, fast = _exact_parquet_batch(whole(), str(path), row), False
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
-        row += batch.num_rows
 
 
 def _row_json(row: dict[str, Any]) -> str:

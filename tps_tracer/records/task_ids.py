@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any
 
+import orjson
+
 from tps_tracer.records.schema import TrajectoryRecord
 
 
@@ -39,12 +41,26 @@ def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
             for line in fh:
                 if not line.strip():
                     continue
-                obj = json.loads(line)
+                obj = _loads(line)
                 if "resolves" in obj:  # a resolution line, not a trajectory
                     continue
                 ids.append(obj["trajectory_id"])
                 tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
     return ids, tasks
+
+
+def _loads(line: str) -> Any:
+    """`json.loads(line)` where it matters: orjson (~2.5x faster) when the line's task id is text or
+    absent, else json.loads (orjson refuses NaN and lone surrogates, and reads integers beyond 64 bits
+    as floats, which `str()` of a task id would show)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict) and "task_id" in meta and type(meta["task_id"]) is not str:
+        return json.loads(line)
+    return obj
 
 
 def _parquet_task_ids(path: str | os.PathLike[str], ids: list[str], tasks: list[str]) -> None:
