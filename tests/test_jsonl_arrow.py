@@ -71,6 +71,8 @@ REFUSED_HERE = {
     "a lone carriage return between records": "a carriage return",
     "a huge integer in metadata (orjson: float)": "",
     "unknown fields kept aside": "a list mixing numbers and objects (Arrow: one type per column)",
+    # Added to test_jsonl_fast.CASES by the hostile-files work (issue 35), merged with this reader.
+    "control characters escaped as json.dumps writes them": "an escaped ASCII character",
 }
 
 
