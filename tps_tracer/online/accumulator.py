@@ -770,14 +770,7 @@ class Accumulator(SummaryFolding):
         `tps_tracer.distributed.evaluate` or `merge_states`; clean stops still waiting for their
         outcome are in it as pending. Computed with this accumulator's policy, bootstrap and seed."""
         self.flush()
-        with self._lock:
-            table = self._rows.table()
-            summary = self._summary
-            folding = self._in_flight()
-            first_seen = self._first_seen()
-        rows = PartialState.from_table(table, self._spec(), first_seen)
-        settled = self._settled_state(summary, folding, first_seen)
-        return rows if settled is None else rows.merge(settled)
+        return self._whole_state()
 
     def state(self) -> bytes:
         """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""

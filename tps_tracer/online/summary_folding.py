@@ -188,6 +188,17 @@ class SummaryFolding:
         state = merge_states(parts)
         return state if summary is None else state.merge(summary)
 
+    def _whole_state(self) -> PartialState:
+        """The rows still stored, plus the folded state and the folds under way, as one state."""
+        with self._lock:
+            table = self._rows.table()
+            summary = self._summary
+            folding = self._in_flight()
+            first_seen = self._first_seen()
+        rows = PartialState.from_table(table, self._spec(), first_seen)
+        settled = self._settled_state(summary, folding, first_seen)
+        return rows if settled is None else rows.merge(settled)
+
     def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
         """(report, finished, pending) from the folded state plus the rows still stored."""
         asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
@@ -196,14 +207,7 @@ class SummaryFolding:
                 "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
                 "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
             )
-        with self._lock:
-            table = self._rows.table()
-            summary = self._summary
-            folding = self._in_flight()
-            first_seen = self._first_seen()
-        rows = PartialState.from_table(table, self._spec(), first_seen)
-        settled = self._settled_state(summary, folding, first_seen)
-        state = rows if settled is None else rows.merge(settled)
+        state = self._whole_state()
         names = list(options.predictors or [])
         unknown = [p for p in names if p not in state.predictors]
         if unknown:  # as report_from_table in row mode

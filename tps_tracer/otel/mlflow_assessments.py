@@ -118,18 +118,22 @@ class MlflowAssessments(RetryingDelivery):
         return record["name"], (record["value"], record["metadata"].get("label"))
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
-        from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback
-
         for item in batch:
-            feedback = Feedback(
-                name=item["name"],
-                value=item["value"],
-                source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=SOURCE_ID),
-                rationale=item["rationale"],
-                metadata=item["metadata"],
-                span_id=item["span_id"],
-            )
-            self.client.log_assessment(item["trace_id"], feedback)
+            self.client.log_assessment(item["trace_id"], feedback_of(item))
 
     def _not_stored_yet(self, exc: Exception) -> bool:
         return getattr(exc, "error_code", None) == NOT_STORED
+
+
+def feedback_of(item: dict[str, Any]) -> Any:
+    """An assessment item (name, value, rationale, metadata, span_id) as MLflow's Feedback, sourced CODE."""
+    from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback
+
+    return Feedback(
+        name=item["name"],
+        value=item["value"],
+        source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=SOURCE_ID),
+        rationale=item["rationale"],
+        metadata=item["metadata"],
+        span_id=item["span_id"],
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tps_tracer.otel.mlflow_assessments import SOURCE_ID, MlflowAssessments
+from tps_tracer.otel.mlflow_assessments import SOURCE_ID, MlflowAssessments, feedback_of
 
 
 class MlflowUpsert(MlflowAssessments):
@@ -33,22 +33,13 @@ class MlflowUpsert(MlflowAssessments):
         return self._existing[trace_id]
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
-        from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback
-
         for item in batch:
             ours = self._ours(item["trace_id"])
             old = ours.get((item["name"], item["span_id"]))
             if old is not None and old.value == item["value"] and dict(old.metadata or {}) == item["metadata"]:
                 self.unchanged += 1
                 continue
-            feedback = Feedback(
-                name=item["name"],
-                value=item["value"],
-                source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=SOURCE_ID),
-                rationale=item["rationale"],
-                metadata=item["metadata"],
-                span_id=item["span_id"],
-            )
+            feedback = feedback_of(item)
             if old is None:
                 ours[(item["name"], item["span_id"])] = self.client.log_assessment(item["trace_id"], feedback)
             else:
