@@ -88,9 +88,10 @@ $(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test)
 	rm -f $(VENV)/.installed-real-model-*
 	touch $@
 
-# The whole test suite (benchmarks excluded: see `make bench`).
+# The whole test suite (benchmarks excluded: see `make bench`). --durations lists the slowest tests in
+# the CI log, so the suite's time against CI's 90-minute limit is watched where it is spent.
 test: $(call stamp,test) tools real-model
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 lint: $(call stamp,test)
 	$(BIN)/ruff check tps_tracer tests examples integrations
