@@ -65,10 +65,12 @@ State across processes: `state()` is versioned bytes (accumulator_state.py) and
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -201,6 +203,7 @@ class Accumulator(SummaryFolding):
         self._fold_count = 0
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
         self.lifetime_owner: str | None = None  # see leave_lifetimes_to
+        self._drains: list[Callable[[], Callable[[], Any] | None]] = []  # see leave_lifetimes_to
         # Summary mode: batch scoring and folds run here, never on the thread calling stop/resolve.
         self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
         self._scoring = 0  # batches handed to the background and not yet rows
@@ -542,7 +545,9 @@ class Accumulator(SummaryFolding):
 
     def flush(self) -> None:
         """Score every queued stopped trajectory now, and wait for the background scoring and folds
-        (summary mode) to finish: snapshot, state, merge and close do this first."""
+        (summary mode) to finish: snapshot, state, merge and close do this first. Events an
+        attached adapter still holds in its queue are applied first (`leave_lifetimes_to`)."""
+        self._drain_adapters()
         with self._lock:
             batch = self._take_queue()
         if batch:
@@ -701,14 +706,34 @@ class Accumulator(SummaryFolding):
         tid, live = self._live.popitem(last=False)
         return tid, self._reserve(tid, live)
 
-    def leave_lifetimes_to(self, owner: str) -> None:
+    def leave_lifetimes_to(self, owner: str, drain: Callable[[], Any] | None = None) -> None:
         """Let an adapter (the LangChain handler, the span processor) decide when its runs end.
 
         The adapter knows what the accumulator cannot: that a run is paused by an interrupt
         and will resume, or still busy behind a backlog of queued steps. So this accumulator
         no longer idles out or evicts live trajectories (`sweep()` does nothing); the
-        adapter's idle rule (its own `sweep`) bounds memory instead."""
+        adapter's idle rule (its own `sweep`) bounds memory instead.
+
+        drain: applies the events the adapter has queued (its capture worker's flush). flush(),
+        and so snapshot/state/close, call it first: a user who closes the accumulator straight
+        after `agent.invoke()` returns would otherwise close runs whose last steps and stop were
+        still in the adapter's queue, and record them capture_lost although nothing was lost.
+        Held weakly: an accumulator does not keep a dropped handler alive."""
         self.lifetime_owner = owner
+        if drain is not None:
+            self._drains.append(weakref.WeakMethod(drain) if inspect.ismethod(drain) else lambda: drain)
+
+    def _drain_adapters(self) -> None:
+        """Apply what attached adapters have queued (see leave_lifetimes_to). Never under the lock:
+        the adapter's worker calls back into this accumulator."""
+        for ref in list(self._drains):
+            drain = ref()
+            if drain is None:
+                continue
+            try:
+                drain()
+            except Exception as exc:  # an adapter's failure to drain is counted, never raised
+                self._internal("drain", exc)
 
     def _maybe_sweep(self, now: float) -> None:
         if self.lifetime_owner is not None:
@@ -736,7 +761,11 @@ class Accumulator(SummaryFolding):
         return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
-        """Stop every live trajectory as capture_lost (abandoned: 'closed') and close the sink."""
+        """Stop every live trajectory as capture_lost (abandoned: 'closed') and close the sink.
+
+        Events an attached adapter has queued are applied first, so a run that ended before
+        close() is recorded as it ended; only runs still in flight are capture_lost."""
+        self._drain_adapters()
         if stop_live:
             with self._lock:
                 leftover = [self._reserve_oldest() for _ in range(len(self._live))]

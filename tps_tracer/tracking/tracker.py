@@ -71,7 +71,6 @@ class TrajectoryTracker:
         if horizon is not None and whole_number(horizon) is None:
             raise InputError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator
-        accumulator.leave_lifetimes_to(source)  # the adapter above decides when its runs end
         self.health: HealthLedger = accumulator.health
         self.source = source
         self.repair_budget = repair_budget
@@ -91,6 +90,9 @@ class TrajectoryTracker:
             max_queue_size=max_queue_size,
             max_block=max_block,
         )
+        # The adapter above decides when its runs end; the accumulator drains this worker's queue
+        # before it snapshots or closes, so nothing that ended is closed as lost.
+        accumulator.leave_lifetimes_to(source, drain=self.worker.flush)
 
     # ------------------------------------------------------------------ a run's life
 
