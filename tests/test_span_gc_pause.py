@@ -154,3 +154,47 @@ def test_concurrent_pauses_end_with_the_collector_on() -> None:
     for t in threads:
         t.join()
     assert gc.isenabled()
+
+
+def test_the_processor_records_the_forecasts_of_the_json_decoded_outputs(tmp_path) -> None:
+    """End to end on the real OTel SDK: TPSSpanProcessor's records hold, step by step, the
+    forecasts the extractor computes from each output as `json` decodes it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from tps_tracer import Accumulator
+    from tps_tracer.otel import TPSSpanProcessor
+    from tps_tracer.records import read_trajectories
+
+    sink = tmp_path / "runs.jsonl"
+    acc = Accumulator(bootstrap=0, sink=sink)
+    processor = TPSSpanProcessor(acc)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    rng = random.Random(7)
+    want: dict[str, list[dict]] = {}
+    for run in range(3):
+        root = tracer.start_span(
+            "agent",
+            attributes={"openinference.span.kind": "CHAIN", "metadata": json.dumps({"tps_trajectory_id": f"r{run}"})},
+        )
+        ctx = trace.set_span_in_context(root)
+        want[f"r{run}"] = []
+        for _ in range(3):
+            content = _payload(rng)
+            attrs = _attributes(content, text="".join(e["token"] for e in content))
+            want[f"r{run}"].append(_reference(attrs)[0])
+            tracer.start_span("ChatModel", context=ctx, attributes=attrs).end()
+        root.end()
+    processor.force_flush()
+    processor.shutdown()
+    acc.close()
+    records = {r.trajectory_id: r for r in read_trajectories(sink)}
+    assert set(records) == set(want)
+    for tid, steps in want.items():
+        got = [s.forecasts for s in records[tid].steps]
+        assert len(got) == len(steps)
+        for g, w in zip(got, steps, strict=True):
+            assert _same({k: g.get(k) for k in w}, w), (g, w)
+            assert w["token_prob"] is not None and w["verbal"] == 0.7

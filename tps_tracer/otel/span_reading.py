@@ -265,11 +265,11 @@ def _parsed(logprobs: Any) -> Any:
     """The logprobs as TokenLogprobs, or as given when they are absent or malformed."""
     if logprobs is None:
         return None
-    from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
+    from tps_tracer.capture.token_logprobs import parse_logprobs
 
     try:
         return parse_logprobs(logprobs)
-    except LogprobsFormatError:
+    except Exception:  # LogprobsFormatError (or, were there one, a bug): the extractor rejects and counts it
         return logprobs
 
 
