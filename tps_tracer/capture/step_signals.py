@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
@@ -146,29 +147,75 @@ class SignalExtractor:
         verbal_scale: this call's scale of bare numbers in the stated confidence (None: the
           extractor's; a run's `tps_verbal_scale` metadata arrives here).
         """
-        out: dict[str, float | None] = dict.fromkeys(PREDICTORS)
+        return self._finish(self._parse_guarded(logprobs), text, tool_arguments, action_text, verbal_scale, None)
+
+    def forecasts_batch(
+        self, steps: Sequence[tuple[str | None, Any, Any, str | None]]
+    ) -> list[dict[str, float | None]]:
+        """`forecasts(text, logprobs, tool_arguments, verbal_scale=...)` of each (text, logprobs,
+        tool_arguments, verbal_scale), the same to the bit, with the per-token arrays of steps whose
+        candidate rows are full and of one width computed in one numpy pass (token_signals.py:
+        elementwise and row-wise operations give each element what the step alone gives it;
+        each step's means are still taken over its own slice). Never raises."""
+        parsed = [self._parse_guarded(logprobs) for _, logprobs, _, _ in steps]
+        arrays = self._batched_arrays(parsed)
+        return [
+            self._finish(lp, text, tool_arguments, None, verbal_scale, arrays.get(i))
+            for i, (lp, (text, _, tool_arguments, verbal_scale)) in enumerate(zip(parsed, steps, strict=True))
+        ]
+
+    def _batched_arrays(self, parsed: list[TokenLogprobs | None]) -> dict[int, tuple[Any, Any]]:
+        """{step index: (per-token probability, entropy confidence)} for the steps one pass can serve."""
         try:
-            lp = self.parse(logprobs)
+            from tps_tracer.capture.token_signals import batched_per_token
+
+            return batched_per_token(parsed, self.top_k)
+        except Exception as exc:  # the steps are then computed one by one, as forecasts() does
+            self._internal_error("batched token signals", exc)
+            return {}
+
+    def _parse_guarded(self, logprobs: Any) -> TokenLogprobs | None:
+        try:
+            return self.parse(logprobs)
         except Exception as exc:  # parse_logprobs only raises LogprobsFormatError; a guard
             self._internal_error("logprobs parsing", exc)
-            lp = None
+            return None
+
+    def _finish(
+        self,
+        lp: TokenLogprobs | None,
+        text: str | None,
+        tool_arguments: Any,
+        action_text: str | None,
+        verbal_scale: str | None,
+        arrays: tuple[Any, Any] | None,
+    ) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict.fromkeys(PREDICTORS)
         out[VERBAL] = self.verbal(text if text is not None else (lp.text if lp else None), tool_arguments, verbal_scale)
         if lp is None:
             return out
         try:
-            self._token_signals(lp, action_text, out)
+            self._token_signals(lp, action_text, out, arrays)
         except Exception as exc:
             self._internal_error("token signals", exc)
             out.update(dict.fromkeys(PREDICTORS[1:]))
         return out
 
-    def _token_signals(self, lp: TokenLogprobs, action_text: str | None, out: dict[str, float | None]) -> None:
+    def _token_signals(
+        self,
+        lp: TokenLogprobs,
+        action_text: str | None,
+        out: dict[str, float | None],
+        arrays: tuple[Any, Any] | None = None,
+    ) -> None:
         from tps_tracer.capture.token_signals import masked_mean, per_token_entropy_confidence, per_token_probability
 
         if lp.n == 0:
             self._count("no_tokens")
-        prob = per_token_probability(lp)
-        ent = per_token_entropy_confidence(lp, self.top_k)
+        if arrays is None:
+            prob, ent = per_token_probability(lp), per_token_entropy_confidence(lp, self.top_k)
+        else:
+            prob, ent = arrays
         out[TOKEN_PROB] = masked_mean(prob)
         out[ENTROPY_CONF] = masked_mean(ent)
         if out[ENTROPY_CONF] is None and lp.n:

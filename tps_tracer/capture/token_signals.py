@@ -25,6 +25,7 @@ tokens of the committed action (action-span signals).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,6 +75,36 @@ def _full_rows_entropy_confidence(top: FloatArray, k: int) -> FloatArray:
     log_q = np.log(q, out=np.zeros_like(q), where=positive)
     conf = 1.0 + (q * log_q).sum(axis=1) / math.log(k)
     return np.minimum(np.maximum(conf, 0.0), 1.0)  # np.clip, without its Python-level wrapper
+
+
+def batched_per_token(
+    parsed: Sequence[TokenLogprobs | None], k: int = DEFAULT_TOP_K
+) -> dict[int, tuple[FloatArray, FloatArray]]:
+    """{index: (per_token_probability, per_token_entropy_confidence)} of the steps whose k first
+    candidate rows are all full (no -inf) and of the most common width, computed over their
+    concatenation in one pass: the operations are elementwise or within a row, so every element
+    gets the bits the step alone gives it. Steps of other shapes are left out (computed alone)."""
+    if k < 2:
+        raise InputError("entropy confidence needs k >= 2 candidates")
+    full: dict[int, list[int]] = {}
+    for i, lp in enumerate(parsed):
+        if lp is None or lp.n == 0:
+            continue
+        top = lp.top_logprobs
+        width = min(top.shape[1], k)
+        if width and top[:, width - 1].min() > -np.inf:
+            full.setdefault(width, []).append(i)
+    if not full:
+        return {}
+    width, group = max(full.items(), key=lambda item: len(item[1]))
+    if len(group) < 2:
+        return {}
+    steps = [parsed[i] for i in group]
+    prob = np.exp(np.concatenate([lp.logprob for lp in steps]))  # type: ignore[union-attr]
+    ent = _full_rows_entropy_confidence(np.concatenate([lp.top_logprobs[:, :width] for lp in steps]), k)  # type: ignore[union-attr]
+    ends = np.cumsum([lp.n for lp in steps]).tolist()  # type: ignore[union-attr]
+    starts = [0, *ends[:-1]]
+    return {i: (prob[a:b], ent[a:b]) for i, a, b in zip(group, starts, ends, strict=True)}
 
 
 def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from tps_tracer.capture.gc_pause import gc_paused
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.otel import agent_frameworks as fw
@@ -82,6 +83,11 @@ def _json(value: Any) -> Any:
         return None
 
 
+# Outputs at least this long (characters) are decoded with the cyclic GC paused (capture/gc_pause.py):
+# below it, a decode allocates fewer containers than one collection's threshold (700).
+_PAUSE_GC_ABOVE = 8192
+
+
 def _output_json(value: Any) -> Any:
     """`_json` for a model's output (up to ~100 KB with logprobs: its decoding is most of a step's
     cost on this path). orjson decodes it ~2x faster; what orjson refuses (NaN, Infinity, numbers
@@ -90,6 +96,13 @@ def _output_json(value: Any) -> Any:
     and confidences (both are read as floats there, correctly rounded either way)."""
     if not isinstance(value, str):
         return value
+    if len(value) < _PAUSE_GC_ABOVE:
+        return _decode(value)
+    with gc_paused():  # its dicts would set off the cyclic collector every 700 (4.5x the decoding)
+        return _decode(value)
+
+
+def _decode(value: str) -> Any:
     try:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
@@ -234,7 +247,33 @@ def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
 
 
 def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
-    """One model call's raw output, from whichever dialect the span speaks."""
+    """One model call's raw output, from whichever dialect the span speaks.
+
+    A large `output.value` (a response with logprobs) is decoded with the cyclic GC paused and
+    its logprobs are turned into arrays (`parse_logprobs`) before the pause ends, so the ~2,600
+    decoded dicts are freed by reference counting without a collection ever scanning them
+    (capture/gc_pause.py). Logprobs the parser rejects are kept as they are: the extractor then
+    rejects and counts them as it always did."""
+    value = attributes.get(OI_OUTPUT_VALUE)
+    if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):
+        return _read_llm_step(attributes, parse=False)
+    with gc_paused():
+        return _read_llm_step(attributes, parse=True)  # its decoded tree is freed when it returns
+
+
+def _parsed(logprobs: Any) -> Any:
+    """The logprobs as TokenLogprobs, or as given when they are absent or malformed."""
+    if logprobs is None:
+        return None
+    from tps_tracer.capture.token_logprobs import parse_logprobs
+
+    try:
+        return parse_logprobs(logprobs)
+    except Exception:  # LogprobsFormatError (or, were there one, a bug): the extractor rejects and counts it
+        return logprobs
+
+
+def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     own = _json(attributes.get(TPS_FORECASTS))
     if isinstance(own, Mapping):
         return LlmStep(RawStep(None, forecasts=dict(own)), False)
@@ -249,6 +288,7 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
         found = _from_output_value(output)
         if found is not None:
             out_text, logprobs, out_args, malformed = found
+            logprobs = _parsed(logprobs) if parse else logprobs
             text = text if isinstance(text, str) else out_text
             tool_args = tool_args if tool_args is not None else out_args
     if text is None and tool_args is None:

@@ -59,7 +59,11 @@ CALIBRATED_SUFFIX = "+cal"
 APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
 DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is given up (marked lost)
-_HEAVY = frozenset({"step", APPLY})  # the kinds bounded by the queue (their callers wait for room)
+_HEAVY = frozenset({"step", APPLY})
+# Steps extracted together at most (one numpy pass, ~35 us saved per 300-token step at 4); small,
+# because the worker hands the GIL back only between batches.
+STEP_BATCH = 4
+_NOTHING = object()  # the kinds bounded by the queue (their callers wait for room)
 
 
 @dataclass
@@ -285,10 +289,27 @@ class CaptureWorker:
     def _run(self) -> None:
         q = self._queue
         small = 0
+        pending: Any = _NOTHING  # an event taken from the queue while collecting steps, applied next
         while True:
-            event = q.get()
+            event, pending = (q.get() if pending is _NOTHING else pending), _NOTHING
             if event is None:
                 return
+            if event[0] == "step":
+                # The steps queued right behind it share one numpy pass (SignalExtractor.forecasts_batch);
+                # events stay in order: the first non-step one is applied after them.
+                batch = [event]
+                while len(batch) < STEP_BATCH:
+                    try:
+                        nxt = q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None or nxt[0] != "step":
+                        pending = nxt
+                        break
+                    batch.append(nxt)
+                self._apply_steps(batch)
+                time.sleep(0)
+                continue
             self._apply(event)
             # Hand the GIL back after every event (every 64 small span events): an agent thread
             # waking from network I/O then waits for at most one event's work, not the
@@ -298,6 +319,40 @@ class CaptureWorker:
                 if small & 63:
                     continue
             time.sleep(0)
+
+    def _apply_steps(self, batch: list[tuple[Any, ...]]) -> None:
+        """Step events in order, their signals extracted together (the same forecasts as one by one)."""
+        if len(batch) == 1 or type(self.extractor).forecasts is not SignalExtractor.forecasts:
+            for event in batch:  # a custom extractor's forecasts() is called as it always was
+                self._apply(event)
+            return
+        raws: list[RawStep] = [raw for _, _, raw in batch]
+        try:
+            outs = self._forecasts_batch(raws)
+        except Exception as exc:
+            self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
+            outs = [self._safe_forecasts(raw) for raw in raws]
+        for (_, tid, _), out in zip(batch, outs, strict=True):
+            try:
+                self.accumulator.observe(tid, out)
+            except Exception as exc:  # as _apply counts a failed step event
+                self.health.count("error", "worker.step", f"step event failed ({type(exc).__name__}: {exc})")
+
+    def _forecasts_batch(self, raws: list[RawStep]) -> list[dict[str, float | None]]:
+        """`_safe_forecasts` of each step, the extraction of those without forecasts done together."""
+        todo = [raw for raw in raws if raw.forecasts is None]
+        extracted = iter(
+            self.extractor.forecasts_batch([(r.text, r.logprobs, r.tool_arguments, r.verbal_scale) for r in todo])
+        )
+        outs: list[dict[str, float | None]] = []
+        for raw in raws:
+            out = next(extracted) if raw.forecasts is None else None
+            try:
+                outs.append(self._calibrated(dict(raw.forecasts) if out is None else out))  # type: ignore[arg-type]
+            except Exception as exc:  # as _safe_forecasts: the step is kept with no forecasts
+                self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
+                outs.append({})
+        return outs
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
@@ -363,6 +418,9 @@ class CaptureWorker:
             out = self.extractor.forecasts(
                 raw.text, raw.logprobs, tool_arguments=raw.tool_arguments, verbal_scale=raw.verbal_scale
             )
+        return self._calibrated(out)
+
+    def _calibrated(self, out: dict[str, float | None]) -> dict[str, float | None]:
         for name, fn in self.calibration.items():
             p = out.get(name)
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
