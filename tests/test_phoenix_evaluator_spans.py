@@ -14,8 +14,7 @@ import json
 import time
 import urllib.request
 
-import pytest
-from backends.phoenix_server import PhoenixServer
+from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -26,14 +25,6 @@ from opentelemetry.trace import Link
 PROJECT = "evaluator-spans"
 
 
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory):
-    server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
-    server.start()
-    yield server
-    server.stop()
-
-
 def _graphql(url: str, query: str) -> dict:
     request = urllib.request.Request(
         f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
@@ -42,7 +33,7 @@ def _graphql(url: str, query: str) -> dict:
         return json.loads(response.read())
 
 
-def test_phoenix_shows_the_evaluator_kind_but_not_the_link_or_the_evaluations(phoenix):
+def test_phoenix_shows_the_evaluator_kind_but_not_the_link_or_the_evaluations(phoenix):  # noqa: F811
     import phoenix.client as phoenix_client
 
     provider = TracerProvider(resource=Resource({"openinference.project.name": PROJECT}))

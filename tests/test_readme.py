@@ -41,6 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from backends.mlflow_server import mlflow_server  # noqa: F401 (a fixture)
+from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -277,26 +279,7 @@ GIVEN_FILES = {
 GIVEN_ENV = {"GITHUB_STEP_SUMMARY"}
 
 
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory):
-    from backends.phoenix_server import PhoenixServer
-
-    server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    from backends.mlflow_server import MlflowServer
-
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
-    server.start()
-    yield server
-    server.stop()
-
-
+# The servers (started only when a block asks for them, via getfixturevalue): tests/backends/.
 # ---------------------------------------------------------------- checks after a block
 
 

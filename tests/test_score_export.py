@@ -18,7 +18,7 @@ import zlib
 import httpx
 import phoenix.client as phoenix_client
 import pytest
-from backends.phoenix_server import PhoenixServer
+from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -40,20 +40,12 @@ RULES = ("log", "brier", "beta(2,4)")
 
 
 @pytest.fixture(scope="module")
-def phoenix(tmp_path_factory):
-    server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def world() -> AgentWorld:
     return AgentWorld(12, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
 
 
 @pytest.fixture(scope="module")
-def live(phoenix, world, tmp_path_factory):
+def live(phoenix, world, tmp_path_factory):  # noqa: F811
     """The agent's traces in Phoenix, its records on disk, grades and q_z appended later."""
     project = f"tps-export-{uuid.uuid4().hex[:8]}"
     sink = tmp_path_factory.mktemp("export") / "runs.jsonl"
@@ -83,7 +75,7 @@ def live(phoenix, world, tmp_path_factory):
     return project, sink, q_z, tasks[0].task_id
 
 
-def export(phoenix, sink, *extra: str) -> dict:
+def export(phoenix, sink, *extra: str) -> dict:  # noqa: F811
     out = main_json(["export", str(sink), "--to", "phoenix", "--endpoint", phoenix.url, "--json", *extra])
     return out
 
@@ -123,7 +115,7 @@ def annotations_on(client, project, span_ids, at_least: int, timeout: float = 60
         time.sleep(0.5)
 
 
-def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(phoenix, world, live):
+def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(phoenix, world, live):  # noqa: F811
     project, sink, q_z, unlinked = live
     records = sink_records(sink)  # the grades and q_z applied
     assert set(records) == set(world.tasks)
@@ -167,7 +159,7 @@ def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(pho
     assert len(annotations_on(client, project, list(roots.values()), len(names))) == len(names)
 
 
-def test_export_to_otlp_writes_one_evaluation_span_per_run_even_twice(phoenix, world, live):
+def test_export_to_otlp_writes_one_evaluation_span_per_run_even_twice(phoenix, world, live):  # noqa: F811
     project, sink, _, unlinked = live
     records = sink_records(sink)
     client = phoenix_client.Client(base_url=phoenix.url)

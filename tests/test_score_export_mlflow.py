@@ -17,7 +17,7 @@ import zlib
 
 import httpx
 import pytest
-from backends.mlflow_server import MlflowServer
+from backends.mlflow_server import mlflow_server  # noqa: F401 (a fixture)
 from mlflow.tracing.client import TracingClient
 from otel_support import agent_for, instrumented
 from recipe_support import RecipeRun, expected_score_names, load_recipe
@@ -34,14 +34,6 @@ from tps_tracer.sim.world import AgentWorld, WorldConfig
 RULES = ("log", "brier", "beta(2,4)")
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
 def prompt_client_errors(monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -56,7 +48,7 @@ def export(server, sink, *extra: str) -> dict:
     return json.loads(buf.getvalue())
 
 
-def test_late_grades_and_q_z_exported_to_mlflow_once_each(mlflow_server, tmp_path):
+def test_late_grades_and_q_z_exported_to_mlflow_once_each(mlflow_server, tmp_path):  # noqa: F811
     world = AgentWorld(10, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
     r = httpx.post(f"{mlflow_server.url}/api/2.0/mlflow/experiments/create", json={"name": "tps-export"})
     r.raise_for_status()

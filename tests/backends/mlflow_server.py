@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from backends.server_process import free_port, listening_addresses, stop_process_group, wait_until_healthy
 
@@ -67,3 +70,14 @@ class MlflowServer:
 
     def listening_addresses(self) -> list[str]:
         return listening_addresses([self.port])
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """An MLflow server per test module (import this name into the module to use it)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from backends.server_process import free_port, listening_addresses, wait_until_healthy
 
@@ -50,3 +53,14 @@ class PhoenixServer:
 
     def listening_addresses(self) -> list[str]:
         return listening_addresses([self.port, self.grpc_port])
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
+    """A Phoenix server per test module (import this name into the module to use it)."""
+    server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -34,25 +34,19 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
-    from tps_tracer.otel.score_export import ScoreSpanIds, span_key
     from tps_tracer.otel.trace_links import TraceLinks
 
     endpoint = args.endpoint or "http://127.0.0.1:4318"
     url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-    ids = ScoreSpanIds()
     resource = Resource.create({"service.name": "tps-tracer", **_resource(args.resource)})
-    provider = TracerProvider(resource=resource, id_generator=ids)
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
-    spans = EvaluationSpanExporter(provider, TraceLinks(), **options)
-
-    def listener(score: Any) -> None:
-        ids.key(*span_key(score))  # the same score exported again: the same span id
-        spans(score)
+    spans = EvaluationSpanExporter(provider, TraceLinks(), **options)  # span ids derived: idempotent
 
     def flush(timeout: float) -> bool:
         return bool(provider.force_flush(int(timeout * 1000)))
 
-    return listener, flush, lambda: {"spans": spans.counts["spans"], "endpoint": url}
+    return spans, flush, lambda: {"spans": spans.counts["spans"], "endpoint": url}
 
 
 def cmd_export(args: argparse.Namespace) -> int:

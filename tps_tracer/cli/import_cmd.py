@@ -1,30 +1,63 @@
-"""`tps-tracer import TRACES... -o records.jsonl`: stored OTLP JSON traces into trajectory records.
+"""`tps-tracer import TRACES... -o records.jsonl`: stored traces into trajectory records.
 
 The work is `tps_tracer.otel.trace_import` (the span processor's own code reads the spans);
-this opens the files, writes the records and prints what could not be read.
+this opens the files, tells their format apart, writes the records and prints what could
+not be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
-from contextlib import ExitStack
+from pathlib import Path
 
 from tps_tracer.errors import InputError
 
+FORMAT_HINT = {
+    "otlp": "OTLP JSON, one ExportTraceServiceRequest per line",
+    "phoenix": "Phoenix spans: a JSON list, the REST response {'data': [...]}, or one span per line",
+}
+
+
+def format_of(text: str) -> str:
+    """'phoenix' when the first span is Phoenix's (a `context` object), else 'otlp' (`resourceSpans`)."""
+    head = text.lstrip()[:1]
+    if head == "[":
+        return "phoenix"
+    first = text.lstrip().split("\n", 1)[0]
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        try:
+            obj = json.loads(text)  # one indented document
+        except json.JSONDecodeError:
+            return "otlp"  # counted as lines that are not JSON by the OTLP reader
+    if isinstance(obj, dict) and ("context" in obj or isinstance(obj.get("data"), list)):
+        return "phoenix"
+    return "otlp"
+
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tps_tracer.otel.trace_import import import_traces
+    from tps_tracer.otel.otlp_json import read_otlp_json
+    from tps_tracer.otel.phoenix_spans import read_phoenix_spans
+    from tps_tracer.otel.trace_import import import_spans
 
-    with ExitStack() as stack:
-        files = [stack.enter_context(open(path, encoding="utf-8-sig")) for path in args.traces]
-        summary = import_traces(itertools.chain.from_iterable(files), args.output, horizon=args.horizon)
+    texts = [Path(path).read_text(encoding="utf-8-sig") for path in args.traces]
+    formats = {format_of(t) for t in texts} if args.format == "auto" else {args.format}
+    if len(formats) > 1:
+        raise InputError("the trace files mix OTLP JSON and Phoenix spans: import them separately (or pass --format)")
+    fmt = formats.pop()
+    if fmt == "phoenix":
+        read = read_phoenix_spans(texts)
+    else:
+        read = read_otlp_json(line for t in texts for line in t.splitlines())
+    summary = import_spans(read, args.output, horizon=args.horizon)
     if args.json:
-        print(json.dumps(summary.as_dict(), indent=2))
+        print(json.dumps({**summary.as_dict(), "format": fmt}, indent=2))
     line = (
-        f"tps-tracer: {summary.runs} runs from {summary.spans} spans ({summary.lines} lines) written to {args.output}"
+        f"tps-tracer: {summary.runs} runs from {summary.spans} spans ({summary.lines} lines, {fmt}) "
+        f"written to {args.output}"
     )
     if summary.unreadable_runs:
         line += f"; {len(summary.unreadable_runs)} runs with unreadable parts (metadata import_unreadable)"
@@ -34,5 +67,5 @@ def cmd_import(args: argparse.Namespace) -> int:
         line += f"; {len(summary.unreadable_traces_without_run)} traces with unreadable parts and no run"
     print(line, file=sys.stderr)
     if summary.runs == 0:
-        raise InputError(f"no agent run found in {', '.join(args.traces)} (expected OTLP JSON, one request per line)")
+        raise InputError(f"no agent run found in {', '.join(args.traces)} (read as {FORMAT_HINT[fmt]})")
     return 0

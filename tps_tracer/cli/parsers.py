@@ -307,8 +307,15 @@ def add_export_parser(sub: Any) -> None:
 
 
 def add_import_parser(sub: Any) -> None:
-    i = sub.add_parser("import", help="turn stored traces (OTLP JSON, the Collector file exporter's) into records")
-    i.add_argument("traces", nargs="+", help="OTLP JSON files: one ExportTraceServiceRequest per line")
+    i = sub.add_parser("import", help="turn stored traces (OTLP JSON, or Phoenix's span export) into records")
+    i.add_argument("traces", nargs="+", help="OTLP JSON or Phoenix span files")
+    i.add_argument(
+        "--format",
+        choices=("auto", "otlp", "phoenix"),
+        default="auto",
+        help="otlp: the Collector file exporter's; phoenix: spans saved from Phoenix's client (get_spans) or REST API;"
+        " auto (default): told apart by the first span",
+    )
     i.add_argument("-o", "--output", required=True, help="the records file to write (JSON Lines)")
     i.add_argument("--horizon", type=int, help="step budget of every run (a run's tps_horizon metadata overrides it)")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -14,6 +14,11 @@ child of the agent root, in the shape of the OpenTelemetry GenAI evaluation conv
                                       role, horizon, steps, outcome, q_z, branch pair s1 / s0
       event gen_ai.evaluation.result  one per predictor x rule x schedule x censoring mode
 
+The span's id is derived from its trace, the exporter's headline predictor / censoring and
+what the span reports (stop reason, label, headline score; span_ids.py): the same score sent
+live and again by `tps-tracer export --to otlp` is the same span, which a store keyed by span
+id (Phoenix) keeps once.
+
 An excluded run (informative stop) gets the span with its stop reason and no score, so the
 trace says why it was not scored. Register with `accumulator.add_listener(...)`; the span
 processor skips these spans (scope name), so they never become trajectories themselves.
@@ -21,6 +26,7 @@ processor skips these spans (scope name), so they never become trajectories them
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -31,6 +37,7 @@ from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.tps import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.score_names import SentScores
+from tps_tracer.otel.span_ids import install
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
@@ -116,6 +123,7 @@ class EvaluationSpanExporter:
         from tps_tracer import __version__
 
         self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        self.ids = install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
         self.links = links
         self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
         self.sent_scores = sent_scores if sent_scores is not None else SentScores()
@@ -139,8 +147,20 @@ class EvaluationSpanExporter:
         attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
         if head is not None:
             attrs.update(value_attributes(head))
-        span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
+        with self._derived_id(score, link, head):
+            span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
         for v in score.values():
             span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
         span.end()
         self.counts["spans"] += 1
+
+    def _derived_id(
+        self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """The id follows what the span says (the signature emit() deduplicates on), with the
+        headline resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
+        if self.ids is None:
+            return contextlib.nullcontext()
+        headline = None if head is None else (head.rule, head.weights, head.value)
+        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
+        return self.ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts)

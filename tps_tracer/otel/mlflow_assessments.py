@@ -10,8 +10,9 @@
 MLflow names a trace ingested over OTLP `tr-<32 hex digits of the OpenTelemetry trace id>`.
 Per trajectory it gets, on the agent root span: one feedback per score rule (`tps.log`,
 `tps.brier`, ...) for the headline predictor (fixed: "verbal" unless configured), and per rule
-for each other usable predictor (`tps.log.token_prob`, ...; score_names.py), at one schedule /
-censoring mode, each sent once per run (again only when its value changes), value = the TPS,
+for each other usable predictor (`tps.log.token_prob`, ...; score_names.py), at one schedule and
+censoring mode (or several: censoring=("simple", "exact") adds `tps.log.exact` once q_Z
+is known), each sent once per run (again only when its value changes), value = the TPS,
 rationale = what the number is, the label and other facts in metadata; and `tps.stop_reason`
 (value = the stop reason) so runs can be filtered by why they stopped. Source: CODE,
 source id `tps-tracer`.
@@ -65,7 +66,7 @@ class MlflowAssessments(RetryingDelivery):
         *,
         predictor: str = HEADLINE_PREDICTOR,
         weights: str | None = None,
-        censoring: str = SIMPLE,
+        censoring: str | Sequence[str] = SIMPLE,
         client: Any = None,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,

@@ -57,7 +57,7 @@ class OtlpRead:
     lines: int = 0
 
 
-def _hex_id(value: Any, digits: int) -> int | None:
+def hex_id(value: Any, digits: int) -> int | None:
     if not isinstance(value, str) or len(value) != digits:
         return None
     try:
@@ -109,22 +109,55 @@ def attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
     return out
 
 
-def _span(
-    raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[str, str]]
-) -> None:
-    trace_id = _hex_id(raw.get("traceId"), 32)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+def checked_context(
+    out: OtlpRead,
+    ids: tuple[Any, Any, Any],
+    times: tuple[int | None, int | None],
+    known: set[tuple[int, int]],
+) -> tuple[SpanContext, SpanContext | None, Counter[str]] | None:
+    """(context, parent, the trace's problem counts) of a stored span from its hex (trace, span, parent)
+    ids and (start, end) times; None, counted, when the span cannot be placed (shared by every format)."""
+    trace_id = hex_id(ids[0], 32)
     if trace_id is None:
         out.per_file["spans_without_trace_id"] += 1
-        return
+        return None
     problems = out.per_trace[f"{trace_id:032x}"]
-    span_id = _hex_id(raw.get("spanId"), 16)
-    start, end = _nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))
+    span_id = hex_id(ids[1], 16)
+    start, end = times
     if span_id is None or start is None or end is None or end < start:
         problems["unreadable_spans"] += 1
-        return
-    parent_id = _hex_id(raw.get("parentSpanId"), 16) if raw.get("parentSpanId") else None
+        return None
+    parent_id = hex_id(ids[2], 16) if ids[2] else None
+    context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+    if parent_id is None:
+        return context, None, problems
     # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
-    remote = parent_id is not None and (raw["traceId"].lower(), raw["parentSpanId"].lower()) not in known
+    remote = (trace_id, parent_id) not in known
+    return context, SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=_SAMPLED), problems
+
+
+def known_ids(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[int, int]]:
+    """The (trace id, span id) of every span a file holds, to tell a local parent from a remote one."""
+    out = set()
+    for trace_hex, span_hex in pairs:
+        t, sp = hex_id(trace_hex, 32), hex_id(span_hex, 16)
+        if t is not None and sp is not None:
+            out.add((t, sp))
+    return out
+
+
+def _span(
+    raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[int, int]]
+) -> None:
+    ids = (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"))
+    times = (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano")))
+    placed = checked_context(out, ids, times, known)
+    if placed is None:
+        return
+    context, parent, problems = placed
     status = raw.get("status") or {}
     events = [
         Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
@@ -133,17 +166,15 @@ def _span(
     ]
     span = ReadableSpan(
         name=str(raw.get("name", "")),
-        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
-        parent=None
-        if parent_id is None
-        else SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+        context=context,
+        parent=parent,
         resource=resource,
         attributes=attributes(raw.get("attributes"), problems),
         events=events,
         kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
         status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
-        start_time=start,
-        end_time=end,
+        start_time=times[0],
+        end_time=times[1],
         instrumentation_scope=scope,
     )
     out.spans.append(span)
@@ -180,11 +211,7 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
             out.per_file["lines_not_json"] += 1
             continue
         _request(obj, out, pending)
-    known = {
-        (raw["traceId"].lower(), raw["spanId"].lower())
-        for raw, _, _ in pending
-        if isinstance(raw.get("traceId"), str) and isinstance(raw.get("spanId"), str)
-    }
+    known = known_ids((raw.get("traceId"), raw.get("spanId")) for raw, _, _ in pending)
     for raw, resource, scope in pending:
         _span(raw, resource, scope, out, known)
     return out

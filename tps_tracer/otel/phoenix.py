@@ -7,9 +7,10 @@
 
 Per trajectory, one annotation per score rule (`tps.log`, `tps.brier`, ...) for the headline
 predictor (fixed: "verbal" unless `predictor=` says otherwise) and one per rule for each other
-usable predictor (`tps.log.token_prob`, ...; see score_names.py), at one schedule / censoring
-mode, with score = the TPS, label = success / failure / censored, the other `tps.*` facts in
-metadata, plus `tps.stop_reason` (label only) so runs can be filtered by why they stopped.
+usable predictor (`tps.log.token_prob`, ...; see score_names.py), at one schedule and
+censoring mode (or several: censoring=("simple", "exact") adds `tps.log.exact` once q_Z
+is known), with score = the TPS, label = success / failure / censored, the other `tps.*`
+facts in metadata, plus `tps.stop_reason` (label only) so runs can be filtered by why they stopped.
 Each name is sent once per run; again only when its value changes (a late outcome).
 Annotations are sent with `sync=False`: Phoenix queues
 an annotation whose span it has not stored yet, so a score may arrive before its trace.
@@ -46,7 +47,7 @@ class PhoenixAnnotations(RetryingDelivery):
         *,
         predictor: str = HEADLINE_PREDICTOR,
         weights: str | None = None,
-        censoring: str = SIMPLE,
+        censoring: str | Sequence[str] = SIMPLE,
         client: Any = None,
         batch_size: int = 200,
         retry_initial: float = 0.5,

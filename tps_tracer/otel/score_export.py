@@ -16,19 +16,16 @@ Runs are accounted for, never silently skipped:
 
 Re-running is idempotent: Phoenix keeps one annotation per span and name (a second write
 replaces it), MLflow assessments are looked up and updated in place (`MlflowUpsert`), and
-OTLP evaluation spans get span ids derived from the run and its score (`ScoreSpanIds`), so
-a backend that keys spans by id (Phoenix, any store that deduplicates) stores one.
+OTLP evaluation spans get span ids derived from the run and its score (span_ids.py), the
+same ids the live `EvaluationSpanExporter` gives them, so a backend that keys spans by id
+(Phoenix, any store that deduplicates) stores one, also after a live export.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.online.trajectory_score import TrajectoryScore
@@ -95,32 +92,3 @@ def export_records(
         exporter(score)
         summary.exported.append(score.trajectory_id)
     return summary
-
-
-class ScoreSpanIds(IdGenerator):
-    """An OpenTelemetry id generator whose next span id is derived from the score being exported.
-
-    `key(...)` sets what the next span id is derived from (the run, its label and value); the
-    same score exported twice gets the same span id, which a store keyed by span id keeps once.
-    Trace ids are never generated here (an evaluation span joins its run's trace)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._key = b""
-        self._random = random.Random()
-
-    def key(self, *parts: object) -> None:
-        self._key = repr(parts).encode()
-
-    def generate_span_id(self) -> int:
-        if not self._key:
-            return self._random.getrandbits(64) or 1
-        return int.from_bytes(hashlib.sha256(self._key).digest()[:8], "big") or 1
-
-    def generate_trace_id(self) -> int:
-        return self._random.getrandbits(128) or 1
-
-
-def span_key(score: TrajectoryScore) -> tuple[object, ...]:
-    """What an evaluation span's content depends on: the run and what picks its eta."""
-    return (score.trajectory_id, score.stop_reason.value, score.outcome, score.q_z)

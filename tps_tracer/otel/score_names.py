@@ -10,8 +10,11 @@ configured), never the first predictor a run happens to have:
     tps.log.exact           exact censoring (q_Z known), when the exporter is set to it
     tps.log.uniform         another weight schedule than linear-front, likewise
 
-all at the exporter's one schedule and censoring mode (which the metadata states too). A
-run on which the headline predictor is unusable simply has no `tps.log`.
+all at the exporter's one schedule and its censoring mode(s) (which the metadata states too).
+A run on which the headline predictor is unusable simply has no `tps.log`. An annotation
+exporter given censoring=("simple", "exact") sends both: `tps.log` at the stop, and
+`tps.log.exact` once q_Z is known (a budget stop resolved later; at once for a complete run,
+whose exact score is its simple one).
 
 The accumulator calls its listeners again when a late outcome or q_Z arrives; `SentScores`
 remembers what each exporter already sent per trajectory, so a value that did not change is
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from tps_tracer.constants import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
@@ -53,14 +56,16 @@ def first_weights(score: TrajectoryScore) -> str | None:
 
 
 def named_values(
-    score: TrajectoryScore, headline: str, weights: str | None, censoring: str
+    score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
 ) -> list[tuple[str, ScoreValue]]:
-    """(name, value) for every usable predictor x rule at one schedule and censoring mode (none when excluded)."""
+    """(name, value) for every usable predictor x rule at one schedule, in each of the censoring
+    modes (one, or several: ("simple", "exact") names both; none when excluded)."""
     weights = weights if weights is not None else first_weights(score)
+    modes = (censoring,) if isinstance(censoring, str) else tuple(censoring)
     return [
         (score_name(v.rule, v.predictor, headline, v.weights, v.censoring), v)
         for v in score.values()
-        if v.weights == weights and v.censoring == censoring
+        if v.weights == weights and v.censoring in modes
     ]
 
 

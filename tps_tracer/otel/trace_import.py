@@ -1,6 +1,7 @@
 """Stored traces -> trajectory records, through the span processor's own code (`tps-tracer import`).
 
-The spans read from a file (`otlp_json.py`) are handed to a `TPSSpanProcessor` in the order a
+The spans read from a file (OTLP JSON: `otlp_json.py`; Phoenix's span export:
+`phoenix_spans.py`) are handed to a `TPSSpanProcessor` in the order a
 live processor would have seen them start and end (`span_events`), with no background
 worker and no idle timeout; runs still open at the end of the file (a root that never ended)
 are finished as the live processor finishes them at shutdown (capture_lost). So a run
@@ -23,7 +24,7 @@ from typing import Any
 
 from tps_tracer.atomic_write import write_text
 from tps_tracer.online.accumulator import Accumulator
-from tps_tracer.otel.otlp_json import read_otlp_json, span_events
+from tps_tracer.otel.otlp_json import OtlpRead, read_otlp_json, span_events
 from tps_tracer.otel.span_processor import TPSSpanProcessor
 
 UNREADABLE_KEY = "import_unreadable"
@@ -44,7 +45,12 @@ class ImportSummary:
 
 
 def import_traces(lines: Iterable[str], output: str | os.PathLike[str], **processor_options: Any) -> ImportSummary:
-    read = read_otlp_json(lines)
+    """OTLP JSON lines (the Collector file exporter's format) into records."""
+    return import_spans(read_otlp_json(lines), output, **processor_options)
+
+
+def import_spans(read: OtlpRead, output: str | os.PathLike[str], **processor_options: Any) -> ImportSummary:
+    """Spans already read (any format) into records, through the span processor."""
     summary = ImportSummary(lines=read.lines, spans=len(read.spans), per_file=dict(read.per_file))
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "records.jsonl"
