@@ -37,6 +37,14 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
 from tps_tracer.evaluation.audit import termination_audit
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
+from tps_tracer.evaluation.censoring_mix import (
+    CENSORING_MODES,
+    COMPLETE_ONLY,
+    SIMPLE,
+    ColumnKey,
+    eta_by_mode,
+    score_columns,
+)
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report import (
     BASE_RATE,
@@ -49,14 +57,6 @@ from tps_tracer.evaluation.report import (
     score_rows,
 )
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
-from tps_tracer.evaluation.tps import (
-    CENSORING_MODES,
-    COMPLETE_ONLY,
-    SIMPLE,
-    ColumnKey,
-    eta_by_mode,
-    score_columns,
-)
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule

@@ -35,6 +35,7 @@ from tps_tracer.evaluation.calibration.recalibration import (
     with_calibrator_streams,
     with_platt_streams,
 )
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
@@ -55,7 +56,6 @@ from tps_tracer.evaluation.skipped_predictors import (
     role_masks,
     split_usable,
 )
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, get_rule
