@@ -103,7 +103,10 @@ def score_rows(
         v = flat[a:b]
         gaps = np.isnan(v)
         clean = np.where(gaps, 0.5, v)  # keeps the rules away from NaN; gapped segments are masked below
-        w = weights[:, np.arange(a, b) % n_steps] if n_pred > 1 else weights[:, a:b]
+        if a == 0 and b == n_pred * n_steps:  # one block (a micro-batch): the weights repeat per predictor
+            w = np.tile(weights, n_pred)
+        else:
+            w = weights[:, np.arange(a, b) % n_steps]
         branches = np.empty((n_rules, 2, b - a))
         for r, rule in enumerate(rules):
             branches[r, 0], branches[r, 1] = rule.branches(clean)
@@ -114,11 +117,16 @@ def score_rows(
         gap_free[lo:hi] = np.add.reduceat(gaps, local) == 0
         lo = hi
 
-    ok[:, has] = gap_free.reshape(n_pred, m)
+    if m == n:  # every trajectory has steps (the usual case): the block results are the rows
+        ok = gap_free.reshape(n_pred, n)
+        pairs = seg_pairs.reshape(n_pred, n, n_rules, n_schedules, 2)
+        aggregates = seg_aggs.reshape(n_pred, n, n_aggs)
+    else:
+        ok[:, has] = gap_free.reshape(n_pred, m)
+        pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
+        aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
     if usable is not None:
         ok &= np.stack([np.asarray(u, dtype=bool) for u in usable])
-    pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
-    aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
     pairs[~ok] = np.nan
     aggregates[~ok] = np.nan
     return ScoredRows(pairs, aggregates, ok, mass)

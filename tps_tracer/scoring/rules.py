@@ -115,9 +115,15 @@ def _incomplete_integral(x: FloatArray, xc: FloatArray, m: int, n: int) -> Float
     B(m+1, n+1) times the binomial tail I_x(m+1, n+1) = sum_{j>m} C(N, j) x^j xc^(N-j), N = m+n+1:
     every term is positive, so the sum loses no digits to cancellation (unlike the power series)."""
     big_n = m + n + 1
-    acc = np.zeros_like(x)
-    for j in range(m + 1, big_n + 1):
-        acc += math.comb(big_n, j) * x**j * xc ** (big_n - j)
+    # Powers by repeated multiplication (a float power per element costs ~10x a product).
+    xc_pow = [np.ones_like(x)]
+    for _ in range(n):
+        xc_pow.append(xc_pow[-1] * xc)
+    x_pow = x ** (m + 1)
+    acc = math.comb(big_n, m + 1) * x_pow * xc_pow[n]
+    for j in range(m + 2, big_n + 1):
+        x_pow = x_pow * x
+        acc += math.comb(big_n, j) * x_pow * xc_pow[big_n - j]
     return np.asarray(acc * (math.factorial(m) * math.factorial(n) / math.factorial(big_n)), dtype=np.float64)
 
 
