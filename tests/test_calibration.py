@@ -128,7 +128,7 @@ def test_weighted_auroc_reduces_to_sklearn_and_handles_ties():
 def test_paired_deltas_recalibration_finding_on_a_saturated_stream():
     arrays = _arrays(n=600, seed=9)
     res = cross_fit_platt(arrays, "overconfident")
-    from tps_tracer.evaluation.tps import SIMPLE, score_matrix
+    from tps_tracer.evaluation.censoring_mix import SIMPLE, score_matrix
     from tps_tracer.records.arrays import PredictorColumn
     from tps_tracer.scoring import parse_rules, parse_schedules
 

@@ -14,10 +14,10 @@ from tps_tracer.cli.main import main
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, ScheduleMismatch, fit_calibrator
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt, step_weights
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_matrix
 from tps_tracer.evaluation.diagnostics import auroc_failure
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_matrix
 from tps_tracer.records import to_arrays, write_trajectories
 from tps_tracer.scoring import parse_rules, parse_schedules
 from tps_tracer.synthetic import simulate_runs, to_records

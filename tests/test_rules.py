@@ -10,7 +10,7 @@ from tps_tracer import score
 from tps_tracer.scoring import BetaRule, get_rule, parse_rules
 
 
-@pytest.mark.parametrize("a,b", [(2, 4), (1, 1), (0.5, 0.5), (0.3, 2.5), (3.7, 0.8)])
+@pytest.mark.parametrize("a,b", [(2, 4), (1, 1), (0.5, 0.5), (0.3, 2.5), (3.7, 0.8), (1, 7), (8, 8), (2, 14), (20, 3)])
 @pytest.mark.parametrize("p", [0.0, 1e-4, 0.2, 0.5, 0.93, 1.0 - 1e-9, 1.0])
 def test_beta_closed_form_matches_numerical_integration(a, b, p):
     # Oracle: mpmath's 30-digit incomplete beta integral int_x1^x2 c^(a-1) (1-c)^(b-1) dc
@@ -80,6 +80,21 @@ def test_rule_names_parse_and_round_trip():
 def test_bad_rule_names_raise(text):
     with pytest.raises(ValueError):
         get_rule(text)
+
+
+def test_integer_beta_closed_form_equals_scipy_betainc() -> None:
+    """Integer a + b <= 16 is summed as a binomial tail without scipy; it must equal scipy's
+    regularised incomplete beta (the path every other beta rule takes) to rounding."""
+    from scipy import special
+
+    p = np.concatenate([np.linspace(0.0, 1.0, 2001), [1e-300, 1e-12, 1e-6, 1 - 1e-6, 1 - 1e-12]])
+    for a in range(1, 16):
+        for b in range(1, 17 - a):
+            s1, s0 = BetaRule(a, b).branches(p)
+            want1 = -special.beta(a, b + 1.0) * special.betainc(b + 1.0, a, 1.0 - p)
+            want0 = -special.beta(a + 1.0, b) * special.betainc(a + 1.0, b, p)
+            np.testing.assert_allclose(s1, want1, rtol=1e-13, atol=0, err_msg=f"beta({a},{b}) S(p,1)")
+            np.testing.assert_allclose(s0, want0, rtol=1e-13, atol=0, err_msg=f"beta({a},{b}) S(p,0)")
 
 
 @pytest.mark.parametrize("a,b", [(2, 4), (1, 1), (1.5, 3)])

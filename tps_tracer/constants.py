@@ -13,7 +13,7 @@ DEFAULT_SEED = 0
 # column (a full report has hundreds of columns); percentile CIs are stable long before that.
 MAX_REPLICATES = 100_000
 
-# Censoring modes of the TPS (evaluation/tps.py).
+# Censoring modes of the TPS (evaluation/censoring_mix.py).
 COMPLETE_ONLY = "complete-only"
 SIMPLE = "simple"
 EXACT = "exact"

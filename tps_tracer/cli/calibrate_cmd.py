@@ -21,11 +21,11 @@ from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
 from tps_tracer.evaluation.calibration.paired import paired_mean_delta
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
 from tps_tracer.evaluation.calibration.refit_bootstrap import refit_tps_deltas
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, SIMPLE, score_columns
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.scoring.rules import get_rule

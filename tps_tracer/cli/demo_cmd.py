@@ -44,9 +44,9 @@ from tps_tracer.cli.tables import wrap
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy

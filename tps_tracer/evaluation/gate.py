@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
+from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_compare import Side, censoring_rates_differ, compare, unpaired_text
 from tps_tracer.evaluation.gate_hypothesis import (
@@ -64,7 +65,6 @@ from tps_tracer.evaluation.report import (
 )
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason
-from tps_tracer.evaluation.tps import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy

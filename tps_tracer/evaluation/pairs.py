@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.aggregators import AGGREGATORS
+from tps_tracer.evaluation.aggregators import AGGREGATOR_NAMES
+from tps_tracer.evaluation.rows import flat_weights, score_rows
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.branch_pairs import StepLayout, branch_pairs_from_branches
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
@@ -30,7 +30,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-AGGREGATOR_NAMES: tuple[str, ...] = tuple(AGGREGATORS)
+__all__ = ["AGGREGATOR_NAMES", "PairTable", "PredictorPairs", "pair_table_from_arrays", "skip_counts"]
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 
@@ -117,30 +117,22 @@ def pair_table_from_arrays(
 
     `with_summaries=False` leaves the four scalar summaries out (an (n, 0) array): for callers
     without rank diagnostics (the gate)."""
-    n = arrays.n
     lengths = arrays.lengths
     has_steps = lengths > 0
-    mass = np.zeros((n, len(schedules)))
-    if has_steps.any():
-        full = StepLayout.from_lengths(lengths[has_steps], arrays.horizon[has_steps])
-        for j, sched in enumerate(schedules):
-            mass[has_steps, j] = full.segment_sum(full.weights(sched))
-    out: dict[str, PredictorPairs] = {}
-    for name in predictors:
-        col = arrays.predictors[name]
-        pairs = np.full((n, len(rules), len(schedules), 2), np.nan)
-        aggs = np.full((n, len(AGGREGATOR_NAMES) if with_summaries else 0), np.nan)
-        if col.usable.any():
-            values, layout = arrays.subset(col.usable, name)
-            for i, rule in enumerate(rules):
-                b1, b0 = rule.branches(values)
-                for j, sched in enumerate(schedules):
-                    s1, s0 = branch_pairs_from_branches(b1, b0, layout, sched)
-                    pairs[col.usable, i, j, 0] = s1
-                    pairs[col.usable, i, j, 1] = s0
-            for k, agg in enumerate(AGGREGATORS.values() if with_summaries else ()):
-                aggs[col.usable, k] = agg(values, layout)
-        out[name] = PredictorPairs(col.usable.copy(), pairs, aggs, dict(col.skipped))
+    cols = [arrays.predictors[name] for name in predictors]
+    rows = score_rows(
+        [c.values for c in cols],
+        lengths,
+        flat_weights(lengths[has_steps], arrays.horizon[has_steps], schedules),
+        rules,
+        len(schedules),
+        with_summaries=with_summaries,
+        usable=[c.usable for c in cols],
+    )
+    out = {
+        name: PredictorPairs(rows.usable[p], rows.pairs[p], rows.aggregates[p], dict(cols[p].skipped))
+        for p, name in enumerate(predictors)
+    }
     return PairTable(
         ids=list(arrays.ids),
         stop_code=arrays.stop_code,
@@ -150,7 +142,7 @@ def pair_table_from_arrays(
         horizon=arrays.horizon,
         rules=list(rules),
         schedules=list(schedules),
-        weight_mass=mass,
+        weight_mass=rows.weight_mass,
         predictors=out,
         outcome_on_unscored=arrays.outcome_on_unscored,
     )

@@ -35,21 +35,9 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
+from tps_tracer.evaluation.audit import termination_audit
 from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
-from tps_tracer.evaluation.report import (
-    BASE_RATE,
-    BASE_RATE_SKIPPED,
-    NO_WORKING_SAMPLE,
-    ReportOptions,
-    _num,
-    diagnostic_rows,
-    empty_tables,
-    report_header,
-    score_rows,
-)
-from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
-from tps_tracer.evaluation.tps import (
+from tps_tracer.evaluation.censoring_mix import (
     CENSORING_MODES,
     COMPLETE_ONLY,
     SIMPLE,
@@ -57,6 +45,18 @@ from tps_tracer.evaluation.tps import (
     eta_by_mode,
     score_columns,
 )
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.report import (
+    BASE_RATE,
+    BASE_RATE_SKIPPED,
+    NO_WORKING_SAMPLE,
+    ReportOptions,
+    diagnostic_rows,
+    empty_tables,
+    report_header,
+    score_rows,
+)
+from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -378,30 +378,10 @@ class PartialState:
         return sorted(self.first_seen, key=lambda p: self.first_seen[p])
 
     def audit(self) -> dict[str, Any]:
-        """The termination audit (as `report.termination_audit`), from counts."""
-        policy = self.spec.policy
-        by_reason = {r.value: int(self.stop_counts[i]) for i, r in enumerate(STOP_REASONS)}
-        roles = {role.value: 0 for role in Role}
-        censored_with_q = 0
-        for i, r in enumerate(STOP_REASONS):
-            roles[policy.role(r).value] += int(self.stop_counts[i])
-            if policy.role(r) is Role.CENSORED:
-                censored_with_q += int(self.q_z_counts[i])
-        roles[Role.COMPLETE.value] -= self.pending
-        working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
-        return {
-            "n_trajectories": self.n,
-            "stop_reasons": by_reason,
-            "roles": roles,
-            "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
-            "pending_outcome": self.pending,
-            "working_sample": working,
-            "censoring_rate": _num(roles[Role.CENSORED.value] / working) if working else None,
-            "excluded_share": _num(roles[Role.EXCLUDED.value] / self.n) if self.n else None,
-            "censored_with_q_z": censored_with_q,
-            "outcome_ignored_on_unscored": self.outcome_on_unscored,
-            "default_policy": policy.is_default,
-        }
+        """The termination audit, from the state's counts (evaluation/audit.py)."""
+        return termination_audit(
+            self.stop_counts, self.q_z_counts, self.pending, self.outcome_on_unscored, self.spec.policy
+        )
 
     def _base_rate_state(self, p: float) -> PredictorState:
         """The base-rate forecast p scored from the mass sums: S(p,1) sum eta m + S(p,0) sum (1-eta) m."""

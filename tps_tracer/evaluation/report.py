@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.audit import audit_of_rows
 from tps_tracer.evaluation.bootstrap import (
     CI_LEVEL,
     DEFAULT_REPLICATES,
@@ -34,6 +35,7 @@ from tps_tracer.evaluation.calibration.recalibration import (
     with_calibrator_streams,
     with_platt_streams,
 )
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
@@ -54,9 +56,8 @@ from tps_tracer.evaluation.skipped_predictors import (
     role_masks,
     split_usable,
 )
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey, score_columns
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule, get_schedule
 
@@ -93,28 +94,8 @@ def _num(x: float | np.floating[Any]) -> float | None:
 
 
 def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
-    counts = np.bincount(table.stop_code, minlength=len(STOP_REASONS))
-    by_reason = {r.value: int(counts[i]) for i, r in enumerate(STOP_REASONS)}
-    pending = int(table.pending.sum())
-    roles = {role.value: 0 for role in Role}
-    for i, r in enumerate(STOP_REASONS):
-        roles[policy.role(r).value] += int(counts[i])
-    roles[Role.COMPLETE.value] -= pending
-    working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
-    censored = table.role_masks(policy)[1]
-    return {
-        "n_trajectories": table.n,
-        "stop_reasons": by_reason,
-        "roles": roles,
-        "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
-        "pending_outcome": pending,
-        "working_sample": working,
-        "censoring_rate": _num(roles[Role.CENSORED.value] / working) if working else None,
-        "excluded_share": _num(roles[Role.EXCLUDED.value] / table.n) if table.n else None,
-        "censored_with_q_z": int(np.sum(censored & ~np.isnan(table.q_z))),
-        "outcome_ignored_on_unscored": table.outcome_on_unscored,
-        "default_policy": policy.is_default,
-    }
+    """The termination audit of a pair table's rows (evaluation/audit.py builds it)."""
+    return audit_of_rows(table.stop_code, table.q_z, int(table.pending.sum()), table.outcome_on_unscored, policy)
 
 
 def check_unique_ids(ids: Sequence[str]) -> None:

@@ -12,7 +12,10 @@ Formulas (paper, Appendix "Beta-family Scoring Rules"):
     beta(a,b):  S(p,1) = -int_p^1 c^(a-1) (1-c)^b dc = -B(a, b+1) * I_{1-p}(b+1, a)
                 S(p,0) = -int_0^p c^a (1-c)^(b-1) dc = -B(a+1, b) * I_p(a+1, b)
 
-with I the regularised incomplete beta function. beta(1,1) is Brier/2.
+with I the regularised incomplete beta function. beta(1,1) is Brier/2. For integer a, b
+(beta(2,4), the report's default, among them) both integrals are polynomials, evaluated here
+in closed form: scipy.special (~0.35 s to import, with numpy.f2py) is loaded only for other
+parameters.
 """
 
 from __future__ import annotations
@@ -86,9 +89,13 @@ class BetaRule:
         return float(special.beta(self.a, self.b + 1.0)), float(special.beta(self.a + 1.0, self.b))
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+        a, b = self.a, self.b
+        if float(a).is_integer() and float(b).is_integer() and a + b <= _MAX_POLY_DEGREE:
+            x = np.asarray(p, dtype=np.float64)
+            xc = 1.0 - x
+            return -_incomplete_integral(xc, x, int(b), int(a) - 1), -_incomplete_integral(x, xc, int(a), int(b) - 1)
         from scipy import special
 
-        a, b = self.a, self.b
         k1, k0 = self._constants
         # I_{1-p}(b+1, a) instead of 1 - I_p(a, b+1): no cancellation for p near 1.
         s1 = special.betainc(b + 1.0, a, 1.0 - p)
@@ -96,6 +103,28 @@ class BetaRule:
         s0 = special.betainc(a + 1.0, b, p)
         s0 *= -k0
         return np.asarray(s1, dtype=np.float64), np.asarray(s0, dtype=np.float64)
+
+
+# Integer beta rules up to this a + b use the closed form (a sum of at most this many terms).
+_MAX_POLY_DEGREE = 16
+
+
+def _incomplete_integral(x: FloatArray, xc: FloatArray, m: int, n: int) -> FloatArray:
+    """int_0^x u^m (1-u)^n du for integers m, n >= 0; xc is 1 - x, given so that it is not rounded twice.
+
+    B(m+1, n+1) times the binomial tail I_x(m+1, n+1) = sum_{j>m} C(N, j) x^j xc^(N-j), N = m+n+1:
+    every term is positive, so the sum loses no digits to cancellation (unlike the power series)."""
+    big_n = m + n + 1
+    # Powers by repeated multiplication (a float power per element costs ~10x a product).
+    xc_pow = [np.ones_like(x)]
+    for _ in range(n):
+        xc_pow.append(xc_pow[-1] * xc)
+    x_pow = x ** (m + 1)
+    acc = math.comb(big_n, m + 1) * x_pow * xc_pow[n]
+    for j in range(m + 2, big_n + 1):
+        x_pow = x_pow * x
+        acc += math.comb(big_n, j) * x_pow * xc_pow[big_n - j]
+    return np.asarray(acc * (math.factorial(m) * math.factorial(n) / math.factorial(big_n)), dtype=np.float64)
 
 
 def _fmt_param(x: float) -> str:

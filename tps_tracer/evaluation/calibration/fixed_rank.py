@@ -17,9 +17,9 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
+from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, score_columns
 from tps_tracer.evaluation.diagnostics import auprc_failure, aurc, auroc_failure
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
-from tps_tracer.evaluation.tps import COMPLETE_ONLY, score_columns
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, get_rule

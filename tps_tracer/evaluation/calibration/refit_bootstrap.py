@@ -20,8 +20,8 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import replicate_weights, trajectory_keys
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import PairedDelta, delta_from_replicates
+from tps_tracer.evaluation.censoring_mix import score_columns
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
-from tps_tracer.evaluation.tps import score_columns
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule

@@ -1,4 +1,4 @@
-"""Per-trajectory TPS for every predictor x rule x schedule x censoring mode, vectorised.
+"""The censoring-mode mixing: per-trajectory TPS for every predictor x rule x schedule x censoring mode, vectorised.
 
 For each predictor the pair table holds the branch pairs (s1, s0) per rule x schedule of
 every usable trajectory; here we pick eta per mode:

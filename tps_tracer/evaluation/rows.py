@@ -1,0 +1,132 @@
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows, in one vectorised pass.
+
+Every path that scores trajectories (the file report, the gate, the partial states of the
+chunked and distributed engines, the accumulator's micro-batches) calls `score_rows`, so the
+branch pairs (s1, s0) per rule x schedule, the four scalar summaries and the truncated
+weight mass are computed by one piece of code (docs/design.md, "where each concept is
+decided").
+
+Layout: segments are (predictor, trajectory) pairs, predictor-major, over one flat array of
+forecasts. Each rule's branches are computed once per block; every rule x branch x schedule
+weighted sum is one `np.add.reduceat` over the (rules x 2 x schedules x steps) product.
+Blocks of whole segments bound that product's memory (a 1M-trajectory file is scored in a
+few hundred blocks, a micro-batch of the accumulator in one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.evaluation.aggregators import AGGREGATOR_NAMES, summaries
+from tps_tracer.scoring.branch_pairs import StepLayout
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+# Elements of the fused (rules x 2 x schedules x steps) product per block: 8 MB of float64,
+# large enough that numpy's per-call cost vanishes, small enough to stay near the cache.
+_BLOCK_ELEMENTS = 1 << 20
+
+
+@dataclass
+class ScoredRows:
+    """Rows of n trajectories for P predictors; NaN / False where a trajectory is not usable."""
+
+    pairs: FloatArray  # (P, n, R, S, 2): s1, s0 per rule x schedule
+    aggregates: FloatArray  # (P, n, 4) phi_last, phi_avg, phi_min, phi_w; (P, n, 0) without summaries
+    usable: BoolArray  # (P, n): has steps, every step has a forecast (and the caller did not exclude it)
+    weight_mass: FloatArray  # (n, S): sum_{t<=Z} w_t
+
+
+def flat_weights(lengths: IntArray, horizon: FloatArray, schedules: Sequence[WeightSchedule]) -> FloatArray:
+    """(S + 1, N) per-step weights of trajectories with >= 1 step: each schedule, then Phi_w's."""
+    layout = StepLayout.from_lengths(lengths, horizon)
+    return np.stack([layout.weights(s) for s in [*schedules, DEFAULT_SCHEDULE]]).reshape(len(schedules) + 1, -1)
+
+
+def score_rows(
+    values: Sequence[FloatArray],
+    lengths: IntArray,
+    weights: FloatArray,
+    rules: Sequence[ScoreRule],
+    n_schedules: int,
+    with_summaries: bool = True,
+    usable: Sequence[BoolArray] | None = None,
+) -> ScoredRows:
+    """Score every (trajectory, predictor) from flat forecasts.
+
+    values: one flat array per predictor, one entry per step (NaN: no forecast); lengths: steps
+    per trajectory (0 allowed: such rows are unusable); weights: (S + 1, N) from `flat_weights`
+    (or the caller's cache of the same formula) over the steps of all trajectories, in order;
+    usable: optional per-predictor masks the caller already decided (AND-ed with "no gap").
+    """
+    lens = np.asarray(lengths, dtype=np.int64)
+    n, n_pred, n_rules = lens.size, len(values), len(rules)
+    n_aggs = len(AGGREGATOR_NAMES) if with_summaries else 0
+    pairs = np.full((n_pred, n, n_rules, n_schedules, 2), np.nan)
+    aggregates = np.full((n_pred, n, n_aggs), np.nan)
+    ok = np.zeros((n_pred, n), dtype=bool)
+    mass = np.zeros((n, n_schedules))
+    has = np.flatnonzero(lens > 0)
+    m = has.size
+    if m == 0:
+        return ScoredRows(pairs, aggregates, ok, mass)
+    seg_lens = lens[has]
+    n_steps = int(seg_lens.sum())
+    starts = np.concatenate(([0], np.cumsum(seg_lens)[:-1]))
+    mass[has] = np.add.reduceat(weights[:n_schedules], starts, axis=1).T
+    if n_pred == 0:
+        return ScoredRows(pairs, aggregates, ok, mass)
+
+    flat = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])  # predictor-major
+    all_lens = np.tile(seg_lens, n_pred)
+    all_ends = np.cumsum(all_lens)
+    all_starts = all_ends - all_lens
+    seg_pairs = np.empty((n_pred * m, n_rules, n_schedules, 2))
+    seg_aggs = np.empty((n_pred * m, n_aggs))
+    gap_free = np.empty(n_pred * m, dtype=bool)
+    per_step = max(1, 2 * n_rules * n_schedules)
+    lo = 0
+    while lo < n_pred * m:
+        # Whole segments up to the block budget (at least one, however long).
+        limit = all_starts[lo] + max(_BLOCK_ELEMENTS // per_step, 1)
+        hi = max(lo + 1, int(np.searchsorted(all_ends, limit, side="right")))
+        a, b = int(all_starts[lo]), int(all_ends[hi - 1])
+        local = all_starts[lo:hi] - a
+        v = flat[a:b]
+        gaps = np.isnan(v)
+        clean = np.where(gaps, 0.5, v)  # keeps the rules away from NaN; gapped segments are masked below
+        if a == 0 and b == n_pred * n_steps:  # one block (a micro-batch): the weights repeat per predictor
+            w = np.tile(weights, n_pred)
+        else:
+            w = weights[:, np.arange(a, b) % n_steps]
+        branches = np.empty((n_rules, 2, b - a))
+        for r, rule in enumerate(rules):
+            branches[r, 0], branches[r, 1] = rule.branches(clean)
+        sums = np.add.reduceat(branches[:, :, None, :] * w[None, None, :n_schedules, :], local, axis=-1)
+        seg_pairs[lo:hi] = sums.transpose(3, 0, 2, 1)  # (R, 2, S, k) -> (k, R, S, 2)
+        if n_aggs:
+            seg_aggs[lo:hi] = summaries(clean, local, all_lens[lo:hi], w[n_schedules]).T
+        gap_free[lo:hi] = np.add.reduceat(gaps, local) == 0
+        lo = hi
+
+    if m == n:  # every trajectory has steps (the usual case): the block results are the rows
+        ok = gap_free.reshape(n_pred, n)
+        pairs = seg_pairs.reshape(n_pred, n, n_rules, n_schedules, 2)
+        aggregates = seg_aggs.reshape(n_pred, n, n_aggs)
+    else:
+        ok[:, has] = gap_free.reshape(n_pred, m)
+        pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
+        aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
+    if usable is not None:
+        ok &= np.stack([np.asarray(u, dtype=bool) for u in usable])
+    pairs[~ok] = np.nan
+    aggregates[~ok] = np.nan
+    return ScoredRows(pairs, aggregates, ok, mass)
