@@ -201,14 +201,4 @@ def test_gate_engine_ray_equals_local_score_and_verdict(local_ray, tmp_path):
         assert local["warnings"] == on_ray["warnings"] and any(
             w.startswith("censoring rate") for w in local["warnings"]
         )
-    code, err = _gate_error([str(d), "--vs-base-rate", "--engine", "ray"])
-    assert code == 2 and "--engine ray supports --min" in err
-
-
-def _gate_error(argv):
-    from contextlib import redirect_stderr
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(["gate", *argv])
-    return code, err.getvalue()
+    # --vs-base-rate, --max-flip and --baseline run on Ray too: tests/test_ray_gate.py.

@@ -231,9 +231,10 @@ _WAIT4 = (
 )
 
 
-def peak_rss_mb(args: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of `tps-tracer report ARGS --json` in a fresh process."""
-    cli = [sys.executable, "-m", "tps_tracer.cli.main", "report", *args, "--json"]
+def peak_rss_mb(args: list[str], command: str = "report") -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of `tps-tracer report ARGS --json` (or `tps-tracer COMMAND ARGS`)
+    in a fresh process."""
+    cli = [sys.executable, "-m", "tps_tracer.cli.main", command, *args, *(["--json"] if command == "report" else [])]
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _WAIT4, *cli], capture_output=True, text=True)
     if out.returncode:
@@ -243,6 +244,7 @@ def peak_rss_mb(args: list[str]) -> tuple[float, float]:
 
 def memory(tmp: Path) -> None:
     print("peak RSS of `tps-tracer report FILE --rules log,brier --weights all --bootstrap 1000 --json`")
+    print("(at 1M also `tps-tracer convert FILE OUT.parquet` and the report on OUT.parquet)")
     cases = [
         ("100k x 10 steps", lambda p: write_file(p, 100_000)),
         ("400k x 5-15 steps", lambda p: write_file(p, 400_000, (5, 15))),
@@ -253,6 +255,14 @@ def memory(tmp: Path) -> None:
         path = make(tmp / "mem.jsonl")
         seconds, rss = peak_rss_mb([str(path), *OPTIONS])
         print(f"  {name:26s} {path.stat().st_size / 1e6:7.0f} MB file   {rss:7.0f} MB peak RSS   {seconds:6.1f} s")
+        if name.startswith("1M"):  # the same file converted, and the report on its Parquet copy
+            pq_path = tmp / "mem.parquet"
+            seconds, rss = peak_rss_mb([str(path), str(pq_path)], "convert")
+            print(f"  {'  convert to Parquet':26s} {'':15s} {rss:7.0f} MB peak RSS   {seconds:6.1f} s")
+            seconds, rss = peak_rss_mb([str(pq_path), *OPTIONS])
+            size = pq_path.stat().st_size / 1e6
+            print(f"  {'  report on the Parquet':26s} {size:7.0f} MB file   {rss:7.0f} MB peak RSS   {seconds:6.1f} s")
+            pq_path.unlink()
         path.unlink()
 
 

@@ -101,9 +101,15 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     if len(args.files) != 1:
         raise GateInputError("--engine ray gates one file or directory of shards")
     if settings.get("baseline") or crit.vs_base_rate or crit.max_flip is not None:
-        raise GateInputError(
-            "--engine ray supports --min and the assumption checks (not --baseline, --vs-base-rate, --max-flip)"
-        )
+        # The paired checks need each trajectory's rows: computed per block on Ray (ray_gate.py).
+        from tps_tracer.distributed.ray_gate import gate_path_ray
+
+        try:
+            result = gate_path_ray(args.files[0], crit, settings.get("baseline"), args.address)
+        except ImportError as exc:
+            raise GateInputError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
+        result["notes"] = ["per-trajectory rows computed with --engine ray", *result["notes"]]
+        return result
     crit.validate(False)
     from tps_tracer.distributed.ray_engine import report_from_path_ray
     from tps_tracer.evaluation.report import ReportOptions

@@ -52,38 +52,58 @@ def _whole(reason: str) -> dict[str, list[Any]]:
     return {"state": [""], "keys": [b""], _NEEDS_WHOLE: [reason or "needs the whole input"]}
 
 
-def _reduce_jsonl_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
-    """A block of JSON Lines (Ray Data's `text` column) -> its state, as the chunk reader reads it."""
+def jsonl_block_arrays(batch: Any) -> Any:
+    """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
+    arrays, None for a blank block, or WholeInputNeeded."""
     from tps_tracer.records.chunks import NeedsWholeFile, _read_jsonl_chunk
     from tps_tracer.records.jsonl import TrajectoryFileError
 
     lines = batch.column("text").to_pylist()
     chunk = ("\n".join(lines) + "\n").encode("utf-8")
     if not chunk.strip():
-        return {"state": [], "keys": [], _NEEDS_WHOLE: []}
+        return None
     try:
         arrays, _ = _read_jsonl_chunk(chunk, "ray block")
     except (NeedsWholeFile, TrajectoryFileError) as exc:
-        return _whole(str(exc))
-    return _block_result(arrays, spec)
+        raise WholeInputNeeded(str(exc)) from None
+    return arrays
 
 
-def _reduce_arrow_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
-    """A block of trajectory rows in the Parquet schema -> its state."""
+def arrow_block_arrays(batch: Any) -> Any:
+    """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
     from tps_tracer.records.chunks import _exact_parquet_batch
     from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
     from tps_tracer.records.jsonl import TrajectoryFileError
 
     if batch.num_rows == 0:
-        return {"state": [], "keys": [], _NEEDS_WHOLE: []}
+        return None
     try:
         try:
-            arrays = arrays_from_arrow(batch, from_json=False)
+            return arrays_from_arrow(batch, from_json=False)
         except NotColumnar:
-            arrays = _exact_parquet_batch(batch, "ray block", 0)
+            return _exact_parquet_batch(batch, "ray block", 0)
     except TrajectoryFileError as exc:
+        raise WholeInputNeeded(str(exc)) from None
+
+
+def _reduce(read: Any, batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
+    try:
+        arrays = read(batch)
+    except WholeInputNeeded as exc:
         return _whole(str(exc))
+    if arrays is None:
+        return {"state": [], "keys": [], _NEEDS_WHOLE: []}
     return _block_result(arrays, spec)
+
+
+def _reduce_jsonl_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
+    """A block of JSON Lines -> its state, as the chunk reader reads it."""
+    return _reduce(jsonl_block_arrays, batch, spec)
+
+
+def _reduce_arrow_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
+    """A block of trajectory rows in the Parquet schema -> its state."""
+    return _reduce(arrow_block_arrays, batch, spec)
 
 
 def _collect(ds: Any, fn: Any, spec: StateSpec) -> list[PartialState]:

@@ -122,11 +122,13 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
     """Validated records of a JSON Lines file, a chunk at a time (whole file if it has resolution lines)."""
     from tps_tracer.records.chunks import jsonl_byte_chunks
 
+    # Resolutions may refer to any line: the exact whole-file read. Looked for before any chunk is
+    # yielded (found in a later chunk, the earlier chunks' records were written twice).
+    if any(b'"resolves"' in chunk for chunk in jsonl_byte_chunks(src, chunk_bytes)):
+        yield read_trajectories(src)
+        return
     seen: set[str] = set()
     for chunk in jsonl_byte_chunks(src, chunk_bytes):
-        if b'"resolves"' in chunk:
-            yield read_trajectories(src)  # resolutions may refer to any line: the exact whole-file read
-            return
         try:
             records: list[TrajectoryRecord] = parse_lines(
                 io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
@@ -134,17 +136,21 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
         except (TrajectoryFileError, UnicodeDecodeError):
             read_trajectories(src)  # raises the exact error, with line numbers in the whole file
             raise
-        # A repeated id (a re-run appended to the sink) is set aside, the first kept, as the
-        # whole-file reader does (records/set_aside.py); this file has no resolution lines.
-        repeated = [r for r in records if r.trajectory_id in seen]
-        if repeated:
-            set_aside = SetAside()
-            for r in repeated:
-                set_aside.add("duplicate_id", f"duplicate id {r.trajectory_id!r} (an earlier line has it)")
-            set_aside.log_once(str(src))
-            records = [r for r in records if r.trajectory_id not in seen]
-        seen.update(r.trajectory_id for r in records)
-        yield records
+        yield drop_repeats(records, seen, src)
+
+
+def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
+    """A repeated id (a re-run appended to the sink) is set aside, the first kept, as the whole-file
+    reader does (records/set_aside.py); `seen` (the ids of earlier chunks) takes the chunk's ids."""
+    repeated = [r for r in records if r.trajectory_id in seen]
+    if repeated:
+        set_aside = SetAside()
+        for r in repeated:
+            set_aside.add("duplicate_id", f"duplicate id {r.trajectory_id!r} (an earlier line has it)")
+        set_aside.log_once(str(src))
+        records = [r for r in records if r.trajectory_id not in seen]
+    seen.update(r.trajectory_id for r in records)
+    return records
 
 
 def _atomic_target(dst: Path) -> tuple[int, str]:
@@ -165,11 +171,35 @@ def jsonl_to_parquet(
 ) -> ConvertSummary:
     """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
     require_pyarrow(f"writing Parquet ({dst})")
+    from tps_tracer.records.convert_stream import Fallback, write_stream
+
+    src, dst = Path(src), Path(dst)
+    fd, tmp = _atomic_target(dst)
+    os.close(fd)
+    try:
+        # One streamed pass, no pydantic per record (convert_stream.py); an error, resolution lines
+        # or too many names: the exact whole-file way below, which gives the precise error.
+        summary = ConvertSummary()
+        try:
+            write_stream(src, tmp, chunk_bytes, summary)
+            exact = False
+        except Fallback:
+            exact = True  # read outside the handler, so the stream's frames are freed first
+        if exact:
+            summary = _exact_convert(src, tmp, chunk_bytes)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return summary
+
+
+def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
+    """The converter's exact path: validated records, predictor names from a first pass."""
     import pyarrow.parquet as pq
 
     from tps_tracer.records.chunks import NeedsWholeFile, iter_chunks
 
-    src, dst = Path(src), Path(dst)
     # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema.
     try:
         names = list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors))
@@ -181,16 +211,9 @@ def jsonl_to_parquet(
             str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
         )
     summary = ConvertSummary(predictors=tuple(names))
-    fd, tmp = _atomic_target(dst)
-    os.close(fd)
-    try:
-        with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
-            for batch in _record_batches(src, chunk_bytes):
-                writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
+        for batch in _record_batches(src, chunk_bytes):
+            writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
     return summary
 
 

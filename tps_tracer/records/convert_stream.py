@@ -1,0 +1,340 @@
+"""JSON Lines -> Parquet in one streamed pass, without a pydantic model per record.
+
+Each chunk of the file (the report's byte chunks, `chunks._byte_chunks`, and its limits) is parsed
+once by orjson, `BATCH_LINES` lines at a time. The same parsed objects give both:
+
+- the score columns, through the report's own orjson checks (`jsonl_fast`: plain JSON, no duplicate
+  key, the types) and value checks (`columnar.validated_arrays`), so a record the report would read
+  differently or refuse is never written by this path;
+- what the score columns do not hold: `metadata` and the fields outside the schema (per record and
+  per step), written as JSON text as `parquet.records_table` writes them.
+
+The Arrow columns are then built from the flat numpy arrays (no per-record Python objects) and
+written as one row group per chunk, so memory is bounded by the chunk, not the file.
+
+Anything else falls back, chunk by chunk or for the file, to the exact path the converter always
+had (`parquet.records_table` over validated `TrajectoryRecord`s): a chunk the fast checks refuse
+(a non-numeric forecast, NaN literals, ...), a repeated id (set aside and counted there), a line
+longer than `jsonl_fast.LONG_LINE`, a number in exponent form in free-form fields (orjson reads an
+integer beyond 64 bits as a float). An error, resolution lines, a record beyond MAX_RECORD_BYTES or
+too many predictor names make the whole file go the exact way (`Fallback`), so every error message
+is the one the other commands give.
+
+Predictor names are known only as chunks arrive; the Parquet schema needs them all. Chunks are
+written with the names seen so far; when a later chunk adds names, a new segment file starts, and at
+the end the segments are rewritten, row group by row group, widened to every name (missing ones
+null). The usual file (every step names the same predictors) is one segment, renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tps_tracer.records import jsonl_fast
+from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, plain_json
+
+SCHEMA_KEYS = frozenset({"trajectory_id", "stop_reason", "outcome", "horizon", "q_z", "outcome_pending", "steps"})
+STEP_KEYS = frozenset({"t", "forecasts"})
+_CUT = orjson.Fragment(b"\x00")
+_STOP_NAMES = np.array(sorted(STOP_CODE, key=STOP_CODE.__getitem__), dtype=object)
+# orjson reads an integer beyond 64 bits as a float (pydantic keeps it exact in metadata and extras),
+# which orjson writes back in exponent form: such text (or a float written so) goes the exact way.
+_EXPONENT = re.compile(rb"\d[eE][-+]?\d")
+
+
+class Fallback(Exception):
+    """The file goes the exact, whole-file way (an error to report, resolution lines, too many names)."""
+
+
+class ChunkFallback(Exception):
+    """This chunk goes the exact per-record way (the same records, written by `records_table`)."""
+
+
+@dataclass
+class Side:
+    """What the score columns do not hold, per record and per step: JSON text or None."""
+
+    metadata: list[bytes] = field(default_factory=list)
+    extra: list[str | None] = field(default_factory=list)
+    step_extra: list[str | None] | None = None  # None: no step has a field outside the schema
+
+
+def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
+    """The raw columns (validated as the report validates them) and the side columns of one chunk."""
+    lines: list[bytes] = chunk.splitlines()
+    longest = max(map(len, lines), default=0)
+    if longest > MAX_RECORD_BYTES:  # the byte chunker may let one through; the exact read refuses it
+        raise Fallback("a record beyond the size bound")
+    if longest > jsonl_fast.LONG_LINE:
+        raise ChunkFallback("a long line")
+    parts, sides = [], []
+    for i in range(0, len(lines), jsonl_fast.BATCH_LINES):
+        raw, side = _batch(lines[i : i + jsonl_fast.BATCH_LINES])
+        parts.append(raw)
+        sides.append(side)
+    if not parts:
+        raw, side = jsonl_fast._flatten([]), Side()
+    else:
+        raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
+    try:
+        validated_arrays(raw)  # the report's value checks; the arrays themselves are not needed
+    except NotColumnar as exc:
+        raise ChunkFallback(str(exc)) from None
+    return raw, side
+
+
+def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()  # as in jsonl_fast._batch: parsed JSON has no cycles
+    try:
+        try:
+            recs = jsonl_fast._parse(lines)
+            if not plain_json(b"".join(lines), recs):
+                raise ChunkFallback("a duplicate key, deep nesting or an escaped ASCII character")
+            side = _side(recs)  # before _flatten empties `recs`
+            return jsonl_fast._flatten(recs), side
+        except NotColumnar as exc:
+            raise ChunkFallback(str(exc)) from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _side(recs: list[Any]) -> Side:
+    if set(map(type, recs)) - {dict}:
+        raise ChunkFallback("a line is not an object")
+    metadata = _dump_each(list(map(dict.get, recs, repeat("metadata"), repeat({}))))
+    # Fields outside the schema: none, unless the keys outnumber the schema keys present (counted in C).
+    known = SCHEMA_KEYS | {"metadata"}
+    if _count(recs, known) == sum(map(len, recs)):
+        extra: list[str | None] = [None] * len(recs)
+    else:
+        extra = [_extra_text(r, known) for r in recs]
+    lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
+    step_extra = None
+    if not set(map(type, lists)) - {list, tuple}:  # else _flatten refuses the batch
+        steps = list(chain.from_iterable(lists))
+        if not set(map(type, steps)) - {dict} and _count(steps, STEP_KEYS) != sum(map(len, steps)):
+            step_extra = [_extra_text(s, STEP_KEYS) for s in steps]
+    texts = [e.encode() for e in chain(extra, step_extra or ()) if e is not None]
+    if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
+        raise ChunkFallback("a number in exponent form (maybe an integer too large for a double)")
+    return Side(metadata, extra, step_extra)
+
+
+def _dump_each(objects: list[Any]) -> list[bytes]:
+    """`[orjson.dumps(o) for o in objects]` in one call (a call costs ~4 us, measured; the list ~0.5 us
+    an item): the items are dumped as one array with a raw control byte between them, which orjson
+    never writes itself (JSON escapes them in strings), and the text is cut there."""
+    if set(map(type, objects)) - {dict}:
+        raise ChunkFallback("metadata is not an object")  # as _flatten would
+    if not objects:
+        return []
+    seq: list[Any] = [_CUT] * (2 * len(objects) + 1)
+    seq[1::2] = objects
+    return orjson.dumps(seq)[3:-3].split(b",\x00,")
+
+
+def _count(dicts: list[dict[str, Any]], keys: frozenset[str]) -> int:
+    return sum(sum(map(dict.__contains__, dicts, repeat(k))) for k in keys)
+
+
+def _extra_text(obj: dict[str, Any], known: frozenset[str]) -> str | None:
+    extra = {k: v for k, v in obj.items() if k not in known}
+    return json.dumps(extra) if extra else None
+
+
+def _concat_sides(sides: list[Side], steps: list[int]) -> Side:
+    out = Side(list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides)))
+    if any(s.step_extra is not None for s in sides):
+        out.step_extra = list(
+            chain.from_iterable(
+                s.step_extra if s.step_extra is not None else [None] * k for s, k in zip(sides, steps, strict=True)
+            )
+        )
+    return out
+
+
+def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
+    """The chunk as an Arrow table in `parquet.arrow_schema(names)` (a name the chunk lacks: null)."""
+    import pyarrow as pa
+
+    from tps_tracer.records.parquet import arrow_schema
+
+    n_steps = int(raw.lengths.sum())
+
+    def masked(values: np.ndarray, kind: Any) -> Any:
+        nan = np.isnan(values)
+        if kind != pa.float64():
+            values = np.where(nan, 0, values).astype(np.int64)
+        return pa.array(values, type=kind, mask=nan if nan.any() else None)
+
+    forecasts = pa.StructArray.from_arrays(
+        [
+            masked(raw.forecasts[name], pa.float64()) if name in raw.forecasts else pa.nulls(n_steps, pa.float64())
+            for name in names
+        ],
+        fields=list(arrow_schema(names).field("steps").type.value_type.field("forecasts").type),
+    )
+    t = masked(raw.t, pa.int64()) if raw.t is not None else pa.nulls(n_steps, pa.int64())
+    step_extra = (
+        pa.array(side.step_extra, pa.string()) if side.step_extra is not None else pa.nulls(n_steps, pa.string())
+    )
+    step = pa.StructArray.from_arrays([t, forecasts, step_extra], names=["t", "forecasts", "extra"])
+    offsets = np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32)
+    steps = pa.ListArray.from_arrays(pa.array(offsets), step)
+    schema = arrow_schema(names)
+    columns = [
+        pa.array(raw.ids, pa.string()),
+        pa.array(_STOP_NAMES[raw.stop_code], pa.string()),
+        masked(raw.outcome, pa.int8()),
+        pa.array(raw.outcome_pending, pa.bool_()),
+        masked(raw.horizon, pa.int64()),
+        masked(raw.q_z, pa.float64()),
+        steps.cast(schema.field("steps").type),
+        pa.array(side.metadata, pa.string()),
+        pa.array(side.extra, pa.string()),
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def widen(table: Any, names: Sequence[str]) -> Any:
+    """A table written with fewer predictor names, in the schema of all `names` (the others null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tps_tracer.records.parquet import arrow_schema
+
+    schema = arrow_schema(names)
+    steps = table.column("steps").combine_chunks()
+    values = steps.values
+    old = values.field("forecasts")
+    have = {old.type.field(i).name: i for i in range(old.type.num_fields)}
+    children = [old.field(have[n]) if n in have else pa.nulls(len(old), pa.float64()) for n in names]
+    fields = list(schema.field("steps").type.value_type.field("forecasts").type)
+    forecasts = pa.StructArray.from_arrays(children, fields=fields)
+    step = pa.StructArray.from_arrays(
+        [values.field("t"), forecasts, values.field("extra")], names=["t", "forecasts", "extra"]
+    )
+    offsets = pc.subtract(steps.offsets, steps.offsets[0]) if len(steps) else steps.offsets
+    new_steps = pa.ListArray.from_arrays(offsets, step).cast(schema.field("steps").type)
+    return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(schema)
+
+
+def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
+    """Write `src` to the Parquet file `tmp` by row groups (see the module docstring); raises Fallback."""
+    import pyarrow.parquet as pq
+
+    from tps_tracer.records.chunks import _SCAN_BYTES, _byte_chunks
+    from tps_tracer.records.jsonl import TrajectoryFileError
+
+    names: list[str] = []
+    limit = PredictorNames()
+    segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
+    seen: set[str] = set()
+    # First the report's scan in small pieces: resolution lines, and a record beyond the size bound
+    # refused before a chunk holds it (chunks.py; the exact read then gives its error).
+    try:
+        resolutions = any(b'"resolves"' in piece for _, piece, _ in _byte_chunks(src, _SCAN_BYTES))
+    except TrajectoryFileError:
+        resolutions = True  # a record beyond the bound: the exact read gives its error
+    if resolutions:  # (raised here, not in the handler: its traceback holds the record's blocks)
+        raise Fallback("resolution lines, or a record beyond the size bound")
+    try:
+        for _, chunk, _ in _byte_chunks(src, chunk_bytes):
+            if b'"resolves"' in chunk:  # (the file changed since the scan)
+                raise Fallback("resolution lines")
+            table_names, table = _chunk_table(chunk, src, names, seen, summary)
+            if not limit.add(table_names):
+                raise Fallback("too many predictor names")
+            if table is None:
+                continue
+            if not segments or table.schema != segments[-1][1].schema:
+                path = tmp if not segments else f"{tmp}.{len(segments)}"
+                segments.append((path, pq.ParquetWriter(path, table.schema)))
+            segments[-1][1].write_table(table, row_group_size=max(1, table.num_rows))
+    except BaseException:
+        for path, writer in segments:
+            writer.close()
+            if path != tmp and os.path.exists(path):
+                os.unlink(path)  # the caller removes `tmp`
+        raise
+    for _, writer in segments:
+        writer.close()
+    if not names:
+        raise Fallback("no forecasts")
+    summary.predictors = tuple(names)
+    if len(segments) > 1:
+        _merge(tmp, [p for p, _ in segments], names)
+
+
+def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: Any) -> tuple[list[str], Any]:
+    """(the chunk's predictor names, its table in the names seen so far, or None when empty)."""
+    from tps_tracer.records.parquet import records_table
+
+    try:
+        raw, side = fast_chunk(chunk)
+        ids = raw.ids
+        if len(set(ids)) != len(ids) or not seen.isdisjoint(ids):
+            raise ChunkFallback("a repeated id")
+        chunk_names = list(raw.forecasts)
+        names.extend(n for n in chunk_names if n not in names)
+        if ids and not names:  # no column to write yet: the exact way (which names such a file)
+            raise Fallback("no forecasts yet")
+        seen.update(ids)
+        summary.trajectories += len(ids)
+        return chunk_names, arrow_table(raw, side, names) if ids else None
+    except ChunkFallback:
+        pass
+    records = _exact_records(chunk, src, seen)
+    chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
+    names.extend(n for n in chunk_names if n not in names)
+    return chunk_names, records_table(records, names, summary) if records else None
+
+
+def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
+    """The chunk's records the exact way, a repeated id set aside (first kept), as before."""
+    import io
+
+    from tps_tracer.records.jsonl import TrajectoryFileError, parse_lines
+    from tps_tracer.records.parquet import drop_repeats
+
+    try:
+        records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
+    except (TrajectoryFileError, UnicodeDecodeError):
+        raise Fallback("an error") from None
+    return drop_repeats(records, seen, src)
+
+
+def _merge(tmp: str, paths: list[str], names: Sequence[str]) -> None:
+    """Rewrite the segments as one file of every name, a row group at a time."""
+    import pyarrow.parquet as pq
+
+    from tps_tracer.records.parquet import arrow_schema
+
+    merged = f"{tmp}.merged"
+    try:
+        with pq.ParquetWriter(merged, arrow_schema(names)) as writer:
+            for path in paths:
+                pf = pq.ParquetFile(path)
+                for g in range(pf.metadata.num_row_groups):
+                    table = pf.read_row_group(g)
+                    writer.write_table(widen(table, names), row_group_size=max(1, table.num_rows))
+        os.replace(merged, tmp)
+    finally:
+        for path in [merged, *paths[1:]]:
+            if os.path.exists(path):
+                os.unlink(path)
