@@ -590,33 +590,10 @@ def test_a_run_paused_by_an_interrupt_for_66_minutes_gives_one_clean_record(tmp_
     step) and its resumed end was rejected as duplicate_stop; with no id, the resume was a second
     trajectory. Now the pause keeps the run open, not idle, and the resume continues it,
     matched by its trajectory id or, without one, by its LangGraph thread."""
-    from typing import TypedDict
+    from interrupt_graph import approval_graph, one_resumed_record
+    from langgraph.types import Command
 
-    from langchain_core.language_models.fake_chat_models import FakeListChatModel
-    from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.types import Command, interrupt
-
-    class State(TypedDict):
-        answer: str
-
-    model = FakeListChatModel(responses=["<confidence>0.6</confidence> ask", "<confidence>0.8</confidence> done"])
-
-    def ask(state: State, config: RunnableConfig) -> dict[str, str]:
-        model.invoke("plan", config=config)
-        return {"answer": str(interrupt("approve?"))}
-
-    def finish(state: State, config: RunnableConfig) -> dict[str, str]:
-        model.invoke("finish", config=config)
-        return {"answer": state["answer"] + "!"}
-
-    graph = StateGraph(State)
-    graph.add_node("ask", ask)
-    graph.add_node("finish", finish)
-    graph.set_entry_point("ask")
-    graph.add_edge("ask", "finish")
-    graph.add_edge("finish", END)
-    app = graph.compile(checkpointer=InMemorySaver())
+    app = approval_graph()
 
     now = [0.0]
     acc, sink = new_accumulator(tmp_path, clock=lambda: now[0])  # the accumulator's default idle_timeout: 3600 s
@@ -632,13 +609,7 @@ def test_a_run_paused_by_an_interrupt_for_66_minutes_gives_one_clean_record(tmp_
     assert app.invoke(Command(resume="yes"), config=cfg) == {"answer": "yes!"}
     handler.close()
     acc.close()
-    records = sink_records(sink)
-    assert len(records) == 1
-    rec = next(iter(records.values()))
-    assert rec.stop_reason == "clean" and rec.outcome == 1
-    # LangGraph re-runs the interrupted node on resume, so its model call is made (and paid) again:
-    # three calls, three steps, in order (the fake model cycles through its two responses).
-    assert [s.forecasts["verbal"] for s in rec.steps] == [0.6, 0.8, 0.6]
+    rec = one_resumed_record(sink)
     assert not acc.health.category("rejected") and not handler.health.category("abandoned")
     if named:
         assert rec.trajectory_id == "approval"

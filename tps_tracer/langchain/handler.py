@@ -72,6 +72,7 @@ from tps_tracer.tracking.keys import (
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
+from tps_tracer.tracking.open_runs import OpenRuns, is_interrupt
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
@@ -83,8 +84,6 @@ __all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TP
 
 DEFAULT_MAX_OPEN = 10_000  # open runs above which the handler warns (once) that runs may be leaking
 DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without any callback before a run is finished as capture_lost
-GONE_MEMORY = 4.0  # finished-early runs' ids are remembered for this many idle timeouts (late events)
-_INTERRUPTS = frozenset({"GraphInterrupt", "NodeInterrupt"})  # LangGraph's interrupt(): the run pauses
 logger = logging.getLogger("tps_tracer")
 _STREAM_ENTRY_LIMIT = 100_000  # streamed logprob entries kept per model call
 
@@ -207,14 +206,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
-        # Runs paused by an interrupt, by trajectory id and by LangGraph thread id: a new root
-        # run naming either resumes the same trajectory (its steps continue, one record).
-        self._paused: dict[str, _Run] = {}
-        self._paused_threads: dict[str, str] = {}
-        # Run ids of trajectories finished early (idle, closed) -> when: their late events are
-        # dropped and counted, never allowed to open a new trajectory. Forgotten after
-        # GONE_MEMORY idle timeouts (by age, not by count: a burst cannot push one out early).
-        self._gone: OrderedDict[UUID, float] = OrderedDict()
+        # The lifetime rules (tracking/open_runs.py): runs paused by an interrupt (resumed by a new
+        # root run naming their trajectory id or LangGraph thread), the idle test, and the run ids
+        # of trajectories finished early, whose late events are dropped and counted.
+        self._lifetimes: OpenRuns[_Run] = OpenRuns(idle_timeout)
         # The caller's own step budgets (`budget(...)`), by trajectory id; and the ids of runs
         # whose stream was closed without one (a declare_stop after the break names the fix).
         self._budgets: dict[str, StreamBudget] = {}
@@ -300,7 +295,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     @property
     def n_paused(self) -> int:
         """Trajectories paused by an interrupt, waiting to be resumed."""
-        return len(self._paused)
+        return self._lifetimes.n_paused
 
     def sweep(self, now: float | None = None) -> int:
         """Finish as capture_lost (abandoned: idle) the runs with no callback for idle_timeout seconds.
@@ -310,18 +305,16 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if self.idle_timeout is None:
             return 0
         now = self._clock() if now is None else now
-        timeout = self.idle_timeout
+        lifetimes = self._lifetimes
         with self._lock:
             self._last_sweep = now
-            idle = [r for r in self._roots.values() if now - r.last_seen >= timeout]
+            idle = [r for r in self._roots.values() if lifetimes.idle(r.last_seen, now)]
             idle += [
                 r
                 for tid, r in self._by_tid.items()
-                if r.root is None and tid not in self._paused and now - r.last_seen >= timeout
+                if r.root is None and not lifetimes.is_paused(tid) and lifetimes.idle(r.last_seen, now)
             ]
-            cutoff = now - GONE_MEMORY * timeout
-            while self._gone and next(iter(self._gone.values())) < cutoff:
-                self._gone.popitem(last=False)
+            lifetimes.expire(now)
         for run in idle:
             self._end(run, outputs=None, error=None, abandoned="idle")
         return len(idle)
@@ -365,24 +358,13 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def _resumed_by(self, wanted: str | None, metadata: Mapping[str, Any] | None) -> _Run | None:
         """The paused run a new root run resumes: same trajectory id, else same LangGraph thread. Under the lock."""
-        if not self._paused:
-            return None
-        tid = wanted
-        if tid is None and isinstance(metadata, Mapping) and metadata.get("thread_id") is not None:
-            tid = self._paused_threads.get(str(metadata["thread_id"]))
-        run = self._paused.get(tid) if tid is not None else None
-        if run is not None:
-            self._unpause(run)
-        return run
+        thread = metadata.get("thread_id") if isinstance(metadata, Mapping) else None
+        # A run naming a trajectory id resumes only that trajectory (its thread may hold another).
+        return self._lifetimes.resume(wanted, thread if wanted is None else None)
 
     def _unpause(self, run: _Run) -> None:
         """Under the lock."""
-        tid = run.state.tid
-        if self._paused.get(tid) is run:
-            del self._paused[tid]
-            thread = run.state.metadata.get("thread_id")
-            if thread is not None and self._paused_threads.get(str(thread)) == tid:
-                del self._paused_threads[str(thread)]
+        self._lifetimes.unpause(run.state.tid, run)
 
     def _pause(self, run: _Run) -> None:
         """The root of an interrupted run ended: keep the trajectory open for its resume. Under the lock."""
@@ -393,11 +375,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._streamed.pop(rid, None)
         self._commit(run)  # the output before the interrupt was not rejected by a parser
         run.root, run.run_ids, run.interrupted = None, [], False
-        tid = run.state.tid
-        self._paused[tid] = run
-        thread = run.state.metadata.get("thread_id")
-        if thread is not None:
-            self._paused_threads[str(thread)] = tid
+        self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run)
 
     def _commit(self, run: _Run) -> None:
         """Decide the pending model output: a step, a repair, or the parse error that stops the run."""
@@ -412,23 +390,17 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """Whether `run_id` belongs to a trajectory finished early (then the event is dropped, counted).
 
         child: a run starting under it, remembered as gone too (its own events are late as well)."""
-        if run_id is None or not self._gone or run_id not in self._gone:
+        if run_id is None or not self._lifetimes.is_gone(run_id):
             return False
         with self._lock:
             if child is not None:
-                self._remember_gone([child])
-            elif run_id in self._gone:
-                del self._gone[run_id]  # its end: nothing more will come from it
+                self._lifetimes.remember_gone([child], self._clock())
+            else:
+                self._lifetimes.forget_gone(run_id)  # its end: nothing more will come from it
         self.health.count(
             "dropped", "abandoned_run_event", "an event of a run finished early (evicted or closed) was dropped"
         )
         return True
-
-    def _remember_gone(self, run_ids: Sequence[UUID]) -> None:
-        """Under the lock (forgotten by age in `sweep`)."""
-        now = self._clock()
-        for rid in run_ids:
-            self._gone[rid] = now
 
     def _mark_malformed(self, run_id: UUID | None) -> None:
         run = self._runs.get(run_id) if run_id is not None else None
@@ -479,7 +451,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_chain_error")
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        interrupt = any(c.__name__ in _INTERRUPTS for c in type(error).__mro__)
+        interrupt = is_interrupt(type(error))
         run = self._roots.get(run_id)
         if run is not None and (interrupt or run.interrupted):
             with self._lock:
@@ -624,7 +596,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_tool_end")
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        if self._gone and run_id in self._gone:
+        if self._lifetimes.is_gone(run_id):
             self._late(run_id)
             return
         if isinstance(output, ToolMessage) and output.status == "error":
@@ -659,7 +631,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 self._runs.pop(rid, None)
                 self._streamed.pop(rid, None)
             if abandoned is not None:
-                self._remember_gone(run.run_ids)
+                self._lifetimes.remember_gone(run.run_ids, self._clock())
             # Read before the commit: the pending output was returned before the tool that failed
             # ran, and deciding it now would clear the mark as if a model call had followed.
             tool_failed = state.last_tool_failed

@@ -40,11 +40,14 @@ its children (async work, spans ended out of order) the trajectory is finished w
 last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
 most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
 finished early (abandoned: stop reason capture_lost, counted in the health ledger); its later
-spans are dropped and counted, never re-opening it. Active traces are never cut short: more
-than `max_open_traces` open traces only logs a warning, since a run cut short biases every
-score. A full capture queue holds the emitting thread back (backpressure) instead of dropping
-spans; a span event given up after `max_block` seconds marks its trace, which is then
-recorded as capture_lost, never scored with a hole in it.
+spans are dropped and counted, never re-opening it. A run paused by LangGraph's interrupt() (a
+GraphInterrupt exception event on a span of its trace) is not idle: it waits, outside the idle
+sweep, for a later trace naming its trajectory id or LangGraph thread id, which continues it
+(one record); the rules are tracking/open_runs.py's, shared with the LangChain handler.
+Active traces are never cut short: more than `max_open_traces` open traces only logs a
+warning, since a run cut short biases every score. A full capture queue holds the emitting
+thread back (backpressure) instead of dropping spans; a span event given up after `max_block`
+seconds marks its trace, which is then recorded as capture_lost, never scored with a hole in it.
 
 Cost on the agent's path: on_start and on_end put the span on the capture worker's queue and
 return; the per-trace bookkeeping (under one lock), reading attributes, decoding JSON and
@@ -77,6 +80,7 @@ from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
+from tps_tracer.tracking.open_runs import OpenRuns, is_interrupt
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
@@ -88,7 +92,6 @@ SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which t
 DEFAULT_MAX_OPEN_TRACES = 10_000
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
-GONE_MEMORY = 4.0  # finished-early traces are remembered for this many idle timeouts (late spans)
 logger = logging.getLogger("tps_tracer")
 _SWEEP_EVERY_SPANS = 1024
 
@@ -127,6 +130,13 @@ class _Trace:
     lost: str | None = None  # why a span event of this trace never reached the worker (then capture_lost)
     generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
     last_seen: float = 0.0  # the clock at its last span event (idle sweep)
+    interrupted: bool = False  # a span recorded LangGraph's interrupt: the run's end is a pause
+
+
+def _interrupted(span: ReadableSpan) -> bool:
+    """Whether the span recorded LangGraph's interrupt (an `exception` event of type GraphInterrupt:
+    OpenInference records it on the node's span, whose status stays OK)."""
+    return any(e.name == "exception" and is_interrupt((e.attributes or {}).get("exception.type")) for e in span.events)
 
 
 @dataclass
@@ -193,10 +203,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        # Traces finished early (idle, shutdown) -> when: their late spans are dropped and counted,
-        # never allowed to open the trace again (that split one run into two records). Forgotten
-        # after GONE_MEMORY idle timeouts (by age, not by count: a burst cannot push one out).
-        self._gone: OrderedDict[int, float] = OrderedDict()
+        # The lifetime rules (tracking/open_runs.py): runs paused by LangGraph's interrupt (kept,
+        # not idle, until a later trace names their trajectory id or thread), the idle test, and
+        # the traces finished early (idle, shutdown), whose late spans are dropped and counted,
+        # never allowed to open the trace again (that split one run into two records).
+        self._lifetimes: OpenRuns[TrajectoryState] = OpenRuns(idle_timeout)
         self._ended = 0
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
@@ -224,6 +235,14 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self._traces.clear()
             grouped = list(self._grouped.values())
             self._grouped.clear()
+            paused = self._lifetimes.paused()
+            for state in paused:
+                self._lifetimes.unpause(state.tid)
+        for state in paused:  # never resumed: recorded, abandoned like every run still open
+            self.feeder.call(
+                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned="shutdown"),
+                "finish",
+            )
         for trace_id, st in leftover:
             self._finish_early(trace_id, st, "shutdown")
         for g in grouped:
@@ -232,7 +251,13 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     @property
     def n_open(self) -> int:
-        return len(self._traces) + len(self._grouped)
+        """Open traces and trajectories, paused ones included."""
+        return len(self._traces) + len(self._grouped) + self._lifetimes.n_paused
+
+    @property
+    def n_paused(self) -> int:
+        """Runs paused by LangGraph's interrupt, waiting to be resumed."""
+        return self._lifetimes.n_paused
 
     # ------------------------------------------------------------------ the agent's path
 
@@ -252,7 +277,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         """On the worker: the trace lost a span event, so its run is recorded as capture_lost."""
         with self._lock:
             st = self._traces.get(trace_id)
-            if st is None and not (self._gone and trace_id in self._gone):
+            if st is None and not self._lifetimes.is_gone(trace_id):
                 st = self._traces[trace_id] = _Trace(last_seen=self._clock())
             if st is not None:
                 st.lost = st.lost or "queue_full"
@@ -269,7 +294,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         with self._lock:
             st = self._traces.get(trace_id)
             overflow = False
-            if st is None and not (self._gone and trace_id in self._gone):
+            if st is None and not self._lifetimes.is_gone(trace_id):
                 st = self._traces[trace_id] = _Trace()
                 overflow = len(self._traces) > self.max_open_traces and not self._warned_open
             if st is not None:
@@ -300,6 +325,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             is_root = bool(self.root_matcher(span))
         # langchain-classic AgentExecutor retries malformed output through an "_Exception" tool run.
         failed = span.status.status_code is StatusCode.ERROR or span.name == PARSE_RETRY_TOOL
+        interrupted = not llm and bool(span.events) and _interrupted(span)
         finish: _Trace | None = None
         context = span.context
         trace_id = context.trace_id
@@ -307,15 +333,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         with self._lock:
             st = self._traces.get(trace_id)
             if st is None:
-                if self._gone and trace_id in self._gone:
+                if self._lifetimes.is_gone(trace_id):
                     if is_root:
-                        del self._gone[trace_id]  # the run's end: nothing more will come from it
+                        self._lifetimes.forget_gone(trace_id)  # the run's end: nothing more will come from it
                     self._late_span()
                 else:
                     self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
                 return
             st.open -= 1
             st.last_seen = now
+            st.interrupted = st.interrupted or interrupted
             if llm:
                 if parent is not None:
                     st.callers.setdefault(parent.span_id, None)
@@ -346,10 +373,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             "dropped", "abandoned_run_event", "a span of a trace finished early (idle or shut down) was dropped"
         )
 
-    def _remember_gone(self, trace_id: int, now: float) -> None:
-        """Under the lock (forgotten by age in `sweep`)."""
-        self._gone[trace_id] = now
-
     def _detach(self, trace_id: int, st: _Trace) -> _Trace:
         """Under the lock: take a finished run out of its trace (kept open in root_matcher mode)."""
         if self.root_matcher is None or st.open <= 0:
@@ -370,16 +393,15 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         now = self._clock() if now is None else now
         idle: list[tuple[int, _Trace]] = []
         idle_groups: list[_Grouped] = []
+        lifetimes = self._lifetimes  # paused runs are not in _traces: never idle
         with self._lock:
             for trace_id, st in list(self._traces.items()):
-                if now - st.last_seen >= self.idle_timeout:
+                if lifetimes.idle(st.last_seen, now):
                     idle.append((trace_id, self._traces.pop(trace_id)))
-                    self._remember_gone(trace_id, now)
-            cutoff = now - GONE_MEMORY * self.idle_timeout
-            while self._gone and next(iter(self._gone.values())) < cutoff:
-                self._gone.popitem(last=False)
+                    lifetimes.remember_gone([trace_id], now)
+            lifetimes.expire(now)
             for tid, g in list(self._grouped.items()):
-                if now - g.last_seen >= self.idle_timeout:
+                if lifetimes.idle(g.last_seen, now):
                     idle_groups.append(self._grouped.pop(tid))
         for trace_id, st in idle:
             self._finish_early(trace_id, st, "idle")
@@ -438,13 +460,20 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if tid is not None and abandoned is None and root is not None and steps == [root]:
             self._add_to_group(tid, trace_id, root, metadata)  # a root-level model call of a plain loop
             return
-        if tid is None:
+        named = tid is not None
+        # LangGraph's checkpointer thread, where a paused run resumes: read only when it can matter.
+        thread = sr.thread_id_of(root_attrs) if root is not None and (st.interrupted or self.n_paused) else None
+        with self._lock:  # a run paused by an interrupt continues here (its steps so far, one record)
+            resumed = self._lifetimes.resume(tid, None if named else thread) if self.capture else None
+        if resumed is not None:
+            tid = resumed.tid
+        elif tid is None:
             tid = f"{trace_id:032x}" + (f"-{st.generation}" if st.generation else "")
         if root is not None:
             self.links.add(tid, SpanLink(trace_id, root.context.span_id))
         if not self.capture:
             return
-        state = self.tracker.open(tid, metadata)
+        state = resumed if resumed is not None else self.tracker.open(tid, metadata)
         malformed = self._parser_failures(steps, st.failures) | self._enclosing_malformed(steps, st)
         for i, span in enumerate(steps):
             self._model_call(state, span, i in malformed)
@@ -458,9 +487,14 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
             extra["otel_span_id"] = f"{root.context.span_id:016x}"
-        state.tool_errors = sum(
+        state.tool_errors += sum(
             1 for f in st.failures if f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {})
         )
+        if st.interrupted and root is not None and abandoned is None:
+            with self._lock:  # paused, not ended: kept (never idle) for the trace that resumes it
+                paused = self._lifetimes.pause(tid, thread, state, by_id=named)
+            if paused:
+                return
         if st.dropped:
             extra["dropped_spans"] = st.dropped
         self.tracker.finish(

@@ -171,6 +171,15 @@ def run_metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def thread_id_of(attributes: Mapping[str, Any]) -> str | None:
+    """LangGraph's checkpointer thread (`thread_id` in the run's metadata): where a paused run resumes."""
+    meta = _json(attributes.get(OI_METADATA))
+    found = meta.get("thread_id") if isinstance(meta, Mapping) else None
+    if found is None:
+        found = attributes.get(TRACELOOP_PROPERTIES + "thread_id")
+    return None if found is None else str(found)
+
+
 def trajectory_id_of(attributes: Mapping[str, Any]) -> str | None:
     explicit = attributes.get(TPS_TRAJECTORY_ID)
     if explicit is not None:

@@ -1,0 +1,241 @@
+"""An accumulator's state across processes: `state()` / `from_state()` / `merge_state()` / `merge()`.
+
+A mixin of `Accumulator` (online/accumulator.py), which owns the live store, the row store and
+the summary named here; the bytes format is accumulator_state.py's. Merging is exact: rows
+travel with their bootstrap keys, live trajectories arrive live (their idle clock restarts),
+summaries merge as PartialStates, and an id on both sides is a counted duplicate_id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tps_tracer.errors import InputError
+from tps_tracer.evaluation.partial_state import PartialState
+from tps_tracer.health import CATEGORIES
+from tps_tracer.online import accumulator_state
+from tps_tracer.online.live_run import _Live
+from tps_tracer.online.summary_folding import SummaryFolding, _Fold
+from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+
+if TYPE_CHECKING:
+    from tps_tracer.online.accumulator import Accumulator
+
+
+class StateMerging(SummaryFolding):
+    # Owned by Accumulator (see its __init__); declared here for the type checker.
+    mode: str
+    predictors: list[str] | None
+    _live: OrderedDict[str, _Live]
+    _clock: Callable[[], float]
+
+    def flush(self) -> None:
+        raise NotImplementedError  # Accumulator's: wait for queued scoring and folds
+
+    def _key(self, tid: str) -> int:
+        raise NotImplementedError  # Accumulator's: the id-derived bootstrap key
+
+    def _reject(self, kind: str, message: str) -> None:
+        raise NotImplementedError  # Accumulator's: count (or raise, strict) bad input
+
+    def partial_state(self) -> PartialState:
+        """The finished trajectories as one `PartialState` (either mode), for
+        `tps_tracer.distributed.evaluate` or `merge_states`; clean stops still waiting for their
+        outcome are in it as pending. Computed with this accumulator's policy, bootstrap and seed."""
+        self.flush()
+        return self._whole_state()
+
+    def state(self) -> bytes:
+        """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
+        self.flush()
+        with self._lock:
+            table = self._rows.table()
+            live = [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in self._live.items()]
+            unscored = dict(self._unscored_outcome)
+            known = list(self._known)
+            summary = self._summary
+            folding = self._in_flight()
+            first_seen = self._first_seen()
+        summary = self._settled_state(summary, folding, first_seen)  # rows being folded travel as folded
+        enc = accumulator_state.encode_array
+        body = {
+            "settings": {
+                "rules": [r.name for r in self.rules],
+                "schedules": [s.name for s in self.schedules],
+                "mode": self.mode,
+                "bootstrap": self.bootstrap,
+                "seed": self.seed,
+                "roles": {r.value: self.policy.role(r).value for r in STOP_REASONS},
+                "predictors": self.predictors,
+            },
+            "known": known,
+            "rows": {
+                "ids": table.ids,
+                "stop_code": enc(table.stop_code),
+                "outcome": enc(table.outcome),
+                "q_z": enc(table.q_z),
+                "n_steps": enc(table.n_steps),
+                "horizon": enc(table.horizon.astype(np.int64)),
+                "weight_mass": enc(table.weight_mass),
+                "predictors": {
+                    name: {"usable": enc(c.usable), "pairs": enc(c.pairs), "aggregates": enc(c.aggregates)}
+                    for name, c in table.predictors.items()
+                },
+            },
+            "unscored_outcome": unscored,
+            "live": live,
+            "summary": None if summary is None else summary.to_dict(),
+            "health": self.health.snapshot(),
+        }
+        return accumulator_state.dump(body)
+
+    @classmethod
+    def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:
+        """A new accumulator holding a state (no sink, no idle sweep unless given in kwargs)."""
+        body = accumulator_state.load(data)
+        try:
+            st = body["settings"]
+            policy = CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()})
+            kwargs.setdefault("idle_timeout", None)
+            make: Any = cls  # Accumulator's constructor (this mixin has none)
+            acc: Accumulator = make(
+                predictors=st["predictors"],
+                rules=st["rules"],
+                weights=st["schedules"],
+                bootstrap=int(st["bootstrap"]),
+                seed=int(st["seed"]),
+                policy=policy,
+                mode=st["mode"],
+                **kwargs,
+            )
+            dec = accumulator_state.decode_array
+            rows = body["rows"]
+            ids = [str(t) for t in rows["ids"]]
+            for name in body["known"]:
+                acc._known.setdefault(str(name), None)
+                if name not in acc._rows.predictors:
+                    acc._rows.add_predictor(str(name))
+            acc._rows.append_many(
+                ids,
+                dec(rows["stop_code"]).tolist(),
+                dec(rows["outcome"]).tolist(),
+                dec(rows["q_z"]).tolist(),
+                dec(rows["n_steps"]).tolist(),
+                dec(rows["horizon"]).tolist(),
+                dec(rows["weight_mass"]).reshape(len(ids), len(acc.schedules)),
+                {
+                    name: (dec(c["usable"]), dec(c["pairs"]), dec(c["aggregates"]))
+                    for name, c in rows["predictors"].items()
+                },
+            )
+            acc._keys = [acc._key(tid) for tid in ids]
+            for tid, y in body["unscored_outcome"].items():
+                acc._unscored_outcome[tid] = int(y)
+                acc._rows.outcome_on_unscored += 1
+            now = acc._clock()
+            for tid, steps, y, q in body["live"]:
+                acc._live[str(tid)] = _Live([dict(step) for step in steps], now, y, q)
+            if body["summary"] is not None:
+                acc._summary = PartialState.from_dict(body["summary"])
+            for cat, kinds in body["health"].items():
+                if cat in CATEGORIES:
+                    for kind, n in kinds.items():
+                        acc.health.count(cat, str(kind), n=int(n))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
+        return acc
+
+    def merge_state(self, data: bytes) -> None:
+        """Add the trajectories (finished and live) and health counts of another accumulator's `state()`."""
+        self.merge(type(self).from_state(data))
+
+    def merge(self, other: Accumulator) -> None:
+        """Add another accumulator's trajectories (finished and live) to this one, exactly.
+
+        Both must use the same rules and schedules. Ids already present here are rejected
+        (counted as duplicate_id). The other's sink is not rewritten into ours: each worker's
+        sink holds its own trajectories, and `tps-tracer report` reads them concatenated.
+        """
+        if [r.name for r in self.rules] != [r.name for r in other.rules] or [s.name for s in self.schedules] != [
+            s.name for s in other.schedules
+        ]:
+            raise InputError("cannot merge accumulators with different rules or weight schedules")
+        if other._summary is not None or other.mode == "summary":
+            if self.mode != "summary":
+                raise InputError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")
+            if other._spec().signature() != self._spec().signature():
+                raise InputError("cannot merge summary states with different censoring policy, bootstrap or seed")
+        self.flush()
+        other.flush()
+        with other._lock:
+            table = other._rows.table()
+            keys = list(other._keys)
+            live_items = [
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z)) for tid, lv in other._live.items()
+            ]
+            unscored = dict(other._unscored_outcome)
+            known = list(other._known)
+            other_summary = other._summary
+            other_folding = other._in_flight()
+            other_first_seen = other._first_seen()
+        other_summary = other._settled_state(other_summary, other_folding, other_first_seen)
+        duplicates: list[str] = []
+        fold: _Fold | None = None
+        merging: _Fold | None = None
+        take_ids: set[str] = set()
+        with self._lock:
+            for name in known:
+                self._known.setdefault(name, None)
+                if name not in self._rows.predictors:
+                    self._rows.add_predictor(name)
+            take = []
+            for i, tid in enumerate(table.ids):
+                if tid in self._rows.row_of or tid in self._live or tid in take_ids:
+                    duplicates.append(tid)
+                else:
+                    take.append(i)
+                    take_ids.add(tid)
+            idx = np.array(take, dtype=np.int64)
+            ids = [table.ids[i] for i in take]
+            self._rows.append_many(
+                ids,
+                table.stop_code[idx].tolist(),
+                table.outcome[idx].tolist(),
+                table.q_z[idx].tolist(),
+                table.n_steps[idx].tolist(),
+                table.horizon[idx].astype(np.int64).tolist(),
+                table.weight_mass[idx],
+                {
+                    name: (col.usable[idx], col.pairs[idx], col.aggregates[idx])
+                    for name, col in table.predictors.items()
+                },
+            )
+            self._keys.extend(keys[i] for i in take)
+            for tid in ids:
+                if tid in unscored:
+                    self._unscored_outcome[tid] = unscored[tid]
+                    self._rows.outcome_on_unscored += 1
+            for tid, live in live_items:
+                if tid in self._rows.row_of or tid in self._live:
+                    duplicates.append(tid)
+                else:
+                    self._live[tid] = live
+            if self.mode == "summary":
+                # Folded ids are forgotten, so duplicates between two folded states are not detected.
+                if other_summary is not None:  # merged outside the lock, counted as folding until then
+                    self._fold_count += 1
+                    merging = _Fold(self._fold_count, None, [], {}, {}, part=other_summary)
+                    self._folding[merging.token] = merging
+                fold = self._take_fold()
+        if merging is not None:
+            self._merge_folded(merging)
+        if fold is not None:
+            self._finish_fold(fold)
+        self.health.merge(other.health)
+        for tid in duplicates:
+            self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")

@@ -1,0 +1,23 @@
+"""A live trajectory in the accumulator: its steps so far, and what is known of it before it is scored.
+
+Its lifetime (when it is idle, evicted or finished) is decided by the accumulator's sweep when
+nothing above owns the run, else by the adapter's `OpenRuns` (tracking/open_runs.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tps_tracer.records.stop_reasons import StopReason
+
+
+@dataclass
+class _Live:
+    steps: list[dict[str, float | None]] = field(default_factory=list)
+    last_seen: float = 0.0
+    outcome: int | None = None
+    q_z: float | None = None
+    # Set at stop, while the trajectory waits in the scoring queue:
+    reason: StopReason = StopReason.OTHER
+    horizon: int = 0
+    written: bool = False  # its record is in the sink, so later resolutions are appended as lines

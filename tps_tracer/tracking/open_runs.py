@@ -1,0 +1,128 @@
+"""`OpenRuns`: the lifetime rules of a run, shared by the LangChain handler and the span processor.
+
+What each adapter indexes its runs by is its own (LangChain run ids, OpenTelemetry trace ids);
+when a run stops being open, and what happens to its events afterwards, is decided here:
+
+- **Idle.** A run with no event for `idle_timeout` seconds is finished early (abandoned: idle,
+  capture_lost) by its adapter's sweep; `idle(last_seen, now)` is that test.
+- **Paused is not idle.** A run whose graph stopped at LangGraph's `interrupt()` (its root ended
+  with GraphInterrupt / NodeInterrupt, see `is_interrupt`) is paused: it leaves the adapter's
+  open runs for `paused` here, where no idle sweep looks, and stays until a later run resumes it
+  (`resume`: same trajectory id, else same LangGraph thread id) or the adapter closes. The idle
+  rule closes a run only when nothing can resume it; a paused run's later clean end continues
+  the same trajectory (its steps so far, one record). A pause that names neither a trajectory id
+  nor a thread cannot be resumed, so it is not kept (`pause` returns False: its adapter finishes it).
+- **Late events.** The keys of a run finished early are remembered (`remember_gone`, by age:
+  `GONE_MEMORY` idle timeouts, never by count, so a burst cannot push one out early): an event
+  for one is dropped and counted, never allowed to open a new run. `expire(now)` forgets them.
+
+Not thread-safe on its own: every call is made under the adapter's lock (the handler's, or the
+span processor's), which also guards the adapter's own indexes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+GONE_MEMORY = 4.0  # finished-early runs' keys are remembered for this many idle timeouts (late events)
+INTERRUPTS = frozenset({"GraphInterrupt", "NodeInterrupt"})  # LangGraph's interrupt(): the run pauses
+
+R = TypeVar("R")
+
+
+def is_interrupt(exception_type: Any) -> bool:
+    """Whether an exception (its class, or the dotted name a span's exception event records) is
+    LangGraph's interrupt, which pauses a run instead of ending it. Anything else: False."""
+    if isinstance(exception_type, str):
+        return exception_type.rpartition(".")[2] in INTERRUPTS
+    if isinstance(exception_type, type):
+        return any(c.__name__ in INTERRUPTS for c in exception_type.__mro__)
+    return False
+
+
+class OpenRuns(Generic[R]):
+    """Paused runs, the idle test and the memory of runs finished early (see the module docstring)."""
+
+    def __init__(self, idle_timeout: float | None):
+        self.idle_timeout = idle_timeout
+        self._paused: dict[str, R] = {}  # trajectory id -> the paused run
+        self._threads: dict[str, str] = {}  # LangGraph thread id -> trajectory id of the run paused on it
+        self._thread_of: dict[str, str] = {}  # trajectory id -> its thread (to unindex it)
+        self._gone: OrderedDict[Hashable, float] = OrderedDict()  # key -> when (oldest first)
+
+    # ------------------------------------------------------------------ paused runs
+
+    def pause(self, tid: str, thread: Any, run: R, *, by_id: bool = True) -> bool:
+        """Keep `run` (trajectory `tid`, LangGraph thread `thread` or None) for its resume. by_id:
+        whether a later run can name `tid` (False for an id made up from a trace id). False when
+        nothing could resume it (no id a run can name, no thread): then the caller finishes it."""
+        if not by_id and thread is None:
+            return False
+        self._paused[tid] = run
+        if thread is not None:
+            self._threads[str(thread)] = tid
+            self._thread_of[tid] = str(thread)
+        return True
+
+    def resume(self, tid: str | None, thread: Any = None) -> R | None:
+        """The paused run a new run continues (same trajectory id, else same thread), taken out of the paused ones."""
+        if not self._paused:
+            return None
+        if tid is None or tid not in self._paused:
+            tid = self._threads.get(str(thread)) if thread is not None else None
+        if tid is None:
+            return None
+        run = self._paused.get(tid)
+        if run is not None:
+            self.unpause(tid)
+        return run
+
+    def unpause(self, tid: str, run: R | None = None) -> R | None:
+        """Take trajectory `tid` out of the paused ones (it resumed, or it is being finished); with
+        `run`, only if that is the run paused under `tid` (another run may share its id)."""
+        if run is not None and self._paused.get(tid) is not run:
+            return None
+        run = self._paused.pop(tid, None)
+        thread = self._thread_of.pop(tid, None)
+        if thread is not None and self._threads.get(thread) == tid:
+            del self._threads[thread]
+        return run
+
+    def is_paused(self, tid: str) -> bool:
+        return tid in self._paused
+
+    def paused(self) -> list[R]:
+        return list(self._paused.values())
+
+    @property
+    def n_paused(self) -> int:
+        return len(self._paused)
+
+    # ------------------------------------------------------------------ the idle rule
+
+    def idle(self, last_seen: float, now: float) -> bool:
+        """Whether an open (not paused) run last seen at `last_seen` is idle at `now`."""
+        return self.idle_timeout is not None and now - last_seen >= self.idle_timeout
+
+    # ------------------------------------------------------------------ late events of runs finished early
+
+    def remember_gone(self, keys: Iterable[Hashable], now: float) -> None:
+        for key in keys:
+            self._gone[key] = now
+
+    def is_gone(self, key: Hashable) -> bool:
+        return bool(self._gone) and key in self._gone
+
+    def forget_gone(self, key: Hashable) -> None:
+        """The run's end was seen: nothing more will come from it."""
+        self._gone.pop(key, None)
+
+    def expire(self, now: float) -> None:
+        """Forget the runs finished early more than GONE_MEMORY idle timeouts ago."""
+        if self.idle_timeout is None:
+            return
+        cutoff = now - GONE_MEMORY * self.idle_timeout
+        while self._gone and next(iter(self._gone.values())) < cutoff:
+            self._gone.popitem(last=False)
