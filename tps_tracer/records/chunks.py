@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
+from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
 from tps_tracer.records.limits import (
     PredictorNames,
@@ -31,7 +31,7 @@ from tps_tracer.records.limits import (
 )
 from tps_tracer.records.parquet_columns import projected_batches
 from tps_tracer.records.pyarrow_extra import require_pyarrow
-from tps_tracer.records.reading import NotFast, read_arrow_batch, read_jsonl_chunk, whole_file
+from tps_tracer.records.reading import NotFast, YieldedPart, read_arrow_batch, read_jsonl_chunk, shard_rest, whole_file
 from tps_tracer.records.resolutions import apply_resolutions, scan_resolutions
 from tps_tracer.records.set_aside import SetAside
 
@@ -83,19 +83,19 @@ def iter_chunks(
             chunks = _parquet_chunks(f, k, batch_rows)
         else:
             chunks = _jsonl_chunks(f, k, chunk_bytes)
+        done = YieldedPart()  # what this shard gave so far (a shard among many may fall back midway)
         try:
             for chunk in chunks:
                 if not names.add(chunk.arrays.predictors):
                     _too_many_predictors(chunk, names)
+                done.add(chunk.arrays, chunk.done)
                 yield chunk
         except NotFast:
             if len(files) == 1:
                 raise
-            # One shard among many: its exact read gives the error (or the resolved records).
-            from tps_tracer.records.jsonl import read_trajectories
-
-            records = read_trajectories(f)
-            chunk = Chunk(to_arrays(records), (k, 0), False, str(f), set_aside=records.set_aside)
+            # One shard among many: its exact read gives the error, or the records it did not yet give.
+            arrays, set_aside, start = shard_rest(f, done)
+            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=set_aside)
             if not names.add(chunk.arrays.predictors):
                 _too_many_predictors(chunk, names)
             yield chunk

@@ -28,10 +28,15 @@ callers) decide what happens next.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 if TYPE_CHECKING:
     from tps_tracer.records.arrays import TrajectoryArrays
+    from tps_tracer.records.set_aside import SetAside
 
 # The readers below are imported where used: they import `NotFast` from here.
 
@@ -72,6 +77,44 @@ def fast_else_whole_file(fast: Callable[[], T], whole: Callable[[], T]) -> T:
     except NotFast:
         pass  # `whole` runs outside the handler: the fast path's frames (and chunks) are freed first
     return whole()
+
+
+@dataclass
+class YieldedPart:
+    """What a shard's chunks gave before it fell back to its whole-file read: the ids, outcomes and
+    q_z in order (what resolutions change; a few bytes a trajectory), and the bytes read."""
+
+    ids: list[str] = field(default_factory=list)
+    outcome: list[Any] = field(default_factory=list)
+    q_z: list[Any] = field(default_factory=list)
+    end: int = 0
+
+    def add(self, arrays: TrajectoryArrays, end: int) -> None:
+        self.ids.extend(arrays.ids)
+        self.outcome.append(arrays.outcome)
+        self.q_z.append(arrays.q_z)
+        self.end = end
+
+
+def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:
+    """(arrays, set aside, byte offset) of a shard among many that fell back to its whole-file read
+    after its first chunks were given: the exact read's trajectories not given yet, and what it set
+    aside. The exact read's first trajectories must be the ones given (same ids in order, same
+    outcomes and q_z: a whole-file read keeps the first of a repeated id); else every trajectory is
+    given again, and the caller's duplicate-id check names them (as for repeats across chunks)."""
+    from tps_tracer.records.arrays import to_arrays
+    from tps_tracer.records.jsonl import read_trajectories
+
+    records = read_trajectories(path)  # raises the error a shard read alone gives
+    n = len(done.ids)
+    if n:
+        head = to_arrays(records[:n])
+        if head.ids == done.ids and all(
+            np.array_equal(got, np.concatenate(given), equal_nan=True)
+            for got, given in ((head.outcome, done.outcome), (head.q_z, done.q_z))
+        ):
+            return to_arrays(records[n:]), records.set_aside, done.end
+    return to_arrays(records), records.set_aside, 0
 
 
 def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
