@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from scale_support import assert_reports_equal, trajectory_dicts
 
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.evaluation.chunked import report_from_path, with_set_aside
 from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
+from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
 from tps_tracer.records.chunks import iter_chunks
+from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.reading import NotFast, first_that_reads, read_jsonl_chunk
 from tps_tracer.records.set_aside import SetAside
 
@@ -143,3 +145,46 @@ def test_the_readers_have_one_fall_back_exception():
             ):
                 defined.append(f"{path.name}:{node.name}")
     assert defined == ["reading.py:NotFast"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("forecast", 0.0),
+        ("forecast", 1.0),
+        ("forecast", -0.0),
+        ("forecast", 1.0000001),
+        ("forecast", -1e-300),
+        ("forecast", 5e-324),
+        ("horizon", 3),
+        ("horizon", 2),
+        ("horizon", MAX_HORIZON),
+        ("horizon", MAX_HORIZON + 1),
+        ("horizon", 0),
+    ],
+)
+def test_forecast_and_horizon_validity_are_the_same_rule_on_every_path(field, value):
+    """At the bounds, the fast path (columnar.validated_arrays, through orjson) takes exactly what the
+    exact path (pydantic + jsonl.forecast_problem) accepts, with the same arrays; records/validity.py
+    holds both rules. Independent expectation: the bounds as the paper states them, [0, 1] and
+    [max(1, steps), MAX_HORIZON]."""
+    steps = [{"forecasts": {"v": value if field == "forecast" else 0.5}} for _ in range(3)]
+    rec: dict[str, Any] = {"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": steps}
+    if field == "horizon":
+        rec["horizon"] = value
+    chunk = (json.dumps(rec) + "\n").encode()
+    valid = 0.0 <= value <= 1.0 if field == "forecast" else 3 <= value <= MAX_HORIZON
+    try:
+        exact = to_arrays(parse_lines([chunk.decode()], "<chunk>"))
+    except TrajectoryFileError:
+        exact = None
+    assert (exact is not None) == valid
+    try:
+        fast = arrays_from_jsonl(chunk)
+    except NotFast:
+        fast = None
+    assert (fast is not None) == valid
+    if valid:
+        assert fast is not None and exact is not None
+        assert fast.predictors["v"].values.tolist() == exact.predictors["v"].values.tolist()
+        assert fast.horizon.tolist() == exact.horizon.tolist()

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.records.arrays import (
     SKIP_REASONS,
     STOP_REASONS,
@@ -39,6 +38,7 @@ from tps_tracer.records.arrays import (
 )
 from tps_tracer.records.reading import NotFast
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.records.validity import forecast_outside, horizon_below_steps, horizon_outside
 
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 # A stop reason's code in TrajectoryArrays.stop_code; readers map unknown values to -1.
@@ -117,9 +117,9 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
 
     lengths = raw.lengths.astype(np.int64)
     horizon_given = raw.horizon
-    if np.any(horizon_given < 1.0) or np.any(horizon_given > MAX_HORIZON):
+    if np.any(horizon_outside(horizon_given)):
         raise NotFast("horizon outside [1, MAX_HORIZON]")
-    if np.any(horizon_given < lengths):
+    if np.any(horizon_below_steps(horizon_given, lengths)):
         raise NotFast("horizon < number of steps")
     horizon = np.where(np.isnan(horizon_given), lengths.astype(np.float64), horizon_given)
 
@@ -135,7 +135,7 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
     owner = np.repeat(np.arange(n), lengths)
     predictors: dict[str, PredictorColumn] = {}
     for name, values in raw.forecasts.items():
-        if np.any((values < 0.0) | (values > 1.0)):
+        if np.any(forecast_outside(values)):
             raise NotFast(f"forecasts.{name}: outside [0, 1]")
         gap = np.bincount(owner[np.isnan(values)], minlength=n) > 0
         usable = ~gap & ~empty

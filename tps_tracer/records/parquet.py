@@ -78,11 +78,12 @@ def arrow_schema(predictors: Sequence[str]) -> Any:
 
 def _number(value: Any) -> tuple[float | None, bool]:
     """(value as float or None, whether a non-number was dropped)."""
-    if value is None:
-        return None, False
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, True
-    return float(value), False
+    from tps_tracer.records.validity import classify_forecast
+
+    number = classify_forecast(value)
+    if isinstance(number, str):
+        return None, number == "non_numeric"
+    return number, False
 
 
 def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
