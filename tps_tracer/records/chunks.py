@@ -83,15 +83,18 @@ def iter_chunks(
             chunks = _parquet_chunks(f, k, batch_rows)
         else:
             chunks = _jsonl_chunks(f, k, chunk_bytes)
-        done = YieldedPart()  # what this shard gave so far (a shard among many may fall back midway)
+        # What this shard gave so far: a shard among many may fall back midway (a single file falls
+        # back whole, and keeps nothing: its ids would outlive its chunks).
+        done = YieldedPart() if len(files) > 1 else None
         try:
             for chunk in chunks:
                 if not names.add(chunk.arrays.predictors):
                     _too_many_predictors(chunk, names)
-                done.add(chunk.arrays, chunk.done)
+                if done is not None:
+                    done.add(chunk.arrays, chunk.done)
                 yield chunk
         except NotFast:
-            if len(files) == 1:
+            if done is None:
                 raise
             # One shard among many: its exact read gives the error, or the records it did not yet give.
             arrays, set_aside, start = shard_rest(f, done)
