@@ -22,9 +22,10 @@ from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
+from tps_tracer.records.columnar import arrays_from_arrow
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.parquet import jsonl_to_parquet, parquet_records
+from tps_tracer.records.reading import NotFast
 
 
 def _same_arrays(a, b):
@@ -153,9 +154,9 @@ def test_columnar_validation_refuses_what_the_exact_path_refuses_or_reads_differ
     """Each row is rejected (or read as a non-numeric skip) by pydantic; the columnar path must not accept it."""
     text = "\n".join(json.dumps(r) for r in [{"trajectory_id": "ok", "stop_reason": "clean", "outcome": 0}, row])
     table = pj.read_json(io.BytesIO(text.encode()))  # an Arrow table, as Parquet gives
-    with pytest.raises(NotColumnar, match=why.split(".")[0]):
+    with pytest.raises(NotFast, match=why.split(".")[0]):
         arrays_from_arrow(table)
-    with pytest.raises(NotColumnar, match=why.split(".")[0] + "|orjson"):  # NaN: orjson refuses the literal
+    with pytest.raises(NotFast, match=why.split(".")[0] + "|orjson"):  # NaN: orjson refuses the literal
         arrays_from_jsonl(text.encode())  # the JSON Lines fast path
     with (
         pytest.raises(TrajectoryFileError)

@@ -1,7 +1,7 @@
 """The pyarrow JSON Lines reader (records/jsonl_arrow.py) against the exact path, case by case and fuzzed.
 
 The contract is the orjson reader's (tests/test_jsonl_fast.py): on any chunk it returns exactly the
-arrays of the exact path (`parse_lines` -> `to_arrays`) or refuses with NotColumnar. The cases and
+arrays of the exact path (`parse_lines` -> `to_arrays`) or refuses with NotFast. The cases and
 the fuzz strategies are that file's, so both fast readers answer to the same list.
 """
 
@@ -28,20 +28,22 @@ from test_jsonl_fast import (
     rec,
 )
 
-import tps_tracer.records.chunks as chunks
 import tps_tracer.records.jsonl_arrow as jsonl_arrow
+import tps_tracer.records.jsonl_fast as jsonl_fast
+import tps_tracer.records.reading as reading
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.records import TrajectoryArrays, read_trajectories, to_arrays
-from tps_tracer.records.columnar import NotColumnar, validated_arrays
+from tps_tracer.records.columnar import validated_arrays
 from tps_tracer.records.jsonl_arrow import MIN_BYTES, raw_from_jsonl_arrow
+from tps_tracer.records.reading import NotFast
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 
 def arrow(chunk: bytes) -> TrajectoryArrays | None:
     try:
         return validated_arrays(raw_from_jsonl_arrow(chunk))
-    except NotColumnar:
+    except NotFast:
         return None
 
 
@@ -114,7 +116,7 @@ def test_arrow_reader_equals_the_exact_path_or_refuses(request, chunk, taken):
 def test_what_arrow_cannot_tell_apart_is_refused_before_it_matters(chunk, why):
     """pyarrow reads each of these (or would read it) without error, differently from the exact path
     or in a way the row count and key counts must catch; the reader names why it refuses."""
-    with pytest.raises(NotColumnar, match="arrow"):
+    with pytest.raises(NotFast, match="arrow"):
         raw_from_jsonl_arrow(chunk)
     assert check(chunk) is False
 
@@ -149,7 +151,7 @@ def test_predictors_in_first_seen_order_across_a_large_chunk():
             s["forecasts"] = {"late": 0.25, **s["forecasts"]}
     chunk = lines(*recs)
     assert len(chunk) > jsonl_arrow.PROBE_BYTES and not check(chunk)
-    arrays, fast = chunks._read_jsonl_chunk(chunk, "<chunk>")
+    arrays, fast = reading.read_jsonl_chunk(chunk, "<chunk>")
     assert fast and list(arrays.predictors) == ["verbal", "late"]
     assert_same_arrays(arrays, exact(chunk))  # type: ignore[arg-type]
     # Both names in the first lines: taken, in first-seen order.
@@ -190,11 +192,11 @@ def test_a_new_name_on_every_line_is_refused_before_arrow_builds_it():
     """Arrow gives every field a slot in every object of its type: 20,000 predictor names, one per
     line, would be 20,000 x 20,000 slots. Refused from the first lines' fields and the object count."""
     chunk = lines(*(rec(f"r{i}", steps=[{"forecasts": {f"p{i}": 0.5}}]) for i in range(20_000)))
-    with pytest.raises(NotColumnar, match="too many fields"):
+    with pytest.raises(NotFast, match="too many fields"):
         raw_from_jsonl_arrow(chunk)
     # Past the probe, a new name is a parse error (the orjson reader, which bounds names, decides).
     few = lines(*(rec(f"r{i}", steps=[{"forecasts": {"p": 0.5}}]) for i in range(3000)))
-    with pytest.raises(NotColumnar, match="unexpected field"):
+    with pytest.raises(NotFast, match="unexpected field"):
         raw_from_jsonl_arrow(few + lines(rec("new", steps=[{"forecasts": {"q": 0.5}}])))
 
 
@@ -281,7 +283,7 @@ def test_a_large_file_is_read_by_arrow_with_the_exact_arrays_and_report(tmp_path
     path = tmp_path / "runs.jsonl"
     path.write_bytes(lines(*recs))
     assert path.stat().st_size > 4 * MIN_BYTES
-    orjson_read = chunks.arrays_from_jsonl
+    orjson_read = jsonl_fast.arrays_from_jsonl
     sizes: list[int] = []
 
     def orjson_small_only(chunk: bytes) -> TrajectoryArrays:
@@ -289,10 +291,10 @@ def test_a_large_file_is_read_by_arrow_with_the_exact_arrays_and_report(tmp_path
         assert len(chunk) < MIN_BYTES, "the orjson reader was called on a large plain chunk"
         return orjson_read(chunk)
 
-    monkeypatch.setattr(chunks, "arrays_from_jsonl", orjson_small_only)
+    monkeypatch.setattr(jsonl_fast, "arrays_from_jsonl", orjson_small_only)  # (reading.py looks it up per call)
     assert_same_arrays(read_arrays(path, chunk_bytes=2 * MIN_BYTES), to_arrays(read_trajectories(path)))
     got = report_from_path(path, _options(200), chunk_bytes=2 * MIN_BYTES)
     assert len(sizes) <= 2  # the last, short chunk at most (read twice)
     monkeypatch.undo()
-    monkeypatch.setattr(chunks.jsonl_arrow, "MIN_BYTES", 1 << 60)  # the orjson reader only
+    monkeypatch.setattr(jsonl_arrow, "MIN_BYTES", 1 << 60)  # the orjson reader only
     assert_reports_equal(got, report_from_path(path, _options(200), chunk_bytes=2 * MIN_BYTES), tol=0.0)

@@ -1,8 +1,8 @@
 """The orjson JSON Lines reader (records/jsonl_fast.py) against the exact path, case by case and fuzzed.
 
 The contract: on any chunk the fast reader either returns exactly the arrays of the exact path
-(`parse_lines` -> `to_arrays`) or refuses with NotColumnar; the chunk reader then gives the exact
-path's arrays, or NeedsWholeFile where the exact path has an error to report. Never a different
+(`parse_lines` -> `to_arrays`) or refuses with NotFast; the chunk reader then gives the exact
+path's arrays, or a whole-file NotFast where the exact path has an error to report. Never a different
 result, never another exception. Each case below also pins whether the fast reader takes it (a
 plain file must not silently drop to the slow path).
 
@@ -25,9 +25,9 @@ from scale_support import trajectory_dicts
 import tps_tracer.records.jsonl_fast as jsonl_fast
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.records import TrajectoryArrays, TrajectoryFileError, parse_lines, read_trajectories, to_arrays
-from tps_tracer.records.chunks import NeedsWholeFile, _read_jsonl_chunk, iter_chunks
-from tps_tracer.records.columnar import NotColumnar
+from tps_tracer.records.chunks import iter_chunks
 from tps_tracer.records.jsonl_fast import BATCH_LINES, arrays_from_jsonl
+from tps_tracer.records.reading import NotFast, read_jsonl_chunk
 
 SCALE = float(os.environ.get("TPS_FUZZ_SCALE", "1"))
 
@@ -64,7 +64,7 @@ def exact(chunk: bytes) -> TrajectoryArrays | None:
 def fast(chunk: bytes) -> TrajectoryArrays | None:
     try:
         return arrays_from_jsonl(chunk)
-    except NotColumnar:
+    except NotFast:
         return None
 
 
@@ -81,8 +81,9 @@ def check_chunk(chunk: bytes) -> bool:
         assert expected is not None, "the fast reader accepted what the exact path rejects"
         assert_same_arrays(got, expected)
     try:
-        arrays, was_fast = _read_jsonl_chunk(chunk, "<chunk>")
-    except NeedsWholeFile:
+        arrays, was_fast = read_jsonl_chunk(chunk, "<chunk>")
+    except NotFast as exc:
+        assert exc.whole_file
         assert expected is None or b'"resolves"' in chunk  # an error to report, or resolution lines
         return False
     assert expected is not None and was_fast == (got is not None)
@@ -421,7 +422,7 @@ def test_the_collector_is_restored_after_each_batch(enabled):
         gc.enable() if enabled else gc.disable()
         arrays_from_jsonl(lines(OK))
         assert gc.isenabled() == enabled
-        with pytest.raises(NotColumnar):
+        with pytest.raises(NotFast):
             arrays_from_jsonl(lines(OK, [1]))
         assert gc.isenabled() == enabled
     finally:

@@ -55,33 +55,29 @@ def _whole(reason: str) -> dict[str, list[Any]]:
 def jsonl_block_arrays(batch: Any) -> Any:
     """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
     arrays, None for a blank block, or WholeInputNeeded."""
-    from tps_tracer.records.chunks import NeedsWholeFile, _read_jsonl_chunk
     from tps_tracer.records.jsonl import TrajectoryFileError
+    from tps_tracer.records.reading import NotFast, read_jsonl_chunk
 
     lines = batch.column("text").to_pylist()
     chunk = ("\n".join(lines) + "\n").encode("utf-8")
     if not chunk.strip():
         return None
     try:
-        arrays, _ = _read_jsonl_chunk(chunk, "ray block")
-    except (NeedsWholeFile, TrajectoryFileError) as exc:
+        arrays, _ = read_jsonl_chunk(chunk, "ray block")
+    except (NotFast, TrajectoryFileError) as exc:
         raise WholeInputNeeded(str(exc)) from None
     return arrays
 
 
 def arrow_block_arrays(batch: Any) -> Any:
     """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
-    from tps_tracer.records.chunks import _exact_parquet_batch
-    from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow
     from tps_tracer.records.jsonl import TrajectoryFileError
+    from tps_tracer.records.reading import read_arrow_batch
 
     if batch.num_rows == 0:
         return None
     try:
-        try:
-            return arrays_from_arrow(batch, from_json=False)
-        except NotColumnar:
-            return _exact_parquet_batch(batch, "ray block", 0)
+        return read_arrow_batch(batch, "ray block", 0)[0]
     except TrajectoryFileError as exc:
         raise WholeInputNeeded(str(exc)) from None
 

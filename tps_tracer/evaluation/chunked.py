@@ -4,7 +4,7 @@ Each chunk of whole trajectories is reduced to its `PartialState` and merged, so
 bounded by the chunk size plus a few scalars per trajectory, whatever the file size. The
 result equals `build_report` on the whole file (<= 1e-12). Files that need the whole-file
 view (an error to report with its line numbers, resolution lines) are read the exact way,
-`read_trajectories`, so messages and results are today's.
+`read_trajectories`, so messages and results are today's (`records/reading.py` decides).
 
 Recalibration (`--calibrate`, `--calibrator`) fits on the whole sample: it reads all chunks
 into one set of arrays (still through the fast reader) and runs `build_report`.
@@ -27,8 +27,9 @@ from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
-from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile, iter_chunks, source_files
+from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, iter_chunks, source_files
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
+from tps_tracer.records.reading import fast_else_whole_file, whole_file
 from tps_tracer.records.set_aside import SetAside
 
 Progress = Callable[[Chunk], None]
@@ -45,7 +46,7 @@ def _chunks(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
         while True:
-            chunk = pending.result()  # re-raises the reader's exceptions (NeedsWholeFile, errors)
+            chunk = pending.result()  # re-raises the reader's exceptions (NotFast, errors)
             if chunk is None:
                 return
             pending = reader.submit(next, chunks, None)
@@ -66,7 +67,7 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
         return
     files = source_files(path)
     if len(files) == 1 and not str(files[0]).lower().endswith((".parquet", ".pq")):
-        raise NeedsWholeFile("duplicate ids")  # the exact reader names both lines
+        raise whole_file("duplicate ids")  # the exact reader names both lines
     wanted = set(dup.tolist())
     where: dict[int, str] = {}
     errors = []
@@ -92,7 +93,7 @@ def state_from_path(
     progress: Progress | None = None,
     set_aside: SetAside | None = None,
 ) -> PartialState:
-    """The merged partial state of every trajectory in the file(s); raises NeedsWholeFile (see module).
+    """The merged partial state of every trajectory in the file(s); raises a whole-file NotFast (see module).
     Lines read but not scored (records/set_aside.py) are added to `set_aside`."""
     state: PartialState | None = None
     keys: list[np.ndarray] = []
@@ -103,7 +104,7 @@ def state_from_path(
         state = part if state is None else state.merge(part)
     _check_unique(path, keys, chunk_bytes)
     if state is None:
-        raise NeedsWholeFile("no trajectories")
+        raise whole_file("no trajectories")
     return state
 
 
@@ -115,7 +116,8 @@ def map_chunks(
 ) -> list[T]:
     """`fn` of every chunk's arrays, in file order (one result from the exact reader when the file
     needs the whole-file view: resolution lines, duplicate ids, an error to report by line)."""
-    try:
+
+    def chunked() -> list[T]:
         out: list[T] = []
         keys = []
         for chunk in _chunks(path, chunk_bytes, progress):
@@ -123,10 +125,10 @@ def map_chunks(
             out.append(fn(chunk.arrays))
         _check_unique(path, keys, chunk_bytes)
         if not out:
-            raise NeedsWholeFile("no trajectories")
-    except NeedsWholeFile:
-        return [fn(to_arrays(read_trajectories(path)))]
-    return out
+            raise whole_file("no trajectories")
+        return out
+
+    return fast_else_whole_file(chunked, lambda: [fn(to_arrays(read_trajectories(path)))])
 
 
 def read_arrays(
@@ -147,18 +149,22 @@ def report_from_path(
     if opts.calibrate is not None or opts.calibrator is not None:
         return build_report(read_arrays(path, chunk_bytes, progress), opts)
     set_aside = SetAside()
-    try:
+
+    def chunked() -> dict[str, Any]:
         state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress, set_aside)
-    except NeedsWholeFile:
+        # (build_report checks the other paths)
+        if opts.predictors is None and not state.predictors:
+            raise InputError(NO_PREDICTOR)
+        check_no_base_rate(state.predictors)
+        return with_set_aside(state.to_report(opts), set_aside)
+
+    def whole() -> dict[str, Any]:
         if Path(path).is_dir():
-            raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")]) from None
+            raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")])
         records = read_trajectories(path)
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
-    # (build_report checks the other paths)
-    if opts.predictors is None and not state.predictors:
-        raise InputError(NO_PREDICTOR)
-    check_no_base_rate(state.predictors)
-    return with_set_aside(state.to_report(opts), set_aside)
+
+    return fast_else_whole_file(chunked, whole)
 
 
 def with_set_aside(report: dict[str, Any], set_aside: SetAside) -> dict[str, Any]:

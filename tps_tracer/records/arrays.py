@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import Role, StopReason
+from tps_tracer.records.validity import classify_forecast
 from tps_tracer.scoring.branch_pairs import StepLayout
 
 FloatArray = NDArray[np.float64]
@@ -76,15 +77,6 @@ class TrajectoryArrays:
         return replace(self, predictors=predictors)
 
 
-def _classify(value: object) -> float | str:
-    """A numeric forecast as float, or the skip reason."""
-    if value is None:
-        return "missing"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "non_numeric"
-    return float(value)
-
-
 def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None) -> TrajectoryArrays:
     """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
     if predictors is None:
@@ -107,7 +99,7 @@ def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | N
         for j, step in enumerate(rec.steps):
             fc = step.forecasts
             for name in names:
-                v = _classify(fc.get(name))
+                v = classify_forecast(fc.get(name))
                 if isinstance(v, float):
                     columns[name][base + j] = v
                 elif not skip_reason[name][i]:

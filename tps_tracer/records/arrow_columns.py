@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns
+from tps_tracer.records.columnar import STOP_CODE, RawColumns
+from tps_tracer.records.reading import NotFast
 
 
 def _column(table: Any, name: str) -> Any:
@@ -39,28 +40,28 @@ def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: boo
     t = arr.type
     ok = pa.types.is_integer(t) or (pa.types.is_floating(t) and not integer) or (pa.types.is_boolean(t) and boolean)
     if not ok:
-        raise NotColumnar(f"{name}: type {t}")
+        raise NotFast(f"{name}: type {t}")
     if pa.types.is_floating(t) and pc.any(pc.is_nan(arr)).as_py():
-        raise NotColumnar(f"{name}: NaN")
+        raise NotFast(f"{name}: NaN")
     values = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
     return np.asarray(values, dtype=np.float64)
 
 
 def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
-    """The raw columns of an Arrow table or record batch, or NotColumnar (see `arrays_from_arrow`)."""
+    """The raw columns of an Arrow table or record batch, or NotFast (see `arrays_from_arrow`)."""
     null_means_absent = from_json
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if "resolves" in table.schema.names:
-        raise NotColumnar("resolution records")
+        raise NotFast("resolution records")
     n = table.num_rows
     ids_arr = _column(table, "trajectory_id")
     if ids_arr is None or not pa.types.is_string(ids_arr.type) or ids_arr.null_count:
-        raise NotColumnar("trajectory_id: not a string")
+        raise NotFast("trajectory_id: not a string")
     reason_arr = _column(table, "stop_reason")
     if reason_arr is None or not pa.types.is_string(reason_arr.type):
-        raise NotColumnar("stop_reason")
+        raise NotFast("stop_reason")
     codes = pc.index_in(reason_arr, value_set=pa.array(list(STOP_CODE)))  # STOP_CODE's order: codes
     stop_code = np.asarray(pc.fill_null(codes, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -69,14 +70,14 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     pending = np.zeros(n, dtype=bool)
     if pending_arr is not None and not pa.types.is_null(pending_arr.type):
         if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not null_means_absent):
-            raise NotColumnar("outcome_pending")
+            raise NotFast("outcome_pending")
         pending = np.asarray(pc.fill_null(pending_arr, False).to_numpy(zero_copy_only=False), dtype=bool)
     q_z = _numbers(_column(table, "q_z"), n, "q_z")
     horizon = _numbers(_column(table, "horizon"), n, "horizon", integer=True)
 
     meta = _column(table, "metadata")
     if from_json and meta is not None and not pa.types.is_struct(meta.type):
-        raise NotColumnar("metadata: not an object")
+        raise NotFast("metadata: not an object")
 
     steps = _column(table, "steps")
     lengths = np.zeros(n, dtype=np.int64)
@@ -84,29 +85,29 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     forecasts: dict[str, np.ndarray] = {}
     if steps is not None and not (pa.types.is_null(steps.type) and null_means_absent):
         if not (pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)):
-            raise NotColumnar("steps: not a list")
+            raise NotFast("steps: not a list")
         if steps.null_count and not null_means_absent:
-            raise NotColumnar("steps: null")
+            raise NotFast("steps: null")
         lengths = np.asarray(pc.fill_null(pc.list_value_length(steps), 0).to_numpy(zero_copy_only=False), np.int64)
         items = steps.flatten()
         if len(items):
             if not pa.types.is_struct(items.type) or items.null_count:
-                raise NotColumnar("steps: items are not objects")
+                raise NotFast("steps: items are not objects")
             fields = {items.type.field(i).name: i for i in range(items.type.num_fields)}
             children = items.flatten()
             if "t" in fields:
                 t_arr = children[fields["t"]]
                 if not (pa.types.is_null(t_arr.type) or pa.types.is_integer(t_arr.type)):
-                    raise NotColumnar("steps.t: type")
+                    raise NotFast("steps.t: type")
                 if not pa.types.is_null(t_arr.type):
                     t = np.asarray(pc.cast(t_arr, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
                 if pa.types.is_null(fc.type) and not null_means_absent:
-                    raise NotColumnar("forecasts: null")
+                    raise NotFast("forecasts: null")
                 if not pa.types.is_null(fc.type):
                     if not pa.types.is_struct(fc.type) or (fc.null_count and not null_means_absent):
-                        raise NotColumnar("forecasts: not an object")
+                        raise NotFast("forecasts: not an object")
                     for i, col in enumerate(fc.flatten()):
                         name = fc.type.field(i).name
                         forecasts[name] = _numbers(col, len(items), f"forecasts.{name}")

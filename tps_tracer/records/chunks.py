@@ -3,14 +3,10 @@
 Each chunk holds whole trajectories (a JSON Lines chunk ends at a line end; a Parquet chunk
 is a record batch), so memory is bounded by the chunk size, not the file size.
 
-JSON Lines chunks take a columnar path when they can: pyarrow's JSON reader for chunks of a
-megabyte or more (`jsonl_arrow.py`), else (or when it refuses) orjson + numpy (`jsonl_fast.py`);
-validation over flat arrays, `columnar.py`, and otherwise the exact per-record path of
-`jsonl.py` for that chunk alone (same arrays). Resolution lines are applied chunk by chunk
-(`resolutions.py`). When the exact path finds an error, or the file needs the whole-file view
-(a resolution the chunked path does not handle), the reader raises `NeedsWholeFile` and the
-caller reads the file the exact way, so every error message is the one `read_trajectories`
-gives, with its line numbers.
+How each chunk is read (fast, exact, or the whole file the exact way) is decided in
+`reading.py`; a file that needs the whole-file view raises `reading.NotFast(whole_file=True)`
+and the caller reads it the exact way (`reading.fast_else_whole_file`). Resolution lines are
+applied chunk by chunk (`resolutions.py`).
 
 Parquet chunks have no line numbers: errors name the row (counted from 1 in the file) and field.
 """
@@ -18,19 +14,14 @@ Parquet chunks have no line numbers: errors name the row (counted from 1 in the 
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tps_tracer.records import jsonl_arrow
-from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow, validated_arrays
+from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
-from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.limits import (
     PredictorNames,
     check_parquet_predictors,
@@ -40,7 +31,8 @@ from tps_tracer.records.limits import (
 )
 from tps_tracer.records.parquet_columns import projected_batches
 from tps_tracer.records.pyarrow_extra import require_pyarrow
-from tps_tracer.records.resolutions import ResolutionsNeedWholeFile, apply_resolutions, scan_resolutions
+from tps_tracer.records.reading import NotFast, YieldedPart, read_arrow_batch, read_jsonl_chunk, shard_rest, whole_file
+from tps_tracer.records.resolutions import apply_resolutions, scan_resolutions
 from tps_tracer.records.set_aside import SetAside
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
@@ -50,10 +42,6 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
 _NON_SPACE = re.compile(rb"\S")
-
-
-class NeedsWholeFile(Exception):
-    """The file must be read the exact, whole-file way (an error to report, or resolution lines)."""
 
 
 @dataclass
@@ -95,19 +83,22 @@ def iter_chunks(
             chunks = _parquet_chunks(f, k, batch_rows)
         else:
             chunks = _jsonl_chunks(f, k, chunk_bytes)
+        # What this shard gave so far: a shard among many may fall back midway (a single file falls
+        # back whole, and keeps nothing: its ids would outlive its chunks).
+        done = YieldedPart() if len(files) > 1 else None
         try:
             for chunk in chunks:
                 if not names.add(chunk.arrays.predictors):
                     _too_many_predictors(chunk, names)
+                if done is not None:
+                    done.add(chunk.arrays, chunk.done)
                 yield chunk
-        except NeedsWholeFile:
-            if len(files) == 1:
+        except NotFast:
+            if done is None:
                 raise
-            # One shard among many: its exact read gives the error (or the resolved records).
-            from tps_tracer.records.jsonl import read_trajectories
-
-            records = read_trajectories(f)
-            chunk = Chunk(to_arrays(records), (k, 0), False, str(f), set_aside=records.set_aside)
+            # One shard among many: its exact read gives the error, or the records it did not yet give.
+            arrays, set_aside, start = shard_rest(f, done)
+            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=set_aside)
             if not names.add(chunk.arrays.predictors):
                 _too_many_predictors(chunk, names)
             yield chunk
@@ -180,40 +171,15 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chu
             end = offset + len(chunk)
             if resolutions is not None:
                 chunk = resolutions.drop_lines(chunk, offset)
-            arrays, fast = _read_jsonl_chunk(chunk, str(path), resolutions_scanned=resolutions is not None)
+            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=resolutions is not None)
             if resolutions is not None:
                 arrays = apply_resolutions(arrays, resolutions)
             if arrays.n:
                 yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
         if resolutions is not None and resolutions.by_id:
-            raise NeedsWholeFile("a resolution of an id not in the file")
-    except ResolutionsNeedWholeFile as exc:
-        raise NeedsWholeFile(str(exc)) from None
+            raise whole_file("a resolution of an id not in the file")
     except OSError:
-        raise NeedsWholeFile(str(path)) from None
-
-
-def _read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
-    """One chunk's arrays; `resolutions_scanned`: its resolution lines were taken out (a remaining
-    mention of "resolves" is a trajectory's text, and an escaped key is caught by the readers)."""
-    if not resolutions_scanned and b'"resolves"' in chunk:
-        raise NeedsWholeFile("resolution lines")
-    if len(chunk) >= jsonl_arrow.MIN_BYTES:  # pyarrow's columnar parser first (jsonl_arrow.py)
-        try:
-            return validated_arrays(jsonl_arrow.raw_from_jsonl_arrow(chunk)), True
-        except NotColumnar:
-            pass
-    try:
-        return arrays_from_jsonl(chunk), True
-    except NotColumnar:
-        pass
-    try:
-        text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
-        # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it
-        # aside and counts it (records/set_aside.py)
-        return to_arrays(parse_lines(text, source, strict=True)), False
-    except (TrajectoryFileError, UnicodeDecodeError):
-        raise NeedsWholeFile(source) from None
+        raise whole_file(str(path)) from None
 
 
 # -- Parquet -----------------------------------------------------------------------------------
@@ -234,31 +200,6 @@ def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Ch
     total = pf.metadata.num_rows
     # Only the columns the scores need (parquet_columns.py); a refused batch is read whole.
     for row, batch, whole in projected_batches(pf, batch_rows):
-        try:
-            arrays, fast = arrays_from_arrow(batch, from_json=False), True
-        except NotColumnar:
-            arrays, fast = _exact_parquet_batch(whole(), str(path), row), False
+        arrays, fast = read_arrow_batch(batch, str(path), row, whole)
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
-
-
-def _row_json(row: dict[str, Any]) -> str:
-    meta = row.get("metadata")
-    if isinstance(meta, str):
-        try:
-            row["metadata"] = json.loads(meta)
-        except ValueError:
-            pass  # left as text: the schema check names it
-    if row.get("outcome_pending") is None:
-        row.pop("outcome_pending", None)
-    return json.dumps(row, default=str)
-
-
-def _exact_parquet_batch(batch: Any, source: str, first_row: int) -> TrajectoryArrays:
-    """The exact per-record path for one batch; errors name the row in the file (from 1)."""
-    lines = (_row_json(r) for r in batch.to_pylist())
-    try:
-        return to_arrays(parse_lines(lines, source, strict=True))
-    except TrajectoryFileError as exc:
-        errors = [RecordError(e.line + first_row if e.line else 0, e.field, e.message) for e in exc.errors]
-        raise TrajectoryFileError(f"{source} (Parquet: 'line' is the row, from 1)", errors) from None

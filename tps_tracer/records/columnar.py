@@ -15,8 +15,8 @@ is checked here, once, over numpy arrays. The columns are those of the interchan
 This path accepts only what the exact per-record path (pydantic, `jsonl.py` + `arrays.py`)
 accepts with the same result, and only in the plain form: numbers where numbers belong. Anything
 else (a non-numeric forecast, a float horizon, a value out of range, steps out of order) raises
-`NotColumnar`, and the caller reads that chunk with the exact path, which either gives the same
-arrays or the error message naming line and field.
+`reading.NotFast`, and the chunk is read by the exact path (`reading.py` decides), which either
+gives the same arrays or the error message naming line and field.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.records.arrays import (
     SKIP_REASONS,
     STOP_REASONS,
@@ -37,15 +36,13 @@ from tps_tracer.records.arrays import (
     PredictorColumn,
     TrajectoryArrays,
 )
+from tps_tracer.records.reading import NotFast
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.records.validity import forecast_outside, horizon_below_steps, horizon_outside
 
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 # A stop reason's code in TrajectoryArrays.stop_code; readers map unknown values to -1.
 STOP_CODE: dict[str, int] = {r.value: i for i, r in enumerate(STOP_REASONS)}
-
-
-class NotColumnar(Exception):
-    """This chunk needs the exact per-record path (the message says why, for debugging)."""
 
 
 @dataclass
@@ -96,34 +93,34 @@ def concat_raw(parts: Sequence[RawColumns]) -> RawColumns:
 
 
 def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
-    """The flat arrays `to_arrays` would build from these records, or NotColumnar when the exact
+    """The flat arrays `to_arrays` would build from these records, or NotFast when the exact
     path would reject a record (or read it differently)."""
     n = len(raw.ids)
     if "" in raw.ids:
-        raise NotColumnar("trajectory_id: empty")
+        raise NotFast("trajectory_id: empty")
     if np.any(raw.stop_code < 0):
-        raise NotColumnar("stop_reason: unknown value")
+        raise NotFast("stop_reason: unknown value")
     stop_code = raw.stop_code.astype(np.int8)
     clean = stop_code == _CLEAN
 
     outcome = raw.outcome
     has_outcome = ~np.isnan(outcome)
     if np.any(has_outcome & (outcome != 0.0) & (outcome != 1.0)):
-        raise NotColumnar("outcome: not 0/1")
+        raise NotFast("outcome: not 0/1")
     outcome = outcome + 0.0  # -0.0 (a valid 0) becomes 0.0, as the exact path's int 0 does
     pending = raw.outcome_pending
     if np.any(pending & has_outcome) or np.any(clean & ~has_outcome & ~pending):
-        raise NotColumnar("outcome / outcome_pending inconsistent")
+        raise NotFast("outcome / outcome_pending inconsistent")
     q_z = raw.q_z
     if np.any((q_z < 0.0) | (q_z > 1.0)):
-        raise NotColumnar("q_z: outside [0, 1]")
+        raise NotFast("q_z: outside [0, 1]")
 
     lengths = raw.lengths.astype(np.int64)
     horizon_given = raw.horizon
-    if np.any(horizon_given < 1.0) or np.any(horizon_given > MAX_HORIZON):
-        raise NotColumnar("horizon outside [1, MAX_HORIZON]")
-    if np.any(horizon_given < lengths):
-        raise NotColumnar("horizon < number of steps")
+    if np.any(horizon_outside(horizon_given)):
+        raise NotFast("horizon outside [1, MAX_HORIZON]")
+    if np.any(horizon_below_steps(horizon_given, lengths)):
+        raise NotFast("horizon < number of steps")
     horizon = np.where(np.isnan(horizon_given), lengths.astype(np.float64), horizon_given)
 
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -132,14 +129,14 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
         starts = np.repeat(offsets[:-1], lengths)
         position = np.arange(n_steps, dtype=np.float64) - starts + 1.0
         if np.any(~np.isnan(raw.t) & (raw.t != position)):
-            raise NotColumnar("steps.t: out of order")
+            raise NotFast("steps.t: out of order")
 
     empty = lengths == 0
     owner = np.repeat(np.arange(n), lengths)
     predictors: dict[str, PredictorColumn] = {}
     for name, values in raw.forecasts.items():
-        if np.any((values < 0.0) | (values > 1.0)):
-            raise NotColumnar(f"forecasts.{name}: outside [0, 1]")
+        if np.any(forecast_outside(values)):
+            raise NotFast(f"forecasts.{name}: outside [0, 1]")
         gap = np.bincount(owner[np.isnan(values)], minlength=n) > 0
         usable = ~gap & ~empty
         counts = {"missing": int(np.sum(gap & ~empty)), "no_steps": int(np.sum(empty))}
@@ -160,7 +157,7 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
 
 
 def arrays_from_arrow(table: Any, from_json: bool = True) -> TrajectoryArrays:
-    """Validated flat arrays of an Arrow table (or record batch) of trajectories, or NotColumnar.
+    """Validated flat arrays of an Arrow table (or record batch) of trajectories, or NotFast.
 
     `from_json`: a null in `steps`, `metadata`, `outcome_pending` or a step's `forecasts` means the
     key was absent (the caller has checked); otherwise (Parquet) such a null is left to the exact

@@ -17,8 +17,8 @@ had (`parquet.records_table` over validated `TrajectoryRecord`s): a chunk the fa
 (a non-numeric forecast, NaN literals, ...), a repeated id (set aside and counted there), a line
 longer than `jsonl_fast.LONG_LINE`, a number in exponent form in free-form fields (orjson reads an
 integer beyond 64 bits as a float). An error, resolution lines, a record beyond MAX_RECORD_BYTES or
-too many predictor names make the whole file go the exact way (`Fallback`), so every error message
-is the one the other commands give.
+too many predictor names make the whole file go the exact way (a whole-file `reading.NotFast`), so
+every error message is the one the other commands give; the order is `reading.first_that_reads`.
 
 Predictor names are known only as chunks arrive; the Parquet schema needs them all. Chunks are
 written with the names seen so far; when a later chunk adds names, a new segment file starts, and at
@@ -41,8 +41,9 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, validated_arrays
 from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, plain_json
+from tps_tracer.records.reading import NotFast, first_that_reads, whole_file
 
 SCHEMA_KEYS = frozenset({"trajectory_id", "stop_reason", "outcome", "horizon", "q_z", "outcome_pending", "steps"})
 STEP_KEYS = frozenset({"t", "forecasts"})
@@ -51,14 +52,6 @@ _STOP_NAMES = np.array(sorted(STOP_CODE, key=STOP_CODE.__getitem__), dtype=objec
 # orjson reads an integer beyond 64 bits as a float (pydantic keeps it exact in metadata and extras),
 # which orjson writes back in exponent form: such text (or a float written so) goes the exact way.
 _EXPONENT = re.compile(rb"\d[eE][-+]?\d")
-
-
-class Fallback(Exception):
-    """The file goes the exact, whole-file way (an error to report, resolution lines, too many names)."""
-
-
-class ChunkFallback(Exception):
-    """This chunk goes the exact per-record way (the same records, written by `records_table`)."""
 
 
 @dataclass
@@ -75,9 +68,9 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
     lines: list[bytes] = chunk.splitlines()
     longest = max(map(len, lines), default=0)
     if longest > MAX_RECORD_BYTES:  # the byte chunker may let one through; the exact read refuses it
-        raise Fallback("a record beyond the size bound")
+        raise whole_file("a record beyond the size bound")
     if longest > jsonl_fast.LONG_LINE:
-        raise ChunkFallback("a long line")
+        raise NotFast("a long line")
     parts, sides = [], []
     for i in range(0, len(lines), jsonl_fast.BATCH_LINES):
         raw, side = _batch(lines[i : i + jsonl_fast.BATCH_LINES])
@@ -87,10 +80,7 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
         raw, side = jsonl_fast._flatten([]), Side()
     else:
         raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
-    try:
-        validated_arrays(raw)  # the report's value checks; the arrays themselves are not needed
-    except NotColumnar as exc:
-        raise ChunkFallback(str(exc)) from None
+    validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
     return raw, side
 
 
@@ -100,14 +90,11 @@ def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
     enabled = gc.isenabled()
     gc.disable()  # as in jsonl_fast._batch: parsed JSON has no cycles
     try:
-        try:
-            recs = jsonl_fast._parse(lines)
-            if not plain_json(b"".join(lines), recs):
-                raise ChunkFallback("a duplicate key, deep nesting or an escaped ASCII character")
-            side = _side(recs)  # before _flatten empties `recs`
-            return jsonl_fast._flatten(recs), side
-        except NotColumnar as exc:
-            raise ChunkFallback(str(exc)) from None
+        recs = jsonl_fast._parse(lines)
+        if not plain_json(b"".join(lines), recs):
+            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+        side = _side(recs)  # before _flatten empties `recs`
+        return jsonl_fast._flatten(recs), side
     finally:
         if enabled:
             gc.enable()
@@ -115,7 +102,7 @@ def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
 
 def _side(recs: list[Any]) -> Side:
     if set(map(type, recs)) - {dict}:
-        raise ChunkFallback("a line is not an object")
+        raise NotFast("a line is not an object")
     metadata = _dump_each(list(map(dict.get, recs, repeat("metadata"), repeat({}))))
     # Fields outside the schema: none, unless the keys outnumber the schema keys present (counted in C).
     known = SCHEMA_KEYS | {"metadata"}
@@ -131,7 +118,7 @@ def _side(recs: list[Any]) -> Side:
             step_extra = [_extra_text(s, STEP_KEYS) for s in steps]
     texts = [e.encode() for e in chain(extra, step_extra or ()) if e is not None]
     if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
-        raise ChunkFallback("a number in exponent form (maybe an integer too large for a double)")
+        raise NotFast("a number in exponent form (maybe an integer too large for a double)")
     return Side(metadata, extra, step_extra)
 
 
@@ -140,7 +127,7 @@ def _dump_each(objects: list[Any]) -> list[bytes]:
     an item): the items are dumped as one array with a raw control byte between them, which orjson
     never writes itself (JSON escapes them in strings), and the text is cut there."""
     if set(map(type, objects)) - {dict}:
-        raise ChunkFallback("metadata is not an object")  # as _flatten would
+        raise NotFast("metadata is not an object")  # as _flatten would
     if not objects:
         return []
     seq: list[Any] = [_CUT] * (2 * len(objects) + 1)
@@ -235,7 +222,8 @@ def widen(table: Any, names: Sequence[str]) -> Any:
 
 
 def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
-    """Write `src` to the Parquet file `tmp` by row groups (see the module docstring); raises Fallback."""
+    """Write `src` to the Parquet file `tmp` by row groups (see the module docstring); raises a
+    whole-file NotFast for the exact way."""
     import pyarrow.parquet as pq
 
     from tps_tracer.records.chunks import _SCAN_BYTES, _byte_chunks
@@ -252,14 +240,14 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     except TrajectoryFileError:
         resolutions = True  # a record beyond the bound: the exact read gives its error
     if resolutions:  # (raised here, not in the handler: its traceback holds the record's blocks)
-        raise Fallback("resolution lines, or a record beyond the size bound")
+        raise whole_file("resolution lines, or a record beyond the size bound")
     try:
         for _, chunk, _ in _byte_chunks(src, chunk_bytes):
             if b'"resolves"' in chunk:  # (the file changed since the scan)
-                raise Fallback("resolution lines")
+                raise whole_file("resolution lines")
             table_names, table = _chunk_table(chunk, src, names, seen, summary)
             if not limit.add(table_names):
-                raise Fallback("too many predictor names")
+                raise whole_file("too many predictor names")
             if table is None:
                 continue
             if not segments or table.schema != segments[-1][1].schema:
@@ -275,7 +263,7 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     for _, writer in segments:
         writer.close()
     if not names:
-        raise Fallback("no forecasts")
+        raise whole_file("no forecasts")
     summary.predictors = tuple(names)
     if len(segments) > 1:
         _merge(tmp, [p for p, _ in segments], names)
@@ -285,24 +273,26 @@ def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summ
     """(the chunk's predictor names, its table in the names seen so far, or None when empty)."""
     from tps_tracer.records.parquet import records_table
 
-    try:
+    def fast() -> tuple[list[str], Any]:
         raw, side = fast_chunk(chunk)
         ids = raw.ids
         if len(set(ids)) != len(ids) or not seen.isdisjoint(ids):
-            raise ChunkFallback("a repeated id")
+            raise NotFast("a repeated id")
         chunk_names = list(raw.forecasts)
         names.extend(n for n in chunk_names if n not in names)
         if ids and not names:  # no column to write yet: the exact way (which names such a file)
-            raise Fallback("no forecasts yet")
+            raise whole_file("no forecasts yet")
         seen.update(ids)
         summary.trajectories += len(ids)
         return chunk_names, arrow_table(raw, side, names) if ids else None
-    except ChunkFallback:
-        pass
-    records = _exact_records(chunk, src, seen)
-    chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
-    names.extend(n for n in chunk_names if n not in names)
-    return chunk_names, records_table(records, names, summary) if records else None
+
+    def exact() -> tuple[list[str], Any]:
+        records = _exact_records(chunk, src, seen)
+        chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
+        names.extend(n for n in chunk_names if n not in names)
+        return chunk_names, records_table(records, names, summary) if records else None
+
+    return first_that_reads(fast, exact)
 
 
 def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
@@ -315,7 +305,7 @@ def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
     try:
         records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
     except (TrajectoryFileError, UnicodeDecodeError):
-        raise Fallback("an error") from None
+        raise whole_file("an error") from None
     return drop_repeats(records, seen, src)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -17,6 +16,7 @@ from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
+from tps_tracer.records.validity import forecast_problem
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
@@ -30,21 +30,6 @@ def _loc_to_field(loc: tuple[int | str, ...]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out
-
-
-def forecast_problem(value: Any) -> str | None:
-    """Why a numeric forecast value is unacceptable (NaN, infinite, outside [0, 1]), or None.
-
-    Missing (None) and non-numeric values are not problems here: they are per-predictor
-    skips, counted when arrays are built.
-    """
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if math.isnan(value):
-        return "forecast is NaN"
-    if not 0.0 <= value <= 1.0:
-        return f"forecast {value!r} is outside [0, 1]"
-    return None
 
 
 def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:

@@ -7,7 +7,7 @@ parse is a third. pyarrow's reader (C++, no Python objects) parses straight into
 same `RawColumns`, which `columnar.validated_arrays` validates as for every other reader.
 
 pyarrow's parser is not Python's `json`, so a chunk is taken only in the form where both read the
-same values, and everything else raises `NotColumnar` (the caller then tries `jsonl_fast.py`,
+same values, and everything else raises `NotFast` (the caller then tries `jsonl_fast.py`,
 which keeps today's exact fallback). Refused before parsing (byte scans of the chunk):
 
 - a `\\r` (the exact path splits lines on a lone `\\r` too), a blank or whitespace-only line
@@ -38,7 +38,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tps_tracer.records.columnar import NotColumnar, RawColumns
+from tps_tracer.records.columnar import RawColumns
+from tps_tracer.records.reading import NotFast
 
 # Below this size a chunk goes to orjson: importing pyarrow costs more than it saves on a small
 # file (a 40-run report must start fast), and a small chunk's parse is cheap either way.
@@ -61,57 +62,57 @@ _NULLABLE_OBJECTS = (
 
 
 def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
-    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotColumnar (see the module)."""
+    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotFast (see the module)."""
     try:
         import pyarrow as pa
         import pyarrow.json as pj
     except ImportError:
-        raise NotColumnar("pyarrow is not installed") from None
+        raise NotFast("pyarrow is not installed") from None
     from tps_tracer.records.arrow_columns import raw_from_arrow
 
     # The scans stop before a final line end (no copy of the chunk: a long trajectory's line is ~75 MB).
     end = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
     if end <= 0:
-        raise NotColumnar("empty chunk")
+        raise NotFast("empty chunk")
     # (bytes.find and regexes with a literal prefix: ~25 ms per 32 MB each; a regex starting with
     # an alternation tries every position and took seconds)
     if _BLANK_FIRST_LINE.match(chunk, 0, end) or _BLANK_LINE.search(chunk, 0, end):
-        raise NotColumnar("arrow: a blank line")
+        raise NotFast("arrow: a blank line")
     if any(chunk.find(s, 0, end) >= 0 for s in (b"\r", b"NaN", b"Infinity")):
-        raise NotColumnar("arrow: a carriage return, NaN or Infinity")
+        raise NotFast("arrow: a carriage return, NaN or Infinity")
     if chunk.find(b"\\u00", 0, end) >= 0 and _ASCII_ESCAPE.search(chunk, 0, end):
-        raise NotColumnar("arrow: an escaped ASCII character")
+        raise NotFast("arrow: an escaped ASCII character")
     if chunk.find(b"-0", 0, end) >= 0 and any(
         chunk[m.start() - 1 : m.start()] not in b"eE" for m in _MINUS_ZERO.finditer(chunk, 0, end)
     ):
-        raise NotColumnar("arrow: an integer -0")  # Arrow reads -0.0 in a float column; Python: int 0
+        raise NotFast("arrow: an integer -0")  # Arrow reads -0.0 in a float column; Python: int 0
     if not chunk.isascii():
         try:  # pyarrow checks UTF-8 only in the strings it converts; the exact path decodes every line
             chunk.decode("utf-8")
         except UnicodeDecodeError:
-            raise NotColumnar("arrow: invalid UTF-8") from None
+            raise NotFast("arrow: invalid UTF-8") from None
     # One block for the whole chunk: every line fits, and predictor columns come out in the order
     # the records first name them (a new field is appended to the inferred struct).
     read = pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1)
     try:
         table = pj.read_json(pa.BufferReader(chunk), read_options=read, parse_options=_bounded_schema(chunk, end))
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
-        raise NotColumnar(f"arrow: {exc}") from None
+        raise NotFast(f"arrow: {exc}") from None
     if _depth(pa.struct(list(table.schema))) > MAX_DEPTH:
-        raise NotColumnar("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
+        raise NotFast("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
     if table.num_rows != chunk.count(b"\n", 0, end) + 1:
-        raise NotColumnar("arrow: not one object per line")
+        raise NotFast("arrow: not one object per line")
     for key, path in _NULLABLE_OBJECTS:
         # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
         # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
         mentions = chunk.count(key, 0, end)
         if mentions and mentions != _present(table, path):
-            raise NotColumnar(f"arrow: {key.decode()} null or mentioned elsewhere")
+            raise NotFast(f"arrow: {key.decode()} null or mentioned elsewhere")
     return raw_from_arrow(table, from_json=True)
 
 
 def _bounded_schema(chunk: bytes, end: int) -> Any:
-    """Parse options fixing the fields to those of the chunk's first lines (PROBE_BYTES), or NotColumnar.
+    """Parse options fixing the fields to those of the chunk's first lines (PROBE_BYTES), or NotFast.
 
     Arrow's JSON builder gives every field of an object type a slot in every object of that type,
     null where absent: a chunk naming a new predictor on each line costs fields x steps (5,000
@@ -127,9 +128,9 @@ def _bounded_schema(chunk: bytes, end: int) -> Any:
     try:
         schema = pj.read_json(pa.BufferReader(probe), read_options=pj.ReadOptions(use_threads=False)).schema
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
-        raise NotColumnar(f"arrow: {exc}") from None
+        raise NotFast(f"arrow: {exc}") from None
     if _fields(pa.struct(list(schema))) * chunk.count(b"{", 0, end) > MAX_SLOTS:
-        raise NotColumnar("arrow: too many fields for the chunk's objects")
+        raise NotFast("arrow: too many fields for the chunk's objects")
     return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
 
 

@@ -6,7 +6,7 @@ turned into numpy columns; `columnar.validated_arrays` then checks the values, t
 validation the Parquet reader shares. Only the plain form is accepted, the one where orjson and
 pydantic's lax mode must agree: strings where strings belong, `int` / `float` (and `bool` for the
 outcome) where numbers belong, objects and lists where they belong, explicit `null` only where the
-schema takes one. Anything else raises `NotColumnar` and the chunk is read by the exact path:
+schema takes one. Anything else raises `NotFast` and the chunk is read by the exact path:
 
 - what orjson refuses and `json.loads` may accept: `NaN` / `Infinity` literals, lone surrogate
   escapes (`"\\ud800"`), numbers that overflow a double; the exact path decides;
@@ -35,8 +35,9 @@ import numpy as np
 import orjson
 
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.columnar import STOP_CODE, NotColumnar, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, validated_arrays
 from tps_tracer.records.limits import MAX_PREDICTORS, plain_json
+from tps_tracer.records.reading import NotFast
 
 BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
@@ -52,12 +53,12 @@ _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identi
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
-    """Validated flat arrays of a chunk of whole JSON Lines (no BOM), or NotColumnar."""
+    """Validated flat arrays of a chunk of whole JSON Lines (no BOM), or NotFast."""
     return validated_arrays(raw_from_jsonl(chunk))
 
 
 def raw_from_jsonl(chunk: bytes) -> RawColumns:
-    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotColumnar."""
+    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotFast."""
     # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
     lines: list[Any] = chunk.splitlines()
     if len(lines) <= _FEW_LINES:
@@ -160,7 +161,7 @@ def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
         recs = _parse(lines)
         # Duplicate keys and nesting (records/limits.py): orjson keeps the last key silently.
         if not plain_json(b"".join(lines), recs):
-            raise NotColumnar("a duplicate key, deep nesting or an escaped ASCII character")
+            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
         return _flatten(recs)
     finally:
         if enabled:
@@ -176,14 +177,14 @@ def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
         # all of which str.strip() strips as well; a longer run of spaces goes to the exact path)
         return [orjson.loads(line) for line in lines if len(line) > 64 or bytes(line).strip()]
     except orjson.JSONDecodeError as exc:
-        raise NotColumnar(f"orjson: {exc}") from None
+        raise NotFast(f"orjson: {exc}") from None
 
 
 def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> set[type]:
-    """The exact types of the values (bool is not int here); NotColumnar unless all are allowed."""
+    """The exact types of the values (bool is not int here); NotFast unless all are allowed."""
     found = set(map(type, values))
     if not (found <= allowed if isinstance(allowed, frozenset) else found <= {allowed}):
-        raise NotColumnar(f"{what}: {sorted(t.__name__ for t in found)}")
+        raise NotFast(f"{what}: {sorted(t.__name__ for t in found)}")
     return found
 
 
@@ -202,7 +203,7 @@ def _flatten(recs: list[Any]) -> RawColumns:
     n = len(recs)
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
-        raise NotColumnar("resolution line")
+        raise NotFast("resolution line")
     ids = _field(recs, "trajectory_id")
     _only(ids, _STR, "trajectory_id")
     reasons = _field(recs, "stop_reason")
@@ -254,12 +255,12 @@ def _forecast_columns(fcs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     # Past MAX_PREDICTORS names the exact path names the line (the columns would need gigabytes).
     names = list(fcs[0]) if fcs else []
     if len(names) > MAX_PREDICTORS:
-        raise NotColumnar("too many predictor names")
+        raise NotFast("too many predictor names")
     columns = _columns(fcs, names)
     if sum(present for _, present in columns.values()) != keys:
         names = list(dict.fromkeys(chain.from_iterable(dict.fromkeys(map(tuple, fcs)))))
         if len(names) > MAX_PREDICTORS:
-            raise NotColumnar("too many predictor names")
+            raise NotFast("too many predictor names")
         columns = {**columns, **_columns(fcs, [n for n in names if n not in columns])}
     return {name: columns[name][0] for name in names}
 

@@ -78,11 +78,12 @@ def arrow_schema(predictors: Sequence[str]) -> Any:
 
 def _number(value: Any) -> tuple[float | None, bool]:
     """(value as float or None, whether a non-number was dropped)."""
-    if value is None:
-        return None, False
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, True
-    return float(value), False
+    from tps_tracer.records.validity import classify_forecast
+
+    number = classify_forecast(value)
+    if isinstance(number, str):
+        return None, number == "non_numeric"
+    return number, False
 
 
 def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
@@ -171,7 +172,8 @@ def jsonl_to_parquet(
 ) -> ConvertSummary:
     """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
     require_pyarrow(f"writing Parquet ({dst})")
-    from tps_tracer.records.convert_stream import Fallback, write_stream
+    from tps_tracer.records.convert_stream import write_stream
+    from tps_tracer.records.reading import fast_else_whole_file
 
     src, dst = Path(src), Path(dst)
     fd, tmp = _atomic_target(dst)
@@ -179,14 +181,12 @@ def jsonl_to_parquet(
     try:
         # One streamed pass, no pydantic per record (convert_stream.py); an error, resolution lines
         # or too many names: the exact whole-file way below, which gives the precise error.
-        summary = ConvertSummary()
-        try:
+        def stream() -> ConvertSummary:
+            summary = ConvertSummary()
             write_stream(src, tmp, chunk_bytes, summary)
-            exact = False
-        except Fallback:
-            exact = True  # read outside the handler, so the stream's frames are freed first
-        if exact:
-            summary = _exact_convert(src, tmp, chunk_bytes)
+            return summary
+
+        summary = fast_else_whole_file(stream, lambda: _exact_convert(src, tmp, chunk_bytes))
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -198,13 +198,15 @@ def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     """The converter's exact path: validated records, predictor names from a first pass."""
     import pyarrow.parquet as pq
 
-    from tps_tracer.records.chunks import NeedsWholeFile, iter_chunks
+    from tps_tracer.records.chunks import iter_chunks
+    from tps_tracer.records.reading import fast_else_whole_file
 
-    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema.
-    try:
-        names = list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors))
-    except NeedsWholeFile:  # an error or resolution lines: the exact whole-file read (raises the precise error)
-        names = list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts))
+    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema;
+    # an error or resolution lines: the exact whole-file read (which raises the precise error).
+    names = fast_else_whole_file(
+        lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
+        lambda: list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts)),
+    )
     if not names:  # an empty file (the exact reader names it), or records without any forecast
         records = read_trajectories(src)
         raise TrajectoryFileError(

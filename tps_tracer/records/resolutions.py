@@ -11,8 +11,8 @@ reader then drops those lines from its chunks and `apply_resolutions` fills the 
 q_z into each chunk's arrays before it is reduced. Only the plain case is handled here: a
 resolution of a pending clean stop, or a q_z where the record has none (or the same). Anything
 else (an invalid resolution, an outcome for a non-clean stop, a conflicting value, an id not in
-the file) raises `ResolutionsNeedWholeFile` (the reader's `NeedsWholeFile`), and the exact
-reader gives its result or its error message with line numbers, as before.
+the file) raises `reading.NotFast(whole_file=True)`, and the exact whole-file reader gives its
+result or its error message with line numbers, as before.
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ from pydantic import ValidationError
 
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.limits import load_json
+from tps_tracer.records.reading import whole_file
 from tps_tracer.records.schema import ResolutionRecord
 from tps_tracer.records.stop_reasons import StopReason
 
 _KEY = b'"resolves"'
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
-
-
-class ResolutionsNeedWholeFile(Exception):
-    """A resolution line this module does not handle (see the module docstring)."""
 
 
 @dataclass
@@ -63,7 +60,7 @@ class Resolutions:
 
 def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
     """The resolution lines of a file given as (byte offset, bytes ending at a line end) pieces,
-    or None when no line mentions "resolves" (raises ResolutionsNeedWholeFile).
+    or None when no line mentions "resolves" (raises a whole-file `NotFast`, see the module).
 
     Read piece by piece (not memory-mapped: mapped pages of a large file count as the
     process's resident memory while the scan runs)."""
@@ -84,13 +81,13 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
     try:
         obj = load_json(line)  # the readers' one JSON rule (records/limits.py): a duplicate key is refused
     except (ValueError, UnicodeDecodeError):
-        raise ResolutionsNeedWholeFile("a line mentioning 'resolves' is not JSON") from None
+        raise whole_file("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:
         return  # a trajectory that mentions the word (e.g. in its metadata)
     try:
         res = ResolutionRecord.model_validate(obj)
     except ValidationError:
-        raise ResolutionsNeedWholeFile("an invalid resolution line") from None
+        raise whole_file("an invalid resolution line") from None
     outcome = None if res.outcome is None else float(res.outcome)
     found.spans.append((start, end))
     found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
@@ -108,11 +105,11 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
         for y, q in resolutions.by_id.pop(tid):
             if y is not None:
                 if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
-                    raise ResolutionsNeedWholeFile("an outcome for a non-clean stop, or a conflicting one")
+                    raise whole_file("an outcome for a non-clean stop, or a conflicting one")
                 outcome[i] = y
             if q is not None:
                 if not (np.isnan(q_z[i]) or q_z[i] == q):
-                    raise ResolutionsNeedWholeFile("a conflicting q_z")
+                    raise whole_file("a conflicting q_z")
                 q_z[i] = q
     arrays.outcome, arrays.q_z = outcome, q_z
     return arrays

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.errors import InputError
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.records.validity import horizon_below_steps, horizon_range_problem
 
 
 def _binary(v: Any) -> Any:
@@ -50,8 +50,7 @@ class TrajectoryRecord(BaseModel):
     trajectory_id: str = Field(min_length=1)
     stop_reason: StopReason
     outcome: int | None = None
-    # The capture path's bound (constants.MAX_HORIZON): a schedule over a larger T costs O(T) memory.
-    horizon: int | None = Field(default=None, ge=1, le=MAX_HORIZON)
+    horizon: int | None = None  # in [1, MAX_HORIZON] (records/validity.py)
     q_z: float | None = Field(default=None, ge=0.0, le=1.0)
     outcome_pending: bool = False
     steps: list[StepRecord] = Field(default_factory=list)
@@ -62,13 +61,21 @@ class TrajectoryRecord(BaseModel):
     def _binary_outcome(cls, v: Any) -> Any:
         return _binary(v)
 
+    @field_validator("horizon")
+    @classmethod
+    def _horizon_in_range(cls, v: int | None) -> int | None:
+        problem = None if v is None else horizon_range_problem(v)
+        if problem:
+            raise InputError(problem)
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> TrajectoryRecord:
         if self.outcome_pending and self.outcome is not None:
             raise InputError("outcome_pending is true but an outcome is given")
         if self.stop_reason is StopReason.CLEAN and self.outcome is None and not self.outcome_pending:
             raise InputError("a 'clean' stop needs an outcome (0 or 1), or outcome_pending: true")
-        if self.horizon is not None and self.horizon < len(self.steps):
+        if self.horizon is not None and horizon_below_steps(self.horizon, len(self.steps)):
             raise InputError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
         for i, step in enumerate(self.steps):
             if step.t is not None and step.t != i + 1:
