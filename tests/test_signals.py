@@ -241,3 +241,20 @@ def test_per_token_arrays_against_a_loop():
     ref_ec = np.mean([1 - h([math.exp(c["logprob"]) for c in e["top_logprobs"]]) / LN(5) for e in content])
     assert out["token_prob"] == pytest.approx(ref_tp, abs=1e-12)
     assert out["entropy_conf"] == pytest.approx(ref_ec, abs=1e-12)
+
+
+def test_offsets_are_computed_only_when_an_action_span_needs_them():
+    """Issue 28: the token offsets (one pass over every token string) are built on first use, by
+    token_mask; a step with no action span never pays for them, and the lazy ones are the same."""
+    plain = "".join(t for t, _, _ in TOKENS[:3]) + "<confidence>0.85</confidence>"
+    lp = from_openai_chat({"content": [entry(t, p, c) for t, p, c in TOKENS[:3]] + [entry(*TOKENS[-1])]})
+    ex = SignalExtractor()
+    out = ex.forecasts(plain, lp)
+    assert out["action_token_prob"] is None and out["token_prob"] is not None
+    assert lp._offsets is None  # no action span: never built
+    want = np.cumsum([0] + [len(t) for t in lp.tokens])
+    assert lp.offsets.tolist() == want.tolist() == [0, 7, 9, 17, 46]
+    full = from_openai_chat(chat_logprobs())
+    assert full._offsets is None
+    assert ex.forecasts(TEXT, full)["action_token_prob"] == pytest.approx((0.6 + 0.4 + 0.8) / 3, abs=1e-12)
+    assert full._offsets is not None and full.offsets[-1] == len(TEXT)

@@ -115,9 +115,14 @@ class NoOpProcessor(SpanProcessor):
     pass
 
 
+# Issue 28's targets: total process CPU added per model call over the no-op handler / processor.
+TARGETS = {"logprobs": 150e-6, "no logprobs": 30e-6}
+
+
 def _print_table(title: str, rows: dict[str, list[float]], noop: str) -> dict[str, float]:
     """Medians per variant; `added` is the median over rounds of (variant - no-op) in the same
-    round, which cancels the load other processes put on the machine from round to round."""
+    round, which cancels the load other processes put on the machine from round to round.
+    `added[noop]` is 0; the no-op's own median is returned as added["_no-op us/call"]."""
     print(title)
     print(f"  {'variant':<34} {'us/call':>9} {'added vs no-op':>15} {'x no-op':>8}")
     base = statistics.median(rows[noop])
@@ -126,13 +131,14 @@ def _print_table(title: str, rows: dict[str, list[float]], noop: str) -> dict[st
         added[name] = statistics.median(x - b for x, b in zip(xs, rows[noop], strict=True))
         m = statistics.median(xs)
         print(f"  {name:<34} {m * 1e6:9.1f} {added[name] * 1e6:15.1f} {m / base:8.2f}")
+    added["_no-op us/call"] = base
     return added
 
 
 # ------------------------------------------------------------------ 1. LangChain / LangGraph
 
 
-def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, float]:
+def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tuple[float, float]]:
     outputs_plain = [(text, None) for text, _ in outputs_lp]
     agents = {
         "logprobs": tool_calling_agent(ScriptedToolModel(outputs=outputs_lp), [search]),
@@ -171,12 +177,13 @@ def langchain_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str,
         assert n == expected, f"{kind}: {n} runs recorded, {expected} expected"
     added = {}
     for kind in agents:
-        added[kind] = _print_table(
+        table = _print_table(
             f"LangChain create_agent, {STEPS} model calls per run, {kind} ({TOKENS} tokens, top-{TOP}), "
             f"process CPU per model call, median of {rounds} rounds",
             {v: rows[f"{kind}: {v}"] for v in variants},
             "no-op handler",
-        )["TPS handler"]
+        )
+        added[kind] = (table["TPS handler"], table["_no-op us/call"])
     return added
 
 
@@ -242,7 +249,7 @@ def _llm_attributes(text: str, lp: Any) -> dict[str, Any]:
     }
 
 
-def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, float]:
+def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tuple[float, float]]:
     llm_spans = {
         "logprobs": [_llm_attributes(text, lp) for text, lp in outputs_lp],
         "no logprobs": [_llm_attributes(text, None) for text, _ in outputs_lp],
@@ -293,13 +300,29 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, floa
             assert n == RUNS * (rounds + 1), f"{name}: {n} runs recorded, {RUNS * (rounds + 1)} expected"
     added = {}
     for kind in llm_spans:
-        added[kind] = _print_table(
+        table = _print_table(
             f"OpenTelemetry SDK, OpenInference spans ({STEPS} LLM spans per trace), {kind}, "
             f"process CPU per model call, median of {rounds} rounds",
             {v.split(": ")[1]: rows[v] for v in providers if v.startswith(kind + ":")},
             "no-op processor",
-        )["TPS processor"]
+        )
+        added[kind] = (table["TPS processor"], table["_no-op us/call"])
     return added
+
+
+def print_targets(rounds: int, results: dict[str, dict[str, tuple[float, float]]]) -> None:
+    """One line per adapter and payload: added process CPU per model call against issue 28's target."""
+    print(f"Targets (issue 28): process CPU added per model call, median of {rounds} interleaved rounds")
+    print(f"  {'adapter, payload':<34} {'added us':>9} {'no-op us':>9} {'x no-op':>8} {'target':>7}")
+    for adapter, by_kind in results.items():
+        for kind, (added, base) in by_kind.items():
+            target = TARGETS[kind]
+            verdict = "met" if added <= target else "not met"
+            ratio = (base + added) / base
+            print(
+                f"  {adapter + ', ' + kind:<34} {added * 1e6:9.1f} {base * 1e6:9.1f} {ratio:8.2f}"
+                f" {target * 1e6:5.0f}us {verdict}"
+            )
 
 
 # ------------------------------------------------------------------ 3. imports
@@ -424,12 +447,14 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(0)
     outputs = [("".join(e["token"] for e in lp["content"]), lp) for lp in (chat_logprobs(rng, s) for s in range(STEPS))]
     steps: list[Callable[[], Any]] = []
+    results: dict[str, dict[str, tuple[float, float]]] = {}
     if "langchain" not in args.skip:
-        steps.append(lambda: langchain_costs(args.rounds, outputs))
+        steps.append(lambda: results.setdefault("LangChain handler", langchain_costs(args.rounds, outputs)))
     if "extraction" not in args.skip:
         steps.append(lambda: extraction_costs(args.rounds, outputs))
     if "otel" not in args.skip:
-        steps.append(lambda: otel_costs(args.rounds, outputs))
+        steps.append(lambda: results.setdefault("span processor", otel_costs(args.rounds, outputs)))
+    steps.append(lambda: results and print_targets(args.rounds, results))
     if "imports" not in args.skip:
         steps.append(import_costs)
     if "summary" not in args.skip:
