@@ -86,7 +86,7 @@ TABLE = [
     ("report", "bad option value", ["report", "{good}", "--bootstrap", "-1"], "--bootstrap: must be an integer >= 0"),
     ("report", "bad option type", ["report", "{good}", "--ece-bins", "many"], "argument --ece-bins: invalid int"),
     ("report", "bad option value", ["report", "{good}", "--rules", "logg"], "--rules: unknown score rule 'logg'"),
-    ("report", "unknown predictor", ["report", "{good}", "--predictors", "nope"], "not in the file: nope"),
+    ("report", "unknown predictor", ["report", "{good}", "--predictors", "nope"], "unknown predictor(s): nope"),
     ("report", "missing file (--calibrator)", ["report", "{good}", "--calibrator", "{missing}"], "--calibrator"),
     ("report", "unreadable file (--calibrator dir)", ["report", "{good}", "--calibrator", "{dir}"], "Is a directory"),
     ("report", "unfittable sample", ["report", "{ones}", "--calibrate", "platt"], "no predictor to recalibrate"),
@@ -185,7 +185,7 @@ TABLE = [
         "gate",
         "unknown predictor",
         ["gate", "{good}", "--min", "-1", "--predictor", "nope"],
-        "'nope' is not in the file",
+        "--predictor: unknown predictor(s): nope",
     ),
     (
         "gate",

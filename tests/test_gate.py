@@ -143,7 +143,7 @@ def test_high_parse_error_share_fails_and_tiny_samples_are_unusable(tmp_path):
 def test_bad_input_and_missing_criteria_exit_2(files, tmp_path):
     assert gate(str(files["truthful"])).returncode == 2  # no criterion
     proc = gate(str(files["truthful"]), "--min", "0", "--predictor", "nope")
-    assert proc.returncode == 2 and "'nope' is not in the file" in proc.stderr
+    assert proc.returncode == 2 and "--predictor: unknown predictor(s): nope; found: " in proc.stderr
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"trajectory_id": "a", "stop_reason": "clean"}\n')
     proc = gate(str(broken), "--min", "0")

@@ -16,6 +16,7 @@ from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.records import CensoringPolicy, TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.chunks import iter_chunks
 from tps_tracer.scoring import parse_rules, parse_schedules
@@ -64,10 +65,10 @@ def test_merge_in_any_order_gives_the_same_report(records_file):
     spec = StateSpec.from_options(opts)
     chunks = iter_chunks(records_file, chunk_bytes=15_000)
     states = [PartialState.from_arrays(c.arrays, spec, origin=c.origin) for c in chunks]
-    forward = merge_states(states).to_report(opts)
+    forward = report_from_state(merge_states(states), opts)
     rng = np.random.default_rng(3)
     order = rng.permutation(len(states))
-    shuffled = merge_states([states[i] for i in order]).to_report(opts)
+    shuffled = report_from_state(merge_states([states[i] for i in order]), opts)
     assert_reports_equal(forward, shuffled)
     assert_reports_equal(_whole_file(records_file, opts), forward)
 
@@ -158,7 +159,7 @@ def test_state_round_trips_through_its_arrays(records_file):
     chunk = next(iter(iter_chunks(records_file, chunk_bytes=20_000)))
     state = PartialState.from_arrays(chunk.arrays, spec)
     again = PartialState.from_dict(json.loads(json.dumps(state.to_dict())))
-    assert_reports_equal(state.to_report(opts), again.to_report(opts))
+    assert_reports_equal(report_from_state(state, opts), report_from_state(again, opts))
 
 
 def test_predictor_order_is_first_seen_whatever_the_reader_threads_do(tmp_path):

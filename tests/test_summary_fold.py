@@ -24,6 +24,7 @@ from tps_tracer.evaluation import partial_state as ps_module
 from tps_tracer.evaluation.append_buffer import concat_rows
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.online.accumulator import FOLD_THREAD_NAME
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring import parse_rules, parse_schedules
@@ -113,7 +114,7 @@ def test_merged_states_report_as_before(tmp_path):
     for p in reversed(parts[:-1]):
         rev = rev.merge(p)
     opts = ReportOptions(rules=("log", "brier"), bootstrap=4)
-    a, b = acc.to_report(opts), rev.to_report(opts)
+    a, b = report_from_state(acc, opts), report_from_state(rev, opts)
     assert a["audit"] == b["audit"] and len(a["scores"]) == len(b["scores"])
     for ra, rb in zip(a["scores"], b["scores"], strict=True):
         assert ra["n"] == rb["n"] and abs(ra["mean"] - rb["mean"]) <= 1e-12

@@ -25,7 +25,7 @@ from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_col
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.progress import progress_for
-from tps_tracer.evaluation.skipped_predictors import platt_fit_reason
+from tps_tracer.evaluation.skipped_predictors import check_known_predictors, platt_fit_reason
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.scoring.rules import get_rule
@@ -72,18 +72,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         schedule = get_schedule(args.weights).name
     arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
     predictors = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
-    unknown = [p for p in predictors or [] if p not in arrays.predictors]
-    if unknown:
-        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    check_known_predictors(predictors or [], arrays.predictors, "--predictors: ")
     calibrator = fit_calibrator(arrays, predictors, schedule, args.penalty, source=str(args.file))
     fitted = list(calibrator.maps)
     fixed = None
     if args.fixed_rank:
         with flag("--fixed-rank"):
-            if args.fixed_rank not in arrays.predictors:
-                raise InputError(
-                    f"predictor {args.fixed_rank!r} not in the file; found: {', '.join(arrays.predictors)}"
-                )
+            check_known_predictors([args.fixed_rank], arrays.predictors)
             reason = platt_fit_reason(arrays, args.fixed_rank)
             if reason:
                 raise InputError(f"{args.fixed_rank}: {reason}")

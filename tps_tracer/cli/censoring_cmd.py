@@ -31,7 +31,14 @@ from tps_tracer.evaluation.censoring.continuations import (
 from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
 from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
-from tps_tracer.evaluation.skipped_predictors import as_dicts, no_data_reason, nothing_left, role_masks, split_usable
+from tps_tracer.evaluation.skipped_predictors import (
+    as_dicts,
+    check_known_predictors,
+    no_data_reason,
+    nothing_left,
+    role_masks,
+    split_usable,
+)
 from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.parquet import read_records
@@ -120,9 +127,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
     records = read_records(args.file)
     arrays = to_arrays(records)
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
-    unknown = [p for p in requested or [] if p not in arrays.predictors]
-    if unknown:
-        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    check_known_predictors(requested or [], arrays.predictors, "--predictors: ")
     complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     predictors, skipped = split_usable(
         requested or list(arrays.predictors),

@@ -22,7 +22,14 @@ from tps_tracer.evaluation.plot_data import (
     step_contributions,
 )
 from tps_tracer.evaluation.progress import progress_for
-from tps_tracer.evaluation.skipped_predictors import Skipped, as_dicts, nothing_left, platt_fit_reason, split_usable
+from tps_tracer.evaluation.skipped_predictors import (
+    Skipped,
+    as_dicts,
+    check_known_predictors,
+    nothing_left,
+    platt_fit_reason,
+    split_usable,
+)
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -41,9 +48,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     plots.check_available()
     arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
     requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
-    unknown = [p for p in requested or [] if p not in arrays.predictors]
-    if unknown:
-        raise CliError(f"--predictors: not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    check_known_predictors(requested or [], arrays.predictors, "--predictors: ")
     predictors, skipped = split_usable(
         requested or list(arrays.predictors), lambda p: plot_reason(arrays, p, args.censoring)
     )

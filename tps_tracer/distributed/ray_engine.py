@@ -33,6 +33,8 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.evaluation.report_builder import report_from_state
+from tps_tracer.records.duplicate_ids import repeated_keys
 
 LOCAL_NUM_CPUS = 2
 _NEEDS_WHOLE = "needs_whole_input"
@@ -110,10 +112,8 @@ def _collect(ds: Any, fn: Any, spec: StateSpec) -> list[PartialState]:
     if whole:
         raise WholeInputNeeded(whole[0])
     keys = [np.frombuffer(r["keys"], dtype=np.uint64) for r in rows]
-    if keys:
-        k = np.sort(np.concatenate(keys))
-        if np.any(k[1:] == k[:-1]):
-            raise WholeInputNeeded("duplicate trajectory ids")
+    if repeated_keys(keys).size:  # the exact path confirms on the ids and names the lines
+        raise WholeInputNeeded("duplicate trajectory ids")
     states = []
     for i, r in enumerate(rows):
         st = PartialState.from_dict(json.loads(r["state"]))
@@ -218,7 +218,7 @@ def report_from_path_ray(
         return report_from_path(path, opts)
     if not states:
         return report_from_path(path, opts)  # its error for an input without trajectories
-    return merge_states(states).to_report(opts)
+    return report_from_state(merge_states(states), opts)
 
 
 def evaluate(
@@ -248,7 +248,7 @@ def evaluate(
                 raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
     if not states:
         raise InputError("no trajectories to evaluate")
-    return merge_states(states).to_report(opts)
+    return report_from_state(merge_states(states), opts)
 
 
 def _as_list(source: Any) -> Sequence[Any]:

@@ -22,6 +22,7 @@ import pickle
 from typing import Any
 
 from tps_tracer.distributed.ray_engine import _NEEDS_WHOLE, WholeInputNeeded, arrow_block_arrays, jsonl_block_arrays
+from tps_tracer.records.duplicate_ids import repeated_ids
 
 
 def _rows(read: Any, batch: Any, rule: Any, schedule: Any) -> dict[str, list[Any]]:
@@ -82,7 +83,7 @@ def sample_from_path_ray(
         raise WholeInputNeeded(whole[0])
     tables = [dataclasses.replace(pickle.loads(r["table"]), rules=[rule], schedules=[schedule]) for r in rows]
     ids = [i for t in tables for i in t.ids]
-    if len(set(ids)) != len(ids):
+    if repeated_ids(ids):
         raise WholeInputNeeded("duplicate trajectory ids")
     if not ids:
         raise GateInputError("no trajectories")

@@ -24,10 +24,12 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, iter_chunks, source_files
+from tps_tracer.records.duplicate_ids import duplicate_message, repeated_keys
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
 from tps_tracer.records.reading import fast_else_whole_file, whole_file
 from tps_tracer.records.set_aside import SetAside
@@ -59,10 +61,7 @@ def _chunks(
 
 def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_bytes: int) -> None:
     """Duplicate trajectory ids (by their 64-bit key) across the whole input are an error."""
-    if not keys:
-        return
-    k = np.sort(np.concatenate(keys))
-    dup = k[1:][k[1:] == k[:-1]]
+    dup = repeated_keys(keys)
     if not dup.size:
         return
     files = source_files(path)
@@ -77,7 +76,7 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
                 if key in where:
                     errors.append(
                         RecordError(
-                            0, "trajectory_id", f"duplicate id {tid!r} in {chunk.source} (first seen in {where[key]})"
+                            0, "trajectory_id", duplicate_message(tid, f"in {chunk.source}, first seen in {where[key]}")
                         )
                     )
                 else:
@@ -156,7 +155,7 @@ def report_from_path(
         if opts.predictors is None and not state.predictors:
             raise InputError(NO_PREDICTOR)
         check_no_base_rate(state.predictors)
-        return with_set_aside(state.to_report(opts), set_aside)
+        return with_set_aside(report_from_state(state, opts), set_aside)
 
     def whole() -> dict[str, Any]:
         if Path(path).is_dir():

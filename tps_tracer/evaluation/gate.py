@@ -60,12 +60,18 @@ from tps_tracer.evaluation.report import (
     BASE_RATE,
     NO_WORKING_SAMPLE,
     base_rate_pairs,
-    check_unique_ids,
     termination_audit,
 )
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
-from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, Skipped, as_dicts, no_data_reason
+from tps_tracer.evaluation.skipped_predictors import (
+    NO_PREDICTOR,
+    Skipped,
+    as_dicts,
+    check_known_predictors,
+    no_data_reason,
+)
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
+from tps_tracer.records.duplicate_ids import check_unique_ids
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import get_rule
@@ -263,11 +269,11 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
             raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
         in_base = base is not None and crit.predictor in base.table.predictors
-        if crit.predictor not in cand.table.predictors and not in_base:
-            names = [p for p in cand.table.predictors if p != BASE_RATE]
-            raise GateInputError(
-                f"predictor {crit.predictor!r} is not in the file; found: {', '.join(names) or 'none'}"
-            )
+        if not in_base:
+            try:
+                check_known_predictors([crit.predictor], [p for p in cand.table.predictors if p != BASE_RATE])
+            except InputError as exc:
+                raise GateInputError(f"--predictor: {exc}") from None
         return crit.predictor, "--predictor", []
     skipped: list[Skipped] = []
     if base is not None:

@@ -14,9 +14,10 @@ per-trajectory scalars the rank diagnostics need:
 - per predictor, the four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) and the outcome
   of each complete usable trajectory: AUROC, AUPRC, AURC, T-ECE are not sums.
 
-States merge by addition and concatenation, in any order, and `to_report` gives the same
-object as `report_from_table` on all the trajectories at once: every count equal, every mean,
-CI and diagnostic equal up to floating-point summation order (<= 1e-12). Merging a small state
+States merge by addition and concatenation, in any order; every report is built from a state
+(`report_builder.report_from_state`), so the report of merged states equals the report of all
+the trajectories at once: every count equal, every mean, CI and diagnostic equal up to
+floating-point summation order (<= 1e-12). Merging a small state
 into a big one costs what the small one holds: the per-trajectory arrays are appended in place
 (append_buffer.py), so a long-running accumulator folding batch after batch, or a reader merging
 chunk after chunk, does O(1) amortised work per trajectory.
@@ -27,8 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,31 +36,16 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
 from tps_tracer.evaluation.audit import termination_audit
-from tps_tracer.evaluation.bootstrap import BootstrapResult, replicate_means, replicate_sums, trajectory_keys
-from tps_tracer.evaluation.censoring_mix import (
-    CENSORING_MODES,
-    COMPLETE_ONLY,
-    SIMPLE,
-    ColumnKey,
-    eta_by_mode,
-    score_columns,
-)
+from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
+from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, eta_by_mode, score_columns
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
-from tps_tracer.evaluation.report import (
-    BASE_RATE,
-    BASE_RATE_SKIPPED,
-    NO_WORKING_SAMPLE,
-    ReportOptions,
-    diagnostic_rows,
-    empty_tables,
-    report_header,
-    score_rows,
-)
-from tps_tracer.evaluation.skipped_predictors import no_data_reason, nothing_left, split_usable
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+
+if TYPE_CHECKING:  # report.py builds states; the options are only read here
+    from tps_tracer.evaluation.report import ReportOptions
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -383,122 +368,12 @@ class PartialState:
             self.stop_counts, self.q_z_counts, self.pending, self.outcome_on_unscored, self.spec.policy
         )
 
-    def _base_rate_state(self, p: float) -> PredictorState:
-        """The base-rate forecast p scored from the mass sums: S(p,1) sum eta m + S(p,0) sum (1-eta) m."""
-        spec, base = self.spec, self.base
-        r_n, s_n = len(spec.rules), len(spec.schedules)
-        total = np.zeros((r_n, s_n, _M))
-        rep_total = np.zeros((spec.bootstrap, r_n, s_n, _M))
-        for i, rule in enumerate(spec.rules):
-            b1, b0 = (float(v[0]) for v in rule.branches(np.array([p])))
-            total[i] = b1 * base.eta_mass + b0 * base.rest_mass
-            rep_total[:, i] = b1 * base.rep_eta_mass + b0 * base.rep_rest_mass
-        usable = self.n - self.n_empty
-        return PredictorState(
-            usable=usable,
-            skipped={"no_steps": self.n_empty} if self.n_empty else {},
-            missing_q_z=base.missing_q_z,
-            count=np.broadcast_to(base.count, (r_n, s_n, _M)).copy(),
-            total=total,
-            rep_total=rep_total,
-            rep_count=base.rep_count,
-            summaries=np.full((base.outcomes.size, len(AGGREGATOR_NAMES)), p),
-            outcomes=base.outcomes,
-        )
-
-    @staticmethod
-    def _no_data_reason(st: PredictorState) -> str | None:
-        """`skipped_predictors.no_data_reason` from counts: trajectories usable in the working sample
-        are the members of the simple mode's columns."""
-        in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
-        col = SimpleNamespace(usable=np.array([st.usable > 0]), skipped=st.skipped)
-        return no_data_reason(col, np.array([in_working > 0]))
-
     def to_report(self, options: ReportOptions | None = None, allow_empty: bool = False) -> dict[str, Any]:
-        """The report object of all trajectories merged into this state (as `build_report`, without
-        recalibration, which refits on the whole sample and so is not a sum); `allow_empty` as in
-        `report_from_table` (a live monitor's snapshot before anything can be scored)."""
-        opts = options or ReportOptions()
-        if opts.calibrate is not None or opts.calibrator is not None:
-            raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
-        seen = self.predictor_names()
-        wanted = list(seen) if opts.predictors is None else list(opts.predictors)
-        unknown = [p for p in wanted if p not in seen]
-        if unknown:
-            raise InputError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(seen)}")
-        missing = [p for p in wanted if p not in self.predictors]
-        if missing:
-            raise InputError(f"the state was built without predictor(s) {', '.join(missing)}")
-        audit = self.audit()
-        if self.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
-            if allow_empty:
-                return self._empty_report(opts, wanted, audit)
-            raise InputError(NO_WORKING_SAMPLE)
-        covered = list(wanted)
-        # As report_from_table: a predictor with no usable trajectory in the working sample is skipped.
-        predictors, skipped = split_usable(wanted, lambda p: self._no_data_reason(self.predictors[p]))
-        if covered and not predictors and not allow_empty:
-            raise nothing_left("score", skipped)
-        # Censored runs alone are scored (cen-simple, cen-exact); the base rate needs a complete outcome.
-        base_rate = self.outcome_sum / self.n_complete if self.n_complete else None
-        states = {name: self.predictors[name] for name in covered}
-        if opts.base_rate and base_rate is None and BASE_RATE not in self.predictors:
-            skipped.append(BASE_RATE_SKIPPED)
-        if opts.base_rate and base_rate is not None and BASE_RATE not in self.predictors:
-            states[BASE_RATE] = self._base_rate_state(base_rate)
-            predictors.append(BASE_RATE)
-            covered.append(BASE_RATE)
-        modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
-        mode_idx = [CENSORING_MODES.index(m) for m in modes]
+        """The report of this state, by the one report builder (`report_builder.report_from_state`)."""
+        from tps_tracer.evaluation.report import ReportOptions  # both import this module
+        from tps_tracer.evaluation.report_builder import report_from_state
 
-        keys: list[ColumnKey] = []
-        point, n, rep_sum, rep_den = [], [], [], []
-        for name in predictors:
-            st = states[name]
-            for i, rule in enumerate(self.spec.rules):
-                for j, sched in enumerate(self.spec.schedules):
-                    for m, mode in zip(mode_idx, modes, strict=True):
-                        keys.append(ColumnKey(name, rule.name, sched.name, mode))
-                        n.append(int(st.count[i, j, m]))
-                        point.append(st.total[i, j, m] / st.count[i, j, m] if st.count[i, j, m] else np.nan)
-                        rep_sum.append(st.rep_total[:, i, j, m])
-                        rep_den.append(st.rep_count[:, m])
-        b = self.spec.bootstrap
-        boot = BootstrapResult(
-            point=np.array(point, dtype=np.float64),
-            n=np.array(n, dtype=np.int64),
-            replicates=replicate_means(
-                np.column_stack(rep_sum) if keys else np.zeros((b, 0)),
-                np.column_stack(rep_den) if keys else np.zeros((b, 0)),
-            ),
-        )
-        scores, deltas = score_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
-        diagnostics, scalar_rows = diagnostic_rows(
-            [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
-        )
-        coverage = [
-            {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)}
-            for name in covered
-        ]
-        rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
-        header = report_header(rules, schedules, opts, base_rate, audit, coverage, skipped)
-        return {
-            **header,
-            "scores": scores,
-            "deltas": deltas,
-            "diagnostics": diagnostics,
-            "scalar_predictors": scalar_rows,
-            "recalibration": [],
-        }
-
-    def _empty_report(self, opts: ReportOptions, names: list[str], audit: dict[str, Any]) -> dict[str, Any]:
-        """Audit and coverage with empty score tables (as `report_from_table(..., allow_empty=True)`)."""
-        coverage = [
-            {"predictor": p, "usable": self.predictors[p].usable, "skipped": dict(self.predictors[p].skipped)}
-            for p in names
-        ]
-        rules, schedules = [r.name for r in self.spec.rules], [s.name for s in self.spec.schedules]
-        return {**report_header(rules, schedules, opts, None, audit, coverage), **empty_tables()}
+        return report_from_state(self, options or ReportOptions(), allow_empty)
 
     # -- plain data (to ship between processes) -------------------------------------------------
 

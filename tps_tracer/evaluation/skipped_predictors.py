@@ -10,7 +10,7 @@ fails (exit 2) only when nothing at all is left to do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,6 +108,22 @@ NO_PREDICTOR = (
     "no predictor in the file: no step has a forecast under 'forecasts' "
     "(is the key misspelled, e.g. 'forecast'? see the JSON Lines format in docs/records.md)"
 )
+
+
+class UnknownPredictorError(InputError):
+    """A predictor was asked for by name and the data has none of that name."""
+
+
+def check_known_predictors(wanted: Iterable[str], known: Iterable[str], option: str = "") -> None:
+    """The one check of predictors asked for by name (report, snapshot, engines, calibrate, plot,
+    censoring, gate): raises naming each unknown one and what the data holds; `option` prefixes
+    the message with the flag that asked (e.g. "--predictors: ")."""
+    names = list(known)
+    unknown = [p for p in wanted if p not in names]
+    if unknown:
+        raise UnknownPredictorError(
+            f"{option}unknown predictor(s): {', '.join(unknown)}; found: {', '.join(names) or 'none'}"
+        )
 
 
 def nothing_left(what: str, skipped: Sequence[Skipped]) -> InputError:

@@ -20,6 +20,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.health import HealthLedger
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.records.arrays import STOP_REASONS
@@ -208,9 +209,5 @@ class SummaryFolding:
                 "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
             )
         state = self._whole_state()
-        names = list(options.predictors or [])
-        unknown = [p for p in names if p not in state.predictors]
-        if unknown:  # as report_from_table in row mode
-            raise InputError(f"unknown predictor(s): {', '.join(unknown)}; known: {', '.join(state.predictors)}")
-        opts = dataclasses.replace(options, predictors=names)
-        return state.to_report(opts, allow_empty=True), state.n, state.pending
+        opts = dataclasses.replace(options, predictors=list(options.predictors or []))
+        return report_from_state(state, opts, allow_empty=True), state.n, state.pending

@@ -12,6 +12,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from tps_tracer.atomic_write import atomic_write
+from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
@@ -175,7 +176,7 @@ def parse_lines(
         if beyond is not None:
             raise TrajectoryFileError(source, [*errors, RecordError(line_no, beyond, predictors_message())])
         if rec.trajectory_id in first_line_of:
-            message = f"duplicate id {rec.trajectory_id!r} (first seen on line {first_line_of[rec.trajectory_id]})"
+            message = duplicate_message(rec.trajectory_id, f"first seen on line {first_line_of[rec.trajectory_id]}")
             if strict:
                 errors.append(RecordError(line_no, "trajectory_id", message))
             else:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.schema import TrajectoryRecord
@@ -147,7 +148,7 @@ def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> 
     if repeated:
         set_aside = SetAside()
         for r in repeated:
-            set_aside.add("duplicate_id", f"duplicate id {r.trajectory_id!r} (an earlier line has it)")
+            set_aside.add("duplicate_id", duplicate_message(r.trajectory_id, "an earlier line has it"))
         set_aside.log_once(str(src))
         records = [r for r in records if r.trajectory_id not in seen]
     seen.update(r.trajectory_id for r in records)
@@ -250,9 +251,9 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
         for row, records in batches:
             for i, rec in enumerate(records):
                 if rec.trajectory_id in seen:
-                    msg, line = f"duplicate id {rec.trajectory_id!r}", row + i + 1
+                    msg, line = duplicate_message(rec.trajectory_id, "an earlier row has it"), row + i + 1
                     if not is_parquet(path):  # a JSON Lines shard: its own reader checked its lines
-                        msg, line = msg + " (also in an earlier shard)", 0
+                        msg, line = duplicate_message(rec.trajectory_id, "also in an earlier shard"), 0
                     raise TrajectoryFileError(str(path), [RecordError(line, "trajectory_id", msg)])
                 seen.add(rec.trajectory_id)
             yield from records

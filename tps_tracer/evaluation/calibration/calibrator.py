@@ -30,7 +30,13 @@ from tps_tracer import strict_json
 from tps_tracer.atomic_write import write_text
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
-from tps_tracer.evaluation.skipped_predictors import as_dicts, nothing_left, platt_fit_reason, split_usable
+from tps_tracer.evaluation.skipped_predictors import (
+    as_dicts,
+    check_known_predictors,
+    nothing_left,
+    platt_fit_reason,
+    split_usable,
+)
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
@@ -202,9 +208,7 @@ def fit_calibrator(
     w = step_weights(arrays, sched)
     step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
     names = list(predictors) if predictors is not None else list(arrays.predictors)
-    unknown = [p for p in names if p not in arrays.predictors]
-    if unknown:
-        raise InputError(f"predictor(s) not in the file: {', '.join(unknown)}; found: {', '.join(arrays.predictors)}")
+    check_known_predictors(names, arrays.predictors)
     fittable, skipped = split_usable(names, lambda p: platt_fit_reason(arrays, p))
     if not fittable:
         raise nothing_left("calibrate", skipped)
