@@ -28,7 +28,7 @@ from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, NeedsWholeFile, iter_chunks, source_files
-from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, read_trajectories
+from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.set_aside import SetAside
 
 Progress = Callable[[Chunk], None]
@@ -125,6 +125,8 @@ def map_chunks(
         if not out:
             raise NeedsWholeFile("no trajectories")
     except NeedsWholeFile:
+        from tps_tracer.records.jsonl import read_trajectories  # pydantic (~0.3 s): only the exact path
+
         return [fn(to_arrays(read_trajectories(path)))]
     return out
 
@@ -152,6 +154,8 @@ def report_from_path(
     except NeedsWholeFile:
         if Path(path).is_dir():
             raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")]) from None
+        from tps_tracer.records.jsonl import read_trajectories
+
         records = read_trajectories(path)
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
     # (build_report checks the other paths)

@@ -29,7 +29,7 @@ from typing import Any
 from tps_tracer.records import jsonl_arrow
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
 from tps_tracer.records.columnar import NotColumnar, arrays_from_arrow, validated_arrays
-from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
+from tps_tracer.records.errors import RecordError, TrajectoryFileError  # jsonl.py where used: pydantic
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 from tps_tracer.records.limits import (
     PredictorNames,
@@ -125,6 +125,8 @@ def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
             data = fh.read(chunk.done - start)
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if start == 0 else "utf-8")
         try:
+            from tps_tracer.records.jsonl import parse_lines
+
             parse_lines(text, chunk.source, names=PredictorNames(before))
         except TrajectoryFileError as exc:
             shifted = [RecordError(e.line + first_line - 1, e.field, e.message) for e in exc.errors[-1:]]
@@ -211,6 +213,8 @@ def _read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fal
         text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
         # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it
         # aside and counts it (records/set_aside.py)
+        from tps_tracer.records.jsonl import parse_lines
+
         return to_arrays(parse_lines(text, source, strict=True)), False
     except (TrajectoryFileError, UnicodeDecodeError):
         raise NeedsWholeFile(source) from None
@@ -258,6 +262,8 @@ def _exact_parquet_batch(batch: Any, source: str, first_row: int) -> TrajectoryA
     """The exact per-record path for one batch; errors name the row in the file (from 1)."""
     lines = (_row_json(r) for r in batch.to_pylist())
     try:
+        from tps_tracer.records.jsonl import parse_lines
+
         return to_arrays(parse_lines(lines, source, strict=True))
     except TrajectoryFileError as exc:
         errors = [RecordError(e.line + first_row if e.line else 0, e.field, e.message) for e in exc.errors]
