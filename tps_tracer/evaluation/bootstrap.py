@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED, MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.quantiles import linear_quantile
 
 FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
@@ -218,8 +219,12 @@ def percentile_ci(reps: FloatArray, level: float = CI_LEVEL) -> tuple[FloatArray
     out_hi = np.full(reps.shape[1], np.nan)
     cols = np.any(~np.isnan(reps), axis=0)
     if cols.any():
-        lo, hi = np.nanquantile(reps[:, cols], [alpha, 1.0 - alpha], axis=0)
-        out_lo[cols], out_hi[cols] = lo, hi
+        ordered = np.sort(reps[:, cols], axis=0)  # NaN sort last
+        count = np.sum(~np.isnan(ordered), axis=0)
+        out_lo[cols], out_hi[cols] = (
+            linear_quantile(ordered, count, alpha),
+            linear_quantile(ordered, count, 1.0 - alpha),
+        )
     return out_lo, out_hi
 
 
