@@ -1,10 +1,15 @@
 """Bootstrap: determinism, order invariance, accuracy of the SE, pairing."""
 
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tps_tracer.evaluation.bootstrap import (
     bootstrap_means,
+    percentile_ci,
     replicate_weights,
     replicate_weights_reference,
     trajectory_key,
@@ -93,3 +98,27 @@ def test_trajectory_keys_match_the_per_id_key():
     ids = [*_ids(50), "café ü", "x" * 500]
     assert trajectory_keys(ids).tolist() == [trajectory_key(i) for i in ids]
     assert trajectory_keys([]).shape == (0,)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(1, 4),
+    st.sampled_from([0.95, 0.9, 0.5, 0.99]),
+    st.floats(0.0, 0.7),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+)
+def test_percentile_ci_equals_numpy_nanquantile_bit_for_bit(b, k, level, nan_share, seed, ties):
+    """The written-out interval (no np.nanquantile: numpy.ma's import) is numpy's, to the bit."""
+    rng = np.random.default_rng(seed)
+    reps = rng.normal(size=(b, k)) * 10.0 ** rng.integers(-3, 4)
+    reps = np.round(reps, 1) if ties else reps
+    reps[rng.random((b, k)) < nan_share] = np.nan
+    lo, hi = percentile_ci(reps, level)
+    alpha = (1.0 - level) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: numpy warns, gives NaN
+        want = np.nanquantile(reps, [alpha, 1.0 - alpha], axis=0)
+    np.testing.assert_array_equal(lo, want[0])
+    np.testing.assert_array_equal(hi, want[1])

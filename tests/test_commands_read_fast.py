@@ -30,13 +30,13 @@ def _run(command: str, path: Path, out: Path, capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize("command", ["calibrate", "plot"])
 def test_fast_reader_output_equals_the_exact_reader(command, tmp_path, capsys, monkeypatch):
     path = write_jsonl(tmp_path / "runs.jsonl", trajectory_dicts(400, seed=4, predictors=("verbal", "token_prob")))
-    real_exact = chunked.read_trajectories
+    real_exact = jsonl.read_trajectories
 
     def no_exact_read(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a clean file must not be read record by record")
 
     with monkeypatch.context() as m:
-        m.setattr(chunked, "read_trajectories", no_exact_read)
+        m.setattr(jsonl, "read_trajectories", no_exact_read)
         m.setattr(jsonl, "parse_lines", no_exact_read)  # the per-record validation (what read_records used)
         (tmp_path / "fast").mkdir()
         fast = _run(command, path, tmp_path / "fast", capsys)
@@ -46,7 +46,7 @@ def test_fast_reader_output_equals_the_exact_reader(command, tmp_path, capsys, m
         yield  # a generator, like the real iter_chunks
 
     monkeypatch.setattr(chunked, "iter_chunks", whole_file_only)
-    monkeypatch.setattr(chunked, "read_trajectories", real_exact)
+    monkeypatch.setattr(jsonl, "read_trajectories", real_exact)
     (tmp_path / "exact").mkdir()
     exact = _run(command, path, tmp_path / "exact", capsys)
     assert_reports_equal(fast, exact)

@@ -15,9 +15,13 @@ from typing import Any
 import pytest
 from scale_support import assert_reports_equal
 
-from tps_tracer.evaluation import chunked
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
-from tps_tracer.records import CensoringPolicy, read_trajectories, write_trajectories
+from tps_tracer.records import (
+    CensoringPolicy,
+    jsonl,  # the exact reader, imported by chunked.py where used
+    read_trajectories,
+    write_trajectories,
+)
 from tps_tracer.records.parquet import jsonl_to_parquet
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.synthetic import simulate_runs, to_records
@@ -80,7 +84,7 @@ def test_gate_on_files_equals_the_gate_on_records(runs, files, name, fmt, monkey
     def no_exact_read(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a clean file must not be read record by record")
 
-    monkeypatch.setattr(chunked, "read_trajectories", no_exact_read)
+    monkeypatch.setattr(jsonl, "read_trajectories", no_exact_read)
     path = files["cand"] if fmt == "jsonl" else files["cand.parquet"]
     got = gate_paths([path], crit, chunk_bytes=SMALL_CHUNKS)
     assert_reports_equal(got, expected)

@@ -13,11 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scale_support import assert_reports_equal, trajectory_dicts
 
-from tps_tracer.evaluation import chunked
 from tps_tracer.evaluation.chunked import report_from_path, with_set_aside
 from tps_tracer.evaluation.gate import GateCriteria, evaluate_gate, gate_paths
 from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
+from tps_tracer.records import (
+    TrajectoryFileError,
+    jsonl,  # the exact reader, imported by chunked.py where used
+    read_trajectories,
+    to_arrays,
+)
 
 OPTIONS = ReportOptions(rules=["log", "brier"], bootstrap=200)
 
@@ -54,7 +58,7 @@ def _forbid_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_exact_read(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a plain file with resolution lines must not be read the whole-file way")
 
-    monkeypatch.setattr(chunked, "read_trajectories", no_exact_read)
+    monkeypatch.setattr(jsonl, "read_trajectories", no_exact_read)
 
 
 @pytest.mark.parametrize("chunk_bytes", [3_000, 40_000, 32 << 20])

@@ -183,13 +183,16 @@ def timing(path: Path, tmp: Path, args: argparse.Namespace) -> None:
     base_path = tmp / "baseline.jsonl"
     ratios: dict[str, list[float]] = {name: [] for name in runs}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.repeat):
+    for k in range(args.repeat):
         base = cpu_time(lambda: json_pass(path))
         both = base + cpu_time(lambda: json_pass(base_path)) if args.gate else base
         for name, (fn, over_both) in runs.items():
             t = base if name == "json.loads" else cpu_time(fn)  # type: ignore[arg-type]
             seconds[name].append(t)
             ratios[name].append(t / (both if over_both else base))
+        # One line per round as it ends (to stderr): a long run cut short still leaves its rounds.
+        done = "  ".join(f"{name} {seconds[name][-1]:.2f}s {ratios[name][-1]:.2f}x" for name in runs)
+        print(f"round {k + 1}: {done}", file=sys.stderr, flush=True)
     size = path.stat().st_size / 1e6
     print(
         f"{args.trajectories} trajectories x 10 steps, {size:.0f} MB JSON Lines; process CPU time, "

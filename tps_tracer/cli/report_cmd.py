@@ -16,7 +16,6 @@ from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_options_check import OptionError
-from tps_tracer.evaluation.split_report import TooManyGroups, reports_by
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -89,6 +88,9 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
         raise CliError("--by reads the records whole: not available with --engine ray")
     if not key.strip():
         raise CliError("--by: give a metadata key, e.g. --by agent")
+    # Imported here: --by reads records whole (pydantic, ~0.3 s) that a plain report never loads.
+    from tps_tracer.evaluation.split_report import TooManyGroups, reports_by
+
     try:
         split = reports_by(path, key, options)
     except TooManyGroups as exc:

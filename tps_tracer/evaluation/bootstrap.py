@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED, MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.quantiles import linear_quantile
 
 FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
@@ -84,8 +85,12 @@ def _poisson_lut() -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
 _LUT_VALUE, _LUT_STRADDLES = _poisson_lut()
 
 
-# Bucket table as float64, NaN where a CDF step falls inside the bucket (resolved exactly below).
-_LUT = np.where(_LUT_STRADDLES, np.nan, _LUT_VALUE.astype(np.float64))
+# Bucket table as uint8, _STRADDLE where a CDF step falls inside the bucket (resolved exactly
+# below). uint8, not float64: the 64 KB table stays in cache, and a uint8 gather plus one cast to
+# float64 ran ~4x faster than a float64 gather (np.take, 1000 x 250 weights) -- the gather was
+# ~40% of the weights' cost.
+_STRADDLE = 255
+_LUT = np.where(_LUT_STRADDLES, _STRADDLE, _LUT_VALUE).astype(np.uint8)
 
 
 def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
@@ -107,8 +112,9 @@ def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
         z *= _MIX2
     del tmp
     top16 = z.view(np.uint16)[:, 3::4] if _LITTLE_ENDIAN else z.view(np.uint16)[:, 0::4]
-    out = np.take(_LUT, top16)
-    odd = np.flatnonzero(np.isnan(out))
+    small = np.take(_LUT, top16, mode="clip")  # (a uint16 index cannot leave the table: no bounds check)
+    odd = np.flatnonzero(small == _STRADDLE)
+    out = small.astype(np.float64)
     if odd.size:
         bits = z.ravel()[odd]
         bits ^= bits >> np.uint64(31)
@@ -213,8 +219,12 @@ def percentile_ci(reps: FloatArray, level: float = CI_LEVEL) -> tuple[FloatArray
     out_hi = np.full(reps.shape[1], np.nan)
     cols = np.any(~np.isnan(reps), axis=0)
     if cols.any():
-        lo, hi = np.nanquantile(reps[:, cols], [alpha, 1.0 - alpha], axis=0)
-        out_lo[cols], out_hi[cols] = lo, hi
+        ordered = np.sort(reps[:, cols], axis=0)  # NaN sort last
+        count = np.sum(~np.isnan(ordered), axis=0)
+        out_lo[cols], out_hi[cols] = (
+            linear_quantile(ordered, count, alpha),
+            linear_quantile(ordered, count, 1.0 - alpha),
+        )
     return out_lo, out_hi
 
 

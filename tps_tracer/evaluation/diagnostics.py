@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.constants import DEFAULT_ECE_BINS
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.quantiles import linear_quantile
 
 FloatArray = NDArray[np.float64]
 
@@ -101,8 +102,11 @@ def quantile_bins(c: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> NDArray[np.in
         raise InputError("n_bins must be at least 1")
     if ca.size == 0:
         return np.zeros(0, dtype=np.int64)
-    edges = np.quantile(ca, np.linspace(0.0, 1.0, n_bins + 1))
-    inner = np.unique(edges[1:-1])
+    # np.quantile and np.unique, written out (evaluation/quantiles.py: they import numpy.ma).
+    ordered = np.sort(ca)[:, None]
+    count = np.array([ca.size])
+    edges = np.sort([linear_quantile(ordered, count, q)[0] for q in np.linspace(0.0, 1.0, n_bins + 1)[1:-1]])
+    inner = edges[np.concatenate(([True], edges[1:] != edges[:-1]))] if edges.size else edges
     return np.searchsorted(inner, ca, side="left").astype(np.int64)
 
 

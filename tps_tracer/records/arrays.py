@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.records.validity import classify_forecast
 from tps_tracer.scoring.branch_pairs import StepLayout
+
+if TYPE_CHECKING:  # pydantic costs ~0.3 s of import; only the exact (record) path needs it
+    from tps_tracer.records.schema import TrajectoryRecord
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines
+from tps_tracer.records.errors import RecordError, TrajectoryFileError  # jsonl.py where used: pydantic
 from tps_tracer.records.limits import (
     PredictorNames,
     check_parquet_predictors,
@@ -116,6 +116,8 @@ def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
             data = fh.read(chunk.done - start)
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if start == 0 else "utf-8")
         try:
+            from tps_tracer.records.jsonl import parse_lines
+
             parse_lines(text, chunk.source, names=PredictorNames(before))
         except TrajectoryFileError as exc:
             shifted = [RecordError(e.line + first_line - 1, e.field, e.message) for e in exc.errors[-1:]]

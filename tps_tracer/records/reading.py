@@ -127,7 +127,7 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
     from tps_tracer.records import jsonl_arrow
     from tps_tracer.records.arrays import to_arrays
     from tps_tracer.records.columnar import validated_arrays
-    from tps_tracer.records.jsonl import TrajectoryFileError, parse_lines
+    from tps_tracer.records.errors import TrajectoryFileError
     from tps_tracer.records.jsonl_fast import arrays_from_jsonl
 
     if not resolutions_scanned and b'"resolves"' in chunk:
@@ -137,6 +137,8 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
         return validated_arrays(jsonl_arrow.raw_from_jsonl_arrow(chunk)), True
 
     def exact() -> tuple[TrajectoryArrays, bool]:
+        from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
+
         try:
             text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
             # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it

@@ -22,12 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import ValidationError
 
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.limits import load_json
 from tps_tracer.records.reading import whole_file
-from tps_tracer.records.schema import ResolutionRecord
 from tps_tracer.records.stop_reasons import StopReason
 
 _KEY = b'"resolves"'
@@ -84,6 +82,10 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
         raise whole_file("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:
         return  # a trajectory that mentions the word (e.g. in its metadata)
+    from pydantic import ValidationError  # here: pydantic is ~0.3 s of import, only resolution lines need it
+
+    from tps_tracer.records.schema import ResolutionRecord
+
     try:
         res = ResolutionRecord.model_validate(obj)
     except ValidationError:

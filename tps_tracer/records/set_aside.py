@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tps_tracer.records.schema import TrajectoryRecord
+if TYPE_CHECKING:  # pydantic (~0.3 s of import) only where records are built
+    from tps_tracer.records.schema import TrajectoryRecord
 
 logger = logging.getLogger("tps_tracer")
 
@@ -67,7 +68,7 @@ class SetAside:
             logger.warning("%s: set aside (not scored): %s", source, line)
 
 
-class ReadRecords(list[TrajectoryRecord]):
+class ReadRecords(list["TrajectoryRecord"]):
     """The records a reader returns (a plain list of `TrajectoryRecord`), with `set_aside`: the lines
     it read but did not score (see the module docstring)."""
 
