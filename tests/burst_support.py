@@ -1,16 +1,17 @@
 """Bursts of concurrent agent runs, for the lossless-capture tests and benchmark.
 
 A real `langchain.agents.create_agent` loop (LangGraph underneath) with a scripted chat model:
-each run makes one tool call, then answers; every model turn states a confidence and, when asked,
-carries OpenAI-shaped top-5 logprobs. `step_delay` stands for the model's latency (asyncio.sleep on
-the async path, time.sleep on threads). The expected record of every run is known up front, so a
-burst can be checked run by run: one record per started run, every step present, nothing
-capture_lost.
+each run makes `tool_turns` tool calls (default one), then answers; every model turn states a
+confidence and, when asked, carries OpenAI-shaped top-5 logprobs. `step_delay` stands for the
+model's latency (asyncio.sleep on the async path, time.sleep on threads). The expected record of
+every run is known up front, so a burst can be checked run by run: one record per started run,
+every step present, nothing capture_lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,10 +38,12 @@ def _logprobs(n_tokens: int) -> dict[str, Any]:
 
 
 class BurstModel(BaseChatModel):
-    """Turn 0: a tool call; turn 1: the answer. The task number is read from the first message."""
+    """Turns before `tool_turns`: a tool call each; then the answer. The task number is read from
+    the first message. tool_turns=0 is the cheapest real loop: one model call, no tool node."""
 
     step_delay: float = 0.0
     logprob_tokens: int = 0
+    tool_turns: int = 1
 
     @property
     def _llm_type(self) -> str:
@@ -53,7 +56,8 @@ class BurstModel(BaseChatModel):
         task = int(str(messages[0].content).split()[-1])
         turn = sum(isinstance(m, AIMessage) for m in messages)
         text = f"step {turn} <confidence>{verbal_of(task, turn)}</confidence>"
-        calls = [{"name": "lookup", "args": {"q": f"task {task}"}, "id": f"c{task}-{turn}"}] if turn == 0 else []
+        call = {"name": "lookup", "args": {"q": f"task {task}"}, "id": f"c{task}-{turn}"}
+        calls = [call] if turn < self.tool_turns else []
         meta = {"logprobs": _logprobs(self.logprob_tokens)} if self.logprob_tokens else {}
         message = AIMessage(text, tool_calls=calls, response_metadata=meta)
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -79,10 +83,11 @@ def lookup(q: str) -> str:
     return f"found {q}"
 
 
-def burst_agent(step_delay: float = 0.001, logprob_tokens: int = 0) -> Any:
+def burst_agent(step_delay: float = 0.001, logprob_tokens: int = 0, tool_turns: int = 1) -> Any:
     from langchain.agents import create_agent
 
-    return create_agent(BurstModel(step_delay=step_delay, logprob_tokens=logprob_tokens), [lookup])
+    model = BurstModel(step_delay=step_delay, logprob_tokens=logprob_tokens, tool_turns=tool_turns)
+    return create_agent(model, [lookup])
 
 
 def _inputs(task: int) -> dict[str, Any]:
@@ -114,18 +119,31 @@ def run_thread_burst(agent: Any, handler: BaseCallbackHandler, n: int, threads: 
     return time.perf_counter() - start
 
 
-def check_burst_records(records: dict[str, Any], n: int) -> None:
-    """One record per run, clean, both steps with the stated confidences, the outcome attached."""
+def check_burst_records(records: dict[str, Any], n: int, tool_turns: int = 1) -> None:
+    """One record per run, clean, every step (tool_turns + 1) with the stated confidences, the outcome attached."""
     assert len(records) == n, f"{n - len(records)} of {n} runs left no record"
     bad = []
     for i in range(n):
         rec = records.get(f"b{i}")
         steps = [s.forecasts.get("verbal") for s in rec.steps] if rec is not None else None
-        if rec is None or rec.stop_reason != "clean" or steps != [verbal_of(i, 0), verbal_of(i, 1)]:
+        if rec is None or rec.stop_reason != "clean" or steps != [verbal_of(i, t) for t in range(tool_turns + 1)]:
             bad.append((f"b{i}", None if rec is None else rec.stop_reason, steps))
         elif rec.outcome != i % 2:
             bad.append((f"b{i}", "outcome", rec.outcome))
     assert not bad, f"{len(bad)} runs recorded wrong, e.g. {bad[:3]}"
+
+
+def expected_log_tps(n: int, tool_turns: int = 1) -> float:
+    """The mean log TPS of `verbal` over runs 0..n-1 (linear-front weights T, T-1, .., 1, normalised),
+    computed from what the model says, independently of the package: the gate's score when no run is lost."""
+    steps = tool_turns + 1
+    weights = [(steps - t) / (steps * (steps + 1) / 2) for t in range(steps)]
+    total = 0.0
+    for i in range(n):
+        for t, w in enumerate(weights):
+            p = verbal_of(i, t)
+            total += w * math.log(p if i % 2 else 1 - p)
+    return total / n
 
 
 def emit_traces(tracer: Any, tasks: range) -> None:

@@ -11,10 +11,23 @@ each run's record is checked against what its model said (burst_support.check_bu
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
-from burst_support import burst_agent, check_burst_records, run_async_burst, run_thread_burst, run_trace_burst
+import pytest
+from burst_support import (
+    burst_agent,
+    check_burst_records,
+    expected_log_tps,
+    run_async_burst,
+    run_thread_burst,
+    run_trace_burst,
+)
 from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry.sdk.trace import TracerProvider
 from world_check import sink_records
@@ -29,9 +42,9 @@ def _handler(tmp_path, **kw):
     return acc, TPSCallbackHandler(acc, **kw)
 
 
-def _check(acc, adapter, tmp_path, n):
+def _check(acc, adapter, tmp_path, n, tool_turns=1):
     acc.close()
-    check_burst_records(sink_records(tmp_path / "runs.jsonl"), n)
+    check_burst_records(sink_records(tmp_path / "runs.jsonl"), n, tool_turns)
     health = adapter.health
     assert health.get("dropped") == 0 and health.get("abandoned") == 0 and health.get("error") == 0
     audit = acc.snapshot()["audit"]
@@ -60,6 +73,50 @@ def test_a_small_queue_and_max_open_far_below_the_concurrency_lose_nothing(tmp_p
     handler.flush()
     assert handler.feeder.waits > 0  # the queue did fill: the event loop was held back, not dropped
     _check(acc, handler, tmp_path, 3_000)
+
+
+def _report_and_gate_judge_every_run(path: Path, n: int, tool_turns: int) -> None:
+    """The CLI on the records file: `report` counts every run complete (none lost, none excluded as an
+    informative stop) and `gate --vs-base-rate` gives a verdict on all n, its score the mean computed
+    from what the model said (a lost run would change n, the mean, or make the gate refuse: exit 2)."""
+    cli = shutil.which("tps-tracer", path=str(Path(sys.executable).parent))
+    assert cli
+    report = subprocess.run([cli, "report", "--bootstrap", "0", "--json", str(path)], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    audit = json.loads(report.stdout)["audit"]
+    assert audit["n_trajectories"] == n and audit["working_sample"] == n
+    assert audit["roles"] == {"complete": n, "censored": 0, "excluded": 0, "lost": 0}
+    args = ["gate", "--vs-base-rate", "--predictor", "verbal", "--bootstrap", "100", "--json", str(path)]
+    gate = subprocess.run([cli, *args], capture_output=True, text=True)
+    assert gate.returncode in (0, 1), gate.stdout + gate.stderr  # a verdict, not a refusal
+    result = json.loads(gate.stdout)
+    assert result["audit"]["roles"] == audit["roles"] and result["score"]["n"] == n
+    assert result["score"]["mean"] == pytest.approx(expected_log_tps(n, tool_turns), rel=1e-9)
+
+
+# The 50,000-run bursts: one model call per run (no tool turn), the cheapest real create_agent
+# loop: ~6 ms of CPU per run against ~10 ms for the 10,000-run tests' tool call and two model
+# calls (docs/scale.md, "Bursts of 50,000 runs"), 4-5 minutes of CPU each. Records, report and
+# gate are checked run by run.
+
+
+def test_an_asyncio_burst_of_50000_runs_with_max_open_1000_is_recorded_whole(tmp_path):
+    """50,000 runs open at once on one event loop, 50 times max_open: none is evicted or lost."""
+    acc, handler = _handler(tmp_path, max_open=1_000)
+    run_async_burst(burst_agent(logprob_tokens=5, tool_turns=0), handler, 50_000)
+    handler.flush()
+    assert handler.n_open == 0
+    _check(acc, handler, tmp_path, 50_000, tool_turns=0)
+    _report_and_gate_judge_every_run(tmp_path / "runs.jsonl", 50_000, tool_turns=0)
+
+
+def test_a_thread_pool_burst_of_50000_runs_is_recorded_whole(tmp_path):
+    acc, handler = _handler(tmp_path)
+    run_thread_burst(burst_agent(logprob_tokens=5, tool_turns=0), handler, 50_000, threads=64)
+    handler.flush()
+    assert handler.n_open == 0
+    _check(acc, handler, tmp_path, 50_000, tool_turns=0)
+    _report_and_gate_judge_every_run(tmp_path / "runs.jsonl", 50_000, tool_turns=0)
 
 
 class CountingCallback(BaseCallbackHandler):
