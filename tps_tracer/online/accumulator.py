@@ -46,9 +46,10 @@ policy, bootstrap and seed are fixed at construction (a snapshot asking for othe
 
 The caller of `stop` / `resolve` never scores or folds in summary mode: each batch of 64 stops
 is scored, and its settled rows folded, on the accumulator's own background thread
-(online/background_work.py; when 64 such jobs are already waiting, the caller runs one itself:
-backpressure, never loss). `flush()`, and so snapshots, `state()`, merges and `close()`, wait
-for that work first. Listeners are then called from that thread.
+(online/background_work.py; when 64 such jobs are already waiting, the caller waits, blocked
+and using no CPU, until the thread takes one: backpressure, never loss, never the work).
+`flush()`, and so snapshots, `state()`, merges and `close()`, wait for that work first.
+Listeners are then called from that thread.
 
 A fold never makes the agent wait: under the lock it only takes the settled rows out of the
 store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
@@ -385,7 +386,7 @@ class Accumulator(StateMerging):
                     self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
                 return False
             scores: list[TrajectoryScore] = []
-            fold: _Fold | None = None
+            fold_due = False
             with self._lock:
                 status, written = self._apply_resolution(trajectory_id, y, q)
                 row = self._rows.row_of.get(trajectory_id, _RESERVED)
@@ -400,9 +401,10 @@ class Accumulator(StateMerging):
                 if self.mode == "summary" and written and row != _RESERVED:
                     self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
                     if self._resolved_rows >= self.batch_size:
-                        fold = self._take_fold()
-            if fold is not None:
-                self._off_caller(self._finish_fold, fold)
+                        self._resolved_rows = 0
+                        fold_due = True
+            if fold_due:  # even taking the rows out (O(rows stored)) is the background's work
+                self._off_caller(self._fold_settled, None)
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
@@ -521,6 +523,13 @@ class Accumulator(StateMerging):
         behind: backpressure); row mode: inline, as always."""
         if self._background is None or not self._background.submit(job, arg):
             job(arg)
+
+    def _fold_settled(self, _: Any = None) -> None:
+        """Summary mode, as a background job: fold the settled rows (after resolves settled a batch)."""
+        with self._lock:
+            fold = self._take_fold()
+        if fold is not None:
+            self._finish_fold(fold)
 
     def _score_off_caller(self, batch: list[str]) -> None:
         if self._background is None:
