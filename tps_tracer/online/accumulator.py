@@ -90,6 +90,7 @@ from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
 from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.live_run import _Live
+from tps_tracer.online.live_store import RESERVED, LiveStore
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.online.summary_folding import _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
@@ -106,7 +107,6 @@ MODES = ("rows", "summary")
 MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no resolution line follows them
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
-_RESERVED = -1  # row_of value while a stop is being scored outside the lock
 
 
 FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
@@ -170,12 +170,10 @@ class Accumulator(StateMerging):
         self.batch_size = max(1, batch_size)
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
-        self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
-        # Trajectories popped from _live whose rows are being scored outside the lock; their id
-        # maps to _RESERVED in row_of meanwhile, and resolutions arriving then still land here.
-        self._finishing: dict[str, _Live] = {}
         self._unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
         self._rows = RowStore(self.rules, self.schedules)
+        # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
+        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of)
         self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
@@ -292,19 +290,9 @@ class Accumulator(StateMerging):
             now = self._clock()
             evicted: list[tuple[str, _Live]] = []
             with self._lock:
-                if trajectory_id in self._rows.row_of:
-                    rejected = True
-                else:
-                    rejected = False
-                    live = self._live.get(trajectory_id)
-                    if live is None:
-                        live = self._live[trajectory_id] = _Live()
-                        while len(self._live) > self.max_live and self.lifetime_owner is None:
-                            evicted.append(self._reserve_oldest())
-                    else:
-                        self._live.move_to_end(trajectory_id)
-                    live.steps.append(step)
-                    live.last_seen = now
+                rejected = self._store.stopped(trajectory_id)
+                if not rejected:
+                    evicted = self._store.step(trajectory_id, step, now, evict=self.lifetime_owner is None)
             if rejected:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
             for tid, old in evicted:
@@ -345,9 +333,9 @@ class Accumulator(StateMerging):
             y = None if outcome is None else self._checks.outcome(trajectory_id, outcome)
             conflict = False
             with self._lock:
-                duplicate = trajectory_id in self._rows.row_of
+                duplicate = self._store.stopped(trajectory_id)
                 if not duplicate:
-                    live = self._live.get(trajectory_id) or _Live()
+                    live = self._store.live.get(trajectory_id) or _Live()
                     if q is not None:
                         conflict = live.q_z not in (None, q)
                         live.q_z = live.q_z if conflict else q
@@ -355,11 +343,10 @@ class Accumulator(StateMerging):
                         clash = live.outcome not in (None, y)
                         conflict = conflict or clash
                         live.outcome = live.outcome if clash else y
-                    # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
+                    # Checked before the trajectory leaves the live ones, so a strict-mode error leaves it intact.
                     if horizon is not None and not self._checks.horizon_ok(trajectory_id, horizon, len(live.steps)):
                         horizon = None
-                    self._live.pop(trajectory_id, None)
-                    self._reserve(trajectory_id, live)
+                    self._store.reserve(trajectory_id, live)
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
@@ -389,8 +376,8 @@ class Accumulator(StateMerging):
             fold_due = False
             with self._lock:
                 status, written = self._apply_resolution(trajectory_id, y, q)
-                row = self._rows.row_of.get(trajectory_id, _RESERVED)
-                if written and self._listeners and row != _RESERVED:
+                row = self._rows.row_of.get(trajectory_id, RESERVED)
+                if written and self._listeners and row != RESERVED:
                     score = self._score_of(trajectory_id, row)
                     # Only what changes a score is news: an outcome for an excluded or censored run
                     # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
@@ -398,7 +385,7 @@ class Accumulator(StateMerging):
                         "q_z" in written and score.role is Role.CENSORED
                     ):
                         scores.append(score)
-                if self.mode == "summary" and written and row != _RESERVED:
+                if self.mode == "summary" and written and row != RESERVED:
                     self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
                     if self._resolved_rows >= self.batch_size:
                         self._resolved_rows = 0
@@ -419,15 +406,11 @@ class Accumulator(StateMerging):
     def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
         """Under the lock: (status, fields newly set). Same value twice is a no-op; a different one a conflict."""
         row = self._rows.row_of.get(tid)
-        target: _Live | None
-        if row is None:
-            target = self._live.get(tid)
-            if target is None:
-                return "resolve_unknown", {}
-        elif row == _RESERVED:
-            target = self._finishing[tid]
-        else:
+        if row is not None and row != RESERVED:
             return self._resolve_row(tid, row, y, q)
+        target = self._store.target(tid)
+        if target is None:
+            return "resolve_unknown", {}
         if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
             return "conflicting_resolution", {}
         newly: dict[str, Any] = {}
@@ -605,14 +588,14 @@ class Accumulator(StateMerging):
 
     def _score_rows(self, batch: list[str]) -> tuple[_Fold | None, list[TrajectoryScore]]:
         with self._lock:
-            lives = [self._finishing[tid] for tid in batch]
+            lives = [self._store.finishing[tid] for tid in batch]
         names = self._names_in(lives)
         scored = self._score_safely(lives, names)
         keys = [self._key(tid) for tid in batch]
         with self._lock:
             outcome, q_z = [], []
             for tid, lv in zip(batch, lives, strict=True):
-                del self._finishing[tid]
+                self._store.scored(tid)
                 del self._rows.row_of[tid]
                 clean = lv.reason is StopReason.CLEAN
                 if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
@@ -693,16 +676,6 @@ class Accumulator(StateMerging):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _reserve(self, tid: str, live: _Live) -> _Live:
-        """Under the lock: take a trajectory out of _live for finishing."""
-        self._rows.row_of[tid] = _RESERVED
-        self._finishing[tid] = live
-        return live
-
-    def _reserve_oldest(self) -> tuple[str, _Live]:
-        tid, live = self._live.popitem(last=False)
-        return tid, self._reserve(tid, live)
-
     def leave_lifetimes_to(self, owner: str, drain: Callable[[], Any] | None = None) -> None:
         """Let an adapter (the LangChain handler, the span processor) decide when its runs end.
 
@@ -745,14 +718,9 @@ class Accumulator(StateMerging):
         if self.idle_timeout is None or self.lifetime_owner is not None:
             return 0
         now = self._clock() if now is None else now
-        idle: list[tuple[str, _Live]] = []
         with self._lock:
             self._last_sweep = now
-            while self._live:
-                live = next(iter(self._live.values()))
-                if now - live.last_seen < self.idle_timeout:
-                    break
-                idle.append(self._reserve_oldest())
+            idle = self._store.take_idle(now)
         for tid, live in idle:
             self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "idle"}, "idle")
         return len(idle)
@@ -765,7 +733,7 @@ class Accumulator(StateMerging):
         self._drain_adapters()
         if stop_live:
             with self._lock:
-                leftover = [self._reserve_oldest() for _ in range(len(self._live))]
+                leftover = self._store.take_all(self._clock())
             for tid, live in leftover:
                 self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "closed"}, "closed")
         self.flush()
@@ -779,15 +747,16 @@ class Accumulator(StateMerging):
 
     @property
     def n_live(self) -> int:
-        return len(self._live)
+        return len(self._store)
 
     @property
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
         with self._lock:
             folding = sum(f.n for f in self._folding.values())
-            # _finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
-            return self._rows.n + len(self._finishing) + folding + (self._summary.n if self._summary is not None else 0)
+            # finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
+            folded = self._summary.n if self._summary is not None else 0
+            return self._rows.n + len(self._store.finishing) + folding + folded
 
     # ------------------------------------------------------------------ results
 
@@ -803,7 +772,7 @@ class Accumulator(StateMerging):
         with self._lock:
             table = self._rows.table()
             keys = np.array(self._keys, dtype=np.uint64)
-            n_live = len(self._live)
+            n_live = len(self._store)
             known = list(self._known)
         health = self.health.snapshot()
         table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters
