@@ -357,18 +357,28 @@ def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch)
 
 
 def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
+    """Full: submit waits (blocked, no CPU) for a free place instead of running the job on the caller."""
     from tps_tracer.online.background_work import BackgroundWork
 
     work = BackgroundWork("bg-test", max_pending=2, linger=0.05)
-    gate, done = threading.Event(), []
+    gate, done, ran_on = threading.Event(), [], []
+
+    def job(x):
+        done.append(x)
+        ran_on.append(threading.get_ident())
+
     assert work.submit(lambda: gate.wait(10))  # parks the thread
-    assert work.submit(done.append, 1)
-    assert not work.submit(done.append, 2)  # full: the caller runs it itself (backpressure, not loss)
-    assert work.inline_runs == 1
-    assert work.run_queued_here() == 1 and done == [1]  # a flush runs what has not started
+    assert work.submit(job, 1)
+    submitted = []
+    waiter = threading.Thread(target=lambda: submitted.append(work.submit(job, 2)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and work.waits == 1 and done == []  # full: the caller waits, nothing ran on it
     gate.set()
-    assert work.wait_idle(10) and work.unfinished == 0
-    assert work.submit(done.append, 3) and work.wait_idle(10) and done == [1, 3]
+    waiter.join(10)
+    assert submitted == [True] and work.wait_idle(10) and work.unfinished == 0
+    assert done == [1, 2] and work.inline_runs == 0 and waiter.ident not in ran_on
+    assert work.submit(done.append, 3) and work.wait_idle(10) and done == [1, 2, 3]
     deadline = 0
     while work._thread is not None and deadline < 200:  # idle for `linger`: the thread ends
         threading.Event().wait(0.01)
@@ -376,3 +386,64 @@ def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
     assert work._thread is None
     assert work.submit(lambda: 1 / 0) and work.wait_idle(10) and work.failures == 1  # counted, thread goes on
     assert work.submit(done.append, 4) and work.wait_idle(10) and done[-1] == 4
+
+
+def test_background_work_runs_a_job_where_submitted_only_when_waiting_could_be_forever():
+    """From the background thread itself (a listener calling stop) or after `stall_timeout` seconds
+    without progress, submit returns False (the caller runs it: never lost), counted."""
+    from tps_tracer.online.background_work import BackgroundWork
+
+    work = BackgroundWork("bg-stall", max_pending=1, linger=0.05, stall_timeout=0.2)
+    gate = threading.Event()
+    assert work.submit(gate.wait, 10)
+    assert work.submit(len, ()) is False and work.inline_runs == 1 and work.waits == 1  # stalled
+    gate.set()
+    assert work.wait_idle(10)
+    inner: list[bool] = []
+    assert work.submit(lambda: inner.append(work.submit(len, ())))  # full while it runs: itself
+    assert work.wait_idle(10) and inner == [False] and work.inline_runs == 2
+    assert work.run_queued_here() == 0 and work.run_queued_here() == 0
+
+
+def test_a_tight_stop_loop_never_scores_or_folds_on_the_caller_and_loses_no_run(monkeypatch):
+    """Issue 28: with the background queue full (one job of room, a tight loop), stop() and resolve()
+    wait instead of doing the work; every score, row take-out and fold runs on the background
+    thread (thread ids recorded inside them), and every run ends up folded (counts equal)."""
+    from tps_tracer.online.accumulator import Accumulator
+    from tps_tracer.online.background_work import BackgroundWork
+
+    ran_on: dict[str, set[int]] = {"_score_rows": set(), "_take_fold": set(), "_finish_fold": set()}
+    folded = []
+    for name in ran_on:
+        real = getattr(Accumulator, name)
+
+        def spy(self, *args, _real=real, _name=name):
+            ran_on[_name].add(threading.get_ident())
+            out = _real(self, *args)
+            if _name == "_take_fold" and out is not None:
+                folded.append(out.n)
+            return out
+
+        monkeypatch.setattr(Accumulator, name, spy)
+    acc = Accumulator(predictors=["a", "b"], bootstrap=8, mode="summary", idle_timeout=None, batch_size=4)
+    acc._background = BackgroundWork(FOLD_THREAD_NAME, max_pending=1)  # full after one job: forces waits
+    n = 600
+    for i in range(n):
+        tid = f"r{i}"
+        for t in range(3):
+            acc.observe(tid, {"a": ((i + t) % 9 + 1) / 11, "b": ((i * 3 + t) % 7 + 1) / 9})
+        if i % 3:
+            acc.resolve(tid, outcome=i & 1)  # graded before its stop: settled at once
+            acc.stop(tid, "clean")
+        else:
+            acc.stop(tid, "clean")
+            acc.resolve(tid, outcome=i & 1)  # graded after: settles a stored row, resolves fold too
+    caller = threading.get_ident()
+    assert acc._background.waits > 0 and acc._background.inline_runs == 0  # backpressure was exercised
+    acc._background.wait_idle(60)
+    for name, idents in ran_on.items():
+        assert idents and caller not in idents, (name, idents)
+    assert sum(folded) + acc._rows.n == n  # every run folded or still a row: none lost
+    assert acc._summary is not None and acc._summary.n == sum(folded)
+    report = acc.snapshot()
+    assert report["online"]["finished"] == n and report["online"]["pending_outcome"] == 0

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tps_tracer.errors import InputError
+from tps_tracer.validity import probability
 
 Status = Literal["ok", "clipped", "missing", "malformed", "ambiguous"]
 
@@ -77,7 +78,7 @@ def check_levels(levels: Mapping[str, float] | None) -> dict[str, float]:
     for key, value in (levels or {}).items():
         if not isinstance(key, str) or not re.fullmatch(r"[a-z]+(?:[ -][a-z]+)*", key.lower()):
             raise InputError(f"qualitative levels: a level must be ASCII words, got {key!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        if probability(value) is None:
             raise InputError(f"qualitative levels: {key!r} must map to a number in [0, 1], got {value!r}")
         out[key.lower()] = float(value)
     return out

@@ -31,32 +31,9 @@ event for `idle_timeout` seconds, or the oldest one when more than `max_live` ar
 is stopped as capture_lost (abandoned, counted) so memory stays bounded, unless an adapter
 owns the runs' lifetimes (`leave_lifetimes_to`: the handler and the span processor do).
 
-Summary mode (`mode="summary"`): instead of a row per finished trajectory, settled rows
-are folded into one `PartialState` (evaluation/partial_state.py: the per-column sums and
-bootstrap replicate sums, plus the four Phi summaries and the outcome of each complete
-usable trajectory per predictor, which the rank diagnostics need). A trajectory is settled
-once its role cannot change: every non-clean stop, and a clean stop with its outcome. A
-clean stop still waiting for its outcome stays a row in the pending table, so a late
-`resolve` works as in row mode; at most `max_pending` rows wait (beyond that the oldest is
-folded as pending, counted as ignored/pending_folded, and its outcome can no longer
-arrive). Folded ids are forgotten: a later resolve of one is a counted resolve_unknown.
-q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop is settled
-at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
-policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
-
-The caller of `stop` / `resolve` never scores or folds in summary mode: each batch of 64 stops
-is scored, and its settled rows folded, on the accumulator's own background thread
-(online/background_work.py; when 64 such jobs are already waiting, the caller runs one itself:
-backpressure, never loss). `flush()`, and so snapshots, `state()`, merges and `close()`, wait
-for that work first. Listeners are then called from that thread.
-
-A fold never makes the agent wait: under the lock it only takes the settled rows out of the
-store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
-and merged under a short lock, appending to the summary's per-trajectory arrays in place
-(O(rows), however many runs were folded before; a full buffer is regrown before the lock is
-taken). Meanwhile the rows are in `_folding`, which snapshots, `state()`, `partial_state()`
-and `merge` count as folded; a resolve for one of them is a resolve_unknown, as for any
-folded id.
+Summary mode (`mode="summary"`) folds settled trajectories into one PartialState instead of
+keeping their rows (constant memory; when a run is settled, and why the caller of stop/resolve
+never scores or folds: online/summary_folding.py and online/scoring_queue.py).
 
 State across processes: `state()` is versioned bytes (accumulator_state.py) and
 `merge_state(bytes)` adds them to this accumulator, exactly as `merge` does.
@@ -65,12 +42,9 @@ State across processes: `state()` is versioned bytes (accumulator_state.py) and
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import math
 import os
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -78,21 +52,24 @@ from typing import Any
 import numpy as np
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import HealthLedger
-from tps_tracer.online.accumulator_merge import StateMerging
 from tps_tracer.online.background_work import BackgroundWork
-from tps_tracer.online.batch_scorer import BatchScorer, ScoredBatch
+from tps_tracer.online.batch_scorer import BatchScorer
 from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
+from tps_tracer.online.lifetimes import Lifetimes
 from tps_tracer.online.live_run import _Live
+from tps_tracer.online.live_store import RESERVED, LiveStore
+from tps_tracer.online.record_writing import RecordWriter
+from tps_tracer.online.resolving import Resolving
 from tps_tracer.online.row_store import RowStore
+from tps_tracer.online.scoring_queue import ScoringQueue
 from tps_tracer.online.summary_folding import _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.record_shape import record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -102,10 +79,6 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
 DEFAULT_MAX_PENDING = 100_000
 MODES = ("rows", "summary")
-MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no resolution line follows them
-_NAN = float("nan")
-_CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
-_RESERVED = -1  # row_of value while a stop is being scored outside the lock
 
 
 FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
@@ -115,7 +88,7 @@ class AccumulatorError(InputError):
     """Bad input to the accumulator (raised only in strict mode; otherwise counted)."""
 
 
-class Accumulator(StateMerging):
+class Accumulator(Lifetimes, Resolving, ScoringQueue):
     def __init__(
         self,
         predictors: Sequence[str] | None = None,
@@ -161,25 +134,21 @@ class Accumulator(StateMerging):
         self.idle_timeout = idle_timeout
         self.max_live = max_live
         self.strict = strict
-        self.sink = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
-        self._sink_lock = threading.Lock()  # a record's write and the resolutions that depend on it
-        self._unwritten: OrderedDict[str, None] = OrderedDict()  # ids whose record failed to write (bounded)
         self._clock = clock
         self._scorer = BatchScorer(self.rules, self.schedules)
         self.batch_size = max(1, batch_size)
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
-        self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
-        # Trajectories popped from _live whose rows are being scored outside the lock; their id
-        # maps to _RESERVED in row_of meanwhile, and resolutions arriving then still land here.
-        self._finishing: dict[str, _Live] = {}
         self._unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
         self._rows = RowStore(self.rules, self.schedules)
+        # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
+        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of)
         self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
             self._rows.add_predictor(name)
         self.health = health if health is not None else HealthLedger()
+        self._writer = RecordWriter(JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink, self.health)
         # Exporters called with each trajectory's scores as they become known (add_listener).
         self._listeners: list[Callable[[TrajectoryScore], None]] = []
         self._listener_meta: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # stop metadata, for late scores
@@ -199,6 +168,11 @@ class Accumulator(StateMerging):
         self._scoring_done = threading.Condition()
 
     # ------------------------------------------------------------------ errors
+
+    @property
+    def sink(self) -> Any:
+        """Where records go (a JsonlSink, or any object with write/close), or None."""
+        return self._writer.sink
 
     @property
     def rejected(self) -> dict[str, int]:
@@ -222,58 +196,6 @@ class Accumulator(StateMerging):
             raise exc
         self.health.count("error", f"accumulator.{where}", f"{type(exc).__name__}: {exc}")
 
-    # ------------------------------------------------------------------ listeners
-
-    def add_listener(self, listener: Callable[[TrajectoryScore], None]) -> None:
-        """Call `listener(TrajectoryScore)` whenever a trajectory's scores become known or change.
-
-        That is when a stopped trajectory is scored (a clean stop once its outcome is known)
-        and when a late outcome or q_Z resolves it. With a listener, each stop is scored at
-        once instead of in batches, so exports are timely. Listeners run in the thread that
-        called stop/resolve (the capture worker, for the adapters); their errors are counted
-        as `listener_error`, never raised.
-        """
-        self._listeners.append(listener)
-
-    def _score_of(self, tid: str, row: int) -> TrajectoryScore:
-        """Under the lock: a finished row as a TrajectoryScore."""
-        rows = self._rows
-        reason = StopReason(STOP_REASONS[int(rows.stop_code[row])])
-        y, q = rows.outcome[row], rows.q_z[row]
-        pairs: dict[tuple[str, str, str], tuple[float, float]] = {}
-        for name, col in rows.predictors.items():
-            if not col.usable[row]:
-                continue
-            for i, rule in enumerate(self.rules):
-                for j, sched in enumerate(self.schedules):
-                    pairs[(name, rule.name, sched.name)] = (
-                        float(col.pairs[row, i, j, 0]),
-                        float(col.pairs[row, i, j, 1]),
-                    )
-        return TrajectoryScore(
-            trajectory_id=tid,
-            stop_reason=reason,
-            role=self.policy.role(reason),
-            outcome=None if math.isnan(y) else int(y),
-            q_z=None if math.isnan(q) else float(q),
-            n_steps=int(rows.n_steps[row]),
-            horizon=int(rows.horizon[row]),
-            pairs=pairs,
-            metadata=self._listener_meta.get(tid, {}),
-        )
-
-    def _notify(self, scores: list[TrajectoryScore]) -> None:
-        for score in scores:
-            if score.role is Role.COMPLETE and score.outcome is None:
-                continue  # a clean stop is scored when its outcome arrives
-            for listener in self._listeners:
-                try:
-                    listener(score)
-                except Exception as exc:
-                    self.health.count(
-                        "error", "listener", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}"
-                    )
-
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
         try:
@@ -291,19 +213,9 @@ class Accumulator(StateMerging):
             now = self._clock()
             evicted: list[tuple[str, _Live]] = []
             with self._lock:
-                if trajectory_id in self._rows.row_of:
-                    rejected = True
-                else:
-                    rejected = False
-                    live = self._live.get(trajectory_id)
-                    if live is None:
-                        live = self._live[trajectory_id] = _Live()
-                        while len(self._live) > self.max_live and self.lifetime_owner is None:
-                            evicted.append(self._reserve_oldest())
-                    else:
-                        self._live.move_to_end(trajectory_id)
-                    live.steps.append(step)
-                    live.last_seen = now
+                rejected = self._store.stopped(trajectory_id)
+                if not rejected:
+                    evicted = self._store.step(trajectory_id, step, now, evict=self.lifetime_owner is None)
             if rejected:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
             for tid, old in evicted:
@@ -344,9 +256,9 @@ class Accumulator(StateMerging):
             y = None if outcome is None else self._checks.outcome(trajectory_id, outcome)
             conflict = False
             with self._lock:
-                duplicate = trajectory_id in self._rows.row_of
+                duplicate = self._store.stopped(trajectory_id)
                 if not duplicate:
-                    live = self._live.get(trajectory_id) or _Live()
+                    live = self._store.live.get(trajectory_id) or _Live()
                     if q is not None:
                         conflict = live.q_z not in (None, q)
                         live.q_z = live.q_z if conflict else q
@@ -354,11 +266,10 @@ class Accumulator(StateMerging):
                         clash = live.outcome not in (None, y)
                         conflict = conflict or clash
                         live.outcome = live.outcome if clash else y
-                    # Checked before the trajectory leaves _live, so a strict-mode error leaves it intact.
+                    # Checked before the trajectory leaves the live ones, so a strict-mode error leaves it intact.
                     if horizon is not None and not self._checks.horizon_ok(trajectory_id, horizon, len(live.steps)):
                         horizon = None
-                    self._live.pop(trajectory_id, None)
-                    self._reserve(trajectory_id, live)
+                    self._store.reserve(trajectory_id, live)
             if duplicate:
                 self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
                 return False
@@ -385,11 +296,11 @@ class Accumulator(StateMerging):
                     self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
                 return False
             scores: list[TrajectoryScore] = []
-            fold: _Fold | None = None
+            fold_due = False
             with self._lock:
                 status, written = self._apply_resolution(trajectory_id, y, q)
-                row = self._rows.row_of.get(trajectory_id, _RESERVED)
-                if written and self._listeners and row != _RESERVED:
+                row = self._rows.row_of.get(trajectory_id, RESERVED)
+                if written and self._listeners and row != RESERVED:
                     score = self._score_of(trajectory_id, row)
                     # Only what changes a score is news: an outcome for an excluded or censored run
                     # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
@@ -397,67 +308,23 @@ class Accumulator(StateMerging):
                         "q_z" in written and score.role is Role.CENSORED
                     ):
                         scores.append(score)
-                if self.mode == "summary" and written and row != _RESERVED:
+                if self.mode == "summary" and written and row != RESERVED:
                     self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
                     if self._resolved_rows >= self.batch_size:
-                        fold = self._take_fold()
-            if fold is not None:
-                self._off_caller(self._finish_fold, fold)
+                        self._resolved_rows = 0
+                        fold_due = True
+            if fold_due:  # even taking the rows out (O(rows stored)) is the background's work
+                self._off_caller(self._fold_settled, None)
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
             if written:
-                self._write_resolution(trajectory_id, written)
+                self._writer.write_resolution(trajectory_id, written)
             self._notify(scores)
             return True
         except Exception as exc:
             self._internal("resolve", exc)
             return False
-
-    def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """Under the lock: (status, fields newly set). Same value twice is a no-op; a different one a conflict."""
-        row = self._rows.row_of.get(tid)
-        target: _Live | None
-        if row is None:
-            target = self._live.get(tid)
-            if target is None:
-                return "resolve_unknown", {}
-        elif row == _RESERVED:
-            target = self._finishing[tid]
-        else:
-            return self._resolve_row(tid, row, y, q)
-        if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
-            return "conflicting_resolution", {}
-        newly: dict[str, Any] = {}
-        if y is not None and target.outcome is None:
-            target.outcome = newly["outcome"] = y
-        if q is not None and target.q_z is None:
-            target.q_z = newly["q_z"] = q
-        target.last_seen = self._clock()
-        # Before the record is written, the values go out with it; after, as a resolution line.
-        return "ok", newly if target.written else {}
-
-    def _resolve_row(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        rows = self._rows
-        clean = rows.stop_code[row] == _CLEAN_CODE
-        old_y = rows.outcome[row] if clean else self._unscored_outcome.get(tid, _NAN)
-        old_q = rows.q_z[row]
-        if (y is not None and not math.isnan(old_y) and old_y != y) or (
-            q is not None and not math.isnan(old_q) and old_q != q
-        ):
-            return "conflicting_resolution", {}
-        written: dict[str, Any] = {}
-        if y is not None and math.isnan(old_y):
-            written["outcome"] = y
-            if clean:
-                rows.outcome[row] = y
-            else:  # kept only to detect conflicts; ignored by scoring, counted as in batch
-                self._unscored_outcome[tid] = y
-                rows.outcome_on_unscored += 1
-        if q is not None and math.isnan(old_q):
-            written["q_z"] = q
-            rows.q_z[row] = q
-        return "ok", written
 
     # ------------------------------------------------------------------ finishing
 
@@ -489,8 +356,8 @@ class Accumulator(StateMerging):
                 )
                 live.written = True
                 # Taken before the trajectory lock is released: a resolve that sees `written` then
-                # waits for this record's write, and writes no line if it failed (_write_resolution).
-                self._sink_lock.acquire()
+                # waits for this record's write, and writes no line if it failed (write_resolution).
+                self._writer.lock.acquire()
             self._queue.append(tid)
             if self.predictors is None:  # first-seen order is stop order, however batches are scored
                 for step in live.steps:
@@ -504,249 +371,15 @@ class Accumulator(StateMerging):
             batch = self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
         if record is not None:
             try:
-                self._write_record(tid, record)
+                self._writer.write_record(tid, record)
             finally:
-                self._sink_lock.release()
+                self._writer.lock.release()
         if abandoned is not None:
             self.health.count("abandoned", abandoned)
         if batch:
             self._score_off_caller(batch)
 
-    def _take_queue(self) -> list[str]:
-        batch, self._queue = self._queue, []
-        return batch
-
-    def _off_caller(self, job: Callable[[Any], None], arg: Any) -> None:
-        """Summary mode: run a fold on the background thread (inline when it is `max_pending` jobs
-        behind: backpressure); row mode: inline, as always."""
-        if self._background is None or not self._background.submit(job, arg):
-            job(arg)
-
-    def _score_off_caller(self, batch: list[str]) -> None:
-        if self._background is None:
-            self._score(batch)
-            return
-        with self._scoring_done:
-            self._scoring += 1
-        if not self._background.submit(self._score_job, batch):
-            self._score_job(batch)
-
-    def flush(self) -> None:
-        """Score every queued stopped trajectory now, and wait for the background scoring and folds
-        (summary mode) to finish: snapshot, state, merge and close do this first. Events an
-        attached adapter still holds in its queue are applied first (`leave_lifetimes_to`)."""
-        self._drain_adapters()
-        with self._lock:
-            batch = self._take_queue()
-        if batch:
-            self._score(batch)
-        if self._background is not None:
-            # Jobs not started yet run here, now; then wait for a batch being scored on the
-            # background thread (not for its fold: `_folding` shows it). Never on that thread itself.
-            self._background.run_queued_here()
-            if not self._background.on_worker_thread():
-                with self._scoring_done:
-                    self._scoring_done.wait_for(lambda: self._scoring == 0)
-
-    def _score_safely(self, lives: list[_Live], names: list[str]) -> ScoredBatch:
-        """Score a batch; if that fails, one by one, so one bad trajectory cannot take others down.
-
-        A trajectory that cannot be scored still gets its row (no usable predictor), so it
-        stays in the termination audit, and the failure is counted as an internal error.
-        """
-        try:
-            return self._scorer.score([lv.steps for lv in lives], [lv.horizon for lv in lives], names)
-        except Exception as exc:
-            self._internal("score", exc)
-        parts = []
-        for lv in lives:
-            try:
-                parts.append(self._scorer.score([lv.steps], [lv.horizon], names))
-            except Exception as exc:
-                self._internal("score", exc)
-                parts.append(self._scorer.score([[]], [0], names))
-        return ScoredBatch(
-            np.concatenate([p.pairs for p in parts]),
-            np.concatenate([p.aggregates for p in parts]),
-            np.concatenate([p.usable for p in parts]),
-            np.concatenate([p.weight_mass for p in parts]),
-        )
-
-    def _score(self, batch: list[str]) -> None:
-        """Turn queued trajectories into rows of the pair table (the heavy part, outside the lock);
-        in summary mode, fold the rows that settled."""
-        fold, scores = self._score_rows(batch)
-        if fold is not None:
-            self._finish_fold(fold)
-        self._notify(scores)
-
-    def _score_job(self, batch: list[str]) -> None:
-        """`_score` as a background job: counted in `_scoring` until its rows are in the store (a
-        snapshot waits for that: until then the batch is in no table), not while its fold runs (a
-        fold in flight is in `_folding`, which snapshots already count)."""
-        try:
-            fold, scores = self._score_rows(batch)
-        finally:
-            with self._scoring_done:
-                self._scoring -= 1
-                self._scoring_done.notify_all()
-        if fold is not None:
-            self._finish_fold(fold)
-        self._notify(scores)
-
-    def _score_rows(self, batch: list[str]) -> tuple[_Fold | None, list[TrajectoryScore]]:
-        with self._lock:
-            lives = [self._finishing[tid] for tid in batch]
-        names = self._names_in(lives)
-        scored = self._score_safely(lives, names)
-        keys = [self._key(tid) for tid in batch]
-        with self._lock:
-            outcome, q_z = [], []
-            for tid, lv in zip(batch, lives, strict=True):
-                del self._finishing[tid]
-                del self._rows.row_of[tid]
-                clean = lv.reason is StopReason.CLEAN
-                if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
-                    self._rows.outcome_on_unscored += 1
-                    self._unscored_outcome[tid] = lv.outcome
-                outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
-                q_z.append(_NAN if lv.q_z is None else lv.q_z)
-            self._rows.append_many(
-                batch,
-                [STOP_REASONS.index(lv.reason) for lv in lives],
-                outcome,
-                q_z,
-                [len(lv.steps) for lv in lives],
-                [lv.horizon for lv in lives],
-                scored.weight_mass,
-                {
-                    name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j])
-                    for j, name in enumerate(names)
-                },
-            )
-            self._keys.extend(keys)
-            scores = [self._score_of(tid, self._rows.row_of[tid]) for tid in batch] if self._listeners else []
-            fold = self._take_fold() if self.mode == "summary" else None
-        return fold, scores
-
-    def _key(self, tid: str) -> int:
-        """The id-derived bootstrap key; an id that cannot be hashed never takes its batch down."""
-        try:
-            return trajectory_key(tid)
-        except Exception as exc:
-            self._internal("key", exc)
-            return 0
-
-    def _names_in(self, lives: list[_Live]) -> list[str]:
-        """Predictors to score: the configured ones, or every name the steps mention."""
-        if self.predictors is not None:
-            return self.predictors
-        seen: dict[str, None] = {}
-        for live in lives:
-            for step in live.steps:
-                seen.update(dict.fromkeys(step))
-        with self._lock:
-            for name in seen:
-                self._known.setdefault(name, None)
-        return list(seen)
-
-    def _write(self, obj: dict[str, Any]) -> bool:
-        """Write one line; False (counted, logged once) when it did not reach the sink."""
-        if self.sink is None:
-            return False
-        try:
-            self.sink.write(obj)
-            return True
-        except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
-            self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
-            return False
-
-    def _write_record(self, tid: str, record: dict[str, Any]) -> None:
-        """Write a stopped trajectory's record (the caller holds the sink lock, see `_close`)."""
-        if not self._write(record):
-            self._unwritten[tid] = None
-            while len(self._unwritten) > MAX_UNWRITTEN:  # beyond it, a late resolution may be an orphan line
-                self._unwritten.popitem(last=False)
-
-    def _write_resolution(self, tid: str, fields: dict[str, Any]) -> None:
-        """Append a resolution line, unless the record it resolves never reached the file: a line
-        resolving an id the file lacks is what made whole files unreadable (issue 29). The value is
-        still applied in memory; the line not written is counted."""
-        with self._sink_lock:
-            if tid in self._unwritten:
-                self.health.count(
-                    "error",
-                    "sink_resolution_of_lost_record",
-                    f"{tid!r}: resolution not written to the sink: the record it resolves was not written",
-                )
-                return
-            self._write({"resolves": tid, **fields})
-
     # ------------------------------------------------------------------ lifecycle
-
-    def _reserve(self, tid: str, live: _Live) -> _Live:
-        """Under the lock: take a trajectory out of _live for finishing."""
-        self._rows.row_of[tid] = _RESERVED
-        self._finishing[tid] = live
-        return live
-
-    def _reserve_oldest(self) -> tuple[str, _Live]:
-        tid, live = self._live.popitem(last=False)
-        return tid, self._reserve(tid, live)
-
-    def leave_lifetimes_to(self, owner: str, drain: Callable[[], Any] | None = None) -> None:
-        """Let an adapter (the LangChain handler, the span processor) decide when its runs end.
-
-        The adapter knows what the accumulator cannot: that a run is paused by an interrupt
-        and will resume, or still busy behind a backlog of queued steps. So this accumulator
-        no longer idles out or evicts live trajectories (`sweep()` does nothing); the
-        adapter's idle rule (its own `sweep`) bounds memory instead.
-
-        drain: applies the events the adapter has queued (its capture worker's flush). flush(),
-        and so snapshot/state/close, call it first: a user who closes the accumulator straight
-        after `agent.invoke()` returns would otherwise close runs whose last steps and stop were
-        still in the adapter's queue, and record them capture_lost although nothing was lost.
-        Held weakly: an accumulator does not keep a dropped handler alive."""
-        self.lifetime_owner = owner
-        if drain is not None:
-            self._drains.append(weakref.WeakMethod(drain) if inspect.ismethod(drain) else lambda: drain)
-
-    def _drain_adapters(self) -> None:
-        """Apply what attached adapters have queued (see leave_lifetimes_to). Never under the lock:
-        the adapter's worker calls back into this accumulator."""
-        for ref in list(self._drains):
-            drain = ref()
-            if drain is None:
-                continue
-            try:
-                drain()
-            except Exception as exc:  # an adapter's failure to drain is counted, never raised
-                self._internal("drain", exc)
-
-    def _maybe_sweep(self, now: float) -> None:
-        if self.lifetime_owner is not None:
-            return
-        if self.idle_timeout is not None and now - self._last_sweep >= self._sweep_every:
-            self.sweep(now)
-
-    def sweep(self, now: float | None = None) -> int:
-        """Stop as capture_lost (abandoned: idle) every live trajectory idle for idle_timeout; returns how many.
-
-        Nothing when an adapter owns the runs' lifetimes (`leave_lifetimes_to`)."""
-        if self.idle_timeout is None or self.lifetime_owner is not None:
-            return 0
-        now = self._clock() if now is None else now
-        idle: list[tuple[str, _Live]] = []
-        with self._lock:
-            self._last_sweep = now
-            while self._live:
-                live = next(iter(self._live.values()))
-                if now - live.last_seen < self.idle_timeout:
-                    break
-                idle.append(self._reserve_oldest())
-        for tid, live in idle:
-            self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "idle"}, "idle")
-        return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
         """Stop every live trajectory as capture_lost (abandoned: 'closed') and close the sink.
@@ -756,29 +389,26 @@ class Accumulator(StateMerging):
         self._drain_adapters()
         if stop_live:
             with self._lock:
-                leftover = [self._reserve_oldest() for _ in range(len(self._live))]
+                leftover = self._store.take_all(self._clock())
             for tid, live in leftover:
                 self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "closed"}, "closed")
         self.flush()
         if self._background is not None:
             self._background.wait_idle()  # the folds in flight too: nothing runs after close
-        if self.sink is not None:
-            try:
-                self.sink.close()
-            except Exception as exc:  # a full disk or a size limit: counted, never raised into the caller
-                self.health.count("error", "sink", f"could not close {getattr(self.sink, 'path', 'the sink')}: {exc}")
+        self._writer.close()
 
     @property
     def n_live(self) -> int:
-        return len(self._live)
+        return len(self._store)
 
     @property
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
         with self._lock:
             folding = sum(f.n for f in self._folding.values())
-            # _finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
-            return self._rows.n + len(self._finishing) + folding + (self._summary.n if self._summary is not None else 0)
+            # finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
+            folded = self._summary.n if self._summary is not None else 0
+            return self._rows.n + len(self._store.finishing) + folding + folded
 
     # ------------------------------------------------------------------ results
 
@@ -794,7 +424,7 @@ class Accumulator(StateMerging):
         with self._lock:
             table = self._rows.table()
             keys = np.array(self._keys, dtype=np.uint64)
-            n_live = len(self._live)
+            n_live = len(self._store)
             known = list(self._known)
         health = self.health.snapshot()
         table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters
@@ -821,7 +451,7 @@ class Accumulator(StateMerging):
             "abandoned": health["abandoned"],
             "rejected": health["rejected"],
             "health": health,
-            "sink": None if self.sink is None else _sink_counts(self.sink),
+            "sink": self._writer.counts(),
         }
         return report
 
@@ -830,12 +460,3 @@ _RESOLVE_MESSAGES = {
     "resolve_unknown": "no live or finished trajectory with this id",
     "conflicting_resolution": "already resolved with a different value; ignored",
 }
-
-
-def _sink_counts(sink: Any) -> dict[str, Any]:
-    """The snapshot's sink section: lines that reached the file, and (a JsonlSink's) the lines that did not."""
-    out: dict[str, Any] = {"path": str(sink.path), "lines_written": sink.written}
-    for key, attr in (("lines_failed", "failed"), ("reopened", "reopened")):
-        if hasattr(sink, attr):
-            out[key] = getattr(sink, attr)
-    return out

@@ -8,7 +8,6 @@ summaries merge as PartialStates, and an id on both sides is a counted duplicate
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.health import CATEGORIES
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.live_run import _Live
+from tps_tracer.online.live_store import LiveStore
 from tps_tracer.online.summary_folding import SummaryFolding, _Fold
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
@@ -31,7 +31,7 @@ class StateMerging(SummaryFolding):
     # Owned by Accumulator (see its __init__); declared here for the type checker.
     mode: str
     predictors: list[str] | None
-    _live: OrderedDict[str, _Live]
+    _store: LiveStore
     _clock: Callable[[], float]
 
     def flush(self) -> None:
@@ -55,7 +55,7 @@ class StateMerging(SummaryFolding):
         self.flush()
         with self._lock:
             table = self._rows.table()
-            live = [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in self._live.items()]
+            live = [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in self._store.live.items()]
             unscored = dict(self._unscored_outcome)
             known = list(self._known)
             summary = self._summary
@@ -139,7 +139,7 @@ class StateMerging(SummaryFolding):
                 acc._rows.outcome_on_unscored += 1
             now = acc._clock()
             for tid, steps, y, q in body["live"]:
-                acc._live[str(tid)] = _Live([dict(step) for step in steps], now, y, q)
+                acc._store.live[str(tid)] = _Live([dict(step) for step in steps], now, y, q)
             if body["summary"] is not None:
                 acc._summary = PartialState.from_dict(body["summary"])
             for cat, kinds in body["health"].items():
@@ -176,7 +176,7 @@ class StateMerging(SummaryFolding):
             table = other._rows.table()
             keys = list(other._keys)
             live_items = [
-                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z)) for tid, lv in other._live.items()
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z)) for tid, lv in other._store.live.items()
             ]
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
@@ -195,7 +195,7 @@ class StateMerging(SummaryFolding):
                     self._rows.add_predictor(name)
             take = []
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._live or tid in take_ids:
+                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids:
                     duplicates.append(tid)
                 else:
                     take.append(i)
@@ -221,10 +221,10 @@ class StateMerging(SummaryFolding):
                     self._unscored_outcome[tid] = unscored[tid]
                     self._rows.outcome_on_unscored += 1
             for tid, live in live_items:
-                if tid in self._rows.row_of or tid in self._live:
+                if tid in self._rows.row_of or tid in self._store.live:
                     duplicates.append(tid)
                 else:
-                    self._live[tid] = live
+                    self._store.live[tid] = live
             if self.mode == "summary":
                 # Folded ids are forgotten, so duplicates between two folded states are not detected.
                 if other_summary is not None:  # merged outside the lock, counted as folding until then

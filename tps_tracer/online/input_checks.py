@@ -12,11 +12,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
-from tps_tracer.scoring.schedules import MAX_HORIZON
+from tps_tracer.validity import horizon as valid_horizon
+from tps_tracer.validity import probability
 
 
 class InputChecks:
@@ -35,10 +35,8 @@ class InputChecks:
                 continue
             if v is None:
                 out[name] = None
-            elif type(v) is float and 0.0 <= v <= 1.0:  # the common case, checked first (NaN fails it)
-                out[name] = v
-            elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and 0.0 <= v <= 1.0:
-                out[name] = float(v)
+            elif (p := probability(v)) is not None:
+                out[name] = p
             else:
                 self.reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
                 out[name] = None
@@ -64,17 +62,14 @@ class InputChecks:
     def q_z(self, trajectory_id: str, q_z: Any) -> float | None:
         if q_z is None:
             return None
-        if isinstance(q_z, (int, float, np.floating)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0:
-            return float(q_z)
+        q = probability(q_z)
+        if q is not None:
+            return q
         self.reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
         return None
 
     def horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
-        if (
-            isinstance(horizon, (int, np.integer))
-            and not isinstance(horizon, bool)
-            and max(n_steps, 1) <= horizon <= MAX_HORIZON
-        ):
+        if valid_horizon(horizon, at_least=n_steps) is not None:
             return True
         self.reject(
             "invalid_horizon",

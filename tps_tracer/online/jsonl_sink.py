@@ -44,6 +44,7 @@ from typing import Any, BinaryIO
 from tps_tracer.errors import InputError
 from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import as_outcome
+from tps_tracer.validity import probability
 
 logger = logging.getLogger("tps_tracer")
 
@@ -170,7 +171,7 @@ class JsonlSink:
         if problem is not None:
             raise InputError(problem)
         y = as_outcome(outcome)  # InvalidOutcome is a ValueError naming the value
-        if q_z is not None and not (isinstance(q_z, (int, float)) and not isinstance(q_z, bool) and 0.0 <= q_z <= 1.0):
+        if q_z is not None and probability(q_z) is None:
             raise InputError(f"q_z must be a number in [0, 1], got {q_z!r}")
         if y is None and q_z is None:
             raise InputError("a resolution needs an outcome or a q_z")

@@ -1,8 +1,35 @@
 """Summary mode's folds: settled rows leave the accumulator's row store for one PartialState.
 
-A mixin of `Accumulator` (online/accumulator.py), which owns the state named below; the module
-docstring there says when a trajectory is settled and why a fold never holds the lock while it
-builds its state. Here: taking a batch of settled rows out of the store (under the lock),
+Summary mode (`mode="summary"`): instead of a row per finished trajectory, settled rows
+are folded into one `PartialState` (evaluation/partial_state.py: the per-column sums and
+bootstrap replicate sums, plus the four Phi summaries and the outcome of each complete
+usable trajectory per predictor, which the rank diagnostics need). A trajectory is settled
+once its role cannot change: every non-clean stop, and a clean stop with its outcome. A
+clean stop still waiting for its outcome stays a row in the pending table, so a late
+`resolve` works as in row mode; at most `max_pending` rows wait (beyond that the oldest is
+folded as pending, counted as ignored/pending_folded, and its outcome can no longer
+arrive). Folded ids are forgotten: a later resolve of one is a counted resolve_unknown.
+q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop is settled
+at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
+policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
+
+The caller of `stop` / `resolve` never scores or folds in summary mode: each batch of 64 stops
+is scored, and its settled rows folded, on the accumulator's own background thread
+(online/background_work.py; when 64 such jobs are already waiting, the caller waits, blocked
+and using no CPU, until the thread takes one: backpressure, never loss, never the work).
+`flush()`, and so snapshots, `state()`, merges and `close()`, wait for that work first.
+Listeners are then called from that thread.
+
+A fold never makes the agent wait: under the lock it only takes the settled rows out of the
+store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
+and merged under a short lock, appending to the summary's per-trajectory arrays in place
+(O(rows), however many runs were folded before; a full buffer is regrown before the lock is
+taken). Meanwhile the rows are in `_folding`, which snapshots, `state()`, `partial_state()`
+and `merge` count as folded; a resolve for one of them is a resolve_unknown, as for any
+folded id.
+
+A mixin of `Accumulator` (online/accumulator.py), which owns the state named below. Here:
+taking a batch of settled rows out of the store (under the lock),
 building and merging their state (outside it), and the snapshot of the folded state plus the
 rows still stored.
 """

@@ -47,6 +47,7 @@ from tps_tracer.tracking.keys import (
     MAX_VALUE_CHARS,
     TASK_ID_KEY,
 )
+from tps_tracer.validity import horizon as valid_horizon
 
 
 @dataclass(frozen=True)
@@ -124,23 +125,9 @@ class TrajectoryState:
 
 
 def whole_number(value: Any) -> int | None:
-    """A step budget read from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.isdigit():
-            return None
-        if len(text) > 9:  # larger than MAX_HORIZON, and int() on a huge digit string is slow
-            return None
-        value = int(text)
-    if isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            return None
-        value = int(value)
-    if isinstance(value, int) and 1 <= value <= MAX_HORIZON:
-        return value
-    return None
+    """A step budget read from metadata or an attribute: an integer in [1, MAX_HORIZON], else None
+    (the one rule: tps_tracer/validity.py)."""
+    return valid_horizon(value, labels=True)
 
 
 def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) -> int | None:

@@ -1,0 +1,95 @@
+"""The accumulator's live trajectories: stepped and not yet stopped, then reserved while finishing.
+
+A live trajectory (`_Live`, online/live_run.py) is created on its first step and kept least
+recently active first. When it stops, or is finished early, it is *reserved*: it leaves the live
+ones for `finishing` and its id maps to `RESERVED` in the row store's `row_of` (the accumulator's
+index of stopped ids), until its row is scored; resolutions arriving meanwhile still land on it.
+
+When it is finished early is decided by `OpenRuns` (tracking/open_runs.py), the lifetime rules the
+LangChain handler and the span processor use: the idle test (`OpenRuns.idle`) and the memory of
+runs finished early (`remember_gone`, by age), whose late steps are rejected instead of opening
+a new trajectory under the same id (a summary-mode accumulator forgets folded ids, so `row_of`
+alone would let them in). The one rule of its own is the count bound: past `max_live` live
+trajectories the least recently active is evicted. With an adapter owning the lifetimes
+(`Accumulator.leave_lifetimes_to`), the adapter's own OpenRuns decides and this store neither
+evicts nor idles anything out.
+
+Not thread-safe on its own: every call is made under the accumulator's lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from tps_tracer.online.live_run import _Live
+from tps_tracer.tracking.open_runs import OpenRuns
+
+RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
+
+
+class LiveStore:
+    def __init__(self, idle_timeout: float | None, max_live: int, row_of: dict[str, int]):
+        self.lifetimes: OpenRuns[_Live] = OpenRuns(idle_timeout)
+        self.max_live = max_live
+        self.live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
+        self.finishing: dict[str, _Live] = {}  # reserved: stopped, not yet a row
+        self._row_of = row_of  # the row store's index of stopped ids (shared, not copied)
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def __contains__(self, tid: str) -> bool:
+        return tid in self.live
+
+    def stopped(self, tid: str) -> bool:
+        """Stopped already (a row, or reserved), or finished early and still remembered as such."""
+        return tid in self._row_of or self.lifetimes.is_gone(tid)
+
+    def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]]:
+        """Append a step to `tid` (opened on first sight); the trajectories evicted (reserved) to
+        keep at most max_live live, when `evict` (no adapter owns the lifetimes)."""
+        evicted: list[tuple[str, _Live]] = []
+        live = self.live.get(tid)
+        if live is None:
+            live = self.live[tid] = _Live()
+            while evict and len(self.live) > self.max_live:
+                evicted.append(self.take_oldest(now))
+        else:
+            self.live.move_to_end(tid)
+        live.steps.append(step)
+        live.last_seen = now
+        return evicted
+
+    def reserve(self, tid: str, live: _Live) -> _Live:
+        """Take `live` (trajectory `tid`) out of the live ones for finishing."""
+        self.live.pop(tid, None)
+        self._row_of[tid] = RESERVED
+        self.finishing[tid] = live
+        return live
+
+    def take_oldest(self, now: float) -> tuple[str, _Live]:
+        """Reserve the least recently active trajectory, finished early: its late steps are rejected."""
+        tid, live = self.live.popitem(last=False)
+        self.lifetimes.remember_gone((tid,), now)
+        return tid, self.reserve(tid, live)
+
+    def take_idle(self, now: float) -> list[tuple[str, _Live]]:
+        """Reserve every trajectory idle at `now` by OpenRuns' rule (they are oldest first)."""
+        idle = []
+        while self.live and self.lifetimes.idle(next(iter(self.live.values())).last_seen, now):
+            idle.append(self.take_oldest(now))
+        self.lifetimes.expire(now)
+        return idle
+
+    def take_all(self, now: float) -> list[tuple[str, _Live]]:
+        return [self.take_oldest(now) for _ in range(len(self.live))]
+
+    def scored(self, tid: str) -> None:
+        """`tid` is a row now (the caller replaced its `row_of` entry): no longer finishing."""
+        del self.finishing[tid]
+
+    def target(self, tid: str) -> _Live | None:
+        """The trajectory a resolution of `tid` lands on before it is a row: live or finishing."""
+        if self._row_of.get(tid) == RESERVED:
+            return self.finishing[tid]
+        return self.live.get(tid)
