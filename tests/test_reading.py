@@ -165,7 +165,7 @@ def test_the_readers_have_one_fall_back_exception():
 )
 def test_forecast_and_horizon_validity_are_the_same_rule_on_every_path(field, value):
     """At the bounds, the fast path (columnar.validated_arrays, through orjson) takes exactly what the
-    exact path (pydantic + jsonl.forecast_problem) accepts, with the same arrays; records/validity.py
+    exact path (pydantic + jsonl.forecast_problem) accepts, with the same arrays; tps_tracer/validity.py
     holds both rules. Independent expectation: the bounds as the paper states them, [0, 1] and
     [max(1, steps), MAX_HORIZON]."""
     steps = [{"forecasts": {"v": value if field == "forecast" else 0.5}} for _ in range(3)]

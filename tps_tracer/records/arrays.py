@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import Role, StopReason
-from tps_tracer.records.validity import classify_forecast
 from tps_tracer.scoring.branch_pairs import StepLayout
+from tps_tracer.validity import classify_forecast
 
 if TYPE_CHECKING:  # pydantic costs ~0.3 s of import; only the exact (record) path needs it
     from tps_tracer.records.schema import TrajectoryRecord

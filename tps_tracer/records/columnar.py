@@ -38,7 +38,7 @@ from tps_tracer.records.arrays import (
 )
 from tps_tracer.records.reading import NotFast
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.records.validity import forecast_outside, horizon_below_steps, horizon_outside
+from tps_tracer.validity import forecast_outside, horizon_below_steps, horizon_outside
 
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 # A stop reason's code in TrajectoryArrays.stop_code; readers map unknown values to -1.

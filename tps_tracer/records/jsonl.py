@@ -17,7 +17,7 @@ from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
-from tps_tracer.records.validity import forecast_problem
+from tps_tracer.validity import forecast_problem
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")

@@ -79,7 +79,7 @@ def arrow_schema(predictors: Sequence[str]) -> Any:
 
 def _number(value: Any) -> tuple[float | None, bool]:
     """(value as float or None, whether a non-number was dropped)."""
-    from tps_tracer.records.validity import classify_forecast
+    from tps_tracer.validity import classify_forecast
 
     number = classify_forecast(value)
     if isinstance(number, str):

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tps_tracer.errors import InputError
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.records.validity import horizon_below_steps, horizon_range_problem
+from tps_tracer.validity import horizon_below_steps, horizon_range_problem
 
 
 def _binary(v: Any) -> Any:
@@ -50,7 +50,7 @@ class TrajectoryRecord(BaseModel):
     trajectory_id: str = Field(min_length=1)
     stop_reason: StopReason
     outcome: int | None = None
-    horizon: int | None = None  # in [1, MAX_HORIZON] (records/validity.py)
+    horizon: int | None = None  # in [1, MAX_HORIZON] (tps_tracer/validity.py)
     q_z: float | None = Field(default=None, ge=0.0, le=1.0)
     outcome_pending: bool = False
     steps: list[StepRecord] = Field(default_factory=list)
