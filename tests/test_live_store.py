@@ -9,7 +9,7 @@ id otherwise forgotten; after GONE_MEMORY idle timeouts the id is free again.
 from __future__ import annotations
 
 from tps_tracer.online.accumulator import Accumulator
-from tps_tracer.online.open_runs import GONE_MEMORY
+from tps_tracer.open_runs import GONE_MEMORY
 
 
 def make(clock: list[float], **kw) -> Accumulator:

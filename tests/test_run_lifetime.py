@@ -1,4 +1,4 @@
-"""A run's lifetime (online/open_runs.py) on the OpenTelemetry path: a LangGraph run paused by
+"""A run's lifetime (tps_tracer/open_runs.py) on the OpenTelemetry path: a LangGraph run paused by
 `interrupt()` is not idle, and its resume continues the same trajectory (one clean record).
 
 Before `OpenRuns`, the span processor recorded the run when the interrupted trace's root ended
@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_support import instrumented
 from world_check import new_accumulator, sink_records
 
+from tps_tracer.open_runs import OpenRuns, is_interrupt
 from tps_tracer.otel.span_processor import TPSSpanProcessor
-from tps_tracer.online.open_runs import OpenRuns, is_interrupt
 
 
 @pytest.mark.parametrize("named", [True, False])

@@ -63,6 +63,7 @@ from tps_tracer.langchain.stream_budget import (
     check_max_steps,
     closed_by_caller,
 )
+from tps_tracer.open_runs import OpenRuns, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import (
@@ -72,7 +73,6 @@ from tps_tracer.tracking.keys import (
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
-from tps_tracer.online.open_runs import OpenRuns, is_interrupt
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
@@ -206,7 +206,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
-        # The lifetime rules (online/open_runs.py): runs paused by an interrupt (resumed by a new
+        # The lifetime rules (tps_tracer/open_runs.py): runs paused by an interrupt (resumed by a new
         # root run naming their trajectory id or LangGraph thread), the idle test, and the run ids
         # of trajectories finished early, whose late events are dropped and counted.
         self._lifetimes: OpenRuns[_Run] = OpenRuns(idle_timeout)

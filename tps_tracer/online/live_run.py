@@ -1,6 +1,6 @@
 """A live trajectory in the accumulator: its steps so far, and what is known of it before it is scored.
 
-Its lifetime (when it is idle, evicted or finished) is decided by `OpenRuns` (online/open_runs.py):
+Its lifetime (when it is idle, evicted or finished) is decided by `OpenRuns` (tps_tracer/open_runs.py):
 the accumulator's own (online/live_store.py) when nothing above owns the run, else the adapter's.
 """
 

@@ -5,7 +5,7 @@ recently active first. When it stops, or is finished early, it is *reserved*: it
 ones for `finishing` and its id maps to `RESERVED` in the row store's `row_of` (the accumulator's
 index of stopped ids), until its row is scored; resolutions arriving meanwhile still land on it.
 
-When it is finished early is decided by `OpenRuns` (online/open_runs.py), the lifetime rules the
+When it is finished early is decided by `OpenRuns` (tps_tracer/open_runs.py), the lifetime rules the
 LangChain handler and the span processor use: the idle test (`OpenRuns.idle`) and the memory of
 runs finished early (`remember_gone`, by age), whose late steps are rejected instead of opening
 a new trajectory under the same id (a summary-mode accumulator forgets folded ids, so `row_of`
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from tps_tracer.online.live_run import _Live
-from tps_tracer.online.open_runs import OpenRuns
+from tps_tracer.open_runs import OpenRuns
 
 RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
 

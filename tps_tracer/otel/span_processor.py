@@ -43,7 +43,7 @@ finished early (abandoned: stop reason capture_lost, counted in the health ledge
 spans are dropped and counted, never re-opening it. A run paused by LangGraph's interrupt() (a
 GraphInterrupt exception event on a span of its trace) is not idle: it waits, outside the idle
 sweep, for a later trace naming its trajectory id or LangGraph thread id, which continues it
-(one record); the rules are online/open_runs.py's, shared with the LangChain handler.
+(one record); the rules are tps_tracer/open_runs.py's, shared with the LangChain handler.
 Active traces are never cut short: more than `max_open_traces` open traces only logs a
 warning, since a run cut short biases every score. A full capture queue holds the emitting
 thread back (backpressure) instead of dropping spans; a span event given up after `max_block`
@@ -75,12 +75,12 @@ from opentelemetry.trace import StatusCode
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
 from tps_tracer.errors import InputError
+from tps_tracer.open_runs import OpenRuns, is_interrupt
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
-from tps_tracer.online.open_runs import OpenRuns, is_interrupt
 from tps_tracer.tracking.tracker import TrajectoryTracker
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
@@ -203,7 +203,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        # The lifetime rules (online/open_runs.py): runs paused by LangGraph's interrupt (kept,
+        # The lifetime rules (tps_tracer/open_runs.py): runs paused by LangGraph's interrupt (kept,
         # not idle, until a later trace names their trajectory id or thread), the idle test, and
         # the traces finished early (idle, shutdown), whose late spans are dropped and counted,
         # never allowed to open the trace again (that split one run into two records).

@@ -2,7 +2,7 @@
 
 - `trajectory.py`: one trajectory's state; steps vs repairs, stop precedence, the horizon rule.
 - `tracker.py`: `TrajectoryTracker`, what adapters call (open, model_call, failed_call, finish).
-- a run's lifetime (paused by an interrupt, idle, late events) is `online/open_runs.py`'s
+- a run's lifetime (paused by an interrupt, idle, late events) is `tps_tracer/open_runs.py`'s
   `OpenRuns`, shared with the accumulator's live store.
 - `worker.py`: `CaptureWorker`, the bounded background thread that extracts signals and feeds
   the accumulator off the agent's path.
