@@ -211,17 +211,15 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                 return False
             step = self._checks.step(trajectory_id, forecasts)
             now = self._clock()
-            evicted: list[tuple[str, _Live]] = []
             with self._lock:
-                rejected = self._store.stopped(trajectory_id)
-                if not rejected:
-                    evicted = self._store.step(trajectory_id, step, now, evict=self.lifetime_owner is None)
-            if rejected:
+                evicted = self._store.step(trajectory_id, step, now, evict=self.lifetime_owner is None)
+            if evicted is None:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
+                return False
             for tid, old in evicted:
                 self._close(tid, old, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "evicted"}, "evicted")
             self._maybe_sweep(now)
-            return not rejected
+            return True
         except Exception as exc:
             self._internal("observe", exc)
             return False

@@ -33,7 +33,9 @@ class InputChecks:
             if allowed is not None and name not in allowed:
                 self.reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
                 continue
-            if v is None:
+            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
+                out[name] = v
+            elif v is None:
                 out[name] = None
             elif (p := probability(v)) is not None:
                 out[name] = p

@@ -27,6 +27,9 @@ from tps_tracer.open_runs import OpenRuns
 RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
 
 
+_NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step of a live run evicts nothing
+
+
 class LiveStore:
     def __init__(self, idle_timeout: float | None, max_live: int, row_of: dict[str, int]):
         self.lifetimes: OpenRuns[_Live] = OpenRuns(idle_timeout)
@@ -45,20 +48,25 @@ class LiveStore:
         """Stopped already (a row, or reserved), or finished early and still remembered as such."""
         return tid in self._row_of or self.lifetimes.is_gone(tid)
 
-    def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]]:
+    def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]] | None:
         """Append a step to `tid` (opened on first sight); the trajectories evicted (reserved) to
-        keep at most max_live live, when `evict` (no adapter owns the lifetimes)."""
-        evicted: list[tuple[str, _Live]] = []
+        keep at most max_live live, when `evict` (no adapter owns the lifetimes). None, and nothing
+        appended, when `tid` is `stopped` (checked here, in one call: this runs on every step)."""
         live = self.live.get(tid)
         if live is None:
+            if tid in self._row_of or self.lifetimes.is_gone(tid):
+                return None
             live = self.live[tid] = _Live()
+            evicted: list[tuple[str, _Live]] = []
             while evict and len(self.live) > self.max_live:
                 evicted.append(self.take_oldest(now))
-        else:
-            self.live.move_to_end(tid)
+            live.steps.append(step)
+            live.last_seen = now
+            return evicted
+        self.live.move_to_end(tid)
         live.steps.append(step)
         live.last_seen = now
-        return evicted
+        return _NONE_EVICTED
 
     def reserve(self, tid: str, live: _Live) -> _Live:
         """Take `live` (trajectory `tid`) out of the live ones for finishing."""
