@@ -54,7 +54,7 @@ class LiveStore:
         appended, when `tid` is `stopped` (checked here, in one call: this runs on every step)."""
         live = self.live.get(tid)
         if live is None:
-            if tid in self._row_of or self.lifetimes.is_gone(tid):
+            if self.stopped(tid):  # only a run's first step pays this call
                 return None
             live = self.live[tid] = _Live()
             evicted: list[tuple[str, _Live]] = []
