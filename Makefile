@@ -10,6 +10,7 @@ HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
 extras_demo := langchain
 extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
+extras_bench := $(extras_test),bench
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
@@ -110,7 +111,7 @@ docs: $(call stamp,test)
 fresh-check:
 	bash .ci/fresh-check
 
-bench: $(call stamp,test)
+bench: $(call stamp,bench)
 	$(BIN)/python tests/benchmarks/bench_scoring.py
 	$(BIN)/python tests/benchmarks/bench_online.py
 	$(BIN)/python tests/benchmarks/bench_handler.py

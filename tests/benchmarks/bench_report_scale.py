@@ -13,7 +13,10 @@ over the rounds, next to the issue-33 target:
     json.loads     a bare `for line in file: json.loads(line)` pass (the baseline, 1.00x)
     orjson         the same pass with orjson.loads (anchor: the per-record parser's floor)
     arrow-json     pyarrow.json.read_json over the file's chunks, no conversion (anchor: the columnar
-                   parser's floor; DuckDB, the issue's other anchor, is not installed here)
+                   parser's floor)
+    duckdb         DuckDB read_json + the per-trajectory linear-front weighted mean of both predictors,
+                   one thread (anchor: what a SQL engine pays for the point estimates, no bootstrap;
+                   `pip install -e '.[bench]'`, skipped with a note when DuckDB is not installed)
     read           the chunked reader alone (`iter_chunks`: pyarrow / orjson + numpy, validated arrays)
     report         `report_from_path` with --rules log,brier --weights all --bootstrap 1000 (the CLI's path)
     report b0      the same with --bootstrap 0
@@ -116,6 +119,25 @@ def arrow_json_pass(path: Path) -> None:
         pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1))
 
 
+def duckdb_pass(path: Path) -> None:
+    """The issue's DuckDB anchor: parse every record and reduce each trajectory to its weighted mean
+    forecast per predictor (linear-front weights z - t + 1), one thread, so its process CPU compares
+    with the single-threaded passes above. The predictor names are this file's."""
+    import duckdb
+
+    con = duckdb.connect(config={"threads": 1})
+    query = """
+        WITH s AS (SELECT trajectory_id, len(steps) AS z, unnest(steps) AS st
+                   FROM read_json(?, format = 'newline_delimited'))
+        SELECT trajectory_id,
+               sum((z - st.t + 1) * st.forecasts.verbal) / sum(z - st.t + 1) AS verbal,
+               sum((z - st.t + 1) * st.forecasts.token_prob) / sum(z - st.t + 1) AS token_prob
+        FROM s GROUP BY trajectory_id"""
+    rows = con.execute(query, [str(path)]).fetchnumpy()
+    assert len(rows["trajectory_id"]) > 0
+    con.close()
+
+
 def _read_only(path: Path) -> None:
     from tps_tracer.records.chunks import iter_chunks
 
@@ -134,6 +156,7 @@ TARGETS = {
     "json.loads": None,
     "orjson": None,
     "arrow-json": None,
+    "duckdb": None,
     "read": None,
     "report": 1.5,
     "report b0": 1.0,
@@ -160,6 +183,12 @@ def variants(path: Path, tmp: Path, args: argparse.Namespace) -> dict[str, tuple
         "report": (lambda: report_from_path(path, b1000), False),
         "report b0": (lambda: report_from_path(path, b0), False),
     }
+    try:
+        import duckdb  # noqa: F401
+    except ImportError:
+        print("(duckdb anchor skipped: DuckDB is not installed; pip install -e '.[bench]')", file=sys.stderr)
+    else:
+        out = {**dict(list(out.items())[:3]), "duckdb": (lambda: duckdb_pass(path), False), **dict(list(out.items())[3:])}
     if args.parquet or args.convert:
         from tps_tracer.records.parquet import jsonl_to_parquet
 
