@@ -284,3 +284,43 @@ def read_trajectories_any(path: Path) -> list[Any]:
     from tps_tracer.records.parquet import parquet_records
 
     return list(parquet_records(path))
+
+
+def _one_run(path: Path, tid: str, forecast: float, outcome: int) -> Accumulator:
+    acc = Accumulator(sink=str(path))
+    acc.observe(tid, {"verbal": forecast})
+    acc.stop(tid, "clean", outcome=outcome)
+    acc.close()
+    return acc
+
+
+def test_appending_to_a_file_whose_last_line_has_no_line_end_keeps_both_records(tmp_path, capsys, caplog):
+    """A hand-written file without its final line end (`"\\n".join(...)`, an editor): the new record
+    starts on its own line. On the old sink it was glued onto the last line and `report` failed
+    ("line 1: invalid JSON (Extra data ...)") on the whole file."""
+    path = tmp_path / "runs.jsonl"
+    hand = {"trajectory_id": "h1", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"verbal": 0.6}}]}
+    path.write_text(json.dumps(hand))  # no "\n"
+    with caplog.at_level("WARNING", logger="tps_tracer"):
+        acc = _one_run(path, "x1", 0.3, 0)
+    assert acc.sink is not None and acc.sink.line_ends_added == 1
+    assert "had no line end" in caplog.text
+    assert [r.trajectory_id for r in read_trajectories(path)] == ["h1", "x1"]
+    code, out, err = call(["report", str(path), "--json", "--bootstrap", "0"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["audit"]["stop_reasons"]["clean"] == 2
+    _one_run(path, "x2", 0.4, 1)  # a file that ends well gets nothing added
+    assert path.read_text().count("\n") == 3 and "\n\n" not in path.read_text()
+
+
+def test_a_record_cut_by_a_killed_writer_stays_the_only_bad_line(tmp_path, capsys):
+    """A writer killed mid-line leaves a cut last line; the next run's record must not be glued onto
+    it: the readers then name the cut line, and the new record is intact on the next one."""
+    path = tmp_path / "runs.jsonl"
+    _one_run(path, "a", 0.5, 1)
+    path.write_bytes(path.read_bytes() + b'{"trajectory_id":"cut","stop_reason":"cle')
+    _one_run(path, "b", 0.7, 1)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["trajectory_id"] == "b"
+    code, _, err = call(["report", str(path), "--bootstrap", "0"], capsys)
+    assert code == 2 and "line 2: invalid JSON" in err, err

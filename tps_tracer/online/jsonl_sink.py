@@ -21,6 +21,9 @@ What reaches the file is what the readers read back:
 - A path that cannot be opened (a read-only directory, a missing mount) never raises at
   construction: the failure is logged once, each line meanwhile raises `OSError` (counted by
   the accumulator), and opening is retried at most every `retry_interval` seconds.
+- A file whose last line lacks its line end (hand-written, or cut by a killed writer) gets one
+  before the first new line, logged and counted (`line_ends_added`), so a new record never
+  lands on that line and makes both unreadable.
 - Re-runs append. A script run again into the same sink adds its records after the first
   run's; the readers keep the first record of an id and set the later ones aside, counted
   (records/set_aside.py), so the file stays readable. Use one file per run (or per-run ids)
@@ -69,6 +72,7 @@ class JsonlSink:
         self.written = 0  # lines that reached the file
         self.failed = 0  # lines that did not (the path could not be opened, the disk was full, ...)
         self.reopened = 0  # times the path was opened again after a rename or deletion
+        self.line_ends_added = 0  # times the file's last line lacked its line end on opening (one was added)
         self.open_error: str | None = None  # why the path could not be opened last time, if it could not
         with self._lock:
             self._open()
@@ -96,7 +100,34 @@ class JsonlSink:
         if self.open_error is not None:
             logger.warning("tps_tracer sink: %s is open now", self.path)
         self._file, self._identity, self.open_error = fh, (st.st_dev, st.st_ino), None
+        if st.st_size and not self._ends_with_newline():
+            self._end_last_line(fh)
         return True
+
+    def _ends_with_newline(self) -> bool:
+        """Whether the file's last byte is a line end (the appending handle cannot read: a second one does)."""
+        try:
+            with self.path.open("rb") as r:
+                r.seek(-1, os.SEEK_END)
+                return r.read(1) == b"\n"
+        except OSError:
+            return True  # unreadable (write-only permissions): nothing to check, nothing changed
+
+    def _end_last_line(self, fh: BinaryIO) -> None:
+        """A file whose last line has no line end (written by `"\\n".join`, an editor, a killed writer)
+        would get the next record glued onto that line, and both lines would become one invalid line:
+        end it first. A complete record stays readable; a cut one stays the one invalid line the
+        readers name, instead of taking the new record with it."""
+        try:
+            self._write_all(fh, b"\n")
+        except OSError as exc:
+            logger.warning("tps_tracer sink: could not end the last line of %s (%s)", self.path, exc)
+            return
+        self.line_ends_added += 1
+        logger.warning(
+            "tps_tracer sink: the last line of %s had no line end; one was added (new records start on their own line)",
+            self.path,
+        )
 
     def _ready(self) -> BinaryIO:
         """Under the lock: the open file, reopened if its path now names another file or none."""
