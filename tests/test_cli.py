@@ -209,3 +209,35 @@ def test_report_on_an_accumulator_sink_reproduces_the_snapshot(tmp_path):
             assert row[key] == pytest.approx(other[key], abs=1e-12)
     text = run("report", str(sink), "--bootstrap", "0")
     assert f"waiting for their outcome (not scored): {pending}" in text.stdout
+
+
+def test_a_cut_string_says_at_once(tmp_path):
+    """json's "Unterminated string starting at" already ends in "at": the message said "at at column"."""
+    p = tmp_path / "cut.jsonl"
+    p.write_text('{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"v')
+    proc = run("report", str(p))
+    assert proc.returncode == 2
+    assert "Unterminated string starting at column 87" in proc.stderr, proc.stderr
+    assert "at at" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["report"], ["gate", "--min", "-5"], ["plot", "-o", "plots"]])
+def test_an_empty_parquet_file_says_it_holds_no_trajectories(tmp_path, command):
+    """A valid Parquet file with the records' schema and 0 rows: its whole-file read went to the JSON
+    Lines reader, which said "not UTF-8 text (invalid start byte)"."""
+    from tps_tracer.records.parquet import jsonl_to_parquet
+
+    src, full, empty = tmp_path / "one.jsonl", tmp_path / "one.parquet", tmp_path / "empty.parquet"
+    record = {"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"v": 0.5}}]}
+    src.write_text(json.dumps(record) + "\n")
+    jsonl_to_parquet(src, full)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(full)
+    pq.write_table(table.slice(0, 0), empty)
+    argv = [command[0], str(empty), *command[1:]]
+    if command[0] == "plot":
+        argv[-1] = str(tmp_path / "plots")
+    proc = run(*argv)
+    assert proc.returncode == 2, proc.stderr
+    assert "empty.parquet: the file holds no trajectories" in proc.stderr, proc.stderr

@@ -31,7 +31,7 @@ from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, iter_chunks, source_files
 from tps_tracer.records.duplicate_ids import duplicate_message, repeated_keys
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
-from tps_tracer.records.reading import fast_else_whole_file, whole_file
+from tps_tracer.records.reading import exact_records, fast_else_whole_file, whole_file
 from tps_tracer.records.set_aside import SetAside
 
 Progress = Callable[[Chunk], None]
@@ -128,9 +128,7 @@ def map_chunks(
         return out
 
     def whole() -> list[T]:
-        from tps_tracer.records.jsonl import read_trajectories  # pydantic (~0.3 s): only the exact path
-
-        return [fn(to_arrays(read_trajectories(path)))]
+        return [fn(to_arrays(exact_records(path)))]  # pydantic (~0.3 s): only on the exact path
 
     return fast_else_whole_file(chunked, whole)
 
@@ -165,9 +163,7 @@ def report_from_path(
     def whole() -> dict[str, Any]:
         if Path(path).is_dir():
             raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")])
-        from tps_tracer.records.jsonl import read_trajectories  # pydantic (~0.3 s): only the exact path
-
-        records = read_trajectories(path)
+        records = exact_records(path)  # pydantic (~0.3 s): only on the exact path
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
 
     return fast_else_whole_file(chunked, whole)

@@ -77,6 +77,13 @@ def _apply_resolutions(
     return out
 
 
+def invalid_json(exc: json.JSONDecodeError) -> str:
+    """The message for a line json.loads refused. Some of its messages end in "at" already
+    ("Unterminated string starting at"): no second one ("starting at at column 40")."""
+    at = "" if exc.msg.endswith(" at") else " at"
+    return f"invalid JSON ({exc.msg}{at} column {exc.colno})"
+
+
 def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
     """True if the JSON text is invalid only because it stops early (a cut record)."""
     if exc.msg.startswith("Unterminated string"):  # the scanner met the end before the closing quote
@@ -148,7 +155,7 @@ def parse_lines(
         try:
             obj = load_json(text)
         except json.JSONDecodeError as exc:
-            errors.append(RecordError(line_no, "", f"invalid JSON ({exc.msg} at column {exc.colno})"))
+            errors.append(RecordError(line_no, "", invalid_json(exc)))
             cut_at_end = runs_into_end(exc, text)
             continue
         except JsonRuleError as exc:  # duplicate key, nesting, huge integer (records/limits.py)

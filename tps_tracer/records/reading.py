@@ -27,6 +27,7 @@ callers) decide what happens next.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from tps_tracer.records.arrays import TrajectoryArrays
-    from tps_tracer.records.set_aside import SetAside
+    from tps_tracer.records.set_aside import ReadRecords, SetAside
 
 # The readers below are imported where used: they import `NotFast` from here.
 
@@ -94,6 +95,27 @@ class YieldedPart:
         self.outcome.append(arrays.outcome)
         self.q_z.append(arrays.q_z)
         self.end = end
+
+
+def exact_records(path: str | os.PathLike[str]) -> ReadRecords:
+    """The whole-file read of one file, the exact way for its format: JSON Lines through
+    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_records` (errors name the
+    row). Parquet used to be handed to the JSON Lines reader here, so an empty Parquet file (which
+    the fast path sends to this read) failed as "not UTF-8 text"."""
+    from tps_tracer.records.chunks import is_parquet
+
+    if not is_parquet(path):
+        from tps_tracer.records.jsonl import read_trajectories
+
+        return read_trajectories(path)
+    from tps_tracer.records.errors import RecordError, TrajectoryFileError
+    from tps_tracer.records.parquet import parquet_records
+    from tps_tracer.records.set_aside import ReadRecords
+
+    records = ReadRecords(parquet_records(path))
+    if not records:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
+    return records
 
 
 def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:

@@ -29,7 +29,13 @@ from numpy.typing import NDArray
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, runs_into_end
+from tps_tracer.records.jsonl import (
+    MAX_REPORTED_ERRORS,
+    RecordError,
+    TrajectoryFileError,
+    invalid_json,
+    runs_into_end,
+)
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
@@ -58,7 +64,7 @@ def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[C
         except json.JSONDecodeError as exc:
             cut = not line.endswith("\n") and runs_into_end(exc, text)
             hint = "; the file looks truncated (last line is incomplete)" if cut else ""
-            errors.append(RecordError(no, "", f"invalid JSON ({exc.msg} at column {exc.colno}){hint}"))
+            errors.append(RecordError(no, "", invalid_json(exc) + hint))
             continue
         if not isinstance(obj, dict):
             errors.append(RecordError(no, "", "expected a JSON object"))
