@@ -55,7 +55,11 @@ BUDGET_EXCEPTIONS = frozenset(
 )
 PARSE_EXCEPTIONS = frozenset({"OutputParserException"})
 TOOL_EXCEPTIONS = frozenset({"ToolException"})
-TIMEOUT_EXCEPTIONS = frozenset({"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError"})
+# CancelledError: asyncio.wait_for / asyncio.timeout bound a run's time by cancelling it, and the
+# run sees only the cancellation (the caller gets the TimeoutError): the harness's time budget.
+TIMEOUT_EXCEPTIONS = frozenset({"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError", "CancelledError"})
+# Exceptions a tool run ends with that are not the tool failing: the run was stopped from outside.
+NOT_TOOL_FAILURES = frozenset({"CancelledError", "KeyboardInterrupt"})
 
 # Canned final texts of budget stops (see the module table). Anchored, so an agent that
 # merely talks about limits is not mistaken for one that hit them.

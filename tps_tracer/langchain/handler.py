@@ -54,6 +54,7 @@ from langchain_core.outputs import LLMResult
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES
 from tps_tracer.errors import InputError
 from tps_tracer.langchain.otel_context import current_span_ids, instrumentor_span_ids
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
@@ -609,7 +610,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             run = self._runs.get(run_id)
-            if run is not None:
+            # A tool cancelled with its run (asyncio.wait_for's timeout, Ctrl-C) did not fail: the
+            # run's own error decides (a timeout), not the tool.
+            if run is not None and type(error).__name__ not in NOT_TOOL_FAILURES:
                 run.state.tool_failed()
         if run is None:
             self._late(run_id)

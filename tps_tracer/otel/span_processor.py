@@ -73,7 +73,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from tps_tracer.capture.step_signals import SignalExtractor
-from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, short_name
+from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, short_name
 from tps_tracer.errors import InputError
 from tps_tracer.open_runs import OpenRuns, is_interrupt
 from tps_tracer.otel import span_reading as sr
@@ -131,6 +131,15 @@ class _Trace:
     generation: int = 0  # agent runs already finished in this trace (root_matcher mode)
     last_seen: float = 0.0  # the clock at its last span event (idle sweep)
     interrupted: bool = False  # a span recorded LangGraph's interrupt: the run's end is a pause
+
+
+def _tool_failure(span: ReadableSpan) -> bool:
+    """A tool span that ended in error because the tool failed: not the parser's retry tool, and not a
+    tool cancelled with its run (asyncio.wait_for's timeout: CancelledError), which did not fail."""
+    attributes = span.attributes or {}
+    if span.name == PARSE_RETRY_TOOL or not sr.is_tool_span(attributes):
+        return False
+    return not {short_name(n) for n in sr.exception_names(span.events, attributes)} & NOT_TOOL_FAILURES
 
 
 def _interrupted(span: ReadableSpan) -> bool:
@@ -487,9 +496,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
             extra["otel_span_id"] = f"{root.context.span_id:016x}"
-        state.tool_errors += sum(
-            1 for f in st.failures if f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {})
-        )
+        state.tool_errors += sum(1 for f in st.failures if _tool_failure(f))
         if st.interrupted and root is not None and abandoned is None:
             with self._lock:  # paused, not ended: kept (never idle) for the trace that resumes it
                 paused = self._lifetimes.pause(tid, thread, state, by_id=named)
@@ -604,7 +611,4 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     def _tool_failed_last(steps: list[ReadableSpan], failures: list[ReadableSpan]) -> bool:
         """A tool span failed after the last model call (the run then ended on that failure)."""
         last_call = max((s.end_time or 0 for s in steps), default=0)
-        return any(
-            f.name != PARSE_RETRY_TOOL and sr.is_tool_span(f.attributes or {}) and (f.end_time or 0) > last_call
-            for f in failures
-        )
+        return any(_tool_failure(f) and (f.end_time or 0) > last_call for f in failures)

@@ -1,0 +1,132 @@
+"""A run cancelled from outside: asyncio.wait_for / asyncio.timeout bound an agent's time by
+cancelling its task, and the run sees only CancelledError (the caller gets TimeoutError).
+
+A new-user trial found such runs recorded `tool_error` (cancelled while its async tool slept: the
+tool's CancelledError was counted as the tool failing) or `other` (cancelled while the model ran),
+never `timeout`: the termination audit blamed the tool for the harness's time budget. Now both are
+`timeout` (stop_detail CancelledError), and a cancelled tool is not counted as a tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+
+from tps_tracer import Accumulator
+from tps_tracer.langchain import TPSCallbackHandler
+
+SLOW = 5.0  # seconds: far beyond the harness's timeout below
+
+
+class OneToolTurn(BaseChatModel):
+    """Calls `lookup` once, then answers; `slow_model` makes the second call hang (async)."""
+
+    slow_model: bool = False
+
+    @property
+    def _llm_type(self) -> str:
+        return "one-tool-turn"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> OneToolTurn:
+        return self
+
+    def _reply(self, messages: list[BaseMessage]) -> ChatResult:
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        calls = [{"name": "lookup", "args": {"q": "x"}, "id": "call-0"}] if turn == 0 else []
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("Confidence: 0.6", tool_calls=calls))])
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        return self._reply(messages)
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        if self.slow_model and any(isinstance(m, AIMessage) for m in messages):
+            await asyncio.sleep(SLOW)
+        return self._reply(messages)
+
+
+def _tool(slow: bool) -> Any:
+    @tool
+    async def lookup(q: str) -> str:
+        """Look something up."""
+        if slow:
+            await asyncio.sleep(SLOW)
+        return "found " + q
+
+    return lookup
+
+
+@pytest.mark.parametrize("where", ["tool", "model"])
+def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, where):
+    acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
+    handler = TPSCallbackHandler(acc)
+    agent = create_agent(OneToolTurn(slow_model=where == "model"), [_tool(slow=where == "tool")])
+
+    async def main() -> list[str]:
+        raised = []
+        for i in range(3):
+            config = {"callbacks": [handler], "metadata": {"tps_trajectory_id": f"run-{i}"}}
+            try:
+                await asyncio.wait_for(agent.ainvoke({"messages": [("user", "go")]}, config=config), timeout=0.3)
+            except BaseException as exc:  # the harness's TimeoutError
+                raised.append(type(exc).__name__)
+        return raised
+
+    assert asyncio.run(main()) == ["TimeoutError"] * 3
+    handler.flush()
+    acc.close()
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [r["trajectory_id"] for r in records] == ["run-0", "run-1", "run-2"]
+    for r in records:
+        assert r["stop_reason"] == "timeout", (r, r["metadata"])
+        assert r["metadata"]["stop_detail"] == "CancelledError"
+        assert "tool_errors" not in r["metadata"]  # the tool did not fail: it was cancelled
+        # The first model call's step; the second call (model case) never returned, so it has none.
+        assert [s["forecasts"]["verbal"] for s in r["steps"]] == [0.6]
+
+
+def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
+    """The same agent traced by OpenInference into TPSSpanProcessor: the cancelled tool span (error,
+    CancelledError) is not a tool failure, and the run is a timeout. (Cancelled inside the async
+    model call, OpenInference leaves the run's spans open: the processor then records the run
+    capture_lost when it shuts down, as for any trace it never saw end.)"""
+    where = "tool"
+    from opentelemetry.sdk.trace import TracerProvider
+    from otel_support import instrumented
+
+    from tps_tracer.otel import TPSSpanProcessor
+
+    acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
+    processor = TPSSpanProcessor(acc)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    agent = create_agent(OneToolTurn(slow_model=where == "model"), [_tool(slow=where == "tool")])
+
+    async def main() -> None:
+        for i in range(2):
+            config = {"metadata": {"tps_trajectory_id": f"run-{i}"}}
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(agent.ainvoke({"messages": [("user", "go")]}, config=config), timeout=0.3)
+
+    with instrumented(provider):
+        asyncio.run(main())
+    provider.force_flush()
+    provider.shutdown()
+    acc.close()
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert sorted(r["trajectory_id"] for r in records) == ["run-0", "run-1"]
+    for r in records:
+        assert r["stop_reason"] == "timeout", (r, r["metadata"])
+        assert "tool_errors" not in r["metadata"], r
