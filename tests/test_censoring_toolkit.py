@@ -4,6 +4,7 @@ censored scores' targets (cen-exact proper for q_t; cen-simple elicits m_t = E[D
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -227,6 +228,18 @@ def test_prefix_features_match_a_direct_reading():
     assert x[1].tolist() == pytest.approx([1, 1 / a.horizon[7], f[o[7]], f[o[7]]])
     with pytest.raises(ValueError, match="unknown q_Z feature"):
         prefix_features(a, rows, cuts, ["forecast:nope"])
+
+
+def test_a_q_z_feature_on_a_predictor_with_no_forecast_says_so():
+    """A handler file whose token_prob is null at every step (a model without logprobs): the docs'
+    `--q-z-model step_share,logit:token_prob` failed with "cross-fitting needs training prefixes from
+    at least two trajectories per fold", which does not name the cause."""
+    a = to_arrays(to_records(simulate_runs(20, seed=1), forecasters=("truthful",), seed=1))
+    empty = PredictorColumn("token_prob", np.full(a.predictors["truthful"].values.size, np.nan), a.lengths < 0)
+    a = dataclasses.replace(a, predictors={**a.predictors, "token_prob": empty})
+    rows, cuts = np.array([3, 7]), np.array([2, 1])
+    with pytest.raises(ValueError, match=r"predictor 'token_prob' has no forecast in any of the \d+ steps"):
+        prefix_features(a, rows, cuts, ["step_share", "logit:token_prob"])
 
 
 def test_hybrid_audit_trains_on_audited_prefixes_and_scores_them_out_of_fold(arrays, runs):

@@ -56,6 +56,11 @@ def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: I
             f"unknown q_Z feature {spec!r} (step, step_share, forecast:P, logit:P, forecast_mean:P; P in {known})"
         )
     values = arrays.predictors[name].values
+    if values.size and np.isnan(values).all():  # else the fit fails later with a message about folds
+        raise InputError(
+            f"q_Z feature {spec!r}: predictor {name!r} has no forecast in any of the {values.size} steps "
+            "(every value is missing); choose a predictor the file states"
+        )
     at = arrays.offsets[rows] + cuts - 1
     if kind == "forecast":
         return values[at]
