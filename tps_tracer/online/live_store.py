@@ -14,6 +14,11 @@ trajectories the least recently active is evicted. With an adapter owning the li
 (`Accumulator.leave_lifetimes_to`), the adapter's own OpenRuns decides and this store neither
 evicts nor idles anything out.
 
+A new run under an id already stopped (`begin_repeat`, called when an adapter sees a new root
+run or trace) is live here as a *repeat*: it takes steps like any run, but it never touches
+`row_of` (the first run's row stays the one scored) and its stop writes a record that is set
+aside, never scored (online/accumulator.py, "Repeated ids").
+
 Not thread-safe on its own: every call is made under the accumulator's lock.
 """
 
@@ -68,9 +73,20 @@ class LiveStore:
         live.last_seen = now
         return _NONE_EVICTED
 
+    def begin_repeat(self, tid: str, now: float) -> bool:
+        """A new run of `tid` starts: if `tid` is `stopped` (and no run of it is live), open a repeat
+        for it. True when one was opened."""
+        if tid in self.live or not self.stopped(tid):
+            return False
+        self.live[tid] = _Live(last_seen=now, repeat=True)
+        return True
+
     def reserve(self, tid: str, live: _Live) -> _Live:
-        """Take `live` (trajectory `tid`) out of the live ones for finishing."""
+        """Take `live` (trajectory `tid`) out of the live ones for finishing (a repeat just leaves:
+        it is never scored, and the id's row index belongs to its first run)."""
         self.live.pop(tid, None)
+        if live.repeat:
+            return live
         self._row_of[tid] = RESERVED
         self.finishing[tid] = live
         return live
