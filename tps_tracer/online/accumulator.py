@@ -70,6 +70,7 @@ from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import HealthLedger
 from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.batch_scorer import BatchScorer
+from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.lifetimes import Lifetimes
@@ -154,7 +155,9 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self._repeated: set[str] = set()  # ids with a repeat's record written: their resolutions are set aside
         self._rows = RowStore(self.rules, self.schedules)
         # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
-        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of)
+        # Summary mode: the keys of the ids folded away, so a new run under one is still a repeat.
+        self._folded_ids = FoldedIds() if mode == "summary" else None
+        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of, self._folded_ids)
         self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
