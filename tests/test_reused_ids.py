@@ -166,3 +166,26 @@ def test_folded_ids_find_every_folded_id_and_no_other():
     probes = [f"run-{i}" for i in range(30_000)]
     assert [t in folded for t in probes] == [t in kept for t in probes]
     assert 12 not in folded
+
+
+@pytest.mark.parametrize("via", ["merge", "merge_state"])
+def test_a_live_repeat_and_a_repeats_resolution_survive_a_merge(via):
+    """A repeat still live in one process, and an id whose repeat was recorded there, merged into
+    another accumulator: the repeat stays a repeat (counted when it stops, never a duplicate), and a
+    later resolution of the recorded one is still set aside, not applied to the first run."""
+    worker = Accumulator(bootstrap=0)
+    for tid in ("x", "y"):
+        worker.observe(tid, {"verbal": 0.7})
+        worker.stop(tid, "clean")  # outcomes pending
+        assert worker.begin(tid) is True
+        worker.observe(tid, {"verbal": 0.2})
+    worker.stop("y", "clean", outcome=0)  # y's repeat recorded; x's still live
+    main = Accumulator(bootstrap=0)
+    main.merge(worker) if via == "merge" else main.merge_state(worker.state())
+    assert main.n_live == 1
+    assert main.stop("x", "clean", outcome=1) is True
+    assert main.resolve("y", outcome=1) is True  # after y's repeat: the repeat's
+    snap = main.snapshot(bootstrap=0)
+    online = snap["online"]
+    assert online["rejected"] == {} and online["finished"] == 2 and online["pending_outcome"] == 2
+    assert online["set_aside"] == {"duplicate_id": 2, "duplicate_resolution": 1}
