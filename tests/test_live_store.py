@@ -3,7 +3,8 @@
 An accumulator finishing a run early (evicted past max_live, or idle) remembers it as the
 adapters do (`OpenRuns.remember_gone`, by age): a late step or stop for it is rejected, never
 opened as a new trajectory under the same id, also in summary mode once its row is folded and its
-id otherwise forgotten; after GONE_MEMORY idle timeouts the id is free again.
+id otherwise forgotten; after GONE_MEMORY idle timeouts the run is forgotten, but not its id:
+summary mode keeps folded ids' keys, so a new run under it is a counted repeat (as in row mode).
 """
 
 from __future__ import annotations
@@ -50,5 +51,14 @@ def test_idle_runs_follow_open_runs_rule_and_are_forgotten_after_gone_memory():
     now[0] = 10.0 + GONE_MEMORY * 10.0 + 1
     acc.sweep(now[0])  # b idles out too; a's memory expires
     assert acc.abandoned == {"idle": 2}
-    assert acc.observe("a", {"v": 0.3}) is True  # a new run may use the id again
+    # The gone memory has expired, but a's row was folded and its id's key kept (online/folded_ids.py),
+    # as row mode keeps its row: a bare step is still late; a new run (begin) is a counted repeat,
+    # recorded and set aside as the report of a sink sets a second record of an id aside.
+    assert acc.observe("a", {"v": 0.3}) is False
+    assert acc.rejected == {"step_after_stop": 2}
+    assert acc.begin("a") is True
+    assert acc.observe("a", {"v": 0.3}) is True
     assert acc.n_live == 1
+    assert acc.stop("a", "clean", outcome=1) is True
+    report = acc.snapshot()
+    assert report["online"]["finished"] == 2 and report["online"]["set_aside"] == {"duplicate_id": 1}

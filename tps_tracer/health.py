@@ -18,7 +18,10 @@ One vocabulary, a category and a kind per count:
 - error: an internal failure caught so the agent never sees it (on_llm_end, worker.step,
   accumulator.score, sink, listener);
 - ignored: well-formed events deliberately not scored (runs_without_model_calls,
-  unattached_model_call, late_spans).
+  unattached_model_call, late_spans);
+- set_aside: whole runs recorded but not scored, under the file reader's names
+  (records/set_aside.py): duplicate_id (a new run under an id already finished) and
+  duplicate_resolution (a resolution of such a run).
 
 Counting is thread-safe and cheap (one lock, a dict increment); the first occurrence of
 each (category, kind) is logged once at WARNING, later ones are only counted.
@@ -32,7 +35,7 @@ from collections import Counter
 
 logger = logging.getLogger("tps_tracer")
 
-CATEGORIES = ("rejected", "abandoned", "dropped", "malformed", "error", "ignored")
+CATEGORIES = ("rejected", "abandoned", "dropped", "malformed", "error", "ignored", "set_aside")
 _QUIET = frozenset({"ignored", "abandoned"})  # expected in normal use: counted, not logged
 
 

@@ -31,6 +31,17 @@ event for `idle_timeout` seconds, or the oldest one when more than `max_live` ar
 is stopped as capture_lost (abandoned, counted) so memory stays bounded, unless an adapter
 owns the runs' lifetimes (`leave_lifetimes_to`: the handler and the span processor do).
 
+Repeated ids. A run that starts under an id already stopped (the adapters call `begin` when
+they see a new root run or trace; a script re-run with the same ids) is a *repeat*: its steps
+go to a run of its own, its record is appended to the sink, and it is never scored: the first
+run's row stays the one scored, exactly as `tps-tracer report` keeps a file's first record of an
+id and sets later ones aside (records/set_aside.py). It is counted where the report counts it:
+`snapshot()["online"]["set_aside"]["duplicate_id"]` (health category set_aside), and a
+resolution arriving after a repeat's record belongs to the repeat (the nearest record above it,
+as the reader decides), so it is appended as a line and counted as duplicate_resolution, never
+applied to the first run. Late events of a stopped run that no `begin` announced are still
+rejected (step_after_stop, duplicate_stop).
+
 Summary mode (`mode="summary"`) folds settled trajectories into one PartialState instead of
 keeping their rows (constant memory; when a run is settled, and why the caller of stop/resolve
 never scores or folds: online/summary_folding.py and online/scoring_queue.py).
@@ -59,6 +70,7 @@ from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import HealthLedger
 from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.batch_scorer import BatchScorer
+from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.lifetimes import Lifetimes
@@ -140,9 +152,12 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
         self._unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
+        self._repeated: set[str] = set()  # ids with a repeat's record written: their resolutions are set aside
         self._rows = RowStore(self.rules, self.schedules)
         # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
-        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of)
+        # Summary mode: the keys of the ids folded away, so a new run under one is still a repeat.
+        self._folded_ids = FoldedIds() if mode == "summary" else None
+        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of, self._folded_ids)
         self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
@@ -195,6 +210,19 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         if isinstance(exc, AccumulatorError) or self.strict:
             raise exc
         self.health.count("error", f"accumulator.{where}", f"{type(exc).__name__}: {exc}")
+
+    def begin(self, trajectory_id: str) -> bool:
+        """A new run of `trajectory_id` starts (the adapters call this before the run's first step or
+        stop). If the id was already stopped, the new run is a repeat (see "Repeated ids" above):
+        True. Otherwise nothing changes (its first step opens it, as without this call)."""
+        try:
+            if type(trajectory_id) is not str:
+                return False  # its step or stop will reject it, counted once there
+            with self._lock:
+                return self._store.begin_repeat(trajectory_id, self._clock())
+        except Exception as exc:
+            self._internal("begin", exc)
+            return False
 
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
@@ -254,9 +282,11 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             y = None if outcome is None else self._checks.outcome(trajectory_id, outcome)
             conflict = False
             with self._lock:
-                duplicate = self._store.stopped(trajectory_id)
+                found = self._store.live.get(trajectory_id)
+                # A repeat (a new run of an id already stopped, see begin) is stopped like any run.
+                duplicate = (found is None or not found.repeat) and self._store.stopped(trajectory_id)
                 if not duplicate:
-                    live = self._store.live.get(trajectory_id) or _Live()
+                    live = found or _Live()
                     if q is not None:
                         conflict = live.q_z not in (None, q)
                         live.q_z = live.q_z if conflict else q
@@ -296,21 +326,30 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             scores: list[TrajectoryScore] = []
             fold_due = False
             with self._lock:
-                status, written = self._apply_resolution(trajectory_id, y, q)
-                row = self._rows.row_of.get(trajectory_id, RESERVED)
-                if written and self._listeners and row != RESERVED:
-                    score = self._score_of(trajectory_id, row)
-                    # Only what changes a score is news: an outcome for an excluded or censored run
-                    # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
-                    if ("outcome" in written and score.role is Role.COMPLETE) or (
-                        "q_z" in written and score.role is Role.CENSORED
-                    ):
-                        scores.append(score)
-                if self.mode == "summary" and written and row != RESERVED:
-                    self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
-                    if self._resolved_rows >= self.batch_size:
-                        self._resolved_rows = 0
-                        fold_due = True
+                repeat = self._repeat_resolution(trajectory_id, y, q)
+                if repeat is None:
+                    status, written = self._apply_resolution(trajectory_id, y, q)
+                    row = self._rows.row_of.get(trajectory_id, RESERVED)
+                    if written and self._listeners and row != RESERVED:
+                        score = self._score_of(trajectory_id, row)
+                        # Only what changes a score is news: an outcome for an excluded or censored run
+                        # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
+                        if ("outcome" in written and score.role is Role.COMPLETE) or (
+                            "q_z" in written and score.role is Role.CENSORED
+                        ):
+                            scores.append(score)
+                    if self.mode == "summary" and written and row != RESERVED:
+                        self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
+                        if self._resolved_rows >= self.batch_size:
+                            self._resolved_rows = 0
+                            fold_due = True
+            if repeat is not None:
+                if repeat:  # after the repeat's record: a line the reader sets aside with it
+                    self._writer.write_resolution(trajectory_id, repeat)
+                    self.health.count(
+                        "set_aside", "duplicate_resolution", f"{trajectory_id!r}: resolves a repeat; not scored"
+                    )
+                return True
             if fold_due:  # even taking the rows out (O(rows stored)) is the background's work
                 self._off_caller(self._fold_settled, None)
             if status != "ok":
@@ -323,6 +362,19 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         except Exception as exc:
             self._internal("resolve", exc)
             return False
+
+    def _repeat_resolution(self, tid: str, y: int | None, q: float | None) -> dict[str, Any] | None:
+        """Under the lock: a resolution that belongs to a repeat of `tid` (the nearest run above it,
+        as the JSON Lines reader decides). A live repeat takes the values (they go out with its
+        record): {}. After a repeat's record: the values, to append as a line. None: not a repeat's."""
+        live = self._store.live.get(tid)
+        if live is not None and live.repeat:
+            live.outcome = live.outcome if y is None or live.outcome is not None else y
+            live.q_z = live.q_z if q is None or live.q_z is not None else q
+            return {}
+        if tid in self._repeated:
+            return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}
+        return None
 
     # ------------------------------------------------------------------ finishing
 
@@ -356,17 +408,11 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                 # Taken before the trajectory lock is released: a resolve that sees `written` then
                 # waits for this record's write, and writes no line if it failed (write_resolution).
                 self._writer.lock.acquire()
-            self._queue.append(tid)
-            if self.predictors is None:  # first-seen order is stop order, however batches are scored
-                for step in live.steps:
-                    for name in step:
-                        if name not in self._known:
-                            self._known[name] = None
-            if self._listeners:
-                self._listener_meta[tid] = dict(metadata or {})
-                while len(self._listener_meta) > self.max_live:
-                    self._listener_meta.popitem(last=False)
-            batch = self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
+            if live.repeat:  # written, never scored: the first run of the id is (see "Repeated ids")
+                self._repeated.add(tid)
+                batch = None
+            else:
+                batch = self._queue_stopped(tid, live, metadata)
         if record is not None:
             try:
                 self._writer.write_record(tid, record)
@@ -374,8 +420,29 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                 self._writer.lock.release()
         if abandoned is not None:
             self.health.count("abandoned", abandoned)
+        if live.repeat:
+            self.health.count(
+                "set_aside",
+                "duplicate_id",
+                f"{tid!r}: a new run under an id already finished; its record is written, not scored "
+                "(the first run's is, as `tps-tracer report` keeps a file's first record of an id)",
+            )
         if batch:
             self._score_off_caller(batch)
+
+    def _queue_stopped(self, tid: str, live: _Live, metadata: Mapping[str, Any] | None) -> list[str] | None:
+        """Under the lock: queue a stopped trajectory for scoring; the batch to score now, if one is due."""
+        self._queue.append(tid)
+        if self.predictors is None:  # first-seen order is stop order, however batches are scored
+            for step in live.steps:
+                for name in step:
+                    if name not in self._known:
+                        self._known[name] = None
+        if self._listeners:
+            self._listener_meta[tid] = dict(metadata or {})
+            while len(self._listener_meta) > self.max_live:
+                self._listener_meta.popitem(last=False)
+        return self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -448,6 +515,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             "pending_outcome": pending,
             "abandoned": health["abandoned"],
             "rejected": health["rejected"],
+            "set_aside": health["set_aside"],  # repeated ids: recorded, not scored (as the file report)
             "health": health,
             "sink": self._writer.counts(),
         }

@@ -33,6 +33,7 @@ class StateMerging(SummaryFolding):
     predictors: list[str] | None
     _store: LiveStore
     _clock: Callable[[], float]
+    _repeated: set[str]
 
     def flush(self) -> None:
         raise NotImplementedError  # Accumulator's: wait for queued scoring and folds
@@ -56,6 +57,10 @@ class StateMerging(SummaryFolding):
         with self._lock:
             table = self._rows.table()
             live = [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in self._store.live.items()]
+            # Repeats (online/accumulator.py, "Repeated ids"): named apart, so a reader of an older
+            # state, which has neither key, reads it as before.
+            live_repeats = [tid for tid, lv in self._store.live.items() if lv.repeat]
+            repeated = sorted(self._repeated)
             unscored = dict(self._unscored_outcome)
             known = list(self._known)
             summary = self._summary
@@ -89,6 +94,8 @@ class StateMerging(SummaryFolding):
             },
             "unscored_outcome": unscored,
             "live": live,
+            "live_repeats": live_repeats,
+            "repeated": repeated,
             "summary": None if summary is None else summary.to_dict(),
             "health": self.health.snapshot(),
         }
@@ -140,6 +147,9 @@ class StateMerging(SummaryFolding):
             now = acc._clock()
             for tid, steps, y, q in body["live"]:
                 acc._store.live[str(tid)] = _Live([dict(step) for step in steps], now, y, q)
+            for tid in body.get("live_repeats", []):
+                acc._store.live[str(tid)].repeat = True
+            acc._repeated.update(str(tid) for tid in body.get("repeated", []))
             if body["summary"] is not None:
                 acc._summary = PartialState.from_dict(body["summary"])
             for cat, kinds in body["health"].items():
@@ -176,8 +186,10 @@ class StateMerging(SummaryFolding):
             table = other._rows.table()
             keys = list(other._keys)
             live_items = [
-                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z)) for tid, lv in other._store.live.items()
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z, repeat=lv.repeat))
+                for tid, lv in other._store.live.items()
             ]
+            repeated = set(other._repeated)
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
             other_summary = other._summary
@@ -221,10 +233,12 @@ class StateMerging(SummaryFolding):
                     self._unscored_outcome[tid] = unscored[tid]
                     self._rows.outcome_on_unscored += 1
             for tid, live in live_items:
-                if tid in self._rows.row_of or tid in self._store.live:
+                if tid in self._store.live or (not live.repeat and tid in self._rows.row_of):
                     duplicates.append(tid)
-                else:
+                else:  # a repeat stays one if its id is stopped here (its first run came along, or was here)
+                    live.repeat = live.repeat and self._store.stopped(tid)
                     self._store.live[tid] = live
+            self._repeated |= repeated
             if self.mode == "summary":
                 # Folded ids are forgotten, so duplicates between two folded states are not detected.
                 if other_summary is not None:  # merged outside the lock, counted as folding until then

@@ -15,6 +15,9 @@ What a state holds:
 - the live trajectories: their steps and any outcome / q_Z already known. They arrive as
   live trajectories of the receiver (their idle clock restarts there), so a run split across
   replicas is not lost; an id live or finished on both sides is a counted duplicate_id;
+- repeats (online/accumulator.py, "Repeated ids"): the ids of live ones ("live_repeats") and
+  of recorded ones ("repeated", whose later resolutions are set aside); a state without these
+  keys reads as having none;
 - the health ledger's counts (added to the receiver's).
 """
 

@@ -21,3 +21,5 @@ class _Live:
     reason: StopReason = StopReason.OTHER
     horizon: int = 0
     written: bool = False  # its record is in the sink, so later resolutions are appended as lines
+    # A new run under an id already finished (`Accumulator.begin`): its record is written, never scored.
+    repeat: bool = False

@@ -8,11 +8,17 @@ index of stopped ids), until its row is scored; resolutions arriving meanwhile s
 When it is finished early is decided by `OpenRuns` (tps_tracer/open_runs.py), the lifetime rules the
 LangChain handler and the span processor use: the idle test (`OpenRuns.idle`) and the memory of
 runs finished early (`remember_gone`, by age), whose late steps are rejected instead of opening
-a new trajectory under the same id (a summary-mode accumulator forgets folded ids, so `row_of`
-alone would let them in). The one rule of its own is the count bound: past `max_live` live
-trajectories the least recently active is evicted. With an adapter owning the lifetimes
+a new trajectory under the same id (a summary-mode accumulator forgets folded rows, so `row_of`
+alone would let them in; their ids' keys are kept in `FoldedIds`, online/folded_ids.py). The one
+rule of its own is the count bound: past `max_live` live trajectories the least recently active
+is evicted. With an adapter owning the lifetimes
 (`Accumulator.leave_lifetimes_to`), the adapter's own OpenRuns decides and this store neither
 evicts nor idles anything out.
+
+A new run under an id already stopped (`begin_repeat`, called when an adapter sees a new root
+run or trace) is live here as a *repeat*: it takes steps like any run, but it never touches
+`row_of` (the first run's row stays the one scored) and its stop writes a record that is set
+aside, never scored (online/accumulator.py, "Repeated ids").
 
 Not thread-safe on its own: every call is made under the accumulator's lock.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.live_run import _Live
 from tps_tracer.open_runs import OpenRuns
 
@@ -31,12 +38,15 @@ _NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step
 
 
 class LiveStore:
-    def __init__(self, idle_timeout: float | None, max_live: int, row_of: dict[str, int]):
+    def __init__(
+        self, idle_timeout: float | None, max_live: int, row_of: dict[str, int], folded: FoldedIds | None = None
+    ):
         self.lifetimes: OpenRuns[_Live] = OpenRuns(idle_timeout)
         self.max_live = max_live
         self.live: OrderedDict[str, _Live] = OrderedDict()  # least recently active first
         self.finishing: dict[str, _Live] = {}  # reserved: stopped, not yet a row
         self._row_of = row_of  # the row store's index of stopped ids (shared, not copied)
+        self._folded = folded  # summary mode: the ids folded away (no longer in row_of), by key
 
     def __len__(self) -> int:
         return len(self.live)
@@ -45,8 +55,9 @@ class LiveStore:
         return tid in self.live
 
     def stopped(self, tid: str) -> bool:
-        """Stopped already (a row, or reserved), or finished early and still remembered as such."""
-        return tid in self._row_of or self.lifetimes.is_gone(tid)
+        """Stopped already (a row, or reserved; in summary mode also folded), or finished early and
+        still remembered as such."""
+        return tid in self._row_of or self.lifetimes.is_gone(tid) or (self._folded is not None and tid in self._folded)
 
     def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]] | None:
         """Append a step to `tid` (opened on first sight); the trajectories evicted (reserved) to
@@ -68,9 +79,20 @@ class LiveStore:
         live.last_seen = now
         return _NONE_EVICTED
 
+    def begin_repeat(self, tid: str, now: float) -> bool:
+        """A new run of `tid` starts: if `tid` is `stopped` (and no run of it is live), open a repeat
+        for it. True when one was opened."""
+        if tid in self.live or not self.stopped(tid):
+            return False
+        self.live[tid] = _Live(last_seen=now, repeat=True)
+        return True
+
     def reserve(self, tid: str, live: _Live) -> _Live:
-        """Take `live` (trajectory `tid`) out of the live ones for finishing."""
+        """Take `live` (trajectory `tid`) out of the live ones for finishing (a repeat just leaves:
+        it is never scored, and the id's row index belongs to its first run)."""
         self.live.pop(tid, None)
+        if live.repeat:
+            return live
         self._row_of[tid] = RESERVED
         self.finishing[tid] = live
         return live

@@ -8,7 +8,9 @@ once its role cannot change: every non-clean stop, and a clean stop with its out
 clean stop still waiting for its outcome stays a row in the pending table, so a late
 `resolve` works as in row mode; at most `max_pending` rows wait (beyond that the oldest is
 folded as pending, counted as ignored/pending_folded, and its outcome can no longer
-arrive). Folded ids are forgotten: a later resolve of one is a counted resolve_unknown.
+arrive). Folded rows are forgotten: a later resolve of one is a counted resolve_unknown; only
+their ids' 64-bit keys are kept (online/folded_ids.py, 8 bytes a run), so a new run under a
+folded id is a repeat, set aside and counted as in row mode.
 q_Z must arrive before or with the stop (`stop(..., q_z=...)`): a censored stop is settled
 at once. The snapshot equals row mode's (every mean and CI <= 1e-12); the censoring
 policy, bootstrap and seed are fixed at construction (a snapshot asking for others raises).
@@ -49,6 +51,7 @@ from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_s
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.health import HealthLedger
+from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
@@ -94,6 +97,7 @@ class SummaryFolding:
     _folding: dict[int, _Fold]
     _fold_count: int
     _resolved_rows: int
+    _folded_ids: FoldedIds | None
 
     def _internal(self, where: str, exc: BaseException) -> None:
         raise NotImplementedError  # Accumulator's: count an internal error
@@ -131,6 +135,8 @@ class SummaryFolding:
             if y is not None:
                 unscored[rows.ids[i]] = y
         keys = [self._keys[i] for i in np.flatnonzero(settled).tolist()]
+        if self._folded_ids is not None:  # their ids leave row_of: a new run under one is still a repeat
+            self._folded_ids.add(keys)
         table, holes, movers = rows.take_out(settled, len(unscored))
         for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
             self._keys[h] = self._keys[m]

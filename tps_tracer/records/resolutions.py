@@ -104,7 +104,10 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
         return arrays
     outcome, q_z = arrays.outcome.copy(), arrays.q_z.copy()
     for i, tid in hits:
-        for y, q in resolutions.by_id.pop(tid):
+        lines = resolutions.by_id.pop(tid, None)
+        if lines is None:  # the id's second record here: which one a line resolves is the exact reader's call
+            raise whole_file("a repeated id with resolution lines")
+        for y, q in lines:
             if y is not None:
                 if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
                     raise whole_file("an outcome for a non-clean stop, or a conflicting one")

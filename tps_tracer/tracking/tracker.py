@@ -107,6 +107,8 @@ class TrajectoryTracker:
             declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
             if declared is not None:
                 raw = replace(raw, verbal_scale=self._run_scale(state.tid, declared))
+            if not state.begun:
+                self._begin(state)
             self.worker.step(state.tid, raw, state.lose)
 
     def _run_scale(self, tid: str, declared: Any) -> str:
@@ -162,8 +164,16 @@ class TrajectoryTracker:
         # the record: one line, no resolution line after it.
         known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
         grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
+        if not state.begun:
+            self._begin(state)
         self.worker.stop(state.tid, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
+
+    def _begin(self, state: TrajectoryState) -> None:
+        """Tell the accumulator a new run of `state.tid` begins: an id already finished then gets a
+        second record (set aside, counted), never the first run's late-event rejection."""
+        state.begun = True
+        self.worker.begin(state.tid)
 
     def _label(self, tid: str, label: Any) -> int | None:
         try:

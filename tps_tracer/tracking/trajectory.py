@@ -83,6 +83,9 @@ class TrajectoryState:
     # Why an event of this run was lost on its way to the accumulator (the worker gave it up):
     # kept on the run itself, so the loss cannot be forgotten before the run's record is written.
     capture_lost: str | None = None
+    # Whether the accumulator was told this run began (`CaptureWorker.begin`): sent with its first
+    # step or its stop, so a run that never calls a model sends nothing.
+    begun: bool = False
 
     def lose(self, why: str) -> None:
         """An event of this run was lost (called by the capture worker): the run will be capture_lost."""

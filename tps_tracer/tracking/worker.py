@@ -121,6 +121,11 @@ class CaptureWorker:
 
     # ------------------------------------------------------------------ submission (any thread)
 
+    def begin(self, trajectory_id: str) -> None:
+        """A new run of `trajectory_id` starts (queued before its first step or its stop): the
+        accumulator tells a re-used id's new run from late events of the finished one."""
+        self._submit(("begin", trajectory_id))
+
     def step(self, trajectory_id: str, raw: RawStep, on_loss: Callable[[str], None] | None = None) -> None:
         """Queue a step; `on_loss(why)` is called (in this thread) if it is ever given up."""
         self._submit(("step", trajectory_id, raw), on_loss)
@@ -366,6 +371,8 @@ class CaptureWorker:
             elif kind == "stop":
                 _, tid, reason, horizon, metadata, ticket = event
                 self._stop(tid, reason, horizon, metadata, ticket)
+            elif kind == "begin":
+                self.accumulator.begin(event[1])
             elif kind == "resolve":
                 _, tid, outcome, q_z = event
                 self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
