@@ -32,7 +32,7 @@ N_RUNS = 40
 TOOL_TURNS = 2
 STATED = [0.4, 0.65, 0.9]  # the confidence stated at each model call of a run (TOOL_TURNS + 1 calls)
 
-PRELUDE = f'''
+MODEL = f'''
 import sys, threading, time
 from typing import Any
 from langchain.agents import create_agent
@@ -80,7 +80,9 @@ def grader(output: Any) -> bool:
     time.sleep(0.02)  # slower than an invoke: the worker falls behind the loop
     return int(output.content.split()[1].strip("q.")) % 2 == 0  # "Done q<i>. ..." -> even i passes
 
+'''
 
+HANDLER_LOOP = f"""
 acc = Accumulator(sink=sys.argv[1], bootstrap=0)
 handler = TPSCallbackHandler(acc, grader=grader)
 agent = create_agent(Scripted(), [search])
@@ -93,12 +95,37 @@ def invoke(task: str, tid: str) -> None:
 
 for i in range({N_RUNS}):
     invoke(f"q{{i}}", f"task-{{i}}")
-'''
+"""
+
+# The span processor fed by a real OpenInference instrumentor; the provider's own exit hook is off,
+# so what closes the processor at exit is tps-tracer's.
+OTEL_LOOP = f"""
+from openinference.instrumentation.langchain import LangChainInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from tps_tracer.otel import TPSSpanProcessor
+
+acc = Accumulator(sink=sys.argv[1], bootstrap=0)
+provider = TracerProvider(shutdown_on_exit=False)
+processor = TPSSpanProcessor(acc)
+provider.add_span_processor(processor)
+LangChainInstrumentor().instrument(tracer_provider=provider)
+agent = create_agent(Scripted(), [search])
 
 
-def _run_script(tmp_path: Path, ending: str, timeout: float = 120) -> tuple[list[dict], str, float]:
+def invoke(task: str, tid: str) -> None:
+    agent.invoke({{"messages": [("user", task)]}}, {{"metadata": {{"tps_trajectory_id": tid}}}})
+
+
+for i in range({N_RUNS}):
+    invoke(f"q{{i}}", f"task-{{i}}")
+"""
+
+
+def _run_script(
+    tmp_path: Path, ending: str, timeout: float = 120, loop: str = HANDLER_LOOP
+) -> tuple[list[dict], str, float]:
     script = tmp_path / "script.py"
-    script.write_text(PRELUDE + textwrap.dedent(ending))
+    script.write_text(MODEL + loop + textwrap.dedent(ending))
     sink = tmp_path / "runs.jsonl"
     root = str(Path(tps_tracer.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
@@ -116,7 +143,7 @@ def _verbal(record: dict) -> list[float]:
     return [step["forecasts"]["verbal"] for step in record["steps"]]
 
 
-def _check_clean_runs(records: list[dict]) -> None:
+def _check_clean_runs(records: list[dict], graded: bool = True) -> None:
     """Every run of the loop, once, whole: its three stated confidences and the grader's verdict."""
     ids = [r["trajectory_id"] for r in records]
     assert sorted(ids) == sorted(f"task-{i}" for i in range(N_RUNS))  # all of them, none twice
@@ -124,7 +151,7 @@ def _check_clean_runs(records: list[dict]) -> None:
         i = int(r["trajectory_id"].split("-")[1])
         assert r["stop_reason"] == "clean"
         assert _verbal(r) == STATED
-        assert r["outcome"] == (1 if i % 2 == 0 else 0)
+        assert r["outcome"] == ((1 if i % 2 == 0 else 0) if graded else None)
 
 
 def test_a_script_that_never_closes_gets_every_run(tmp_path):
@@ -147,6 +174,21 @@ def test_a_run_still_in_flight_at_exit_is_recorded_capture_lost(tmp_path):
     assert lost["stop_reason"] == "capture_lost"
     assert lost["metadata"]["tps_abandoned"] == at_exit.ABANDONED_AT_EXIT
     assert _verbal(lost) == STATED[:1]  # the model call that returned; the one in flight is no step
+    assert "1 run(s) still open at interpreter exit were recorded as capture_lost" in stderr
+
+
+def test_a_span_processor_never_shut_down_records_every_run_and_the_one_in_flight(tmp_path):
+    ending = """
+    threading.Thread(target=invoke, args=("hang", "in-flight"), daemon=True).start()
+    assert hanging.wait(30)
+    """
+    lines, stderr, _ = _run_script(tmp_path, ending, loop=OTEL_LOOP)
+    by_id = {r["trajectory_id"]: r for r in lines}
+    lost = by_id.pop("in-flight")
+    _check_clean_runs(list(by_id.values()), graded=False)  # the processor takes no grader
+    assert lost["stop_reason"] == "capture_lost"
+    assert lost["metadata"]["tps_abandoned"] == at_exit.ABANDONED_AT_EXIT
+    assert _verbal(lost) == STATED[:1]
     assert "1 run(s) still open at interpreter exit were recorded as capture_lost" in stderr
 
 
