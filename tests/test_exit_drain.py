@@ -208,6 +208,21 @@ def test_a_script_that_closes_writes_nothing_twice_and_a_late_outcome_is_refused
     assert "error (sink)" not in stderr
 
 
+def test_a_run_in_flight_when_the_script_closes_is_recorded_once(tmp_path):
+    ending = """
+    threading.Thread(target=invoke, args=("hang", "in-flight"), daemon=True).start()
+    assert hanging.wait(30)
+    acc.close()  # records the run in flight (closed); the exit must add nothing
+    """
+    lines, stderr, _ = _run_script(tmp_path, ending)
+    assert [r["trajectory_id"] for r in lines].count("in-flight") == 1
+    (lost,) = [r for r in lines if r["trajectory_id"] == "in-flight"]
+    assert lost["stop_reason"] == "capture_lost" and lost["metadata"]["tps_abandoned"] == "closed"
+    assert _verbal(lost) == STATED[:1]  # its first model output, held by the handler until the close
+    _check_clean_runs([r for r in lines if r is not lost])
+    assert "still open at interpreter exit" not in stderr
+
+
 def test_exit_never_hangs_on_a_grader_that_does(tmp_path):
     ending = """
     from tps_tracer import at_exit

@@ -216,6 +216,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._budgets: dict[str, StreamBudget] = {}
         self._closed_streams: OrderedDict[str, None] = OrderedDict()
         at_exit.register_adapter(self)  # a script that never calls close() still gets its runs recorded
+        accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     # ------------------------------------------------------------------ public API
 
@@ -287,7 +288,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """At interpreter exit (tps_tracer/at_exit.py), unless closed: as close(), abandoned "exit"."""
         if self.tracker.worker.closed:
             return 0
-        n = self._finish_open(at_exit.ABANDONED_AT_EXIT)
+        # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
+        n = 0 if self.accumulator.closed else self._finish_open(at_exit.ABANDONED_AT_EXIT)
         self.tracker.close(timeout)
         return n
 

@@ -167,6 +167,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
         self.lifetime_owner: str | None = None  # see leave_lifetimes_to
         self._drains: list[Callable[[], Callable[[], Any] | None]] = []  # see leave_lifetimes_to
+        self._finishers: list[Callable[[], Callable[[str], Any] | None]] = []  # see finish_on_close
         # Summary mode: batch scoring and folds run here, never on the thread calling stop/resolve.
         self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
         self._scoring = 0  # batches handed to the background and not yet rows
@@ -421,6 +422,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         """close(): how many live trajectories were recorded as abandoned (`why`)."""
         if self._closed:
             return 0
+        self._finish_adapters(why)  # the adapters' runs still in flight, then everything they queued
         self._drain_adapters()
         self._closed = True  # after the drain: the adapters' queued events are still applied
         leftover: list[tuple[str, _Live]] = []

@@ -214,6 +214,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         # bookkeeping below runs there, in order with the scoring work it triggers.
         self._handoff = self.feeder.handoff(self._dropped)
         at_exit.register_adapter(self)  # a script that never shuts the provider down still gets its runs
+        accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     # ------------------------------------------------------------------ public API
 
@@ -235,10 +236,23 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def _close_at_exit(self, timeout: float) -> int:
         """At interpreter exit (tps_tracer/at_exit.py), unless shut down: as shutdown(), abandoned "exit"."""
-        return 0 if self.feeder.closed else self._shut_down(at_exit.ABANDONED_AT_EXIT, timeout)
+        if self.feeder.closed:
+            return 0
+        if self.tracker.accumulator.closed:  # its runs were recorded by its close(): stops would be refused
+            self.feeder.close(timeout)
+            return 0
+        return self._shut_down(at_exit.ABANDONED_AT_EXIT, timeout)
 
     def _shut_down(self, why: str, timeout: float | None = None) -> int:
         """shutdown(): how many runs still open were recorded as abandoned (`why`)."""
+        n = self._finish_open(why, timeout)
+        self.feeder.close(timeout)
+        return n
+
+    def _finish_open(self, why: str, timeout: float | None = None) -> int:
+        """Queue the end of every run still open, abandoned (`why`); how many."""
+        if self.feeder.closed:
+            return 0
         self.feeder.flush(timeout)  # the spans handed off so far
         with self._lock:
             leftover = list(self._traces.items())
@@ -257,7 +271,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self._finish_early(trace_id, st, why)
         for g in grouped:
             self.feeder.call(functools.partial(self._end_grouped, g, abandoned=why), "finish")
-        self.feeder.close(timeout)
         return len(paused) + len(leftover) + len(grouped)
 
     @property
