@@ -9,6 +9,8 @@ only an exit in a process of its own) and reads the file it left.
 
 A grader that takes 20 ms per run (longer than an invoke of the scripted agent) keeps the worker
 behind the loop, so without the exit drain the last runs are certainly still queued at exit.
+On the code before the drain these scripts left 15-17 of 40 records, no record of the run in
+flight, and a late outcome after `acc.close()` refused without a word.
 """
 
 from __future__ import annotations
