@@ -91,13 +91,16 @@ def _at_exit() -> None:
     except RuntimeError:  # no new threads this late (some interpreters): do it here, unbounded
         work()
     if not done.wait(timeout):
-        sinks = ", ".join(str(getattr(a.sink, "path", a.sink)) for a in accumulators) or "the accumulators"
         logger.warning(
             "tps-tracer: capture did not finish within %s s of interpreter exit; %s may lack the last runs "
             "(call handler.close() and acc.close() before exiting, or raise tps_tracer.at_exit.set_timeout())",
             timeout,
-            sinks,
+            _sinks(accumulators),
         )
+
+
+def _sinks(accumulators: list[Any]) -> str:
+    return ", ".join(str(getattr(a.sink, "path", a.sink)) for a in accumulators) or "the sinks"
 
 
 def close_all(adapters: list[Any], accumulators: list[Any], deadline: float) -> int:
@@ -105,6 +108,11 @@ def close_all(adapters: list[Any], accumulators: list[Any], deadline: float) -> 
     abandoned = 0
     for adapter in adapters:
         abandoned += _guarded(adapter, max(0.0, deadline - time.monotonic()))
+    if time.monotonic() >= deadline:  # a worker was given up on (close(timeout)): its queue may be cut
+        logger.warning(
+            "tps-tracer: the capture workers did not finish within the exit timeout; %s may lack the last runs",
+            _sinks(accumulators),
+        )
     for accumulator in accumulators:
         abandoned += _guarded(accumulator)
     if abandoned:
