@@ -11,7 +11,7 @@ One vocabulary, a category and a kind per count:
   invalid_metadata, invalid_outcome_label, invalid_verbal_scale, an ambiguous stated
   confidence under its reason: confidence_undeclared_scale, confidence_wide_range, ...);
 - abandoned: runs finished before their end was seen, recorded with stop reason "other"
-  (idle, evicted, closed, shutdown, queue_full);
+  (idle, evicted, closed, shutdown, exit, queue_full);
 - dropped: events lost before they were applied (queue_full, after_close);
 - malformed: model output or payload that could not be read; the signal is None
   (logprobs, confidence, confidence_clipped);

@@ -52,6 +52,7 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import ToolMessage
 from langchain_core.outputs import LLMResult
 
+from tps_tracer import at_exit
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES
@@ -215,6 +216,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         # whose stream was closed without one (a declare_stop after the break names the fix).
         self._budgets: dict[str, StreamBudget] = {}
         self._closed_streams: OrderedDict[str, None] = OrderedDict()
+        at_exit.register_adapter(self)  # a script that never calls close() still gets its runs recorded
+        accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     # ------------------------------------------------------------------ public API
 
@@ -279,14 +282,29 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def close(self) -> None:
         """Finish the trajectories still open (abandoned: "closed"), then stop the capture worker."""
+        self._finish_open("closed")
+        self.tracker.close()
+
+    def _close_at_exit(self, timeout: float) -> int:
+        """At interpreter exit (tps_tracer/at_exit.py), unless closed: as close(), abandoned "exit"."""
+        if self.tracker.worker.closed:
+            return 0
+        # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
+        n = 0 if self.accumulator.closed else self._finish_open(at_exit.ABANDONED_AT_EXIT)
+        self.tracker.close(timeout)
+        return n
+
+    def _finish_open(self, why: str) -> int:
+        """Record every trajectory still open as abandoned (`why`); how many."""
         try:
             with self._lock:
                 still_open = list({id(r): r for r in (*self._roots.values(), *self._by_tid.values())}.values())
             for run in still_open:
-                self._end(run, outputs=None, error=None, abandoned="closed")
+                self._end(run, outputs=None, error=None, abandoned=why)
+            return len(still_open)
         except Exception as exc:
             self._fail("close", exc)
-        self.tracker.close()
+            return 0
 
     @property
     def n_open(self) -> int:

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer import at_exit
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
@@ -98,6 +99,10 @@ FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (s
 
 class AccumulatorError(InputError):
     """Bad input to the accumulator (raised only in strict mode; otherwise counted)."""
+
+
+class AccumulatorClosedError(AccumulatorError):
+    """`resolve()` on a closed accumulator: its sink is closed, so the outcome could not be kept."""
 
 
 class Accumulator(Lifetimes, Resolving, ScoringQueue):
@@ -177,10 +182,14 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
         self.lifetime_owner: str | None = None  # see leave_lifetimes_to
         self._drains: list[Callable[[], Callable[[], Any] | None]] = []  # see leave_lifetimes_to
+        self._finishers: list[Callable[[], Callable[[str], Any] | None]] = []  # see finish_on_close
         # Summary mode: batch scoring and folds run here, never on the thread calling stop/resolve.
         self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
         self._scoring = 0  # batches handed to the background and not yet rows
         self._scoring_done = threading.Condition()
+        self._closed = False  # see close(): later steps and stops are refused, a resolve raises
+        if self._writer.sink is not None:  # a script that never closes still gets its file whole
+            at_exit.register_accumulator(self)
 
     # ------------------------------------------------------------------ errors
 
@@ -226,6 +235,8 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
 
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
+        if self._closed:
+            return self._refuse_closed("observe", trajectory_id)
         try:
             # Exact-type checks first: this runs on every step, and ABC isinstance checks are slow.
             if not (
@@ -270,6 +281,8 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         A stop for an id never observed is a zero-step trajectory (e.g. a run that failed
         before its first model call): counted in the audit, scored for no predictor.
         """
+        if self._closed:
+            return self._refuse_closed("stop", trajectory_id)
         try:
             if not self._checks.valid_id(trajectory_id):
                 return False
@@ -313,7 +326,16 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             return False
 
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
-        """Attach a late outcome (0/1) and/or q_Z to a live or finished trajectory; False if rejected."""
+        """Attach a late outcome (0/1) and/or q_Z to a live or finished trajectory; False if rejected.
+
+        After `close()` it raises AccumulatorClosedError: the outcome could reach neither the
+        snapshot nor the sink, and it is the grader's call, never the agent's path."""
+        if self._closed:
+            self.health.count("rejected", "resolve_after_close")
+            raise AccumulatorClosedError(
+                f"resolve({trajectory_id!r}): the accumulator is closed; resolve before close(), or append the "
+                "outcome to the file with JsonlSink(path).resolve(...)"
+            )
         try:
             if not self._checks.valid_id(trajectory_id):
                 return False
@@ -450,17 +472,42 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         """Stop every live trajectory as capture_lost (abandoned: 'closed') and close the sink.
 
         Events an attached adapter has queued are applied first, so a run that ended before
-        close() is recorded as it ended; only runs still in flight are capture_lost."""
+        close() is recorded as it ended; only runs still in flight are capture_lost. Closing
+        twice does nothing. Afterwards steps and stops are refused (counted: after_close) and
+        resolve() raises AccumulatorClosedError; snapshots still work."""
+        self._shut(stop_live, "closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _close_at_exit(self) -> int:
+        """At interpreter exit (tps_tracer/at_exit.py): close unless closed; live runs recorded."""
+        return 0 if self._closed else self._shut(True, at_exit.ABANDONED_AT_EXIT)
+
+    def _shut(self, stop_live: bool, why: str) -> int:
+        """close(): how many live trajectories were recorded as abandoned (`why`)."""
+        if self._closed:
+            return 0
+        self._finish_adapters(why)  # the adapters' runs still in flight, then everything they queued
         self._drain_adapters()
+        self._closed = True  # after the drain: the adapters' queued events are still applied
+        leftover: list[tuple[str, _Live]] = []
         if stop_live:
             with self._lock:
                 leftover = self._store.take_all(self._clock())
             for tid, live in leftover:
-                self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "closed"}, "closed")
+                self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
         self.flush()
         if self._background is not None:
             self._background.wait_idle()  # the folds in flight too: nothing runs after close
         self._writer.close()
+        return len(leftover)
+
+    def _refuse_closed(self, what: str, tid: Any) -> bool:
+        """A step or stop after close(): counted and logged (raised in strict mode), never written."""
+        self._reject("after_close", f"{what}({tid!r}) after close(): the accumulator is closed; ignored")
+        return False
 
     @property
     def n_live(self) -> int:

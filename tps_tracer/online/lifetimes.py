@@ -24,6 +24,7 @@ class Lifetimes:
     idle_timeout: float | None
     lifetime_owner: str | None
     _drains: list[Callable[[], Callable[[], Any] | None]]
+    _finishers: list[Callable[[], Callable[[str], Any] | None]]
     _lock: threading.Lock
     _store: LiveStore
     _clock: Callable[[], float]
@@ -54,6 +55,24 @@ class Lifetimes:
         self.lifetime_owner = owner
         if drain is not None:
             self._drains.append(weakref.WeakMethod(drain) if inspect.ismethod(drain) else lambda: drain)
+
+    def finish_on_close(self, finish: Callable[[str], Any]) -> None:
+        """`finish(why)` records an adapter's runs still open as abandoned (`why`: closed, exit);
+        close() calls it before it drains, so a run still in flight when the accumulator closes
+        leaves its capture_lost record (its last model output may still be held by the adapter,
+        never observed here, so the accumulator alone would lose it). Held weakly."""
+        self._finishers.append(weakref.WeakMethod(finish) if inspect.ismethod(finish) else lambda: finish)
+
+    def _finish_adapters(self, why: str) -> None:
+        """Record the attached adapters' open runs as abandoned (see finish_on_close); never under the lock."""
+        for ref in list(self._finishers):
+            finish = ref()
+            if finish is None:
+                continue
+            try:
+                finish(why)
+            except Exception as exc:  # as a failed drain: counted, never raised
+                self._internal("finish", exc)
 
     def _drain_adapters(self) -> None:
         """Apply what attached adapters have queued (see leave_lifetimes_to). Never under the lock:

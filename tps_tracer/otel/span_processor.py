@@ -72,6 +72,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
+from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, short_name
 from tps_tracer.errors import InputError
@@ -221,6 +222,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
         self._handoff = self.feeder.handoff(self._dropped)
+        at_exit.register_adapter(self)  # a script that never shuts the provider down still gets its runs
+        accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     # ------------------------------------------------------------------ public API
 
@@ -238,7 +241,28 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def shutdown(self) -> None:
         """Finish the traces and grouped trajectories still open (as abandoned) and stop the worker."""
-        self.feeder.flush()  # the spans handed off so far
+        self._shut_down("shutdown")
+
+    def _close_at_exit(self, timeout: float) -> int:
+        """At interpreter exit (tps_tracer/at_exit.py), unless shut down: as shutdown(), abandoned "exit"."""
+        if self.feeder.closed:
+            return 0
+        if self.tracker.accumulator.closed:  # its runs were recorded by its close(): stops would be refused
+            self.feeder.close(timeout)
+            return 0
+        return self._shut_down(at_exit.ABANDONED_AT_EXIT, timeout)
+
+    def _shut_down(self, why: str, timeout: float | None = None) -> int:
+        """shutdown(): how many runs still open were recorded as abandoned (`why`)."""
+        n = self._finish_open(why, timeout)
+        self.feeder.close(timeout)
+        return n
+
+    def _finish_open(self, why: str, timeout: float | None = None) -> int:
+        """Queue the end of every run still open, abandoned (`why`); how many."""
+        if self.feeder.closed:
+            return 0
+        self.feeder.flush(timeout)  # the spans handed off so far
         with self._lock:
             leftover = list(self._traces.items())
             self._traces.clear()
@@ -249,14 +273,14 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 self._lifetimes.unpause(state.tid)
         for state in paused:  # never resumed: recorded, abandoned like every run still open
             self.feeder.call(
-                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned="shutdown"),
+                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned=why),
                 "finish",
             )
         for trace_id, st in leftover:
-            self._finish_early(trace_id, st, "shutdown")
+            self._finish_early(trace_id, st, why)
         for g in grouped:
-            self.feeder.call(functools.partial(self._end_grouped, g, abandoned="shutdown"), "finish")
-        self.feeder.close()
+            self.feeder.call(functools.partial(self._end_grouped, g, abandoned=why), "finish")
+        return len(paused) + len(leftover) + len(grouped)
 
     @property
     def n_open(self) -> int:

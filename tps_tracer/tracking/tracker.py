@@ -18,6 +18,7 @@ stop-reason precedence and the horizon rule (`trajectory.py`), the outcome rules
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
+
+logger = logging.getLogger("tps_tracer")
 
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 
@@ -185,7 +188,19 @@ class TrajectoryTracker:
     # ------------------------------------------------------------------ after the run
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome (see `as_outcome`) and/or a censored run's q_Z, at any time after the run."""
+        """The task's outcome (see `as_outcome`) and/or a censored run's q_Z, at any time after the run.
+
+        After the accumulator is closed the outcome can be kept nowhere: refused, counted
+        (rejected: resolve_after_close) and logged each time, never raised (adapters don't)."""
+        if self.accumulator.closed:
+            self.health.count("rejected", "resolve_after_close")
+            logger.warning(
+                "tps-tracer: record_outcome(%r) after acc.close(): the accumulator and its sink are closed, so "
+                "this outcome is not recorded; record outcomes before close(), or append them to the file with "
+                "JsonlSink(path).resolve(...)",
+                trajectory_id,
+            )
+            return
         try:
             outcome = as_outcome(success)
         except InvalidOutcome as exc:
