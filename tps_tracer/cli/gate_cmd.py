@@ -45,6 +45,7 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     "min_n": (int, "min_n"),
     "max_excluded_share": (float, "max_excluded_share"),
     "allow_capture_loss": (bool, "allow_capture_loss"),
+    "max_skipped_share": (float, "max_skipped_share"),
     "max_flip": (float, "max_flip"),
     "bootstrap": (int, "bootstrap"),
     "seed": (int, "seed"),
