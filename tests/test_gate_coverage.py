@@ -168,3 +168,19 @@ def test_max_skipped_share_is_checked_by_flag(tmp_path, capsys):
     path = _write(tmp_path / "cand.jsonl", _subset_rows())
     code, _, err = call(["gate", str(path), "--min", "-5", "--max-skipped-share", "1.5"], capsys)
     assert code == 2 and "--max-skipped-share: is a share: must lie in [0, 1], got 1.5" in err
+
+
+def test_a_baseline_is_held_to_the_same_skipped_limit(tmp_path, capsys):
+    base = _write(tmp_path / "base.jsonl", _subset_rows())
+    cand = _write(tmp_path / "cand.jsonl", [r for r in _subset_rows() if r["trajectory_id"][0] not in "me"])
+    code, out, err = call(["gate", str(cand), "--baseline", str(base), "--bootstrap", "200", "--json"], capsys)
+    res = json.loads(out)
+    assert code == 2 and res["failed_checks"] == ["skipped_share"], err
+    assert res["coverage"]["skipped"] == {} and res["comparison"]["baseline_coverage"]["skipped"] == {
+        "missing": 30,
+        "no_steps": 5,
+    }
+    assert res["reasons"] == [
+        "skipped_share: baseline: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, "
+        "no_steps 5); the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= 0.304"
+    ]

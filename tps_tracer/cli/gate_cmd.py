@@ -131,6 +131,8 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     result = evaluate_gate_on_report(report, crit)
     # The report's audit gives the same censoring warnings as the local engine (evaluate_gate_on_report).
     result["notes"] = ["gated from the report computed with --engine ray", *result["notes"][1:]]
+    if result.get("coverage"):  # its replicates are this gate's --bootstrap, not a saved snapshot's
+        result["coverage"]["replicates_source"] = "the report computed with --engine ray (--bootstrap)"
     return result
 
 
