@@ -154,9 +154,13 @@ def test_the_snapshot_route_says_its_replicates_and_what_it_left_out(tmp_path, c
     assert cov["skipped"] == {"unscored": 35}  # the report splits reasons over the whole file only
     assert cov["skip_reasons_in_file"] == {"missing": 30, "no_steps": 5}
     assert (
-        "the interval rests on the snapshot's 250 bootstrap replicates (seed 0); gating the records draws 2000"
-        in (res["notes"])
-    )
+        "the interval rests on the snapshot's 250 bootstrap replicates (seed 0); gating the records draws 2000 "
+        "(--bootstrap 250 --seed 0 on the records gives this interval)"
+    ) in res["notes"]
+    _, same, _, _ = _gate(path, capsys, *flags, "--bootstrap", "250", "--seed", "0")
+    for bound in ("ci_low", "ci_high"):  # the same interval, to the last bits of the summation order
+        assert same["score"][bound] == pytest.approx(res["score"][bound], rel=1e-12, abs=0)
+    assert on_records["score"]["ci_low"] != res["score"]["ci_low"]  # 400 replicates: another interval
     code, text, _ = call(["gate", "--snapshot", str(snap), *flags], capsys)
     assert code == 0
     assert "CI from 250 bootstrap replicates (the snapshot's)" in " ".join(text.split())

@@ -767,9 +767,12 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     if coverage["replicates"] != crit.bootstrap:
         # The records route would draw crit.bootstrap replicates: near the threshold the two
         # percentile intervals can give different verdicts (the P(flip) column says how near).
+        # Replicate weights derive from (trajectory id, replicate, seed): the same count and seed on
+        # the records give this interval again.
+        reps, seed = coverage["replicates"], report.get("settings", {}).get("seed")
         notes.append(
-            f"the interval rests on the snapshot's {coverage['replicates']} bootstrap replicates "
-            f"(seed {report.get('settings', {}).get('seed')}); gating the records draws {crit.bootstrap}"
+            f"the interval rests on the snapshot's {reps} bootstrap replicates (seed {seed}); gating the records "
+            f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
         )
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
