@@ -188,3 +188,40 @@ def test_a_baseline_is_held_to_the_same_skipped_limit(tmp_path, capsys):
         "skipped_share: baseline: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, "
         "no_steps 5); the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= 0.304"
     ]
+
+
+def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys):
+    """The same runs observed by a real Accumulator and written to a file: the snapshot route
+    counts what the records route counts (its replicates its own)."""
+    from tps_tracer import Accumulator
+
+    rows = _subset_rows()
+    acc = Accumulator(rules=["log"], bootstrap=300)
+    for r in rows:
+        for step in r["steps"]:
+            acc.observe(r["trajectory_id"], step["forecasts"])
+        acc.stop(r["trajectory_id"], r["stop_reason"], q_z=r["q_z"], outcome=r["outcome"])
+    snap = tmp_path / "live.json"
+    snap.write_text(json.dumps(acc.snapshot()))
+    acc.close()
+    flags = ["--min", "-5", "--max-skipped-share", "0.5", "--json"]
+    code, out, err = call(["gate", "--snapshot", str(snap), *flags], capsys)
+    assert code == 0, err
+    live = json.loads(out)["coverage"]
+    code, out, err = call(["gate", str(_write(tmp_path / "same.jsonl", rows)), *flags], capsys)
+    on_records = json.loads(out)["coverage"]
+    assert live["replicates"] == 300 and on_records["replicates"] == 2000
+    for key in ("working_sample", "gated", "skipped_share", "censored_gated", "pending_outcome"):
+        assert live[key] == on_records[key], key
+    assert sum(live["skipped"].values()) == sum(on_records["skipped"].values()) == 35
+
+
+def test_max_skipped_share_comes_from_the_config_file_too(tmp_path, capsys):
+    path = _write(tmp_path / "cand.jsonl", _subset_rows())
+    config = tmp_path / "gate.toml"
+    config.write_text("[gate]\nmin = -5.0\nmax-skipped-share = 0.35\nbootstrap = 200\n")
+    code, out, err = call(["gate", str(path), "--config", str(config), "--json"], capsys)
+    check = next(c for c in json.loads(out)["checks"] if c["name"] == "skipped_share")
+    assert code == 0 and check["passed"] and check["threshold"] == 0.35, err
+    code, _, _ = call(["gate", str(path), "--config", str(config), "--max-skipped-share", "0.3"], capsys)
+    assert code == 2  # the flag wins over the file: 35/115 = 0.304 > 0.3
