@@ -90,7 +90,7 @@ def test_json_lines_take_the_fast_reader_without_pyarrow(blocked, files):
 @pytest.mark.parametrize(
     "command",
     [
-        ["gate", "--min", "-5", "--bootstrap", "100", "--json"],
+        ["gate", "--min", "-5", "--bootstrap", "100", "--max-skipped-share", "1", "--json"],  # many lack a forecast
         ["calibrate", "--bootstrap", "50", "--json"],
         ["censoring", "--bootstrap", "50", "--json"],
     ],
@@ -146,7 +146,10 @@ def test_pyarrow_is_an_extra_not_a_core_dependency():
     assert "parquet" in test.split(":=")[1].split(",")
 
 
-@pytest.mark.parametrize("command", [["gate", "--min", "-5", "--bootstrap", "100", "--json"], ["censoring", "--json"]])
+@pytest.mark.parametrize(
+    "command",
+    [["gate", "--min", "-5", "--bootstrap", "100", "--max-skipped-share", "1", "--json"], ["censoring", "--json"]],
+)
 def test_a_directory_of_json_lines_shards_needs_no_pyarrow(blocked, files, tmp_path, command):
     """Shard directories may hold .jsonl files (README): the commands that read whole records (gate,
     calibrate, censoring, plot) read them as JSON Lines, equal to the one file. (On the old reader they

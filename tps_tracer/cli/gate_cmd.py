@@ -45,6 +45,7 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     "min_n": (int, "min_n"),
     "max_excluded_share": (float, "max_excluded_share"),
     "allow_capture_loss": (bool, "allow_capture_loss"),
+    "max_skipped_share": (float, "max_skipped_share"),
     "max_flip": (float, "max_flip"),
     "bootstrap": (int, "bootstrap"),
     "seed": (int, "seed"),
@@ -130,6 +131,8 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     result = evaluate_gate_on_report(report, crit)
     # The report's audit gives the same censoring warnings as the local engine (evaluate_gate_on_report).
     result["notes"] = ["gated from the report computed with --engine ray", *result["notes"][1:]]
+    if result.get("coverage"):  # its replicates are this gate's --bootstrap, not a saved snapshot's
+        result["coverage"]["replicates_source"] = "the report computed with --engine ray (--bootstrap)"
     return result
 
 

@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 from tps_tracer.cli.tables import WIDTH, fit_table, fmt
+from tps_tracer.evaluation.gate_coverage import coverage_line
 from tps_tracer.evaluation.gate_hypothesis import describe_test, power_text, rule_text
 
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
@@ -40,7 +41,7 @@ def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
         return f"CI low >= {fmt(thr)}"
     if name in ("sample_size", "baseline_size"):
         return f"n >= {thr}"
-    if name == "excluded_share":
+    if name in ("excluded_share", "skipped_share"):
         return f"share <= {fmt(thr)}"
     if name == "stability":
         return f"max P(flip) <= {fmt(thr)}"
@@ -75,6 +76,8 @@ def _headline(result: dict[str, Any]) -> list[str]:
     lines = [gated + (f" ({source})" if source else "")]
     if s.get("mean") is not None:
         lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} trajectories")
+    if result.get("coverage"):  # what the verdict rests on, in every output form
+        lines.append(coverage_line(result["coverage"], str(s["predictor"])))
     settings = result.get("settings") or {}
     if any(c.get("test") for c in result["checks"]):
         lines.append("test: " + describe_test(settings["test"], float(settings["margin"])))

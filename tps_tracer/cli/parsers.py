@@ -181,6 +181,12 @@ def add_gate_parser(sub: Any) -> None:
         default=None,
         help="gate even if some runs are capture_lost (tps-tracer lost their end); default: exit 2",
     )
+    g.add_argument(
+        "--max-skipped-share",
+        type=float,
+        help="largest share of the working sample without a forecast of the gated predictor (default 0.2; "
+        "above it: exit 2, the rest is not gated alone; 1 accepts any)",
+    )
     g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
     g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
     g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {MAX_REPLICATES})")

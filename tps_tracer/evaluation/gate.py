@@ -21,8 +21,11 @@ regression detection (default; FAIL only on a significant drop beyond the margin
 non-inferiority (PASS only when a drop beyond the margin is ruled out), with their power.
 
 Assumption checks: at least `min_n` scored trajectories (else the sample is unusable,
-exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors ...), and
-warnings when censoring is frequent and only the simple (q_Z ~ 0) form is available.
+exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors ...), at most
+`max_skipped_share` of the working sample without a forecast of the gated predictor (else
+unusable, like capture loss), and warnings when censoring is frequent among the gated runs
+and only the simple (q_Z ~ 0) form is available. What the verdict rests on (runs gated, left
+out by reason, pending outcomes, replicates) is the result's `coverage` (gate_coverage.py).
 
 Verdict stability: for every decision check, the share of bootstrap replicates whose own
 verdict differs from the observed one, where a replicate's verdict compares (replicate
@@ -48,6 +51,13 @@ from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajector
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_compare import Side, censoring_rates_differ, compare, unpaired_text
+from tps_tracer.evaluation.gate_coverage import (
+    DEFAULT_MAX_SKIPPED_SHARE,
+    coverage_of_report,
+    coverage_of_rows,
+    coverage_warnings,
+    skipped_check,
+)
 from tps_tracer.evaluation.gate_hypothesis import (
     ALPHA,
     DEFAULT_TEST,
@@ -79,7 +89,7 @@ from tps_tracer.scoring.schedules import get_schedule
 
 FloatArray = NDArray[np.float64]
 
-GATE_VERSION = 2  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block
+GATE_VERSION = 3  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage
 PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
 FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
@@ -99,6 +109,8 @@ class GateCriteria:
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
+    # Largest share of the working sample the gated predictor may leave unscored (gate_coverage.py says why 0.2).
+    max_skipped_share: float = DEFAULT_MAX_SKIPPED_SHARE
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
     bootstrap: int = 2000
@@ -136,7 +148,7 @@ class GateCriteria:
             raise GateOptionError("test", f"must be one of {', '.join(TESTS)}, got {self.test!r}")
         if not _is_int(self.min_n) or self.min_n < 1:
             raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
-        for name in ("max_excluded_share", "max_flip", "high_censoring"):
+        for name in ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= _finite(name, value) <= 1.0:
                 raise GateOptionError(name, f"is a share: must lie in [0, 1], got {value!r}")
@@ -178,8 +190,13 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _refused_for_capture_loss(checks: list[dict[str, Any]]) -> bool:
-    return any(c["name"] == "capture_loss" and not c["passed"] for c in checks)
+# Assumption checks whose failure refuses the sample (exit 2) rather than failing the candidate:
+# the runs they leave out have unknown scores, so no verdict on the rest is one on the agent.
+REFUSING_CHECKS = ("capture_loss", "skipped_share")
+
+
+def _refused(checks: list[dict[str, Any]]) -> bool:
+    return any(c["name"] in REFUSING_CHECKS and not c["passed"] for c in checks)
 
 
 def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> list[dict[str, Any]]:
@@ -331,6 +348,15 @@ class _Run:
         self.reference = sm.columns[1] if self.base_rate is not None else np.full(table.n, np.nan)
         self.missing_q_z = sm.missing_q_z[predictor]
         self.audit = termination_audit(gated, crit.policy)
+        self.coverage = coverage_of_rows(
+            working,
+            table.role_masks(crit.policy)[1],
+            table.predictors[predictor].usable,
+            table.n_steps,
+            ~np.isnan(self.score),
+            self.audit["pending_outcome"],
+            crit.bootstrap,
+        )
         self.ids = table.ids
         self.task_ids = sample.task_ids
         self.with_data = {p for p in names if no_data_reason(table.predictors[p], working) is None}
@@ -339,11 +365,20 @@ class _Run:
         return Side(self.score, self.task_ids, self.ids)
 
 
-def censoring_warnings(audit: dict[str, Any], crit: GateCriteria, missing_q_z: int) -> tuple[list[str], list[str]]:
-    """(warnings, notes) on what the censored score rests on; the same for records, Ray and snapshots."""
+def censoring_warnings(
+    audit: dict[str, Any], crit: GateCriteria, missing_q_z: int, coverage: dict[str, Any] | None = None
+) -> tuple[list[str], list[str]]:
+    """(warnings, notes) on what the censored score rests on; the same for records, Ray and snapshots.
+
+    The rate is the one among the trajectories gated (`coverage`), when known: the runs the gated
+    predictor skips are not scored, so the whole sample's rate says little about the score."""
     warnings: list[str] = []
     notes: list[str] = []
     rate = audit.get("censoring_rate")
+    among = "in the working sample"
+    if coverage is not None and coverage.get("censoring_rate_gated") is not None:
+        rate = coverage["censoring_rate_gated"]
+        among = f"among the {coverage['gated']} gated runs ({coverage['censored_gated']} stopped by the step budget)"
     with_q = audit.get("censored_with_q_z") or 0
     n_cens = (audit.get("roles") or {}).get("censored") or 0
     if n_cens:
@@ -351,8 +386,8 @@ def censoring_warnings(audit: dict[str, Any], crit: GateCriteria, missing_q_z: i
         notes.append(f"q_Z source: {source}")
     if rate is not None and rate > crit.high_censoring and with_q == 0:
         warnings.append(
-            f"censoring rate {rate:.1%} with only the simple form (q_Z ~ 0) available: the score is pessimistic "
-            "for runs stopped by the step budget; supply q_z (continuation audits) to gate on cen-exact"
+            f"censoring rate {rate:.1%} {among} with only the simple form (q_Z ~ 0) available: the score is "
+            "pessimistic for runs stopped by the step budget; supply q_z (continuation audits) to gate on cen-exact"
         )
     if crit.censoring == EXACT and missing_q_z:
         warnings.append(f"{missing_q_z} censored runs lack q_z and are left out of the cen-exact score")
@@ -424,6 +459,7 @@ def _unusable_result(crit: GateCriteria, predictor: str, source: str, u: Unusabl
         "notes": [],
         "settings": _settings(crit),
         "audit": None,
+        "coverage": None,
         "skipped_predictors": [],
     }
 
@@ -479,6 +515,8 @@ def evaluate_gate(
 
     usable = n >= crit.min_n
     checks.extend(_assumption_checks(n, run.audit, crit))
+    if run.coverage["skipped"]:
+        checks.append(skipped_check(run.coverage, run.predictor, crit.max_skipped_share))
 
     if crit.min_score is not None:
         checks.append(
@@ -499,7 +537,8 @@ def evaluate_gate(
                 crit.test,
             )
         )
-    warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z)
+    warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
+    warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
     if base is not None:
         n_base = int(np.sum(~np.isnan(base.score)))
@@ -519,6 +558,9 @@ def evaluate_gate(
         for lost in _assumption_checks(n_base, base.audit, crit):
             if lost["name"] == "capture_loss":
                 checks.append({**lost, "detail": "baseline: " + lost["detail"]})
+        if base.coverage["skipped"]:
+            checks.append(skipped_check(base.coverage, base.predictor, crit.max_skipped_share, "baseline: "))
+        warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
         check, comparison = _baseline_check(run, base, crit, warnings, notes)
         checks.append(check)
     notes.extend(more_notes)
@@ -547,7 +589,7 @@ def evaluate_gate(
             }
         )
     failed = [c["name"] for c in checks if not c["passed"]]
-    usable = usable and not _refused_for_capture_loss(checks)  # the candidate's or the baseline's
+    usable = usable and not _refused(checks)  # the candidate's or the baseline's
     verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
     return {
         "version": GATE_VERSION,
@@ -561,6 +603,7 @@ def evaluate_gate(
         "notes": notes,
         "settings": _settings(crit),
         "audit": run.audit,
+        "coverage": run.coverage,
         "skipped_predictors": as_dicts(skipped),
         **({"comparison": comparison} if comparison is not None else {}),
     }
@@ -665,7 +708,14 @@ def _baseline_check(
     check = decision(
         "vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, f"candidate minus baseline, {how}", crit.test
     )
-    comparison = {"paired": cmp.paired, "how": how, **counts, "asymmetries": asym, "baseline_mean": _num(base_mean)}
+    comparison = {
+        "paired": cmp.paired,
+        "how": how,
+        **counts,
+        "asymmetries": asym,
+        "baseline_mean": _num(base_mean),
+        "baseline_coverage": base.coverage,
+    }
     return check, comparison
 
 
@@ -692,7 +742,8 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     names = [r["predictor"] for r in candidates if r["predictor"] != BASE_RATE]
     predictor = crit.predictor or (names[0] if names else None)
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
-    warnings, notes = censoring_warnings(audit, crit, _missing_q_z(audit))
+    coverage = coverage_of_report(report, str(predictor), rule, weights, crit.censoring)  # no row: fails below
+    warnings, notes = censoring_warnings(audit, crit, _missing_q_z(audit), coverage)
     skipped = [s.get("predictor") for s in report.get("skipped_predictors") or [] if isinstance(s, dict)]
     if crit.predictor is None and skipped:
         warnings.append(
@@ -710,6 +761,19 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
     n = int(row["n"])
     checks = _assumption_checks(n, audit, crit)
+    if coverage["skipped"]:
+        checks.append(skipped_check(coverage, str(predictor), crit.max_skipped_share))
+    warnings.extend(coverage_warnings(coverage, audit, str(predictor)))
+    if coverage["replicates"] != crit.bootstrap:
+        # The records route would draw crit.bootstrap replicates: near the threshold the two
+        # percentile intervals can give different verdicts (the P(flip) column says how near).
+        # Replicate weights derive from (trajectory id, replicate, seed): the same count and seed on
+        # the records give this interval again.
+        reps, seed = coverage["replicates"], report.get("settings", {}).get("seed")
+        notes.append(
+            f"the interval rests on the snapshot's {reps} bootstrap replicates (seed {seed}); gating the records "
+            f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
+        )
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
         raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")
@@ -735,7 +799,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     )
     warnings.extend(fragile_warnings(checks))
     failed = [c["name"] for c in checks if not c["passed"]]
-    usable = n >= crit.min_n and not _refused_for_capture_loss(checks)
+    usable = n >= crit.min_n and not _refused(checks)
     verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
     settings = _settings(crit)
     settings.update(bootstrap=report.get("settings", {}).get("bootstrap"), seed=report.get("settings", {}).get("seed"))
@@ -752,6 +816,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         "notes": ["gated from a saved report/snapshot", *notes],
         "settings": settings,
         "audit": audit,
+        "coverage": coverage,
     }
 
 
@@ -762,7 +827,7 @@ def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:
         "CI-based verdict"
         for c in checks
         if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
-    ] + [f"capture_loss: {c['detail']}" for c in checks if c["name"] == "capture_loss" and not c["passed"]]
+    ] + [f"{c['name']}: {c['detail']}" for c in checks if c["name"] in REFUSING_CHECKS and not c["passed"]]
 
 
 def _missing_q_z(audit: dict[str, Any]) -> int:
