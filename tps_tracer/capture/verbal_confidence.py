@@ -196,21 +196,17 @@ _PLAIN_VALUE = (
     + r"|[0-9]{1,8}(?:\.[0-9]{1,8})?[ \t]{0,2}(?:/|out of)[ \t]{0,2}[0-9]"
     + r"|0?[.,][0-9]|1\.0))"
 )
-# The label alone on its line: only markdown before it (`## `, `**`, `- `, `> `; checked by
-# fixed-width lookbehinds, one per width, the keyword included) and after it, then the VALUE
-# on the next non-empty line (at most 8 blank lines), after an optional list bullet.
+# The label alone on its line: only markdown before it (`## `, `**`, `- `, `> `) and after it,
+# then the VALUE on the next non-empty line (at most 8 blank lines), after an optional list
+# bullet. Line start: for each length k (0-8) of the markup run before the keyword, no other
+# character than a line end right before it (fixed-width negative lookbehinds, the keyword
+# included, tried in order of k: prose is rejected at its run's length, `my confidence` at 1).
 _MARKUP = r"[#*_ \t>+-]"
-_LINE_START = (
-    "(?:"
-    + "|".join(
-        f"(?<={_MARKUP}{{{k}}}confidence)(?<![^\n]{_MARKUP}{{{k}}}confidence)" if k else "(?<![^\n]confidence)"
-        for k in range(9)
-    )
-    + ")"
-)
-_NEAR_LINE_START = r"(?<![^\n#*_ \t>+-][ \t]confidence)"
+_LINE_START = "".join(f"(?<![^\\n#*_ \\t>+-]{_MARKUP}{{{k}}}confidence)" for k in range(9))
+_LINE_START += f"(?<!{_MARKUP}{{9}}confidence)"
 _LINE_END = r"[ \t]{0,8}\r?\n"
-_NEXT_LINE = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?:[-*+][ \t]{1,3})?(?![ \t])"
+# `(?![ \t\r\n])`: after the blank lines, so fewer of them fail at once when VALUE is not there.
+_NEXT_LINE = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?![ \t\r\n])(?:[-*+][ \t]{1,3})?(?![ \t])"
 _PROSE_TAIL = r"[ \t]{1,2}(?:sure|confident|certain)(?![a-z])"
 
 
@@ -290,9 +286,7 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     assert label.startswith(shared) and spaced.startswith(shared)
     after_label = "(?:" + label[len(shared) :] + "|" + spaced[len(shared) :] + ")"
     forms = _SUFFIX + "(?:" + shared + after_label + "|" + prose_is + ")"
-    # The own-line form: its line-start lookbehinds run only after a cheap one (before a
-    # space right before the keyword: markup or a line end), which rejects prose (`my confidence`).
-    alone = _NEAR_LINE_START + _LINE_START + _SUFFIX + own_line
+    alone = _LINE_START + _SUFFIX + own_line
     source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + head + "(?:" + forms + "|" + alone + "))"
     return re.compile(source.encode("ascii"))
 
