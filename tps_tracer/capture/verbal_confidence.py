@@ -103,8 +103,9 @@ per width of the markup before the keyword, 0-8, run only after one cheap lookbe
 quantifier that could meet another is bounded or over a disjoint class, and VALUE is a
 lookahead window of at most 128 characters, so the search stops at the first statement from
 the end and never collects all of them. The whole text is read (no truncation): 1 MB of
-adversarial text takes at most ~50 ms (tests/benchmarks/bench_verbal_grammar.py; the spaced
-and own-line forms added ~12 ms per MB to the worst case, 60,000 `my confidence is`).
+adversarial text takes at most ~95 ms (tests/benchmarks/bench_verbal_grammar.py; 30,000
+labels alone on their line with no value; the spaced and own-line forms added that cost,
+docs/benchmarks.md).
 Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
 the text as given, the match that starts last wins.
 """
