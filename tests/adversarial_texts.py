@@ -293,6 +293,28 @@ CASES: tuple[Case, ...] = (
         None,
         "a million tag openings",
     ),
+    # Defect D4: labels without a colon (a space, a dash, alone on their line) and no value.
+    Case(
+        "own_line_labels_repeated",
+        lambda n: "Confidence: 0.45\n" + fill("## **Confidence level**  \n\n  \n- ", n),
+        0.45,
+        None,
+        "labels alone on their line (line-start lookbehinds, blank lines) with no value after",
+    ),
+    Case(
+        "spaced_labels_repeated",
+        lambda n: "<confidence>0.25</confidence>" + fill("confidence 8 confidence \u2014 -- ", n),
+        0.25,
+        None,
+        "labels followed by a space or a dash and a bare integer or nothing",
+    ),
+    Case(
+        "spaced_label_digit_run",
+        lambda n: "Confidence 70%\nConfidence " + "9" * n,
+        0.7,
+        None,
+        "a spaced label before a million digits (bounded lookahead, then no statement)",
+    ),
 )
 
 

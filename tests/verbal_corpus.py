@@ -393,6 +393,65 @@ ANNOTATED = [
     MISSING("Confidence (see above): 8"),
 ]
 
+# Defect D4: a label without `:` (a space, a dash, or the label alone on its line, value on
+# the next non-empty line) is a statement when its VALUE is unambiguous by its own form: a
+# percent, a fraction, or a decimal in [0, 1]. A bare integer there stays prose.
+SPACED = [
+    OK("Confidence 70%", 0.7),
+    OK("Confidence 0.7", 0.7),
+    OK("confidence 7/10", 0.7),
+    OK("Confidence \u2014 70%", 0.7),  # em dash
+    OK("Confidence \u2013 70%", 0.7),  # en dash
+    OK("Confidence\u201470%", 0.7),  # em dash, no spaces
+    OK("Confidence - 70%", 0.7),
+    OK("Confidence -- 0.7", 0.7),
+    OK("## Confidence\n70%", 0.7),
+    OK("**Confidence**\n\n0.7", 0.7),
+    OK("### Confidence level\r\n\r\n  - 3 out of 4", 0.75),
+    OK("- **Confidence**\n  **85%**", 0.85),
+    OK("Confidence 70 percent", 0.7),
+    OK("Confidence 3 out of 4", 0.75),
+    OK("confidence .7", 0.7),
+    OK("Confidence 0,85", 0.85),
+    OK("Confidence 1.0", 1.0),
+    OK("Confidence 80-90%", 0.85),
+    OK("Confidence ~70%", 0.7),
+    OK("Confidence \u2248 0.7", 0.7),  # `≈` is an approximation, read as part of VALUE
+    OK("**Confidence** 70%", 0.7),
+    OK("Confidence level 0.6", 0.6),
+    OK("Confidence score \u2014 0.6", 0.6),
+    OK("Confidence (1-10) 7/10", 0.7),
+    OK("Confidence\u00a070%", 0.7),  # a no-break space
+    OK("Final answer: Paris. Confidence 70%", 0.7),
+    OK("Confidence: 0.3 ... Confidence 70%", 0.7, why="the last statement wins"),
+    OK("Confidence 70% ... Confidence: 0.3", 0.3, why="the last statement wins"),
+    OK("Confidence 70%. I am 90% sure", 0.9, why="a prose percent after it starts last"),
+    OK("I have confidence 90% of the time", 0.9, why="prose of the statement's shape reads as one"),
+    CLIPPED("Confidence -0.2", 0.0),  # a hyphen before a number without a space is its sign
+    CLIPPED("Confidence 150%", 1.0),
+    REFUSED("Confidence 0.7abc", "malformed", "not_a_number"),
+    REFUSED("Confidence > 80%", "ambiguous", "bound"),
+    REFUSED("Confidence 50/50", "ambiguous", "odds"),
+    REFUSED("Confidence 0.9 -> 0.7", "ambiguous", "revised"),
+    REFUSED("Confidence 50-90%", "ambiguous", "wide_range"),
+    REFUSED("Confidence 8/0", "malformed", "zero_denominator"),
+    REFUSED("Confidence ? 70%", "malformed", "not_a_number"),
+    REFUSED("Confidence \u2192 70%", "malformed", "not_a_number"),  # `→` is not a separator
+    REFUSED("## Confidence\n0.7abc", "malformed", "not_a_number"),
+    REFUSED("<confidence>0.9</confidence> Confidence 0.7x", "malformed", "not_a_number"),  # the last wins, refused
+    MISSING("confidence 2 tools"),
+    MISSING("Confidence 8"),
+    MISSING("Confidence 7.5"),
+    MISSING("Confidence 1,000 times"),
+    MISSING("Confidence - high"),
+    MISSING("I have confidence in it"),
+    MISSING("Confidence-70%"),  # glued hyphen: a compound, not a separator
+    MISSING("We gained confidence\n70% of users agreed"),  # not alone on its line
+    MISSING("## Confidence\n8"),
+    MISSING("## Confidence\n\n\n\n\n\n\n\n\n\n70%"),  # more than 8 blank lines
+    OK("<confidence>0.4</confidence> Confidence 8", 0.4, why="a bare integer after a space is no statement"),
+]
+
 CORPUS: list[Form] = [
     *ISSUE_32,
     *LABELS,
@@ -406,4 +465,5 @@ CORPUS: list[Form] = [
     *VALUES,
     *EDGES,
     *ANNOTATED,
+    *SPACED,
 ]

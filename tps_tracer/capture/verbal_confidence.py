@@ -21,6 +21,20 @@ last. The keyword must not be glued to a word before it: `overconfidence`, `self
   sign, a point, an approximation or bound word, a quote or markdown before them, a
   qualitative level): otherwise the label is prose (`Note on confidence: rough`, `Confidence:
   unknown`) and not a statement.
+- spaced label: the label (keyword, suffix, scale in brackets, emphasis as above) then, in
+  place of `:`, whitespace, a dash (`-` or `--` before whitespace, `–`, `—`), or a line end
+  (the label alone on its line, only markdown before it: `## Confidence`, `**Confidence**`,
+  `- Confidence`; the VALUE on the next non-empty line, at most 8 blank lines on, after an
+  optional list bullet), when VALUE is unambiguous by its own form: a percent (`70%`, `70
+  percent`, `70-80%`), a fraction (`7/10`, `3 out of 4`), a decimal with a point or comma in
+  [0, 1] (`0.7`, `.7`, `0,7`, `1.0`), optionally signed, after `~` or a bound sign, in
+  markdown or a bracket: `Confidence 70%`, `Confidence — 0.7`, `confidence 7/10`, `## Confidence`
+  + newline + `70%`. A bare integer is not (`Confidence 8`, `confidence 2 tools` are prose), nor
+  a word (`Confidence - high`). `Confidence -0.2` is the number -0.2 (a hyphen separates only
+  before whitespace). Another non-ASCII character in the dash's place starts VALUE: `Confidence
+  ≈ 0.7` is 0.7, `Confidence → 70%` is refused (malformed), not missing. Prose of this shape
+  is a statement (`I have confidence 90% of the time` is 0.9): the last statement wins, and a
+  model asked to state its confidence writes it last.
 - is:    `confidence [level|score] is|was|of|at NUMBER`: `My confidence is 0.9`, `a
   confidence of 80%` (a number must follow; `confidence is high` is not a statement).
 - prose: a whole percent before `sure`, `confident` or `certain`: `I'm 90% sure`; not when
@@ -67,6 +81,8 @@ clipped to 1 above top. Undeclared, it is read only when one scale alone fits it
 | `1,000`                                        | None                          | ambiguous / comma            |
 | `?`, `0.8abc`, `élevée`                        | None                          | malformed / not_a_number     |
 | a number over 64 chars, a VALUE over 256       | None                          | malformed / too_long         |
+| `Confidence 70%`, `Confidence — 0.7`, `## Confidence` + `7/10` on the next line | as with `:`  | as with `:`         |
+| `Confidence 8`, `confidence 2 tools`, `Confidence 7.5` (spaced) | no statement        | missing                      |
 | no statement                                   | None                          | missing                      |
 
 Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
@@ -82,12 +98,16 @@ an ASCII-folded copy (`text_folding.folded`, one byte per character, ~1 ms per M
 offset there is an offset in the text, from which VALUE is then read. Two regular
 expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
 the LAST statement of their family by backtracking from the end, the engine jumping between
-the literal's occurrences; every quantifier that could meet another is bounded or over a
-disjoint class, and VALUE is a lookahead window of at most 128 characters, so the search
-stops at the first statement from the end and never collects all of them. The whole text is
-read (no truncation): 1 MB of adversarial text takes at most ~35 ms
-(tests/benchmarks/bench_extraction.py). Custom `patterns` are the user's: they run with
-`finditer` (re.IGNORECASE | re.DOTALL) on the text as given, the match that starts last wins.
+the literal's occurrences (the own-line form's line-start check is one fixed-width lookbehind
+per width of the markup before the keyword, 0-8, run only after one cheap lookbehind); every
+quantifier that could meet another is bounded or over a disjoint class, and VALUE is a
+lookahead window of at most 128 characters, so the search stops at the first statement from
+the end and never collects all of them. The whole text is read (no truncation): 1 MB of
+adversarial text takes at most ~95 ms (tests/benchmarks/bench_verbal_grammar.py; 30,000
+labels alone on their line with no value; the spaced and own-line forms added that cost,
+docs/benchmarks.md).
+Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
+the text as given, the match that starts last wins.
 """
 
 from __future__ import annotations
@@ -156,11 +176,44 @@ _NUMBER_START = (
 )
 _WINDOW = r"(?=([^\n<]{0," + str(WINDOW) + r"}))"  # a lookahead: the next statement stays findable
 _NEGATIONS = ("not", "than", "least", "most", "over", "under", "above", "below")
+
+# The label without `:` (`Confidence 70%`, `Confidence — 0.7`, `## Confidence` then `70%` on the
+# next non-empty line). `?` on the folded text is a non-ASCII character (an en or em dash, a
+# no-break space, `≈`): from_text reads one that is not a dash or a space as the start of VALUE.
+# An ASCII hyphen separates only before whitespace: `Confidence -0.2` is the number -0.2.
+_GAP = r"(?:[ \t]{1,8}|[ \t]{0,8}(?:-{1,2}[ \t]|\?)[ \t]{0,8})"
+# A VALUE unambiguous by its own form: a percent (`70%`, `70 percent`, `70-80%`), a fraction
+# (`7/10`, `3 out of 4`), a decimal with a point or comma in [0, 1] (`0.7`, `.7`, `0,7`, `1.0`),
+# optionally signed, approximate (`~`) or bounded (`>`, `<=`: then refused as a bound), in
+# markdown or a bracket. Never a bare integer (`Confidence 8`, `confidence 2 tools`).
+_DIGITS = r"[0-9]{1,8}(?:[.,][0-9]{1,8})?"
+_PLAIN_VALUE = (
+    r"(?=[*_`(~<>+0-9.,-])"  # a cheap first check: most text after a label is a word
+    r"(?=[*_`(]{0,3}(?:[~<>]=?[ \t]{0,2})?[-+]?(?:"
+    + _DIGITS
+    + r"(?:[ \t]{0,2}(?:-|to)[ \t]{0,2}"
+    + _DIGITS
+    + r")?[ \t]?(?:%|percent(?![a-z]))"
+    + r"|[0-9]{1,8}(?:\.[0-9]{1,8})?[ \t]{0,2}(?:/|out of)[ \t]{0,2}[0-9]"
+    + r"|0?[.,][0-9]|1\.0))"
+)
+# The label alone on its line: only markdown before it (`## `, `**`, `- `, `> `) and after it,
+# then the VALUE on the next non-empty line (at most 8 blank lines), after an optional list
+# bullet. Line start: for each length k (0-8) of the markup run before the keyword, no other
+# character than a line end right before it (fixed-width negative lookbehinds, the keyword
+# included, tried in order of k: prose is rejected at its run's length, `my confidence` at 1).
+_MARKUP = r"[#*_ \t>+-]"
+_LINE_START = "".join(f"(?<![^\\n#*_ \\t>+-]{_MARKUP}{{{k}}}confidence)" for k in range(9))
+_LINE_START += f"(?<!{_MARKUP}{{9}}confidence)"
+_LINE_END = r"[ \t]{0,8}\r?\n"
+# `(?![ \t\r\n])`: after the blank lines, so fewer of them fail at once when VALUE is not there.
+_NEXT_LINE = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?![ \t\r\n])(?:[-*+][ \t]{1,3})?(?![ \t])"
 _PROSE_TAIL = r"[ \t]{1,2}(?:sure|confident|certain)(?![a-z])"
 
 
-def _forms(levels: Sequence[str]) -> tuple[str, str, str, str]:
-    """What follows the keyword in each keyword form: tag, key, label (`:`), and `is`/`of`."""
+def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
+    """What follows the keyword in each keyword form: tag, key, label (`:`), spaced label,
+    `is`/`of`, and the label on its own line (a lookahead, a line-start check, the form)."""
     words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
     value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
     tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
@@ -171,12 +224,15 @@ def _forms(levels: Sequence[str]) -> tuple[str, str, str, str]:
     # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
     label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}(?!\s)" + value_start + _WINDOW
     prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")" + _WINDOW
-    return tag, key, label, prose_is
+    # Without `:`, only a VALUE unambiguous by its form makes a statement (`Confidence 8` stays prose).
+    spaced = _ANNOTATION + _SEP + _GAP + _PLAIN_VALUE + _WINDOW
+    own_line = _ANNOTATION + _SEP + _LINE_END + _NEXT_LINE + _PLAIN_VALUE + _WINDOW
+    return tag, key, label, spaced, prose_is, own_line
 
 
 def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...]:
     """The statement forms (lower case, one group each: the raw VALUE); `levels`: the qualitative words."""
-    tag, key, label, prose_is = _forms(levels)
+    tag, key, label, spaced, prose_is, own_line = _forms(levels)
     # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or
     # bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure` are not statements).
     behind = r"(?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS)
@@ -185,7 +241,9 @@ def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...
         "confidence" + tag,
         "confidence" + key,
         _KW + _SUFFIX + label,
+        _KW + _SUFFIX + spaced,
         _KW + _SUFFIX + prose_is,
+        _KW + _LINE_START + _SUFFIX + own_line,
         prose_pct,
     )
 
@@ -221,11 +279,37 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     # match is the one whose keyword comes last; the keyword is a literal right after `.*`,
     # so the engine jumps between its candidates, and the label and `is` forms share their
     # keyword checks. The same forms as statement_patterns (groups in the same order).
-    tag, key, label, prose_is = _forms(levels)
+    tag, key, label, spaced, prose_is, own_line = _forms(levels)
     # A cheap first check: only these characters can follow the keyword of a label or `is` form.
-    words = _KW[len("confidence") :] + r"(?=[ \t_*:=|(\[-])" + _SUFFIX
-    source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + words + "(?:" + label + "|" + prose_is + "))"
+    head = _KW[len("confidence") :] + r"(?=[ \t\r\n_*:=|(\[?-])"
+    # The label and spaced forms share their annotation and emphasis (tried once per keyword).
+    shared = _ANNOTATION + _SEP
+    assert label.startswith(shared) and spaced.startswith(shared)
+    after_label = "(?:" + label[len(shared) :] + "|" + spaced[len(shared) :] + ")"
+    forms = _SUFFIX + "(?:" + shared + after_label + "|" + prose_is + ")"
+    alone = _LINE_START + _SUFFIX + own_line
+    source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + head + "(?:" + forms + "|" + alone + "))"
     return re.compile(source.encode("ascii"))
+
+
+_SPACED_LABEL = re.compile((_KW + _SUFFIX + _ANNOTATION + _SEP + _GAP).encode("ascii"))
+
+
+def _separator_kept(label: str) -> str:
+    """The character a spaced label ends with when it is not a separator but may begin VALUE.
+
+    On the folded text `?` stands for any non-ASCII character between a label and its VALUE
+    (`Confidence — 70%`). A dash or a space is a separator; anything else (`≈`, `→`, a literal
+    `?`) is read as the start of VALUE, so `Confidence ≈ 0.7` is 0.7 and `Confidence → 70%`
+    is refused (malformed), never read as if the character were not there.
+    """
+    end = len(label.rstrip(" \t"))
+    if end == 0 or (label[end - 1].isascii() and label[end - 1] != "?") or len(label) > 96:
+        return ""  # 96: longer than any spaced label (a prose percent's "label" runs from an earlier keyword)
+    if _SPACED_LABEL.fullmatch(folded(label)) is None:
+        return ""
+    sign = normalise(label[end - 1]).strip()
+    return "" if sign in ("", "-") else label[end - 1 :]
 
 
 def _normal_key(key: str) -> str:
@@ -284,6 +368,7 @@ class VerbalConfidenceExtractor:
         buf = folded(text)
         keyword = self._fast.match(buf)
         start = -1
+        prose = False  # whether a prose percent is the last statement
         if keyword is not None:
             g = next(i for i in range(1, keyword.re.groups + 1) if keyword.group(i) is not None)
             s, e = keyword.span(g)
@@ -296,10 +381,12 @@ class VerbalConfidenceExtractor:
             number = _PERCENT_NUMBER.search(buf, max(0, at - 4), at)
             assert number is not None  # the lookbehinds checked it
             if number.start() > start:
-                s, e = number.start(), at + 1
+                s, e, prose = number.start(), at + 1, True
         if keyword is None and percent is None:
             return None
-        return text[s:e], text[start:s] if start >= 0 else ""  # same offsets as buf
+        label = text[start:s] if start >= 0 else ""  # same offsets as buf
+        # A spaced label's non-separator character starts its VALUE (never a prose percent's).
+        return ("" if prose else _separator_kept(label)) + text[s:e], label
 
     def _last_statement(self, text: str) -> tuple[str, str] | None:
         """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
@@ -313,7 +400,8 @@ class VerbalConfidenceExtractor:
         if best is None:
             return None
         raw = best.group(1) if best.re.groups else best.group(0)
-        return ("" if raw is None else raw), best.group(0)  # a group that did not take part: malformed
+        raw = "" if raw is None else _separator_kept(best.group(0)) + raw  # a group that did not take part: malformed
+        return raw, best.group(0)
 
     def from_text(self, text: str | None, verbal_scale: str | None = None) -> Confidence:
         """The last statement of the text (any form), read with the grammar; missing if none."""
