@@ -3,7 +3,11 @@
 The library side is `tps_tracer.otel.score_export` (what is exported, what is counted); this
 builds the backend's exporter from the options, runs it, waits for delivery and reports.
 Exit 0 when every linked run was delivered, 1 when some writes are still pending or were
-given up (the summary says how many), 2 for bad input (the error boundary's codes).
+given up (the summary says how many), 2 for bad input (the error boundary's codes). A file
+whose runs name no trace is bad input for an export: with none linked, nothing can be
+exported (exit 2, saying how records get trace ids); with some unlinked, nothing is sent
+unless `--allow-unlinked` accepts a partial export (a CI step must not read "exported" when
+runs were left behind).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tps_tracer.scoring.rules import parse_rules
 
     rules = parse_rules(args.rules)  # commas inside beta(a,b) kept
+    check_linked(records, args.allow_unlinked)  # before any exporter is built: nothing sent on refusal
     options: dict[str, Any] = {"predictor": args.predictor, "weights": args.weights, "censoring": args.censoring}
     if args.to == "otlp":
         listener, flush, status = _otlp(args, options)
@@ -88,14 +93,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+HOW_TO_LINK = (
+    "records get trace ids (metadata otel_trace_id / otel_span_id) when they are captured by "
+    "TPSSpanProcessor, or by TPSCallbackHandler while OpenInference instruments LangChain or an "
+    "OpenTelemetry span is current when the run starts (docs/traces.md)"
+)
+
+
+def _ids(ids: list[str]) -> str:
+    return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+
+
+def check_linked(records: list[Any], allow_unlinked: bool) -> None:
+    """Refuse (InputError: exit 2) an export that would leave runs behind for want of a trace id."""
+    from tps_tracer.otel.score_export import has_trace
+
+    unlinked = [rec.trajectory_id for rec in records if not has_trace(rec)]
+    if len(unlinked) == len(records):
+        raise InputError(f"none of the {len(records)} runs can be exported: no record names a trace; {HOW_TO_LINK}")
+    pending = sum(1 for rec in records if has_trace(rec) and rec.is_pending)
+    if pending + len(unlinked) == len(records):  # a pending run is exported once graded: not a refusal alone
+        raise InputError(
+            f"none of the {len(records)} runs can be exported: {pending} clean runs still wait for their outcome "
+            f"(grade them with JsonlSink(path).resolve(run_id, outcome=...)) and {len(unlinked)} name no trace"
+        )
+    if not unlinked:
+        return
+    if not allow_unlinked:
+        raise InputError(
+            f"{len(unlinked)} of {len(records)} runs name no trace ({_ids(unlinked)}); nothing exported. "
+            f"Pass --allow-unlinked to export the other {len(records) - len(unlinked)} and count these; {HOW_TO_LINK}"
+        )
+
+
 def _line(summary: Any, to: str, failed: bool) -> str:
     parts = [f"tps-tracer: {len(summary.exported)} runs exported to {to}"]
     if summary.without_trace:
-        shown = ", ".join(summary.without_trace[:5]) + (", ..." if len(summary.without_trace) > 5 else "")
-        parts.append(f"{len(summary.without_trace)} without trace ids ({shown})")
+        parts.append(f"{len(summary.without_trace)} without trace ids, not exported ({_ids(summary.without_trace)})")
     if summary.pending_outcome:
-        shown = ", ".join(summary.pending_outcome[:5]) + (", ..." if len(summary.pending_outcome) > 5 else "")
-        parts.append(f"{len(summary.pending_outcome)} clean runs still waiting for their outcome ({shown})")
+        waiting = summary.pending_outcome
+        parts.append(f"{len(waiting)} clean runs still waiting for their outcome ({_ids(waiting)})")
     if failed:
         parts.append(f"delivery incomplete: {summary.delivery}")
     return "; ".join(parts)

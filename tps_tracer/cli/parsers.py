@@ -307,6 +307,12 @@ def add_export_parser(sub: Any) -> None:
         help="--to otlp: resource attribute of the evaluation spans (repeatable), e.g. "
         "openinference.project.name=my-project for Phoenix",
     )
+    e.add_argument(
+        "--allow-unlinked",
+        action="store_true",
+        help="export the runs that name a trace even when others do not (counted, listed); "
+        "without it such a file exits 2 with nothing sent",
+    )
     e.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for delivery (and for MLflow traces)")
     e.add_argument("--json", action="store_true", help="print the summary as JSON")
     e.set_defaults(func=Command("export_cmd", "cmd_export"))
