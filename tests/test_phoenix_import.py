@@ -114,7 +114,7 @@ def test_what_cannot_be_read_from_phoenix_spans_is_counted_on_its_run(exported):
     src.write_text(json.dumps([*spans, broken, 7]))
     summary = import_file(src, tmp / "damaged.jsonl")
     imported = run_records(tmp / "damaged.jsonl")
-    assert summary["per_file"] == {"spans_without_trace_id": 1, "spans_not_objects": 1}
+    assert summary["per_file"] == {"spans_with_invalid_trace_id": 1, "spans_not_objects": 1}
     run = next(t for t, r in imported.items() if r["metadata"]["otel_trace_id"] == target["context"]["trace_id"])
     assert summary["unreadable_runs"] == {run: {"unreadable_attributes": 1}}
     assert imported[run]["metadata"].pop("import_unreadable") == {"unreadable_attributes": 1}

@@ -1,18 +1,21 @@
 """Stored traces in OTLP JSON (the Collector file exporter's format) as SDK spans, for `tps-tracer import`.
 
 Each line of the file is one `ExportTraceServiceRequest` in OTLP's JSON encoding:
-resourceSpans[].scopeSpans[].spans[], with trace and span ids in hex, 64-bit integers as
-strings, enums as integers (names accepted too), attribute values as {"stringValue": ...},
-{"intValue": "7"}, {"doubleValue": ...}, {"boolValue": ...}, {"arrayValue": {"values": [...]}}.
+resourceSpans[].scopeSpans[].spans[], with trace and span ids in hex (or in base64, as
+protobuf's own JSON mapping writes them: otlp_ids.py), 64-bit integers as strings, enums
+as integers (names accepted too), attribute values as {"stringValue": ...}, {"intValue": "7"},
+{"doubleValue": ...}, {"boolValue": ...}, {"arrayValue": {"values": [...]}}.
 
 `read_otlp_json` turns them into `ReadableSpan`s (the SDK's own type) so that the span
 processor's own code (`TPSSpanProcessor`) reads them exactly as it reads live spans; nothing
 about runs is decided here. What cannot be read is counted, never dropped silently:
 
-    per trace    spans without a valid span id or times (skipped), attribute values that
-                 are not OpenTelemetry attribute types (kvlist, bytes: left out of the span)
+    per trace    spans without a readable span id, parent id or times (skipped, by reason:
+                 spans_with_invalid_span_id, spans_with_unreadable_times, ...), attribute
+                 values that are not OpenTelemetry attribute types (kvlist, bytes: left out)
     per file     lines that are not JSON / not an ExportTraceServiceRequest, spans without
-                 a valid trace id (no run to count them against)
+                 a readable trace id (spans_without_trace_id, spans_with_invalid_trace_id,
+                 spans_with_zero_trace_id: no run to count them against)
 
 A span whose parent is not in the file is read as the child of a remote span (the agent ran
 inside a request traced elsewhere), as the live processor sees such a span.
@@ -32,6 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tps_tracer.errors import InputError
+from tps_tracer.otel.otlp_ids import INVALID, MISSING, parse_id
 
 _STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
@@ -55,16 +59,6 @@ class OtlpRead:
     per_trace: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # trace hex -> counts
     per_file: Counter[str] = field(default_factory=Counter)
     lines: int = 0
-
-
-def hex_id(value: Any, digits: int) -> int | None:
-    if not isinstance(value, str) or len(value) != digits:
-        return None
-    try:
-        n = int(value, 16)
-    except ValueError:
-        return None
-    return n or None
 
 
 def _nanos(value: Any) -> int | None:
@@ -112,27 +106,39 @@ def attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
+def _id_problem(reason: str, which: str) -> str:
+    """The count's name for an id that cannot be read: spans_without_trace_id, spans_with_invalid_span_id, ..."""
+    return f"spans_without_{which}" if reason == MISSING else f"spans_with_{reason}_{which}"
+
+
 def checked_context(
     out: OtlpRead,
     ids: tuple[Any, Any, Any],
     times: tuple[int | None, int | None],
     known: set[tuple[int, int]],
 ) -> tuple[SpanContext, SpanContext | None, Counter[str]] | None:
-    """(context, parent, the trace's problem counts) of a stored span from its hex (trace, span, parent)
-    ids and (start, end) times; None, counted, when the span cannot be placed (shared by every format)."""
-    trace_id = hex_id(ids[0], 32)
-    if trace_id is None:
-        out.per_file["spans_without_trace_id"] += 1
+    """(context, parent, the trace's problem counts) of a stored span from its (trace, span, parent)
+    ids, hex or base64 (otlp_ids.py), and (start, end) times; None, counted under a named reason,
+    when the span cannot be placed (shared by every format)."""
+    trace_id = parse_id(ids[0], 16)
+    if isinstance(trace_id, str):
+        out.per_file[_id_problem(trace_id, "trace_id")] += 1  # no run to count it against
         return None
     problems = out.per_trace[f"{trace_id:032x}"]
-    span_id = hex_id(ids[1], 16)
+    span_id = parse_id(ids[1], 8)
+    parent_id = parse_id(ids[2], 8)
     start, end = times
-    if span_id is None or start is None or end is None or end < start:
-        problems["unreadable_spans"] += 1
+    if isinstance(span_id, str):
+        problems[_id_problem(span_id, "span_id")] += 1
         return None
-    parent_id = hex_id(ids[2], 16) if ids[2] else None
+    if parent_id == INVALID:  # read as a root, the run would be split or misplaced: refused
+        problems[_id_problem(parent_id, "parent_span_id")] += 1
+        return None
+    if start is None or end is None or end < start:
+        problems["spans_with_unreadable_times"] += 1
+        return None
     context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
-    if parent_id is None:
+    if isinstance(parent_id, str):  # missing, or all zeros (OpenTelemetry's "no parent"): a root
         return context, None, problems
     # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
     remote = (trace_id, parent_id) not in known
@@ -142,9 +148,9 @@ def checked_context(
 def known_ids(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[int, int]]:
     """The (trace id, span id) of every span a file holds, to tell a local parent from a remote one."""
     out = set()
-    for trace_hex, span_hex in pairs:
-        t, sp = hex_id(trace_hex, 32), hex_id(span_hex, 16)
-        if t is not None and sp is not None:
+    for trace_text, span_text in pairs:
+        t, sp = parse_id(trace_text, 16), parse_id(span_text, 8)
+        if isinstance(t, int) and isinstance(sp, int):
             out.add((t, sp))
     return out
 
