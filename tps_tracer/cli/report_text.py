@@ -36,8 +36,26 @@ def _prose(lines: list[str]) -> list[str]:
     return out
 
 
+PENDING_ROLE = "pending: not scored yet"
+
+
+def audit_rows(audit: dict[str, Any]) -> list[list[str]]:
+    """(stop reason, count, role) rows that add up to the lines below them: clean stops still
+    waiting for their outcome get a row of their own, out of the clean row and its role."""
+    rows = []
+    pending = audit["pending_outcome"]
+    for reason, count in audit["stop_reasons"].items():
+        if reason == "clean" and pending:
+            if count - pending:
+                rows.append(["clean, outcome known", str(count - pending), audit["role_of"][reason]])
+            rows.append(["clean, outcome pending", str(pending), PENDING_ROLE])
+        elif count:
+            rows.append([reason, str(count), audit["role_of"][reason]])
+    return rows
+
+
 def _audit_text(audit: dict[str, Any], wide: bool) -> str:
-    rows = [[reason, str(count), audit["role_of"][reason]] for reason, count in audit["stop_reasons"].items() if count]
+    rows = audit_rows(audit)
     roles = audit["roles"]
     rate = audit["censoring_rate"]
     lines = [
