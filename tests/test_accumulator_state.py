@@ -274,3 +274,55 @@ def test_stop_takes_q_z_like_an_earlier_resolve(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [x["q_z"] for x in lines] == [0.25, 0.5, 0.1, None]
     assert acc.snapshot()["audit"]["censored_with_q_z"] == 3
+
+
+# ---------------------------------------------------------------- folded ids across merges
+
+
+def _folded(prefix: str, n: int) -> Accumulator:
+    """A summary-mode accumulator whose n clean runs are all folded away (rows gone, keys kept)."""
+    acc = make(mode="summary", batch_size=2)
+    for i in range(n):
+        tid = f"{prefix}{i}"
+        assert acc.observe(tid, {"verbal": 0.6})
+        assert acc.stop(tid, "clean", 4, outcome=i % 2)
+    acc.flush()
+    acc._background.wait_idle()  # folds run on the accumulator's background thread
+    assert acc._rows.n == 0 and acc._summary is not None and acc._summary.n == n  # really folded
+    return acc
+
+
+@pytest.mark.parametrize("via", ["merge", "merge_state"])
+def test_an_id_folded_by_the_other_accumulator_is_a_repeat_after_a_merge(via):
+    a, b = _folded("a", 6), _folded("b", 6)
+    if via == "merge":
+        a.merge(b)
+    else:
+        a.merge_state(b.state())
+    assert a.begin("b3") is True  # a new run under an id b folded: a repeat, as it would be in b
+    assert a.begin("a3") is True and a.begin("c0") is False
+    assert a.observe("b3", {"verbal": 0.9}) and a.stop("b3", "clean", 4, outcome=1)
+    a.flush()
+    snap = a.snapshot()
+    assert snap["online"]["set_aside"] == {"duplicate_id": 1}  # recorded, not scored
+    assert snap["audit"]["n_trajectories"] == 12 and snap["online"]["rejected"] == {}
+    # The repeat's 0.9 is not in the scores: every run scored said 0.6 (one step, T = 4: w_1 = 4/10).
+    log = next(s for s in snap["scores"] if (s["predictor"], s["rule"], s["weights"]) == ("verbal", "log", "uniform"))
+    want = np.mean([0.25 * (math.log(0.6) if i % 2 else math.log(0.4)) for i in range(6)])
+    assert log["n"] == 12 and log["mean"] == pytest.approx(want, abs=1e-12)
+
+
+def test_folded_ids_travel_in_the_saved_state_and_a_run_folded_on_both_sides_is_counted():
+    a = _folded("a", 4)
+    restored = Accumulator.from_state(a.state())
+    assert [restored.begin(f"a{i}") for i in range(4)] == [True] * 4
+    assert restored.begin("a4") is False
+    c = _folded("a", 2)  # a0, a1 finished (and folded) in another process too
+    merged = Accumulator.from_state(a.state())
+    merged.merge(c)
+    assert merged.rejected == {"duplicate_folded_id": 2}  # a0 and a1: both copies are in the sums
+    assert merged.snapshot()["audit"]["n_trajectories"] == 6
+    d = _folded("d", 2)
+    d.observe("a2", {"verbal": 0.5})  # live in d, folded in a: the other's copy is left out
+    merged.merge(d)
+    assert merged.rejected == {"duplicate_folded_id": 2, "duplicate_id": 1}

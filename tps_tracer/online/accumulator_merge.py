@@ -4,6 +4,11 @@ A mixin of `Accumulator` (online/accumulator.py), which owns the live store, the
 the summary named here; the bytes format is accumulator_state.py's. Merging is exact: rows
 travel with their bootstrap keys, live trajectories arrive live (their idle clock restarts),
 summaries merge as PartialStates, and an id on both sides is a counted duplicate_id.
+
+Summary mode keeps only the keys of the ids it folded away (online/folded_ids.py); a merge
+and a state carry them, so a run re-using an id the other side folded is a repeat here too,
+and a stored or live run here under an id the other folded is counted (duplicate_folded_id:
+both copies are in the sums, which can no longer be split by id).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.partial_state import PartialState
@@ -26,6 +32,8 @@ from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 if TYPE_CHECKING:
     from tps_tracer.online.accumulator import Accumulator
 
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+
 
 class StateMerging(SummaryFolding):
     # Owned by Accumulator (see its __init__); declared here for the type checker.
@@ -34,6 +42,7 @@ class StateMerging(SummaryFolding):
     _store: LiveStore
     _clock: Callable[[], float]
     _repeated: set[str]
+    strict: bool
 
     def flush(self) -> None:
         raise NotImplementedError  # Accumulator's: wait for queued scoring and folds
@@ -64,6 +73,7 @@ class StateMerging(SummaryFolding):
             unscored = dict(self._unscored_outcome)
             known = list(self._known)
             summary = self._summary
+            folded_ids = self._folded_ids.keys() if self._folded_ids is not None else _NO_KEYS
             folding = self._in_flight()
             first_seen = self._first_seen()
         summary = self._settled_state(summary, folding, first_seen)  # rows being folded travel as folded
@@ -97,6 +107,7 @@ class StateMerging(SummaryFolding):
             "live_repeats": live_repeats,
             "repeated": repeated,
             "summary": None if summary is None else summary.to_dict(),
+            "folded_ids": enc(folded_ids),  # summary mode: the folded ids' keys (a state without them: none)
             "health": self.health.snapshot(),
         }
         return accumulator_state.dump(body)
@@ -152,6 +163,11 @@ class StateMerging(SummaryFolding):
             acc._repeated.update(str(tid) for tid in body.get("repeated", []))
             if body["summary"] is not None:
                 acc._summary = PartialState.from_dict(body["summary"])
+            folded_ids = dec(body["folded_ids"]) if "folded_ids" in body else _NO_KEYS
+            if folded_ids.size:
+                if acc._folded_ids is None:
+                    raise KeyError("folded_ids in a row-mode state")  # reported as a corrupt state below
+                acc._folded_ids.add(int(k) for k in folded_ids.astype(np.uint64).tolist())
             for cat, kinds in body["health"].items():
                 if cat in CATEGORIES:
                     for kind, n in kinds.items():
@@ -193,21 +209,28 @@ class StateMerging(SummaryFolding):
             unscored = dict(other._unscored_outcome)
             known = list(other._known)
             other_summary = other._summary
+            # The ids the other folded away (kept as keys only): a new run under one is a repeat here too.
+            other_folded = other._folded_ids.keys() if other._folded_ids is not None else _NO_KEYS
             other_folding = other._in_flight()
             other_first_seen = other._first_seen()
         other_summary = other._settled_state(other_summary, other_folding, other_first_seen)
         duplicates: list[str] = []
+        folded_twice = 0
         fold: _Fold | None = None
         merging: _Fold | None = None
         take_ids: set[str] = set()
         with self._lock:
+            # Runs stored or live here, by key, before the other's arrive: to count those it folded.
+            here = _NO_KEYS
+            if self.mode == "summary":
+                here = np.array(sorted({*self._keys, *map(self._key, self._store.live)}), dtype=np.uint64)
             for name in known:
                 self._known.setdefault(name, None)
                 if name not in self._rows.predictors:
                     self._rows.add_predictor(name)
             take = []
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids:
+                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or self._was_folded(tid):
                     duplicates.append(tid)
                 else:
                     take.append(i)
@@ -233,14 +256,14 @@ class StateMerging(SummaryFolding):
                     self._unscored_outcome[tid] = unscored[tid]
                     self._rows.outcome_on_unscored += 1
             for tid, live in live_items:
-                if tid in self._store.live or (not live.repeat and tid in self._rows.row_of):
+                if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or self._was_folded(tid))):
                     duplicates.append(tid)
                 else:  # a repeat stays one if its id is stopped here (its first run came along, or was here)
                     live.repeat = live.repeat and self._store.stopped(tid)
                     self._store.live[tid] = live
             self._repeated |= repeated
             if self.mode == "summary":
-                # Folded ids are forgotten, so duplicates between two folded states are not detected.
+                folded_twice = self._carry_folded_ids(other_folded, here)
                 if other_summary is not None:  # merged outside the lock, counted as folding until then
                     self._fold_count += 1
                     merging = _Fold(self._fold_count, None, [], {}, {}, part=other_summary)
@@ -253,3 +276,26 @@ class StateMerging(SummaryFolding):
         self.health.merge(other.health)
         for tid in duplicates:
             self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
+        if folded_twice:  # only keys are left of these runs: both copies stay in the sums, counted one a run
+            message = (
+                f"merge: {folded_twice} ids were finished in both accumulators and already folded on "
+                "at least one side (only their keys are kept): both copies stay in the folded sums"
+            )
+            if self.strict:
+                self._reject("duplicate_folded_id", message)  # raises
+            self.health.count("rejected", "duplicate_folded_id", message, n=folded_twice)
+
+    def _was_folded(self, tid: str) -> bool:
+        return self._folded_ids is not None and tid in self._folded_ids
+
+    def _carry_folded_ids(self, other_folded: NDArray[np.uint64], here: NDArray[np.uint64]) -> int:
+        """Under the lock, summary mode: add the other's folded keys to ours. Returns how many of
+        them were also finished or live here (`here`: their keys before the merge) or folded here:
+        such a run's two copies can no longer be told apart in the sums. (A run folded here and
+        stored or live in the other is a plain duplicate_id: the other's copy is left out.)"""
+        assert self._folded_ids is not None  # summary mode
+        if other_folded.size == 0:
+            return 0
+        twice = np.union1d(np.intersect1d(self._folded_ids.keys(), other_folded), np.intersect1d(here, other_folded))
+        self._folded_ids.add(int(k) for k in other_folded.tolist())
+        return int(twice.size)

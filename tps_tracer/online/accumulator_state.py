@@ -11,7 +11,9 @@ What a state holds:
 - the finished rows still stored (all of them in row mode; in summary mode only the clean
   stops waiting for their outcome), their ids and the outcomes of unscored stops (kept to
   detect conflicts);
-- in summary mode, the folded `PartialState` (`PartialState.to_dict`);
+- in summary mode, the folded `PartialState` (`PartialState.to_dict`) and the 64-bit keys of
+  the folded ids ("folded_ids", online/folded_ids.py), so a run re-using one after a merge is
+  still a repeat; a state without this key reads as having none;
 - the live trajectories: their steps and any outcome / q_Z already known. They arrive as
   live trajectories of the receiver (their idle clock restarts there), so a run split across
   replicas is not lost; an id live or finished on both sides is a counted duplicate_id;

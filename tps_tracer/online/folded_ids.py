@@ -47,7 +47,9 @@ class FoldedIds:
         """Whether `tid` (an id) was folded, by its key."""
         if not isinstance(tid, str) or not (self._recent or self._sorted):
             return False  # (the first fold comes after the first batch: until then, no hashing)
-        key = trajectory_key(tid)
+        return self.has_key(trajectory_key(tid))
+
+    def has_key(self, key: int) -> bool:
         if key in self._recent:
             return True
         k = np.uint64(key)
@@ -56,6 +58,11 @@ class FoldedIds:
             if i < keys.size and keys[i] == k:
                 return True
         return False
+
+    def keys(self) -> NDArray[np.uint64]:
+        """Every key, sorted: what a merge or a saved state carries to another accumulator."""
+        recent = np.array(sorted(self._recent), dtype=np.uint64)
+        return np.sort(np.concatenate([*self._sorted, recent])) if self._sorted else recent
 
     def __len__(self) -> int:
         return len(self._recent) + sum(a.size for a in self._sorted)
