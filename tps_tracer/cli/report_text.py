@@ -10,6 +10,7 @@ of every printed term closes the report (cli/report_legend.py).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tps_tracer.cli.report_legend import legend_lines
@@ -269,6 +270,18 @@ def _disclosure(report: dict[str, Any]) -> str:
     )
 
 
+def log_clipped_line(clipped: dict[str, Any] | None) -> str | None:
+    """The line saying how many forecasts the log rule clipped (None without a log rule or a clip)."""
+    if not clipped or not clipped["total"]:
+        return None
+    eps = clipped["eps"]
+    counts = ", ".join(f"{name} {n}" for name, n in clipped["forecasts"].items() if n)
+    return (
+        f"  log rule: forecasts of 0 or 1 clipped to [{eps:g}, 1-{eps:g}]: {counts} "
+        f"(one on a run that went the other way scores log({eps:g}) = {math.log(eps):.1f} times its step weight)"
+    )
+
+
 def render_report(report: dict[str, Any], source: str, wide: bool = False, legend: bool = True) -> str:
     """The text report; wide=True keeps the side-by-side tables; legend=False leaves the legend
     to the caller (`report --by` prints one legend for all groups)."""
@@ -290,7 +303,11 @@ def render_report(report: dict[str, Any], source: str, wide: bool = False, legen
     skipped = render_skipped(report.get("skipped_predictors", []))
     if skipped:
         parts.append(skipped)
-    parts += [_scores_text(report, wide), _deltas_text(report, wide)]
+    parts.append(_scores_text(report, wide))
+    clipped = log_clipped_line(report.get("log_clipped"))
+    if clipped:
+        parts.append("\n".join(_prose([clipped])))
+    parts.append(_deltas_text(report, wide))
     recal = _recalibration_text(report, wide)
     if recal:
         parts.append(recal)

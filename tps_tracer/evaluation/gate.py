@@ -84,7 +84,7 @@ from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.duplicate_ids import check_unique_ids
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import get_rule
+from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
 FloatArray = NDArray[np.float64]
@@ -358,6 +358,8 @@ class _Run:
             crit.bootstrap,
         )
         self.ids = table.ids
+        # Forecasts the log rule clipped in the runs the gated score covers (0 under another rule).
+        self.clipped = table.predictors[predictor].clipped_in(~np.isnan(self.score))
         self.task_ids = sample.task_ids
         self.with_data = {p for p in names if no_data_reason(table.predictors[p], working) is None}
 
@@ -410,6 +412,17 @@ def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
                 "of the same size could reverse it (--max-flip makes stability a check)"
             )
     return out
+
+
+def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
+    """The note saying how many forecasts the gated log rule clipped (None for another rule, or none)."""
+    if not isinstance(rule, LogRule) or not clipped:
+        return None
+    return (
+        f"log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
+        f"one on a run that went the other way scores log({rule.eps:g}) = {math.log(rule.eps):.1f} "
+        "times its step weight"
+    )
 
 
 def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
@@ -565,6 +578,11 @@ def evaluate_gate(
         checks.append(check)
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
+    rule = get_rule(crit.rule)
+    for who, r in (("", run), ("baseline: ", base)):
+        note = clipped_note(rule, r.predictor, r.clipped) if r is not None else None
+        if note:
+            notes.append(who + note)
     for s in skipped:
         notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
@@ -774,6 +792,10 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             f"the interval rests on the snapshot's {reps} bootstrap replicates (seed {seed}); gating the records "
             f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
         )
+    clipped = (report.get("log_clipped") or {}).get("forecasts", {}).get(predictor, 0)
+    note = clipped_note(get_rule(crit.rule), str(predictor), int(clipped))
+    if note:  # the report counts its working sample, complete and censored runs alike
+        notes.append(note + " (the report's count, over its working sample)")
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
         raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")

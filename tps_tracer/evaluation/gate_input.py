@@ -55,7 +55,7 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
     names = list(dict.fromkeys(name for p in parts for name in p.predictors))
     predictors: dict[str, PredictorPairs] = {}
     for name in names:
-        usable, pairs = [], []
+        usable, pairs, clipped = [], [], []
         skipped: dict[str, int] = {}
         for part in parts:
             col = part.predictors.get(name)
@@ -69,6 +69,7 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
                 )
             usable.append(col.usable)
             pairs.append(col.pairs)
+            clipped.append(np.zeros(part.n, dtype=np.int64) if col.clipped is None else col.clipped)
             for k, v in col.skipped.items():
                 skipped[k] = skipped.get(k, 0) + v
         predictors[name] = PredictorPairs(
@@ -76,6 +77,7 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
             np.concatenate(pairs),
             np.empty((sum(p.n for p in parts), 0)),
             {k: v for k, v in skipped.items() if v},
+            np.concatenate(clipped),
         )
     return PairTable(
         ids=[i for p in parts for i in p.ids],

@@ -42,6 +42,11 @@ class PredictorPairs:
     pairs: FloatArray
     aggregates: FloatArray
     skipped: dict[str, int] = field(default_factory=dict)
+    clipped: IntArray | None = None  # (n,) forecasts the log rule clipped per row; None: none counted
+
+    def clipped_in(self, rows: BoolArray) -> int:
+        """Forecasts the log rule clipped in the selected usable rows."""
+        return 0 if self.clipped is None else int(self.clipped[rows & self.usable].sum())
 
 
 @dataclass
@@ -88,7 +93,13 @@ class PairTable:
             schedules=self.schedules,
             weight_mass=self.weight_mass[idx],
             predictors={
-                name: PredictorPairs(p.usable[idx], p.pairs[idx], p.aggregates[idx], dict(p.skipped))
+                name: PredictorPairs(
+                    p.usable[idx],
+                    p.pairs[idx],
+                    p.aggregates[idx],
+                    dict(p.skipped),
+                    None if p.clipped is None else p.clipped[idx],
+                )
                 for name, p in self.predictors.items()
             },
             outcome_on_unscored=self.outcome_on_unscored,
@@ -130,7 +141,7 @@ def pair_table_from_arrays(
         usable=[c.usable for c in cols],
     )
     out = {
-        name: PredictorPairs(rows.usable[p], rows.pairs[p], rows.aggregates[p], dict(cols[p].skipped))
+        name: PredictorPairs(rows.usable[p], rows.pairs[p], rows.aggregates[p], dict(cols[p].skipped), rows.clipped[p])
         for p, name in enumerate(predictors)
     }
     return PairTable(

@@ -100,6 +100,7 @@ class PredictorState:
     rep_count: FloatArray  # (B, M) sum_i W_bi over the column's trajectories
     summaries: FloatArray  # (m, 4) Phi summaries of the complete usable trajectories
     outcomes: FloatArray  # (m,) their outcomes
+    clipped: int = 0  # forecasts the log rule clipped, in the working sample's usable trajectories
 
     @classmethod
     def absent(cls, spec: StateSpec, n: int, n_empty: int) -> PredictorState:
@@ -130,6 +131,7 @@ class PredictorState:
             rep_count=self.rep_count + other.rep_count,
             summaries=concat_rows(self.summaries, other.summaries),
             outcomes=concat_rows(self.outcomes, other.outcomes),
+            clipped=self.clipped + other.clipped,
         )
 
 
@@ -275,6 +277,7 @@ class PartialState:
                 rep_count=reps[:, pres],
                 summaries=col.aggregates[sel].copy(),
                 outcomes=table.outcome[sel].copy(),
+                clipped=col.clipped_in(complete | censored),
             )
         base_cols = slice(k_scores, k_values)
         base_tot = totals[base_cols].reshape(s_n, _M, 2)
@@ -445,6 +448,7 @@ class PartialState:
                 rep_count=arr(d["rep_count"]),
                 summaries=arr(d["summaries"]),
                 outcomes=arr(d["outcomes"]),
+                clipped=int(d.get("clipped", 0)),  # a state written before the count: none
             )
 
         b = obj["base"]

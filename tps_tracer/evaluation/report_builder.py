@@ -36,6 +36,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     split_usable,
 )
 from tps_tracer.records.stop_reasons import Role
+from tps_tracer.scoring.rules import LogRule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE
 
 if TYPE_CHECKING:  # report.py imports this module; the options are only read here
@@ -328,5 +329,20 @@ def _header(
         },
         "audit": audit,
         "coverage": coverage,
+        "log_clipped": _log_clipped(state, covered, states),
         "skipped_predictors": as_dicts(skipped),
     }
+
+
+def _log_clipped(
+    state: PartialState, covered: list[str], states: Mapping[str, PredictorState]
+) -> dict[str, Any] | None:
+    """How many forecasts the log rule clipped to [eps, 1 - eps], per predictor, over the working
+    sample's usable trajectories (None without a log rule). A forecast of exactly 0 or 1 on a run
+    that went the other way scores log(eps) = -13.8 per unit weight: the count says how often."""
+    eps = next((r.eps for r in state.spec.rules if isinstance(r, LogRule)), None)
+    if eps is None:
+        return None
+    # The base rate is the share of complete runs that succeeded: 0 or 1 only if all went one way.
+    counts = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
+    return {"eps": eps, "forecasts": counts, "total": sum(counts.values())}

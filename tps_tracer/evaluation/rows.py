@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.evaluation.aggregators import AGGREGATOR_NAMES, summaries
 from tps_tracer.scoring.branch_pairs import StepLayout
-from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.rules import LogRule, ScoreRule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
 
 FloatArray = NDArray[np.float64]
@@ -43,6 +43,7 @@ class ScoredRows:
     aggregates: FloatArray  # (P, n, 4) phi_last, phi_avg, phi_min, phi_w; (P, n, 0) without summaries
     usable: BoolArray  # (P, n): has steps, every step has a forecast (and the caller did not exclude it)
     weight_mass: FloatArray  # (n, S): sum_{t<=Z} w_t
+    clipped: IntArray  # (P, n): forecasts the log rule clips (outside [eps, 1 - eps]); 0 without a log rule
 
 
 def flat_weights(lengths: IntArray, horizon: FloatArray, schedules: Sequence[WeightSchedule]) -> FloatArray:
@@ -74,16 +75,20 @@ def score_rows(
     aggregates = np.full((n_pred, n, n_aggs), np.nan)
     ok = np.zeros((n_pred, n), dtype=bool)
     mass = np.zeros((n, n_schedules))
+    clipped = np.zeros((n_pred, n), dtype=np.int64)
+    # The log rule clips a forecast of 0 or 1 (a "sure" failing run would score -inf): counted, so
+    # the report can say how many; the rule's own eps, so the count is exactly the forecasts it moved.
+    eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
     has = np.flatnonzero(lens > 0)
     m = has.size
     if m == 0:
-        return ScoredRows(pairs, aggregates, ok, mass)
+        return ScoredRows(pairs, aggregates, ok, mass, clipped)
     seg_lens = lens[has]
     n_steps = int(seg_lens.sum())
     starts = np.concatenate(([0], np.cumsum(seg_lens)[:-1]))
     mass[has] = np.add.reduceat(weights[:n_schedules], starts, axis=1).T
     if n_pred == 0:
-        return ScoredRows(pairs, aggregates, ok, mass)
+        return ScoredRows(pairs, aggregates, ok, mass, clipped)
 
     flat = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])  # predictor-major
     all_lens = np.tile(seg_lens, n_pred)
@@ -92,6 +97,7 @@ def score_rows(
     seg_pairs = np.empty((n_pred * m, n_rules, n_schedules, 2))
     seg_aggs = np.empty((n_pred * m, n_aggs))
     gap_free = np.empty(n_pred * m, dtype=bool)
+    seg_clipped = np.zeros(n_pred * m, dtype=np.int64)
     per_step = max(1, 2 * n_rules * n_schedules)
     lo = 0
     while lo < n_pred * m:
@@ -115,18 +121,23 @@ def score_rows(
         if n_aggs:
             seg_aggs[lo:hi] = summaries(clean, local, all_lens[lo:hi], w[n_schedules]).T
         gap_free[lo:hi] = np.add.reduceat(gaps, local) == 0
+        if eps is not None:  # exactly the forecasts np.clip(p, eps, 1 - eps) moves; NaN (a gap) never counts
+            seg_clipped[lo:hi] = np.add.reduceat((v < eps) | (v > 1.0 - eps), local)
         lo = hi
 
     if m == n:  # every trajectory has steps (the usual case): the block results are the rows
         ok = gap_free.reshape(n_pred, n)
+        clipped = seg_clipped.reshape(n_pred, n)
         pairs = seg_pairs.reshape(n_pred, n, n_rules, n_schedules, 2)
         aggregates = seg_aggs.reshape(n_pred, n, n_aggs)
     else:
         ok[:, has] = gap_free.reshape(n_pred, m)
+        clipped[:, has] = seg_clipped.reshape(n_pred, m)
         pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
         aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
     if usable is not None:
         ok &= np.stack([np.asarray(u, dtype=bool) for u in usable])
     pairs[~ok] = np.nan
     aggregates[~ok] = np.nan
-    return ScoredRows(pairs, aggregates, ok, mass)
+    clipped[~ok] = 0  # an unusable row is not scored: nothing of it was clipped
+    return ScoredRows(pairs, aggregates, ok, mass, clipped)

@@ -98,7 +98,12 @@ class StateMerging(SummaryFolding):
                 "horizon": enc(table.horizon.astype(np.int64)),
                 "weight_mass": enc(table.weight_mass),
                 "predictors": {
-                    name: {"usable": enc(c.usable), "pairs": enc(c.pairs), "aggregates": enc(c.aggregates)}
+                    name: {
+                        "usable": enc(c.usable),
+                        "pairs": enc(c.pairs),
+                        "aggregates": enc(c.aggregates),
+                        "clipped": enc(c.clipped if c.clipped is not None else np.zeros(len(c.usable), np.int64)),
+                    }
                     for name, c in table.predictors.items()
                 },
             },
@@ -147,7 +152,12 @@ class StateMerging(SummaryFolding):
                 dec(rows["horizon"]).tolist(),
                 dec(rows["weight_mass"]).reshape(len(ids), len(acc.schedules)),
                 {
-                    name: (dec(c["usable"]), dec(c["pairs"]), dec(c["aggregates"]))
+                    name: (
+                        dec(c["usable"]),
+                        dec(c["pairs"]),
+                        dec(c["aggregates"]),
+                        dec(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
+                    )
                     for name, c in rows["predictors"].items()
                 },
             )
@@ -246,7 +256,12 @@ class StateMerging(SummaryFolding):
                 table.horizon[idx].astype(np.int64).tolist(),
                 table.weight_mass[idx],
                 {
-                    name: (col.usable[idx], col.pairs[idx], col.aggregates[idx])
+                    name: (
+                        col.usable[idx],
+                        col.pairs[idx],
+                        col.aggregates[idx],
+                        None if col.clipped is None else col.clipped[idx],
+                    )
                     for name, col in table.predictors.items()
                 },
             )

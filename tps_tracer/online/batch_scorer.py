@@ -36,6 +36,7 @@ class ScoredBatch:
     aggregates: FloatArray  # (k, P, 4): phi_last, phi_avg, phi_min, phi_w
     usable: NDArray[np.bool_]  # (k, P): every step has a forecast for the predictor
     weight_mass: FloatArray  # (k, S): sum_{t<=Z} w_t
+    clipped: NDArray[np.int64]  # (k, P): forecasts the log rule clipped
 
 
 class BatchScorer:
@@ -75,5 +76,9 @@ class BatchScorer:
             w = np.zeros((len(self.schedules) + 1, 0))
         rows = score_rows(values, lens, w, self.rules, len(self.schedules))
         return ScoredBatch(
-            rows.pairs.transpose(1, 0, 2, 3, 4), rows.aggregates.transpose(1, 0, 2), rows.usable.T, rows.weight_mass
+            rows.pairs.transpose(1, 0, 2, 3, 4),
+            rows.aggregates.transpose(1, 0, 2),
+            rows.usable.T,
+            rows.weight_mass,
+            rows.clipped.T,
         )

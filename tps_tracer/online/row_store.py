@@ -33,6 +33,7 @@ class _PredictorColumns:
     usable: NDArray[np.bool_]
     pairs: FloatArray
     aggregates: FloatArray
+    clipped: NDArray[np.int64]  # forecasts the log rule clipped, per row
 
 
 class RowStore:
@@ -75,6 +76,7 @@ class RowStore:
             col.usable = grown(col.usable, False)  # type: ignore[assignment]
             col.pairs = grown(col.pairs, np.nan)  # type: ignore[assignment]
             col.aggregates = grown(col.aggregates, np.nan)  # type: ignore[assignment]
+            col.clipped = grown(col.clipped, 0)  # type: ignore[assignment]
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
@@ -82,6 +84,7 @@ class RowStore:
             np.zeros(self._cap, dtype=bool),
             np.full((self._cap, *self._pair_shape()), np.nan),
             np.full((self._cap, len(AGGREGATOR_NAMES)), np.nan),
+            np.zeros(self._cap, dtype=np.int64),
         )
         self.predictors[name] = col
         return col
@@ -95,9 +98,10 @@ class RowStore:
         n_steps: list[int],
         horizon: list[int],
         weight_mass: FloatArray,
-        predictors: dict[str, tuple[NDArray[np.bool_], FloatArray, FloatArray]],
+        predictors: dict[str, tuple[NDArray[np.bool_], FloatArray, FloatArray, NDArray[np.int64] | None]],
     ) -> None:
-        """Store k finished trajectories; predictors maps name -> (usable (k,), pairs (k,R,S,2), aggregates (k,4))."""
+        """Store k finished trajectories; predictors maps name -> (usable (k,), pairs (k,R,S,2), aggregates (k,4),
+        clipped forecasts (k,), None for a state that did not carry them: 0)."""
         k = len(ids)
         while self.n + k > self._cap:
             self._grow(max(self.n + k, int(self._cap * _GROWTH)))
@@ -113,11 +117,12 @@ class RowStore:
         self.seq[sl] = np.arange(self._next_seq, self._next_seq + k)
         self._next_seq += k
         self.weight_mass[sl] = weight_mass
-        for name, (usable, pairs, aggs) in predictors.items():
+        for name, (usable, pairs, aggs, clipped) in predictors.items():
             col = self.predictors.get(name) or self.add_predictor(name)
             col.usable[sl] = usable
             col.pairs[sl] = pairs
             col.aggregates[sl] = aggs
+            col.clipped[sl] = 0 if clipped is None else clipped
         self.n += k
 
     def table(self) -> PairTable:
@@ -139,6 +144,7 @@ class RowStore:
                     col.pairs[:n].copy(),
                     col.aggregates[:n].copy(),
                     skip_counts(col.usable[:n], self.n_steps[:n]),
+                    col.clipped[:n].copy(),
                 )
                 for name, col in self.predictors.items()
             },
@@ -169,7 +175,11 @@ class RowStore:
             weight_mass=self.weight_mass[idx],
             predictors={
                 name: PredictorPairs(
-                    col.usable[idx], col.pairs[idx], col.aggregates[idx], skip_counts(col.usable[idx], n_steps)
+                    col.usable[idx],
+                    col.pairs[idx],
+                    col.aggregates[idx],
+                    skip_counts(col.usable[idx], n_steps),
+                    col.clipped[idx],
                 )
                 for name, col in self.predictors.items()
             },
@@ -187,7 +197,7 @@ class RowStore:
             self.weight_mass,
         ]
         for col in self.predictors.values():
-            arrays += [col.usable, col.pairs, col.aggregates]
+            arrays += [col.usable, col.pairs, col.aggregates, col.clipped]
         for a in arrays:
             a[holes] = a[movers]
         for tid in taken.ids:
@@ -206,6 +216,7 @@ class RowStore:
             col.usable[freed] = False
             col.pairs[freed] = np.nan
             col.aggregates[freed] = np.nan
+            col.clipped[freed] = 0
         self.n = new_n
         self.outcome_on_unscored -= outcome_on_unscored
         return taken, holes, movers
@@ -215,5 +226,5 @@ class RowStore:
         total = sum(a.nbytes for a in (self.stop_code, self.outcome, self.q_z, self.n_steps, self.horizon, self.seq))
         total += self.weight_mass.nbytes
         for col in self.predictors.values():
-            total += col.usable.nbytes + col.pairs.nbytes + col.aggregates.nbytes
+            total += col.usable.nbytes + col.pairs.nbytes + col.aggregates.nbytes + col.clipped.nbytes
         return total

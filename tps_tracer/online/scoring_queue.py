@@ -95,6 +95,7 @@ class ScoringQueue(StateMerging):
             np.concatenate([p.aggregates for p in parts]),
             np.concatenate([p.usable for p in parts]),
             np.concatenate([p.weight_mass for p in parts]),
+            np.concatenate([p.clipped for p in parts]),
         )
 
     def _score(self, batch: list[str]) -> None:
@@ -145,7 +146,7 @@ class ScoringQueue(StateMerging):
                 [lv.horizon for lv in lives],
                 scored.weight_mass,
                 {
-                    name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j])
+                    name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j], scored.clipped[:, j])
                     for j, name in enumerate(names)
                 },
             )

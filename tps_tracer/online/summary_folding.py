@@ -165,7 +165,7 @@ class SummaryFolding:
                         t.n_steps.tolist(),
                         t.horizon.astype(np.int64).tolist(),
                         t.weight_mass,
-                        {name: (c.usable, c.pairs, c.aggregates) for name, c in t.predictors.items()},
+                        {name: (c.usable, c.pairs, c.aggregates, c.clipped) for name, c in t.predictors.items()},
                     )
                     self._keys.extend(fold.keys)
                     self._unscored_outcome.update(fold.unscored)
