@@ -158,13 +158,17 @@ def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
 
 def _floats(n: int, values: Any) -> FloatArray:
     """`n` Python numbers as float64. struct converts each with PyFloat_AsDouble, as np.fromiter
-    does for a number, ~5x faster; anything else (a string, None, a count that differs) raises."""
-    return np.frombuffer(struct.pack(f"{n}d", *values), dtype=np.float64)
+    does for a number, ~5x faster; anything else (a string, None, a count that differs) raises.
+    Packed into a bytearray so the array is writable, as every other parsed array is."""
+    buf = bytearray(8 * n)
+    struct.pack_into(f"{n}d", buf, 0, *values)
+    return np.frombuffer(buf, dtype=np.float64)
 
 
-def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, FloatArray, list[int]] | None:
-    """(tokens, text, chosen, flat candidates, counts) of a payload of plain dict entries, read with
-    C-level maps only (no Python bytecode per token or candidate); None when the payload holds
+def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[int]] | None:
+    """(tokens, text, values, counts) of a payload of plain dict entries, read with C-level maps
+    only (no Python bytecode per token or candidate): `values` holds the n chosen logprobs, then
+    the candidates' (counts[i] for token i), converted in one call. None when the payload holds
     anything else (a non-dict entry, a value that is not a number...): the general reading in
     `from_openai_chat` then decides, so both give the same result or the same error.
 
@@ -173,17 +177,46 @@ def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, FloatA
     try:
         tokens = list(map(_TOKEN, content))
         text = "".join(tokens)
-        chosen = _floats(len(tokens), map(_LOGPROB, content))
         cand_lists: list[Any] = list(map(dict.get, content, repeat("top_logprobs")))
         try:
             counts = list(map(len, cand_lists))
         except TypeError:  # a null top_logprobs: no candidates, as in the general reading
             cand_lists = [c or () for c in cand_lists]
             counts = list(map(len, cand_lists))
-        flat = _floats(sum(counts), map(_LOGPROB, chain.from_iterable(cand_lists)))
+        values = _floats(
+            len(tokens) + sum(counts), chain(map(_LOGPROB, content), map(_LOGPROB, chain.from_iterable(cand_lists)))
+        )
     except Exception:  # whatever it is, the general reading below names it
         return None
-    return tokens, text, chosen, flat, counts
+    return tokens, text, values, counts
+
+
+def _checked_common(values: FloatArray, counts: list[int]) -> tuple[FloatArray, FloatArray] | None:
+    """(chosen, top) of `_read_common`'s values exactly as `_check_logprobs` and `_candidates` give
+    them, for the usual payload only: every logprob <= the tolerance, every token with the same
+    number (<= MAX_CANDIDATES) of candidates, sorted. None otherwise: the general checks then
+    sort, pad, cut, or name the error.
+
+    One max checks both parts (NaN propagates, so NaN and +inf fail `<=`); the clip to 0 is
+    skipped when every value is below it (np.minimum would return them unchanged, -0.0 included
+    only when clipped); sortedness is compared on the contiguous transpose (the (n, k) strided
+    slices cost ~3x more)."""
+    n = len(counts)
+    k = counts[0] if n else 0
+    if k > MAX_CANDIDATES or counts.count(k) != n:
+        return None
+    if values.size:
+        peak = values.max()
+        if not peak <= _POSITIVE_TOLERANCE:
+            return None
+        if peak >= 0.0:
+            values = np.minimum(values, 0.0)
+    top = values[n:].reshape(n, k)
+    if k > 1:
+        cols = top.T.copy()
+        if not (cols[1:] <= cols[:-1]).all():
+            return None
+    return values[:n], top
 
 
 def _read_general(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, FloatArray, list[int]]:
@@ -201,6 +234,21 @@ def _read_general(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, F
     return tokens, text, chosen, flat, counts
 
 
+def _arrays(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, FloatArray]:
+    """(tokens, text, chosen, top) of the entries: the usual payload by the fast reading and
+    checks, anything else (or a payload they decline) by the general ones."""
+    read = _read_common(content) if type(content) is list else None
+    if read is not None:
+        tokens, text, values, counts = read
+        checked = _checked_common(values, counts)
+        if checked is not None:
+            return tokens, text, *checked
+        chosen, flat = values[: len(tokens)], values[len(tokens) :]
+    else:
+        tokens, text, chosen, flat, counts = _read_general(content)
+    return tokens, text, _check_logprobs(chosen, "logprob"), _candidates(flat, counts)
+
+
 def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> TokenLogprobs:
     """Chat-completions logprobs: the `{"content": [...]}` object or the list of entries."""
     if isinstance(logprobs, Mapping):
@@ -211,10 +259,7 @@ def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) 
         content = logprobs
     if not isinstance(content, Sequence) or isinstance(content, (str, bytes)):
         raise LogprobsFormatError(f"'content' must be a list of token entries, got {type(content).__name__}")
-    read = _read_common(content) if type(content) is list else None
-    tokens, text, chosen, flat, counts = read if read is not None else _read_general(content)
-    chosen = _check_logprobs(chosen, "logprob")
-    top = _candidates(flat, counts)
+    tokens, text, chosen, top = _arrays(content)
     # Token strings spell the text unless a character was split across tokens (the API then
     # shows partial bytes as "bytes:\\x.." or U+FFFD); only then rebuild from the raw bytes.
     offsets: IntArray | None = None  # from the token strings, when first needed

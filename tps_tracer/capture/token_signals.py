@@ -69,12 +69,31 @@ def _full_rows_entropy_confidence(top: FloatArray, k: int) -> FloatArray:
     payload), in half the numpy calls, with the same operations on the same values (so the same
     bits): the row max is the first column (rows are sorted), every total is >= 1, and a
     candidate whose q underflows to 0 adds 0 as `np.where` makes it there."""
+    if top.shape[1] <= _COLUMNS_MAX_WIDTH:
+        return _by_columns(np.ascontiguousarray(top.T), k)
     p = np.exp(top - top[:, :1])
     q = p / p.sum(axis=1)[:, None]
     positive = q > 0
     log_q = np.log(q, out=np.zeros_like(q), where=positive)
     conf = 1.0 + (q * log_q).sum(axis=1) / math.log(k)
     return np.minimum(np.maximum(conf, 0.0), 1.0)  # np.clip, without its Python-level wrapper
+
+
+# numpy sums a row of fewer than 8 values left to right (its pairwise summation starts at 8),
+# which is what adding the columns one after the other does: up to this width the rows can be
+# processed as contiguous columns, the same bits in ~1/3 of the time (row-wise broadcasting over
+# a (n, 5) array runs numpy's slow strided loops; tests/test_extraction_equivalence.py checks it).
+_COLUMNS_MAX_WIDTH = 7
+
+
+def _by_columns(cols: FloatArray, k: int) -> FloatArray:
+    """`_full_rows_entropy_confidence` of top = cols.T, cols (width, n) C-contiguous, width <= 7."""
+    p = np.exp(cols - cols[0])
+    q = p / p.sum(axis=0)
+    # np.log on q > 0 everywhere gives the bits the masked call gives (same loop), without the mask.
+    log_q = np.log(q) if q.size and q.min() > 0 else np.log(q, out=np.zeros_like(q), where=q > 0)
+    conf = 1.0 + (q * log_q).sum(axis=0) / math.log(k)
+    return np.minimum(np.maximum(conf, 0.0), 1.0)
 
 
 def batched_per_token(
