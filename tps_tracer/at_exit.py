@@ -16,6 +16,18 @@ An object the user closed is skipped, so nothing is written twice. Exit never ha
 runs on a helper thread joined for at most `set_timeout(seconds)` (default 30 s: a grader on the
 worker may need time); past it, a warning names the sinks that may lack records, and the
 interpreter exits. Only a normal exit runs this: `os._exit`, SIGKILL or an unhandled SIGTERM do not.
+
+**A forked child owns only its own runs.** A child made by `os.fork` (or multiprocessing's
+"fork" start method) inherits copies of every adapter and accumulator with the runs open at the
+fork: the parent's, which the parent goes on to finish. Recorded again at the child's exit (or
+by its `close()`), each would land in the file a second time, as `capture_lost`, a repeat the
+readers set aside. So right after a fork, in the child, every registered adapter and
+accumulator forgets the runs open at the fork (`_forget_at_fork`; counted under ignored:
+`open_at_fork` for an adapter's runs, `live_at_fork` for an accumulator's trajectories) and gets
+fresh locks (one a parent thread held at the fork would stay held forever); the capture worker
+starts with an empty queue and no thread (tracking/worker.py). The child's copies then capture
+the child's own runs, and its exit pass, or its `close()`, records those, once. The sink writes
+each line unbuffered (online/jsonl_sink.py), so the child holds no parent bytes to write again.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -60,6 +73,26 @@ def register_accumulator(accumulator: Any) -> None:
     """Close `accumulator` (`_close_at_exit()`, after every adapter) at exit, unless closed by then."""
     _arm()
     _accumulators.add(accumulator)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the adapters' and accumulators' copies forget the parent's open runs."""
+    global _arm_lock
+    _arm_lock = threading.Lock()
+    for obj in (*list(_adapters), *list(_accumulators)):
+        try:
+            obj._forget_at_fork()
+        except Exception as exc:  # never into the code that forked
+            logger.warning(
+                "tps-tracer: a %s could not forget the runs open at a fork (%s: %s)",
+                type(obj).__name__,
+                type(exc).__name__,
+                exc,
+            )
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows (no fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _arm() -> None:

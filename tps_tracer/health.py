@@ -18,7 +18,8 @@ One vocabulary, a category and a kind per count:
 - error: an internal failure caught so the agent never sees it (on_llm_end, worker.step,
   accumulator.score, sink, listener);
 - ignored: well-formed events deliberately not scored (runs_without_model_calls,
-  unattached_model_call, late_spans);
+  unattached_model_call, late_spans; in a forked child, the parent's runs open at the fork:
+  open_at_fork, live_at_fork);
 - set_aside: whole runs recorded but not scored, under the file reader's names
   (records/set_aside.py): duplicate_id (a new run under an id already finished) and
   duplicate_resolution (a resolution of such a run).

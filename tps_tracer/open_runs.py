@@ -16,6 +16,9 @@ when a run stops being open, and what happens to its events afterwards, is decid
   `GONE_MEMORY` idle timeouts, never by count, so a burst cannot push one out early): an event
   for one is dropped and counted, never allowed to open a new run. `expire(now)` forgets them.
 
+- **Forks.** In a forked child the paused runs and the memory of runs finished early are the
+  parent's: `forget_all` (tps_tracer/at_exit.py) drops them from the child's copy.
+
 Not thread-safe on its own: every call is made under the adapter's lock (the handler's, or the
 span processor's), which also guards the adapter's own indexes.
 """
@@ -99,6 +102,16 @@ class OpenRuns(Generic[R]):
     @property
     def n_paused(self) -> int:
         return len(self._paused)
+
+    def forget_all(self) -> int:
+        """Drop the paused runs and the memory of runs finished early (a forked child's copy: they
+        are the parent's); how many paused runs were dropped."""
+        n = len(self._paused)
+        self._paused.clear()
+        self._threads.clear()
+        self._thread_of.clear()
+        self._gone.clear()
+        return n
 
     # ------------------------------------------------------------------ the idle rule
 

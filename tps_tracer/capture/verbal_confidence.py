@@ -98,14 +98,15 @@ an ASCII-folded copy (`text_folding.folded`, one byte per character, ~1 ms per M
 offset there is an offset in the text, from which VALUE is then read. Two regular
 expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
 the LAST statement of their family by backtracking from the end, the engine jumping between
-the literal's occurrences (the own-line form's line-start check is one fixed-width lookbehind
-per width of the markup before the keyword, 0-8, run only after one cheap lookbehind); every
-quantifier that could meet another is bounded or over a disjoint class, and VALUE is a
-lookahead window of at most 128 characters, so the search stops at the first statement from
-the end and never collects all of them. The whole text is read (no truncation): 1 MB of
-adversarial text takes at most ~95 ms (tests/benchmarks/bench_verbal_grammar.py; 30,000
-labels alone on their line with no value; the spaced and own-line forms added that cost,
-docs/benchmarks.md).
+the literal's occurrences; every quantifier that could meet another is bounded or over a
+disjoint class, and VALUE is at most 128 characters, so the search stops at the first
+statement from the end and never collects all of them. A keyword that starts no statement
+costs a bounded number of the engine's steps, kept few (`_keyword_regex`): what follows the
+keyword up to the separator is matched once (atomic), the forms are a branch the engine
+rules out by their first character, and the own-line form's line-start lookbehinds run only
+with a line end near. The whole text is read (no truncation): 1 MB of adversarial text takes
+at most ~50 ms (tests/benchmarks/bench_verbal_grammar.py; the worst are 30,000 labels alone on
+their line with no value and 69,000 spaced labels before bare integers; docs/benchmarks.md).
 Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
 the text as given, the match that starts last wins.
 """
@@ -151,13 +152,15 @@ WINDOW = 128  # characters of VALUE read after a label or key (the expression at
 # `low_confidence` are not statements (the lookbehinds include the keyword so the engine
 # meets the literal first).
 _KW = r"confidence(?<![a-z0-9]confidence)(?<![a-z0-9][-_]confidence)"
-_SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating))?"
-_SEP = r"(?:\*\*?|__?)?"  # optional markdown emphasis around the label or its colon
+# An optional group is written `(?:X|)`, not `(?:X)?`: the same tries in the same order, but a
+# branch, which the engine runs several times faster than its generic repeat.
+_SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating)|)"
+_SEP = r"(?:\*\*?|__?|)"  # optional markdown emphasis around the label or its colon
 # A scale written in the label, `Confidence (1-10): 8`, `Confidence [0-100]:`, `(out of 5)`, `(%)`:
 # the statement declares its own scale (`?` on the folded text: an en dash).
 _ANNOTATION = (
     r"(?:[ \t]{0,3}[(\[][ \t]{0,2}(?:[01][ \t]{0,2}(?:-|to|\?)[ \t]{0,2}(?:100|10|5|1)|%|percent"
-    r"|(?:out of|/)[ \t]{0,2}(?:100|10|5))[ \t]{0,2}[)\]])?"
+    r"|(?:out of|/)[ \t]{0,2}(?:100|10|5))[ \t]{0,2}[)\]]|)"
 )
 _READ_ANNOTATION = re.compile(
     r"[(\[]\s*(?:[01]\s*(?:-|to)\s*(?P<top>100|10|5|1)|(?P<pct>%|percent)|(?:out of|/)\s*(?P<of>100|10|5))\s*[)\]]"
@@ -167,12 +170,14 @@ _APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|a
 _BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
 # Where a number can start. `?` is any non-ASCII character on the folded text (a full-width
 # or Arabic-Indic digit, `≈`, a no-break space): the VALUE is read from the original text.
+# One flat branch, each alternative starting with a literal or a class, so the engine rules
+# most of them out by their first character (a word is followed by its number).
+_DIGIT_START = r"(?:[0-9?]|[-+.][0-9])"
+_NUMBER_WORDS = (*_APPROX_WORDS[3:-1].split("|"), *_BOUND_WORDS[3:-1].split("|"), "between")
 _NUMBER_START = (
-    r"(?:[\"'`*_(\[?~>]{0,4}[ \t]{0,2}(?:(?:"
-    + _APPROX_WORDS
-    + "|"
-    + _BOUND_WORDS
-    + r"|between)[ \t]{1,3})?(?:[0-9?]|[-+.][0-9]))"
+    r"(?:[\"'`*_(\[?~>]{0,4}[ \t]{0,2}(?:[0-9?]|[-+.][0-9]|"
+    + "|".join(w + r"[ \t]{1,3}" + _DIGIT_START for w in _NUMBER_WORDS)
+    + "))"
 )
 _WINDOW = r"(?=([^\n<]{0," + str(WINDOW) + r"}))"  # a lookahead: the next statement stays findable
 _NEGATIONS = ("not", "than", "least", "most", "over", "under", "above", "below")
@@ -186,16 +191,22 @@ _GAP = r"(?:[ \t]{1,8}|[ \t]{0,8}(?:-{1,2}[ \t]|\?)[ \t]{0,8})"
 # (`7/10`, `3 out of 4`), a decimal with a point or comma in [0, 1] (`0.7`, `.7`, `0,7`, `1.0`),
 # optionally signed, approximate (`~`) or bounded (`>`, `<=`: then refused as a bound), in
 # markdown or a bracket. Never a bare integer (`Confidence 8`, `confidence 2 tools`).
-_DIGITS = r"[0-9]{1,8}(?:[.,][0-9]{1,8})?"
+_DIGITS = r"[0-9]{1,8}(?:[.,][0-9]{1,8}|)"
+_PERCENT_TAIL = r"(?:[ \t]{0,2}(?:-|to)[ \t]{0,2}" + _DIGITS + r"|)[ \t]?(?:%|percent(?![a-z]))"  # after the number
+_FRACTION_TAIL = r"[ \t]{0,2}(?:/|out of)[ \t]{0,2}[0-9]"
+# Written as: a decimal in [0, 1]; else an integer part then its tail (a percent or a fraction,
+# the fraction's number with a point only), which a bare integer followed by a word fails at once.
+_TAILS = (
+    r"\.[0-9]{1,8}(?:" + _PERCENT_TAIL + "|" + _FRACTION_TAIL + ")",
+    ",[0-9]{1,8}" + _PERCENT_TAIL,
+    _PERCENT_TAIL,
+    _FRACTION_TAIL,
+)
 _PLAIN_VALUE = (
     r"(?=[*_`(~<>+0-9.,-])"  # a cheap first check: most text after a label is a word
-    r"(?=[*_`(]{0,3}(?:[~<>]=?[ \t]{0,2})?[-+]?(?:"
-    + _DIGITS
-    + r"(?:[ \t]{0,2}(?:-|to)[ \t]{0,2}"
-    + _DIGITS
-    + r")?[ \t]?(?:%|percent(?![a-z]))"
-    + r"|[0-9]{1,8}(?:\.[0-9]{1,8})?[ \t]{0,2}(?:/|out of)[ \t]{0,2}[0-9]"
-    + r"|0?[.,][0-9]|1\.0))"
+    r"(?=[*_`(]{0,3}(?:[~<>]=?[ \t]{0,2}|)[-+]?(?:0?[.,][0-9]|1\.0|[0-9]{1,8}"
+    r"(?=[.,]?[0-9]{0,8}[ \t]{0,2}[-t%p/o])"  # what every tail starts with
+    "(?:" + "|".join(_TAILS) + ")))"
 )
 # The label alone on its line: only markdown before it (`## `, `**`, `- `, `> `) and after it,
 # then the VALUE on the next non-empty line (at most 8 blank lines), after an optional list
@@ -207,23 +218,34 @@ _LINE_START = "".join(f"(?<![^\\n#*_ \\t>+-]{_MARKUP}{{{k}}}confidence)" for k i
 _LINE_START += f"(?<!{_MARKUP}{{9}}confidence)"
 _LINE_END = r"[ \t]{0,8}\r?\n"
 # `(?![ \t\r\n])`: after the blank lines, so fewer of them fail at once when VALUE is not there.
-_NEXT_LINE = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?![ \t\r\n])(?:[-*+][ \t]{1,3})?(?![ \t])"
+_BLANK_LINES = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?![ \t\r\n])"
+_BULLET = r"(?:[-*+][ \t]{1,3}|)(?![ \t])"
+_NEXT_LINE = _BLANK_LINES + _BULLET
 _PROSE_TAIL = r"[ \t]{1,2}(?:sure|confident|certain)(?![a-z])"
+
+
+_IS_WORDS = ("is", "was", "of", "at")
+_IS_TAIL = r"[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")"  # after `is` / `was` / `of` / `at`
+
+
+def _label_value(levels: Sequence[str]) -> str:
+    """After a label's `:`, `=` or `|`: emphasis, whitespace, then the start of a VALUE (a lookahead)."""
+    words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
+    value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
+    # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
+    return _SEP + r"\s{0,16}(?!\s)" + value_start
 
 
 def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
     """What follows the keyword in each keyword form: tag, key, label (`:`), spaced label,
     `is`/`of`, and the label on its own line (a lookahead, a line-start check, the form)."""
-    words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
-    value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
     tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
     key = (
-        r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value))?[\"'][ \t]{0,8}:\s{0,64}"
+        r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value)|)[\"'][ \t]{0,8}:\s{0,64}"
         r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
     )
-    # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
-    label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _SEP + r"\s{0,16}(?!\s)" + value_start + _WINDOW
-    prose_is = r"[ \t]{1,3}(?:is|was|of|at)[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")" + _WINDOW
+    label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _label_value(levels) + _WINDOW
+    prose_is = r"[ \t]{1,3}(?:" + "|".join(_IS_WORDS) + ")" + _IS_TAIL + _WINDOW
     # Without `:`, only a VALUE unambiguous by its form makes a statement (`Confidence 8` stays prose).
     spaced = _ANNOTATION + _SEP + _GAP + _PLAIN_VALUE + _WINDOW
     own_line = _ANNOTATION + _SEP + _LINE_END + _NEXT_LINE + _PLAIN_VALUE + _WINDOW
@@ -273,23 +295,72 @@ _PERCENT_FAST = re.compile(
 _PERCENT_NUMBER = re.compile(rb"[0-9]{1,3}[ \t]?$")
 
 
+def _atomic(name: str, body: str) -> str:
+    """`body` matched once and never backed into (Python 3.10 has no `(?>...)`): a lookahead
+    is atomic, and the backreference consumes what it matched."""
+    return f"(?=(?P<{name}>{body}))(?P={name})"
+
+
+# The most characters from a keyword to the line end of a label alone on its line: a suffix
+# (3 + 8), a scale in brackets (3 + 1 + 2 + 11 + 2 + 1), emphasis (2), whitespace (8), `\r` (1).
+_OWN_LINE_REACH = 42
+
+
 @functools.lru_cache(maxsize=32)
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     # The last keyword statement of any form: greedy `.*` backtracks from the end, so the first
     # match is the one whose keyword comes last; the keyword is a literal right after `.*`,
-    # so the engine jumps between its candidates, and the label and `is` forms share their
-    # keyword checks. The same forms as statement_patterns (groups in the same order).
-    tag, key, label, spaced, prose_is, own_line = _forms(levels)
-    # A cheap first check: only these characters can follow the keyword of a label or `is` form.
-    head = _KW[len("confidence") :] + r"(?=[ \t\r\n_*:=|(\[?-])"
-    # The label and spaced forms share their annotation and emphasis (tried once per keyword).
-    shared = _ANNOTATION + _SEP
-    assert label.startswith(shared) and spaced.startswith(shared)
-    after_label = "(?:" + label[len(shared) :] + "|" + spaced[len(shared) :] + ")"
-    forms = _SUFFIX + "(?:" + shared + after_label + "|" + prose_is + ")"
-    alone = _LINE_START + _SUFFIX + own_line
-    source = "(?s:.*)confidence(?:" + tag + "|" + key + "|" + head + "(?:" + forms + "|" + alone + "))"
+    # so the engine jumps between its candidates. The same forms as statement_patterns, laid
+    # out so that a keyword that starts no statement (30,000 to 70,000 of them in 1 MB of
+    # adversarial text) costs few steps of the engine:
+    # - the suffix, scale, emphasis and whitespace after the keyword are matched once, as one
+    #   atomic run: a shorter one leaves a character no form accepts next (a letter, `*`, `_`,
+    #   `(`, whitespace), so backing into it could only fail again;
+    # - then one branch whose alternatives start with a literal or a class (the engine skips
+    #   them by their first character): `:=|` (label), whitespace then VALUE (spaced label),
+    #   a dash then VALUE, `is`/`was`/`of`/`at` (only after 1-3 spaces right after the keyword
+    #   or its suffix: a letter before the whitespace);
+    # - the label alone on its line is tried only when a line end is near (its line-start
+    #   lookbehinds are the costly part), and its blank lines once, as an atomic run;
+    # - VALUE groups are consumed (the match ends there); named groups are not VALUE.
+    tag, key, *_ = _forms(levels)
+    # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which of them).
+    assert tag.startswith("(?<=<confidence)") and key.startswith("(?<=[\\\"']confidence)")
+    tag_or_key = (
+        r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)"
+        + tag[len("(?<=<confidence)") :]
+        + "|"
+        + key[len("(?<=[\\\"']confidence)") :]
+        + ")"
+    )
+    value = r"([^\n<]{0," + str(WINDOW) + "})"
+    plain = _PLAIN_VALUE + value
+    after = [
+        "[:=|]" + _label_value(levels) + value,
+        r"(?<=[ \t])" + plain,
+        r"--?[ \t][ \t]{0,8}" + plain,
+        r"\?[ \t]{0,8}" + plain,
+    ]
+    for w in _IS_WORDS:
+        behind = "|".join(f"(?<=[a-z][ \\t]{{{n}}}{w})" for n in (1, 2, 3))
+        after.append(w + "(?=" + behind + ")" + _IS_TAIL + value)
+    label = _SUFFIX + _ANNOTATION + _SEP + r"[ \t]{0,8}"
+    # 88: eight blank lines of eight spaces and `\r\n`, then eight spaces.
+    next_line = "(?=" + _BLANK_LINES + ")" + _atomic("blank", r"[ \t\r\n]{0,88}") + _BULLET
+    alone = (
+        f"(?![^\\n]{{{_OWN_LINE_REACH + 1}}})" + _LINE_START + _atomic("alone", label) + r"\r?\n" + next_line + plain
+    )
+    head = _KW[len("confidence") :] + r"(?=[ \t\r\n_*:=|(\[?-])"  # what can follow a label's keyword
+    forms = "(?:" + _atomic("label", label) + "(?:" + "|".join(after) + ")|" + alone + ")"
+    source = "(?s:.*)confidence(?:" + tag_or_key + "|" + head + forms + ")"
     return re.compile(source.encode("ascii"))
+
+
+@functools.lru_cache(maxsize=32)
+def _value_groups(pattern: re.Pattern[bytes]) -> tuple[int, ...]:
+    """The groups of a one-pass regex that hold a VALUE: the unnamed ones."""
+    named = set(pattern.groupindex.values())
+    return tuple(i for i in range(1, pattern.groups + 1) if i not in named)
 
 
 _SPACED_LABEL = re.compile((_KW + _SUFFIX + _ANNOTATION + _SEP + _GAP).encode("ascii"))
@@ -370,7 +441,7 @@ class VerbalConfidenceExtractor:
         start = -1
         prose = False  # whether a prose percent is the last statement
         if keyword is not None:
-            g = next(i for i in range(1, keyword.re.groups + 1) if keyword.group(i) is not None)
+            g = next(i for i in _value_groups(keyword.re) if keyword.group(i) is not None)
             s, e = keyword.span(g)
             start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
         # A prose percent counts only after the keyword statement: search from there (its

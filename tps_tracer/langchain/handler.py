@@ -306,6 +306,17 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._fail("close", exc)
             return 0
 
+    def _forget_at_fork(self) -> None:
+        """In a forked child (tps_tracer/at_exit.py): the runs open at the fork are the parent's,
+        which finishes them; this copy forgets them (counted), so the child records only its own."""
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+        n = len({id(r) for r in (*self._roots.values(), *self._by_tid.values())})
+        for runs in (self._runs, self._roots, self._by_tid, self._streamed, self._budgets):
+            runs.clear()
+        self._lifetimes.forget_all()
+        if n:
+            self.health.count("ignored", "open_at_fork", n=n)
+
     @property
     def n_open(self) -> int:
         """Open trajectories, paused ones included."""

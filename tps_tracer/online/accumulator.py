@@ -481,6 +481,20 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
     def closed(self) -> bool:
         return self._closed
 
+    def _forget_at_fork(self) -> None:
+        """In a forked child (tps_tracer/at_exit.py): the trajectories live at the fork are the
+        parent's, which finishes them; this copy forgets them (counted), so the child's close()
+        or exit does not record them again. Fresh locks: a parent thread may have held one."""
+        self._lock = threading.Lock()
+        self._writer.lock = threading.Lock()
+        after_fork = getattr(self._writer.sink, "_after_fork_in_child", None)
+        if after_fork is not None:
+            after_fork()
+        n = len(self._store.live)
+        self._store.live.clear()
+        if n:
+            self.health.count("ignored", "live_at_fork", n=n)
+
     def _close_at_exit(self) -> int:
         """At interpreter exit (tps_tracer/at_exit.py): close unless closed; live runs recorded."""
         return 0 if self._closed else self._shut(True, at_exit.ABANDONED_AT_EXIT)

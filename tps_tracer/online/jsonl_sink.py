@@ -77,6 +77,11 @@ class JsonlSink:
         with self._lock:
             self._open()
 
+    def _after_fork_in_child(self) -> None:
+        """A forked child's copy: a fresh lock (a parent thread may have held it at the fork). The
+        file is shared and every line one unbuffered write, so nothing of the parent's is pending."""
+        self._lock = threading.Lock()
+
     # ------------------------------------------------------------------ the file
 
     def _open_file(self) -> BinaryIO:

@@ -282,6 +282,16 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self.feeder.call(functools.partial(self._end_grouped, g, abandoned=why), "finish")
         return len(paused) + len(leftover) + len(grouped)
 
+    def _forget_at_fork(self) -> None:
+        """In a forked child (tps_tracer/at_exit.py): the traces open at the fork are the parent's,
+        which finishes them; this copy forgets them (counted), so the child records only its own."""
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+        n = len(self._traces) + len(self._grouped) + self._lifetimes.forget_all()
+        self._traces.clear()
+        self._grouped.clear()
+        if n:
+            self.health.count("ignored", "open_at_fork", n=n)
+
     @property
     def n_open(self) -> int:
         """Open traces and trajectories, paused ones included."""

@@ -19,7 +19,8 @@ Shaped like OpenTelemetry's batch processor:
 - **A shutdown flag.** After `close()` every event is dropped with the reason
   (dropped / after_close): nothing stays queued to run later.
 - **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
-  queued events are the parent's); the worker restarts on the child's first event.
+  queued events are the parent's); the worker restarts on the child's first event, also one
+  put through `handoff` (whose put looks for no thread: its queue starts the worker once).
 
 **One line per run when the outcome is known in time.** A stop carries the outcome known
 when the run ended (a label, the grader's verdict, run on the worker just before the record
@@ -74,6 +75,24 @@ class _QueuedStop:
     q_z: float | None = None
     grader: Callable[[Any], Any] | None = None
     output: Any = None
+
+
+class _StartsOnFirstPut(queue.SimpleQueue[Any]):
+    """A forked child's queue until its first event, which starts the child's worker. `handoff`'s
+    put checks no thread (the parent's hottest path stays a size check and a put), so without
+    this the child's spans would wait in the queue for a flush that finds no thread to wait for."""
+
+    def __init__(self, worker: CaptureWorker):
+        super().__init__()
+        self._worker = worker
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        worker = self._worker
+        worker._start()  # puts a plain queue in this one's place, then starts the thread
+        if worker._queue is self:  # closed meanwhile: no thread will read it
+            super().put(item)
+        else:
+            worker._queue.put(item)
 
 
 class CaptureWorker:
@@ -280,14 +299,18 @@ class CaptureWorker:
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None and not self._closed:
+                if isinstance(self._queue, _StartsOnFirstPut):
+                    self._queue = queue.SimpleQueue()
                 self._thread = threading.Thread(target=self._run, name="tps-tracer-worker", daemon=True)
                 self._thread.start()
 
     def _after_fork_in_child(self) -> None:
         # The thread did not survive the fork and the queued events belong to the parent.
-        self._queue = queue.SimpleQueue()
+        self._queue = _StartsOnFirstPut(self)
         self._thread = None
         self._start_lock = threading.Lock()
+        self._stopping = {}  # the parent's queued stops: they will never be applied here
+        self._stopping_lock = threading.Lock()
 
     # ------------------------------------------------------------------ worker
 
