@@ -19,6 +19,7 @@ from scale_support import assert_reports_equal, trajectory_dicts
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.gate import GateCriteria, gate_paths
 from tps_tracer.evaluation.report import ReportOptions
+from tps_tracer.evaluation.split_report import reports_by
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.parquet import jsonl_to_parquet, parquet_records, parquet_to_jsonl
 from tps_tracer.records.reading import exact_records
@@ -105,6 +106,8 @@ def test_every_reading_path_agrees_on_shards_with_resolution_lines(graded, tmp_p
     assert_reports_equal(report_from_path(mixed, OPTIONS, chunk_bytes=CHUNK), expected)
     # (Parquet stores an absent forecast as null, in schema order: the same arrays, not the same dicts)
     _assert_same_arrays(to_arrays(exact_records(mixed)), to_arrays(ref))
+    # `report --by` reads records whole: the same groups, the same reports.
+    assert_reports_equal(reports_by(graded["dir"], "agent", OPTIONS), reports_by(graded["one"], "agent", OPTIONS))
     # The gate: a directory, and the two files given together, both as the one file.
     gate_one = gate_paths([graded["one"]], CRIT)
     assert_reports_equal(gate_paths([graded["dir"]], CRIT, chunk_bytes=CHUNK), gate_one)
