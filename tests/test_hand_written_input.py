@@ -67,7 +67,7 @@ def test_outcome_true_false_is_read_as_1_0_everywhere(tmp_path):
     ]
     assert [b.outcome for b in parse_continuations(lines)] == [1, 0]
     path.write_text(json.dumps({**rows[0], "outcome": "true"}) + "\n")
-    with pytest.raises(TrajectoryFileError, match="outcome must be one of 0, 1, true, false"):
+    with pytest.raises(TrajectoryFileError, match=r"outcome must be one of 0, 1 \(or 0\.0, 1\.0\), true, false"):
         read_trajectories(path)
     with pytest.raises(TrajectoryFileError, match="outcome 0 or 1"):
         parse_continuations([json.dumps({"source_trajectory_id": "c", "stop_reason": "clean", "outcome": "true"})])

@@ -63,7 +63,9 @@ def _shard_a(case: str) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("case", ["orphan resolution at the end", "a repeated id in a later chunk"])
+# (An orphan resolution in a shard once took this midway fallback too; resolution lines now apply
+# across shards, so it sends the whole input to the exact read: tests/test_shards.py.)
+@pytest.mark.parametrize("case", ["a repeated id in a later chunk"])
 def test_a_shard_falling_back_midway_gives_each_trajectory_once(tmp_path, case):
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -82,7 +84,8 @@ def test_a_shard_falling_back_midway_gives_each_trajectory_once(tmp_path, case):
 
 def test_a_shard_whose_given_part_the_exact_read_reads_otherwise_is_not_changed_silently(tmp_path):
     """run-3-0 repeated in a later chunk, then its resolution: the exact read gives it to the repeat (set
-    aside), the chunks gave it to the first record. No rewrite of what was given: the duplicate is named."""
+    aside), the chunks gave it to the first record. No rewrite of what was given: with resolution lines
+    in the input, the whole input is read the exact way (records/shards.py), as the concatenated file."""
     lines = _lines(trajectory_dicts(120, seed=3))
     first = json.loads(lines[0])
     assert first["stop_reason"] == "clean"
@@ -95,10 +98,19 @@ def test_a_shard_whose_given_part_the_exact_read_reads_otherwise_is_not_changed_
     lines.append(json.dumps({"resolves": "nobody", "outcome": 1}))  # the fallback, after the chunks
     shards = tmp_path / "shards"
     shards.mkdir()
-    _write(shards / "a.jsonl", lines)
-    _write(shards / "b.jsonl", _lines(trajectory_dicts(10, seed=4)))
-    with pytest.raises(TrajectoryFileError, match="duplicate id 'run-3-0'"):
-        report_from_path(shards, OPTIONS, chunk_bytes=CHUNK)
+    a = _write(shards / "a.jsonl", lines)
+    b = _write(shards / "b.jsonl", _lines(trajectory_dicts(10, seed=4)))
+    got = report_from_path(shards, OPTIONS, chunk_bytes=CHUNK)
+    one = _write(tmp_path / "one.jsonl", [*a.read_text().splitlines(), *b.read_text().splitlines()])
+    expected = report_from_path(one, OPTIONS)
+    aside = got.pop("input")["set_aside"]
+    assert (
+        {k: v["count"] for k, v in aside.items()}
+        == {k: v["count"] for k, v in expected.pop("input")["set_aside"].items()}
+        == {"duplicate_id": 1, "duplicate_resolution": 1, "orphan_resolution": 1}
+    )
+    assert aside["orphan_resolution"]["first"] == f"{a} line 123: no trajectory 'nobody' in the input"
+    assert_reports_equal(got, expected)
 
 
 def test_the_cascade_tries_the_next_way_and_passes_a_whole_file_refusal_on():

@@ -174,8 +174,11 @@ def states_from_path(
     import ray.data
 
     from tps_tracer.records.chunks import is_parquet, source_files
+    from tps_tracer.records.shards import holds_nothing
 
     files = source_files(path)
+    if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader
+        raise WholeInputNeeded("an empty shard")
     parquet = [str(f) for f in files if is_parquet(f)]
     jsonl = [str(f) for f in files if not is_parquet(f)]
     states: list[PartialState] = []

@@ -56,9 +56,12 @@ def sample_from_path_ray(
 
     from tps_tracer.evaluation.gate_input import GateInputError, GateSample, concat_tables
     from tps_tracer.records.chunks import is_parquet, source_files
+    from tps_tracer.records.shards import holds_nothing
     from tps_tracer.records.task_ids import read_task_ids
 
     files = source_files(path)
+    if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader
+        raise WholeInputNeeded("an empty shard")
     parquet = [str(f) for f in files if is_parquet(f)]
     jsonl = [str(f) for f in files if not is_parquet(f)]
     if parquet and jsonl:  # the block order across the two kinds would not be the file order

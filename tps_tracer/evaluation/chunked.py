@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,6 +32,7 @@ from tps_tracer.records.duplicate_ids import duplicate_message, repeated_keys
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.reading import exact_records, fast_else_whole_file, whole_file
 from tps_tracer.records.set_aside import SetAside
+from tps_tracer.records.shards import input_name
 
 Progress = Callable[[Chunk], None]
 T = TypeVar("T")
@@ -44,7 +44,7 @@ def _chunks(
     """The file's chunks, the next one read in a background thread while the caller reduces this one
     (the reader and the bootstrap's weight hashing each leave a core idle otherwise). Lines a shard's
     whole-file read set aside are added to `set_aside`."""
-    chunks = iter_chunks(path, chunk_bytes)
+    chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
         while True:
@@ -65,8 +65,8 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
     if not dup.size:
         return
     files = source_files(path)
-    if len(files) == 1 and not str(files[0]).lower().endswith((".parquet", ".pq")):
-        raise whole_file("duplicate ids")  # the exact reader names both lines
+    if len(files) == 1:  # the exact reader names both lines (or rows), and sets the repeat aside
+        raise whole_file("duplicate ids")
     wanted = set(dup.tolist())
     where: dict[int, str] = {}
     errors = []
@@ -82,7 +82,7 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
                 else:
                     where[key] = chunk.source
     if errors:  # else: distinct ids whose 64-bit keys collide, which is allowed
-        raise TrajectoryFileError(str(path), errors[:20], truncated=len(errors) > 20)
+        raise TrajectoryFileError(input_name(path), errors[:20], truncated=len(errors) > 20)
 
 
 def state_from_path(
@@ -161,8 +161,6 @@ def report_from_path(
         return with_set_aside(report_from_state(state, opts), set_aside)
 
     def whole() -> dict[str, Any]:
-        if Path(path).is_dir():
-            raise TrajectoryFileError(str(path), [RecordError(0, "", "no trajectories in the directory")])
         records = exact_records(path)  # pydantic (~0.3 s): only on the exact path
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,9 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
+from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, is_parquet, source_files
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.shards import has_resolution_lines
 from tps_tracer.records.task_ids import read_task_ids, task_id_of
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
@@ -115,13 +117,18 @@ def sample_from_paths(
     """
     parts: list[PairTable] = []
     seen: set[str] = set()  # ids of the earlier files (within one file, the reader checks duplicates)
-    for k, path in enumerate(paths):
+    inputs: list[Any] = list(paths)
+    if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
+        # A grading job's resolution lines may sit in a file of their own: the files are one input
+        # then (records/shards.py), as the shards of a directory are.
+        inputs = [inputs]
+    for k, path in enumerate(inputs):
         tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule), chunk_bytes, progress)
-        if len(paths) > 1:
+        if len(inputs) > 1:
             dup = next((i for t in tables for i in t.ids if i in seen), None)
             if dup is not None:
                 raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
-            if k < len(paths) - 1:
+            if k < len(inputs) - 1:
                 seen.update(i for t in tables for i in t.ids)
         parts.extend(tables)
     if not parts or sum(p.n for p in parts) == 0:

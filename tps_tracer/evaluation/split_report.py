@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records.arrays import to_arrays
-from tps_tracer.records.chunks import is_parquet
-from tps_tracer.records.jsonl import read_trajectories
+from tps_tracer.records.reading import exact_records
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.set_aside import SetAside
 
 MISSING = "(missing)"
 MAX_GROUPS = 100  # more distinct values is almost certainly a per-run key (an id), not a slice
@@ -56,14 +53,10 @@ def split_records(records: list[TrajectoryRecord], key: str) -> dict[str, list[T
 def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | None = None) -> dict[str, Any]:
     """{"by": key, "groups": [{"value", "n", "report"} or {"value", "n", "error"}], "input"?}."""
     opts = options or ReportOptions()
-    set_aside = SetAside()
-    if is_parquet(path) or Path(path).is_dir():
-        from tps_tracer.records.parquet import parquet_records
-
-        records: list[TrajectoryRecord] = list(parquet_records(path))
-    else:
-        read = read_trajectories(path)
-        set_aside, records = read.set_aside, read
+    # The exact whole-input read of a file, Parquet file or directory (resolution lines across
+    # shards, repeats and empty shards counted: records/reading.py), with what it set aside.
+    read = exact_records(path)
+    set_aside, records = read.set_aside, read
     groups = []
     for value, recs in split_records(records, key).items():
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from tps_tracer.records.limits import (
 from tps_tracer.records.parquet_columns import projected_batches
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.reading import NotFast, YieldedPart, read_arrow_batch, read_jsonl_chunk, shard_rest, whole_file
-from tps_tracer.records.resolutions import apply_resolutions, scan_resolutions
+from tps_tracer.records.resolutions import SharedResolutions, apply_resolutions, scan_resolutions, scan_shards
 from tps_tracer.records.set_aside import SetAside
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
@@ -59,8 +59,11 @@ def is_parquet(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() in PARQUET_SUFFIXES
 
 
-def source_files(path: str | os.PathLike[str]) -> list[Path]:
-    """A file, or the Parquet / JSON Lines shards of a directory (recursively, in name order)."""
+def source_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """A file, or the Parquet / JSON Lines shards of a directory (recursively, in name order); of a
+    list or tuple of paths (several files given together), the files of each in turn."""
+    if not isinstance(path, str | os.PathLike):
+        return [f for p in path for f in source_files(p)]
     p = Path(path)
     if not p.is_dir():
         return [p]
@@ -71,37 +74,65 @@ def source_files(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def iter_chunks(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    set_aside: SetAside | None = None,
 ) -> Iterator[Chunk]:
-    """Chunks of whole trajectories from a JSON Lines file, a Parquet file or a directory of shards."""
+    """Chunks of whole trajectories from a JSON Lines file, a Parquet file or a directory of shards
+    (or a list of them, read as one input). A shard holding nothing is counted in `set_aside`
+    (`empty_shard`) and logged."""
     files = source_files(path)
+    # Resolution lines of any shard apply to every shard (records/shards.py): found first.
+    shared = None
+    if len(files) > 1:
+        jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
+        try:
+            shared = scan_shards([(k, ((o, b) for o, b, _ in _byte_chunks(f, _SCAN_BYTES))) for k, f in jsonl])
+        except OSError:
+            raise whole_file("a shard that cannot be read") from None
     names = PredictorNames()  # distinct predictor names over the whole input (records/limits.py)
     for k, f in enumerate(files):
         if is_parquet(f):
-            chunks = _parquet_chunks(f, k, batch_rows)
+            chunks = _parquet_chunks(f, k, batch_rows, shared)
         else:
-            chunks = _jsonl_chunks(f, k, chunk_bytes)
+            chunks = _jsonl_chunks(f, k, chunk_bytes, shared)
         # What this shard gave so far: a shard among many may fall back midway (a single file falls
-        # back whole, and keeps nothing: its ids would outlive its chunks).
-        done = YieldedPart() if len(files) > 1 else None
+        # back whole, and keeps nothing: its ids would outlive its chunks). With shared resolution
+        # lines the whole input falls back (their records may lie in shards already given).
+        done = YieldedPart() if len(files) > 1 and shared is None else None
+        gave = False
         try:
             for chunk in chunks:
                 if not names.add(chunk.arrays.predictors):
                     _too_many_predictors(chunk, names)
                 if done is not None:
                     done.add(chunk.arrays, chunk.done)
+                gave = True
                 yield chunk
         except NotFast:
             if done is None:
                 raise
             # One shard among many: its exact read gives the error, or the records it did not yet give.
-            arrays, set_aside, start = shard_rest(f, done)
-            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=set_aside)
+            arrays, aside, start = shard_rest(f, done)
+            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=aside)
             if not names.add(chunk.arrays.predictors):
                 _too_many_predictors(chunk, names)
+            gave = True
             yield chunk
+        if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
+            _empty_shard(f, str(path), set_aside)
+    if shared is not None and shared.pending.by_id:
+        raise whole_file("a resolution of an id in no shard")  # shards.read_shards names it
+
+
+def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
+    """A shard of a directory holding nothing is named and counted, never dropped silently."""
+    note = SetAside()
+    note.add("empty_shard", str(f))
+    note.log_once(source)
+    if set_aside is not None:
+        set_aside.merge(note)
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
@@ -165,20 +196,24 @@ def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int
                 return
 
 
-def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chunk]:
+def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
     try:
-        # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk.
-        resolutions = scan_resolutions((o, piece) for o, piece, _ in _byte_chunks(path, _SCAN_BYTES))
+        # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk: this
+        # file's, or (`shared`) those of every shard of the input.
+        if shared is None:
+            own = pending = scan_resolutions((o, piece) for o, piece, _ in _byte_chunks(path, _SCAN_BYTES))
+        else:
+            own, pending = shared.lines.get(file_index), shared.pending
         for offset, chunk, size in _byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
-            if resolutions is not None:
-                chunk = resolutions.drop_lines(chunk, offset)
-            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=resolutions is not None)
-            if resolutions is not None:
-                arrays = apply_resolutions(arrays, resolutions)
+            if own is not None:
+                chunk = own.drop_lines(chunk, offset)
+            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=own is not None)
+            if pending is not None:
+                arrays = apply_resolutions(arrays, pending)
             if arrays.n:
                 yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
-        if resolutions is not None and resolutions.by_id:
+        if shared is None and pending is not None and pending.by_id:
             raise whole_file("a resolution of an id not in the file")
     except OSError:
         raise whole_file(str(path)) from None
@@ -187,7 +222,9 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int) -> Iterator[Chu
 # -- Parquet -----------------------------------------------------------------------------------
 
 
-def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Chunk]:
+def _parquet_chunks(
+    path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
+) -> Iterator[Chunk]:
     require_pyarrow(f"reading Parquet ({path})")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -203,5 +240,7 @@ def _parquet_chunks(path: Path, file_index: int, batch_rows: int) -> Iterator[Ch
     # Only the columns the scores need (parquet_columns.py); a refused batch is read whole.
     for row, batch, whole in projected_batches(pf, batch_rows):
         arrays, fast = read_arrow_batch(batch, str(path), row, whole)
+        if shared is not None:  # resolution lines of the input's JSON Lines shards
+            arrays = apply_resolutions(arrays, shared.pending)
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -18,6 +18,9 @@ from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lin
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
 from tps_tracer.validity import forecast_problem
+
+if TYPE_CHECKING:
+    from tps_tracer.records.shards import ShardLinks
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
@@ -50,7 +53,7 @@ def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
     ]
 
 
-def _apply_resolutions(
+def apply_resolution_records(
     records: list[TrajectoryRecord], resolutions: list[tuple[int, ResolutionRecord]], errors: list[RecordError]
 ) -> list[TrajectoryRecord]:
     """Fill late outcomes / q_z into their records (a resolution may precede or follow its record)."""
@@ -121,7 +124,11 @@ def _set_aside_resolutions(
 
 
 def parse_lines(
-    lines: Iterable[str], source: str = "<input>", strict: bool = False, names: PredictorNames | None = None
+    lines: Iterable[str],
+    source: str = "<input>",
+    strict: bool = False,
+    names: PredictorNames | None = None,
+    links: ShardLinks | None = None,
 ) -> ReadRecords:
     """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
 
@@ -133,6 +140,11 @@ def parse_lines(
     Every line is read under the JSON rule of `records/limits.py`, and the distinct predictor
     names are counted in `names` (a new count if None): the first name beyond MAX_PREDICTORS
     ends the read at once, naming its line and field (the arrays would need a column per name).
+
+    `links`: the lines are one shard of a larger input (records/shards.py). Resolutions of an id
+    this shard lacks are handed to `links.foreign` (another shard may hold it) instead of being
+    set aside, the ids repeated here go to `links.repeated`, and a shard without trajectories is
+    not an error here (the caller decides for the whole input).
     """
     names = PredictorNames() if names is None else names
     records: list[TrajectoryRecord] = []
@@ -192,11 +204,16 @@ def parse_lines(
             continue
         first_line_of[rec.trajectory_id] = line_no
         records.append(rec)
+    if links is not None:
+        links.repeated.update(repeats)
     if resolutions:
         resolutions = [(n, r) for n, r in resolutions if r.resolves not in invalid_ids]
+        if links is not None:
+            links.foreign.extend((n, r) for n, r in resolutions if r.resolves not in first_line_of)
+            resolutions = [(n, r) for n, r in resolutions if r.resolves in first_line_of]
         if not strict:
             resolutions = _set_aside_resolutions(resolutions, first_line_of, repeats, set_aside)
-        records = _apply_resolutions(records, resolutions, errors)
+        records = apply_resolution_records(records, resolutions, errors)
     if errors:
         # A last line without a newline whose JSON stops mid-value is the sign of a writer killed
         # mid-record; a syntax error elsewhere in a long last line is not a truncation.
@@ -207,13 +224,15 @@ def parse_lines(
             )
         # Capped like the line errors above (resolutions are checked at the end, all at once).
         raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
-    if not records:
+    if not records and links is None:
         raise TrajectoryFileError(source, [RecordError(0, "", "the file holds no trajectories")])
     set_aside.log_once(source)
     return ReadRecords(records, set_aside)
 
 
-def read_trajectories(source: str | os.PathLike[str] | IO[str], strict: bool = False) -> ReadRecords:
+def read_trajectories(
+    source: str | os.PathLike[str] | IO[str], strict: bool = False, links: ShardLinks | None = None
+) -> ReadRecords:
     """Read a trajectory JSON Lines file (path or open text stream).
 
     Repeated ids and resolutions of absent ids are set aside and counted (`result.set_aside`);
@@ -221,19 +240,21 @@ def read_trajectories(source: str | os.PathLike[str] | IO[str], strict: bool = F
     if hasattr(source, "read"):
         stream: Any = source
         name = getattr(stream, "name", "<stream>")
-        return parse_lines(bounded_lines(stream, name), name, strict)
+        return parse_lines(bounded_lines(stream, name), name, strict, links=links)
     path = Path(source)
     try:
         # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped; CRLF line
         # ends are read as newlines by text mode.
         with path.open(encoding="utf-8-sig") as fh:
-            return parse_lines(bounded_lines(fh, str(path)), str(path), strict)
+            return parse_lines(bounded_lines(fh, str(path)), str(path), strict, links=links)
     except FileNotFoundError:
         raise TrajectoryFileError(str(path), [RecordError(0, "", "file not found")]) from None
     except OSError as exc:  # a directory, no permission, ...
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError as exc:
-        raise TrajectoryFileError(str(path), [RecordError(0, "", f"not UTF-8 text ({exc.reason})")]) from None
+        from tps_tracer.records.file_kind import not_text_message
+
+        raise TrajectoryFileError(str(path), [RecordError(0, "", not_text_message(path, exc.reason))]) from None
 
 
 def record_json(rec: TrajectoryRecord) -> str:

@@ -16,7 +16,9 @@ another:
 | anything else (2, 0.5, NaN, "maybe", "", a list)  | InvalidOutcome (a ValueError) |
 
 JSON Lines records allow no strings (`allow_strings=False`): a file says 0, 1, true or
-false. Run metadata and span attributes are often strings, so labels allow them.
+false; a number equal to 0 or 1 (`1.0`, as numpy- or JavaScript-based writers store every number)
+is the same outcome, and the error message says so (it once listed only `0, 1, true, false`).
+Run metadata and span attributes are often strings, so labels allow them.
 """
 
 from __future__ import annotations
@@ -52,5 +54,9 @@ def as_outcome(value: Any, *, allow_strings: bool = True) -> int | None:
         if word in _FALSE:
             return 0
     shown = repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
-    allowed = "0, 1, true, false" + (', "true"/"false"/"yes"/"no"/"success"/"failure"' if allow_strings else "")
+    # The message states the whole rule: a number equal to 0 or 1 (1.0 from a writer that stores
+    # every number as a float is the outcome 1, as JSON does not tell 1 from 1.0), a boolean, null.
+    allowed = "0, 1 (or 0.0, 1.0), true, false" + (
+        ', "true"/"false"/"yes"/"no"/"success"/"failure"' if allow_strings else ""
+    )
     raise InvalidOutcome(f"an outcome must be one of {allowed} or null, got {shown[:80]}")

@@ -27,6 +27,7 @@ Resolution lines (`{"resolves": ...}`) are applied while converting; Parquet hol
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -38,7 +39,7 @@ from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
 from tps_tracer.records.pyarrow_extra import require_pyarrow
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.set_aside import SetAside
+from tps_tracer.records.set_aside import ReadRecords, SetAside
 
 DEFAULT_ROWS_PER_GROUP = 50_000
 
@@ -242,42 +243,88 @@ def _row_to_json(row: dict[str, Any]) -> str:
 
 def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
     """Validated records of a Parquet file or a directory of shards (errors name the row); a directory's
-    `.jsonl` shards are read as JSON Lines (no pyarrow needed for them)."""
+    `.jsonl` shards are read as JSON Lines (no pyarrow needed for them).
+
+    A repeated id inside one file is set aside and counted, as the JSON Lines reader does; across
+    shards it is an error. A directory whose JSON Lines shards hold resolution lines is read whole
+    (`shards.read_shards`: a resolution may name a record of any shard), else shard by shard."""
     from tps_tracer.records.chunks import is_parquet, source_files
+    from tps_tracer.records.shards import has_resolution_lines, read_shards
 
+    files = source_files(src)
+    if len(files) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in files):
+        yield from read_shards(files, str(src))
+        return
     seen: set[str] = set()
-    for path in source_files(src):
-        batches = _parquet_batches(path, batch_rows) if is_parquet(path) else [(0, read_trajectories(path))]
-        for row, records in batches:
-            for i, rec in enumerate(records):
-                if rec.trajectory_id in seen:
-                    msg, line = duplicate_message(rec.trajectory_id, "an earlier row has it"), row + i + 1
-                    if not is_parquet(path):  # a JSON Lines shard: its own reader checked its lines
-                        msg, line = duplicate_message(rec.trajectory_id, "also in an earlier shard"), 0
-                    raise TrajectoryFileError(str(path), [RecordError(line, "trajectory_id", msg)])
-                seen.add(rec.trajectory_id)
-            yield from records
+    for path in files:
+        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
+        for rec in records:
+            if rec.trajectory_id in seen:
+                msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
+                raise TrajectoryFileError(str(path), [RecordError(0, "trajectory_id", msg)])
+            seen.add(rec.trajectory_id)
+            yield rec
 
 
-def _parquet_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, list[TrajectoryRecord]]]:
-    """(first row, validated records) per record batch of one Parquet file."""
+def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768) -> ReadRecords:
+    """Validated records of one Parquet file, with what was set aside (see `parquet_file_iter`)."""
+    out = ReadRecords()
+    out.extend(parquet_file_iter(path, batch_rows, out.set_aside))
+    return out
+
+
+def parquet_file_iter(
+    path: str | os.PathLike[str], batch_rows: int = 32_768, set_aside: SetAside | None = None
+) -> Iterator[TrajectoryRecord]:
+    """Validated records of one Parquet file, a batch at a time; errors name the row (from 1). A row
+    repeating an earlier row's id (two runs appended into one table) is set aside and counted in
+    `set_aside`, the first kept, as the JSON Lines reader does with a repeated line
+    (records/set_aside.py); it once was an error naming no row."""
+    aside = set_aside if set_aside is not None else SetAside()
+    first_row: dict[str, int] = {}
+    for row, ids, lines in _parquet_batches(path, batch_rows):
+        keep = []
+        for i, (tid, line) in enumerate(zip(ids, lines, strict=True)):
+            at = row + i + 1
+            if isinstance(tid, str) and tid in first_row:
+                aside.add("duplicate_id", f"row {at}: {duplicate_message(tid, f'first seen on row {first_row[tid]}')}")
+                continue
+            if isinstance(tid, str):
+                first_row[tid] = at
+            keep.append((at, line))
+        yield from _validated_rows(path, keep)
+    aside.log_once(str(path))
+
+
+def _parquet_batches(path: str | os.PathLike[str], batch_rows: int) -> Iterator[tuple[int, list[Any], list[str]]]:
+    """(first row, trajectory ids, rows as JSON Lines text) per record batch of one Parquet file."""
     require_pyarrow(f"reading Parquet ({path})")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from tps_tracer.records.limits import check_parquet_predictors
 
-    pf = pq.ParquetFile(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
     check_parquet_predictors(pf.schema_arrow, str(path))  # before a batch builds 100,000 columns
     row = 0
     for batch in pf.iter_batches(batch_size=batch_rows):
-        lines = [_row_to_json(r) for r in batch.to_pylist()]
-        try:
-            records = parse_lines(lines, str(path), strict=True) if lines else []
-        except TrajectoryFileError as exc:
-            errors = [RecordError(e.line + row if e.line else 0, e.field, e.message) for e in exc.errors]
-            raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
-        yield row, records
+        rows = batch.to_pylist()
+        yield row, [r.get("trajectory_id") for r in rows], [_row_to_json(r) for r in rows]
         row += batch.num_rows
+
+
+def _validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -> list[TrajectoryRecord]:
+    """The records of (row from 1, JSON text) pairs; errors name the row and field."""
+    if not rows:
+        return []
+    try:
+        return parse_lines([line for _, line in rows], str(path), strict=True)
+    except TrajectoryFileError as exc:
+        errors = [RecordError(rows[e.line - 1][0] if e.line else 0, e.field, e.message) for e in exc.errors]
+        raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
 
 
 def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:
@@ -297,7 +344,14 @@ def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLi
 
 
 def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
-    n = write_jsonl_atomic(parquet_records(src), dst)
+    """Write the records of a Parquet file or directory as JSON Lines. An input without any
+    trajectory is refused as `report` refuses it (it once wrote an empty file, exit 0)."""
+    records = parquet_records(src)
+    first = next(records, None)  # read before the output file is created
+    if first is None:
+        what = "the directory holds" if Path(src).is_dir() else "the file holds"
+        raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
+    n = write_jsonl_atomic(itertools.chain([first], records), dst)
     return ConvertSummary(trajectories=n)
 
 

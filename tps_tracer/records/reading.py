@@ -28,7 +28,7 @@ callers) decide what happens next.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -97,22 +97,27 @@ class YieldedPart:
         self.end = end
 
 
-def exact_records(path: str | os.PathLike[str]) -> ReadRecords:
-    """The whole-file read of one file, the exact way for its format: JSON Lines through
-    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_records` (errors name the
-    row). Parquet used to be handed to the JSON Lines reader here, so an empty Parquet file (which
-    the fast path sends to this read) failed as "not UTF-8 text"."""
-    from tps_tracer.records.chunks import is_parquet
+def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
+    """The whole-file read of one input, the exact way for its format: JSON Lines through
+    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_file_records` (errors name
+    the row, a repeated id is set aside), a directory (or a list of files) through
+    `shards.read_shards` (resolution lines apply across its shards). Parquet used to be handed to
+    the JSON Lines reader here, so an empty Parquet file (which the fast path sends to this read)
+    failed as "not UTF-8 text"."""
+    from tps_tracer.records.chunks import is_parquet, source_files
+    from tps_tracer.records.errors import RecordError, TrajectoryFileError
 
+    if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
+        from tps_tracer.records.shards import input_name, read_shards
+
+        return read_shards(source_files(path), input_name(path))
     if not is_parquet(path):
         from tps_tracer.records.jsonl import read_trajectories
 
         return read_trajectories(path)
-    from tps_tracer.records.errors import RecordError, TrajectoryFileError
-    from tps_tracer.records.parquet import parquet_records
-    from tps_tracer.records.set_aside import ReadRecords
+    from tps_tracer.records.parquet import parquet_file_records
 
-    records = ReadRecords(parquet_records(path))
+    records = parquet_file_records(path)
     if not records:
         raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
     return records

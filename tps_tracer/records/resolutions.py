@@ -13,6 +13,10 @@ resolution of a pending clean stop, or a q_z where the record has none (or the s
 else (an invalid resolution, an outcome for a non-clean stop, a conflicting value, an id not in
 the file) raises `reading.NotFast(whole_file=True)`, and the exact whole-file reader gives its
 result or its error message with line numbers, as before.
+
+The shards of one input (a directory) share their resolution lines (`scan_shards`): a grading
+job's file of resolutions applies to the records of the other shards, as in one file; the exact
+way for them is `shards.read_shards`.
 """
 
 from __future__ import annotations
@@ -93,6 +97,30 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
     outcome = None if res.outcome is None else float(res.outcome)
     found.spans.append((start, end))
     found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
+
+
+@dataclass
+class SharedResolutions:
+    """The resolution lines of every JSON Lines shard of one input (records/shards.py): each shard's
+    lines (to drop from its chunks) and what they all say per id (applied to any shard's chunks)."""
+
+    lines: dict[int, Resolutions]  # file index -> its resolution lines
+    pending: Resolutions  # id -> (outcome, q_z) over every shard, in input order; emptied as applied
+
+
+def scan_shards(files: list[tuple[int, Iterable[tuple[int, bytes]]]]) -> SharedResolutions | None:
+    """The resolution lines of the shards given as (file index, pieces as for `scan_resolutions`),
+    or None when no shard has one (then each shard is read as alone, as before)."""
+    lines: dict[int, Resolutions] = {}
+    pending = Resolutions([], {})
+    for k, pieces in files:
+        found = scan_resolutions(pieces)
+        if found is None:
+            continue
+        lines[k] = found  # (kept without spans too: its chunks' mentions of the word are not resolutions)
+        for tid, said in found.by_id.items():
+            pending.by_id.setdefault(tid, []).extend(said)
+    return SharedResolutions(lines, pending) if any(r.spans for r in lines.values()) else None
 
 
 def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:

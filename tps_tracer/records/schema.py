@@ -30,7 +30,7 @@ from tps_tracer.validity import horizon_below_steps, horizon_range_problem
 
 
 def _binary(v: Any) -> Any:
-    """The record's outcome by the one rule (`records/outcome.py`): 0, 1, true, false or null; no strings."""
+    """The record's outcome by the one rule (`records/outcome.py`): 0, 1 (0.0, 1.0), true, false or null; no strings."""
     try:
         return as_outcome(v, allow_strings=False)
     except InvalidOutcome as exc:

@@ -11,7 +11,11 @@ about, and must not make every command refuse the records around them:
   above it), so a re-run's grades go with the re-run's records and never conflict with the
   first run's.
 - `orphan_resolution`: a resolution line for an id no record in the file has (its record was
-  lost, e.g. the disk was full when it was due, or a grader named a wrong id).
+  lost, e.g. the disk was full when it was due, or a grader named a wrong id). In a directory
+  of shards, "the file" is every shard (records/shards.py).
+- `empty_shard`: a shard of a directory holding nothing (an empty file, a 0-row Parquet file):
+  not lines, but counted here so it is named, never skipped silently (a single empty file, or a
+  directory where no shard holds a trajectory, is an error).
 
 The lenient read (the default) counts them here and scores the rest; `strict=True` refuses the
 file with each one as a line error, as before. `as_dict()` is what `report --json` shows under
@@ -29,11 +33,12 @@ if TYPE_CHECKING:  # pydantic (~0.3 s of import) only where records are built
 
 logger = logging.getLogger("tps_tracer")
 
-KINDS = ("duplicate_id", "duplicate_resolution", "orphan_resolution")
+KINDS = ("duplicate_id", "duplicate_resolution", "orphan_resolution", "empty_shard")
 _WHAT = {
     "duplicate_id": "record(s) repeating an id of an earlier line (a re-run appended to the file?); first kept",
     "duplicate_resolution": "resolution line(s) of those repeated records",
     "orphan_resolution": "resolution line(s) for an id no record in the file has (its record was never written?)",
+    "empty_shard": "shard(s) of the input holding no records (an empty file)",
 }
 
 
