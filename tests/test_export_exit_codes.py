@@ -106,3 +106,44 @@ def test_linked_runs_all_waiting_for_their_grade_exit_2(tmp_path, capsys, receiv
     assert code == 2, err
     assert "none of the 4 runs can be exported: 4 clean runs still wait for their outcome" in err
     assert _Receiver.requests == []
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """An OTLP endpoint that refuses every request (400: not retried, so the test is quick)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(400)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_endpoint_that_refuses_every_span_is_not_an_export(tmp_path, capsys):
+    # The batch processor's flush returned True though every export failed: the command said
+    # "12 runs exported" and exited 0 with nothing delivered.
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        path = _write(tmp_path, [_linked(r, i) for i, r in enumerate(ok_records(12))])
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code, out, err = call(["export", path, "--to", "otlp", "--endpoint", url, "--timeout", "10", "--json"], capsys)
+    finally:
+        server.shutdown()
+    assert code == 1, err
+    assert "runs exported" not in err and "12 runs sent to otlp; delivery incomplete" in err
+    summary = json.loads(out)
+    assert summary["complete"] is False
+    assert summary["delivery"]["delivered"] == 0 and summary["delivery"]["gave_up"] == 12
+
+
+def test_more_runs_than_the_batch_queue_holds_all_arrive(tmp_path, capsys, receiver):
+    # The SDK's batch processor holds 2,048 spans and drops the rest without a word.
+    n = 5000
+    path = _write(tmp_path, [_linked(r, i) for i, r in enumerate(ok_records(n))])
+    code, out, err = call(["export", path, "--to", "otlp", "--endpoint", receiver, "--timeout", "60", "--json"], capsys)
+    assert code == 0, err
+    received = _received_spans()
+    assert len(received) == n == json.loads(out)["delivery"]["delivered"]
+    assert len({bytes(s.trace_id) for s in received}) == n

@@ -37,6 +37,7 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from tps_tracer.otel.delivery_count import DeliveryCount
     from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
     from tps_tracer.otel.trace_links import TraceLinks
 
@@ -44,13 +45,25 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
     resource = Resource.create({"service.name": "tps-tracer", **_resource(args.resource)})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    counted = DeliveryCount(OTLPSpanExporter(endpoint=url))
+    # The batch processor drops spans once its queue (2,048 by default) is full; a file's export
+    # is bounded by the file, so the queue holds all of it and nothing is dropped unseen.
+    provider.add_span_processor(BatchSpanProcessor(counted, max_queue_size=1 << 30))
     spans = EvaluationSpanExporter(provider, TraceLinks(), **options)  # span ids derived: idempotent
 
     def flush(timeout: float) -> bool:
-        return bool(provider.force_flush(int(timeout * 1000)))
+        # Every span created must have reached the endpoint: a flush that emptied the queue in
+        # time is not enough (see DeliveryCount).
+        flushed = bool(provider.force_flush(int(timeout * 1000)))
+        return flushed and counted.delivered == spans.counts["spans"]
 
-    return spans, flush, lambda: {"spans": spans.counts["spans"], "endpoint": url}
+    def status() -> dict[str, Any]:
+        created = spans.counts["spans"]
+        pending = max(created - counted.delivered - counted.gave_up, 0)
+        sent = {"delivered": counted.delivered, "gave_up": counted.gave_up, "pending": pending}
+        return {"spans": created, **sent, "endpoint": url}
+
+    return spans, flush, status
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -127,7 +140,9 @@ def check_linked(records: list[Any], allow_unlinked: bool) -> None:
 
 
 def _line(summary: Any, to: str, failed: bool) -> str:
-    parts = [f"tps-tracer: {len(summary.exported)} runs exported to {to}"]
+    # "exported" only when the backend took them all: a CI log is read for that word.
+    verb = "sent to" if failed else "exported to"
+    parts = [f"tps-tracer: {len(summary.exported)} runs {verb} {to}"]
     if summary.without_trace:
         parts.append(f"{len(summary.without_trace)} without trace ids, not exported ({_ids(summary.without_trace)})")
     if summary.pending_outcome:
