@@ -10,7 +10,10 @@ worker's), beside a no-op handler / processor in the same run (issue 28 targets:
 2. OpenTelemetry: the real SDK TracerProvider, spans in the OpenInference conventions the
    processor reads (an agent root with `metadata`, per step an LLM span whose `output.value`
    is the LangChain LLMResult JSON with the logprobs, and a TOOL span), through a no-op
-   SpanProcessor or TPSSpanProcessor (force_flush inside the timed region).
+   SpanProcessor or TPSSpanProcessor (force_flush inside the timed region), or the same
+   processor with background=False (all its work on the emitting thread: the difference is
+   what the hand-over to the worker costs); and how many cyclic GC collections each variant
+   started inside its timed rounds.
 3. Imports: `import tps_tracer.langchain` on top of langgraph + langchain, and
    `import tps_tracer.otel` on top of the OTel SDK, in fresh interpreters: wall time and peak
    RSS deltas against the baseline imports alone.
@@ -257,6 +260,7 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tupl
     tool_attrs = {"openinference.span.kind": "TOOL", "tool.name": "search", "output.value": "clue"}
     providers: dict[str, tuple[TracerProvider, TPSSpanProcessor | None]] = {}
     accumulators: dict[str, Accumulator] = {}
+    inline_accumulators: dict[str, Accumulator] = {}
     for kind in llm_spans:
         noop_provider = TracerProvider()
         noop_provider.add_span_processor(NoOpProcessor())
@@ -264,14 +268,30 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tupl
         tps = TPSSpanProcessor(acc)
         tps_provider = TracerProvider()
         tps_provider.add_span_processor(tps)
+        # The same work on the emitting thread (background=False): what the hand-over to the worker adds.
+        inline_acc = inline_accumulators[kind] = Accumulator(bootstrap=0)
+        inline = TPSSpanProcessor(inline_acc, background=False)
+        inline_provider = TracerProvider()
+        inline_provider.add_span_processor(inline)
         providers[f"{kind}: no-op processor"] = (noop_provider, None)
         providers[f"{kind}: TPS processor"] = (tps_provider, tps)
+        providers[f"{kind}: TPS processor, inline"] = (inline_provider, inline)
+
+    collections: dict[str, int] = dict.fromkeys(providers, 0)  # cyclic GC runs inside the timed regions
+    timing: list[str] = []
+
+    def count_collections(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and timing:
+            collections[timing[0]] += 1
+
+    gc.callbacks.append(count_collections)
 
     def one_round(name: str, tag: str) -> float:
         provider, processor = providers[name]
         kind = name.split(":")[0]
         tracer = provider.get_tracer("bench")
         gc.collect()
+        timing.append(name)
         t0 = time.process_time()
         for i in range(RUNS):
             meta = json.dumps({"tps_trajectory_id": f"{tag}-{i}"})
@@ -284,7 +304,9 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tupl
             root.end()
         if processor is not None:
             processor.force_flush()
-        return (time.process_time() - t0) / (RUNS * STEPS)
+        spent = time.process_time() - t0
+        timing.clear()
+        return spent / (RUNS * STEPS)
 
     rows: dict[str, list[float]] = {name: [] for name in providers}
     for name in providers:
@@ -293,11 +315,17 @@ def otel_costs(rounds: int, outputs_lp: list[tuple[str, Any]]) -> dict[str, tupl
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             rows[name].append(one_round(name, f"r{r}-{name}"))
+    gc.callbacks.remove(count_collections)
     for name, (_, processor) in providers.items():
         if processor is not None:
-            n = accumulators[name.split(":")[0]].n_finished
+            kind = name.split(":")[0]
+            n = (inline_accumulators if name.endswith("inline") else accumulators)[kind].n_finished
             processor.shutdown()
             assert n == RUNS * (rounds + 1), f"{name}: {n} runs recorded, {RUNS * (rounds + 1)} expected"
+    print("Cyclic GC collections started inside the timed rounds, per 100 model calls (the worker's queue keeps")
+    print("spans alive longer than inline work does, so more of them are young when a collection starts)")
+    for name, n in collections.items():
+        print(f"  {name:<40} {100 * n / (RUNS * STEPS * (rounds + 1)):6.1f}")
     added = {}
     for kind in llm_spans:
         table = _print_table(

@@ -63,7 +63,7 @@ import functools
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,8 @@ from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS,
 from tps_tracer.errors import InputError
 from tps_tracer.open_runs import OpenRuns, is_interrupt
 from tps_tracer.otel import span_reading as sr
+from tps_tracer.otel.span_fields import attributes as attrs_of
+from tps_tracer.otel.span_fields import events as events_of
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
@@ -95,22 +97,6 @@ DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
 logger = logging.getLogger("tps_tracer")
 _SWEEP_EVERY_SPANS = 1024
-
-
-def _attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
-    """The span's attributes, as the plain dict the SDK keeps inside BoundedAttributes when it can.
-
-    on_end asks every span for keys it almost never has; through the public `attributes`
-    (a mapping proxy over BoundedAttributes, whose inherited `get` raises and catches a
-    KeyError per absent key) that costs ~1 us a key, on the dict ~30 ns. Any other span
-    implementation goes through the public property."""
-    inner = getattr(span, "_attributes", None)
-    if type(inner) is dict:
-        return inner
-    inner = getattr(inner, "_dict", None)
-    if type(inner) is dict:
-        return inner
-    return span.attributes or {}
 
 
 def _first_given(*values: Any) -> Any:
@@ -137,16 +123,18 @@ class _Trace:
 def _tool_failure(span: ReadableSpan) -> bool:
     """A tool span that ended in error because the tool failed: not the parser's retry tool, and not a
     tool cancelled with its run (asyncio.wait_for's timeout: CancelledError), which did not fail."""
-    attributes = span.attributes or {}
+    attributes = attrs_of(span)
     if span.name == PARSE_RETRY_TOOL or not sr.is_tool_span(attributes):
         return False
-    return not {short_name(n) for n in sr.exception_names(span.events, attributes)} & NOT_TOOL_FAILURES
+    return not {short_name(n) for n in sr.exception_names(events_of(span), attributes)} & NOT_TOOL_FAILURES
 
 
 def _interrupted(span: ReadableSpan) -> bool:
     """Whether the span recorded LangGraph's interrupt (an `exception` event of type GraphInterrupt:
     OpenInference records it on the node's span, whose status stays OK)."""
-    return any(e.name == "exception" and is_interrupt((e.attributes or {}).get("exception.type")) for e in span.events)
+    return any(
+        e.name == "exception" and is_interrupt((e.attributes or {}).get("exception.type")) for e in events_of(span)
+    )
 
 
 @dataclass
@@ -222,6 +210,10 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
         self._handoff = self.feeder.handoff(self._dropped)
+        # Bound once: `self._track_start` in on_start would build a new method object per span, one
+        # more container for the cyclic GC to count while the span waits in the queue.
+        self._start_job = self._track_start
+        self._end_job = self._track_end
         at_exit.register_adapter(self)  # a script that never shuts the provider down still gets its runs
         accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
@@ -306,11 +298,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     @never_raises("on_start")
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self._handoff((APPLY, self._track_start, span))
+        self._handoff((APPLY, self._start_job, span))
 
     @never_raises("on_end")
     def on_end(self, span: ReadableSpan) -> None:
-        self._handoff((APPLY, self._track_end, span))
+        self._handoff((APPLY, self._end_job, span))
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
         """A span event given up (counted by the worker): mark its trace, in order, on the worker."""
@@ -360,7 +352,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         scope = span.instrumentation_scope
         if scope is not None and scope.name == SCOPE_NAME:
             return
-        llm = sr.is_llm_span(_attribute_dict(span))
+        llm = sr.is_llm_span(attrs_of(span))
         parent = span.parent
         if self.root_matcher is None:
             is_root = parent is None or parent.is_remote
@@ -368,7 +360,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             is_root = bool(self.root_matcher(span))
         # langchain-classic AgentExecutor retries malformed output through an "_Exception" tool run.
         failed = span.status.status_code is StatusCode.ERROR or span.name == PARSE_RETRY_TOOL
-        interrupted = not llm and bool(span.events) and _interrupted(span)
+        interrupted = not llm and bool(events_of(span)) and _interrupted(span)
         finish: _Trace | None = None
         context = span.context
         trace_id = context.trace_id
@@ -473,7 +465,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         output) and the run metadata are on its child `LangGraph.workflow`, which is the last
         span to end before the root."""
         root, child = st.root, st.last_ended
-        attrs = (root.attributes or {}) if root is not None else {}
+        attrs = attrs_of(root) if root is not None else {}
         if (
             root is None
             or child is None
@@ -482,20 +474,22 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             or sr.has_output(attrs)
         ):
             return attrs
-        return {**(child.attributes or {}), **attrs}
+        return {**attrs_of(child), **attrs}
 
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
         abandoned = abandoned or st.lost
         root = st.root
         root_attrs = self._root_attributes(st)
-        metadata = sr.run_metadata(root_attrs)
+        metadata = sr.run_metadata(root_attrs)  # decoded once: the id below is read from it
         steps = sorted(st.llm, key=lambda s: s.start_time or 0)
-        tid = self._named_id(root_attrs)
+        tid = self._named_id(root_attrs, metadata)
         if tid is None:
             for span in steps:
-                tid = self._named_id(span.attributes or {})
+                span_attrs = attrs_of(span)
+                span_metadata = sr.run_metadata(span_attrs)
+                tid = self._named_id(span_attrs, span_metadata)
                 if tid is not None:
-                    metadata = {**sr.run_metadata(span.attributes or {}), **metadata}
+                    metadata = {**span_metadata, **metadata}
                     break
         if tid is None and self._blank_id(root_attrs, steps):
             # An empty id ("" from a template with nothing filled in) is no id: the trace id is used.
@@ -548,17 +542,15 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         )
 
     @staticmethod
-    def _named_id(attributes: Mapping[str, Any]) -> str | None:
-        """The trajectory id the attributes name; None for none, or an empty / blank one."""
-        tid = sr.trajectory_id_of(attributes)
+    def _named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
+        """The trajectory id the attributes (and their run metadata) name; None for none, or an empty / blank one."""
+        tid = sr.trajectory_id_in(attributes, metadata)
         return tid if tid is not None and tid.strip() else None
 
     @staticmethod
     def _blank_id(root_attrs: Mapping[str, Any], steps: list[ReadableSpan]) -> bool:
         """Whether the run names a trajectory id that is empty or blank (counted once per run)."""
-        return any(
-            sr.trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(s.attributes or {} for s in steps))
-        )
+        return any(sr.trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps)))
 
     def _model_call(self, state: TrajectoryState, span: ReadableSpan, marked_malformed: bool) -> None:
         if span.status.status_code is StatusCode.ERROR:
@@ -567,7 +559,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if state.fixed is not None:  # the stop is fixed: later calls are counted, never read
             state.decide_call(False, self.tracker.repair_budget)
             return
-        step = sr.read_llm_step(span.attributes or {})
+        step = sr.read_llm_step(attrs_of(span))
         self.tracker.model_call(state, step.raw, step.malformed or marked_malformed)
 
     # ------------------------------------------------------------------ trajectories without an agent span
@@ -613,7 +605,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         """Indices of model calls whose output a parser then rejected (OutputParserException, "_Exception")."""
         marked: set[int] = set()
         for f in failures:
-            names = {short_name(n) for n in sr.exception_names(f.events, f.attributes or {})}
+            names = {short_name(n) for n in sr.exception_names(events_of(f), attrs_of(f))}
             if not names & PARSE_EXCEPTIONS and f.name != PARSE_RETRY_TOOL:
                 continue
             # The call it rejected is the last one to end before it did (the parser span, the
@@ -631,13 +623,19 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         LangChain's `invalid_tool_calls`; the chain or graph node around the call records the
         whole AIMessage. Only a parent holding exactly one model call is read, so its output
         is that call's message."""
-        per_parent: Counter[int] = Counter(s.parent.span_id for s in steps if s.parent is not None)
         marked: set[int] = set()
-        for i, span in enumerate(steps):
-            if span.parent is None or per_parent[span.parent.span_id] != 1:
+        if not st.callers:
+            return marked
+        # Each step's parent id read once (a plain dict count: a Counter costs ~10 us per run here).
+        parents = [s.parent.span_id if s.parent is not None else None for s in steps]
+        per_parent: dict[int | None, int] = {}
+        for pid in parents:
+            per_parent[pid] = per_parent.get(pid, 0) + 1
+        for i, pid in enumerate(parents):
+            if pid is None or per_parent[pid] != 1:
                 continue
-            caller = st.callers.get(span.parent.span_id)
-            if caller is not None and sr.output_is_invalid_tool_calls(caller.attributes or {}):
+            caller = st.callers.get(pid)
+            if caller is not None and sr.output_is_invalid_tool_calls(attrs_of(caller)):
                 marked.add(i)
         return marked
 

@@ -322,7 +322,19 @@ class CaptureWorker:
             event, pending = (q.get() if pending is _NOTHING else pending), _NOTHING
             if event is None:
                 return
-            if event[0] == "step":
+            kind = event[0]
+            if kind is APPLY:  # per-span work, the most frequent event: applied here without a dispatch
+                try:
+                    event[1](event[2])
+                except Exception as exc:  # as _apply: never let one bad event stop the worker
+                    self._failed(APPLY, exc)
+                # Hand the GIL back every 64 span events: an agent thread waking from network I/O
+                # then waits for a few events' work, not the interpreter's 5 ms switch interval.
+                small += 1
+                if not small & 63:
+                    time.sleep(0)
+                continue
+            if kind == "step":
                 # The steps queued right behind it share one numpy pass (SignalExtractor.forecasts_batch);
                 # events stay in order: the first non-step one is applied after them.
                 batch = [event]
@@ -339,14 +351,7 @@ class CaptureWorker:
                 time.sleep(0)
                 continue
             self._apply(event)
-            # Hand the GIL back after every event (every 64 small span events): an agent thread
-            # waking from network I/O then waits for at most one event's work, not the
-            # interpreter's 5 ms switch interval.
-            if event[0] is APPLY:
-                small += 1
-                if small & 63:
-                    continue
-            time.sleep(0)
+            time.sleep(0)  # the GIL handed back after every other event (see the APPLY case above)
 
     def _apply_steps(self, batch: list[tuple[Any, ...]]) -> None:
         """Step events in order, their signals extracted together (the same forecasts as one by one)."""
@@ -406,7 +411,10 @@ class CaptureWorker:
             elif kind == "barrier":
                 event[1].set()
         except Exception as exc:  # never let one bad event stop the worker
-            self.health.count("error", f"worker.{kind}", f"{kind} event failed ({type(exc).__name__}: {exc})")
+            self._failed(kind, exc)
+
+    def _failed(self, kind: str, exc: Exception) -> None:
+        self.health.count("error", f"worker.{kind}", f"{kind} event failed ({type(exc).__name__}: {exc})")
 
     def _stop(
         self, tid: str, reason: str, horizon: int | None, metadata: Mapping[str, Any], ticket: _QueuedStop
