@@ -257,3 +257,25 @@ def test_outcome_one_point_zero_is_the_outcome_one_and_the_message_says_so(tmp_p
     with pytest.raises(TrajectoryFileError) as exc:
         read_trajectories(path)
     assert exc.value.errors[0].message == "an outcome must be one of 0, 1 (or 0.0, 1.0), true, false or null, got 0.5"
+
+
+def test_a_rerun_appended_to_one_shard_is_set_aside_as_in_a_file_read_alone(tmp_path):
+    # The file alone set the repeat aside; inside a directory the same file was a hard error
+    # ("duplicate id 'x' (in d/a.jsonl, first seen in d/a.jsonl)").
+    lines = [json.dumps(r) for r in trajectory_dicts(120, seed=9)]
+    rerun = json.loads(lines[7])
+    rerun["steps"] = rerun["steps"][:1]
+    shard_a = [*lines[:60], json.dumps(rerun)]
+    d = tmp_path / "d"
+    d.mkdir()
+    _write(d / "a.jsonl", shard_a)
+    _write(d / "b.jsonl", lines[60:])
+    one = _write(tmp_path / "one.jsonl", [*shard_a, *lines[60:]])
+    got = report_from_path(d, OPTIONS, chunk_bytes=CHUNK)
+    assert_reports_equal(got, report_from_path(one, OPTIONS, chunk_bytes=CHUNK))
+    assert got["input"]["set_aside"]["duplicate_id"]["count"] == 1
+    assert got["audit"]["n_trajectories"] == 120
+    # The same id in two shards stays an error, naming both shards.
+    _write(d / "c.jsonl", [lines[3]])
+    with pytest.raises(TrajectoryFileError, match=r"in .*c\.jsonl, first seen in .*a\.jsonl"):
+        report_from_path(d, OPTIONS, chunk_bytes=CHUNK)

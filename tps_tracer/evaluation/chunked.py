@@ -70,10 +70,15 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
     wanted = set(dup.tolist())
     where: dict[int, str] = {}
     errors = []
+    within_a_shard = False
     for chunk in iter_chunks(path, chunk_bytes):
         for tid, key in zip(chunk.arrays.ids, trajectory_keys(chunk.arrays.ids).tolist(), strict=True):
             if key in wanted:
-                if key in where:
+                if key in where and where[key] == chunk.source:
+                    # A repeat inside one shard is set aside, as in a file read alone (a re-run
+                    # appended to it): the exact whole-input read names both lines.
+                    within_a_shard = True
+                elif key in where:
                     errors.append(
                         RecordError(
                             0, "trajectory_id", duplicate_message(tid, f"in {chunk.source}, first seen in {where[key]}")
@@ -83,6 +88,8 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
                     where[key] = chunk.source
     if errors:  # else: distinct ids whose 64-bit keys collide, which is allowed
         raise TrajectoryFileError(input_name(path), errors[:20], truncated=len(errors) > 20)
+    if within_a_shard:
+        raise whole_file("duplicate ids inside a shard")
 
 
 def state_from_path(
