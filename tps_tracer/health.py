@@ -77,6 +77,11 @@ class HealthLedger:
         with self._lock:
             return {c: dict(sorted(b.items())) for c, b in self._counts.items()}
 
+    def __repr__(self) -> str:
+        # What `print(handler.health)` shows: the non-zero counts (an empty ledger: "{}"), not an address.
+        counts = {c: kinds for c, kinds in self.snapshot().items() if kinds}
+        return f"HealthLedger({counts})"
+
     def merge(self, other: HealthLedger) -> None:
         """Add another ledger's counts (merging accumulators of several workers)."""
         if other is self:
