@@ -13,6 +13,7 @@ from typing import Any
 from tps_tracer.cli.tables import WIDTH, fit_table, fmt
 from tps_tracer.evaluation.gate_coverage import coverage_line
 from tps_tracer.evaluation.gate_hypothesis import describe_test, power_text, rule_text
+from tps_tracer.evaluation.gate_set_aside import set_aside_lines
 
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
 
@@ -78,6 +79,7 @@ def _headline(result: dict[str, Any]) -> list[str]:
         lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} trajectories")
     if result.get("coverage"):  # what the verdict rests on, in every output form
         lines.append(coverage_line(result["coverage"], str(s["predictor"])))
+    lines += set_aside_lines(result.get("input"))  # lines the gate did not judge (a re-run, an empty shard)
     settings = result.get("settings") or {}
     if any(c.get("test") for c in result["checks"]):
         lines.append("test: " + describe_test(settings["test"], float(settings["margin"])))

@@ -119,23 +119,33 @@ def map_chunks(
     fn: Callable[[TrajectoryArrays], T],
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Progress | None = None,
+    set_aside: SetAside | None = None,
 ) -> list[T]:
     """`fn` of every chunk's arrays, in file order (one result from the exact reader when the file
-    needs the whole-file view: resolution lines, duplicate ids, an error to report by line)."""
+    needs the whole-file view: resolution lines, duplicate ids, an error to report by line).
+    Lines read but not scored (records/set_aside.py) are added to `set_aside`, either way."""
 
     def chunked() -> list[T]:
         out: list[T] = []
         keys = []
-        for chunk in _chunks(path, chunk_bytes, progress):
+        # Collected apart and merged only on success: a chunked read that falls back to the whole
+        # file has already counted some lines, which the exact read counts again.
+        found = SetAside()
+        for chunk in _chunks(path, chunk_bytes, progress, found):
             keys.append(trajectory_keys(chunk.arrays.ids))
             out.append(fn(chunk.arrays))
         _check_unique(path, keys, chunk_bytes)
         if not out:
             raise whole_file("no trajectories")
+        if set_aside is not None:
+            set_aside.merge(found)
         return out
 
     def whole() -> list[T]:
-        return [fn(to_arrays(exact_records(path)))]  # pydantic (~0.3 s): only on the exact path
+        records = exact_records(path)  # pydantic (~0.3 s): only on the exact path
+        if set_aside is not None:
+            set_aside.merge(records.set_aside)
+        return [fn(to_arrays(records))]
 
     return fast_else_whole_file(chunked, whole)
 

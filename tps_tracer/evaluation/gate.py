@@ -66,6 +66,7 @@ from tps_tracer.evaluation.gate_hypothesis import (
     underpowered_warning,
 )
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
+from tps_tracer.evaluation.gate_set_aside import from_report, input_block
 from tps_tracer.evaluation.report import (
     BASE_RATE,
     NO_WORKING_SAMPLE,
@@ -489,6 +490,7 @@ def evaluate_gate(
     cand_sample = _sample(candidate, crit)
     base_sample = None if baseline is None else _sample(baseline, crit)
     predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
+    read = input_block(cand_sample.set_aside, None if base_sample is None else base_sample.set_aside)
     try:
         run = _Run(cand_sample, crit, predictor, "candidate")
         _check_exact(run.audit, crit)
@@ -496,7 +498,7 @@ def evaluate_gate(
     except Unusable as u:
         result = _unusable_result(crit, predictor, source, u)
         result["skipped_predictors"] = as_dicts(skipped)
-        return result
+        return _with_input(result, read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
@@ -609,7 +611,7 @@ def evaluate_gate(
     failed = [c["name"] for c in checks if not c["passed"]]
     usable = usable and not _refused(checks)  # the candidate's or the baseline's
     verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
-    return {
+    result = {
         "version": GATE_VERSION,
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
@@ -625,6 +627,14 @@ def evaluate_gate(
         "skipped_predictors": as_dicts(skipped),
         **({"comparison": comparison} if comparison is not None else {}),
     }
+    return _with_input(result, read)
+
+
+def _with_input(result: dict[str, Any], block: dict[str, Any] | None) -> dict[str, Any]:
+    """The result with its `input` block (gate_set_aside.py) when lines were set aside."""
+    if block:
+        result["input"] = block
+    return result
 
 
 def gate_paths(
@@ -773,7 +783,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     except Unusable as u:
         result = _unusable_result(crit, str(predictor), source, u)
         result["warnings"], result["notes"] = warnings, notes
-        return result
+        return _with_input(result, from_report(report))
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
@@ -826,7 +836,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     settings = _settings(crit)
     settings.update(bootstrap=report.get("settings", {}).get("bootstrap"), seed=report.get("settings", {}).get("seed"))
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
-    return {
+    result = {
         "version": GATE_VERSION,
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
@@ -840,6 +850,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         "audit": audit,
         "coverage": coverage,
     }
+    return _with_input(result, from_report(report))
 
 
 def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:

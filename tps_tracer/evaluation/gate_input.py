@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_fr
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, is_parquet, source_files
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.set_aside import SetAside
 from tps_tracer.records.shards import has_resolution_lines
 from tps_tracer.records.task_ids import read_task_ids, task_id_of
 from tps_tracer.scoring.rules import ScoreRule
@@ -36,10 +37,12 @@ class GateInputError(InputError):
 
 @dataclass
 class GateSample:
-    """One run: its pair table and, for pairing with a baseline, each trajectory's task id."""
+    """One run: its pair table, for pairing with a baseline each trajectory's task id, and the
+    lines its files held but the gate does not judge (records/set_aside.py; shown in its output)."""
 
     table: PairTable
     task_ids: list[str]
+    set_aside: SetAside = field(default_factory=SetAside)
 
 
 def gate_rows(arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule) -> PairTable:
@@ -99,7 +102,13 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
 def sample_from_records(records: Sequence[TrajectoryRecord], rule: ScoreRule, schedule: WeightSchedule) -> GateSample:
     if not records:
         raise GateInputError("no trajectories")
-    return GateSample(gate_rows(to_arrays(records), rule, schedule), [task_id_of(r) for r in records])
+    # The records of `read_trajectories` carry what their reader set aside (ReadRecords).
+    set_aside = getattr(records, "set_aside", None)
+    return GateSample(
+        gate_rows(to_arrays(records), rule, schedule),
+        [task_id_of(r) for r in records],
+        set_aside if isinstance(set_aside, SetAside) else SetAside(),
+    )
 
 
 def sample_from_paths(
@@ -118,12 +127,13 @@ def sample_from_paths(
     parts: list[PairTable] = []
     seen: set[str] = set()  # ids of the earlier files (within one file, the reader checks duplicates)
     inputs: list[Any] = list(paths)
+    set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         # A grading job's resolution lines may sit in a file of their own: the files are one input
         # then (records/shards.py), as the shards of a directory are.
         inputs = [inputs]
     for k, path in enumerate(inputs):
-        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule), chunk_bytes, progress)
+        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule), chunk_bytes, progress, set_aside)
         if len(inputs) > 1:
             dup = next((i for t in tables for i in t.ids if i in seen), None)
             if dup is not None:
@@ -142,6 +152,21 @@ def sample_from_paths(
             more_ids, more_tasks = read_task_ids(path)
             ids.extend(more_ids)
             task_ids.extend(more_tasks)
+        if set_aside.counts.get("duplicate_id"):
+            # The readers kept the first record of a repeated id (a re-run appended to the file)
+            # and set the rest aside; so does this pass (it stopped the gate: "the files changed").
+            ids, task_ids = _first_of_each_id(ids, task_ids)
         if ids != table.ids:  # both passes read the same files in the same order
             raise GateInputError("the trajectory files changed while the gate was reading them")
-    return GateSample(table, task_ids)
+    return GateSample(table, task_ids, set_aside)
+
+
+def _first_of_each_id(ids: list[str], task_ids: list[str]) -> tuple[list[str], list[str]]:
+    seen: set[str] = set()
+    kept: tuple[list[str], list[str]] = ([], [])
+    for i, t in zip(ids, task_ids, strict=True):
+        if i not in seen:
+            seen.add(i)
+            kept[0].append(i)
+            kept[1].append(t)
+    return kept
