@@ -47,9 +47,7 @@ class FoldedIds:
         """Whether `tid` (an id) was folded, by its key."""
         if not isinstance(tid, str) or not (self._recent or self._sorted):
             return False  # (the first fold comes after the first batch: until then, no hashing)
-        return self.has_key(trajectory_key(tid))
-
-    def has_key(self, key: int) -> bool:
+        key = trajectory_key(tid)
         if key in self._recent:
             return True
         k = np.uint64(key)
