@@ -355,7 +355,7 @@ def test_internal_errors_never_reach_the_agent(tmp_path, caplog, monkeypatch):
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("bug in the handler")
 
-    monkeypatch.setattr(handler, "_commit", broken)
+    monkeypatch.setattr(handler.tracker, "commit", broken)
     agent = prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])
     with caplog.at_level(logging.WARNING, logger="tps_tracer"):
         observed = [

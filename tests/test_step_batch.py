@@ -17,6 +17,7 @@ from tps_tracer.capture import SignalExtractor, parse_logprobs
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.token_signals import batched_per_token
 from tps_tracer.records import read_trajectories
+from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import STEP_BATCH, CaptureWorker
 
 
@@ -107,10 +108,11 @@ def _records(tmp_path, name: str, background: bool, raws: list[RawStep], extract
     gate = threading.Event()
     if background:
         worker.call(gate.wait)  # hold the worker so the steps queue up behind it
+    runs = [TrajectoryState(f"run{r}") for r in range(3)]
     for i, raw in enumerate(raws):
-        worker.step(f"run{i % 3}", raw)
-    for r in range(3):
-        worker.stop(f"run{r}", "clean", None, {})
+        worker.step(runs[i % 3], raw)
+    for run in runs:
+        worker.stop(run, "clean", None, {})
     gate.set()
     worker.close()
     acc.close()

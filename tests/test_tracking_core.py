@@ -40,6 +40,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import APPLY, CaptureWorker
 
 # ---------------------------------------------------------------- one outcome rule
@@ -377,14 +378,14 @@ def test_a_full_queue_holds_the_caller_back_and_loses_nothing(tmp_path):
     worker.call(lambda: (busy.set(), gate.wait()))  # the worker is busy: everything after waits in the queue
     assert busy.wait(10)  # the job left the queue: its 3 slots are free
     threading.Timer(0.3, gate.set).start()  # the worker frees up while the caller is held back
-    lost: list[str] = []
+    run = TrajectoryState("t")
     for i in range(6):
-        worker.step("t", RawStep(f"<confidence>0.{i + 1}</confidence>"), on_loss=lost.append)
+        worker.step(run, RawStep(f"<confidence>0.{i + 1}</confidence>"))
     assert gate.is_set()  # the 4th step could only be queued once the worker had made room
     assert worker.waits >= 1 and worker.waited_seconds > 0.1
-    worker.stop("t", "clean", None, {}, outcome=1)
+    worker.stop(run, "clean", None, {}, outcome=1)
     worker.flush()
-    assert lost == [] and acc.health.get("dropped") == 0 and acc.health.get("error") == 0
+    assert run.capture_lost is None and acc.health.get("dropped") == 0 and acc.health.get("error") == 0
     acc.close()
     assert [s["verbal"] for s in _steps_of(tmp_path, "t")] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     worker.close()
@@ -396,10 +397,10 @@ def test_a_stuck_worker_gives_the_event_up_after_max_block_and_marks_its_run(tmp
     gate, busy = threading.Event(), threading.Event()
     worker.call(lambda: (busy.set(), gate.wait()))
     assert busy.wait(10)
-    lost: list[str] = []
-    worker.step("t", RawStep("<confidence>0.5</confidence>"), on_loss=lost.append)  # fits
-    worker.step("t", RawStep("<confidence>0.6</confidence>"), on_loss=lost.append)  # waits 50 ms, given up
-    assert lost == ["queue_full"] and acc.health.get("dropped", "queue_full") == 1
+    run = TrajectoryState("t")
+    worker.step(run, RawStep("<confidence>0.5</confidence>"))  # fits
+    worker.step(run, RawStep("<confidence>0.6</confidence>"))  # waits 50 ms, given up
+    assert run.capture_lost == "queue_full" and acc.health.get("dropped", "queue_full") == 1
     gate.set()
     worker.close()
 
@@ -440,27 +441,30 @@ def test_a_run_whose_worker_is_busy_is_recorded_whole_or_capture_lost(tmp_path, 
 def test_events_after_close_are_dropped_with_the_reason_never_run_later(tmp_path):
     acc, _ = new_accumulator(tmp_path)
     worker = CaptureWorker(acc)
-    worker.step("a", RawStep("<confidence>0.5</confidence>"))
+    run = TrajectoryState("a")
+    worker.step(run, RawStep("<confidence>0.5</confidence>"))
     worker.close()
-    worker.step("a", RawStep("<confidence>0.6</confidence>"))
-    worker.stop("a", "clean", None, {})
+    worker.step(run, RawStep("<confidence>0.6</confidence>"))
+    worker.stop(run, "clean", None, {})
     worker.flush()
-    assert acc.health.get("dropped", "after_close") == 2
-    assert acc.n_live == 1 and acc.n_finished == 0  # the stop submitted after close never ran
+    assert acc.health.get("dropped", "after_close") == 2 and run.capture_lost == "after_close"
+    assert len(run.steps) == 1 and acc.n_finished == 0  # the stop submitted after close never ran
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_gets_a_fresh_worker():
     acc = Accumulator(bootstrap=0)
     worker = CaptureWorker(acc)
-    worker.step("parent", RawStep("<confidence>0.5</confidence>"))
+    parent = TrajectoryState("parent")
+    worker.step(parent, RawStep("<confidence>0.5</confidence>"))
     worker.flush()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its worker restarts on the first event and applies it
         try:
-            worker.step("child", RawStep("<confidence>0.25</confidence>"))
-            worker.stop("child", "max_steps", 3, {})
+            child = TrajectoryState("child")
+            worker.step(child, RawStep("<confidence>0.25</confidence>"))
+            worker.stop(child, "max_steps", 3, {})
             ok = worker.flush(5) and acc.n_finished == 1
             os.write(write, b"1" if ok else b"0")
         finally:
@@ -468,7 +472,7 @@ def test_a_forked_child_gets_a_fresh_worker():
     os.close(write)
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1" and status == 0
-    assert acc.n_live == 1 and acc.n_finished == 0  # the parent never saw the child's events
+    assert len(parent.steps) == 1 and acc.n_finished == 0  # the parent never saw the child's events
 
 
 # ---------------------------------------------------------------- the span processor

@@ -96,8 +96,6 @@ class _Run:
     state: TrajectoryState
     root: UUID | None
     run_ids: list[UUID] = field(default_factory=list)
-    pending: RawStep | None = None  # the last model output, until we know whether it was parsed
-    pending_malformed: bool = False
     last_seen: float = 0.0  # the clock at its last callback (the idle rule)
     interrupted: bool = False  # a node raised LangGraph's interrupt: the root's end is a pause
     ended: bool = False  # finished (once: an idle sweep may race the run's own end)
@@ -245,7 +243,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                         "rejected", "declare_stop_unknown", f"declare_stop: no open trajectory {trajectory_id!r}"
                     )
                     return
-                self._commit(run)  # the last output happened before the declaration: decide it first
+                self.tracker.commit(run.state)  # the last output happened before the declaration: decide it first
                 run.state.declare(reason, horizon)
                 finish_now = run.root is None  # a hand-written loop, or a run paused by an interrupt
                 if finish_now:
@@ -406,18 +404,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         for rid in run.run_ids:
             self._runs.pop(rid, None)
             self._streamed.pop(rid, None)
-        self._commit(run)  # the output before the interrupt was not rejected by a parser
+        self.tracker.commit(run.state)  # the output before the interrupt was not rejected by a parser
         run.root, run.run_ids, run.interrupted = None, [], False
         self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run, self._clock())
-
-    def _commit(self, run: _Run) -> None:
-        """Decide the pending model output: a step, a repair, or the parse error that stops the run."""
-        raw = run.pending
-        if raw is None:
-            return
-        malformed = run.pending_malformed
-        run.pending, run.pending_malformed = None, False
-        self.tracker.model_call(run.state, raw, malformed)
 
     def _late(self, run_id: UUID | None, child: UUID | None = None) -> bool:
         """Whether `run_id` belongs to a trajectory finished early (then the event is dropped, counted).
@@ -437,8 +426,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def _mark_malformed(self, run_id: UUID | None) -> None:
         run = self._runs.get(run_id) if run_id is not None else None
-        if run is not None and run.pending is not None:
-            run.pending_malformed = True
+        if run is not None and run.state.pending is not None:
+            run.state.pending_malformed = True
 
     # ------------------------------------------------------------------ chain events
 
@@ -591,8 +580,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if streamed and len(streamed) > _n_entries(raw.logprobs):
             raw = RawStep(raw.text, {"content": streamed}, raw.tool_arguments)
         with self._lock:
-            self._commit(run)  # the previous output was not rejected by a parser: decide it
-            run.pending, run.pending_malformed = raw, malformed
+            self.tracker.returned(run.state, raw, malformed)
             run.last_seen = self._clock()
 
     @never_raises("on_llm_error")
@@ -601,7 +589,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         with self._lock:
             run = self._runs.get(run_id)
             if run is not None:
-                self._commit(run)
+                self.tracker.commit(run.state)
                 self.tracker.failed_call(run.state)
         if run is None:
             self._late(run_id)
@@ -670,7 +658,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             # Read before the commit: the pending output was returned before the tool that failed
             # ran, and deciding it now would clear the mark as if a model call had followed.
             tool_failed = state.last_tool_failed
-            self._commit(run)
+            self.tracker.commit(state)
             budget = self._budgets.pop(state.tid, None)
             if closed_by_caller(error) and budget is None:
                 self._closed_streams[state.tid] = None

@@ -325,6 +325,28 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             self._internal("stop", exc)
             return False
 
+    def finished(
+        self,
+        trajectory_id: str,
+        steps: Sequence[Mapping[str, float | None]],
+        reason: str | StopReason,
+        horizon: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        q_z: float | None = None,
+        outcome: int | bool | None = None,
+        resolved: tuple[int | None, float | None] = (None, None),
+    ) -> bool:
+        """A run an adapter saw whole, in one call: as `begin`, `observe` for each step, `resolve` with
+        the values recorded while it ran (`resolved`: outcome, q_z), then `stop`."""
+        if self._closed:
+            return self._refuse_closed("stop", trajectory_id)
+        self.begin(trajectory_id)
+        for step in steps:
+            self.observe(trajectory_id, step)
+        if resolved != (None, None):
+            self.resolve(trajectory_id, outcome=resolved[0], q_z=resolved[1])
+        return self.stop(trajectory_id, reason, horizon=horizon, metadata=metadata, q_z=q_z, outcome=outcome)
+
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished trajectory; False if rejected.
 

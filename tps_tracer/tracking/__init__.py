@@ -1,11 +1,12 @@
 """The trajectory core shared by every adapter: model calls in, trajectories out.
 
-- `trajectory.py`: one trajectory's state; steps vs repairs, stop precedence, the horizon rule.
+- `trajectory.py`: one run's record (`TrajectoryState`: calls, the call held for a parser, the
+  steps' forecasts, the stop, outcomes known early); steps vs repairs, stop precedence, the horizon rule.
 - `tracker.py`: `TrajectoryTracker`, what adapters call (open, model_call, failed_call, finish).
 - a run's lifetime (paused by an interrupt, idle, late events) is `tps_tracer/open_runs.py`'s
   `OpenRuns`, shared with the accumulator's live store.
-- `worker.py`: `CaptureWorker`, the bounded background thread that extracts signals and feeds
-  the accumulator off the agent's path.
+- `worker.py`: `CaptureWorker`, the bounded background thread that extracts signals onto the
+  record and hands the finished run to the accumulator (`Accumulator.finished`), off the agent's path.
 - `keys.py`: the metadata keys and defaults users and adapters share.
 """
 

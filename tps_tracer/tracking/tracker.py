@@ -6,6 +6,7 @@ spans) into these calls and nothing more:
     tracker = TrajectoryTracker(accumulator, source="langchain", ...)
     state = tracker.open("task-17", run_metadata)
     tracker.model_call(state, raw_step, malformed=False)   # each model call that returned
+    tracker.returned(state, raw_step, malformed=False)     # ... or held until a parser had its say
     tracker.failed_call(state)                             # each model call that raised
     tracker.finish(state, observed=(StopReason.CLEAN, ""), budget_label=..., outcome_label=...,
                    final_output=..., extra={...})          # once, when the run's end is seen
@@ -117,9 +118,21 @@ class TrajectoryTracker:
             declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
             if declared is not None:
                 raw = replace(raw, verbal_scale=self._run_scale(state.tid, declared))
-            if not state.begun:
-                self._begin(state)
-            self.worker.step(state.tid, raw, state.lose)
+            self.worker.step(state, raw)
+
+    def returned(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
+        """A model call returned that a parser may still reject: held on the run until its next
+        call or its end (`commit`); the one held before it is decided now."""
+        self.commit(state)
+        state.pending, state.pending_malformed = raw, malformed
+
+    def commit(self, state: TrajectoryState) -> None:
+        """Decide the held model call: a step, a repair, or the parse error that stops the run."""
+        raw = state.pending
+        if raw is not None:
+            malformed = state.pending_malformed
+            state.pending, state.pending_malformed = None, False
+            self.model_call(state, raw, malformed)
 
     def _run_scale(self, tid: str, declared: Any) -> str:
         """The run's `tps_verbal_scale`; an unknown one is counted and reads as undeclared (never
@@ -174,16 +187,8 @@ class TrajectoryTracker:
         # the record: one line, no resolution line after it.
         known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
         grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
-        if not state.begun:
-            self._begin(state)
-        self.worker.stop(state.tid, decision.reason.value, decision.horizon, md, known, grader, final_output)
+        self.worker.stop(state, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
-
-    def _begin(self, state: TrajectoryState) -> None:
-        """Tell the accumulator a new run of `state.tid` begins: an id already finished then gets a
-        second record (set aside, counted), never the first run's late-event rejection."""
-        state.begun = True
-        self.worker.begin(state.tid)
 
     def _label(self, tid: str, label: Any) -> int | None:
         try:

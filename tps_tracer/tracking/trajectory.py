@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.ids import id_problem
 from tps_tracer.records.stop_reasons import StopReason
@@ -69,6 +70,8 @@ class StopDecision:
 
 @dataclass
 class TrajectoryState:
+    """One run's record on the capture side: its calls, steps, stop and the outcomes known so far."""
+
     tid: str
     metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
     n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
@@ -79,13 +82,26 @@ class TrajectoryState:
     tool_errors: int = 0
     last_tool_failed: bool = False  # a tool failed after the last model call
     fixed: FixedStop | None = None
+    # The last model call that returned, held until the next call or the run's end (a parser may
+    # still reject it), then decided: `TrajectoryTracker.commit`.
+    pending: RawStep | None = None
+    pending_malformed: bool = False
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
     # Why an event of this run was lost on its way to the accumulator (the worker gave it up):
     # kept on the run itself, so the loss cannot be forgotten before the run's record is written.
     capture_lost: str | None = None
-    # Whether the accumulator was told this run began (`CaptureWorker.begin`): sent with its first
-    # step or its stop, so a run that never calls a model sends nothing.
-    begun: bool = False
+    # The run's forecasts, appended on the capture worker; the accumulator receives them with the
+    # stop, in one call (`Accumulator.finished`).
+    steps: list[dict[str, float | None]] = field(default_factory=list)
+    # Outcome / q_Z recorded before the stop (as on the accumulator's live trajectory), and the
+    # ones the stop carries (a label; values recorded while it waits on the worker). Guarded by
+    # the worker's lock while `held` (indexed there by id, see CaptureWorker.resolve).
+    outcome: int | None = None
+    q_z: float | None = None
+    held: bool = False
+    stopping: bool = False
+    stop_outcome: int | None = None
+    stop_q_z: float | None = None
 
     def lose(self, why: str) -> None:
         """An event of this run was lost (called by the capture worker): the run will be capture_lost."""

@@ -1,10 +1,12 @@
 """The capture worker: raw model outputs in, forecasts into the accumulator, off the agent's path.
 
 Adapters keep references to what the model returned (`RawStep`) and submit them here in
-trajectory order. Signal extraction (~1 ms for a 300-token response with top-5 logprobs)
-and the accumulator calls run on one background thread, so a callback on the agent's
-path costs microseconds. Events are applied in the order submitted: a trajectory's steps,
-then its stop, then any outcome recorded later.
+trajectory order, with the run's record (`TrajectoryState`). Signal extraction (~1 ms for a
+300-token response with top-5 logprobs) runs on one background thread, which appends each
+step's forecasts to the record; when the run's stop is applied, the accumulator receives the
+finished run in one call (`Accumulator.finished`). So a callback on the agent's path costs
+microseconds. Events are applied in the order submitted: a trajectory's steps, then its stop,
+then any outcome recorded later.
 
 Shaped like OpenTelemetry's batch processor:
 - **Bounded, with backpressure, never dropping.** Heavy events (steps, per-span work) wait in
@@ -13,7 +15,7 @@ Shaped like OpenTelemetry's batch processor:
   the worker is slowed to its pace instead of losing runs, because an evaluator that drops
   runs scores the survivors. Only if the worker makes no room for `max_block` seconds (it is
   stuck, e.g. in a grader that hangs) is the event given up: counted (dropped / queue_full)
-  and marked on its run (`on_loss`), which is then recorded as capture_lost, never scored
+  and marked on its run (`TrajectoryState.lose`), which is then recorded as capture_lost, never scored
   with a hole in it. Control events (stop, outcome, flush) are one per trajectory and
   are never bounded. `waits` / `waited_seconds` say how often callers were held back.
 - **A shutdown flag.** After `close()` every event is dropped with the reason
@@ -24,9 +26,10 @@ Shaped like OpenTelemetry's batch processor:
 
 **One line per run when the outcome is known in time.** A stop carries the outcome known
 when the run ended (a label, the grader's verdict, run on the worker just before the record
-is written), and `resolve()` for a run whose stop is still queued is merged into that stop:
-the record is written with its outcome, and no resolution line follows it. An outcome that
-arrives after the record is written is a resolution, as the accumulator defines it.
+is written), and `resolve()` for a run not yet handed to the accumulator (its first step
+submitted, its stop not yet applied) lands on its record: the record is written with its
+outcome, and no resolution line follows it. An outcome that arrives after the record is
+written is a resolution, as the accumulator defines it.
 
 `flush()` waits until everything submitted so far is applied (call it before a snapshot);
 `close()` flushes and stops the worker. With `background=False` every event is applied in
@@ -42,7 +45,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.raw_step import RawStep
@@ -50,6 +52,7 @@ from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.tracking.trajectory import TrajectoryState
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
@@ -65,16 +68,6 @@ _HEAVY = frozenset({"step", APPLY})
 # because the worker hands the GIL back only between batches.
 STEP_BATCH = 4
 _NOTHING = object()  # the kinds bounded by the queue (their callers wait for room)
-
-
-@dataclass
-class _QueuedStop:
-    """What a stop waiting in the queue will write with its record (filled in until it is applied)."""
-
-    outcome: int | None = None
-    q_z: float | None = None
-    grader: Callable[[Any], Any] | None = None
-    output: Any = None
 
 
 class _StartsOnFirstPut(queue.SimpleQueue[Any]):
@@ -119,8 +112,10 @@ class CaptureWorker:
         self.max_block = max_block
         self.waits = 0  # events whose caller waited for room (backpressure), and for how long in all
         self.waited_seconds = 0.0
-        self._stopping: dict[str, _QueuedStop] = {}  # stops submitted, not yet applied (one per trajectory)
-        self._stopping_lock = threading.Lock()
+        # Runs with a step or stop submitted whose record the accumulator has not received yet:
+        # an outcome recorded meanwhile lands on the record (one line per run).
+        self._open: dict[str, TrajectoryState] = {}
+        self._open_lock = threading.Lock()
         self._closed = False
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -140,18 +135,17 @@ class CaptureWorker:
 
     # ------------------------------------------------------------------ submission (any thread)
 
-    def begin(self, trajectory_id: str) -> None:
-        """A new run of `trajectory_id` starts (queued before its first step or its stop): the
-        accumulator tells a re-used id's new run from late events of the finished one."""
-        self._submit(("begin", trajectory_id))
-
-    def step(self, trajectory_id: str, raw: RawStep, on_loss: Callable[[str], None] | None = None) -> None:
-        """Queue a step; `on_loss(why)` is called (in this thread) if it is ever given up."""
-        self._submit(("step", trajectory_id, raw), on_loss)
+    def step(self, run: TrajectoryState, raw: RawStep) -> None:
+        """Queue a step of `run` (its forecasts are appended to `run.steps`); a step given up marks the run lost."""
+        if not run.held:
+            with self._open_lock:
+                run.held = True
+                self._open[run.tid] = run
+        self._submit(("step", run, raw))
 
     def stop(
         self,
-        trajectory_id: str,
+        run: TrajectoryState,
         reason: str,
         horizon: int | None,
         metadata: Mapping[str, Any],
@@ -159,42 +153,50 @@ class CaptureWorker:
         grader: Callable[[Any], Any] | None = None,
         output: Any = None,
     ) -> None:
-        """Finish a trajectory. outcome: known now (a label); grader: run on `output` just before the
-        record is written, its verdict (if any) is the outcome."""
-        ticket = _QueuedStop(outcome, None, grader, output)
-        with self._stopping_lock:
-            self._stopping[trajectory_id] = ticket
-        self._submit(("stop", trajectory_id, reason, horizon, metadata, ticket))
+        """Finish a run: the accumulator receives it whole. outcome: known now (a label); grader: run
+        on `output` just before the record is written, its verdict (if any) is the outcome."""
+        with self._open_lock:
+            run.held = run.stopping = True
+            run.stop_outcome = outcome
+            self._open[run.tid] = run
+        self._submit(("stop", run, reason, horizon, metadata, grader, output))
 
     def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
-        if (outcome is not None or q_z is not None) and self._merge_into_stop(trajectory_id, outcome, q_z):
+        if (outcome is not None or q_z is not None) and self._merge_into_run(trajectory_id, outcome, q_z):
             return
         self._submit(("resolve", trajectory_id, outcome, q_z))
 
-    def _merge_into_stop(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
-        """Give the values to the trajectory's stop if it is still queued (then one record, no resolution line).
-
-        A value that differs from one the stop already carries is not merged: it goes to the
-        accumulator as a resolution after the stop, which counts the conflict."""
-        with self._stopping_lock:
-            ticket = self._stopping.get(trajectory_id)
-            if ticket is None:
+    def _merge_into_run(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
+        """Give the values to the run's record if the accumulator has not received it (then one
+        record, no resolution line). Before its stop they are what the accumulator kept for a live
+        run (a differing value is a conflict, counted); once its stop is queued they go with the
+        stop, and a value differing from one the stop carries is a resolution after it."""
+        with self._open_lock:
+            run = self._open.get(trajectory_id)
+            if run is None:
                 return False
-            if (outcome is not None and ticket.outcome not in (None, outcome)) or (
-                q_z is not None and ticket.q_z not in (None, q_z)
-            ):
-                return False
-            if outcome is not None:
-                ticket.outcome = outcome
-            if q_z is not None:
-                ticket.q_z = q_z
-            return True
+            if run.stopping:
+                if (outcome is not None and run.stop_outcome not in (None, outcome)) or (
+                    q_z is not None and run.stop_q_z not in (None, q_z)
+                ):
+                    return False
+                run.stop_outcome = run.stop_outcome if outcome is None else outcome
+                run.stop_q_z = run.stop_q_z if q_z is None else q_z
+                return True
+            if (outcome is None or run.outcome in (None, outcome)) and (q_z is None or run.q_z in (None, q_z)):
+                run.outcome = run.outcome if outcome is None else outcome
+                run.q_z = run.q_z if q_z is None else q_z
+                return True
+        self.health.count(
+            "rejected", "conflicting_resolution", f"{trajectory_id!r}: conflicts with the outcome / q_z already given"
+        )
+        return True
 
-    def _take_stop(self, trajectory_id: str, ticket: _QueuedStop) -> None:
-        """The stop is being applied (or dropped): later outcomes go to the accumulator as resolutions."""
-        with self._stopping_lock:
-            if self._stopping.get(trajectory_id) is ticket:
-                del self._stopping[trajectory_id]
+    def _release(self, run: TrajectoryState) -> None:
+        """The run's stop is being applied (or dropped): later outcomes go to the accumulator as resolutions."""
+        with self._open_lock:
+            if self._open.get(run.tid) is run:
+                del self._open[run.tid]
 
     def call(self, job: Callable[[], Any], where: str = "job") -> None:
         """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
@@ -238,9 +240,9 @@ class CaptureWorker:
         else:
             self._apply(event)
 
-    def _submit(self, event: tuple[Any, ...], on_loss: Callable[[str], None] | None = None) -> None:
+    def _submit(self, event: tuple[Any, ...]) -> None:
         if self._closed:
-            self._drop(event, on_loss)
+            self._drop(event)
             return
         # Events submitted by a job running on the worker are applied at once: queued, they
         # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
@@ -250,7 +252,7 @@ class CaptureWorker:
         if self._thread is None:
             self._start()
         if event[0] in _HEAVY and self._queue.qsize() >= self.max_queue_size and not self._wait_for_room():
-            self._drop(event, on_loss)
+            self._drop(event)
             return
         self._queue.put(event)
 
@@ -279,15 +281,12 @@ class CaptureWorker:
             self.waits += 1  # racy across threads: a statistic, not a ledger entry
             self.waited_seconds += time.monotonic() - start
 
-    def _drop(self, event: tuple[Any, ...], on_loss: Callable[[str], None] | None = None) -> None:
+    def _drop(self, event: tuple[Any, ...]) -> None:
         kind = "after_close" if self._closed else "queue_full"
         if event[0] == "stop":
-            self._take_stop(event[1], event[5])
-        if on_loss is not None:
-            try:
-                on_loss(kind)
-            except Exception as exc:
-                self.health.count("error", "worker.on_loss", f"on_loss failed ({type(exc).__name__}: {exc})")
+            self._release(event[1])
+        elif event[0] == "step":
+            event[1].lose(kind)  # the run is recorded capture_lost, never scored with a hole in it
         self.health.count(
             "dropped",
             kind,
@@ -309,8 +308,8 @@ class CaptureWorker:
         self._queue = _StartsOnFirstPut(self)
         self._thread = None
         self._start_lock = threading.Lock()
-        self._stopping = {}  # the parent's queued stops: they will never be applied here
-        self._stopping_lock = threading.Lock()
+        self._open = {}  # the parent's runs: they are recorded there
+        self._open_lock = threading.Lock()
 
     # ------------------------------------------------------------------ worker
 
@@ -365,11 +364,8 @@ class CaptureWorker:
         except Exception as exc:
             self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
             outs = [self._safe_forecasts(raw) for raw in raws]
-        for (_, tid, _), out in zip(batch, outs, strict=True):
-            try:
-                self.accumulator.observe(tid, out)
-            except Exception as exc:  # as _apply counts a failed step event
-                self.health.count("error", "worker.step", f"step event failed ({type(exc).__name__}: {exc})")
+        for (_, run, _), out in zip(batch, outs, strict=True):
+            run.steps.append(out)
 
     def _forecasts_batch(self, raws: list[RawStep]) -> list[dict[str, float | None]]:
         """`_safe_forecasts` of each step, the extraction of those without forecasts done together."""
@@ -394,13 +390,10 @@ class CaptureWorker:
                 _, fn, arg = event
                 fn(arg)
             elif kind == "step":
-                _, tid, raw = event
-                self.accumulator.observe(tid, self._safe_forecasts(raw))
+                _, run, raw = event
+                run.steps.append(self._safe_forecasts(raw))
             elif kind == "stop":
-                _, tid, reason, horizon, metadata, ticket = event
-                self._stop(tid, reason, horizon, metadata, ticket)
-            elif kind == "begin":
-                self.accumulator.begin(event[1])
+                self._stop(*event[1:])
             elif kind == "resolve":
                 _, tid, outcome, q_z = event
                 self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
@@ -417,21 +410,37 @@ class CaptureWorker:
         self.health.count("error", f"worker.{kind}", f"{kind} event failed ({type(exc).__name__}: {exc})")
 
     def _stop(
-        self, tid: str, reason: str, horizon: int | None, metadata: Mapping[str, Any], ticket: _QueuedStop
+        self,
+        run: TrajectoryState,
+        reason: str,
+        horizon: int | None,
+        metadata: Mapping[str, Any],
+        grader: Callable[[Any], Any] | None,
+        output: Any,
     ) -> None:
-        self._take_stop(tid, ticket)  # from here on, a resolve() is queued behind this stop
+        self._release(run)  # from here on, a resolve() is queued behind this stop
+        tid = run.tid
         verdict = None
-        if ticket.grader is not None:
+        if grader is not None:
             try:
-                verdict = self._verdict(tid, ticket.grader, ticket.output)
+                verdict = self._verdict(tid, grader, output)
             except Exception as exc:  # the grader's failure loses the verdict, never the record
                 self.health.count("error", "worker.grade", f"grade event failed ({type(exc).__name__}: {exc})")
-        outcome = verdict if verdict is not None else ticket.outcome
-        self.accumulator.stop(tid, reason, horizon=horizon, metadata=metadata, q_z=ticket.q_z, outcome=outcome)
-        if verdict is not None and ticket.outcome not in (None, verdict):
+        outcome = verdict if verdict is not None else run.stop_outcome
+        self.accumulator.finished(
+            tid,
+            run.steps,
+            reason,
+            horizon=horizon,
+            metadata=metadata,
+            q_z=run.stop_q_z,
+            outcome=outcome,
+            resolved=(run.outcome, run.q_z),
+        )
+        if verdict is not None and run.stop_outcome not in (None, verdict):
             # The grader's verdict came first, as when it was a resolution; the later one is the
             # accumulator's conflict to count.
-            self.accumulator.resolve(tid, outcome=ticket.outcome)
+            self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
     def _verdict(self, tid: str, grader: Callable[[Any], Any], output: Any) -> int | None:
         verdict = grader(output)
