@@ -205,8 +205,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self.trajectory_id_key = trajectory_id_key
         self.last_trajectory_id: str | None = None
         self._lock = threading.Lock()
-        self._runs: dict[UUID, _Run] = {}  # every run id of an open trajectory
-        self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
+        self._runs: dict[UUID, _Run] = {}  # every run id of an open trajectory (its root's first)
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
         # The caller's own step budgets (`budget(...)`), by trajectory id; and the ids of runs
@@ -295,7 +294,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """Record every trajectory still open as abandoned (`why`); how many."""
         try:
             with self._lock:
-                still_open = list({id(r): r for r in (*self._roots.values(), *self._by_tid.values())}.values())
+                still_open = self._open_runs()
             for run in still_open:
                 self._end(run, outputs=None, error=None, abandoned=why)
             return len(still_open)
@@ -307,12 +306,16 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """In a forked child (tps_tracer/at_exit.py): the runs open at the fork are the parent's,
         which finishes them; this copy forgets them (counted), so the child records only its own."""
         self._lock = threading.Lock()  # a parent thread may have held it at the fork
-        n = len({id(r) for r in (*self._roots.values(), *self._by_tid.values())})
-        for runs in (self._runs, self._roots, self._by_tid, self._streamed, self._budgets):
+        n = len(self._open_runs())
+        for runs in (self._runs, self._by_tid, self._streamed, self._budgets):
             runs.clear()
         self._lifetimes.forget_all()
         if n:
             self.health.count("ignored", "open_at_fork", n=n)
+
+    def _open_runs(self) -> list[_Run]:
+        """Every open trajectory once, oldest first. Under the lock."""
+        return list({id(r): r for r in (*self._runs.values(), *self._by_tid.values())}.values())
 
     @property
     def n_open(self) -> int:
@@ -336,11 +339,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         with self._lock:
             self._last_sweep = now
             if lifetimes.idle_timeout is not None:
-                idle = [r for r in self._roots.values() if lifetimes.idle(r.last_seen, now)]
-                idle += [
+                idle = [
                     r
-                    for tid, r in self._by_tid.items()
-                    if r.root is None and not lifetimes.is_paused(tid) and lifetimes.idle(r.last_seen, now)
+                    for r in self._open_runs()
+                    if lifetimes.idle(r.last_seen, now) and (r.root is not None or not lifetimes.is_paused(r.state.tid))
                 ]
                 lifetimes.expire(now)
             expired = lifetimes.expired(now)
@@ -374,7 +376,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if paused is not None:
             paused.root, paused.run_ids, paused.last_seen = run_id, [run_id], now
             self._runs[run_id] = paused
-            self._roots[run_id] = paused
             return
         if wanted is None and isinstance(metadata, Mapping) and metadata.get(self.trajectory_id_key) is not None:
             # An empty id ("" from a template with nothing filled in) is no id: the run keeps its own.
@@ -384,7 +385,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if tid in self._by_tid:
             self.health.count("rejected", "duplicate_trajectory_id", f"{tid!r} is already open; both are tracked")
         self._runs[run_id] = run
-        self._roots[run_id] = run
         self._by_tid[tid] = run
 
     def _resumed_by(self, wanted: str | None, metadata: Mapping[str, Any] | None) -> _Run | None:
@@ -399,8 +399,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def _pause(self, run: _Run) -> None:
         """The root of an interrupted run ended: keep the trajectory open for its resume. Under the lock."""
-        if run.root is not None:
-            self._roots.pop(run.root, None)
         for rid in run.run_ids:
             self._runs.pop(rid, None)
             self._streamed.pop(rid, None)
@@ -423,6 +421,11 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             "dropped", "abandoned_run_event", "an event of a run finished early (evicted or closed) was dropped"
         )
         return True
+
+    def _root(self, run_id: UUID) -> _Run | None:
+        """The open trajectory whose root run is `run_id` (its end ends the trajectory)."""
+        run = self._runs.get(run_id)
+        return run if run is not None and run.root == run_id else None
 
     def _mark_malformed(self, run_id: UUID | None) -> None:
         run = self._runs.get(run_id) if run_id is not None else None
@@ -447,7 +450,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         now = self._clock()
         with self._lock:
             self._open(run_id, parent_run_id, metadata, now)
-            crowded = len(self._roots) > self.max_open
+            crowded = len(self._by_tid) > self.max_open
         if crowded and not self._warned_open:
             self._warned_open = True
             logger.warning(
@@ -461,10 +464,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_chain_end")
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        run = self._roots.get(run_id)
+        run = self._root(run_id)
         if run is not None and run.interrupted:
             with self._lock:
-                if self._roots.get(run_id) is run:
+                if self._root(run_id) is run:
                     self._pause(run)
         elif run is not None:
             self._end(run, outputs=outputs, error=None)
@@ -474,10 +477,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     @never_raises("on_chain_error")
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         interrupt = is_interrupt(type(error))
-        run = self._roots.get(run_id)
+        run = self._root(run_id)
         if run is not None and (interrupt or run.interrupted):
             with self._lock:
-                if self._roots.get(run_id) is run:
+                if self._root(run_id) is run:
                     self._pause(run)
         elif run is not None:
             self._end(run, outputs=None, error=error)
@@ -648,8 +651,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._unpause(run)
             if self._by_tid.get(state.tid) is run:
                 del self._by_tid[state.tid]
-            if run.root is not None:
-                self._roots.pop(run.root, None)
             for rid in run.run_ids:
                 self._runs.pop(rid, None)
                 self._streamed.pop(rid, None)

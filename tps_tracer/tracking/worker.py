@@ -137,10 +137,9 @@ class CaptureWorker:
 
     def step(self, run: TrajectoryState, raw: RawStep) -> None:
         """Queue a step of `run` (its forecasts are appended to `run.steps`); a step given up marks the run lost."""
-        if not run.held:
-            with self._open_lock:
-                run.held = True
-                self._open[run.tid] = run
+        if not run.held:  # one dict store, atomic: the lock guards the record's outcome fields only
+            run.held = True
+            self._open[run.tid] = run
         self._submit(("step", run, raw))
 
     def stop(
