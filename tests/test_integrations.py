@@ -232,10 +232,17 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
     try:
         acc = Accumulator(predictors=["verbal", "token_prob"], rules=["log", "brier"], bootstrap=0)
         acc.add_listener(TPSMetrics(meters))
-        first = _feed(acc, rng, "a", ["clean"] * 30 + ["max_steps"] * 4 + ["parse_error", "tool_error"])
+        first = _feed(
+            acc, rng, "a", ["clean"] * 30 + ["max_steps"] * 4 + ["parse_error", "tool_error", "timeout", "other"]
+        )
         body1 = _scrape(port)
-        # The next hour: 20 clean, 2 budget stops, 8 tool errors -> excluded share 8/30 > 0.2.
-        second = _feed(acc, rng, "b", ["clean"] * 20 + ["max_steps"] * 2 + ["tool_error"] * 8)
+        # The next hour: 20 clean, 2 budget stops, 8 informative stops (tool errors, timeouts, other)
+        # -> excluded share 8/30 > 0.2, the report's own excluded_share (a list of only parse and tool
+        # errors would say 4/30 and stay quiet).
+        second = _feed(
+            acc, rng, "b", ["clean"] * 20 + ["max_steps"] * 2 + ["tool_error"] * 4 + ["timeout"] * 2 + ["other"] * 2
+        )
+        audit = acc.snapshot()["audit"]
         body2 = _scrape(port)
     finally:
         server.shutdown()
@@ -304,11 +311,13 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
         ("verbal", "brier"),
         ("verbal", "log"),
     ]
+    assert audit["excluded_share"] == pytest.approx(12 / 68)  # both hours: 4 + 8 excluded of 68 runs
     excluded_alert = {
         "exp_labels": {"severity": "warning", "job": "agent"}
         | {k: v for k, v in re.findall(r'(\w+)="([^"]*)"', next(iter(s2))) if k.startswith("otel_scope") and v},
         "exp_annotations": {
-            "summary": f"{8 / 30 * 100:.4g}% of agent runs end on parse or tool errors",
+            "summary": f"{8 / 30 * 100:.4g}% of agent runs end on an informative stop"
+            " (parse or tool error, timeout, ...)",
             "description": "Informative stops are excluded from TPS; above 20% the score describes a biased sample.",
         },
     }
@@ -321,7 +330,7 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
                 "input_series": series,
                 "alert_rule_test": [
                     {"alertname": "TPSWorseThanCoinFlip", "eval_time": "45m", "exp_alerts": expected},
-                    # first hour: 2 of 36 runs excluded; from the second on, 8 of 30 (> 0.2 for an hour)
+                    # first hour: 4 of 38 runs excluded; from the second on, 8 of 30 (> 0.2 for an hour)
                     {"alertname": "TPSExcludedShareHigh", "eval_time": "59m", "exp_alerts": []},
                     {"alertname": "TPSExcludedShareHigh", "eval_time": "178m", "exp_alerts": [excluded_alert]},
                 ],
