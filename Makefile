@@ -1,5 +1,5 @@
 # Each entry point creates .venv and installs what it needs, so a fresh clone works.
-# `make demo` installs the core and the `langchain` extra only; `make test` installs every extra.
+# `make demo` installs the core and the `demo` extra only; `make test` installs every extra.
 # One stamp file per extra set (named after pyproject.toml's checksum): `make demo` after `make test`
 # installs nothing, `make test` after `make demo` adds the rest. A new target with its own extras
 # gets a stamp the same way: `extras_NAME := ...`, then `$(call stamp,NAME)` as its prerequisite.
@@ -8,8 +8,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-extras_demo := langchain
-extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
+extras_demo := demo
+extras_test := test,dev,demo,resume,langchain-test,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
 extras_bench := $(extras_test),bench
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)

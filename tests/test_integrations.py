@@ -107,11 +107,11 @@ def test_workflow_installs_from_a_pinned_url(tmp_path, name):
 
     ref = job["env"]["TPS_TRACER_REF"]
     url = f"git+https://github.com/your-org/tps-tracer@{ref}"
-    assert args() == ["-m", "pip", "install", f"tps-tracer[langchain] @ {url}"]
+    assert args() == ["-m", "pip", "install", f"tps-tracer[demo] @ {url}"]
     assert args(TPS_TRACER_EXTRAS="")[-1] == f"tps-tracer @ {url}"
     assert (
         args(TPS_TRACER_TOKEN="t0k")[-1]
-        == f"tps-tracer[langchain] @ {url.replace('https://', 'https://x-access-token:t0k@')}"
+        == f"tps-tracer[demo] @ {url.replace('https://', 'https://x-access-token:t0k@')}"
     )
 
 
