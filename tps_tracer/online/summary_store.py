@@ -26,20 +26,16 @@ A fold never makes the agent wait: under the lock it only takes the settled rows
 store (O(rows taken)); their PartialState (bootstrap weights, B x rows) is built outside it
 and merged under a short lock, appending to the summary's per-trajectory arrays in place
 (O(rows), however many runs were folded before; a full buffer is regrown before the lock is
-taken). Meanwhile the rows are in `_folding`, which snapshots, `state()`, `partial_state()`
+taken). Meanwhile the rows are in `folding`, which snapshots, `state()`, `partial_state()`
 and `merge` count as folded; a resolve for one of them is a resolve_unknown, as for any
 folded id.
-
-A mixin of `Accumulator` (online/accumulator.py), which owns the state named below. Here:
-taking a batch of settled rows out of the store (under the lock),
-building and merging their state (outside it), and the snapshot of the folded state plus the
-rows still stored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +50,7 @@ from tps_tracer.health import HealthLedger
 from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.records.arrays import STOP_REASONS
-from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.records.stop_reasons import StopReason
 
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
 
@@ -68,8 +62,8 @@ class _Fold:
 
     token: int
     table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
-    keys: list[int]  # their bootstrap keys, to put the rows back if building fails
-    unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of _unscored_outcome)
+    keys: np.ndarray  # their bootstrap keys, to put the rows back if building fails
+    unscored: dict[str, int]  # outcomes given on their non-clean stops (moved out of the row store)
     first_seen: dict[str, tuple[int, ...]]
     part: PartialState | None = None  # their state, once built
 
@@ -78,41 +72,51 @@ class _Fold:
         return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
-class SummaryFolding:
-    # Owned by Accumulator (see its __init__); declared here for the type checker.
-    rules: list[ScoreRule]
-    schedules: list[WeightSchedule]
-    policy: CensoringPolicy
-    bootstrap: int
-    seed: int
-    max_pending: int
-    batch_size: int
-    health: HealthLedger
-    _lock: threading.Lock
-    _rows: RowStore
-    _keys: list[int]
-    _known: dict[str, None]
-    _unscored_outcome: dict[str, int]
-    _summary: PartialState | None
-    _folding: dict[int, _Fold]
-    _fold_count: int
-    _resolved_rows: int
-    _folded_ids: FoldedIds | None
+class SummaryStore:
+    """The folded state of a summary-mode accumulator and the folds on their way into it (a row-mode
+    one keeps it empty). It shares the accumulator's lock, row store, health ledger and predictor
+    order (`known`)."""
 
-    def _internal(self, where: str, exc: BaseException) -> None:
-        raise NotImplementedError  # Accumulator's: count an internal error
+    def __init__(
+        self,
+        spec: StateSpec,
+        lock: threading.Lock,
+        rows: RowStore,
+        known: dict[str, None],
+        health: HealthLedger,
+        batch_size: int,
+        max_pending: int,
+        internal: Callable[[str, BaseException], None],
+    ):
+        self.spec = spec
+        self.lock = lock
+        self.rows = rows
+        self.known = known
+        self.health = health
+        self.batch_size = batch_size
+        self.max_pending = max_pending
+        self._internal = internal  # counts (or raises, strict) an internal error
+        self.summary: PartialState | None = None  # the folded settled trajectories
+        # Rows taken out of the store whose PartialState is being built outside the lock;
+        # snapshots, state() and merges count them as folded meanwhile.
+        self.folding: dict[int, _Fold] = {}
+        self._fold_count = 0
+        self.resolved_rows = 0  # stored rows resolved since the last fold
+        self.folded_ids = FoldedIds()  # the keys of the ids folded away: a new run under one is a repeat
 
-    def _spec(self) -> StateSpec:
-        return StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
+    @property
+    def n(self) -> int:
+        """Runs folded, or on their way (under the lock)."""
+        return sum(f.n for f in self.folding.values()) + (self.summary.n if self.summary is not None else 0)
 
-    def _first_seen(self) -> dict[str, tuple[int, ...]]:
-        return {p: (i,) for i, p in enumerate(self._known)}
+    def first_seen(self) -> dict[str, tuple[int, ...]]:
+        return {p: (i,) for i, p in enumerate(self.known)}
 
-    def _take_fold(self) -> _Fold | None:
-        """Under the lock, summary mode: take the settled rows out of the store, if a batch of them
-        is there (or waiting clean stops overflow max_pending). O(rows taken); the caller builds
-        their state with `_finish_fold` after releasing the lock."""
-        rows = self._rows
+    def take(self) -> _Fold | None:
+        """Under the lock: take the settled rows out of the store, if a batch of them is there (or
+        waiting clean stops overflow max_pending). O(rows taken); the caller builds their state
+        with `finish` after releasing the lock."""
+        rows = self.rows
         n = rows.n
         if n == 0:
             return None
@@ -122,99 +126,86 @@ class SummaryFolding:
         if not overflow and n - n_pending < self.batch_size:
             return None
         settled = ~pending
-        self._resolved_rows = 0
+        self.resolved_rows = 0
         if overflow:  # the oldest waiting clean stops are folded as pending: their outcome can no longer arrive
             waiting = np.flatnonzero(pending)
             if overflow < waiting.size:
                 waiting = waiting[np.argpartition(rows.seq[waiting], overflow - 1)[:overflow]]
             settled[waiting] = True
             self.health.count("ignored", "pending_folded", n=overflow)
-        unscored = {}
-        for i in np.flatnonzero(settled).tolist():
-            y = self._unscored_outcome.pop(rows.ids[i], None)
-            if y is not None:
-                unscored[rows.ids[i]] = y
-        keys = [self._keys[i] for i in np.flatnonzero(settled).tolist()]
-        if self._folded_ids is not None:  # their ids leave row_of: a new run under one is still a repeat
-            self._folded_ids.add(keys)
-        table, holes, movers = rows.take_out(settled, len(unscored))
-        for h, m in zip(holes.tolist(), movers.tolist(), strict=True):
-            self._keys[h] = self._keys[m]
-        del self._keys[rows.n :]
+        table, keys, unscored = rows.take_out(settled)
+        self.folded_ids.add(keys.tolist())  # their ids leave row_of: a new run under one is still a repeat
+        return self._start(table, keys, unscored, None)
+
+    def _start(
+        self, table: PairTable | None, keys: np.ndarray, unscored: dict[str, int], part: PartialState | None
+    ) -> _Fold:
+        """Under the lock: a fold under way, counted as folded until it is merged."""
         self._fold_count += 1
-        fold = _Fold(self._fold_count, table, keys, unscored, self._first_seen())
-        self._folding[fold.token] = fold
+        fold = _Fold(self._fold_count, table, keys, unscored, self.first_seen(), part)
+        self.folding[fold.token] = fold
         return fold
 
-    def _finish_fold(self, fold: _Fold) -> None:
+    def start_merge(self, part: PartialState) -> _Fold:
+        """Under the lock: another accumulator's folded state on its way in (`finish` merges it)."""
+        return self._start(None, np.zeros(0, np.uint64), {}, part)
+
+    def finish(self, fold: _Fold) -> None:
         """Outside the lock: build the taken rows' PartialState (the bootstrap work, B x rows), then
         merge it into the summary. If building fails the rows go back to the store, so nothing is
         lost; counted as an error."""
         if fold.part is None and fold.table is not None:
             try:
-                fold.part = PartialState.from_table(fold.table, self._spec(), fold.first_seen)
+                fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
             except Exception as exc:
-                t = fold.table
-                with self._lock:
-                    del self._folding[fold.token]
-                    self._rows.append_many(
-                        t.ids,
-                        t.stop_code.tolist(),
-                        t.outcome.tolist(),
-                        t.q_z.tolist(),
-                        t.n_steps.tolist(),
-                        t.horizon.astype(np.int64).tolist(),
-                        t.weight_mass,
-                        {name: (c.usable, c.pairs, c.aggregates, c.clipped) for name, c in t.predictors.items()},
-                    )
-                    self._keys.extend(fold.keys)
-                    self._unscored_outcome.update(fold.unscored)
-                    self._rows.outcome_on_unscored += len(fold.unscored)
+                with self.lock:
+                    del self.folding[fold.token]
+                    self.rows.append_table(fold.table, fold.keys, fold.unscored)
                 self._internal("fold", exc)
                 return
-        self._merge_folded(fold)
+        self._merge(fold)
 
-    def _merge_folded(self, fold: _Fold) -> None:
+    def _merge(self, fold: _Fold) -> None:
         """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
         it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
         fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
-        the lock is held for a check and an assignment. Until the swap the fold stays in _folding,
+        the lock is held for a check and an assignment. Until the swap the fold stays in `folding`,
         where snapshots find it."""
         part = fold.part
         assert part is not None
         for _ in range(8):
-            with self._lock:
-                summary = self._summary
+            with self.lock:
+                summary = self.summary
             try:
                 merged = part if summary is None else summary.with_room_for(part).merge(part)
             except Exception as exc:  # never expected; the merge under the lock below does without
                 self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
                 break
-            with self._lock:
-                if self._summary is summary:
-                    self._summary = merged
-                    del self._folding[fold.token]
+            with self.lock:
+                if self.summary is summary:
+                    self.summary = merged
+                    del self.folding[fold.token]
                     return
-        with self._lock:  # folds racing each other every time: merge under the lock
-            self._summary = part if self._summary is None else self._summary.merge(part)
-            del self._folding[fold.token]
+        with self.lock:  # folds racing each other every time: merge under the lock
+            self.summary = part if self.summary is None else self.summary.merge(part)
+            del self.folding[fold.token]
 
-    def _in_flight(self) -> list[tuple[PairTable | None, PartialState | None]]:
-        """Under the lock: what the folds under way hold (their state if built, else their rows)."""
-        return [(f.table, f.part) for f in self._folding.values()]
+    def settled(self) -> tuple[PartialState | None, list[_Fold], dict[str, tuple[int, ...]]]:
+        """Under the lock: what `settled_state` merges (the summary, the folds under way)."""
+        return self.summary, list(self.folding.values()), self.first_seen()
 
-    def _settled_state(
-        self,
-        summary: PartialState | None,
-        folding: list[tuple[PairTable | None, PartialState | None]],
-        first_seen: dict[str, tuple[int, ...]],
+    def settled_state(
+        self, seen: tuple[PartialState | None, list[_Fold], dict[str, tuple[int, ...]]]
     ) -> PartialState | None:
-        """Outside the lock: the folded state plus the folds under way. The summary is merged last,
-        into a fresh state, so its buffers' free rows stay for the next fold."""
+        """Outside the lock: the folded state plus the folds under way (their state if built, else
+        their rows). The summary is merged last, into a fresh state, so its buffers' free rows stay
+        for the next fold."""
+        summary, folding, first_seen = seen
         parts = []
-        for table, part in folding:
-            if part is None and table is not None:
-                part = PartialState.from_table(table, self._spec(), first_seen)
+        for fold in folding:
+            part = fold.part
+            if part is None and fold.table is not None:
+                part = PartialState.from_table(fold.table, self.spec, first_seen)
             if part is not None:
                 parts.append(part)
         if not parts:
@@ -222,25 +213,24 @@ class SummaryFolding:
         state = merge_states(parts)
         return state if summary is None else state.merge(summary)
 
-    def _whole_state(self) -> PartialState:
-        """The rows still stored, plus the folded state and the folds under way, as one state."""
-        with self._lock:
-            table = self._rows.table()
-            summary = self._summary
-            folding = self._in_flight()
-            first_seen = self._first_seen()
-        rows = PartialState.from_table(table, self._spec(), first_seen)
-        settled = self._settled_state(summary, folding, first_seen)
-        return rows if settled is None else rows.merge(settled)
-
-    def _summary_snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
+    def snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
         """(report, finished, pending) from the folded state plus the rows still stored."""
-        asked = StateSpec(tuple(self.rules), tuple(self.schedules), options.policy, options.bootstrap, options.seed)
-        if asked.signature() != self._spec().signature():
+        asked = StateSpec(self.spec.rules, self.spec.schedules, options.policy, options.bootstrap, options.seed)
+        if asked.signature() != self.spec.signature():
             raise InputError(
                 "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "
                 "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
             )
-        state = self._whole_state()
+        state = self.whole_state()
         opts = dataclasses.replace(options, predictors=list(options.predictors or []))
         return report_from_state(state, opts, allow_empty=True), state.n, state.pending
+
+    def whole_state(self) -> PartialState:
+        """The rows still stored, plus the folded state and the folds under way, as one state (row
+        mode: the rows alone)."""
+        with self.lock:
+            table = self.rows.table()
+            seen = self.settled()
+        rows = PartialState.from_table(table, self.spec, seen[2])
+        settled = self.settled_state(seen)
+        return rows if settled is None else rows.merge(settled)
