@@ -511,27 +511,22 @@ class Accumulator(Lifetimes):
             return
         with self._scoring_done:
             self._scoring += 1
-        if not self._background.submit(self._score_job, batch):
-            self._score_job(batch)
+        if not self._background.submit(self._score, batch, True):
+            self._score(batch, True)
 
-    def _score(self, batch: list[str]) -> None:
+    def _score(self, batch: list[str], counted: bool = False) -> None:
         """Turn queued trajectories into rows (the heavy part, outside the lock); in summary mode,
-        fold the rows that settled."""
-        fold, scores = self._score_rows(batch)
-        if fold is not None:
-            self._summaries.finish(fold)
-        self._notify(scores)
-
-    def _score_job(self, batch: list[str]) -> None:
-        """`_score` as a background job: counted in `_scoring` until its rows are in the store (a
-        snapshot waits for that: until then the batch is in no table), not while its fold runs (a
-        fold in flight is in the summary store's `folding`, which snapshots already count)."""
+        fold the rows that settled. `counted`: a background job, counted in `_scoring` until its
+        rows are in the store (a snapshot waits for that: until then the batch is in no table), not
+        while its fold runs (a fold in flight is in the summary store's `folding`, which snapshots
+        count)."""
         try:
             fold, scores = self._score_rows(batch)
         finally:
-            with self._scoring_done:
-                self._scoring -= 1
-                self._scoring_done.notify_all()
+            if counted:
+                with self._scoring_done:
+                    self._scoring -= 1
+                    self._scoring_done.notify_all()
         if fold is not None:
             self._summaries.finish(fold)
         self._notify(scores)

@@ -55,6 +55,7 @@ MAGIC = b"TPSACC\x00"
 VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
+_ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the pair table's arrays, as they are
 
 
 @dataclass
@@ -117,7 +118,7 @@ def add(acc: Accumulator, parts: _Parts, health: HealthLedger | None = None, fol
                 take_ids.add(tid)
         idx = np.array(take_rows, dtype=np.int64)
         acc._rows.append_table(
-            table.reordered(idx), parts.keys[idx], {t: parts.unscored[t] for t in take_ids if t in parts.unscored}
+            table.reordered(idx), parts.keys[idx], {t: y for t, y in parts.unscored.items() if t in take_ids}
         )
         for tid, live in parts.live:
             if tid in acc._store.live or (not live.repeat and (tid in acc._rows.row_of or _was_folded(acc, tid))):
@@ -184,10 +185,7 @@ def dump(acc: Accumulator, parts: _Parts) -> bytes:
         "known": parts.known,
         "rows": {
             "ids": table.ids,
-            "stop_code": encode_array(table.stop_code),
-            "outcome": encode_array(table.outcome),
-            "q_z": encode_array(table.q_z),
-            "n_steps": encode_array(table.n_steps),
+            **{f: encode_array(getattr(table, f)) for f in _ROW_FIELDS[:4]},
             "horizon": encode_array(table.horizon.astype(np.int64)),
             "weight_mass": encode_array(table.weight_mass),
             "predictors": {
@@ -234,14 +232,10 @@ def load(cls: type[Accumulator], data: bytes, **kwargs: Any) -> Accumulator:
         ids = [str(t) for t in rows["ids"]]
         table = PairTable(
             ids=ids,
-            stop_code=decode_array(rows["stop_code"]),
-            outcome=decode_array(rows["outcome"]),
-            q_z=decode_array(rows["q_z"]),
-            n_steps=decode_array(rows["n_steps"]),
+            **{f: decode_array(rows[f]) for f in _ROW_FIELDS},  # type: ignore[arg-type]
             horizon=decode_array(rows["horizon"]),
             rules=acc.rules,
             schedules=acc.schedules,
-            weight_mass=decode_array(rows["weight_mass"]).reshape(len(ids), len(acc.schedules)),
             predictors={
                 name: PredictorPairs(
                     decode_array(c["usable"]),
