@@ -84,7 +84,6 @@ from tps_tracer.online.record_writing import RecordWriter
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.online.summary_store import SummaryStore, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.record_shape import record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule
@@ -541,29 +540,9 @@ class Accumulator(Lifetimes):
         keys = [self._key(tid) for tid in batch]
         rows = self._rows
         with self._lock:
-            outcome, q_z = [], []
-            for tid, lv in zip(batch, lives, strict=True):
+            for tid in batch:
                 self._store.scored(tid)
-                del rows.row_of[tid]
-                clean = lv.reason is StopReason.CLEAN
-                if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
-                    rows.unscored_outcome[tid] = lv.outcome
-                outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
-                q_z.append(_NAN if lv.q_z is None else lv.q_z)
-            rows.append_many(
-                batch,
-                keys,
-                [STOP_REASONS.index(lv.reason) for lv in lives],
-                outcome,
-                q_z,
-                [len(lv.steps) for lv in lives],
-                [lv.horizon for lv in lives],
-                scored.weight_mass,
-                {
-                    name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j], scored.clipped[:, j])
-                    for j, name in enumerate(names)
-                },
-            )
+            rows.add_scored(batch, keys, lives, scored, names)
             scores = (
                 [rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {})) for tid in batch]
                 if self._listeners
@@ -790,8 +769,6 @@ class Accumulator(Lifetimes):
         other.flush()
         accumulator_state.add(self, accumulator_state.take(other), other.health)
 
-
-_NAN = float("nan")
 
 _RESOLVE_MESSAGES = {
     "resolve_unknown": "no live or finished trajectory with this id",

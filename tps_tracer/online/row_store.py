@@ -26,6 +26,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
+from tps_tracer.online.batch_scorer import ScoredBatch
+from tps_tracer.online.live_run import _Live
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
@@ -160,6 +162,33 @@ class RowStore:
             col.aggregates[sl] = aggs
             col.clipped[sl] = 0 if clipped is None else clipped
         self.n += k
+
+    def add_scored(
+        self, ids: list[str], keys: list[int], lives: Sequence[_Live], scored: ScoredBatch, names: Sequence[str]
+    ) -> None:
+        """Stopped trajectories (reserved in `row_of`), their steps scored as `scored`, as rows."""
+        outcome, q_z = [], []
+        for tid, lv in zip(ids, lives, strict=True):
+            del self.row_of[tid]
+            clean = lv.reason is StopReason.CLEAN
+            if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
+                self.unscored_outcome[tid] = lv.outcome
+            outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
+            q_z.append(_NAN if lv.q_z is None else lv.q_z)
+        self.append_many(
+            ids,
+            keys,
+            [STOP_REASONS.index(lv.reason) for lv in lives],
+            outcome,
+            q_z,
+            [len(lv.steps) for lv in lives],
+            [lv.horizon for lv in lives],
+            scored.weight_mass,
+            {
+                name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j], scored.clipped[:, j])
+                for j, name in enumerate(names)
+            },
+        )
 
     def append_table(
         self, table: PairTable, keys: Sequence[int] | NDArray[np.uint64], unscored: Mapping[str, int]

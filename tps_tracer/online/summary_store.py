@@ -1,4 +1,4 @@
-"""Summary mode's folds: settled rows leave the accumulator's row store for one PartialState.
+"""The summary store: summary mode's folded state, which settled rows leave the row store for.
 
 Summary mode (`mode="summary"`): instead of a row per finished trajectory, settled rows
 are folded into one `PartialState` (evaluation/partial_state.py: the per-column sums and
