@@ -738,12 +738,27 @@ class Accumulator(Lifetimes):
     def state(self) -> bytes:
         """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
         self.flush()
-        return accumulator_state.dump(self, accumulator_state.take(self))
+        settings = {
+            "rules": self.rules,
+            "weights": self.schedules,
+            "mode": self.mode,
+            "bootstrap": self.bootstrap,
+            "seed": self.seed,
+            "policy": self.policy,
+            "predictors": self.predictors,
+        }
+        return accumulator_state.dump(settings, self._parts(), self.health.snapshot())
 
     @classmethod
     def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:
         """A new accumulator holding a state (no sink, no idle sweep unless given in kwargs)."""
-        return accumulator_state.load(cls, data, **kwargs)
+        body = accumulator_state.read(data)
+        with accumulator_state.corrupt_state():
+            kwargs.setdefault("idle_timeout", None)
+            acc = cls(**accumulator_state.settings(body), **kwargs)
+            acc._add(accumulator_state.parts(body, acc.rules, acc.schedules, acc._key, acc._clock()), fold=False)
+            accumulator_state.count_health(body, acc.health)
+        return acc
 
     def merge_state(self, data: bytes) -> None:
         """Add the trajectories (finished and live) and health counts of another accumulator's `state()`."""
@@ -767,7 +782,87 @@ class Accumulator(Lifetimes):
                 raise InputError("cannot merge summary states with different censoring policy, bootstrap or seed")
         self.flush()
         other.flush()
-        accumulator_state.add(self, accumulator_state.take(other), other.health)
+        self._add(other._parts(), other.health)
+
+    def _parts(self) -> accumulator_state.Parts:
+        """A copy of what this accumulator holds, for another or for `state()` (the caller flushed it)."""
+        with self._lock:
+            table = self._rows.table()
+            keys = self._rows.keys()
+            live = [
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z, repeat=lv.repeat))
+                for tid, lv in self._store.live.items()
+            ]
+            repeated = set(self._repeated)
+            unscored = dict(self._rows.unscored_outcome)
+            known = list(self._known)
+            folded = self._summaries.folded_ids.keys() if self.mode == "summary" else accumulator_state.NO_KEYS
+            seen = self._summaries.settled()
+        summary = self._summaries.settled_state(seen)  # rows being folded travel as folded
+        return accumulator_state.Parts(table, keys, unscored, known, live, repeated, summary, folded)
+
+    def _add(self, parts: accumulator_state.Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
+        """Add `parts` (and the `health` counts they came with) to this accumulator; an id it holds already is a
+        counted duplicate_id. `fold`: let a summary-mode accumulator fold what settled (not while it is
+        being built from a state)."""
+        table = parts.table
+        duplicates: list[str] = []
+        folded_twice = 0
+        settled = merging = None
+        summaries = self._summaries
+        with self._lock:
+            if self.mode == "summary":
+                # Runs stored or live here, by key, before the others arrive: to count those folded twice.
+                here = np.union1d(
+                    self._rows.keys(), np.array([self._key(t) for t in self._store.live], dtype=np.uint64)
+                )
+                folded_twice = summaries.carry_folded_ids(parts.folded_ids, here)
+            for name in parts.known:
+                self._known.setdefault(name, None)
+                if name not in self._rows.predictors:
+                    self._rows.add_predictor(name)
+            take_ids: set[str] = set()
+            take_rows = []
+            for i, tid in enumerate(table.ids):
+                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or self._was_folded(tid):
+                    duplicates.append(tid)
+                else:
+                    take_rows.append(i)
+                    take_ids.add(tid)
+            idx = np.array(take_rows, dtype=np.int64)
+            self._rows.append_table(
+                table.reordered(idx), parts.keys[idx], {t: y for t, y in parts.unscored.items() if t in take_ids}
+            )
+            for tid, live in parts.live:
+                if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or self._was_folded(tid))):
+                    duplicates.append(tid)
+                else:  # a repeat stays one if its id is stopped here (its first run came along, or was here)
+                    live.repeat = live.repeat and self._store.stopped(tid)
+                    self._store.live[tid] = live
+            self._repeated |= parts.repeated
+            if parts.summary is not None:  # merged outside the lock, counted as folding until then
+                merging = summaries.start_merge(parts.summary)
+            if fold and self.mode == "summary":
+                settled = summaries.take()
+        if merging is not None:
+            summaries.finish(merging)
+        if settled is not None:
+            summaries.finish(settled)
+        if health is not None:
+            self.health.merge(health)
+        for tid in duplicates:
+            self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
+        if folded_twice:  # only keys are left of these runs: both copies stay in the sums, counted one a run
+            message = (
+                f"merge: {folded_twice} ids were finished in both accumulators and already folded on "
+                "at least one side (only their keys are kept): both copies stay in the folded sums"
+            )
+            if self.strict:
+                self._reject("duplicate_folded_id", message)  # raises
+            self.health.count("rejected", "duplicate_folded_id", message, n=folded_twice)
+
+    def _was_folded(self, tid: str) -> bool:
+        return self.mode == "summary" and tid in self._summaries.folded_ids
 
 
 _RESOLVE_MESSAGES = {

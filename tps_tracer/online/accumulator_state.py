@@ -1,5 +1,5 @@
 """An accumulator's state: what `state()` writes, `from_state()` reads and `merge()` moves between
-two accumulators in one process, by one path (`_Parts`: taken from one accumulator, added to another).
+two accumulators in one process, by one path (`Parts`: taken from one accumulator, added to another).
 
 Merging is exact: rows travel with their bootstrap keys, live trajectories arrive live (their
 idle clock restarts), summaries merge as PartialStates, and an id on both sides is a counted
@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,19 +49,18 @@ from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online.live_run import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-
-if TYPE_CHECKING:
-    from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import WeightSchedule
 
 MAGIC = b"TPSACC\x00"
 VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
-_NO_KEYS = np.zeros(0, dtype=np.uint64)
+NO_KEYS = np.zeros(0, dtype=np.uint64)
 _ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the pair table's arrays, as they are
 
 
 @dataclass
-class _Parts:
+class Parts:
     """What one accumulator hands another (directly, or as the bytes of `state()`)."""
 
     table: PairTable  # the finished rows still stored
@@ -72,115 +73,18 @@ class _Parts:
     folded_ids: NDArray[np.uint64]  # summary mode: the keys of the ids folded away
 
 
-def take(acc: Accumulator) -> _Parts:
-    """A copy of what `acc` holds (the caller has flushed it)."""
-    with acc._lock:
-        table = acc._rows.table()
-        keys = acc._rows.keys()
-        live = [
-            (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z, repeat=lv.repeat))
-            for tid, lv in acc._store.live.items()
-        ]
-        repeated = set(acc._repeated)
-        unscored = dict(acc._rows.unscored_outcome)
-        known = list(acc._known)
-        folded = acc._summaries.folded_ids.keys() if acc.mode == "summary" else _NO_KEYS
-        seen = acc._summaries.settled()
-    summary = acc._summaries.settled_state(seen)  # rows being folded travel as folded
-    return _Parts(table, keys, unscored, known, live, repeated, summary, folded)
-
-
-def add(acc: Accumulator, parts: _Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
-    """Add `parts` (and the `health` counts they came with) to `acc`; an id it holds already is a
-    counted duplicate_id. `fold`: let a summary-mode accumulator fold what settled (not while it is
-    being built from a state)."""
-    table = parts.table
-    duplicates: list[str] = []
-    folded_twice = 0
-    settled = merging = None
-    summaries = acc._summaries
-    with acc._lock:
-        if acc.mode == "summary":
-            # Runs stored or live here, by key, before the others arrive: to count those folded twice.
-            here = np.union1d(acc._rows.keys(), np.array([acc._key(t) for t in acc._store.live], dtype=np.uint64))
-            folded_twice = _carry_folded_ids(acc, parts.folded_ids, here)
-        for name in parts.known:
-            acc._known.setdefault(name, None)
-            if name not in acc._rows.predictors:
-                acc._rows.add_predictor(name)
-        take_ids: set[str] = set()
-        take_rows = []
-        for i, tid in enumerate(table.ids):
-            if tid in acc._rows.row_of or tid in acc._store.live or tid in take_ids or _was_folded(acc, tid):
-                duplicates.append(tid)
-            else:
-                take_rows.append(i)
-                take_ids.add(tid)
-        idx = np.array(take_rows, dtype=np.int64)
-        acc._rows.append_table(
-            table.reordered(idx), parts.keys[idx], {t: y for t, y in parts.unscored.items() if t in take_ids}
-        )
-        for tid, live in parts.live:
-            if tid in acc._store.live or (not live.repeat and (tid in acc._rows.row_of or _was_folded(acc, tid))):
-                duplicates.append(tid)
-            else:  # a repeat stays one if its id is stopped here (its first run came along, or was here)
-                live.repeat = live.repeat and acc._store.stopped(tid)
-                acc._store.live[tid] = live
-        acc._repeated |= parts.repeated
-        if parts.summary is not None:  # merged outside the lock, counted as folding until then
-            merging = summaries.start_merge(parts.summary)
-        if fold and acc.mode == "summary":
-            settled = summaries.take()
-    if merging is not None:
-        summaries.finish(merging)
-    if settled is not None:
-        summaries.finish(settled)
-    if health is not None:
-        acc.health.merge(health)
-    for tid in duplicates:
-        acc._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
-    if folded_twice:  # only keys are left of these runs: both copies stay in the sums, counted one a run
-        message = (
-            f"merge: {folded_twice} ids were finished in both accumulators and already folded on "
-            "at least one side (only their keys are kept): both copies stay in the folded sums"
-        )
-        if acc.strict:
-            acc._reject("duplicate_folded_id", message)  # raises
-        acc.health.count("rejected", "duplicate_folded_id", message, n=folded_twice)
-
-
-def _was_folded(acc: Accumulator, tid: str) -> bool:
-    return acc.mode == "summary" and tid in acc._summaries.folded_ids
-
-
-def _carry_folded_ids(acc: Accumulator, other_folded: NDArray[np.uint64], here: NDArray[np.uint64]) -> int:
-    """Under the lock, summary mode: add the other's folded keys to ours. Returns how many of
-    them were also finished or live here (`here`: their keys before the merge) or folded here:
-    such a run's two copies can no longer be told apart in the sums. (A run folded here and
-    stored or live in the other is a plain duplicate_id: the other's copy is left out.)"""
-    if other_folded.size == 0:
-        return 0
-    ours = acc._summaries.folded_ids
-    twice = np.union1d(np.intersect1d(ours.keys(), other_folded), np.intersect1d(here, other_folded))
-    ours.add(int(k) for k in other_folded.tolist())
-    return int(twice.size)
-
-
-# ---------------------------------------------------------------------- bytes
-
-
-def dump(acc: Accumulator, parts: _Parts) -> bytes:
-    """`acc`'s settings and `parts` as versioned bytes."""
+def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
+    """An accumulator's settings (see `settings`), `parts` and health counts as versioned bytes."""
     table = parts.table
     body = {
         "settings": {
-            "rules": [r.name for r in acc.rules],
-            "schedules": [s.name for s in acc.schedules],
-            "mode": acc.mode,
-            "bootstrap": acc.bootstrap,
-            "seed": acc.seed,
-            "roles": {r.value: acc.policy.role(r).value for r in STOP_REASONS},
-            "predictors": acc.predictors,
+            "rules": [r.name for r in settings["rules"]],
+            "schedules": [s.name for s in settings["weights"]],
+            "mode": settings["mode"],
+            "bootstrap": settings["bootstrap"],
+            "seed": settings["seed"],
+            "roles": {r.value: settings["policy"].role(r).value for r in STOP_REASONS},
+            "predictors": settings["predictors"],
         },
         "known": parts.known,
         "rows": {
@@ -206,75 +110,89 @@ def dump(acc: Accumulator, parts: _Parts) -> bytes:
         "repeated": sorted(parts.repeated),
         "summary": None if parts.summary is None else parts.summary.to_dict(),
         "folded_ids": encode_array(parts.folded_ids),  # summary mode: the folded ids' keys (none: none)
-        "health": acc.health.snapshot(),
+        "health": health,
     }
     return MAGIC + bytes([VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
-def load(cls: type[Accumulator], data: bytes, **kwargs: Any) -> Accumulator:
-    """A new accumulator holding the state `data` (no sink, no idle sweep unless given in kwargs)."""
-    body = _body(data)
+def settings(body: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments of the accumulator a state came from."""
+    st = body["settings"]
+    return {
+        "predictors": st["predictors"],
+        "rules": st["rules"],
+        "weights": st["schedules"],
+        "bootstrap": int(st["bootstrap"]),
+        "seed": int(st["seed"]),
+        "policy": CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()}),
+        "mode": st["mode"],
+    }
+
+
+def parts(
+    body: dict[str, Any],
+    rules: Sequence[ScoreRule],
+    schedules: Sequence[WeightSchedule],
+    key: Callable[[str], int],
+    now: float,
+) -> Parts:
+    """A state's parts, for an accumulator with these rules and schedules, bootstrap key function
+    and clock (its live trajectories' idle clock restarts at `now`)."""
+    rows = body["rows"]
+    ids = [str(t) for t in rows["ids"]]
+    table = PairTable(
+        ids=ids,
+        **{f: decode_array(rows[f]) for f in _ROW_FIELDS},  # type: ignore[arg-type]
+        horizon=decode_array(rows["horizon"]),
+        rules=list(rules),
+        schedules=list(schedules),
+        predictors={
+            name: PredictorPairs(
+                decode_array(c["usable"]),
+                decode_array(c["pairs"]),
+                decode_array(c["aggregates"]),
+                {},
+                decode_array(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
+            )
+            for name, c in rows["predictors"].items()
+        },
+    )
+    live = [(str(t), _Live([dict(step) for step in steps], now, y, q)) for t, steps, y, q in body["live"]]
+    repeats = {str(tid) for tid in body.get("live_repeats", [])}
+    for tid, lv in live:
+        lv.repeat = tid in repeats
+    if repeats - {tid for tid, _ in live}:
+        raise KeyError("a live repeat that is not live")
+    folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else NO_KEYS
+    if folded_ids.size and body["settings"]["mode"] != "summary":
+        raise KeyError("folded_ids in a row-mode state")
+    return Parts(
+        table,
+        np.array([key(tid) for tid in ids], dtype=np.uint64),
+        {str(tid): int(y) for tid, y in body["unscored_outcome"].items()},
+        [str(name) for name in body["known"]],
+        live,
+        {str(tid) for tid in body.get("repeated", [])},
+        None if body["summary"] is None else PartialState.from_dict(body["summary"]),
+        folded_ids,
+    )
+
+
+def count_health(body: dict[str, Any], health: HealthLedger) -> None:
+    """Add a state's health counts to `health`."""
+    for cat, kinds in body["health"].items():
+        if cat in CATEGORIES:
+            for kind, n in kinds.items():
+                health.count(cat, str(kind), n=int(n))
+
+
+@contextmanager
+def corrupt_state() -> Iterator[None]:
+    """Reading a state's body: what does not hold together raises a clear InputError."""
     try:
-        st = body["settings"]
-        policy = CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()})
-        kwargs.setdefault("idle_timeout", None)
-        acc = cls(
-            predictors=st["predictors"],
-            rules=st["rules"],
-            weights=st["schedules"],
-            bootstrap=int(st["bootstrap"]),
-            seed=int(st["seed"]),
-            policy=policy,
-            mode=st["mode"],
-            **kwargs,
-        )
-        rows = body["rows"]
-        ids = [str(t) for t in rows["ids"]]
-        table = PairTable(
-            ids=ids,
-            **{f: decode_array(rows[f]) for f in _ROW_FIELDS},  # type: ignore[arg-type]
-            horizon=decode_array(rows["horizon"]),
-            rules=acc.rules,
-            schedules=acc.schedules,
-            predictors={
-                name: PredictorPairs(
-                    decode_array(c["usable"]),
-                    decode_array(c["pairs"]),
-                    decode_array(c["aggregates"]),
-                    {},
-                    decode_array(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
-                )
-                for name, c in rows["predictors"].items()
-            },
-        )
-        now = acc._clock()
-        live = [(str(tid), _Live([dict(step) for step in steps], now, y, q)) for tid, steps, y, q in body["live"]]
-        repeats = {str(tid) for tid in body.get("live_repeats", [])}
-        for tid, lv in live:
-            lv.repeat = tid in repeats
-        if repeats - {tid for tid, _ in live}:
-            raise KeyError("a live repeat that is not live")
-        folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else _NO_KEYS
-        if folded_ids.size and acc.mode != "summary":
-            raise KeyError("folded_ids in a row-mode state")  # reported as a corrupt state below
-        parts = _Parts(
-            table,
-            np.array([acc._key(tid) for tid in ids], dtype=np.uint64),
-            {str(tid): int(y) for tid, y in body["unscored_outcome"].items()},
-            [str(name) for name in body["known"]],
-            live,
-            {str(tid) for tid in body.get("repeated", [])},
-            None if body["summary"] is None else PartialState.from_dict(body["summary"]),
-            folded_ids,
-        )
-        add(acc, parts, fold=False)
-        for cat, kinds in body["health"].items():
-            if cat in CATEGORIES:
-                for kind, n in kinds.items():
-                    acc.health.count(cat, str(kind), n=int(n))
+        yield
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
-    return acc
 
 
 def encode_array(a: NDArray[Any]) -> dict[str, Any]:
@@ -292,7 +210,7 @@ def decode_array(d: dict[str, Any]) -> NDArray[Any]:
     return arr.reshape([int(x) for x in d["shape"]])
 
 
-def _body(data: bytes) -> dict[str, Any]:
+def read(data: bytes) -> dict[str, Any]:
     """The body of a state; a clear ValueError for anything that is not a state of a known version."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InputError(f"accumulator state must be bytes, got {type(data).__name__}")

@@ -146,6 +146,18 @@ class SummaryStore:
         self.folding[fold.token] = fold
         return fold
 
+    def carry_folded_ids(self, other_folded: np.ndarray, here: np.ndarray) -> int:
+        """Under the lock: add another accumulator's folded keys to ours. Returns how many of them
+        were also finished or live here (`here`: their keys before the merge) or folded here: such
+        a run's two copies can no longer be told apart in the sums. (A run folded here and stored
+        or live in the other is a plain duplicate_id: the other's copy is left out.)"""
+        if other_folded.size == 0:
+            return 0
+        ours = self.folded_ids
+        twice = np.union1d(np.intersect1d(ours.keys(), other_folded), np.intersect1d(here, other_folded))
+        ours.add(int(k) for k in other_folded.tolist())
+        return int(twice.size)
+
     def start_merge(self, part: PartialState) -> _Fold:
         """Under the lock: another accumulator's folded state on its way in (`finish` merges it)."""
         return self._start(None, np.zeros(0, np.uint64), {}, part)
