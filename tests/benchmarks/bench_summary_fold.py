@@ -99,6 +99,7 @@ def fold_cost(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             feed(acc, 10_000 + b * args.batch, args.batch, fold_times)
             batch_times.append(time.perf_counter() - t0)
+        acc._background.wait_idle()  # the last batches' folds run on the background thread
         assert acc._summaries.summary is not None and acc._summaries.summary.n >= n + args.batches * args.batch
         result[n] = (statistics.median(batch_times), statistics.median(fold_times), max(fold_times))
         print(
