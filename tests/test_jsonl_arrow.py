@@ -28,14 +28,12 @@ from test_jsonl_fast import (
     rec,
 )
 
-import tps_tracer.records.jsonl_arrow as jsonl_arrow
 import tps_tracer.records.jsonl_fast as jsonl_fast
-import tps_tracer.records.reading as reading
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.records import TrajectoryArrays, read_trajectories, to_arrays
 from tps_tracer.records.columnar import validated_arrays
-from tps_tracer.records.jsonl_arrow import MIN_BYTES, raw_from_jsonl_arrow
+from tps_tracer.records.jsonl_fast import MIN_BYTES, raw_from_jsonl_arrow
 from tps_tracer.records.reading import NotFast
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -150,8 +148,8 @@ def test_predictors_in_first_seen_order_across_a_large_chunk():
         for s in r["steps"]:
             s["forecasts"] = {"late": 0.25, **s["forecasts"]}
     chunk = lines(*recs)
-    assert len(chunk) > jsonl_arrow.PROBE_BYTES and not check(chunk)
-    arrays, fast = reading.read_jsonl_chunk(chunk, "<chunk>")
+    assert len(chunk) > jsonl_fast.PROBE_BYTES and not check(chunk)
+    arrays, fast = jsonl_fast.read_jsonl_chunk(chunk, "<chunk>")
     assert fast and list(arrays.predictors) == ["verbal", "late"]
     assert_same_arrays(arrays, exact(chunk))  # type: ignore[arg-type]
     # Both names in the first lines: taken, in first-seen order.
@@ -174,17 +172,17 @@ def test_fuzz_arrow_reader_equals_exact_or_refuses(records, how, mutation, pos, 
     """probe_first_line: the fields (and their types) are fixed by the first line alone, so the
     explicit-schema parse of the later lines is exercised too."""
     text = "\n".join(_line(r, how) for r in records) + ("\n" if last_newline else "")
-    saved = jsonl_arrow.PROBE_BYTES
-    jsonl_arrow.PROBE_BYTES = 0 if probe_first_line else saved
+    saved = jsonl_fast.PROBE_BYTES
+    jsonl_fast.PROBE_BYTES = 0 if probe_first_line else saved
     try:
         check(_mutate(text, mutation, min(pos, len(text))).encode("utf-8", "surrogatepass"))
     finally:
-        jsonl_arrow.PROBE_BYTES = saved
+        jsonl_fast.PROBE_BYTES = saved
 
 
 @pytest.mark.parametrize("chunk", [c for _, c, _ in CASES], ids=[name for name, _, _ in CASES])
 def test_fields_fixed_by_the_first_line_still_equal_the_exact_path_or_refuse(chunk, monkeypatch):
-    monkeypatch.setattr(jsonl_arrow, "PROBE_BYTES", 0)
+    monkeypatch.setattr(jsonl_fast, "PROBE_BYTES", 0)
     check(chunk)
 
 
@@ -291,10 +289,10 @@ def test_a_large_file_is_read_by_arrow_with_the_exact_arrays_and_report(tmp_path
         assert len(chunk) < MIN_BYTES, "the orjson reader was called on a large plain chunk"
         return orjson_read(chunk)
 
-    monkeypatch.setattr(jsonl_fast, "arrays_from_jsonl", orjson_small_only)  # (reading.py looks it up per call)
+    monkeypatch.setattr(jsonl_fast, "arrays_from_jsonl", orjson_small_only)  # (read_jsonl_chunk looks it up per call)
     assert_same_arrays(read_arrays(path, chunk_bytes=2 * MIN_BYTES), to_arrays(read_trajectories(path)))
     got = report_from_path(path, _options(200), chunk_bytes=2 * MIN_BYTES)
     assert len(sizes) <= 2  # the last, short chunk at most (read twice)
     monkeypatch.undo()
-    monkeypatch.setattr(jsonl_arrow, "MIN_BYTES", 1 << 60)  # the orjson reader only
+    monkeypatch.setattr(jsonl_fast, "MIN_BYTES", 1 << 60)  # the orjson reader only
     assert_reports_equal(got, report_from_path(path, _options(200), chunk_bytes=2 * MIN_BYTES), tol=0.0)

@@ -26,8 +26,8 @@ import tps_tracer.records.jsonl_fast as jsonl_fast
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.records import TrajectoryArrays, TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.jsonl_fast import BATCH_LINES, arrays_from_jsonl
-from tps_tracer.records.reading import NotFast, read_jsonl_chunk
+from tps_tracer.records.jsonl_fast import BATCH_LINES, arrays_from_jsonl, read_jsonl_chunk
+from tps_tracer.records.reading import NotFast
 
 SCALE = float(os.environ.get("TPS_FUZZ_SCALE", "1"))
 
@@ -349,8 +349,8 @@ def test_a_long_trajectory_is_read_in_pieces(monkeypatch):
     monkeypatch.setattr(jsonl_fast, "LONG_LINE", 1000)
     monkeypatch.setattr(jsonl_fast, "PIECE_BYTES", 20_000)
     calls = []
-    flatten = jsonl_fast._flatten
-    monkeypatch.setattr(jsonl_fast, "_flatten", lambda recs: calls.append(len(recs)) or flatten(recs))
+    flatten = jsonl_fast.flatten
+    monkeypatch.setattr(jsonl_fast, "flatten", lambda recs: calls.append(len(recs)) or flatten(recs))
     assert check_chunk(lines(OK) + line + b"\n" + lines(rec("z")))
     assert len(calls) > 10  # the pieces, the record around the last one, and the short lines' batches
     arrays = arrays_from_jsonl(line + b"\n")

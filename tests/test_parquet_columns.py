@@ -17,8 +17,8 @@ from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
 from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.parquet import jsonl_to_parquet
-from tps_tracer.records.parquet_columns import projected_batches, projection
+from tps_tracer.records.convert import jsonl_to_parquet
+from tps_tracer.records.parquet import projected_batches, projection
 
 
 def _jsonl(tmp_path, n=40):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 
-from tps_tracer.records.parquet import jsonl_to_parquet
-from tps_tracer.records.pyarrow_extra import INSTALL_HINT
+from tps_tracer.records.convert import jsonl_to_parquet
+from tps_tracer.records.errors import INSTALL_HINT
 
 try:  # Python 3.11+; tomli (a core dependency before 3.11) otherwise
     import tomllib
@@ -166,7 +166,7 @@ def test_a_directory_of_json_lines_shards_needs_no_pyarrow(blocked, files, tmp_p
 
 def test_duplicate_ids_across_json_lines_shards_are_named(files, tmp_path):
     from tps_tracer.records import TrajectoryFileError
-    from tps_tracer.records.parquet import read_records
+    from tps_tracer.records.shards import read_records
 
     lines = files["jsonl"].read_text().splitlines(keepends=True)
     shards = tmp_path / "dups"

@@ -8,7 +8,7 @@ Exit codes of every `tps-tracer` command:
   missing or unreadable file, invalid records, a bad option, an unknown predictor, an
   output that cannot be written, a sample that cannot be scored or fitted (the gate: an
   unusable sample), a missing extra (a Parquet input without pyarrow:
-  `records/pyarrow_extra.MissingExtra`, an InputError naming the pip command).
+  `records/errors.MissingExtra`, an InputError naming the pip command).
   One line on stderr says what failed and where; a record file with several problems
   lists the further ones on the lines below;
 - 3: an internal error (a bug): any other exception, a plain ValueError from numpy or the

@@ -1,5 +1,9 @@
 """The errors a trajectory file can raise, in a module without dependencies (the CLI's error
-boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them."""
+boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them.
+
+pyarrow is the `parquet` extra (Parquet files, `tps-tracer convert`, Ray blocks), not the core
+install: code that needs it calls `require_pyarrow(what)` first, so a missing extra is one clear
+message, not a traceback. JSON Lines never need it."""
 
 from __future__ import annotations
 
@@ -40,3 +44,22 @@ class TrajectoryFileError(InputError):
             return first
         more = " (further errors not shown)" if self.truncated else ""
         return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
+
+
+INSTALL_HINT = "pip install 'tps-tracer[parquet]'"
+
+
+class MissingExtra(ImportError, InputError):
+    """An optional dependency is not installed; the message says what needs it and the pip command.
+
+    An ImportError for Python callers; a ValueError too, so the command line reports it as one line
+    with exit 2, like any other expected failure (`cli/errors.py`).
+    """
+
+
+def require_pyarrow(what: str) -> None:
+    """MissingExtra naming `what` (e.g. "reading Parquet (runs.parquet)") unless pyarrow imports."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtra(f"{what} needs pyarrow, which is not installed: {INSTALL_HINT}") from exc
