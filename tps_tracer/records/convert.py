@@ -30,7 +30,6 @@ The schema is `parquet.arrow_schema`; resolution lines are applied while convert
 
 from __future__ import annotations
 
-import gc
 import io
 import itertools
 import json
@@ -51,7 +50,7 @@ from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, valid
 from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, record_json
-from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, plain_json
+from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import NotFast, fast_else_whole_file, first_that_reads, whole_file
 from tps_tracer.records.schema import TrajectoryRecord
@@ -281,17 +280,10 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
 
 
 def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
-    enabled = gc.isenabled()
-    gc.disable()  # parsed JSON has no cycles (as in jsonl_fast)
-    try:
-        recs = jsonl_fast.parse_batch(lines)
-        if not plain_json(b"".join(lines), recs):
-            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+    with jsonl_fast.gc_off():
+        recs = jsonl_fast.plain_batch(lines)
         side = _side(recs)  # before flatten empties `recs`
         return jsonl_fast.flatten(recs), side
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _side(recs: list[Any]) -> Side:

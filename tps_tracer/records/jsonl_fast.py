@@ -32,7 +32,8 @@ from __future__ import annotations
 import gc
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from itertools import chain, repeat
 from typing import Any
@@ -132,9 +133,7 @@ def _long_line(line: bytes) -> RawColumns | None:
     if k < 0 or j < 0 or line.count(b'"steps"') != 1 or b"\\u" in line or line[k + 7 : j].strip() != b":":
         return None
     head = line[: j + 1]
-    enabled = gc.isenabled()
-    gc.disable()  # as in _batch
-    try:
+    with gc_off():
         try:
             shape = orjson.loads(head + b"]}")  # `steps` must be the top-level object's last key so far
         except orjson.JSONDecodeError:
@@ -161,9 +160,6 @@ def _long_line(line: bytes) -> RawColumns | None:
         if not plain_json(head + line[begin:], [record]):
             return None
         last = flatten([record])
-    finally:
-        if enabled:
-            gc.enable()
     steps_only = concat_raw([*pieces, last])  # per-step columns in order, names first-seen
     return replace(
         last, lengths=np.array([int(steps_only.lengths.sum())]), t=steps_only.t, forecasts=steps_only.forecasts
@@ -187,26 +183,36 @@ def _views(chunk: bytes, lines: list[bytes]) -> list[memoryview]:
     return views
 
 
-def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
-    # Parsing allocates ~10 dicts and lists per record, all kept alive until the batch is flattened:
-    # the cyclic collector would run every ~700 allocations and walk them all (it roughly doubles
-    # the read time, measured), although JSON values cannot form cycles. So it is off for the
-    # batch and restored as it was, also when the batch raises.
+@contextmanager
+def gc_off() -> Iterator[None]:
+    """The cyclic collector off, restored as it was (also on a raise). Parsing allocates ~10 dicts and
+    lists per record, all kept alive until the batch is flattened: the collector would run every ~700
+    allocations and walk them all (it roughly doubles the read time, measured), although JSON values
+    cannot form cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        recs = parse_batch(lines)
-        # Duplicate keys and nesting (records/limits.py): orjson keeps the last key silently.
-        if not plain_json(b"".join(lines), recs):
-            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
-        return flatten(recs)
+        yield
     finally:
         if enabled:
             gc.enable()
 
 
-def parse_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
-    """The lines parsed by orjson (blank lines skipped), or NotFast."""
+def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
+    with gc_off():
+        return flatten(plain_batch(lines))
+
+
+def plain_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
+    """The lines parsed by orjson, or NotFast, also for a duplicate key (orjson keeps the last one
+    silently) or deep nesting (records/limits.py). Called with the collector off (`gc_off`)."""
+    recs = _parse(lines)
+    if not plain_json(b"".join(lines), recs):
+        raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+    return recs
+
+
+def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
     try:
         return list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:

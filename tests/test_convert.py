@@ -1,4 +1,4 @@
-"""`convert` JSON Lines -> Parquet in one streamed pass (records/convert_stream.py): the same file as
+"""`convert` JSON Lines -> Parquet in one streamed pass (records/convert.py): the same file as
 the exact per-record converter writes, read back to the same arrays and the same report."""
 
 from __future__ import annotations
