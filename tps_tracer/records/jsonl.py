@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -15,7 +15,14 @@ from pydantic import ValidationError
 from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
-from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
+from tps_tracer.records.limits import (
+    JsonRuleError,
+    PredictorNames,
+    bounded_lines,
+    field_path,
+    load_json,
+    predictors_message,
+)
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
 from tps_tracer.validity import forecast_problem
@@ -32,16 +39,6 @@ class ShardLinks:
     repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
 
 
-def _loc_to_field(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
 def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
     errs = []
     for i, step in enumerate(rec.steps):
@@ -54,8 +51,7 @@ def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
 
 def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
     return [
-        RecordError(line_no, _loc_to_field(tuple(e["loc"])), str(e["msg"]).removeprefix("Value error, "))
-        for e in exc.errors()
+        RecordError(line_no, field_path(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in exc.errors()
     ]
 
 
@@ -302,16 +298,11 @@ def record_json(rec: TrajectoryRecord) -> str:
     return json.dumps(obj, allow_nan=False) + "\n"
 
 
-def iter_json_lines(records: Iterable[TrajectoryRecord]) -> Iterator[str]:
-    for rec in records:
-        yield record_json(rec)
-
-
 def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:
     """Write records as JSON Lines, atomically (a failure leaves the old file); returns the number written."""
     n = 0
     with atomic_write(path) as fh:
-        for line in iter_json_lines(records):
-            fh.write(line)
+        for rec in records:
+            fh.write(record_json(rec))
             n += 1
     return n
