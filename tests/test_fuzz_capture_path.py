@@ -317,7 +317,7 @@ def test_ids_and_metadata_nobody_scripted(tmp_path):
     acc.resolve("ok", outcome=1)
     snap = acc.snapshot()
     acc.close()
-    # A lone surrogate is not text: refused online by the reader's rule (records/ids.py), counted.
+    # A lone surrogate is not text: refused online by the reader's rule (records/record_shape.py), counted.
     assert snap["online"]["finished"] == 3 and acc.health.get("error") == 0
     assert acc.rejected == {"invalid_metadata": 1, "invalid_id": 2}
     written = {r["trajectory_id"]: r for r in map(json.loads, sink.read_text().splitlines()) if "trajectory_id" in r}

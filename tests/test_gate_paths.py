@@ -22,7 +22,7 @@ from tps_tracer.records import (
     read_trajectories,
     write_trajectories,
 )
-from tps_tracer.records.parquet import jsonl_to_parquet
+from tps_tracer.records.convert import jsonl_to_parquet
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.synthetic import simulate_runs, to_records
 

@@ -14,7 +14,7 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation.gate import GateCriteria, gate_paths
-from tps_tracer.records.reading import exact_records
+from tps_tracer.records.shards import exact_records
 
 CRIT = GateCriteria(min_score=-5.0, bootstrap=200, max_skipped_share=1.0)
 ARGS = ["--min", "-5", "--bootstrap", "200", "--max-skipped-share", "1"]

@@ -58,7 +58,8 @@ def jsonl_block_arrays(batch: Any) -> Any:
     """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
     arrays, None for a blank block, or WholeInputNeeded."""
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import NotFast, read_jsonl_chunk
+    from tps_tracer.records.jsonl_fast import read_jsonl_chunk
+    from tps_tracer.records.reading import NotFast
 
     lines = batch.column("text").to_pylist()
     chunk = ("\n".join(lines) + "\n").encode("utf-8")
@@ -74,7 +75,7 @@ def jsonl_block_arrays(batch: Any) -> Any:
 def arrow_block_arrays(batch: Any) -> Any:
     """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import read_arrow_batch
+    from tps_tracer.records.parquet import read_arrow_batch
 
     if batch.num_rows == 0:
         return None

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.ids import id_problem
+from tps_tracer.records.record_shape import id_problem
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     ABANDONED_KEY,
