@@ -15,7 +15,7 @@ from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.report import ReportOptions
-from tps_tracer.evaluation.report_options_check import OptionError
+from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 

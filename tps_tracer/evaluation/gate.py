@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.audit import audit_of_table
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import Progress
@@ -71,7 +72,6 @@ from tps_tracer.evaluation.report import (
     BASE_RATE,
     NO_WORKING_SAMPLE,
     base_rate_pairs,
-    termination_audit,
 )
 from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
@@ -348,7 +348,7 @@ class _Run:
         self.score = sm.columns[0]
         self.reference = sm.columns[1] if self.base_rate is not None else np.full(table.n, np.nan)
         self.missing_q_z = sm.missing_q_z[predictor]
-        self.audit = termination_audit(gated, crit.policy)
+        self.audit = audit_of_table(gated, crit.policy)
         self.coverage = coverage_of_rows(
             working,
             table.role_masks(crit.policy)[1],

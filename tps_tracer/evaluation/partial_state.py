@@ -28,24 +28,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.append_buffer import concat_rows, reserve_rows
-from tps_tracer.evaluation.audit import termination_audit
+from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, eta_by_mode, score_columns
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
-
-if TYPE_CHECKING:  # report.py builds states; the options are only read here
-    from tps_tracer.evaluation.report import ReportOptions
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -367,16 +365,9 @@ class PartialState:
 
     def audit(self) -> dict[str, Any]:
         """The termination audit, from the state's counts (evaluation/audit.py)."""
-        return termination_audit(
+        return audit_of_counts(
             self.stop_counts, self.q_z_counts, self.pending, self.outcome_on_unscored, self.spec.policy
         )
-
-    def to_report(self, options: ReportOptions | None = None, allow_empty: bool = False) -> dict[str, Any]:
-        """The report of this state, by the one report builder (`report_builder.report_from_state`)."""
-        from tps_tracer.evaluation.report import ReportOptions  # both import this module
-        from tps_tracer.evaluation.report_builder import report_from_state
-
-        return report_from_state(self, options or ReportOptions(), allow_empty)
 
     # -- plain data (to ship between processes) -------------------------------------------------
 
