@@ -11,9 +11,8 @@ import textwrap
 from typing import Any
 
 from tps_tracer.cli.tables import WIDTH, fit_table, fmt
-from tps_tracer.evaluation.gate_coverage import coverage_line
-from tps_tracer.evaluation.gate_hypothesis import describe_test, power_text, rule_text
-from tps_tracer.evaluation.gate_set_aside import set_aside_lines
+from tps_tracer.evaluation.gate import coverage_line, set_aside_lines
+from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
 
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
 
