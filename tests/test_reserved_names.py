@@ -14,7 +14,7 @@ import pytest
 from cli_support import call
 
 import tps_tracer as tt
-from tps_tracer.evaluation.reserved_names import ReservedNameError
+from tps_tracer.evaluation.skipped_predictors import ReservedNameError
 
 
 def rows(forecasts_of, n: int = 40) -> list[dict]:

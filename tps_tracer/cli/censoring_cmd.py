@@ -19,7 +19,7 @@ import numpy as np
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table, wrap
+from tps_tracer.cli.text import fmt, fmt_ci, render_skipped, render_table, wrap
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (

@@ -69,12 +69,12 @@ from tps_tracer.evaluation.report import (
     NO_WORKING_SAMPLE,
     base_rate_pairs,
 )
-from tps_tracer.evaluation.reserved_names import check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
     NO_PREDICTOR,
     Skipped,
     as_dicts,
     check_known_predictors,
+    check_no_base_rate,
     no_data_reason,
 )
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES

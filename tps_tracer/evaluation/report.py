@@ -36,11 +36,12 @@ from tps_tracer.evaluation.report_builder import (  # re-exported: the report's 
     report_from_state,
 )
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.evaluation.reserved_names import BASE_RATE, check_no_base_rate
 from tps_tracer.evaluation.skipped_predictors import (
+    BASE_RATE,
     NO_PREDICTOR,
     Skipped,
     check_known_predictors,
+    check_no_base_rate,
     no_data_reason,
     nothing_left,
     platt_fit_reason,

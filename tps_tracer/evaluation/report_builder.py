@@ -27,8 +27,8 @@ from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES
 from tps_tracer.evaluation.partial_state import PartialState, PredictorState
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.evaluation.reserved_names import BASE_RATE
 from tps_tracer.evaluation.skipped_predictors import (
+    BASE_RATE,
     Skipped,
     as_dicts,
     check_known_predictors,

@@ -6,6 +6,22 @@ run by design (a native tool-calling agent has no action text, so `action_token_
 predictors have data for what it does, and reports the others as
 `{"predictor": name, "reason": why}` in its JSON (`skipped_predictors`) and text. A command
 fails (exit 2) only when nothing at all is left to do.
+
+Two predictor names the evaluation creates itself, and a user's predictor may not take:
+
+- `base_rate`: the constant base-rate reference row of every report and the gate's
+  `--vs-base-rate` reference. A user column of that name used to replace the reference
+  silently (the disclosure still described the constant), so report, `evaluate` and the
+  gate reject it.
+- `<p>+platt`: the recalibrated stream of predictor `p` (report --calibrate / --calibrator,
+  `tps-tracer calibrate`, plot --calibrate). A user column "verbal+platt" next to "verbal"
+  used to be overwritten by the recalibrated stream; recalibration rejects the collision.
+  Without recalibration such a name collides with nothing and stays allowed: files that
+  already hold recalibrated forecasts (written from `with_calibrator_streams`, say) remain
+  readable.
+
+Rejecting, rather than renaming the user's column, keeps every row's name meaning one thing
+in the JSON report; the error names the predictor so the file can be fixed (e.g. with jq).
 """
 
 from __future__ import annotations
@@ -22,6 +38,33 @@ from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 BoolArray = NDArray[np.bool_]
+
+BASE_RATE = "base_rate"
+PLATT_SUFFIX = "+platt"
+
+
+class ReservedNameError(InputError):
+    """A user predictor takes a name the evaluation creates itself."""
+
+
+def check_no_base_rate(names: Iterable[str]) -> None:
+    if BASE_RATE in names:
+        raise ReservedNameError(
+            f"predictor {BASE_RATE!r}: the name is reserved for the constant base-rate reference "
+            "that every report and gate adds; rename the predictor in the file"
+        )
+
+
+def check_no_recalibrated_collision(names: Iterable[str], recalibrating: Iterable[str]) -> None:
+    existing = set(names)
+    for name in recalibrating:
+        if name + PLATT_SUFFIX in existing:
+            raise ReservedNameError(
+                f"predictor {name + PLATT_SUFFIX!r}: the name is reserved for the recalibrated stream of "
+                f"{name!r} ('{PLATT_SUFFIX}' suffix); rename the predictor in the file, or recalibrate "
+                f"without {name!r} (--predictors)"
+            )
+
 
 # Cross-fitted Platt splits each outcome class into two halves, and each half's fit needs
 # both classes (a one-class fit has no finite intercept), so 2 of each class are needed.
