@@ -69,6 +69,7 @@ from tps_tracer.evaluation.report import (
     NO_WORKING_SAMPLE,
     base_rate_pairs,
 )
+from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.evaluation.skipped_predictors import (
     NO_PREDICTOR,
     Skipped,
@@ -378,13 +379,10 @@ class GateCriteria:
             raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
 
 
-class GateOptionError(GateInputError):
-    """A GateCriteria field is invalid; `field` is its name, `detail` the message without it."""
+class GateOptionError(OptionError, GateInputError):
+    """A GateCriteria field is invalid (the CLI maps `field` to its flag)."""
 
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.detail = message
-        super().__init__(f"GateCriteria.{field}: {message}")
+    owner = "GateCriteria"
 
 
 def _is_int(v: Any) -> bool:

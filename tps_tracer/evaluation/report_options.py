@@ -46,12 +46,15 @@ class ReportOptions:
 
 
 class OptionError(InputError):
-    """A ReportOptions field is invalid; `field` is its name."""
+    """A field of `owner` (ReportOptions, or GateCriteria for the gate's subclass) is invalid; `field`
+    is its name, `detail` the message without it."""
+
+    owner = "ReportOptions"
 
     def __init__(self, field: str, message: str):
         self.field = field
         self.detail = message
-        super().__init__(f"ReportOptions.{field}: {message}")
+        super().__init__(f"{self.owner}.{field}: {message}")
 
 
 def _is_int(v: Any) -> bool:
@@ -72,18 +75,13 @@ def check_report_options(opts: ReportOptions) -> None:
         bad = [p for p in opts.predictors if not isinstance(p, str) or not p]
         if bad:
             raise OptionError("predictors", f"names must be non-empty strings, got {bad[0]!r}")
-    _names("rules", opts.rules, allow_empty=False)
-    for rule in opts.rules:
-        try:
-            get_rule(rule)
-        except ValueError as exc:
-            raise OptionError("rules", str(exc)) from None
-    _names("schedules", opts.schedules, allow_empty=False)
-    for schedule in opts.schedules:
-        try:
-            get_schedule(schedule)
-        except ValueError as exc:
-            raise OptionError("schedules", str(exc)) from None
+    for name, lookup in (("rules", get_rule), ("schedules", get_schedule)):
+        _names(name, getattr(opts, name), allow_empty=False)
+        for value in getattr(opts, name):
+            try:
+                lookup(value)
+            except ValueError as exc:
+                raise OptionError(name, str(exc)) from None
     if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
         raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
     if opts.bootstrap > MAX_REPLICATES:
