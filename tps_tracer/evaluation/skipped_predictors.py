@@ -1,4 +1,5 @@
-"""Predictors without usable data are skipped with a reason, never a failure.
+"""Which predictors a command scores: the ones asked for by name must exist, two names are
+reserved, and predictors without usable data are skipped with a reason, never a failure.
 
 The handler writes every predictor it knows on every step, and some are null for a whole
 run by design (a native tool-calling agent has no action text, so `action_token_prob` and
@@ -7,21 +8,12 @@ predictors have data for what it does, and reports the others as
 `{"predictor": name, "reason": why}` in its JSON (`skipped_predictors`) and text. A command
 fails (exit 2) only when nothing at all is left to do.
 
-Two predictor names the evaluation creates itself, and a user's predictor may not take:
-
-- `base_rate`: the constant base-rate reference row of every report and the gate's
-  `--vs-base-rate` reference. A user column of that name used to replace the reference
-  silently (the disclosure still described the constant), so report, `evaluate` and the
-  gate reject it.
-- `<p>+platt`: the recalibrated stream of predictor `p` (report --calibrate / --calibrator,
-  `tps-tracer calibrate`, plot --calibrate). A user column "verbal+platt" next to "verbal"
-  used to be overwritten by the recalibrated stream; recalibration rejects the collision.
-  Without recalibration such a name collides with nothing and stays allowed: files that
-  already hold recalibrated forecasts (written from `with_calibrator_streams`, say) remain
-  readable.
-
-Rejecting, rather than renaming the user's column, keeps every row's name meaning one thing
-in the JSON report; the error names the predictor so the file can be fixed (e.g. with jq).
+The evaluation creates two names itself, which a user's predictor may not take: `base_rate`
+(the constant reference row of every report and the gate's `--vs-base-rate`) and `<p>+platt`
+(the recalibrated stream of `p`; rejected only when recalibrating, so files that already hold
+recalibrated forecasts stay readable). A user column of either name would silently replace
+or be overwritten by the evaluation's own; rejecting it, rather than renaming it, keeps every
+row's name meaning one thing, and the error names the predictor so the file can be fixed.
 """
 
 from __future__ import annotations
