@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.gate_compare import Side, compare
-from tps_tracer.evaluation.gate_hypothesis import NON_INFERIORITY, REGRESSION, decision
+from tps_tracer.evaluation.gate_stats import NON_INFERIORITY, REGRESSION, Side, compare, decision
 
 THETAS = np.array([0.2, 0.4, 0.6, 0.8])
 T = 4

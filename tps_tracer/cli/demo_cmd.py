@@ -39,8 +39,7 @@ import numpy as np
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, writing
-from tps_tracer.cli.report_text import render_report
-from tps_tracer.cli.tables import wrap
+from tps_tracer.cli.text import render_report, wrap
 from tps_tracer.errors import missing_extra
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta

@@ -84,12 +84,14 @@ def writing(what: str, path: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def flag(name: str) -> Iterator[None]:
-    """A ValueError while interpreting the value of option `name` becomes a CliError naming it."""
+    """An InputError while interpreting the value of option `name` becomes a CliError naming it.
+
+    Only an InputError: a plain ValueError raised there is a bug of ours and must exit 3, not 2."""
     try:
         yield
     except CliError:
         raise
-    except ValueError as exc:
+    except InputError as exc:
         raise CliError(f"{name}: {exc}") from exc
 
 
