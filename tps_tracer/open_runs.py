@@ -12,6 +12,10 @@ when a run stops being open, and what happens to its events afterwards, is decid
   rule closes a run only when nothing can resume it; a paused run's later clean end continues
   the same trajectory (its steps so far, one record). A pause that names neither a trajectory id
   nor a thread cannot be resumed, so it is not kept (`pause` returns False: its adapter finishes it).
+- **Paused too long.** A pause nobody answers within `pause_timeout` seconds (default a week:
+  a human's answer may wait out a weekend) is taken out by `expired(now)` and its adapter
+  finishes it (abandoned: pause_timeout), so a service whose approvals are never given keeps
+  a bounded number of runs.
 - **Late events.** The keys of a run finished early are remembered (`remember_gone`, by age:
   `GONE_MEMORY` idle timeouts, never by count, so a burst cannot push one out early): an event
   for one is dropped and counted, never allowed to open a new run. `expire(now)` forgets them.
@@ -29,6 +33,9 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from tps_tracer.errors import InputError
+
+DEFAULT_PAUSE_TIMEOUT = 7 * 86400.0  # seconds a paused run waits for its resume before it is finished
 GONE_MEMORY = 4.0  # finished-early runs' keys are remembered for this many idle timeouts (late events)
 INTERRUPTS = frozenset({"GraphInterrupt", "NodeInterrupt"})  # LangGraph's interrupt(): the run pauses
 
@@ -45,25 +52,39 @@ def is_interrupt(exception_type: Any) -> bool:
     return False
 
 
+def check_timeout(name: str, value: float | None) -> float | None:
+    """A lifetime bound in seconds, > 0 or None (never); anything else is the caller's error."""
+    if value is not None and not (isinstance(value, (int, float)) and value > 0):
+        raise InputError(f"{name} must be > 0 seconds or None, got {value!r}")
+    return value
+
+
+def tighter(*timeouts: float | None) -> float | None:
+    """The smallest of the bounds given (None: no bound)."""
+    return min((t for t in timeouts if t is not None), default=None)
+
+
 class OpenRuns(Generic[R]):
     """Paused runs, the idle test and the memory of runs finished early (see the module docstring)."""
 
-    def __init__(self, idle_timeout: float | None):
+    def __init__(self, idle_timeout: float | None, pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT):
         self.idle_timeout = idle_timeout
-        self._paused: dict[str, R] = {}  # trajectory id -> the paused run
+        self.pause_timeout = pause_timeout
+        self._paused: dict[str, tuple[R, float]] = {}  # trajectory id -> the paused run, since when (oldest first)
         self._threads: dict[str, str] = {}  # LangGraph thread id -> trajectory id of the run paused on it
         self._thread_of: dict[str, str] = {}  # trajectory id -> its thread (to unindex it)
         self._gone: OrderedDict[Hashable, float] = OrderedDict()  # key -> when (oldest first)
 
     # ------------------------------------------------------------------ paused runs
 
-    def pause(self, tid: str, thread: Any, run: R, *, by_id: bool = True) -> bool:
-        """Keep `run` (trajectory `tid`, LangGraph thread `thread` or None) for its resume. by_id:
-        whether a later run can name `tid` (False for an id made up from a trace id). False when
-        nothing could resume it (no id a run can name, no thread): then the caller finishes it."""
+    def pause(self, tid: str, thread: Any, run: R, now: float, *, by_id: bool = True) -> bool:
+        """Keep `run` (trajectory `tid`, LangGraph thread `thread` or None) for its resume, paused at
+        `now`. by_id: whether a later run can name `tid` (False for an id made up from a trace id).
+        False when nothing could resume it (no id a run can name, no thread): the caller finishes it."""
         if not by_id and thread is None:
             return False
-        self._paused[tid] = run
+        self._paused.pop(tid, None)  # re-inserted: the oldest pause stays first
+        self._paused[tid] = (run, now)
         if thread is not None:
             self._threads[str(thread)] = tid
             self._thread_of[tid] = str(thread)
@@ -77,27 +98,39 @@ class OpenRuns(Generic[R]):
             tid = self._threads.get(str(thread)) if thread is not None else None
         if tid is None:
             return None
-        run = self._paused.get(tid)
-        if run is not None:
-            self.unpause(tid)
-        return run
+        return self.unpause(tid)
 
     def unpause(self, tid: str, run: R | None = None) -> R | None:
         """Take trajectory `tid` out of the paused ones (it resumed, or it is being finished); with
         `run`, only if that is the run paused under `tid` (another run may share its id)."""
-        if run is not None and self._paused.get(tid) is not run:
+        kept = self._paused.get(tid)
+        if kept is None or (run is not None and kept[0] is not run):
             return None
-        run = self._paused.pop(tid, None)
+        del self._paused[tid]
         thread = self._thread_of.pop(tid, None)
         if thread is not None and self._threads.get(thread) == tid:
             del self._threads[thread]
-        return run
+        return kept[0]
 
     def is_paused(self, tid: str) -> bool:
         return tid in self._paused
 
     def paused(self) -> list[R]:
-        return list(self._paused.values())
+        return [run for run, _ in self._paused.values()]
+
+    def expired(self, now: float) -> list[R]:
+        """The runs paused for `pause_timeout` or longer at `now`, taken out (their adapter finishes them)."""
+        if self.pause_timeout is None:
+            return []
+        cutoff = now - self.pause_timeout
+        gone: list[R] = []
+        while self._paused:
+            tid, (run, since) = next(iter(self._paused.items()))
+            if since > cutoff:
+                break
+            self.unpause(tid)
+            gone.append(run)
+        return gone
 
     @property
     def n_paused(self) -> int:

@@ -56,7 +56,6 @@ from tps_tracer import at_exit
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES
-from tps_tracer.errors import InputError
 from tps_tracer.langchain.otel_context import current_span_ids, instrumentor_span_ids
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.langchain.stream_budget import (
@@ -65,7 +64,7 @@ from tps_tracer.langchain.stream_budget import (
     check_max_steps,
     closed_by_caller,
 )
-from tps_tracer.open_runs import OpenRuns, is_interrupt
+from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, OpenRuns, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import (
@@ -156,6 +155,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         trajectory_id_key: str = TRAJECTORY_ID_KEY,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
         max_block: float = DEFAULT_MAX_BLOCK,
         clock: Callable[[], float] = time.monotonic,
         verbal_scale: str | None = None,
@@ -173,10 +173,11 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
         Lifetimes: a run is open from its root's start to its end; a run paused by LangGraph's
         interrupt() stays open (not idle) until it is resumed on the same thread or trajectory
-        id. A run with no callback for `idle_timeout` seconds (None: never) is finished as
-        capture_lost. Active runs are never evicted: more than `max_open` open runs only logs
-        a warning (a harness that never ends its runs), because a run cut short would bias
-        every score. A full capture queue holds the caller back (backpressure) for up to
+        id, for at most `pause_timeout` seconds (None: forever). A run with no callback for
+        `idle_timeout` seconds (None: never; the accumulator's own idle_timeout applies too, the
+        tighter wins) is finished as capture_lost. Active runs are never evicted: more than
+        `max_open` open runs only logs a warning (a harness that never ends its runs), because a
+        run cut short would bias every score. A full capture queue holds the caller back (backpressure) for up to
         `max_block` seconds before giving the step up (its run is then capture_lost)."""
         self.tracker = TrajectoryTracker(
             accumulator,
@@ -192,14 +193,16 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             max_block=max_block,
             verbal_scale=verbal_scale,
         )
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise InputError(f"idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
+        # The lifetime rules (tps_tracer/open_runs.py): runs paused by an interrupt (resumed by a new
+        # root run naming their trajectory id or LangGraph thread), the idle and pause bounds, and the
+        # run ids of trajectories finished early, whose late events are dropped and counted.
+        self._lifetimes: OpenRuns[_Run] = self.tracker.lifetimes(idle_timeout, pause_timeout)
         self.accumulator = accumulator
         self.max_open = max_open
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = self._lifetimes.idle_timeout
         self._clock = clock
         self._last_sweep = clock()
-        self._sweep_every = 1.0 if idle_timeout is None else min(1.0, idle_timeout / 4)
+        self._sweep_every = 1.0 if self.idle_timeout is None else min(1.0, self.idle_timeout / 4)
         self._warned_open = False
         self.trajectory_id_key = trajectory_id_key
         self.last_trajectory_id: str | None = None
@@ -208,10 +211,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._roots: OrderedDict[UUID, _Run] = OrderedDict()  # run that ends it -> trajectory
         self._by_tid: dict[str, _Run] = {}
         self._streamed: dict[UUID, list[Any]] = {}  # logprob entries of streamed chunks, per model call
-        # The lifetime rules (tps_tracer/open_runs.py): runs paused by an interrupt (resumed by a new
-        # root run naming their trajectory id or LangGraph thread), the idle test, and the run ids
-        # of trajectories finished early, whose late events are dropped and counted.
-        self._lifetimes: OpenRuns[_Run] = OpenRuns(idle_timeout)
         # The caller's own step budgets (`budget(...)`), by trajectory id; and the ids of runs
         # whose stream was closed without one (a declare_stop after the break names the fix).
         self._budgets: dict[str, StreamBudget] = {}
@@ -328,26 +327,30 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         return self._lifetimes.n_paused
 
     def sweep(self, now: float | None = None) -> int:
-        """Finish as capture_lost (abandoned: idle) the runs with no callback for idle_timeout seconds.
+        """Finish as capture_lost the runs with no callback for idle_timeout seconds (abandoned: idle)
+        and the runs paused by an interrupt for pause_timeout seconds (abandoned: pause_timeout).
 
-        Runs paused by an interrupt are not idle: a resume can still continue them. Returns
+        A paused run is not idle: a resume can still continue it, until pause_timeout. Returns
         how many runs were finished. Called on its own at most every second as runs start."""
-        if self.idle_timeout is None:
-            return 0
         now = self._clock() if now is None else now
         lifetimes = self._lifetimes
+        idle: list[_Run] = []
         with self._lock:
             self._last_sweep = now
-            idle = [r for r in self._roots.values() if lifetimes.idle(r.last_seen, now)]
-            idle += [
-                r
-                for tid, r in self._by_tid.items()
-                if r.root is None and not lifetimes.is_paused(tid) and lifetimes.idle(r.last_seen, now)
-            ]
-            lifetimes.expire(now)
+            if lifetimes.idle_timeout is not None:
+                idle = [r for r in self._roots.values() if lifetimes.idle(r.last_seen, now)]
+                idle += [
+                    r
+                    for tid, r in self._by_tid.items()
+                    if r.root is None and not lifetimes.is_paused(tid) and lifetimes.idle(r.last_seen, now)
+                ]
+                lifetimes.expire(now)
+            expired = lifetimes.expired(now)
         for run in idle:
             self._end(run, outputs=None, error=None, abandoned="idle")
-        return len(idle)
+        for run in expired:
+            self._end(run, outputs=None, error=None, abandoned="pause_timeout")
+        return len(idle) + len(expired)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -405,7 +408,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._streamed.pop(rid, None)
         self._commit(run)  # the output before the interrupt was not rejected by a parser
         run.root, run.run_ids, run.interrupted = None, [], False
-        self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run)
+        self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run, self._clock())
 
     def _commit(self, run: _Run) -> None:
         """Decide the pending model output: a step, a repair, or the parse error that stops the run."""

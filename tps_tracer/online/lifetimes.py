@@ -4,7 +4,8 @@ A mixin of `Accumulator` (online/accumulator.py). Used on its own, the accumulat
 run early by OpenRuns' rules through its live store (online/live_store.py): idle for
 `idle_timeout` seconds, or the least recently active past `max_live`. An adapter that knows more
 (the LangChain handler, the span processor: a run paused by an interrupt, or busy behind a
-backlog of queued steps) takes that over with `leave_lifetimes_to`; its own OpenRuns decides.
+backlog of queued steps) takes that over with `leave_lifetimes_to`; its own OpenRuns decides,
+bounded by this accumulator's `idle_timeout` as well (`TrajectoryTracker.lifetimes`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class Lifetimes:
         The adapter knows what the accumulator cannot: that a run is paused by an interrupt
         and will resume, or still busy behind a backlog of queued steps. So this accumulator
         no longer idles out or evicts live trajectories (`sweep()` does nothing); the
-        adapter's idle rule (its own `sweep`) bounds memory instead.
+        adapter's idle rule (its own `sweep`, with this accumulator's idle_timeout if tighter)
+        bounds memory instead.
 
         drain: applies the events the adapter has queued (its capture worker's flush). flush(),
         and so snapshot/state/close, call it first: a user who closes the accumulator straight

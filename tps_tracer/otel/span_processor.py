@@ -76,7 +76,7 @@ from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, short_name
 from tps_tracer.errors import InputError
-from tps_tracer.open_runs import OpenRuns, is_interrupt
+from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, OpenRuns, is_interrupt
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.span_fields import attributes as attrs_of
 from tps_tracer.otel.span_fields import events as events_of
@@ -161,6 +161,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,
         max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
@@ -170,7 +171,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
         `tps_horizon` metadata or `tps.horizon` attribute overrides it). verbal_scale: the scale of
-        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata)."""
+        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata).
+        idle_timeout / pause_timeout: as TPSCallbackHandler's (the accumulator's idle_timeout applies too)."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
         self.accumulator = accumulator
@@ -179,7 +181,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self.root_matcher = root_matcher
         self.max_open_traces = max_open_traces
         self.max_spans_per_trace = max_spans_per_trace
-        self.idle_timeout = idle_timeout
         if accumulator is None:  # links-only use: a private accumulator, imported only then
             from tps_tracer.online.accumulator import Accumulator
 
@@ -196,16 +197,17 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             max_block=max_block,
             verbal_scale=verbal_scale,
         )
+        # The lifetime rules (tps_tracer/open_runs.py): runs paused by LangGraph's interrupt (kept,
+        # not idle, until a later trace names their trajectory id or thread, or pause_timeout), the
+        # idle test, and the traces finished early (idle, shutdown), whose late spans are dropped
+        # and counted, never allowed to open the trace again (that split one run into two records).
+        self._lifetimes: OpenRuns[TrajectoryState] = self.tracker.lifetimes(idle_timeout, pause_timeout)
+        self.idle_timeout = self._lifetimes.idle_timeout
         self._clock = clock
         self._warned_open = False
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        # The lifetime rules (tps_tracer/open_runs.py): runs paused by LangGraph's interrupt (kept,
-        # not idle, until a later trace names their trajectory id or thread), the idle test, and
-        # the traces finished early (idle, shutdown), whose late spans are dropped and counted,
-        # never allowed to open the trace again (that split one run into two records).
-        self._lifetimes: OpenRuns[TrajectoryState] = OpenRuns(idle_timeout)
         self._ended = 0
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
@@ -263,11 +265,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             paused = self._lifetimes.paused()
             for state in paused:
                 self._lifetimes.unpause(state.tid)
-        for state in paused:  # never resumed: recorded, abandoned like every run still open
-            self.feeder.call(
-                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned=why),
-                "finish",
-            )
+        self._finish_paused(paused, why)
         for trace_id, st in leftover:
             self._finish_early(trace_id, st, why)
         for g in grouped:
@@ -422,27 +420,36 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     # ------------------------------------------------------------------ bounded memory
 
     def sweep(self, now: float | None = None) -> int:
-        """Finish traces and grouped trajectories with no span event for idle_timeout seconds."""
-        if self.idle_timeout is None:
-            return 0
+        """Finish traces and grouped trajectories with no span event for idle_timeout seconds, and
+        runs paused by an interrupt for pause_timeout seconds (abandoned: pause_timeout)."""
         now = self._clock() if now is None else now
         idle: list[tuple[int, _Trace]] = []
         idle_groups: list[_Grouped] = []
         lifetimes = self._lifetimes  # paused runs are not in _traces: never idle
         with self._lock:
-            for trace_id, st in list(self._traces.items()):
-                if lifetimes.idle(st.last_seen, now):
-                    idle.append((trace_id, self._traces.pop(trace_id)))
-                    lifetimes.remember_gone([trace_id], now)
-            lifetimes.expire(now)
-            for tid, g in list(self._grouped.items()):
-                if lifetimes.idle(g.last_seen, now):
-                    idle_groups.append(self._grouped.pop(tid))
+            if lifetimes.idle_timeout is not None:
+                for trace_id, st in list(self._traces.items()):
+                    if lifetimes.idle(st.last_seen, now):
+                        idle.append((trace_id, self._traces.pop(trace_id)))
+                        lifetimes.remember_gone([trace_id], now)
+                lifetimes.expire(now)
+                for tid, g in list(self._grouped.items()):
+                    if lifetimes.idle(g.last_seen, now):
+                        idle_groups.append(self._grouped.pop(tid))
+            expired = lifetimes.expired(now)
         for trace_id, st in idle:
             self._finish_early(trace_id, st, "idle")
         for g in idle_groups:
             self.feeder.call(functools.partial(self._end_grouped, g, abandoned="idle"), "finish")
-        return len(idle) + len(idle_groups)
+        self._finish_paused(expired, "pause_timeout")
+        return len(idle) + len(idle_groups) + len(expired)
+
+    def _finish_paused(self, paused: list[TrajectoryState], why: str) -> None:
+        """Runs paused by an interrupt and never resumed: recorded, abandoned (`why`) like every run cut short."""
+        for state in paused:
+            self.feeder.call(
+                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned=why), "finish"
+            )
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
         """A trace taken out before its run was seen to end: finished if it holds a run, else only counted.
@@ -527,7 +534,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         state.tool_errors += sum(1 for f in st.failures if _tool_failure(f))
         if st.interrupted and root is not None and abandoned is None:
             with self._lock:  # paused, not ended: kept (never idle) for the trace that resumes it
-                paused = self._lifetimes.pause(tid, thread, state, by_id=named)
+                paused = self._lifetimes.pause(tid, thread, state, self._clock(), by_id=named)
             if paused:
                 return
         if st.dropped:

@@ -28,6 +28,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
+from tps_tracer.open_runs import OpenRuns, check_timeout, tighter
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import VERBAL_SCALE_KEY
@@ -96,6 +97,12 @@ class TrajectoryTracker:
         # The adapter above decides when its runs end; the accumulator drains this worker's queue
         # before it snapshots or closes, so nothing that ended is closed as lost.
         accumulator.leave_lifetimes_to(source, drain=self.worker.flush)
+
+    def lifetimes(self, idle_timeout: float | None, pause_timeout: float | None) -> OpenRuns[Any]:
+        """The adapter's lifetime rules. The accumulator's own `idle_timeout` still bounds the runs
+        (the tighter of the two applies): it left its idle sweep to the adapter, not the bound."""
+        idle = tighter(check_timeout("idle_timeout", idle_timeout), self.accumulator.idle_timeout)
+        return OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
 
     # ------------------------------------------------------------------ a run's life
 
