@@ -141,6 +141,35 @@ def test_baseline_paired_by_task_and_unpaired_otherwise(truthful, overconfident,
     assert proc.returncode == 1 and "vs_baseline" in proc.stdout
 
 
+def test_pairing_is_decided_by_the_task_overlap_never_by_min_n(truthful, overconfident):
+    """Issue 47: with min_n 100 and 98 common scored tasks the comparison went unpaired and its standard
+    error doubled. The overlap (98 of the smaller side's scored tasks, >= PAIRING_OVERLAP) decides now;
+    min_n still gates each side's sample size on its own."""
+    crit = GateCriteria(bootstrap=400, min_n=100)
+    scored = [r for r in truthful if r.stop_reason in ("clean", "max_steps")]
+    ids = [r.trajectory_id for r in scored[:130]]
+    cand = [r for r in truthful if r.trajectory_id in set(ids)]
+    base_shared = [r for r in overconfident if r.trajectory_id in set(ids[:98])]
+    extra = [r.model_copy(update={"trajectory_id": "x" + r.trajectory_id}) for r in overconfident[-40:]]
+    res = evaluate_gate(cand, crit, baseline=base_shared + extra)
+    cmp = res["comparison"]
+    assert cmp["common_tasks"] == 98 and cmp["paired"], cmp["how"]
+    assert {c["name"]: c["passed"] for c in res["checks"]}["sample_size"]  # both sides >= 100 scored runs
+    # Pairing removes the between-task variance: the same comparison unpaired (no common ids) is wider.
+    width = lambda r: (lambda c: c["ci_high"] - c["ci_low"])({c["name"]: c for c in r["checks"]}["vs_baseline"])  # noqa: E731
+    apart = [r.model_copy(update={"trajectory_id": "y" + r.trajectory_id}) for r in base_shared]
+    unpaired = evaluate_gate(cand, crit, baseline=apart + extra)
+    assert not unpaired["comparison"]["paired"] and "no common task ids" in unpaired["comparison"]["how"]
+    assert width(unpaired) > width(res)
+    # A small overlap (10 of 130) is compared unpaired, and the gate says why.
+    few = [r for r in overconfident if r.trajectory_id in set(ids[:10])] + extra
+    small = evaluate_gate(cand, GateCriteria(bootstrap=400, min_n=30), baseline=few)
+    assert (
+        not small["comparison"]["paired"]
+        and "only 10 common tasks of 46 (< 50% of the smaller side)" in small["comparison"]["how"]
+    )
+
+
 def test_high_parse_error_share_fails_and_tiny_samples_are_unusable(tmp_path):
     world = World(parse_error_rate=0.08)
     recs = only(to_records(simulate_runs(300, seed=3, world=world), ["truthful"]), "truthful")

@@ -56,6 +56,7 @@ from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_
 from tps_tracer.evaluation.gate_stats import (
     ALPHA,
     DEFAULT_TEST,
+    PAIRING_OVERLAP,
     TESTS,
     Side,
     censoring_rates_differ,
@@ -935,15 +936,15 @@ def _baseline_check(
     cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     asym = _asymmetries(cand, base, crit, warnings, notes)
-    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed, crit.min_n)
+    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed)
     how = _pairing(cand, base, cmp.counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     counts = cmp.counts
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
         notes.append(unpaired_text(counts))
     elif not cmp.paired and counts["common_tasks"]:
         warnings.append(
-            f"the runs share only {counts['common_tasks']} scored tasks (fewer than min_n {crit.min_n}): "
-            "compared unpaired, on different task sets"
+            f"the runs share only {counts['common_tasks']} scored tasks (less than {PAIRING_OVERLAP:.0%} of the "
+            "smaller side's): compared unpaired, on different task sets"
         )
     b_ok = ~np.isnan(base.score)
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")

@@ -21,8 +21,11 @@ the task ids both sides scored (a task missing on one side, a parse error or a c
 cannot score under cen-exact, drops out of the comparison and is counted, never silently). Tasks may
 repeat (several runs per task): the bootstrap resamples tasks (a cluster bootstrap), both sides'
 runs of a task sharing its replicate weight, so the difference's replicates are paired (one row per
-task: the cost of a single run's bootstrap). When the sides share fewer than `min_common` tasks, the
-runs are compared unpaired (each side resampled independently).
+task: the cost of a single run's bootstrap). Whether to pair is decided by the overlap alone, never by
+the sample-size threshold `min_n` (which once decided it: 98 common tasks with min_n 100 went unpaired
+and the standard error doubled): the runs are paired when the common tasks are at least
+`PAIRING_OVERLAP` of the smaller side's scored tasks, else compared unpaired (each side resampled
+independently), since pairing would then drop most of a side.
 """
 
 from __future__ import annotations
@@ -206,11 +209,17 @@ def _scored_tasks(side: Side) -> tuple[list[str], FloatArray]:
     return [t for t, k in zip(side.task_ids, ok, strict=True) if k], side.score[ok]
 
 
-def compare(cand: Side, base: Side, bootstrap: int, seed: int, min_common: int) -> Comparison:
+# Pair when the common tasks are at least this share of the smaller side's scored tasks (and at least 2,
+# for a variance): the two runs were made on one task set. It looks at task ids only, never at scores.
+PAIRING_OVERLAP = 0.5
+
+
+def compare(cand: Side, base: Side, bootstrap: int, seed: int) -> Comparison:
     """Mean(candidate) - mean(baseline) with bootstrap replicates, paired on common scored tasks."""
     c_tasks, c_scores = _scored_tasks(cand)
     b_tasks, b_scores = _scored_tasks(base)
     common = set(c_tasks) & set(b_tasks)
+    smaller = min(len(set(c_tasks)), len(set(b_tasks)))
     c_in = np.array([t in common for t in c_tasks], dtype=bool)
     b_in = np.array([t in common for t in b_tasks], dtype=bool)
     counts = {
@@ -222,7 +231,7 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int, min_common: int) 
         "candidate_unscored_runs": len(cand.score) - len(c_tasks),
         "baseline_unscored_runs": len(base.score) - len(b_tasks),
     }
-    if len(common) >= min_common:
+    if len(common) >= 2 and len(common) >= PAIRING_OVERLAP * smaller:
         point, reps, repeats = _paired(c_tasks, c_scores, c_in, b_tasks, b_scores, b_in, bootstrap, seed)
         # The caller says what the task ids are; here only what the resampling did with repeats.
         how = "; tasks repeat: resampled by task" if repeats else ""
@@ -231,7 +240,11 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int, min_common: int) 
     bb = bootstrap_means(b_scores[:, None], _salted_keys(b_tasks, "baseline"), bootstrap, seed)
     reps = bc.replicates[:, 0] - bb.replicates[:, 0]
     point = float(bc.point[0] - bb.point[0])
-    why = "no common task ids" if not common else f"only {len(common)} common tasks (< {min_common})"
+    why = (
+        "no common task ids"
+        if not common
+        else f"only {len(common)} common tasks of {smaller} (< {PAIRING_OVERLAP:.0%} of the smaller side)"
+    )
     how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; {why})"
     return Comparison(point, reps, False, how, counts)
 
