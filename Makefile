@@ -14,7 +14,7 @@ extras_bench := $(extras_test),bench
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools real-model lint typecheck check docs fresh-check bench bench-real-model clean
+.PHONY: demo test test-load tools real-model lint typecheck check docs fresh-check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,10 +89,18 @@ $(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test)
 	rm -f $(VENV)/.installed-real-model-*
 	touch $@
 
-# The whole test suite (benchmarks excluded: see `make bench`). --durations lists the slowest tests in
-# the CI log, so the suite's time against CI's 90-minute limit is watched where it is spent.
+# The test suite on every core (pytest-xdist), benchmarks and load campaigns excluded (`make bench`,
+# `make test-load`; CI runs both test targets). loadgroup: tests/conftest.py keeps the tests that share
+# a server or a module's fixture on one worker. --durations lists the slowest tests in the CI log, so
+# the time is watched where it is spent. PYTEST_WORKERS=1 for one process (any other -n value works).
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15
 test: $(call stamp,test) tools real-model
-	$(BIN)/python -m pytest -q --durations=30
+	$(PYTEST) -m 'not load'
+
+# The load, soak and fault campaigns (marker `load`): bursts of 10,000 to 200,000 runs.
+test-load: $(call stamp,test)
+	$(PYTEST) -m load
 
 lint: $(call stamp,test)
 	$(BIN)/ruff check tps_tracer tests examples integrations
