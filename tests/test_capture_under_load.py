@@ -36,6 +36,8 @@ from tps_tracer import Accumulator
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 
+pytestmark = pytest.mark.load  # `make test-load` (CI runs it too): 2,000 to 200,000 runs a test
+
 
 def _handler(tmp_path, **kw):
     acc = Accumulator(bootstrap=0, sink=tmp_path / "runs.jsonl")
@@ -51,7 +53,6 @@ def _check(acc, adapter, tmp_path, n, tool_turns=1):
     assert audit["stop_reasons"]["clean"] == n and audit["roles"]["lost"] == 0
 
 
-@pytest.mark.load
 def test_a_thread_pool_burst_of_10000_runs_is_recorded_whole(tmp_path):
     acc, handler = _handler(tmp_path)
     run_thread_burst(burst_agent(), handler, 10_000, threads=64)
@@ -95,7 +96,6 @@ def _report_and_gate_judge_every_run(path: Path, n: int, tool_turns: int) -> Non
 # gate are checked run by run.
 
 
-@pytest.mark.load
 def test_an_asyncio_burst_of_50000_runs_with_max_open_1000_is_recorded_whole(tmp_path):
     """50,000 runs open at once on one event loop, 50 times max_open: none is evicted or lost."""
     acc, handler = _handler(tmp_path, max_open=1_000)
@@ -106,7 +106,6 @@ def test_an_asyncio_burst_of_50000_runs_with_max_open_1000_is_recorded_whole(tmp
     _report_and_gate_judge_every_run(tmp_path / "runs.jsonl", 50_000, tool_turns=0)
 
 
-@pytest.mark.load
 def test_a_thread_pool_burst_of_50000_runs_is_recorded_whole(tmp_path):
     acc, handler = _handler(tmp_path)
     run_thread_burst(burst_agent(logprob_tokens=5, tool_turns=0), handler, 50_000, threads=64)
@@ -163,7 +162,6 @@ def _processor(tmp_path, **kw):
     return acc, processor, provider.get_tracer("app")
 
 
-@pytest.mark.load
 def test_200000_traces_from_four_threads_with_max_open_far_below_each_leave_one_record_named_by_its_id(tmp_path):
     acc, processor, tracer = _processor(tmp_path, max_open_traces=100, max_queue_size=1024)
     run_trace_burst(tracer, 200_000, threads=4)

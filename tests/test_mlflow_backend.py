@@ -197,6 +197,7 @@ def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up
     acc.close()
 
 
+@pytest.mark.load  # a fault campaign: `make test-load`
 def test_mlflow_down_mid_run_then_back(mlflow_server, world, tmp_path):
     """MLflow stops mid-run and restarts: assessments are retried and land; the sink has every run."""
     # Long enough for a trace exported in the SDK's next batch (every 5 s) to be waited for;

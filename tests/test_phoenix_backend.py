@@ -148,6 +148,7 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     pipe.acc.close()
 
 
+@pytest.mark.load  # a fault campaign: `make test-load`
 def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
     """Phoenix stops mid-run and restarts: annotations are retried and land; the sink has every run."""
     pipe = Pipeline(phoenix, tmp_path, "spans")

@@ -27,7 +27,7 @@ class PhoenixServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:  # its migrations took over 120 s on a loaded machine
         env = {
             **os.environ,
             "PHOENIX_HOST": "127.0.0.1",
