@@ -11,6 +11,7 @@ Slow (a build and a ~400 MB install: about a minute with a warm pip cache), but 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -29,7 +30,9 @@ pytestmark = pytest.mark.slow
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+    # No PYTHONPATH: a checkout on it would be imported (and seen by pip as installed) in the clean venv.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, **kw)
     assert out.returncode == 0, f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
