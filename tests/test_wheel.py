@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -40,8 +41,16 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # The checkout's files (tracked, or new and not ignored) copied first: other tests running beside this
+    # one write into the checkout, and a file vanishing while the sdist is made fails the build.
+    src = tmp_path_factory.mktemp("src")
+    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
     # sdist first, then the wheel built from the unpacked sdist: a file missing from the sdist breaks the wheel.
-    build = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)  # not ROOT: its build/
+    build = _run([sys.executable, "-m", "build", "--outdir", str(out), str(src)], cwd=out)
     log = build.stdout + build.stderr
     # Packaging warnings are deprecations with a date (the license table: 2027-02-18); none may be left.
     for warning in ("Warning", "deprecated"):

@@ -150,6 +150,9 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
         if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
             constants.ENABLE_RAY_CLUSTER = False
         ray.init(
+            # "local": always a new instance; with no address Ray joins a local cluster it finds (another
+            # process's), which refuses num_cpus.
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
