@@ -90,18 +90,18 @@ $(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test)
 	touch $@
 
 # The test suite, benchmarks and load campaigns excluded (`make bench`, `make test-load`; CI runs both
-# test targets). --durations lists the slowest tests, so the time is watched where it is spent.
-# PYTEST_WORKERS=N runs N pytest-xdist workers: not the default yet, as three groups of tests are not
-# isolated from each other (docs/development.md, "The test targets").
-PYTEST_WORKERS ?= 0
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15
+# test targets), on PYTEST_WORKERS pytest-xdist workers (one per core; 0: in this process). loadfile
+# keeps a module's tests on one worker, so a module's fixtures start once. --durations lists the
+# slowest tests, so the time is watched where it is spent.
+PYTEST_WORKERS ?= $(shell nproc)
 test: $(call stamp,test) tools real-model
-	$(PYTEST) -m 'not load'
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m 'not load'
 
 # The load, soak and fault campaigns (marker `load`): bursts of 10,000 to 200,000 runs, backends down
-# mid-run. Not in `make test`; .ci/run runs both.
+# mid-run. One at a time: each measures capture under its own burst, not under another's.
+# Not in `make test`; .ci/run runs both.
 test-load: $(call stamp,test) tools
-	$(PYTEST) -m load
+	$(BIN)/python -m pytest -q -n 0 --durations=15 -m load
 
 lint: $(call stamp,test)
 	$(BIN)/ruff check tps_tracer tests examples integrations
