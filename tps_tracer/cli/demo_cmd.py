@@ -345,7 +345,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         import langgraph.prebuilt  # noqa: F401
         import tqdm  # noqa: F401
     except ModuleNotFoundError as exc:
-        raise missing_extra(exc, "tps-tracer demo", "demo") or exc from exc
+        raise missing_extra(exc, "the demo", "demo") or exc from exc
     if args.tasks < 1:
         raise CliError(f"--tasks must be >= 1, got {args.tasks}")
     check_replicates(args.bootstrap, 0, "0: no confidence intervals")
