@@ -180,7 +180,7 @@ class SummaryStore:
     def _merge(self, fold: _Fold) -> None:
         """Merge a fold's state into the summary, outside the lock: merge the summary seen, then swap
         it in under the lock if no other fold swapped meanwhile (else again). Appending costs what the
-        fold holds (append_buffer.py; a full buffer is regrown by with_room_for, also out here), so
+        fold holds (partial_state.py's append buffer; a full buffer is regrown by with_room_for, also out here), so
         the lock is held for a check and an assignment. Until the swap the fold stays in `folding`,
         where snapshots find it."""
         part = fold.part
