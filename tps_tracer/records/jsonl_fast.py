@@ -413,13 +413,16 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         raise NotFast("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
     if table.num_rows != chunk.count(b"\n", 0, end) + 1:
         raise NotFast("arrow: not one object per line")
-    for key, path in _NULLABLE_OBJECTS:
-        # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
-        # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
-        mentions = chunk.count(key, 0, end)
-        if mentions and mentions != _present(table, path):
-            raise NotFast(f"arrow: {key.decode()} null or mentioned elsewhere")
-    return raw_from_arrow(table, from_json=True)
+    try:
+        for key, path in _NULLABLE_OBJECTS:
+            # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
+            # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
+            mentions = chunk.count(key, 0, end)
+            if mentions and mentions != _present(table, path):
+                raise NotFast(f"arrow: {key.decode()} null or mentioned elsewhere")
+        return raw_from_arrow(table, from_json=True)
+    except pa.ArrowException as exc:  # pyarrow 26 builds an invalid list<null> array from `[null, null]`
+        raise NotFast(f"arrow: {exc}") from None
 
 
 def _bounded_schema(chunk: bytes, end: int) -> Any:
