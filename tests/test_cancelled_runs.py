@@ -130,3 +130,62 @@ def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
     for r in records:
         assert r["stop_reason"] == "timeout", (r, r["metadata"])
         assert "tool_errors" not in r["metadata"], r
+
+
+@contextlib.contextmanager
+def _silent_server() -> Any:
+    """An OpenAI-compatible address on 127.0.0.1 that never answers in time (it sleeps, then closes)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            time.sleep(2.0)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("route", ["handler", "spans"])
+def test_a_client_timeout_is_a_timeout_on_both_routes(tmp_path, route):
+    """`ChatOpenAI(timeout=..., max_retries=0)` past its timeout: langchain-openai 1.x raises its own
+    `OpenAITimeoutError` (an APITimeoutError and a langchain-core ModelTimeoutError). The span
+    processor sees only that class name and recorded `other` (22 of 22 in a new user's trial) where the
+    handler, which sees the exception chain, said `timeout`."""
+    from langchain_openai import ChatOpenAI
+
+    acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
+    config: dict[str, Any] = {"metadata": {"tps_trajectory_id": "slow-0"}}
+    with _silent_server() as url:
+        agent = create_agent(ChatOpenAI(base_url=url, api_key="k", model="m", timeout=0.3, max_retries=0), [])
+        if route == "handler":
+            handler = TPSCallbackHandler(acc)
+            with pytest.raises(Exception, match=r"[Tt]imed? ?out"):
+                agent.invoke({"messages": [("user", "go")]}, config={**config, "callbacks": [handler]})
+            handler.close()
+        else:
+            from opentelemetry.sdk.trace import TracerProvider
+            from otel_support import instrumented
+
+            from tps_tracer.otel import TPSSpanProcessor
+
+            provider = TracerProvider()
+            provider.add_span_processor(TPSSpanProcessor(acc))
+            with instrumented(provider), pytest.raises(Exception, match=r"[Tt]imed? ?out"):
+                agent.invoke({"messages": [("user", "go")]}, config=config)
+            provider.shutdown()
+    acc.close()
+    [record] = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert record["stop_reason"] == "timeout", record
