@@ -28,9 +28,11 @@ SLOW = 5.0  # seconds: far beyond the harness's timeout below
 
 
 class OneToolTurn(BaseChatModel):
-    """Calls `lookup` once, then answers; `slow_model` makes the second call hang (async)."""
+    """Calls `lookup` once, then answers; `slow_model` makes the second call hang (async), `slow_first`
+    the first."""
 
     slow_model: bool = False
+    slow_first: bool = False
 
     @property
     def _llm_type(self) -> str:
@@ -52,7 +54,8 @@ class OneToolTurn(BaseChatModel):
     async def _agenerate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
-        if self.slow_model and any(isinstance(m, AIMessage) for m in messages):
+        answered = any(isinstance(m, AIMessage) for m in messages)
+        if (self.slow_model and answered) or (self.slow_first and not answered):
             await asyncio.sleep(SLOW)
         return self._reply(messages)
 
@@ -68,11 +71,15 @@ def _tool(slow: bool) -> Any:
     return lookup
 
 
-@pytest.mark.parametrize("where", ["tool", "model"])
+@pytest.mark.parametrize("where", ["tool", "model", "first_model"])
 def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, where):
+    """first_model (issue 46): cancelled during its first model call, a run left no record (counted
+    only as ignored/runs_without_model_calls): langchain-core reports the shielded call's error after
+    the root's. A model call in flight when the run ends is a call made."""
     acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
     handler = TPSCallbackHandler(acc)
-    agent = create_agent(OneToolTurn(slow_model=where == "model"), [_tool(slow=where == "tool")])
+    model = OneToolTurn(slow_model=where == "model", slow_first=where == "first_model")
+    agent = create_agent(model, [_tool(slow=where == "tool")])
 
     async def main() -> list[str]:
         raised = []
@@ -93,8 +100,10 @@ def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, w
         assert r["stop_reason"] == "timeout", (r, r["metadata"])
         assert r["metadata"]["stop_detail"] == "CancelledError"
         assert "tool_errors" not in r["metadata"]  # the tool did not fail: it was cancelled
-        # The first model call's step; the second call (model case) never returned, so it has none.
-        assert [s["forecasts"]["verbal"] for s in r["steps"]] == [0.6]
+        # The first model call's step; the call cancelled in flight never returned, so it has none.
+        assert [s["forecasts"]["verbal"] for s in r["steps"]] == ([] if where == "first_model" else [0.6])
+        assert r["metadata"]["llm_calls"] == {"tool": 1, "model": 2, "first_model": 1}[where]
+    assert handler.health.snapshot().get("ignored", {}).get("runs_without_model_calls", 0) == 0
 
 
 def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
