@@ -106,16 +106,22 @@ def test_a_missing_extra_names_the_install_that_works_from_where_it_came(monkeyp
     from the git commit, checkout or wheel pip recorded (issue 47: the hints named the index form)."""
     from importlib import metadata
 
+    from tps_tracer import errors
     from tps_tracer.errors import MissingExtra, install_hint, missing_extra
 
     monkeypatch.setattr(metadata, "distribution", lambda name: _Dist(direct_url))
+    # Every extra is installed here: a stand-in optional dependency that is not.
+    monkeypatch.setitem(errors.EXTRA_OF_MODULE, "tps_absent_dep", "otel")
     assert install_hint("otel") == hint
-    missing = missing_extra(ModuleNotFoundError("No module named 'opentelemetry'", name="opentelemetry.sdk"), "X")
+    missing = missing_extra(ModuleNotFoundError("No module named 'tps_absent_dep'", name="tps_absent_dep.sdk"), "X")
     assert isinstance(missing, MissingExtra) and isinstance(missing, InputError)
-    assert str(missing) == f"X needs the 'otel' extra (opentelemetry is not installed): {hint}"
+    assert str(missing) == f"X needs the 'otel' extra (tps_absent_dep is not installed): {hint}"
     # The CLI boundary: exit 2 with that line, for a missing optional dependency raised anywhere in a command.
-    assert expected_message(ModuleNotFoundError("x", name="opentelemetry")) == (
-        f"this command needs the 'otel' extra (opentelemetry is not installed): {hint}"
+    assert expected_message(ModuleNotFoundError("x", name="tps_absent_dep")) == (
+        f"this command needs the 'otel' extra (tps_absent_dep is not installed): {hint}"
     )
+    # An installed dependency lacking one of its modules (moved in another version) is a bug, exit 3.
+    assert missing_extra(ModuleNotFoundError("x", name="opentelemetry.sdk.moved_away")) is None
+    assert expected_message(ModuleNotFoundError("x", name="opentelemetry.sdk.moved_away")) is None
     assert missing_extra(ModuleNotFoundError("x", name="numpyy")) is None  # not an extra: a bug, exit 3
     assert expected_message(ModuleNotFoundError("x", name="numpyy")) is None

@@ -71,8 +71,11 @@ class MissingExtra(ModuleNotFoundError, InputError):
 def missing_extra(exc: ImportError, what: str = "this", extra: str | None = None) -> MissingExtra | None:
     """The error to raise instead of `exc` when it is a missing optional dependency, else None; `extra`
     names the extra that has all of `what`'s needs when the module's own extra would not be enough."""
+    import importlib.util
+
     top = (exc.name or "").split(".")[0]
-    if top not in EXTRA_OF_MODULE:
+    # An installed dependency missing one of its own modules (a version that moved it) is no missing extra.
+    if top not in EXTRA_OF_MODULE or importlib.util.find_spec(top) is not None:
         return None
     extra = extra or EXTRA_OF_MODULE[top]
     return MissingExtra(
