@@ -1,5 +1,5 @@
 # Each entry point creates .venv and installs what it needs, so a fresh clone works.
-# `make demo` installs the core and the `langchain` extra only; `make test` installs every extra.
+# `make demo` installs the core and the `demo` extra only; `make test` installs every extra.
 # One stamp file per extra set (named after pyproject.toml's checksum): `make demo` after `make test`
 # installs nothing, `make test` after `make demo` adds the rest. A new target with its own extras
 # gets a stamp the same way: `extras_NAME := ...`, then `$(call stamp,NAME)` as its prerequisite.
@@ -8,13 +8,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-extras_demo := langchain
-extras_test := test,dev,langchain,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
+extras_demo := demo
+extras_test := test,dev,demo,resume,langchain-test,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
 extras_bench := $(extras_test),bench
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)
 
-.PHONY: demo test tools real-model lint typecheck check docs fresh-check bench bench-real-model clean
+.PHONY: demo test test-load tools real-model lint typecheck check docs fresh-check bench bench-real-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,10 +89,19 @@ $(call stamp,real-model): pyproject.toml $(LLAMA_WHEEL_BUILT) $(call stamp,test)
 	rm -f $(VENV)/.installed-real-model-*
 	touch $@
 
-# The whole test suite (benchmarks excluded: see `make bench`). --durations lists the slowest tests in
-# the CI log, so the suite's time against CI's 90-minute limit is watched where it is spent.
+# The test suite, benchmarks and load campaigns excluded (`make bench`, `make test-load`; CI runs both
+# test targets), on PYTEST_WORKERS pytest-xdist workers (one per core; 0: in this process). loadfile
+# keeps a module's tests on one worker, so a module's fixtures start once. --durations lists the
+# slowest tests, so the time is watched where it is spent.
+PYTEST_WORKERS ?= $(shell nproc)
 test: $(call stamp,test) tools real-model
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m 'not load'
+
+# The load, soak and fault campaigns (marker `load`): bursts of 10,000 to 200,000 runs, backends down
+# mid-run. One at a time: each measures capture under its own burst, not under another's.
+# Not in `make test`; .ci/run runs both.
+test-load: $(call stamp,test) tools
+	$(BIN)/python -m pytest -q -n 0 --durations=15 -m load
 
 lint: $(call stamp,test)
 	$(BIN)/ruff check tps_tracer tests examples integrations

@@ -1,6 +1,7 @@
 """TPS capture on an agent whose model runs on a local OpenAI-compatible server, logprobs on.
 
-Start a server that returns chat logprobs, then point this script at it:
+Needs `pip install '.[demo]' langchain-openai` (LangGraph, and LangChain's OpenAI client). Start a
+server that returns chat logprobs, then point this script at it:
 
     # llama.cpp through llama-cpp-python (what the tests use; --logits_all is needed for logprobs)
     python -m llama_cpp.server --model model.gguf --host 127.0.0.1 --port 8000 --logits_all true

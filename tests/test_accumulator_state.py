@@ -134,7 +134,7 @@ def test_summary_mode_equals_row_mode(late):
     feed(rows, records, late_outcomes=late)
     feed(summary, records, late_outcomes=late)
     summary._background.wait_idle()  # folds run on the accumulator's background thread
-    assert summary._summary is not None and summary._summary.n > 0  # really folded
+    assert summary._summaries.summary is not None and summary._summaries.summary.n > 0  # really folded
     assert summary._rows.n < len(records) // 2
     a, b = summary.snapshot(), rows.snapshot()
     assert {k[3] for k in _scores(a)} == {"complete-only", "simple", "exact"}
@@ -189,7 +189,7 @@ def test_summary_mode_keeps_no_row_per_settled_trajectory():
     assert acc._rows.n < 64 + 64
     assert acc.snapshot()["audit"]["stop_reasons"]["other"] == 2000
     # per predictor, a complete usable trajectory keeps 4 summaries + its outcome: 40 bytes
-    st = acc._summary
+    st = acc._summaries.summary
     held = sum(p.summaries.nbytes + p.outcomes.nbytes for p in st.predictors.values()) + st.base.outcomes.nbytes
     assert held <= 1000 * (40 + 8)
 
@@ -288,7 +288,7 @@ def _folded(prefix: str, n: int) -> Accumulator:
         assert acc.stop(tid, "clean", 4, outcome=i % 2)
     acc.flush()
     acc._background.wait_idle()  # folds run on the accumulator's background thread
-    assert acc._rows.n == 0 and acc._summary is not None and acc._summary.n == n  # really folded
+    assert acc._rows.n == 0 and acc._summaries.summary is not None and acc._summaries.summary.n == n  # really folded
     return acc
 
 

@@ -28,9 +28,11 @@ SLOW = 5.0  # seconds: far beyond the harness's timeout below
 
 
 class OneToolTurn(BaseChatModel):
-    """Calls `lookup` once, then answers; `slow_model` makes the second call hang (async)."""
+    """Calls `lookup` once, then answers; `slow_model` makes the second call hang (async), `slow_first`
+    the first."""
 
     slow_model: bool = False
+    slow_first: bool = False
 
     @property
     def _llm_type(self) -> str:
@@ -52,7 +54,8 @@ class OneToolTurn(BaseChatModel):
     async def _agenerate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
-        if self.slow_model and any(isinstance(m, AIMessage) for m in messages):
+        answered = any(isinstance(m, AIMessage) for m in messages)
+        if (self.slow_model and answered) or (self.slow_first and not answered):
             await asyncio.sleep(SLOW)
         return self._reply(messages)
 
@@ -68,11 +71,15 @@ def _tool(slow: bool) -> Any:
     return lookup
 
 
-@pytest.mark.parametrize("where", ["tool", "model"])
+@pytest.mark.parametrize("where", ["tool", "model", "first_model"])
 def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, where):
+    """first_model (issue 46): cancelled during its first model call, a run left no record (counted
+    only as ignored/runs_without_model_calls): langchain-core reports the shielded call's error after
+    the root's. A model call in flight when the run ends is a call made."""
     acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
     handler = TPSCallbackHandler(acc)
-    agent = create_agent(OneToolTurn(slow_model=where == "model"), [_tool(slow=where == "tool")])
+    model = OneToolTurn(slow_model=where == "model", slow_first=where == "first_model")
+    agent = create_agent(model, [_tool(slow=where == "tool")])
 
     async def main() -> list[str]:
         raised = []
@@ -93,8 +100,10 @@ def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, w
         assert r["stop_reason"] == "timeout", (r, r["metadata"])
         assert r["metadata"]["stop_detail"] == "CancelledError"
         assert "tool_errors" not in r["metadata"]  # the tool did not fail: it was cancelled
-        # The first model call's step; the second call (model case) never returned, so it has none.
-        assert [s["forecasts"]["verbal"] for s in r["steps"]] == [0.6]
+        # The first model call's step; the call cancelled in flight never returned, so it has none.
+        assert [s["forecasts"]["verbal"] for s in r["steps"]] == ([] if where == "first_model" else [0.6])
+        assert r["metadata"]["llm_calls"] == {"tool": 1, "model": 2, "first_model": 1}[where]
+    assert handler.health.snapshot().get("ignored", {}).get("runs_without_model_calls", 0) == 0
 
 
 def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
@@ -130,3 +139,62 @@ def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
     for r in records:
         assert r["stop_reason"] == "timeout", (r, r["metadata"])
         assert "tool_errors" not in r["metadata"], r
+
+
+@contextlib.contextmanager
+def _silent_server() -> Any:
+    """An OpenAI-compatible address on 127.0.0.1 that never answers in time (it sleeps, then closes)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            time.sleep(2.0)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("route", ["handler", "spans"])
+def test_a_client_timeout_is_a_timeout_on_both_routes(tmp_path, route):
+    """`ChatOpenAI(timeout=..., max_retries=0)` past its timeout: langchain-openai 1.x raises its own
+    `OpenAITimeoutError` (an APITimeoutError and a langchain-core ModelTimeoutError). The span
+    processor sees only that class name and recorded `other` (22 of 22 in a new user's trial) where the
+    handler, which sees the exception chain, said `timeout`."""
+    from langchain_openai import ChatOpenAI
+
+    acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
+    config: dict[str, Any] = {"metadata": {"tps_trajectory_id": "slow-0"}}
+    with _silent_server() as url:
+        agent = create_agent(ChatOpenAI(base_url=url, api_key="k", model="m", timeout=0.3, max_retries=0), [])
+        if route == "handler":
+            handler = TPSCallbackHandler(acc)
+            with pytest.raises(Exception, match=r"[Tt]imed? ?out"):
+                agent.invoke({"messages": [("user", "go")]}, config={**config, "callbacks": [handler]})
+            handler.close()
+        else:
+            from opentelemetry.sdk.trace import TracerProvider
+            from otel_support import instrumented
+
+            from tps_tracer.otel import TPSSpanProcessor
+
+            provider = TracerProvider()
+            provider.add_span_processor(TPSSpanProcessor(acc))
+            with instrumented(provider), pytest.raises(Exception, match=r"[Tt]imed? ?out"):
+                agent.invoke({"messages": [("user", "go")]}, config=config)
+            provider.shutdown()
+    acc.close()
+    [record] = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert record["stop_reason"] == "timeout", record

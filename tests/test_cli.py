@@ -225,7 +225,7 @@ def test_a_cut_string_says_at_once(tmp_path):
 def test_an_empty_parquet_file_says_it_holds_no_trajectories(tmp_path, command):
     """A valid Parquet file with the records' schema and 0 rows: its whole-file read went to the JSON
     Lines reader, which said "not UTF-8 text (invalid start byte)"."""
-    from tps_tracer.records.parquet import jsonl_to_parquet
+    from tps_tracer.records.convert import jsonl_to_parquet
 
     src, full, empty = tmp_path / "one.jsonl", tmp_path / "one.parquet", tmp_path / "empty.parquet"
     record = {"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "steps": [{"forecasts": {"v": 0.5}}]}

@@ -339,3 +339,21 @@ def test_a_plain_value_error_inside_a_command_is_internal_exit_3(files, capsys, 
     code, _, err = call(argv, capsys)
     assert code == 3, err
     assert "internal error (ValueError: operands could not be broadcast" in err and "please report it" in err
+
+
+def test_a_bug_inside_option_parsing_is_internal_exit_3_and_a_bad_value_still_exit_2(files, capsys, monkeypatch):
+    """`flag()` names the option of a user's bad value (exit 2); a plain ValueError raised while
+    parsing it is a bug of ours and exits 3 ("internal error, please report it")."""
+    import tps_tracer.cli.report_cmd as report_cmd
+
+    code, _, err = call(["report", str(files["good"]), "--rules", "nope"], capsys)
+    assert code == 2 and "--rules: unknown score rule 'nope'" in err, err
+
+    def parser_bug(text):
+        raise ValueError("a parser bug")
+
+    monkeypatch.setattr(report_cmd, "parse_rules", parser_bug)
+    code, _, err = call(["report", str(files["good"]), "--rules", "log"], capsys)
+    assert code == 3, err
+    assert "internal error (ValueError: a parser bug), please report it" in err
+    assert "--rules:" not in err

@@ -23,9 +23,10 @@ from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.chunks import iter_chunks
 from tps_tracer.records.columnar import arrays_from_arrow
+from tps_tracer.records.convert import jsonl_to_parquet
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
-from tps_tracer.records.parquet import jsonl_to_parquet, parquet_records
 from tps_tracer.records.reading import NotFast
+from tps_tracer.records.shards import parquet_records
 
 
 def _same_arrays(a, b):
@@ -189,7 +190,7 @@ def test_duplicate_ids_across_parquet_shards_are_an_error(jsonl, tmp_path):
 
 
 def test_progress_line_only_on_a_terminal(jsonl, monkeypatch):
-    import tps_tracer.evaluation.progress as progress
+    import tps_tracer.cli.text as progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -44,6 +44,8 @@ def test_readme_keeps_the_two_commands_ci_runs():
         assert re.search(rf"^make {target}\b", readme, re.M), f"README: no `make {target}` line"
         assert f"make {target}" in ci, f".ci/run does not run `make {target}`"
         assert re.search(rf"^{target}:", makefile, re.M), f"Makefile: no {target} target"
+    # The load campaigns are outside `make test` but not outside CI.
+    assert "make test-load" in ci and re.search(r"^test-load:", makefile, re.M)
 
 
 def test_readme_links_resolve_inside_the_repository():

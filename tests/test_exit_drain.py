@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -123,22 +122,18 @@ for i in range({N_RUNS}):
 """
 
 
-def _run_script(
-    tmp_path: Path, ending: str, timeout: float = 120, loop: str = HANDLER_LOOP
-) -> tuple[list[dict], str, float]:
+def _run_script(tmp_path: Path, ending: str, timeout: float = 120, loop: str = HANDLER_LOOP) -> tuple[list[dict], str]:
     script = tmp_path / "script.py"
     script.write_text(MODEL + loop + textwrap.dedent(ending))
     sink = tmp_path / "runs.jsonl"
     root = str(Path(tps_tracer.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, str(script), str(sink)], capture_output=True, text=True, timeout=timeout, env=env
     )
-    took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in sink.read_text().splitlines()] if sink.exists() else []
-    return lines, proc.stderr, took
+    return lines, proc.stderr
 
 
 def _verbal(record: dict) -> list[float]:
@@ -157,7 +152,7 @@ def _check_clean_runs(records: list[dict], graded: bool = True) -> None:
 
 
 def test_a_script_that_never_closes_gets_every_run(tmp_path):
-    lines, stderr, _ = _run_script(tmp_path, "# no handler.flush(), no acc.close()\n")
+    lines, stderr = _run_script(tmp_path, "# no handler.flush(), no acc.close()\n")
     assert len(lines) == N_RUNS  # only records: each outcome came with its record
     _check_clean_runs(lines)
     assert "still open at interpreter exit" not in stderr  # nothing was in flight
@@ -169,7 +164,7 @@ def test_a_run_still_in_flight_at_exit_is_recorded_capture_lost(tmp_path):
     assert hanging.wait(30)
     # the script ends while the run's second model call is in flight
     """
-    lines, stderr, _ = _run_script(tmp_path, ending)
+    lines, stderr = _run_script(tmp_path, ending)
     by_id = {r["trajectory_id"]: r for r in lines}
     lost = by_id.pop("in-flight")
     _check_clean_runs(list(by_id.values()))
@@ -184,7 +179,7 @@ def test_a_span_processor_never_shut_down_records_every_run_and_the_one_in_fligh
     threading.Thread(target=invoke, args=("hang", "in-flight"), daemon=True).start()
     assert hanging.wait(30)
     """
-    lines, stderr, _ = _run_script(tmp_path, ending, loop=OTEL_LOOP)
+    lines, stderr = _run_script(tmp_path, ending, loop=OTEL_LOOP)
     by_id = {r["trajectory_id"]: r for r in lines}
     lost = by_id.pop("in-flight")
     _check_clean_runs(list(by_id.values()), graded=False)  # the processor takes no grader
@@ -202,7 +197,7 @@ def test_a_script_that_closes_writes_nothing_twice_and_a_late_outcome_is_refused
     handler.record_outcome("task-0", True)  # after close: refused, said so, never written
     print(n)
     """
-    lines, stderr, _ = _run_script(tmp_path, ending)
+    lines, stderr = _run_script(tmp_path, ending)
     assert len(lines) == N_RUNS  # the exit added nothing to a closed accumulator's file
     _check_clean_runs(lines)
     assert not any("resolves" in line for line in lines)
@@ -216,7 +211,7 @@ def test_a_run_in_flight_when_the_script_closes_is_recorded_once(tmp_path):
     assert hanging.wait(30)
     acc.close()  # records the run in flight (closed); the exit must add nothing
     """
-    lines, stderr, _ = _run_script(tmp_path, ending)
+    lines, stderr = _run_script(tmp_path, ending)
     assert [r["trajectory_id"] for r in lines].count("in-flight") == 1
     (lost,) = [r for r in lines if r["trajectory_id"] == "in-flight"]
     assert lost["stop_reason"] == "capture_lost" and lost["metadata"]["tps_abandoned"] == "closed"
@@ -232,8 +227,7 @@ def test_exit_never_hangs_on_a_grader_that_does(tmp_path):
     handler.tracker.grader = lambda output: threading.Event().wait()  # the next run's grader never returns
     invoke("q0", "stuck")
     """
-    lines, stderr, took = _run_script(tmp_path, ending, timeout=60)
-    assert took < 30  # the grader would hold the worker forever
+    lines, stderr = _run_script(tmp_path, ending, timeout=60)  # the grader would hold the worker forever
     assert "capture did not finish within 1.0 s of interpreter exit" in stderr
     assert str(tmp_path / "runs.jsonl") in stderr
     assert "stuck" not in {r["trajectory_id"] for r in lines}  # the warning is about this one

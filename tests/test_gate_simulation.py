@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.gate_compare import Side, compare
-from tps_tracer.evaluation.gate_hypothesis import NON_INFERIORITY, REGRESSION, decision
+from tps_tracer.evaluation.gate_stats import NON_INFERIORITY, REGRESSION, Side, compare, decision
 
 THETAS = np.array([0.2, 0.4, 0.6, 0.8])
 T = 4
@@ -64,7 +63,7 @@ def simulate(scale: float, seed: int) -> dict[str, np.ndarray]:
     for r in range(REPLICATIONS):
         theta = rng.choice(THETAS, N_TASKS)  # the tasks, shared by both sides
         cand, base = run_scores(theta, rng, scale), run_scores(theta, rng)
-        cmp = compare(Side(cand, IDS, IDS), Side(base, IDS, IDS), BOOTSTRAP, r, min_common=30)
+        cmp = compare(Side(cand, IDS, IDS), Side(base, IDS, IDS), BOOTSTRAP, r)
         assert cmp.paired
         reg = decision("vs_baseline", cmp.point, cmp.replicates, -0.0, "", REGRESSION)
         ni = decision("vs_baseline", cmp.point, cmp.replicates, -margin, "", NON_INFERIORITY)

@@ -15,7 +15,7 @@ from cli_support import call
 from scipy.stats import norm
 
 import tps_tracer as tt
-from tps_tracer.cli.gate_text import render_gate_text
+from tps_tracer.cli.gate_cmd import render_gate_text
 from tps_tracer.evaluation.gate import GateCriteria, evaluate_gate, evaluate_gate_on_report
 from tps_tracer.records import StopReason, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord

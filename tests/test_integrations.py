@@ -76,12 +76,43 @@ def _job(workflow: str) -> tuple[dict, dict]:
     parsed = yaml.safe_load((ACTIONS / workflow).read_text())
     [job] = parsed["jobs"].values()
     assert "pull_request" in parsed[True]  # YAML 1.1 reads the key `on` as True
-    # tps-tracer is not on an index: the workflow installs the checkout of its repository it makes.
-    steps = {s.get("name"): s for s in job["steps"]}
-    checkout = steps["Check out tps-tracer"]
-    assert checkout["uses"].startswith("actions/checkout@") and checkout["with"]["path"] == ".tps-tracer"
-    assert steps["Install tps-tracer"]["run"] == 'python -m pip install "./.tps-tracer[langchain]"'
+    # tps-tracer is not on an index: pip installs it from a git URL pinned to a commit.
+    assert re.fullmatch(r"[0-9a-f]{40}", job["env"]["TPS_TRACER_REF"])
+    assert "git+https://" in {s.get("name"): s for s in job["steps"]}["Install tps-tracer"]["run"]
     return parsed, job
+
+
+# A pull request relaxing its own gate: with these settings the overconfident agent passes (exit 0).
+LAX_SETTINGS = '[gate]\npredictor = "verbal"\nvs-base-rate = true\ntest = "non-inferiority"\nmargin = 10.0\n'
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_workflow_installs_from_a_pinned_url(tmp_path, name):
+    """The install step, run with a `python` that prints its arguments: a URL pinned to the commit, the
+    extras as set (the gate alone needs the core), a token in the URL only when the secret is set."""
+    _, job = _job(name)
+    [install] = [s for s in job["steps"] if s.get("name") == "Install tps-tracer"]
+    assert install["env"] == {"TPS_TRACER_TOKEN": "${{ secrets.TPS_TRACER_TOKEN }}"}
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (shim / "python").chmod(0o755)
+    env = {**os.environ, **job["env"], "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("TPS_TRACER_TOKEN", None)
+
+    def args(**extra: str) -> list[str]:
+        out = _run(["bash", "-e", "-c", install["run"]], env={**env, **extra})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    ref = job["env"]["TPS_TRACER_REF"]
+    url = f"git+https://github.com/your-org/tps-tracer@{ref}"
+    assert args() == ["-m", "pip", "install", f"tps-tracer[demo] @ {url}"]
+    assert args(TPS_TRACER_EXTRAS="")[-1] == f"tps-tracer @ {url}"
+    assert (
+        args(TPS_TRACER_TOKEN="t0k")[-1]
+        == f"tps-tracer[demo] @ {url.replace('https://', 'https://x-access-token:t0k@')}"
+    )
 
 
 def _env(job: dict, summary: Path) -> dict[str, str]:
@@ -112,7 +143,14 @@ def test_workflow_steps_run_in_a_user_repository(tmp_path):
     the README says, pass and write the summary; the overconfident agent fails the same gate."""
     _, job = _job("tps-gate.yml")
     steps = {s.get("name"): s for s in job["steps"]}
+    settings = steps["Check out the gate's settings from the base branch"]
+    assert settings["with"]["ref"] == "${{ github.event.pull_request.base.sha || github.sha }}"
+    assert settings["with"]["path"] == ".gate-settings"
+    assert settings["with"]["sparse-checkout"] == "${{ env.TPS_GATE_CONFIG }}"
     repo = _user_repository(tmp_path, "tps-gate.yml")
+    # The base branch's settings, as that checkout lays them out; the pull request relaxes its own copy.
+    shutil.copytree(repo / ".github", repo / ".gate-settings" / ".github")
+    (repo / ".github" / "workflows" / "tps-gate.toml").write_text(LAX_SETTINGS)
     summary = tmp_path / "summary.md"
     env = _env(job, summary)
     env["TPS_GATE_CONFIG"] = ".github/workflows/tps-gate.toml"  # what `inputs.config || '...'` gives a pull_request
@@ -130,7 +168,8 @@ def test_workflow_steps_run_in_a_user_repository(tmp_path):
     assert text.startswith("## ✅ tps-tracer gate: PASS")
     assert "| vs_base_rate | pass |" in text and "| sample_size | pass |" in text
 
-    # The saturated-overconfident agent of the same job fails the same gate (exit 1).
+    # The saturated-overconfident agent of the same job fails the base branch's gate (exit 1), though
+    # the pull request's own settings would let it through.
     summary.unlink()
     failed = step("Gate on censored TPS", RECORDS="eval/overconfident.jsonl")
     assert failed.returncode == 1, failed.stdout + failed.stderr
@@ -148,6 +187,7 @@ def test_baseline_workflow_steps_run_in_a_user_repository(tmp_path):
     assert base["with"] == {"ref": "${{ github.event.pull_request.base.sha }}", "path": ".baseline"}
     repo = _user_repository(tmp_path, "tps-gate-baseline.yml")
     shutil.copytree(repo, repo / ".baseline", ignore=shutil.ignore_patterns(".baseline"))  # the base branch
+    (repo / ".github" / "workflows" / "tps-gate.toml").write_text(LAX_SETTINGS)  # ignored: the base's settings rule
     summary = tmp_path / "summary.md"
     env = _env(job, summary)
 
@@ -232,10 +272,17 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
     try:
         acc = Accumulator(predictors=["verbal", "token_prob"], rules=["log", "brier"], bootstrap=0)
         acc.add_listener(TPSMetrics(meters))
-        first = _feed(acc, rng, "a", ["clean"] * 30 + ["max_steps"] * 4 + ["parse_error", "tool_error"])
+        first = _feed(
+            acc, rng, "a", ["clean"] * 30 + ["max_steps"] * 4 + ["parse_error", "tool_error", "timeout", "other"]
+        )
         body1 = _scrape(port)
-        # The next hour: 20 clean, 2 budget stops, 8 tool errors -> excluded share 8/30 > 0.2.
-        second = _feed(acc, rng, "b", ["clean"] * 20 + ["max_steps"] * 2 + ["tool_error"] * 8)
+        # The next hour: 20 clean, 2 budget stops, 8 informative stops (tool errors, timeouts, other)
+        # -> excluded share 8/30 > 0.2, the report's own excluded_share (a list of only parse and tool
+        # errors would say 4/30 and stay quiet).
+        second = _feed(
+            acc, rng, "b", ["clean"] * 20 + ["max_steps"] * 2 + ["tool_error"] * 4 + ["timeout"] * 2 + ["other"] * 2
+        )
+        audit = acc.snapshot()["audit"]
         body2 = _scrape(port)
     finally:
         server.shutdown()
@@ -304,11 +351,13 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
         ("verbal", "brier"),
         ("verbal", "log"),
     ]
+    assert audit["excluded_share"] == pytest.approx(12 / 68)  # both hours: 4 + 8 excluded of 68 runs
     excluded_alert = {
         "exp_labels": {"severity": "warning", "job": "agent"}
         | {k: v for k, v in re.findall(r'(\w+)="([^"]*)"', next(iter(s2))) if k.startswith("otel_scope") and v},
         "exp_annotations": {
-            "summary": f"{8 / 30 * 100:.4g}% of agent runs end on parse or tool errors",
+            "summary": f"{8 / 30 * 100:.4g}% of agent runs end on an informative stop"
+            " (parse or tool error, timeout, ...)",
             "description": "Informative stops are excluded from TPS; above 20% the score describes a biased sample.",
         },
     }
@@ -321,7 +370,7 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
                 "input_series": series,
                 "alert_rule_test": [
                     {"alertname": "TPSWorseThanCoinFlip", "eval_time": "45m", "exp_alerts": expected},
-                    # first hour: 2 of 36 runs excluded; from the second on, 8 of 30 (> 0.2 for an hour)
+                    # first hour: 4 of 38 runs excluded; from the second on, 8 of 30 (> 0.2 for an hour)
                     {"alertname": "TPSExcludedShareHigh", "eval_time": "59m", "exp_alerts": []},
                     {"alertname": "TPSExcludedShareHigh", "eval_time": "178m", "exp_alerts": [excluded_alert]},
                 ],

@@ -16,7 +16,6 @@ import zlib
 import httpx
 import phoenix.client as phoenix_client
 import pytest
-from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -32,7 +31,7 @@ from tps_tracer.sim.world import AgentWorld, WorldConfig
 HORIZON = 6
 
 
-def test_live_annotations_get_the_exact_score_when_q_z_arrives_later(phoenix, tmp_path):  # noqa: F811
+def test_live_annotations_get_the_exact_score_when_q_z_arrives_later(phoenix, tmp_path):
     project = f"tps-exact-{uuid.uuid4().hex[:8]}"
     world = AgentWorld(10, seed=3, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
     provider = TracerProvider(resource=Resource.create({"openinference.project.name": project}))

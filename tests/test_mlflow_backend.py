@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from backends.mlflow_server import MlflowServer, mlflow_server  # noqa: F401 (a fixture)
+from backends.mlflow_server import MlflowServer
 from mlflow.tracing.client import TracingClient
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
@@ -111,7 +111,7 @@ def check_assessments(info, root_span_id: str, record, outcomes) -> int:
 
 
 @pytest.mark.parametrize("capture", ["spans", "handler"])
-def test_scores_read_back_from_mlflow(mlflow_server, world, tmp_path, capture):  # noqa: F811
+def test_scores_read_back_from_mlflow(mlflow_server, world, tmp_path, capture):
     assert mlflow_server.listening_addresses() and all(a == "0100007F" for a in mlflow_server.listening_addresses())
     pipe = Pipeline(mlflow_server, tmp_path, capture)
     agent, inputs, _, _ = agent_for("prebuilt", world)
@@ -145,7 +145,7 @@ def test_scores_read_back_from_mlflow(mlflow_server, world, tmp_path, capture): 
     pipe.acc.close()
 
 
-def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up(mlflow_server, world, tmp_path):  # noqa: F811
+def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up(mlflow_server, world, tmp_path):
     """Spans held back by the span exporter: the assessments wait for the trace, then land once
     it is stored; a score whose trace never reaches MLflow is given up after the timeout, counted."""
     experiment_id = new_experiment(mlflow_server, "tps-early")
@@ -197,7 +197,8 @@ def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up
     acc.close()
 
 
-def test_mlflow_down_mid_run_then_back(mlflow_server, world, tmp_path):  # noqa: F811
+@pytest.mark.load  # a fault campaign: `make test-load`
+def test_mlflow_down_mid_run_then_back(mlflow_server, world, tmp_path):
     """MLflow stops mid-run and restarts: assessments are retried and land; the sink has every run."""
     # Long enough for a trace exported in the SDK's next batch (every 5 s) to be waited for;
     # short enough that the traces lost in the outage are given up within the test.

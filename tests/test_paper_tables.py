@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tps_tracer import ReportOptions, StepRecord, TrajectoryRecord, evaluate, score
-from tps_tracer.evaluation.aggregators import phi_avg, phi_last, phi_min
 from tps_tracer.evaluation.diagnostics import t_ece
+from tps_tracer.evaluation.rows import phi_avg, phi_last, phi_min
 from tps_tracer.scoring import StepLayout, branch_pairs, mix
 
 # Appendix "Predictor Transparency Tables": base-rate rows (n, printed ybar, printed row).

@@ -16,7 +16,7 @@ import uuid
 import httpx
 import phoenix.client as phoenix_client
 import pytest
-from backends.phoenix_server import PhoenixServer, phoenix  # noqa: F401 (a fixture)
+from backends.phoenix_server import PhoenixServer
 from otel_support import agent_for, instrumented
 from recipe_support import RecipeRun, Subset, expected_score, expected_score_names, load_recipe
 from world_check import sink_records
@@ -34,7 +34,7 @@ def world() -> AgentWorld:
 
 
 class Pipeline(RecipeRun):
-    def __init__(self, phoenix: PhoenixServer, tmp_path, capture: str):  # noqa: F811
+    def __init__(self, phoenix: PhoenixServer, tmp_path, capture: str):
         self.project = f"tps-{capture}-{uuid.uuid4().hex[:8]}"
         sink = tmp_path / "runs.jsonl"
         tps = load_recipe("phoenix", "phoenix_recipe").trace_to_phoenix(
@@ -49,7 +49,7 @@ class Pipeline(RecipeRun):
         self.annotations = tps.annotations
 
 
-def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeout: float = 180.0):  # noqa: F811
+def read_back(phoenix: PhoenixServer, project: str, want_evaluations: int, timeout: float = 180.0):
     """Poll Phoenix until it has stored the evaluation spans and their agent roots.
 
     Ingestion is asynchronous and batch by batch, so an evaluation span can be stored
@@ -120,7 +120,7 @@ def check_annotations(annotations, roots, world) -> int:
 
 
 @pytest.mark.parametrize("capture", ["spans", "handler"])
-def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):  # noqa: F811
+def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):
     assert phoenix.listening_addresses() and all(a.endswith("0100007F") for a in phoenix.listening_addresses())
     pipe = Pipeline(phoenix, tmp_path, capture)
     agent, inputs, _, _ = agent_for("prebuilt", world)
@@ -148,7 +148,8 @@ def test_scores_read_back_from_phoenix(phoenix, world, tmp_path, capture):  # no
     pipe.acc.close()
 
 
-def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):  # noqa: F811
+@pytest.mark.load  # a fault campaign: `make test-load`
+def test_backend_down_mid_run_then_back(phoenix, world, tmp_path):
     """Phoenix stops mid-run and restarts: annotations are retried and land; the sink has every run."""
     pipe = Pipeline(phoenix, tmp_path, "spans")
     tasks = list(world)

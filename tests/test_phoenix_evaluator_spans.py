@@ -14,7 +14,6 @@ import json
 import time
 import urllib.request
 
-from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -33,7 +32,7 @@ def _graphql(url: str, query: str) -> dict:
         return json.loads(response.read())
 
 
-def test_phoenix_shows_the_evaluator_kind_but_not_the_link_or_the_evaluations(phoenix):  # noqa: F811
+def test_phoenix_shows_the_evaluator_kind_but_not_the_link_or_the_evaluations(phoenix):
     import phoenix.client as phoenix_client
 
     provider = TracerProvider(resource=Resource({"openinference.project.name": PROJECT}))

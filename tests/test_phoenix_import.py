@@ -18,7 +18,6 @@ import uuid
 import httpx
 import phoenix.client as phoenix_client
 import pytest
-from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -43,7 +42,7 @@ def import_file(src, dst, *extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def exported(phoenix, tmp_path_factory):  # noqa: F811 (the imported fixture)
+def exported(phoenix, tmp_path_factory):
     """The live records, the number of spans the agent made, and those spans as Phoenix's client returns them."""
     tmp = tmp_path_factory.mktemp("phoenix-import")
     project = f"tps-import-{uuid.uuid4().hex[:8]}"

@@ -13,8 +13,8 @@ ray = pytest.importorskip("ray")
 import tps_tracer as tt  # noqa: E402
 from tps_tracer.distributed import report_from_path_ray  # noqa: E402
 from tps_tracer.evaluation.chunked import report_from_path  # noqa: E402
+from tps_tracer.records.convert import jsonl_to_parquet  # noqa: E402
 from tps_tracer.records.jsonl import write_trajectories  # noqa: E402
-from tps_tracer.records.parquet import jsonl_to_parquet  # noqa: E402
 from tps_tracer.synthetic import example_records  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from tps_tracer.distributed.ray_engine import init_ray, states_from_path  # noqa
 from tps_tracer.evaluation.chunked import report_from_path  # noqa: E402
 from tps_tracer.evaluation.partial_state import StateSpec  # noqa: E402
 from tps_tracer.online import Accumulator  # noqa: E402
+from tps_tracer.records.convert import jsonl_to_parquet  # noqa: E402
 from tps_tracer.records.jsonl import TrajectoryFileError, write_trajectories  # noqa: E402
-from tps_tracer.records.parquet import jsonl_to_parquet  # noqa: E402
 from tps_tracer.synthetic import example_records  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -132,7 +132,7 @@ def test_cli_engine_ray_json_equals_local(local_ray, tmp_path):
 
 def test_evaluate_a_ray_dataset_of_rollouts(local_ray):
     """RL rollouts as a Ray Dataset in the Parquet schema: reduced block by block on the cluster."""
-    from tps_tracer.records.parquet import ConvertSummary, records_table
+    from tps_tracer.records.convert import ConvertSummary, records_table
 
     records = example_records()
     predictors = list(records[0].steps[0].forecasts)

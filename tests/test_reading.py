@@ -3,7 +3,7 @@
 The readers' results are checked against the exact whole-file reader (`read_trajectories` ->
 `to_arrays` -> `build_report`), computed independently of the chunked path. The shard cases are
 the ones where a shard among many falls back to its whole-file read after its first chunks were
-already given: before reading.shard_rest, the shard's whole read was given again and the report
+already given: before chunks.shard_rest, the shard's whole read was given again and the report
 failed with "duplicate id" errors naming the shard twice.
 """
 
@@ -23,8 +23,8 @@ from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
 from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.jsonl_fast import arrays_from_jsonl
-from tps_tracer.records.reading import NotFast, first_that_reads, read_jsonl_chunk
+from tps_tracer.records.jsonl_fast import arrays_from_jsonl, read_jsonl_chunk
+from tps_tracer.records.reading import NotFast, first_that_reads
 from tps_tracer.records.set_aside import SetAside
 
 OPTIONS = ReportOptions(rules=["log", "brier"], bootstrap=200)

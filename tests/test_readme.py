@@ -41,8 +41,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from backends.mlflow_server import mlflow_server  # noqa: F401 (a fixture)
-from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

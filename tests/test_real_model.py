@@ -29,7 +29,7 @@ from typing import Annotated, Any, TypedDict
 
 import httpx
 import pytest
-from backends.llama_server import MODEL_ALIAS, LlamaServer, llama_server  # noqa: F401 (a fixture)
+from backends.llama_server import MODEL_ALIAS, LlamaServer
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.exceptions import OutputParserException
@@ -278,7 +278,7 @@ def watch_runs(tmp: Path, batches: list[tuple[str, Build, dict[str, Any]]]) -> R
 
 
 @pytest.fixture(scope="module")
-def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:  # noqa: F811
+def runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """The tagged loop: every mode x format x question."""
 
     def builder(fmt: str) -> Build:
@@ -338,7 +338,7 @@ AGENT_MAX_TOKENS = 48  # a tool call's JSON arguments are ~22 tokens
 
 
 @pytest.fixture(scope="module")
-def agent_runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:  # noqa: F811
+def agent_runs(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """`langchain.agents.create_agent` with one tool, in every mode."""
 
     def build(options: dict[str, Any], use_async: bool) -> Any:
@@ -481,7 +481,7 @@ def test_create_agent_recorder_holds_the_served_bytes(agent_runs: Runs) -> None:
 # ---------------------------------------------------------------- the example a user copies
 
 
-def test_the_example_captures_runs_on_the_local_server(llama_server: LlamaServer, tmp_path: Path) -> None:  # noqa: F811
+def test_the_example_captures_runs_on_the_local_server(llama_server: LlamaServer, tmp_path: Path) -> None:
     """examples/openai_compatible_local.py against the real server: every task is a record with a stop
     reason, and each step of the grammar-held loop has all five forecasts."""
     out = tmp_path / "runs.jsonl"

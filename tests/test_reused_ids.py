@@ -67,7 +67,7 @@ def _check_records_and_counts(acc: Accumulator, path: Path) -> None:
     assert snap["audit"] == report["audit"]
     if acc.mode == "rows":
         assert snap["scores"] == report["scores"]
-    else:  # summary mode's sums are folded in another order: equal to ~1e-12 (online/summary_folding.py)
+    else:  # summary mode's sums are folded in another order: equal to ~1e-12 (online/summary_store.py)
         assert [(s["predictor"], s["rule"], s["censoring"], s["n"]) for s in snap["scores"]] == [
             (s["predictor"], s["rule"], s["censoring"], s["n"]) for s in report["scores"]
         ]

@@ -18,7 +18,6 @@ import zlib
 import httpx
 import phoenix.client as phoenix_client
 import pytest
-from backends.phoenix_server import phoenix  # noqa: F401 (a fixture)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -45,7 +44,7 @@ def world() -> AgentWorld:
 
 
 @pytest.fixture(scope="module")
-def live(phoenix, world, tmp_path_factory):  # noqa: F811
+def live(phoenix, world, tmp_path_factory):
     """The agent's traces in Phoenix, its records on disk, grades and q_z appended later."""
     project = f"tps-export-{uuid.uuid4().hex[:8]}"
     sink = tmp_path_factory.mktemp("export") / "runs.jsonl"
@@ -75,7 +74,7 @@ def live(phoenix, world, tmp_path_factory):  # noqa: F811
     return project, sink, q_z, tasks[0].task_id
 
 
-def export(phoenix, sink, *extra: str) -> dict:  # noqa: F811
+def export(phoenix, sink, *extra: str) -> dict:
     argv = ["export", str(sink), "--to", "phoenix", "--endpoint", phoenix.url, "--json", "--allow-unlinked"]
     out = main_json([*argv, *extra])  # one run was recorded outside any trace: a partial export, allowed
     return out
@@ -116,7 +115,7 @@ def annotations_on(client, project, span_ids, at_least: int, timeout: float = 60
         time.sleep(0.5)
 
 
-def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(phoenix, world, live):  # noqa: F811
+def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(phoenix, world, live):
     project, sink, q_z, unlinked = live
     records = sink_records(sink)  # the grades and q_z applied
     assert set(records) == set(world.tasks)
@@ -160,7 +159,7 @@ def test_export_after_the_fact_to_phoenix_is_complete_counted_and_idempotent(pho
     assert len(annotations_on(client, project, list(roots.values()), len(names))) == len(names)
 
 
-def test_export_to_otlp_writes_one_evaluation_span_per_run_even_twice(phoenix, world, live):  # noqa: F811
+def test_export_to_otlp_writes_one_evaluation_span_per_run_even_twice(phoenix, world, live):
     project, sink, _, unlinked = live
     records = sink_records(sink)
     client = phoenix_client.Client(base_url=phoenix.url)

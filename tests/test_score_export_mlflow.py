@@ -17,7 +17,6 @@ import zlib
 
 import httpx
 import pytest
-from backends.mlflow_server import mlflow_server  # noqa: F401 (a fixture)
 from mlflow.tracing.client import TracingClient
 from otel_support import agent_for, instrumented
 from recipe_support import RecipeRun, expected_score_names, load_recipe
@@ -48,7 +47,7 @@ def export(server, sink, *extra: str) -> dict:
     return json.loads(buf.getvalue())
 
 
-def test_late_grades_and_q_z_exported_to_mlflow_once_each(mlflow_server, tmp_path):  # noqa: F811
+def test_late_grades_and_q_z_exported_to_mlflow_once_each(mlflow_server, tmp_path):
     world = AgentWorld(10, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
     r = httpx.post(f"{mlflow_server.url}/api/2.0/mlflow/experiments/create", json={"name": "tps-export"})
     r.raise_for_status()

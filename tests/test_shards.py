@@ -21,8 +21,8 @@ from tps_tracer.evaluation.gate import GateCriteria, gate_paths
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.split_report import reports_by
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
-from tps_tracer.records.parquet import jsonl_to_parquet, parquet_records, parquet_to_jsonl
-from tps_tracer.records.reading import exact_records
+from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
+from tps_tracer.records.shards import exact_records, parquet_records
 
 OPTIONS = ReportOptions(rules=["log", "brier"], bootstrap=200)
 CHUNK = 3_000  # bytes: every shard spans several chunks

@@ -24,7 +24,7 @@ from test_sink_faults import Disk, FaultySink
 
 from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories
-from tps_tracer.records.ids import id_problem
+from tps_tracer.records.record_shape import id_problem
 
 REASONS = ("clean", "max_steps", "parse_error", "tool_error", "timeout", "other")
 

@@ -21,8 +21,7 @@ import pytest
 from test_accumulator_state import assert_same_report, feed, make
 
 from tps_tracer.evaluation import partial_state as ps_module
-from tps_tracer.evaluation.append_buffer import concat_rows
-from tps_tracer.evaluation.partial_state import PartialState, StateSpec
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, concat_rows
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.online.accumulator import FOLD_THREAD_NAME
@@ -135,9 +134,9 @@ def test_folds_append_to_the_summary_in_place():
         acc.stop(f"r{i}", "clean" if i % 5 else "max_steps", q_z=None)
         acc.resolve(f"r{i}", outcome=i % 2) if i % 5 else None
         acc._background.wait_idle()  # folds run on the background thread: see each one
-        if acc._summary is None:
+        if acc._summaries.summary is None:
             continue
-        after = _per_trajectory_arrays(acc._summary)
+        after = _per_trajectory_arrays(acc._summaries.summary)
         if before and after[0].shape != before[0].shape:
             folds += 1
             copies += sum(not np.shares_memory(a, b) for a, b in zip(before, after, strict=True) if a.size)
@@ -285,7 +284,7 @@ def test_many_threads_folding_resolving_merging_and_snapshotting_give_row_modes_
     assert not errors, errors[:3]
     assert summary.rejected == {}
     assert summary.n_finished == len(records)
-    assert summary._summary is not None and summary._summary.n > len(records) // 2
+    assert summary._summaries.summary is not None and summary._summaries.summary.n > len(records) // 2
     assert_same_report(summary.snapshot(), rows.snapshot())
 
 
@@ -322,7 +321,7 @@ def test_a_fold_that_fails_puts_its_rows_back(monkeypatch):
     feed(summary, records[:8], late_outcomes=False)
     summary._background.wait_idle()  # the fold runs on the accumulator's background thread
     assert failures == [8] and summary.health.get("error", "accumulator.fold") == 1
-    assert summary._rows.n == 8 and not summary._folding  # back in the store, none in flight
+    assert summary._rows.n == 8 and not summary._summaries.folding  # back in the store, none in flight
     feed(summary, records[8:], late_outcomes=False)
     summary._background.wait_idle()
     assert summary._rows.n < 8
@@ -333,25 +332,26 @@ def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch)
     """Summary mode used to score every 64th stop's batch and fold it on the caller's thread (p99.9
     of stop() 6-9 ms). Now both run on the accumulator's background thread; the result is row mode's."""
     from tps_tracer.online.accumulator import Accumulator
+    from tps_tracer.online.summary_store import SummaryStore
 
     threads: list[str] = []
-    calls: dict[str, int] = {"_score_rows": 0, "_finish_fold": 0}
-    for name in calls:
-        real = getattr(Accumulator, name)
+    calls: dict[str, int] = {"_score_rows": 0, "finish": 0}
+    for owner, name in ((Accumulator, "_score_rows"), (SummaryStore, "finish")):
+        real = getattr(owner, name)
 
         def spy(self, arg, _real=real, _name=name):
-            if self.mode == "summary":
+            if getattr(self, "mode", "summary") == "summary":  # a row-mode accumulator never folds
                 threads.append(threading.current_thread().name)
                 calls[_name] += 1
             return _real(self, arg)
 
-        monkeypatch.setattr(Accumulator, name, spy)
+        monkeypatch.setattr(owner, name, spy)
     records = [r for r in example_records() if r.steps][:200]
     summary, rows = make(mode="summary", batch_size=8), make()
     feed(rows, records, late_outcomes=True)
     feed(summary, records, late_outcomes=True)  # late outcomes: resolves that fold
     summary._background.wait_idle()
-    assert calls["_score_rows"] == len(records) // 8 and calls["_finish_fold"] >= 5  # every batch, many folds
+    assert calls["_score_rows"] == len(records) // 8 and calls["finish"] >= 5  # every batch, many folds
     assert set(threads) == {FOLD_THREAD_NAME}, set(threads)
     assert_same_report(summary.snapshot(), rows.snapshot())
 
@@ -411,20 +411,21 @@ def test_a_tight_stop_loop_never_scores_or_folds_on_the_caller_and_loses_no_run(
     thread (thread ids recorded inside them), and every run ends up folded (counts equal)."""
     from tps_tracer.online.accumulator import Accumulator
     from tps_tracer.online.background_work import BackgroundWork
+    from tps_tracer.online.summary_store import SummaryStore
 
-    ran_on: dict[str, set[int]] = {"_score_rows": set(), "_take_fold": set(), "_finish_fold": set()}
+    ran_on: dict[str, set[int]] = {"_score_rows": set(), "take": set(), "finish": set()}
     folded = []
-    for name in ran_on:
-        real = getattr(Accumulator, name)
+    for owner, name in ((Accumulator, "_score_rows"), (SummaryStore, "take"), (SummaryStore, "finish")):
+        real = getattr(owner, name)
 
         def spy(self, *args, _real=real, _name=name):
             ran_on[_name].add(threading.get_ident())
             out = _real(self, *args)
-            if _name == "_take_fold" and out is not None:
+            if _name == "take" and out is not None:
                 folded.append(out.n)
             return out
 
-        monkeypatch.setattr(Accumulator, name, spy)
+        monkeypatch.setattr(owner, name, spy)
     acc = Accumulator(predictors=["a", "b"], bootstrap=8, mode="summary", idle_timeout=None, batch_size=4)
     acc._background = BackgroundWork(FOLD_THREAD_NAME, max_pending=1)  # full after one job: forces waits
     n = 600
@@ -444,6 +445,6 @@ def test_a_tight_stop_loop_never_scores_or_folds_on_the_caller_and_loses_no_run(
     for name, idents in ran_on.items():
         assert idents and caller not in idents, (name, idents)
     assert sum(folded) + acc._rows.n == n  # every run folded or still a row: none lost
-    assert acc._summary is not None and acc._summary.n == sum(folded)
+    assert acc._summaries.summary is not None and acc._summaries.summary.n == sum(folded)
     report = acc.snapshot()
     assert report["online"]["finished"] == n and report["online"]["pending_outcome"] == 0

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 
-from tps_tracer.records.parquet import jsonl_to_parquet
-from tps_tracer.records.pyarrow_extra import INSTALL_HINT
+from tps_tracer.errors import install_hint
+from tps_tracer.records.convert import jsonl_to_parquet
 
 try:  # Python 3.11+; tomli (a core dependency before 3.11) otherwise
     import tomllib
@@ -49,6 +49,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     shards.mkdir()
     jsonl_to_parquet(jsonl, shards / "part-0.parquet")
     return {"jsonl": jsonl, "parquet": parquet, "shards": shards, "d": d}
+
+
+# What this installation's hint is (a checkout, a wheel or a git commit: tests/test_error_classes.py);
+# never the index form `pip install 'tps-tracer[parquet]'`, which finds nothing.
+HINT = install_hint("parquet")
+assert HINT.endswith("[parquet]'") and HINT != "pip install 'tps-tracer[parquet]'"
 
 
 def run(
@@ -121,11 +127,7 @@ def test_parquet_without_pyarrow_is_one_line_naming_the_extra(blocked, files, ar
     out = run([a.format(**fill) for a in args], blocked)
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    assert (
-        out.stderr
-        == f"tps-tracer {args[0]}: {what.format(**fill)} needs pyarrow, which is not installed: {INSTALL_HINT}\n"
-    )
-    assert INSTALL_HINT == "pip install 'tps-tracer[parquet]'"
+    assert out.stderr == f"tps-tracer {args[0]}: {what.format(**fill)} needs pyarrow, which is not installed: {HINT}\n"
     assert not (files["d"] / "out.parquet").exists() and not (files["d"] / "out.jsonl").exists()
 
 
@@ -166,7 +168,7 @@ def test_a_directory_of_json_lines_shards_needs_no_pyarrow(blocked, files, tmp_p
 
 def test_duplicate_ids_across_json_lines_shards_are_named(files, tmp_path):
     from tps_tracer.records import TrajectoryFileError
-    from tps_tracer.records.parquet import read_records
+    from tps_tracer.records.shards import read_records
 
     lines = files["jsonl"].read_text().splitlines(keepends=True)
     shards = tmp_path / "dups"

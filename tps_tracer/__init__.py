@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
-    from tps_tracer.evaluation.report import ReportOptions
+    from tps_tracer.evaluation.report_options import ReportOptions
     from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
     from tps_tracer.records import (
         CensoringPolicy,
@@ -40,26 +41,26 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _HOME = {
-    "SignalExtractor": "tps_tracer.capture",
-    "VerbalConfidenceExtractor": "tps_tracer.capture",
-    "ReportOptions": "tps_tracer.evaluation.report",
-    "Accumulator": "tps_tracer.online",
-    "AccumulatorError": "tps_tracer.online",
-    "JsonlSink": "tps_tracer.online",
-    "CensoringPolicy": "tps_tracer.records",
-    "Role": "tps_tracer.records",
-    "StepRecord": "tps_tracer.records",
-    "StopReason": "tps_tracer.records",
-    "TrajectoryFileError": "tps_tracer.records",
-    "TrajectoryRecord": "tps_tracer.records",
-    "read_trajectories": "tps_tracer.records",
-    "to_arrays": "tps_tracer.records",
-    "write_trajectories": "tps_tracer.records",
-    "custom_schedule": "tps_tracer.scoring",
-    "get_rule": "tps_tracer.scoring",
-    "get_schedule": "tps_tracer.scoring",
-    "score": "tps_tracer.scoring",
-    "weights": "tps_tracer.scoring",
+    "SignalExtractor": "capture",
+    "VerbalConfidenceExtractor": "capture",
+    "ReportOptions": "evaluation.report_options",
+    "Accumulator": "online",
+    "AccumulatorError": "online",
+    "JsonlSink": "online",
+    "CensoringPolicy": "records",
+    "Role": "records",
+    "StepRecord": "records",
+    "StopReason": "records",
+    "TrajectoryFileError": "records",
+    "TrajectoryRecord": "records",
+    "read_trajectories": "records",
+    "to_arrays": "records",
+    "write_trajectories": "records",
+    "custom_schedule": "scoring",
+    "get_rule": "scoring",
+    "get_schedule": "scoring",
+    "score": "scoring",
+    "weights": "scoring",
 }
 
 
@@ -82,13 +83,19 @@ def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None 
     return build_report(to_arrays(records), options)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
+def import_lazily(package: str, home: dict[str, str], name: str) -> Any:
+    """The PEP 562 `__getattr__` of a package whose names are imported on first use (this one and
+    its subpackages): `home` maps each name to its module, relative to `package`."""
+    module = home.get(name)
+    if module is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{package}.{module}"), name)
+    setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
     return value
+
+
+def __getattr__(name: str) -> Any:
+    return import_lazily(__name__, _HOME, name)
 
 
 def __dir__() -> list[str]:

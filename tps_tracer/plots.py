@@ -1,4 +1,4 @@
-"""Figures for `tps-tracer plot` (matplotlib, optional: `pip install 'tps-tracer[plot]'`).
+"""Figures for `tps-tracer plot` (matplotlib, optional: the `plot` extra).
 
 Every figure draws numbers computed in `tps_tracer.evaluation.plot_data`, the same ones the
 report prints, so a plot never disagrees with the table next to it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tps_tracer.errors import InputError
+from tps_tracer.errors import InputError, install_hint
 from tps_tracer.evaluation.plot_data import ReliabilityBins, StepContributions
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
@@ -33,7 +33,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")  # files only; never needs a display
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise InputError("plots need matplotlib: pip install 'tps-tracer[plot]'") from exc
+        raise InputError(f"plots need matplotlib, which is not installed: {install_hint('plot')}") from exc
     return plt
 
 

@@ -8,7 +8,7 @@ keeps every position's logits, which the server needs to return logprobs.
 
     server = LlamaServer(tmp_dir); server.start(); ...; server.stop()
 
-or the `llama_server` session fixture (import it into a test module).
+or the `llama_server` session fixture (tests/conftest.py provides it).
 """
 
 from __future__ import annotations

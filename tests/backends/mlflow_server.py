@@ -72,9 +72,9 @@ class MlflowServer:
         return listening_addresses([self.port])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """An MLflow server per test module (import this name into the module to use it)."""
+    """An MLflow server per pytest process (tests/conftest.py provides it; tests use their own experiments)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
     server.start()
     try:

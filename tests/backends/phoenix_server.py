@@ -27,7 +27,7 @@ class PhoenixServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:  # its migrations took over 120 s on a loaded machine
         env = {
             **os.environ,
             "PHOENIX_HOST": "127.0.0.1",
@@ -55,9 +55,9 @@ class PhoenixServer:
         return listening_addresses([self.port, self.grpc_port])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
-    """A Phoenix server per test module (import this name into the module to use it)."""
+    """A Phoenix server per pytest process (tests/conftest.py provides it; tests use their own projects)."""
     server = PhoenixServer(tmp_path_factory.mktemp("phoenix"))
     server.start()
     try:

@@ -29,6 +29,12 @@ def wait_until_healthy(name: str, process: subprocess.Popen[bytes], url: str, lo
                     return
         except OSError:
             time.sleep(0.5)
+    # Not left running: the fixture never yields, so its stop() would not run.
+    if os.getpgid(process.pid) == process.pid:
+        stop_process_group(process)
+    else:
+        process.kill()
+        process.wait(10)
     raise RuntimeError(f"{name} not ready after {timeout} s: {log.read_text()[-3000:]}")
 
 

@@ -101,7 +101,7 @@ def main() -> None:
         return
     from bench_report_scale import write_file
 
-    from tps_tracer.records.parquet import jsonl_to_parquet
+    from tps_tracer.records.convert import jsonl_to_parquet
 
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "shards"

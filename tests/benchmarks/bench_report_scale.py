@@ -191,7 +191,7 @@ def variants(path: Path, tmp: Path, args: argparse.Namespace) -> dict[str, tuple
         items = list(out.items())  # the anchor next to the other parsers' passes
         out = {**dict(items[:3]), "duckdb": (lambda: duckdb_pass(path), False), **dict(items[3:])}
     if args.parquet or args.convert:
-        from tps_tracer.records.parquet import jsonl_to_parquet
+        from tps_tracer.records.convert import jsonl_to_parquet
 
         pq_path = tmp / "bench.parquet"
         jsonl_to_parquet(path, pq_path)

@@ -83,7 +83,7 @@ def preloaded(n: int, bootstrap: int, batch: int) -> Accumulator:
         state, n=n, predictors=predictors, base=dataclasses.replace(state.base, outcomes=tiled(state.base.outcomes))
     )
     acc = make(bootstrap, batch)
-    acc._summary = big  # the folded state of n runs (private: there is no public way short of folding them)
+    acc._summaries.summary = big  # the folded state of n runs (private: there is no public way short of folding them)
     feed(acc, 0, 2 * batch)  # warm-up: the first fold after a load copies once into an appendable buffer
     return acc
 
@@ -99,7 +99,8 @@ def fold_cost(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             feed(acc, 10_000 + b * args.batch, args.batch, fold_times)
             batch_times.append(time.perf_counter() - t0)
-        assert acc._summary is not None and acc._summary.n >= n + args.batches * args.batch
+        acc._background.wait_idle()  # the last batches' folds run on the background thread
+        assert acc._summaries.summary is not None and acc._summaries.summary.n >= n + args.batches * args.batch
         result[n] = (statistics.median(batch_times), statistics.median(fold_times), max(fold_times))
         print(
             f"   {n:>9,} folded: batch median {1e3 * result[n][0]:8.2f} ms; folding stop() median "
@@ -204,7 +205,7 @@ def agent_wait(args: argparse.Namespace) -> None:
     print(f"   row mode fed meanwhile (no fold): {describe(control)}; {gcs.take()}")
     del rows
     timed = TimedLock()
-    acc._lock = timed  # type: ignore[assignment]  # private: to see how long the agent could wait at most
+    acc._lock = acc._summaries.lock = timed  # type: ignore[assignment]  # private: how long the agent could wait at most
     during, stops = contended(acc, args, "during")
     print(f"   summary mode folding meanwhile:   {describe(during)}; {gcs.take()}")
     longest = sorted(timed.holds)[-3:]

@@ -6,8 +6,9 @@ Names are imported when first used (PEP 562), so the adapters, which import
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from tps_tracer import import_lazily
 
 if TYPE_CHECKING:
     from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, react_span, substring_span, tag_span, token_mask
@@ -82,12 +83,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return import_lazily(__name__, _MODULE_OF, name)
 
 
 def __dir__() -> list[str]:

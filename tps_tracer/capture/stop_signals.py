@@ -57,7 +57,20 @@ PARSE_EXCEPTIONS = frozenset({"OutputParserException"})
 TOOL_EXCEPTIONS = frozenset({"ToolException"})
 # CancelledError: asyncio.wait_for / asyncio.timeout bound a run's time by cancelling it, and the
 # run sees only the cancellation (the caller gets the TimeoutError): the harness's time budget.
-TIMEOUT_EXCEPTIONS = frozenset({"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError", "CancelledError"})
+# langchain-openai 1.x raises its own subclasses (OpenAITimeoutError of APITimeoutError and langchain-core's
+# ModelTimeoutError; StreamChunkTimeoutError); a span carries only the raised class's name, so each is listed.
+TIMEOUT_EXCEPTIONS = frozenset(
+    {
+        "TimeoutError",
+        "TimeoutException",
+        "ReadTimeout",
+        "APITimeoutError",
+        "CancelledError",
+        "OpenAITimeoutError",
+        "ModelTimeoutError",
+        "StreamChunkTimeoutError",
+    }
+)
 # Exceptions a tool run ends with that are not the tool failing: the run was stopped from outside.
 NOT_TOOL_FAILURES = frozenset({"CancelledError", "KeyboardInterrupt"})
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table
+from tps_tracer.cli.text import fmt, fmt_ci, progress_for, render_skipped, render_table
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
@@ -24,7 +24,6 @@ from tps_tracer.evaluation.calibration.refit_bootstrap import refit_tps_deltas
 from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
-from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.skipped_predictors import check_known_predictors, platt_fit_reason
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays

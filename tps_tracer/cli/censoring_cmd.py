@@ -19,7 +19,7 @@ import numpy as np
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.tables import fmt, fmt_ci, render_skipped, render_table, wrap
+from tps_tracer.cli.text import fmt, fmt_ci, render_skipped, render_table, wrap
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
@@ -41,8 +41,8 @@ from tps_tracer.evaluation.skipped_predictors import (
 )
 from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.parquet import read_records
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.shards import read_records
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -111,11 +111,14 @@ def cmd_censoring(args: argparse.Namespace) -> int:
     with flag("--weights"):
         weights = [s.name for s in parse_schedules(args.weights)]
     with flag("--artificial"):
-        rates = (
-            []
-            if args.artificial.strip().lower() == "none"
-            else [float(r) for r in args.artificial.split(",") if r.strip()]
-        )
+        try:
+            rates = (
+                []
+                if args.artificial.strip().lower() == "none"
+                else [float(r) for r in args.artificial.split(",") if r.strip()]
+            )
+        except ValueError as exc:  # float() of the user's text: bad input, not a bug
+            raise InputError(str(exc)) from exc
         bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
         if bad_rates:
             raise InputError(f"rates must lie in [0, 1], got {bad_rates[0]}")

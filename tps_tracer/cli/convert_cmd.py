@@ -7,7 +7,7 @@ import sys
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.chunks import is_parquet
-from tps_tracer.records.parquet import jsonl_to_parquet, parquet_to_jsonl
+from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

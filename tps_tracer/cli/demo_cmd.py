@@ -39,8 +39,8 @@ import numpy as np
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import CliError, check_replicates, writing
-from tps_tracer.cli.report_text import render_report
-from tps_tracer.cli.tables import wrap
+from tps_tracer.cli.text import render_report, wrap
+from tps_tracer.errors import missing_extra
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
@@ -341,6 +341,11 @@ def _print_q_z_resume(r: dict[str, Any]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    try:  # the simulated world's agent and the progress bar: the `demo` extra, named before any work
+        import langgraph.prebuilt  # noqa: F401
+        import tqdm  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, "the demo", "demo") or exc from exc
     if args.tasks < 1:
         raise CliError(f"--tasks must be >= 1, got {args.tasks}")
     check_replicates(args.bootstrap, 0, "0: no confidence intervals")

@@ -7,8 +7,8 @@ Exit codes of every `tps-tracer` command:
 - 2: an expected failure (an `InputError`, see tps_tracer/errors.py, or an OSError): a
   missing or unreadable file, invalid records, a bad option, an unknown predictor, an
   output that cannot be written, a sample that cannot be scored or fitted (the gate: an
-  unusable sample), a missing extra (a Parquet input without pyarrow:
-  `records/pyarrow_extra.MissingExtra`, an InputError naming the pip command).
+  unusable sample), a missing extra (`tps_tracer.errors.MissingExtra`, or a ModuleNotFoundError
+  of an optional dependency: one line naming the extra and the pip command that installs it).
   One line on stderr says what failed and where; a record file with several problems
   lists the further ones on the lines below;
 - 3: an internal error (a bug): any other exception, a plain ValueError from numpy or the
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from tps_tracer.constants import MAX_REPLICATES
-from tps_tracer.errors import InputError
+from tps_tracer.errors import InputError, missing_extra
 from tps_tracer.records.errors import TrajectoryFileError
 
 EXIT_OK = 0
@@ -84,12 +84,14 @@ def writing(what: str, path: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def flag(name: str) -> Iterator[None]:
-    """A ValueError while interpreting the value of option `name` becomes a CliError naming it."""
+    """An InputError while interpreting the value of option `name` becomes a CliError naming it.
+
+    Only an InputError: a plain ValueError raised there is a bug of ours and must exit 3, not 2."""
     try:
         yield
     except CliError:
         raise
-    except ValueError as exc:
+    except InputError as exc:
         raise CliError(f"{name}: {exc}") from exc
 
 
@@ -110,6 +112,8 @@ def expected_message(exc: BaseException) -> str | None:
         return _os_message(exc)
     if isinstance(exc, InputError):  # CliError, GateInputError, invalid options and samples
         return str(exc)
+    if isinstance(exc, ModuleNotFoundError) and (missing := missing_extra(exc, "this command")) is not None:
+        return str(missing)
     if isinstance(exc, UnicodeDecodeError):  # bytes of a user's file that are not UTF-8 text
         return f"cannot read input: not UTF-8 text ({exc.reason})"
     # Anything else, a plain ValueError from numpy or the standard library included, is a bug of

@@ -10,7 +10,7 @@ from typing import Any
 from tps_tracer import strict_json
 from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
-from tps_tracer.cli.tables import render_skipped
+from tps_tracer.cli.text import progress_for, render_skipped
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.plot_data import (
@@ -21,7 +21,6 @@ from tps_tracer.evaluation.plot_data import (
     reliability_bins,
     step_contributions,
 )
-from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.skipped_predictors import (
     Skipped,
     as_dicts,

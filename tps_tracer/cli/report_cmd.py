@@ -8,14 +8,11 @@ from typing import Any
 
 from tps_tracer import strict_json
 from tps_tracer.cli.errors import EXIT_OK, CliError, flag, reading
-from tps_tracer.cli.report_legend import legend_lines
-from tps_tracer.cli.report_text import render_report
-from tps_tracer.cli.tables import wrap
+from tps_tracer.cli.text import legend_lines, progress_for, render_report, wrap
 from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.progress import progress_for
 from tps_tracer.evaluation.report import ReportOptions
-from tps_tracer.evaluation.report_options_check import OptionError
+from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 

@@ -58,7 +58,8 @@ def jsonl_block_arrays(batch: Any) -> Any:
     """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
     arrays, None for a blank block, or WholeInputNeeded."""
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import NotFast, read_jsonl_chunk
+    from tps_tracer.records.jsonl_fast import read_jsonl_chunk
+    from tps_tracer.records.reading import NotFast
 
     lines = batch.column("text").to_pylist()
     chunk = ("\n".join(lines) + "\n").encode("utf-8")
@@ -74,7 +75,7 @@ def jsonl_block_arrays(batch: Any) -> Any:
 def arrow_block_arrays(batch: Any) -> Any:
     """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import read_arrow_batch
+    from tps_tracer.records.parquet import read_arrow_batch
 
     if batch.num_rows == 0:
         return None
@@ -149,6 +150,9 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
         if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
             constants.ENABLE_RAY_CLUSTER = False
         ray.init(
+            # "local": always a new instance; with no address Ray joins a local cluster it finds (another
+            # process's), which refuses num_cpus.
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.evaluation.pairs import PairTable
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 
@@ -27,7 +28,7 @@ def _ratio(num: int, den: int) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def termination_audit(
+def audit_of_counts(
     stop_counts: Sequence[int] | NDArray[np.int64],
     q_z_counts: Sequence[int] | NDArray[np.int64],
     pending: int,
@@ -60,15 +61,9 @@ def termination_audit(
     }
 
 
-def audit_of_rows(
-    stop_code: NDArray[np.int8],
-    q_z: NDArray[np.float64],
-    pending: int,
-    outcome_on_unscored: int,
-    policy: CensoringPolicy,
-) -> dict[str, Any]:
-    """The audit of per-trajectory rows (stop-reason codes, q_Z with NaN where not given)."""
+def audit_of_table(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
+    """The audit of a pair table's per-trajectory rows (stop-reason codes, q_Z with NaN where not given)."""
     k = len(STOP_REASONS)
-    stop_counts = np.bincount(stop_code, minlength=k)
-    q_z_counts = np.bincount(stop_code[~np.isnan(q_z)], minlength=k)
-    return termination_audit(stop_counts, q_z_counts, pending, outcome_on_unscored, policy)
+    stop_counts = np.bincount(table.stop_code, minlength=k)
+    q_z_counts = np.bincount(table.stop_code[~np.isnan(table.q_z)], minlength=k)
+    return audit_of_counts(stop_counts, q_z_counts, int(table.pending.sum()), table.outcome_on_unscored, policy)

@@ -24,15 +24,14 @@ from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.report_builder import report_from_state
-from tps_tracer.evaluation.reserved_names import check_no_base_rate
-from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR
+from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, iter_chunks, source_files
 from tps_tracer.records.duplicate_ids import duplicate_message, repeated_keys
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
-from tps_tracer.records.reading import exact_records, fast_else_whole_file, whole_file
+from tps_tracer.records.reading import fast_else_whole_file, whole_file
 from tps_tracer.records.set_aside import SetAside
-from tps_tracer.records.shards import input_name
+from tps_tracer.records.shards import exact_records, input_name
 
 Progress = Callable[[Chunk], None]
 T = TypeVar("T")

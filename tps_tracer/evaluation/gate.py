@@ -14,9 +14,9 @@ Decision checks, any combination:
 - vs base rate:  candidate minus the constant base-rate forecast on the same trajectories
                  (paired: both columns share the bootstrap weights);
 - vs baseline:   candidate minus a baseline run, paired on the tasks both sides scored
-                 (gate_compare.py), the asymmetries between the sides named.
+                 (gate_stats.py), the asymmetries between the sides named.
 
-The two comparative checks run the hypothesis test named by `test` (gate_hypothesis.py):
+The two comparative checks run the hypothesis test named by `test` (gate_stats.py):
 regression detection (default; FAIL only on a significant drop beyond the margin) or
 non-inferiority (PASS only when a drop beyond the margin is ruled out), with their power.
 
@@ -25,7 +25,8 @@ exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors 
 `max_skipped_share` of the working sample without a forecast of the gated predictor (else
 unusable, like capture loss), and warnings when censoring is frequent among the gated runs
 and only the simple (q_Z ~ 0) form is available. What the verdict rests on (runs gated, left
-out by reason, pending outcomes, replicates) is the result's `coverage` (gate_coverage.py).
+out by reason, pending outcomes, replicates) is the result's `coverage`; the lines its files held
+that it did not judge (records/set_aside.py) are its `input` block, present only when there are any.
 
 Verdict stability: for every decision check, the share of bootstrap replicates whose own
 verdict differs from the observed one, where a replicate's verdict compares (replicate
@@ -47,43 +48,41 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.audit import audit_of_table
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import Progress
-from tps_tracer.evaluation.gate_compare import Side, censoring_rates_differ, compare, unpaired_text
-from tps_tracer.evaluation.gate_coverage import (
-    DEFAULT_MAX_SKIPPED_SHARE,
-    coverage_of_report,
-    coverage_of_rows,
-    coverage_warnings,
-    skipped_check,
-)
-from tps_tracer.evaluation.gate_hypothesis import (
+from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
+from tps_tracer.evaluation.gate_stats import (
     ALPHA,
     DEFAULT_TEST,
+    PAIRING_OVERLAP,
     TESTS,
+    Side,
+    censoring_rates_differ,
+    compare,
     decision,
     underpowered_warning,
+    unpaired_text,
 )
-from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
-from tps_tracer.evaluation.gate_set_aside import from_report, input_block
 from tps_tracer.evaluation.report import (
     BASE_RATE,
     NO_WORKING_SAMPLE,
     base_rate_pairs,
-    termination_audit,
 )
-from tps_tracer.evaluation.reserved_names import check_no_base_rate
+from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.evaluation.skipped_predictors import (
     NO_PREDICTOR,
     Skipped,
     as_dicts,
     check_known_predictors,
+    check_no_base_rate,
     no_data_reason,
 )
 from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.duplicate_ids import check_unique_ids
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.set_aside import KINDS, SetAside
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule
 from tps_tracer.scoring.schedules import get_schedule
@@ -96,6 +95,222 @@ EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
 FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
+BoolArray = NDArray[np.bool_]
+
+# Above this share of left-out runs the gate warns. The left-out runs are not a random subset:
+# a run whose steps lack a "Confidence:" line, or whose grading is slow, is chosen by the agent's
+# own behaviour. If they score d lower than the gated runs, the gated mean is off by share * d;
+# with share 0.1 and d 0.5 (about the gap in mean log score between a failed and a succeeded run)
+# that is 0.05, the size of a typical --margin, so beyond 10% the subset alone can move a verdict.
+WARN_SHARE = 0.1
+# Default of GateCriteria.max_skipped_share: above it the sample is refused (exit 2) unless the
+# user raises the limit. At 20% a gap of only 0.25 (half the failed/succeeded gap) moves the mean
+# by that margin, so the verdict describes a different population from the one deployed: the
+# same reasoning as refusing capture loss, with room for the occasional unparsed step.
+DEFAULT_MAX_SKIPPED_SHARE = 0.2
+
+
+SNAPSHOT_REPLICATES = "the snapshot's own bootstrap (its settings.bootstrap; --bootstrap does not apply)"
+
+
+def _share(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def coverage_of_rows(
+    working: BoolArray,
+    censored: BoolArray,
+    usable: BoolArray,
+    n_steps: NDArray[np.int64],
+    scored: BoolArray,
+    pending: int,
+    replicates: int,
+) -> dict[str, Any]:
+    """The coverage block of one run's rows: masks over its trajectories (working sample,
+    censored, the gated predictor usable, scored under the gated mode)."""
+    skipped = {
+        "missing": int(np.sum(working & ~usable & (n_steps > 0))),  # some step has no forecast
+        "no_steps": int(np.sum(working & ~usable & (n_steps == 0))),
+    }
+    return _block(
+        int(working.sum()),
+        int(scored.sum()),
+        {k: v for k, v in skipped.items() if v},
+        int(np.sum(working & usable & ~scored)),
+        pending,
+        int(np.sum(censored & scored)),
+        replicates,
+        "this gate's bootstrap (--bootstrap)",
+    )
+
+
+def coverage_of_report(
+    report: dict[str, Any], predictor: str, rule: str, weights: str, censoring: str
+) -> dict[str, Any]:
+    """The coverage block from a saved report / snapshot: its score rows give the counts per
+    censoring mode (complete-only scores the complete runs alone, cen-simple every working-sample
+    run the predictor can score), its `coverage` the file-wide skip reasons."""
+    audit = report.get("audit") or {}
+    n_of = {
+        r.get("censoring"): int(r.get("n") or 0)
+        for r in report.get("scores") or []
+        if r.get("predictor") == predictor and r.get("rule") == rule and r.get("weights") == weights
+    }
+    working = int(audit.get("working_sample") or 0)
+    gated = n_of.get(censoring, 0)
+    reach = n_of.get(SIMPLE, gated)  # every working-sample run the predictor scores
+    skipped = {"unscored": working - reach} if working > reach else {}
+    complete = n_of.get("complete-only")
+    settings = report.get("settings") or {}
+    block = _block(
+        working,
+        gated,
+        skipped,
+        reach - gated,
+        int(audit.get("pending_outcome") or 0),
+        None if complete is None else gated - complete,
+        settings.get("bootstrap"),
+        SNAPSHOT_REPLICATES,
+    )
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
+    if skipped and file_wide:
+        block["skip_reasons_in_file"] = file_wide  # per reason over all runs; the report does not split them
+    return block
+
+
+def _block(
+    working: int,
+    gated: int,
+    skipped: dict[str, int],
+    dropped_by_censoring: int,
+    pending: int,
+    censored_gated: int | None,
+    replicates: int | None,
+    replicates_source: str,
+) -> dict[str, Any]:
+    return {
+        "working_sample": working,
+        "gated": gated,
+        "skipped": skipped,
+        "skipped_share": _share(sum(skipped.values()), working),
+        "dropped_by_censoring_mode": dropped_by_censoring,
+        "pending_outcome": pending,
+        "censored_gated": censored_gated,
+        "censoring_rate_gated": None if censored_gated is None else _share(censored_gated, gated),
+        "replicates": replicates,
+        "replicates_source": replicates_source,
+    }
+
+
+def pending_share(block: dict[str, Any], audit: dict[str, Any]) -> float | None:
+    """Clean runs still waiting for an outcome, as a share of all clean runs."""
+    pending = block["pending_outcome"]
+    clean = int((audit.get("stop_reasons") or {}).get("clean") or 0)
+    return _share(pending, max(clean, pending))
+
+
+def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str = "") -> dict[str, Any]:
+    """The assumption check on the gated predictor's skipped share; failing it refuses the sample."""
+    share = block["skipped_share"] or 0.0
+    n = sum(block["skipped"].values())
+    return {
+        "name": "skipped_share",
+        "kind": "assumption",
+        "passed": share <= limit,
+        "estimate": share,
+        "threshold": limit,
+        "detail": f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to "
+        f"score ({_why(block)}); "
+        + (
+            "gated on the rest"
+            if share <= limit
+            else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
+        ),
+    }
+
+
+def _reasons(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+
+
+def _why(block: dict[str, Any]) -> str:
+    """The skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
+    if block.get("skip_reasons_in_file"):
+        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
+    return _reasons(block["skipped"])
+
+
+def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
+    """A warning for each large exclusion (above WARN_SHARE)."""
+    out = []
+    share = block["skipped_share"]
+    if share is not None and share > WARN_SHARE:
+        n = sum(block["skipped"].values())
+        out.append(
+            f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
+            f"forecast ({_why(block)}); the verdict covers the other {block['gated']} runs only"
+        )
+    p_share = pending_share(block, audit)
+    if p_share is not None and p_share > WARN_SHARE:
+        pending = block["pending_outcome"]
+        clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+        out.append(
+            f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
+            "gate again once they are graded"
+        )
+    return out
+
+
+def coverage_line(block: dict[str, Any], predictor: str) -> str:
+    """One line for the text and Markdown headlines: gated of working, each exclusion, replicates."""
+    parts = [f"coverage: gated {block['gated']} of {block['working_sample']} working-sample runs"]
+    n_skipped = sum(block["skipped"].values())
+    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_why(block)})" if n_skipped else ""))
+    if block["dropped_by_censoring_mode"]:
+        parts.append(f"dropped by the censoring mode: {block['dropped_by_censoring_mode']}")
+    parts.append(f"clean runs waiting for an outcome: {block['pending_outcome']}")
+    reps = block["replicates"]
+    whose = " (the snapshot's)" if block["replicates_source"] == SNAPSHOT_REPLICATES else ""
+    parts.append(f"CI from {reps if reps is not None else 'an unknown number of'} bootstrap replicates{whose}")
+    return "; ".join(parts)
+
+
+def input_block(candidate: SetAside, baseline: SetAside | None = None) -> dict[str, Any] | None:
+    """`{"set_aside": ..., "baseline": {"set_aside": ...}}`, each side only when it set lines aside."""
+    block: dict[str, Any] = {}
+    if candidate:
+        block["set_aside"] = candidate.as_dict()
+    if baseline:
+        block["baseline"] = {"set_aside": baseline.as_dict()}
+    return block or None
+
+
+def from_report(report: dict[str, Any]) -> dict[str, Any] | None:
+    """A saved report's own `input` block (a snapshot gate has no files to read)."""
+    section = report.get("input")
+    if isinstance(section, dict) and section.get("set_aside"):
+        return {"set_aside": section["set_aside"]}
+    return None
+
+
+def _line(set_aside: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{kind} {set_aside[kind]['count']} (first: {set_aside[kind]['first']})" for kind in KINDS if kind in set_aside
+    )
+
+
+def set_aside_lines(block: dict[str, Any] | None) -> list[str]:
+    """One line per side that set lines aside, for the text and Markdown headlines."""
+    if not block:
+        return []
+    lines = []
+    if block.get("set_aside"):
+        lines.append("set aside (not scored): " + _line(block["set_aside"]))
+    if (block.get("baseline") or {}).get("set_aside"):
+        lines.append("baseline: set aside (not scored): " + _line(block["baseline"]["set_aside"]))
+    return lines
+
 
 @dataclass
 class GateCriteria:
@@ -106,11 +321,11 @@ class GateCriteria:
     min_score: float | None = None
     vs_base_rate: bool = False
     margin: float = 0.0
-    test: str = DEFAULT_TEST  # the comparative checks' hypothesis test (gate_hypothesis.TESTS)
+    test: str = DEFAULT_TEST  # the comparative checks' hypothesis test (gate_stats.TESTS)
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
-    # Largest share of the working sample the gated predictor may leave unscored (gate_coverage.py says why 0.2).
+    # Largest share of the working sample the gated predictor may leave unscored (DEFAULT_MAX_SKIPPED_SHARE: why 0.2).
     max_skipped_share: float = DEFAULT_MAX_SKIPPED_SHARE
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
@@ -165,13 +380,10 @@ class GateCriteria:
             raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
 
 
-class GateOptionError(GateInputError):
-    """A GateCriteria field is invalid; `field` is its name, `detail` the message without it."""
+class GateOptionError(OptionError, GateInputError):
+    """A GateCriteria field is invalid (the CLI maps `field` to its flag)."""
 
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.detail = message
-        super().__init__(f"GateCriteria.{field}: {message}")
+    owner = "GateCriteria"
 
 
 def _is_int(v: Any) -> bool:
@@ -192,15 +404,15 @@ def _num(x: float) -> float | None:
 
 
 # Assumption checks whose failure refuses the sample (exit 2) rather than failing the candidate:
-# the runs they leave out have unknown scores, so no verdict on the rest is one on the agent.
-REFUSING_CHECKS = ("capture_loss", "skipped_share")
+# the runs they leave out have unknown scores, so no verdict on the rest is one on the agent; and
+# the two an `Unusable` sample fails (it cannot score the gated quantity at all).
+REFUSING_CHECKS = ("capture_loss", "skipped_share", "gated_predictor", "q_z_for_exact")
 
 
-def _refused(checks: list[dict[str, Any]]) -> bool:
-    return any(c["name"] in REFUSING_CHECKS and not c["passed"] for c in checks)
-
-
-def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> list[dict[str, Any]]:
+def _assumption_checks(
+    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = ""
+) -> list[dict[str, Any]]:
+    """The checks on one run's sample (`side` prefixes the details of the baseline's)."""
     checks: list[dict[str, Any]] = [
         {
             "name": "sample_size",
@@ -222,7 +434,7 @@ def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> lis
                 "passed": bool(crit.allow_capture_loss),
                 "estimate": lost,
                 "threshold": 0,
-                "detail": f"{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
+                "detail": f"{side}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
                 "metadata.tps_abandoned says why) are not scored; "
                 + (
                     "gated anyway (allow_capture_loss)"
@@ -243,6 +455,8 @@ def _assumption_checks(n: int, audit: dict[str, Any], crit: GateCriteria) -> lis
                 "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
             }
         )
+    if coverage["skipped"]:
+        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, side))
     return checks
 
 
@@ -253,6 +467,16 @@ class Unusable(Exception):
         self.check = check
         self.reason = reason
         super().__init__(reason)
+
+    def as_check(self) -> dict[str, Any]:
+        return {
+            "name": self.check,
+            "kind": "assumption",
+            "passed": False,
+            "estimate": None,
+            "threshold": None,
+            "detail": self.reason,
+        }
 
 
 def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
@@ -348,7 +572,7 @@ class _Run:
         self.score = sm.columns[0]
         self.reference = sm.columns[1] if self.base_rate is not None else np.full(table.n, np.nan)
         self.missing_q_z = sm.missing_q_z[predictor]
-        self.audit = termination_audit(gated, crit.policy)
+        self.audit = audit_of_table(gated, crit.policy)
         self.coverage = coverage_of_rows(
             working,
             table.role_masks(crit.policy)[1],
@@ -449,33 +673,60 @@ def _settings(crit: GateCriteria) -> dict[str, Any]:
     }
 
 
-def _unusable_result(crit: GateCriteria, predictor: str, source: str, u: Unusable) -> dict[str, Any]:
-    check = {"name": u.check, "kind": "assumption", "passed": False, "estimate": None, "threshold": None}
+def _score(crit: GateCriteria, predictor: str, source: str, n: int, mean: Any, lo: Any, hi: Any) -> dict[str, Any]:
+    """The result's `score`: what was gated, from where, and its estimate."""
     return {
-        "version": GATE_VERSION,
-        "verdict": UNUSABLE,
-        "exit_code": EXIT_CODES[UNUSABLE],
-        "score": {
-            "predictor": predictor,
-            "predictor_source": source,
-            "rule": get_rule(crit.rule).name,
-            "weights": get_schedule(crit.weights).name,
-            "censoring": crit.censoring,
-            "n": 0,
-            "mean": None,
-            "ci_low": None,
-            "ci_high": None,
-        },
-        "checks": [{**check, "detail": u.reason}],
-        "failed_checks": [u.check],
-        "reasons": [f"{u.check}: {u.reason}"],
-        "warnings": [],
-        "notes": [],
-        "settings": _settings(crit),
-        "audit": None,
-        "coverage": None,
-        "skipped_predictors": [],
+        "predictor": predictor,
+        "predictor_source": source,
+        "rule": get_rule(crit.rule).name,
+        "weights": get_schedule(crit.weights).name,
+        "censoring": crit.censoring,
+        "n": n,
+        "mean": mean,
+        "ci_low": lo,
+        "ci_high": hi,
     }
+
+
+def _result(
+    crit: GateCriteria,
+    score: dict[str, Any],
+    checks: list[dict[str, Any]],
+    warnings: list[str],
+    notes: list[str],
+    audit: dict[str, Any] | None,
+    coverage: dict[str, Any] | None,
+    settings: dict[str, Any] | None = None,
+    skipped: Sequence[Skipped] | None = None,
+    comparison: dict[str, Any] | None = None,
+    read: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The one gate result of every route (records, Ray rows, snapshot): the verdict follows from
+    the checks (a failed sample-size or refusing check: UNUSABLE; any other failed check: FAIL)."""
+    failed = [c["name"] for c in checks if not c["passed"]]
+    reasons = _unusable_reasons(checks)
+    verdict = UNUSABLE if reasons else (PASS if not failed else FAIL)
+    result = {
+        "version": GATE_VERSION,
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "score": score,
+        "checks": checks,
+        "failed_checks": failed,
+        "reasons": reasons,
+        "warnings": warnings,
+        "notes": notes,
+        "settings": settings or _settings(crit),
+        "audit": audit,
+        "coverage": coverage,
+    }
+    if skipped is not None:
+        result["skipped_predictors"] = as_dicts(skipped)
+    if comparison is not None:
+        result["comparison"] = comparison
+    if read:  # only when lines were set aside
+        result["input"] = read
+    return result
 
 
 def evaluate_gate(
@@ -496,9 +747,17 @@ def evaluate_gate(
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, "baseline")
     except Unusable as u:
-        result = _unusable_result(crit, predictor, source, u)
-        result["skipped_predictors"] = as_dicts(skipped)
-        return _with_input(result, read)
+        return _result(
+            crit,
+            _score(crit, predictor, source, 0, None, None, None),
+            [u.as_check()],
+            [],
+            [],
+            None,
+            None,
+            skipped=skipped,
+            read=read,
+        )
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
@@ -516,22 +775,8 @@ def evaluate_gate(
         crit.seed,
     )
     lo, hi = boot.ci()
-    selected = {
-        "predictor": run.predictor,
-        "predictor_source": source,
-        "rule": get_rule(crit.rule).name,
-        "weights": get_schedule(crit.weights).name,
-        "censoring": crit.censoring,
-        "n": n,
-        "mean": _num(boot.point[0]),
-        "ci_low": _num(lo[0]),
-        "ci_high": _num(hi[0]),
-    }
-
-    usable = n >= crit.min_n
-    checks.extend(_assumption_checks(n, run.audit, crit))
-    if run.coverage["skipped"]:
-        checks.append(skipped_check(run.coverage, run.predictor, crit.max_skipped_share))
+    selected = _score(crit, run.predictor, source, n, _num(boot.point[0]), _num(lo[0]), _num(hi[0]))
+    checks.extend(_assumption_checks(n, run.audit, run.coverage, run.predictor, crit))
 
     if crit.min_score is not None:
         checks.append(
@@ -569,12 +814,9 @@ def evaluate_gate(
                 "detail": f"{n_base} scored baseline trajectories; at least {crit.min_n} needed",
             },
         )
-        usable = usable and n_base >= crit.min_n
-        for lost in _assumption_checks(n_base, base.audit, crit):
-            if lost["name"] == "capture_loss":
-                checks.append({**lost, "detail": "baseline: " + lost["detail"]})
-        if base.coverage["skipped"]:
-            checks.append(skipped_check(base.coverage, base.predictor, crit.max_skipped_share, "baseline: "))
+        for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, "baseline: "):
+            if c["name"] in ("capture_loss", "skipped_share"):
+                checks.append(c)
         warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
         check, comparison = _baseline_check(run, base, crit, warnings, notes)
         checks.append(check)
@@ -608,33 +850,7 @@ def evaluate_gate(
                 "detail": "largest verdict-flip probability under resampling",
             }
         )
-    failed = [c["name"] for c in checks if not c["passed"]]
-    usable = usable and not _refused(checks)  # the candidate's or the baseline's
-    verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
-    result = {
-        "version": GATE_VERSION,
-        "verdict": verdict,
-        "exit_code": EXIT_CODES[verdict],
-        "score": selected,
-        "checks": checks,
-        "failed_checks": failed,
-        "reasons": _unusable_reasons(checks),
-        "warnings": warnings,
-        "notes": notes,
-        "settings": _settings(crit),
-        "audit": run.audit,
-        "coverage": run.coverage,
-        "skipped_predictors": as_dicts(skipped),
-        **({"comparison": comparison} if comparison is not None else {}),
-    }
-    return _with_input(result, read)
-
-
-def _with_input(result: dict[str, Any], block: dict[str, Any] | None) -> dict[str, Any]:
-    """The result with its `input` block (gate_set_aside.py) when lines were set aside."""
-    if block:
-        result["input"] = block
-    return result
+    return _result(crit, selected, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
 
 
 def gate_paths(
@@ -720,15 +936,15 @@ def _baseline_check(
     cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     asym = _asymmetries(cand, base, crit, warnings, notes)
-    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed, crit.min_n)
+    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed)
     how = _pairing(cand, base, cmp.counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     counts = cmp.counts
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
         notes.append(unpaired_text(counts))
     elif not cmp.paired and counts["common_tasks"]:
         warnings.append(
-            f"the runs share only {counts['common_tasks']} scored tasks (fewer than min_n {crit.min_n}): "
-            "compared unpaired, on different task sets"
+            f"the runs share only {counts['common_tasks']} scored tasks (less than {PAIRING_OVERLAP:.0%} of the "
+            "smaller side's): compared unpaired, on different task sets"
         )
     b_ok = ~np.isnan(base.score)
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
@@ -781,16 +997,13 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     try:
         _check_exact(audit, crit)
     except Unusable as u:
-        result = _unusable_result(crit, str(predictor), source, u)
-        result["warnings"], result["notes"] = warnings, notes
-        return _with_input(result, from_report(report))
+        score = _score(crit, str(predictor), source, 0, None, None, None)
+        return _result(crit, score, [u.as_check()], warnings, notes, None, None, skipped=[], read=from_report(report))
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
     n = int(row["n"])
-    checks = _assumption_checks(n, audit, crit)
-    if coverage["skipped"]:
-        checks.append(skipped_check(coverage, str(predictor), crit.max_skipped_share))
+    checks = _assumption_checks(n, audit, coverage, str(predictor), crit)
     warnings.extend(coverage_warnings(coverage, audit, str(predictor)))
     if coverage["replicates"] != crit.bootstrap:
         # The records route would draw crit.bootstrap replicates: near the threshold the two
@@ -830,27 +1043,12 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         }
     )
     warnings.extend(fragile_warnings(checks))
-    failed = [c["name"] for c in checks if not c["passed"]]
-    usable = n >= crit.min_n and not _refused(checks)
-    verdict = UNUSABLE if not usable else (PASS if not failed else FAIL)
     settings = _settings(crit)
     settings.update(bootstrap=report.get("settings", {}).get("bootstrap"), seed=report.get("settings", {}).get("seed"))
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
-    result = {
-        "version": GATE_VERSION,
-        "verdict": verdict,
-        "exit_code": EXIT_CODES[verdict],
-        "score": {**score, "predictor_source": source},
-        "checks": checks,
-        "failed_checks": failed,
-        "reasons": _unusable_reasons(checks),
-        "warnings": warnings,
-        "notes": ["gated from a saved report/snapshot", *notes],
-        "settings": settings,
-        "audit": audit,
-        "coverage": coverage,
-    }
-    return _with_input(result, from_report(report))
+    score["predictor_source"] = source  # the saved row's own fields first
+    notes = ["gated from a saved report/snapshot", *notes]
+    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=from_report(report))
 
 
 def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.aggregators import AGGREGATOR_NAMES
-from tps_tracer.evaluation.rows import flat_weights, score_rows
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, flat_weights, score_rows
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule

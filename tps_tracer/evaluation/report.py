@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.audit import audit_of_rows
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY
 from tps_tracer.evaluation.calibration.recalibration import (
     PLATT_SUFFIX,
@@ -25,7 +21,6 @@ from tps_tracer.evaluation.calibration.recalibration import (
     with_calibrator_streams,
     with_platt_streams,
 )
-from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
     PairTable,
@@ -40,12 +35,13 @@ from tps_tracer.evaluation.report_builder import (  # re-exported: the report's 
     REPORT_VERSION,
     report_from_state,
 )
-from tps_tracer.evaluation.report_options_check import check_report_options
-from tps_tracer.evaluation.reserved_names import BASE_RATE, check_no_base_rate
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import (
+    BASE_RATE,
     NO_PREDICTOR,
     Skipped,
     check_known_predictors,
+    check_no_base_rate,
     no_data_reason,
     nothing_left,
     platt_fit_reason,
@@ -54,8 +50,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 )
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.duplicate_ids import check_unique_ids
-from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 __all__ = [
@@ -68,30 +63,7 @@ __all__ = [
     "build_report",
     "check_unique_ids",
     "report_from_table",
-    "termination_audit",
 ]
-
-
-@dataclass
-class ReportOptions:
-    predictors: Sequence[str] | None = None  # None: every predictor in the file
-    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)")
-    schedules: Sequence[str | WeightSchedule] = ("linear-front",)
-    bootstrap: int = DEFAULT_REPLICATES
-    seed: int = DEFAULT_SEED
-    policy: CensoringPolicy = field(default_factory=CensoringPolicy)
-    base_rate: bool = True
-    ece_bins: int = DEFAULT_ECE_BINS
-    calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
-    calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
-
-    def __post_init__(self) -> None:
-        check_report_options(self)  # OptionError (a ValueError naming the field)
-
-
-def termination_audit(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
-    """The termination audit of a pair table's rows (evaluation/audit.py builds it)."""
-    return audit_of_rows(table.stop_code, table.q_z, int(table.pending.sum()), table.outcome_on_unscored, policy)
 
 
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:

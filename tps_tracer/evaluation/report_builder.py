@@ -26,8 +26,9 @@ from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, 
 from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES
 from tps_tracer.evaluation.partial_state import PartialState, PredictorState
-from tps_tracer.evaluation.reserved_names import BASE_RATE
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import (
+    BASE_RATE,
     Skipped,
     as_dicts,
     check_known_predictors,
@@ -39,9 +40,8 @@ from tps_tracer.records.stop_reasons import Role
 from tps_tracer.scoring.rules import LogRule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE
 
-if TYPE_CHECKING:  # report.py imports this module; the options are only read here
+if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration.paired import PairedDelta
-    from tps_tracer.evaluation.report import ReportOptions
 
 REPORT_VERSION = 1
 NO_WORKING_SAMPLE = "no complete trajectory (stop_reason 'clean' with an outcome) and no censored one: nothing to score"
@@ -103,7 +103,7 @@ def report_from_state(
         covered.append(BASE_RATE)
     modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
     keys, boot = _bootstrapped_columns(state, states, predictors, modes)
-    scores, deltas = score_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
+    scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
     diagnostics, scalar_rows = diagnostic_rows(
         [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
     )
@@ -228,7 +228,7 @@ def empty_tables() -> dict[str, list[Any]]:
     return {"scores": [], "deltas": [], "diagnostics": [], "scalar_predictors": [], "recalibration": []}
 
 
-def score_rows(
+def score_and_delta_rows(
     keys: Sequence[ColumnKey], boot: BootstrapResult, missing_q_z: dict[str, int]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The "scores" rows (mean, SE, CI per column) and the "deltas" rows (each censored mode minus

@@ -1,4 +1,5 @@
-"""Predictors without usable data are skipped with a reason, never a failure.
+"""Which predictors a command scores: the ones asked for by name must exist, two names are
+reserved, and predictors without usable data are skipped with a reason, never a failure.
 
 The handler writes every predictor it knows on every step, and some are null for a whole
 run by design (a native tool-calling agent has no action text, so `action_token_prob` and
@@ -6,6 +7,13 @@ run by design (a native tool-calling agent has no action text, so `action_token_
 predictors have data for what it does, and reports the others as
 `{"predictor": name, "reason": why}` in its JSON (`skipped_predictors`) and text. A command
 fails (exit 2) only when nothing at all is left to do.
+
+The evaluation creates two names itself, which a user's predictor may not take: `base_rate`
+(the constant reference row of every report and the gate's `--vs-base-rate`) and `<p>+platt`
+(the recalibrated stream of `p`; rejected only when recalibrating, so files that already hold
+recalibrated forecasts stay readable). A user column of either name would silently replace
+or be overwritten by the evaluation's own; rejecting it, rather than renaming it, keeps every
+row's name meaning one thing, and the error names the predictor so the file can be fixed.
 """
 
 from __future__ import annotations
@@ -22,6 +30,33 @@ from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 BoolArray = NDArray[np.bool_]
+
+BASE_RATE = "base_rate"
+PLATT_SUFFIX = "+platt"
+
+
+class ReservedNameError(InputError):
+    """A user predictor takes a name the evaluation creates itself."""
+
+
+def check_no_base_rate(names: Iterable[str]) -> None:
+    if BASE_RATE in names:
+        raise ReservedNameError(
+            f"predictor {BASE_RATE!r}: the name is reserved for the constant base-rate reference "
+            "that every report and gate adds; rename the predictor in the file"
+        )
+
+
+def check_no_recalibrated_collision(names: Iterable[str], recalibrating: Iterable[str]) -> None:
+    existing = set(names)
+    for name in recalibrating:
+        if name + PLATT_SUFFIX in existing:
+            raise ReservedNameError(
+                f"predictor {name + PLATT_SUFFIX!r}: the name is reserved for the recalibrated stream of "
+                f"{name!r} ('{PLATT_SUFFIX}' suffix); rename the predictor in the file, or recalibrate "
+                f"without {name!r} (--predictors)"
+            )
+
 
 # Cross-fitted Platt splits each outcome class into two halves, and each half's fit needs
 # both classes (a one-class fit has no finite intercept), so 2 of each class are needed.

@@ -525,6 +525,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 run.trace_ids = instrumentor_span_ids(run.root) or run.trace_ids
             self._runs[run_id] = run
             run.run_ids.append(run_id)
+            run.state.calls_started += 1
             run.last_seen = self._clock()
             budget = self._budgets.get(run.state.tid)
             if budget is not None:

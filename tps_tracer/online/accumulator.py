@@ -44,10 +44,13 @@ rejected (step_after_stop, duplicate_stop).
 
 Summary mode (`mode="summary"`) folds settled trajectories into one PartialState instead of
 keeping their rows (constant memory; when a run is settled, and why the caller of stop/resolve
-never scores or folds: online/summary_folding.py and online/scoring_queue.py).
+never scores or folds: online/summary_store.py). Batches are scored here (`_score_rows`), on the
+accumulator's background thread in summary mode (online/background_work.py).
 
-State across processes: `state()` is versioned bytes (accumulator_state.py) and
-`merge_state(bytes)` adds them to this accumulator, exactly as `merge` does.
+The facade over its parts: the live store (online/live_store.py), the rows store
+(online/row_store.py), the summary store (online/summary_store.py), the record writer, the
+batch scorer. State across processes: `state()` is versioned bytes and `merge_state(bytes)`
+adds them to this accumulator, exactly as `merge` does (online/accumulator_state.py).
 """
 
 from __future__ import annotations
@@ -64,24 +67,22 @@ import numpy as np
 
 from tps_tracer import at_exit
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.partial_state import PartialState
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.health import HealthLedger
+from tps_tracer.online import accumulator_state
 from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.batch_scorer import BatchScorer
-from tps_tracer.online.folded_ids import FoldedIds
 from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.online.lifetimes import Lifetimes
 from tps_tracer.online.live_run import _Live
 from tps_tracer.online.live_store import RESERVED, LiveStore
 from tps_tracer.online.record_writing import RecordWriter
-from tps_tracer.online.resolving import Resolving
 from tps_tracer.online.row_store import RowStore
-from tps_tracer.online.scoring_queue import ScoringQueue
-from tps_tracer.online.summary_folding import _Fold
+from tps_tracer.online.summary_store import SummaryStore, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
@@ -105,7 +106,7 @@ class AccumulatorClosedError(AccumulatorError):
     """`resolve()` on a closed accumulator: its sink is closed, so the outcome could not be kept."""
 
 
-class Accumulator(Lifetimes, Resolving, ScoringQueue):
+class Accumulator(Lifetimes):
     def __init__(
         self,
         predictors: Sequence[str] | None = None,
@@ -156,30 +157,26 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self.batch_size = max(1, batch_size)
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
-        self._unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
         self._repeated: set[str] = set()  # ids with a repeat's record written: their resolutions are set aside
         self._rows = RowStore(self.rules, self.schedules)
-        # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
-        # Summary mode: the keys of the ids folded away, so a new run under one is still a repeat.
-        self._folded_ids = FoldedIds() if mode == "summary" else None
-        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of, self._folded_ids)
-        self._keys: list[int] = []  # bootstrap key per row, for a canonical snapshot order
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
             self._rows.add_predictor(name)
         self.health = health if health is not None else HealthLedger()
+        spec = StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
+        self._summaries = SummaryStore(
+            spec, self._lock, self._rows, self._known, self.health, self.batch_size, self.max_pending, self._internal
+        )
+        # Live and finishing trajectories; when one is idle or evicted: online/live_store.py (OpenRuns).
+        # Summary mode: the keys of the ids folded away, so a new run under one is still a repeat.
+        folded = self._summaries.folded_ids if mode == "summary" else None
+        self._store = LiveStore(idle_timeout, max_live, self._rows.row_of, folded)
         self._writer = RecordWriter(JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink, self.health)
         # Exporters called with each trajectory's scores as they become known (add_listener).
         self._listeners: list[Callable[[TrajectoryScore], None]] = []
         self._listener_meta: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # stop metadata, for late scores
         self._last_sweep = clock()
         self._sweep_every = 1.0 if idle_timeout is None else max(1e-3, min(1.0, idle_timeout / 4))
-        self._summary: PartialState | None = None  # summary mode: the folded settled trajectories
-        # Summary mode: rows taken out of the store whose PartialState is being built outside the
-        # lock; snapshots, state() and merges count them as folded meanwhile.
-        self._folding: dict[int, _Fold] = {}
-        self._fold_count = 0
-        self._resolved_rows = 0  # summary mode: stored rows resolved since the last fold
         self.lifetime_owner: str | None = None  # see leave_lifetimes_to
         self._drains: list[Callable[[], Callable[[], Any] | None]] = []  # see leave_lifetimes_to
         self._finishers: list[Callable[[], Callable[[str], Any] | None]] = []  # see finish_on_close
@@ -375,7 +372,9 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                     status, written = self._apply_resolution(trajectory_id, y, q)
                     row = self._rows.row_of.get(trajectory_id, RESERVED)
                     if written and self._listeners and row != RESERVED:
-                        score = self._score_of(trajectory_id, row)
+                        score = self._rows.score_of(
+                            trajectory_id, row, self.policy, self._listener_meta.get(trajectory_id, {})
+                        )
                         # Only what changes a score is news: an outcome for an excluded or censored run
                         # (counted, ignored by scoring) would re-send an unchanged score to every exporter.
                         if ("outcome" in written and score.role is Role.COMPLETE) or (
@@ -383,9 +382,9 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                         ):
                             scores.append(score)
                     if self.mode == "summary" and written and row != RESERVED:
-                        self._resolved_rows += 1  # a waiting row settled: fold once a batch of them has
-                        if self._resolved_rows >= self.batch_size:
-                            self._resolved_rows = 0
+                        self._summaries.resolved_rows += 1  # a waiting row settled: fold once a batch has
+                        if self._summaries.resolved_rows >= self.batch_size:
+                            self._summaries.resolved_rows = 0
                             fold_due = True
             if repeat is not None:
                 if repeat:  # after the repeat's record: a line the reader sets aside with it
@@ -419,6 +418,26 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         if tid in self._repeated:
             return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}
         return None
+
+    def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
+        """Under the lock: (status, fields newly set). The same value twice is a no-op, a different one
+        a conflict. Before a trajectory's record is written the values go out with it; after, the
+        caller appends them as a resolution line."""
+        row = self._rows.row_of.get(tid)
+        if row is not None and row != RESERVED:
+            return self._rows.resolve(tid, row, y, q)
+        target = self._store.target(tid)
+        if target is None:
+            return "resolve_unknown", {}
+        if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
+            return "conflicting_resolution", {}
+        newly: dict[str, Any] = {}
+        if y is not None and target.outcome is None:
+            target.outcome = newly["outcome"] = y
+        if q is not None and target.q_z is None:
+            target.q_z = newly["q_z"] = q
+        target.last_seen = self._clock()
+        return "ok", newly if target.written else {}
 
     # ------------------------------------------------------------------ finishing
 
@@ -488,6 +507,133 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
                 self._listener_meta.popitem(last=False)
         return self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
 
+    def _take_queue(self) -> list[str]:
+        batch, self._queue = self._queue, []
+        return batch
+
+    # ------------------------------------------------------------------ scoring
+
+    def _off_caller(self, job: Callable[[Any], None], arg: Any) -> None:
+        """Summary mode: run a fold on the background thread (on the caller only when waiting could be
+        forever, see BackgroundWork.submit); row mode: inline."""
+        if self._background is None or not self._background.submit(job, arg):
+            job(arg)
+
+    def _fold_settled(self, _: Any = None) -> None:
+        """Summary mode, as a background job: fold the settled rows (after resolves settled a batch)."""
+        with self._lock:
+            fold = self._summaries.take()
+        if fold is not None:
+            self._summaries.finish(fold)
+
+    def _score_off_caller(self, batch: list[str]) -> None:
+        if self._background is None:
+            self._score(batch)
+            return
+        with self._scoring_done:
+            self._scoring += 1
+        if not self._background.submit(self._score, batch, True):
+            self._score(batch, True)
+
+    def _score(self, batch: list[str], counted: bool = False) -> None:
+        """Turn queued trajectories into rows (the heavy part, outside the lock); in summary mode,
+        fold the rows that settled. `counted`: a background job, counted in `_scoring` until its
+        rows are in the store (a snapshot waits for that: until then the batch is in no table), not
+        while its fold runs (a fold in flight is in the summary store's `folding`, which snapshots
+        count)."""
+        try:
+            fold, scores = self._score_rows(batch)
+        finally:
+            if counted:
+                with self._scoring_done:
+                    self._scoring -= 1
+                    self._scoring_done.notify_all()
+        if fold is not None:
+            self._summaries.finish(fold)
+        self._notify(scores)
+
+    def _score_rows(self, batch: list[str]) -> tuple[_Fold | None, list[TrajectoryScore]]:
+        with self._lock:
+            lives = [self._store.finishing[tid] for tid in batch]
+        names = self._names_in(lives)
+        scored = self._scorer.score_safely(
+            [lv.steps for lv in lives], [lv.horizon for lv in lives], names, self._internal
+        )
+        keys = [self._key(tid) for tid in batch]
+        rows = self._rows
+        with self._lock:
+            for tid in batch:
+                self._store.scored(tid)
+            rows.add_scored(batch, keys, lives, scored, names)
+            scores = (
+                [rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {})) for tid in batch]
+                if self._listeners
+                else []
+            )
+            fold = self._summaries.take() if self.mode == "summary" else None
+        return fold, scores
+
+    def _key(self, tid: str) -> int:
+        """The id-derived bootstrap key; an id that cannot be hashed never takes its batch down."""
+        try:
+            return trajectory_key(tid)
+        except Exception as exc:
+            self._internal("key", exc)
+            return 0
+
+    def _names_in(self, lives: list[_Live]) -> list[str]:
+        """Predictors to score: the configured ones, or every name the steps mention."""
+        if self.predictors is not None:
+            return self.predictors
+        seen: dict[str, None] = {}
+        for live in lives:
+            for step in live.steps:
+                seen.update(dict.fromkeys(step))
+        with self._lock:
+            for name in seen:
+                self._known.setdefault(name, None)
+        return list(seen)
+
+    def add_listener(self, listener: Callable[[TrajectoryScore], None]) -> None:
+        """Call `listener(TrajectoryScore)` whenever a trajectory's scores become known or change.
+
+        That is when a stopped trajectory is scored (a clean stop once its outcome is known)
+        and when a late outcome or q_Z resolves it. With a listener, each stop is scored at
+        once instead of in batches, so exports are timely. Listeners run in the thread that
+        called stop/resolve (the capture worker, for the adapters); their errors are counted
+        as `listener_error`, never raised.
+        """
+        self._listeners.append(listener)
+
+    def _notify(self, scores: list[TrajectoryScore]) -> None:
+        for score in scores:
+            if score.role is Role.COMPLETE and score.outcome is None:
+                continue  # a clean stop is scored when its outcome arrives
+            for listener in self._listeners:
+                try:
+                    listener(score)
+                except Exception as exc:
+                    self.health.count(
+                        "error", "listener", f"{getattr(listener, '__name__', listener)!r} failed: {exc!r}"
+                    )
+
+    def flush(self) -> None:
+        """Score every queued stopped trajectory now, and wait for the background scoring and folds
+        (summary mode) to finish: snapshot, state, merge and close do this first. Events an
+        attached adapter still holds in its queue are applied first (`leave_lifetimes_to`)."""
+        self._drain_adapters()
+        with self._lock:
+            batch = self._take_queue()
+        if batch:
+            self._score(batch)
+        if self._background is not None:
+            # Jobs not started yet run here, now; then wait for a batch being scored on the
+            # background thread (not for its fold: `folding` shows it). Never on that thread itself.
+            self._background.run_queued_here()
+            if not self._background.on_worker_thread():
+                with self._scoring_done:
+                    self._scoring_done.wait_for(lambda: self._scoring == 0)
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self, stop_live: bool = True) -> None:
@@ -507,7 +653,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         """In a forked child (tps_tracer/at_exit.py): the trajectories live at the fork are the
         parent's, which finishes them; this copy forgets them (counted), so the child's close()
         or exit does not record them again. Fresh locks: a parent thread may have held one."""
-        self._lock = threading.Lock()
+        self._lock = self._summaries.lock = threading.Lock()
         self._writer.lock = threading.Lock()
         after_fork = getattr(self._writer.sink, "_after_fork_in_child", None)
         if after_fork is not None:
@@ -553,10 +699,8 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
     def n_finished(self) -> int:
         """Stopped trajectories (scored, or queued for scoring)."""
         with self._lock:
-            folding = sum(f.n for f in self._folding.values())
             # finishing: stopped and not yet a row (queued, or being scored, maybe in the background)
-            folded = self._summary.n if self._summary is not None else 0
-            return self._rows.n + len(self._store.finishing) + folding + folded
+            return self._rows.n + len(self._store.finishing) + self._summaries.n
 
     # ------------------------------------------------------------------ results
 
@@ -571,7 +715,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
         self.flush()
         with self._lock:
             table = self._rows.table()
-            keys = np.array(self._keys, dtype=np.uint64)
+            keys = self._rows.keys()
             n_live = len(self._store)
             known = list(self._known)
         health = self.health.snapshot()
@@ -588,7 +732,7 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             ece_bins=self.ece_bins,
         )
         if self.mode == "summary":
-            report, finished, pending = self._summary_snapshot(dataclasses.replace(options, predictors=names))
+            report, finished, pending = self._summaries.snapshot(dataclasses.replace(options, predictors=names))
         else:
             report = report_from_table(table, options, allow_empty=True)
             finished, pending = table.n, int(table.pending.sum())
@@ -603,6 +747,144 @@ class Accumulator(Lifetimes, Resolving, ScoringQueue):
             "sink": self._writer.counts(),
         }
         return report
+
+    # ------------------------------------------------------------------ state across processes
+
+    def partial_state(self) -> PartialState:
+        """The finished trajectories as one `PartialState` (either mode), for
+        `tps_tracer.distributed.evaluate` or `merge_states`; clean stops still waiting for their
+        outcome are in it as pending. Computed with this accumulator's policy, bootstrap and seed."""
+        self.flush()
+        return self._summaries.whole_state()
+
+    def state(self) -> bytes:
+        """This accumulator's state as versioned bytes (see accumulator_state.py); `merge_state` reads it."""
+        self.flush()
+        settings = {
+            "rules": self.rules,
+            "weights": self.schedules,
+            "mode": self.mode,
+            "bootstrap": self.bootstrap,
+            "seed": self.seed,
+            "policy": self.policy,
+            "predictors": self.predictors,
+        }
+        return accumulator_state.dump(settings, self._parts(), self.health.snapshot())
+
+    @classmethod
+    def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:
+        """A new accumulator holding a state (no sink, no idle sweep unless given in kwargs)."""
+        body = accumulator_state.read(data)
+        with accumulator_state.corrupt_state():
+            kwargs.setdefault("idle_timeout", None)
+            acc = cls(**accumulator_state.settings(body), **kwargs)
+            acc._add(accumulator_state.parts(body, acc.rules, acc.schedules, acc._key, acc._clock()), fold=False)
+            accumulator_state.count_health(body, acc.health)
+        return acc
+
+    def merge_state(self, data: bytes) -> None:
+        """Add the trajectories (finished and live) and health counts of another accumulator's `state()`."""
+        self.merge(type(self).from_state(data))
+
+    def merge(self, other: Accumulator) -> None:
+        """Add another accumulator's trajectories (finished and live) to this one, exactly.
+
+        Both must use the same rules and schedules. Ids already present here are rejected
+        (counted as duplicate_id). The other's sink is not rewritten into ours: each worker's
+        sink holds its own trajectories, and `tps-tracer report` reads them concatenated.
+        """
+        if [r.name for r in self.rules] != [r.name for r in other.rules] or [s.name for s in self.schedules] != [
+            s.name for s in other.schedules
+        ]:
+            raise InputError("cannot merge accumulators with different rules or weight schedules")
+        if other._summaries.summary is not None or other.mode == "summary":
+            if self.mode != "summary":
+                raise InputError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")
+            if other._summaries.spec.signature() != self._summaries.spec.signature():
+                raise InputError("cannot merge summary states with different censoring policy, bootstrap or seed")
+        self.flush()
+        other.flush()
+        self._add(other._parts(), other.health)
+
+    def _parts(self) -> accumulator_state.Parts:
+        """A copy of what this accumulator holds, for another or for `state()` (the caller flushed it)."""
+        with self._lock:
+            table = self._rows.table()
+            keys = self._rows.keys()
+            live = [
+                (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z, repeat=lv.repeat))
+                for tid, lv in self._store.live.items()
+            ]
+            repeated = set(self._repeated)
+            unscored = dict(self._rows.unscored_outcome)
+            known = list(self._known)
+            folded = self._summaries.folded_ids.keys() if self.mode == "summary" else accumulator_state.NO_KEYS
+            seen = self._summaries.settled()
+        summary = self._summaries.settled_state(seen)  # rows being folded travel as folded
+        return accumulator_state.Parts(table, keys, unscored, known, live, repeated, summary, folded)
+
+    def _add(self, parts: accumulator_state.Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
+        """Add `parts` (and the `health` counts they came with) to this accumulator; an id it holds already is a
+        counted duplicate_id. `fold`: let a summary-mode accumulator fold what settled (not while it is
+        being built from a state)."""
+        table = parts.table
+        duplicates: list[str] = []
+        folded_twice = 0
+        settled = merging = None
+        summaries = self._summaries
+        with self._lock:
+            if self.mode == "summary":
+                # Runs stored or live here, by key, before the others arrive: to count those folded twice.
+                here = np.union1d(
+                    self._rows.keys(), np.array([self._key(t) for t in self._store.live], dtype=np.uint64)
+                )
+                folded_twice = summaries.carry_folded_ids(parts.folded_ids, here)
+            for name in parts.known:
+                self._known.setdefault(name, None)
+                if name not in self._rows.predictors:
+                    self._rows.add_predictor(name)
+            take_ids: set[str] = set()
+            take_rows = []
+            for i, tid in enumerate(table.ids):
+                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or self._was_folded(tid):
+                    duplicates.append(tid)
+                else:
+                    take_rows.append(i)
+                    take_ids.add(tid)
+            idx = np.array(take_rows, dtype=np.int64)
+            self._rows.append_table(
+                table.reordered(idx), parts.keys[idx], {t: y for t, y in parts.unscored.items() if t in take_ids}
+            )
+            for tid, live in parts.live:
+                if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or self._was_folded(tid))):
+                    duplicates.append(tid)
+                else:  # a repeat stays one if its id is stopped here (its first run came along, or was here)
+                    live.repeat = live.repeat and self._store.stopped(tid)
+                    self._store.live[tid] = live
+            self._repeated |= parts.repeated
+            if parts.summary is not None:  # merged outside the lock, counted as folding until then
+                merging = summaries.start_merge(parts.summary)
+            if fold and self.mode == "summary":
+                settled = summaries.take()
+        if merging is not None:
+            summaries.finish(merging)
+        if settled is not None:
+            summaries.finish(settled)
+        if health is not None:
+            self.health.merge(health)
+        for tid in duplicates:
+            self._reject("duplicate_id", f"merge: {tid!r} is in both accumulators; the other's copy is ignored")
+        if folded_twice:  # only keys are left of these runs: both copies stay in the sums, counted one a run
+            message = (
+                f"merge: {folded_twice} ids were finished in both accumulators and already folded on "
+                "at least one side (only their keys are kept): both copies stay in the folded sums"
+            )
+            if self.strict:
+                self._reject("duplicate_folded_id", message)  # raises
+            self.health.count("rejected", "duplicate_folded_id", message, n=folded_twice)
+
+    def _was_folded(self, tid: str) -> bool:
+        return self.mode == "summary" and tid in self._summaries.folded_ids
 
 
 _RESOLVE_MESSAGES = {

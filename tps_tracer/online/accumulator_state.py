@@ -1,4 +1,11 @@
-"""An accumulator's state as bytes, to merge the accumulators of several processes exactly.
+"""An accumulator's state: what `state()` writes, `from_state()` reads and `merge()` moves between
+two accumulators in one process, by one path (`Parts`: taken from one accumulator, added to another).
+
+Merging is exact: rows travel with their bootstrap keys, live trajectories arrive live (their
+idle clock restarts), summaries merge as PartialStates, and an id on both sides is a counted
+duplicate_id. A run re-using an id the other side folded is a repeat here too, and a stored or
+live run here under an id the other folded is counted (duplicate_folded_id: both copies are in
+the sums, which can no longer be split by id).
 
 Format (version 1): the 8-byte magic ``b"TPSACC\\x00\\x01"`` (the last byte is the version),
 then UTF-8 JSON. Arrays travel as {"dtype", "shape", "b64"} (raw little-endian bytes, so
@@ -27,16 +34,165 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
+from tps_tracer.evaluation.partial_state import PartialState
+from tps_tracer.health import CATEGORIES, HealthLedger
+from tps_tracer.online.live_run import _Live
+from tps_tracer.records.arrays import STOP_REASONS
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.schedules import WeightSchedule
 
 MAGIC = b"TPSACC\x00"
 VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
+NO_KEYS = np.zeros(0, dtype=np.uint64)
+_ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the pair table's arrays, as they are
+
+
+@dataclass
+class Parts:
+    """What one accumulator hands another (directly, or as the bytes of `state()`)."""
+
+    table: PairTable  # the finished rows still stored
+    keys: NDArray[np.uint64]  # their bootstrap keys
+    unscored: dict[str, int]  # outcomes given on their non-clean stops
+    known: list[str]  # predictor names, first-seen order
+    live: list[tuple[str, _Live]]
+    repeated: set[str]  # ids with a repeat's record written
+    summary: PartialState | None  # summary mode: the folded state, folds under way included
+    folded_ids: NDArray[np.uint64]  # summary mode: the keys of the ids folded away
+
+
+def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
+    """An accumulator's settings (see `settings`), `parts` and health counts as versioned bytes."""
+    table = parts.table
+    body = {
+        "settings": {
+            "rules": [r.name for r in settings["rules"]],
+            "schedules": [s.name for s in settings["weights"]],
+            "mode": settings["mode"],
+            "bootstrap": settings["bootstrap"],
+            "seed": settings["seed"],
+            "roles": {r.value: settings["policy"].role(r).value for r in STOP_REASONS},
+            "predictors": settings["predictors"],
+        },
+        "known": parts.known,
+        "rows": {
+            "ids": table.ids,
+            **{f: encode_array(getattr(table, f)) for f in _ROW_FIELDS[:4]},
+            "horizon": encode_array(table.horizon.astype(np.int64)),
+            "weight_mass": encode_array(table.weight_mass),
+            "predictors": {
+                name: {
+                    "usable": encode_array(c.usable),
+                    "pairs": encode_array(c.pairs),
+                    "aggregates": encode_array(c.aggregates),
+                    "clipped": encode_array(c.clipped if c.clipped is not None else np.zeros(len(c.usable), np.int64)),
+                }
+                for name, c in table.predictors.items()
+            },
+        },
+        "unscored_outcome": parts.unscored,
+        # Repeats (online/accumulator.py, "Repeated ids"): named apart, so a reader of an older
+        # state, which has neither key, reads it as before.
+        "live": [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in parts.live],
+        "live_repeats": [tid for tid, lv in parts.live if lv.repeat],
+        "repeated": sorted(parts.repeated),
+        "summary": None if parts.summary is None else parts.summary.to_dict(),
+        "folded_ids": encode_array(parts.folded_ids),  # summary mode: the folded ids' keys (none: none)
+        "health": health,
+    }
+    return MAGIC + bytes([VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def settings(body: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments of the accumulator a state came from."""
+    st = body["settings"]
+    return {
+        "predictors": st["predictors"],
+        "rules": st["rules"],
+        "weights": st["schedules"],
+        "bootstrap": int(st["bootstrap"]),
+        "seed": int(st["seed"]),
+        "policy": CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()}),
+        "mode": st["mode"],
+    }
+
+
+def parts(
+    body: dict[str, Any],
+    rules: Sequence[ScoreRule],
+    schedules: Sequence[WeightSchedule],
+    key: Callable[[str], int],
+    now: float,
+) -> Parts:
+    """A state's parts, for an accumulator with these rules and schedules, bootstrap key function
+    and clock (its live trajectories' idle clock restarts at `now`)."""
+    rows = body["rows"]
+    ids = [str(t) for t in rows["ids"]]
+    table = PairTable(
+        ids=ids,
+        **{f: decode_array(rows[f]) for f in _ROW_FIELDS},  # type: ignore[arg-type]
+        horizon=decode_array(rows["horizon"]),
+        rules=list(rules),
+        schedules=list(schedules),
+        predictors={
+            name: PredictorPairs(
+                decode_array(c["usable"]),
+                decode_array(c["pairs"]),
+                decode_array(c["aggregates"]),
+                {},
+                decode_array(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
+            )
+            for name, c in rows["predictors"].items()
+        },
+    )
+    live = [(str(t), _Live([dict(step) for step in steps], now, y, q)) for t, steps, y, q in body["live"]]
+    repeats = {str(tid) for tid in body.get("live_repeats", [])}
+    for tid, lv in live:
+        lv.repeat = tid in repeats
+    if repeats - {tid for tid, _ in live}:
+        raise KeyError("a live repeat that is not live")
+    folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else NO_KEYS
+    if folded_ids.size and body["settings"]["mode"] != "summary":
+        raise KeyError("folded_ids in a row-mode state")
+    return Parts(
+        table,
+        np.array([key(tid) for tid in ids], dtype=np.uint64),
+        {str(tid): int(y) for tid, y in body["unscored_outcome"].items()},
+        [str(name) for name in body["known"]],
+        live,
+        {str(tid) for tid in body.get("repeated", [])},
+        None if body["summary"] is None else PartialState.from_dict(body["summary"]),
+        folded_ids,
+    )
+
+
+def count_health(body: dict[str, Any], health: HealthLedger) -> None:
+    """Add a state's health counts to `health`."""
+    for cat, kinds in body["health"].items():
+        if cat in CATEGORIES:
+            for kind, n in kinds.items():
+                health.count(cat, str(kind), n=int(n))
+
+
+@contextmanager
+def corrupt_state() -> Iterator[None]:
+    """Reading a state's body: what does not hold together raises a clear InputError."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
 
 
 def encode_array(a: NDArray[Any]) -> dict[str, Any]:
@@ -54,11 +210,7 @@ def decode_array(d: dict[str, Any]) -> NDArray[Any]:
     return arr.reshape([int(x) for x in d["shape"]])
 
 
-def dump(body: dict[str, Any]) -> bytes:
-    return MAGIC + bytes([VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
-
-
-def load(data: bytes) -> dict[str, Any]:
+def read(data: bytes) -> dict[str, Any]:
     """The body of a state; a clear ValueError for anything that is not a state of a known version."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InputError(f"accumulator state must be bytes, got {type(data).__name__}")

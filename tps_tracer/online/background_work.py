@@ -1,23 +1,14 @@
 """The accumulator's heavy work (scoring a batch, folding settled rows) off the caller's thread.
 
-In summary mode every 64th stop used to score its batch and fold it on the thread that called
-`stop()` or `resolve()`: p99.9 of those calls was the fold, 6-9 ms, and up to 0.5 s under load.
-`BackgroundWork` runs such jobs in order on one daemon thread of its own, started on demand
-and ended after `linger` idle seconds (an idle accumulator holds no thread).
-
-Backpressure, never loss, and never the work on the caller (issue 28): when `max_pending` jobs
-are already waiting, `submit` blocks on a condition (no CPU) until the thread has worked the
-queue down to half, then queues the job (bounded memory; the waits are counted in `waits`). Running the job on the
-caller instead, as this did before, cost a tight stop() loop one batch in three (p99.9 of its CPU
-per stop 1.6-3 ms). Two cases still run the job where `submit` was called, because waiting there
-could wait forever: a submit from the background thread itself (a listener calling stop), and a
-wait of `stall_timeout` seconds in which the thread finished nothing (it is stuck behind
-something the caller holds); both are counted in `inline_runs`. A flush (and so a
-snapshot, `state()`, a merge) runs the jobs not started yet on its own thread
-(`run_queued_here`) and waits only for the batch being scored, so what the accumulator reports
-never misses a stopped trajectory; `wait_idle` (close) waits for every job. Jobs guard themselves
-(the accumulator counts their failures as internal errors); one that raises anyway is counted
-here, and the thread goes on with the next.
+`BackgroundWork` runs jobs in order on one daemon thread of its own, started on demand and
+ended after `linger` idle seconds (an idle accumulator holds no thread), so the thread calling
+`stop()` or `resolve()` never does the work. Backpressure, never loss: when `max_pending` jobs
+are waiting, `submit` blocks on a condition (no CPU) until the thread has worked the queue down
+to half (counted in `waits`). A job runs where `submit` was called only when waiting could be
+forever: a submit from the background thread itself (a listener calling stop), or a wait of
+`stall_timeout` seconds in which the thread finished nothing (counted in `inline_runs`). A flush
+runs the jobs not started yet on its own thread (`run_queued_here`); `wait_idle` (close) waits
+for every job. A job that raises past its own guard is counted here, and the thread goes on.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ declared horizon cost O(Z), not O(T)).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,4 +81,33 @@ class BatchScorer:
             rows.usable.T,
             rows.weight_mass,
             rows.clipped.T,
+        )
+
+    def score_safely(
+        self,
+        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
+        horizons: Sequence[int],
+        names: Sequence[str],
+        on_error: Callable[[str, BaseException], None],
+    ) -> ScoredBatch:
+        """`score`; if that fails, one by one, so one bad trajectory cannot take others down. A
+        trajectory that cannot be scored still gets its row (no usable predictor), so it stays in
+        the termination audit; each failure goes to `on_error` (an internal error)."""
+        try:
+            return self.score(step_lists, horizons, names)
+        except Exception as exc:
+            on_error("score", exc)
+        parts = []
+        for steps, horizon in zip(step_lists, horizons, strict=True):
+            try:
+                parts.append(self.score([steps], [horizon], names))
+            except Exception as exc:
+                on_error("score", exc)
+                parts.append(self.score([[]], [0], names))
+        return ScoredBatch(
+            np.concatenate([p.pairs for p in parts]),
+            np.concatenate([p.aggregates for p in parts]),
+            np.concatenate([p.usable for p in parts]),
+            np.concatenate([p.weight_mass for p in parts]),
+            np.concatenate([p.clipped for p in parts]),
         )

@@ -1,6 +1,6 @@
 """The ids a summary-mode accumulator folded away, kept as 64-bit keys: a new run under one is a repeat.
 
-Summary mode forgets a settled run's row (online/summary_folding.py), and with it its id, so
+Summary mode forgets a settled run's row (online/summary_store.py), and with it its id, so
 without this an id re-used by a new run after the fold would be scored a second time, while
 `tps-tracer report` on the same sink sets the second record aside. Keeping each folded id's
 64-bit key (`trajectory_key`, the bootstrap key the row already had) costs 8 bytes per run

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tps_tracer.constants import MAX_HORIZON
-from tps_tracer.records.ids import id_problem
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import id_problem
 from tps_tracer.validity import horizon as valid_horizon
 from tps_tracer.validity import probability
 
@@ -45,7 +45,7 @@ class InputChecks:
         return out
 
     def valid_id(self, trajectory_id: Any) -> bool:
-        """The reader's rule (records/ids.py): an id written is an id read back."""
+        """The reader's rule (records/record_shape.py): an id written is an id read back."""
         problem = id_problem(trajectory_id)
         if problem is None:
             return True

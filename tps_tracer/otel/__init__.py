@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tps_tracer.errors import missing_extra
+
 if TYPE_CHECKING:
     from tps_tracer.otel.evaluation_events import EvaluationEventExporter
     from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
@@ -57,7 +59,13 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc, f"tps_tracer.otel.{name}")
+        if missing is None:
+            raise
+        raise missing from exc
     globals()[name] = value
     return value
 

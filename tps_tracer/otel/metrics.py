@@ -3,7 +3,9 @@
 Instruments (Prometheus names in brackets, as the OpenTelemetry Prometheus reader writes them):
 
     tps.score.mean          observable gauge   [tps_score_mean]
-        running mean of the per-trajectory TPS, by predictor x rule x weights x censoring
+        running mean of the per-trajectory TPS, by predictor x rule x weights x censoring;
+        censoring="exact" only once a censored run carrying q_Z is in it (before that it would
+        be the complete-only mean under another name)
     tps.scored              observable counter [tps_scored_total]
         trajectories in that mean
     tps.trajectories        counter            [tps_trajectories_total]
@@ -23,8 +25,10 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
+from tps_tracer.constants import EXACT
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.span_processor import SCOPE_NAME
+from tps_tracer.records.stop_reasons import Role
 
 _MAX_TRACKED = 100_000
 
@@ -38,6 +42,7 @@ class TPSMetrics:
         meter = meter_provider.get_meter(SCOPE_NAME, __version__)
         self._lock = threading.Lock()
         self._sums: dict[Key, list[float]] = {}  # key -> [sum, n]
+        self._exact_with_q_z: set[Key] = set()  # "exact" keys that hold a censored run with its q_Z
         # Modes already counted per trajectory: a late q_Z re-sends the run with "exact" added,
         # and its other values must not be counted twice. Bounded: oldest trajectories forgotten.
         self._seen: OrderedDict[str, frozenset[str]] = OrderedDict()
@@ -59,9 +64,12 @@ class TPSMetrics:
             before = self._seen.get(score.trajectory_id)
             values = [v for v in score.values() if before is None or v.censoring not in before]
             for v in values:
-                acc = self._sums.setdefault((v.predictor, v.rule, v.weights, v.censoring), [0.0, 0.0])
+                key = (v.predictor, v.rule, v.weights, v.censoring)
+                acc = self._sums.setdefault(key, [0.0, 0.0])
                 acc[0] += v.value
                 acc[1] += 1
+                if v.censoring == EXACT and score.role is Role.CENSORED:
+                    self._exact_with_q_z.add(key)
             self._seen[score.trajectory_id] = (before or frozenset()) | {v.censoring for v in values}
             self._seen.move_to_end(score.trajectory_id)
             while len(self._seen) > self._max_tracked:
@@ -71,7 +79,11 @@ class TPSMetrics:
 
     def means(self) -> dict[Key, tuple[float, int]]:
         with self._lock:
-            return {k: (s / n, int(n)) for k, (s, n) in self._sums.items() if n}
+            return {
+                k: (s / n, int(n))
+                for k, (s, n) in self._sums.items()
+                if n and (k[3] != EXACT or k in self._exact_with_q_z)
+            }
 
     def _attributes(self, key: Key) -> dict[str, str]:
         return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))

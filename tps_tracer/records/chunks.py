@@ -5,8 +5,8 @@ is a record batch), so memory is bounded by the chunk size, not the file size.
 
 How each chunk is read (fast, exact, or the whole file the exact way) is decided in
 `reading.py`; a file that needs the whole-file view raises `reading.NotFast(whole_file=True)`
-and the caller reads it the exact way (`reading.fast_else_whole_file`). Resolution lines are
-applied chunk by chunk (`resolutions.py`).
+and the caller reads it the exact way (`reading.fast_else_whole_file`, `shards.exact_records`).
+Resolution lines are applied chunk by chunk (`resolutions.py`).
 
 Parquet chunks have no line numbers: errors name the row (counted from 1 in the file) and field.
 """
@@ -17,27 +17,23 @@ import io
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tps_tracer.records.arrays import TrajectoryArrays
+import numpy as np
+
+from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
 from tps_tracer.records.errors import RecordError, TrajectoryFileError  # jsonl.py where used: pydantic
-from tps_tracer.records.limits import (
-    PredictorNames,
-    check_parquet_predictors,
-    check_unfinished_line,
-    line_number_at,
-    predictors_message,
-)
-from tps_tracer.records.parquet_columns import projected_batches
-from tps_tracer.records.pyarrow_extra import require_pyarrow
-from tps_tracer.records.reading import NotFast, YieldedPart, read_arrow_batch, read_jsonl_chunk, shard_rest, whole_file
+from tps_tracer.records.jsonl_fast import read_jsonl_chunk
+from tps_tracer.records.limits import PredictorNames, check_unfinished_line, line_number_at, predictors_message
+from tps_tracer.records.reading import NotFast, whole_file
 from tps_tracer.records.resolutions import SharedResolutions, apply_resolutions, scan_resolutions, scan_shards
 from tps_tracer.records.set_aside import SetAside
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
-_SCAN_BYTES = 8 << 20  # pieces of the search for resolution lines (resolutions.py)
+SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines (resolutions.py)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
@@ -53,6 +49,23 @@ class Chunk:
     done: int = 0  # bytes (JSON Lines) or rows (Parquet) of this file read so far
     size: int = 0  # the file's size in the same unit
     set_aside: SetAside | None = None  # lines read but not scored (a shard read the whole-file way)
+
+
+@dataclass
+class YieldedPart:
+    """What a shard's chunks gave before it fell back to its whole-file read: the ids, outcomes and
+    q_z in order (what resolutions change; a few bytes a trajectory), and the bytes read."""
+
+    ids: list[str] = field(default_factory=list)
+    outcome: list[Any] = field(default_factory=list)
+    q_z: list[Any] = field(default_factory=list)
+    end: int = 0
+
+    def add(self, arrays: TrajectoryArrays, end: int) -> None:
+        self.ids.extend(arrays.ids)
+        self.outcome.append(arrays.outcome)
+        self.q_z.append(arrays.q_z)
+        self.end = end
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:
@@ -88,7 +101,7 @@ def iter_chunks(
     if len(files) > 1:
         jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
         try:
-            shared = scan_shards([(k, ((o, b) for o, b, _ in _byte_chunks(f, _SCAN_BYTES))) for k, f in jsonl])
+            shared = scan_shards([(k, ((o, b) for o, b, _ in byte_chunks(f, SCAN_BYTES))) for k, f in jsonl])
         except OSError:
             raise whole_file("a shard that cannot be read") from None
     names = PredictorNames()  # distinct predictor names over the whole input (records/limits.py)
@@ -124,6 +137,26 @@ def iter_chunks(
             _empty_shard(f, str(path), set_aside)
     if shared is not None and shared.pending.by_id:
         raise whole_file("a resolution of an id in no shard")  # shards.read_shards names it
+
+
+def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:
+    """(arrays, set aside, byte offset) of a shard among many that fell back to its whole-file read
+    after its first chunks were given: the exact read's trajectories not given yet, and what it set
+    aside. The exact read's first trajectories must be the ones given (same ids in order, same
+    outcomes and q_z: a whole-file read keeps the first of a repeated id); else every trajectory is
+    given again, and the caller's duplicate-id check names them (as for repeats across chunks)."""
+    from tps_tracer.records.jsonl import read_trajectories
+
+    records = read_trajectories(path)  # raises the error a shard read alone gives
+    n = len(done.ids)
+    if n:
+        head = to_arrays(records[:n])
+        if head.ids == done.ids and all(
+            np.array_equal(got, np.concatenate(given), equal_nan=True)
+            for got, given in ((head.outcome, done.outcome), (head.q_z, done.q_z))
+        ):
+            return to_arrays(records[n:]), records.set_aside, done.end
+    return to_arrays(records), records.set_aside, 0
 
 
 def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
@@ -162,12 +195,13 @@ def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
 def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
     """The file's bytes in pieces of about `chunk_bytes` that end at a line end (a longer line is
     one piece); a leading UTF-8 BOM is dropped; whitespace-only pieces are skipped."""
-    for _, chunk, _ in _byte_chunks(path, chunk_bytes):
+    for _, chunk, _ in byte_chunks(path, chunk_bytes):
         yield chunk
 
 
-def _byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
-    """(byte offset, chunk, file size) as in `jsonl_byte_chunks`."""
+def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
+    """(byte offset, chunk, file size) as in `jsonl_byte_chunks`; a line still being read is refused
+    early if it cannot be a record (records/limits.py)."""
     with path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(len(_BOM))
@@ -201,10 +235,10 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedR
         # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk: this
         # file's, or (`shared`) those of every shard of the input.
         if shared is None:
-            own = pending = scan_resolutions((o, piece) for o, piece, _ in _byte_chunks(path, _SCAN_BYTES))
+            own = pending = scan_resolutions((o, piece) for o, piece, _ in byte_chunks(path, SCAN_BYTES))
         else:
             own, pending = shared.lines.get(file_index), shared.pending
-        for offset, chunk, size in _byte_chunks(path, chunk_bytes):
+        for offset, chunk, size in byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
             if own is not None:
                 chunk = own.drop_lines(chunk, offset)
@@ -225,19 +259,13 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedR
 def _parquet_chunks(
     path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
 ) -> Iterator[Chunk]:
-    require_pyarrow(f"reading Parquet ({path})")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from tps_tracer.records.parquet import open_parquet, projected_batches, read_arrow_batch  # pyarrow
 
-    try:
-        pf = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
-    check_parquet_predictors(pf.schema_arrow, str(path))  # before a batch builds 100,000 columns
+    pf = open_parquet(path)
     if "resolves" in pf.schema_arrow.names:
         raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
     total = pf.metadata.num_rows
-    # Only the columns the scores need (parquet_columns.py); a refused batch is read whole.
+    # Only the columns the scores need; a refused batch is read whole (parquet.py).
     for row, batch, whole in projected_batches(pf, batch_rows):
         arrays, fast = read_arrow_batch(batch, str(path), row, whole)
         if shared is not None:  # resolution lines of the input's JSON Lines shards

@@ -1,10 +1,10 @@
 """Raw flat columns of trajectory records -> validated `TrajectoryArrays`: the fast paths' one validation.
 
 Two readers produce `RawColumns`: `jsonl_fast.py` (JSON Lines through orjson, the core install) and
-`arrow_columns.py` (Arrow tables: Parquet files and Ray blocks, with the `parquet` extra). Each
-checks only what its source can get wrong in its own terms (the *types*: a string forecast, a
-float horizon, an explicit null where the schema wants an object); everything about the *values*
-is checked here, once, over numpy arrays. The columns are those of the interchange format (see
+`raw_from_arrow` below (Arrow tables: Parquet files, Ray blocks and pyarrow's JSON reader, with the
+`parquet` extra). Each checks only what its source can get wrong in its own terms (the *types*: a
+string forecast, a float horizon, an explicit null where the schema wants an object); everything
+about the *values* is checked here, once, over numpy arrays. The columns are those of the interchange format (see
 `schema.py`):
 
     trajectory_id  string, non-empty            stop_reason  string, a StopReason value
@@ -163,6 +163,129 @@ def arrays_from_arrow(table: Any, from_json: bool = True) -> TrajectoryArrays:
     key was absent (the caller has checked); otherwise (Parquet) such a null is left to the exact
     path, and `metadata` may be JSON text. Needs pyarrow (the `parquet` extra).
     """
-    from tps_tracer.records.arrow_columns import raw_from_arrow
-
     return validated_arrays(raw_from_arrow(table, from_json=from_json))
+
+
+# -- Arrow tables (needs pyarrow: the `parquet` extra) ------------------------------------------
+
+
+def _column(table: Any, name: str) -> Any:
+    import pyarrow as pa
+
+    if name not in table.schema.names:
+        return None
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
+    if pa.types.is_dictionary(col.type):  # Parquet writers often dictionary-encode strings
+        col = col.cast(col.type.value_type)
+    if pa.types.is_large_string(col.type):
+        col = col.cast(pa.string())
+    return col
+
+
+def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: bool = False) -> np.ndarray:
+    """A nullable numeric column as float64 with NaN for null; plain types only, no NaN values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if arr is None or pa.types.is_null(arr.type):
+        return np.full(n, np.nan)
+    t = arr.type
+    ok = pa.types.is_integer(t) or (pa.types.is_floating(t) and not integer) or (pa.types.is_boolean(t) and boolean)
+    if not ok:
+        raise NotFast(f"{name}: type {t}")
+    if pa.types.is_floating(t) and pc.any(pc.is_nan(arr)).as_py():
+        raise NotFast(f"{name}: NaN")
+    return _floats(arr, name)
+
+
+def _floats(arr: Any, name: str) -> np.ndarray:
+    """A numeric Arrow array as float64; NotFast for an integer a double cannot hold (beyond 2**53),
+    which Arrow refuses to cast and the exact path reads (and refuses or keeps) as a Python int."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        values = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        raise NotFast(f"{name}: an integer beyond 2**53") from None
+    return np.asarray(values, dtype=np.float64)
+
+
+def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
+    """The raw columns of an Arrow table or record batch, or NotFast (see `arrays_from_arrow`). Only the
+    Arrow *types* are checked here (one plain type per column); the values by `validated_arrays`."""
+    null_means_absent = from_json
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "resolves" in table.schema.names:
+        raise NotFast("resolution records")
+    n = table.num_rows
+    ids_arr = _column(table, "trajectory_id")
+    if ids_arr is None or not pa.types.is_string(ids_arr.type) or ids_arr.null_count:
+        raise NotFast("trajectory_id: not a string")
+    reason_arr = _column(table, "stop_reason")
+    if reason_arr is None or not pa.types.is_string(reason_arr.type):
+        raise NotFast("stop_reason")
+    codes = pc.index_in(reason_arr, value_set=pa.array(list(STOP_CODE)))  # STOP_CODE's order: codes
+    stop_code = np.asarray(pc.fill_null(codes, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    outcome = _numbers(_column(table, "outcome"), n, "outcome", boolean=True)
+    pending_arr = _column(table, "outcome_pending")
+    pending = np.zeros(n, dtype=bool)
+    if pending_arr is not None and not pa.types.is_null(pending_arr.type):
+        if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not null_means_absent):
+            raise NotFast("outcome_pending")
+        pending = np.asarray(pc.fill_null(pending_arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+    q_z = _numbers(_column(table, "q_z"), n, "q_z")
+    horizon = _numbers(_column(table, "horizon"), n, "horizon", integer=True)
+
+    meta = _column(table, "metadata")
+    if from_json and meta is not None and not pa.types.is_struct(meta.type):
+        raise NotFast("metadata: not an object")
+
+    steps = _column(table, "steps")
+    lengths = np.zeros(n, dtype=np.int64)
+    t: np.ndarray | None = None
+    forecasts: dict[str, np.ndarray] = {}
+    if steps is not None and not (pa.types.is_null(steps.type) and null_means_absent):
+        if not (pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)):
+            raise NotFast("steps: not a list")
+        if steps.null_count and not null_means_absent:
+            raise NotFast("steps: null")
+        lengths = np.asarray(pc.fill_null(pc.list_value_length(steps), 0).to_numpy(zero_copy_only=False), np.int64)
+        items = steps.flatten()
+        if len(items):
+            if not pa.types.is_struct(items.type) or items.null_count:
+                raise NotFast("steps: items are not objects")
+            fields = {items.type.field(i).name: i for i in range(items.type.num_fields)}
+            children = items.flatten()
+            if "t" in fields:
+                t_arr = children[fields["t"]]
+                if not (pa.types.is_null(t_arr.type) or pa.types.is_integer(t_arr.type)):
+                    raise NotFast("steps.t: type")
+                if not pa.types.is_null(t_arr.type):
+                    t = _floats(t_arr, "steps.t")
+            if "forecasts" in fields:
+                fc = children[fields["forecasts"]]
+                if pa.types.is_null(fc.type) and not null_means_absent:
+                    raise NotFast("forecasts: null")
+                if not pa.types.is_null(fc.type):
+                    if not pa.types.is_struct(fc.type) or (fc.null_count and not null_means_absent):
+                        raise NotFast("forecasts: not an object")
+                    for i, col in enumerate(fc.flatten()):
+                        name = fc.type.field(i).name
+                        forecasts[name] = _numbers(col, len(items), f"forecasts.{name}")
+    return RawColumns(
+        ids=[str(s) for s in ids_arr.to_pylist()],
+        stop_code=stop_code,
+        outcome=outcome,
+        outcome_pending=pending,
+        q_z=q_z,
+        horizon=horizon,
+        lengths=lengths,
+        t=t,
+        forecasts=forecasts,
+    )

@@ -1,11 +1,15 @@
 """The errors a trajectory file can raise, in a module without dependencies (the CLI's error
-boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them."""
+boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them.
+
+pyarrow is the `parquet` extra (Parquet files, `tps-tracer convert`, Ray blocks), not the core
+install: code that needs it calls `require_pyarrow(what)` first, so a missing extra is one clear
+message, not a traceback. JSON Lines never need it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tps_tracer.errors import InputError
+from tps_tracer.errors import InputError, MissingExtra, install_hint
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,11 @@ class TrajectoryFileError(InputError):
             return first
         more = " (further errors not shown)" if self.truncated else ""
         return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
+
+
+def require_pyarrow(what: str) -> None:
+    """MissingExtra naming `what` (e.g. "reading Parquet (runs.parquet)") unless pyarrow imports."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtra(f"{what} needs pyarrow, which is not installed: {install_hint('parquet')}") from exc

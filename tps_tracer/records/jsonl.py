@@ -5,35 +5,38 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 
 from tps_tracer.atomic_write import atomic_write
 from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
-from tps_tracer.records.limits import JsonRuleError, PredictorNames, bounded_lines, load_json, predictors_message
+from tps_tracer.records.limits import (
+    JsonRuleError,
+    PredictorNames,
+    bounded_lines,
+    field_path,
+    load_json,
+    predictors_message,
+)
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.records.set_aside import ReadRecords, SetAside
 from tps_tracer.validity import forecast_problem
-
-if TYPE_CHECKING:
-    from tps_tracer.records.shards import ShardLinks
 
 MAX_REPORTED_ERRORS = 20
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
 
 
-def _loc_to_field(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
+@dataclass
+class ShardLinks:
+    """What one shard's read leaves to the whole input (records/shards.py), filled by `parse_lines`."""
+
+    foreign: list[tuple[int, ResolutionRecord]] = field(default_factory=list)  # (line, resolution)
+    repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
 
 
 def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
@@ -48,8 +51,7 @@ def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
 
 def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
     return [
-        RecordError(line_no, _loc_to_field(tuple(e["loc"])), str(e["msg"]).removeprefix("Value error, "))
-        for e in exc.errors()
+        RecordError(line_no, field_path(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in exc.errors()
     ]
 
 
@@ -252,9 +254,40 @@ def read_trajectories(
     except OSError as exc:  # a directory, no permission, ...
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError as exc:
-        from tps_tracer.records.file_kind import not_text_message
-
         raise TrajectoryFileError(str(path), [RecordError(0, "", not_text_message(path, exc.reason))]) from None
+
+
+# -- what a file that is not UTF-8 text probably is, from its first bytes ----------------------
+# A user who points `report` at `runs.jsonl.gz` (or a zip, or a Parquet file without its suffix)
+# should learn what to do, not only that a byte is invalid. The magic numbers are the formats'
+# own (gzip RFC 1952, zstd RFC 8878, bzip2, xz, zip, Parquet); a UTF-16 byte-order mark is named
+# too, since editors on Windows save text that way.
+
+_KINDS = (
+    (b"\x1f\x8b", "gzip-compressed data", "decompress it first (e.g. `gunzip -k FILE`)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first (e.g. `zstd -d FILE`)"),
+    (b"BZh", "bzip2-compressed data", "decompress it first (e.g. `bunzip2 -k FILE`)"),
+    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first (e.g. `unxz -k FILE`)"),
+    (b"PK\x03\x04", "a zip archive", "extract the .jsonl file(s) from it first"),
+    (b"PAR1", "a Parquet file", "give it a .parquet (or .pq) suffix so it is read as Parquet"),
+    (b"\xff\xfe", "UTF-16 text", "save it as UTF-8"),
+    (b"\xfe\xff", "UTF-16 text", "save it as UTF-8"),
+)
+
+
+def not_text_message(path: str | os.PathLike[str], reason: str) -> str:
+    """ "not UTF-8 text (REASON)", with what the file looks like and what to do when its first
+    bytes say it (a file that cannot be opened again just gets the plain message)."""
+    message = f"not UTF-8 text ({reason})"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return message
+    for magic, kind, todo in _KINDS:
+        if head.startswith(magic):
+            return f"{message}; it looks like {kind} (it starts with the bytes {magic.hex(' ')}): {todo}"
+    return message
 
 
 def record_json(rec: TrajectoryRecord) -> str:
@@ -265,16 +298,11 @@ def record_json(rec: TrajectoryRecord) -> str:
     return json.dumps(obj, allow_nan=False) + "\n"
 
 
-def iter_json_lines(records: Iterable[TrajectoryRecord]) -> Iterator[str]:
-    for rec in records:
-        yield record_json(rec)
-
-
 def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:
     """Write records as JSON Lines, atomically (a failure leaves the old file); returns the number written."""
     n = 0
     with atomic_write(path) as fh:
-        for line in iter_json_lines(records):
-            fh.write(line)
+        for rec in records:
+            fh.write(record_json(rec))
             n += 1
     return n

@@ -1,9 +1,13 @@
-"""A chunk of JSON Lines -> `RawColumns` with orjson + numpy: the core install's fast reader.
+"""A chunk of JSON Lines -> `TrajectoryArrays`: the one JSON Lines chunk reader (`read_jsonl_chunk`).
 
-Each line is parsed by orjson (a ~1 MB wheel, ~2x faster than `json.loads`); the records are
+A chunk goes the first way that takes it (`reading.first_that_reads`): pyarrow's JSON reader for a
+chunk of `MIN_BYTES` or more (`raw_from_jsonl_arrow`), orjson + numpy (`raw_from_jsonl`, the core
+install), and the exact per-record read (`jsonl.parse_lines`) for what both refuse. The fast
+readers end in `columnar.validated_arrays`, the validation the Parquet reader shares.
+
+orjson: each line is parsed by orjson (a ~1 MB wheel, ~2x faster than `json.loads`); the records are
 flattened into per-field Python lists, their *types* checked in C (`set(map(type, values))`), and
-turned into numpy columns; `columnar.validated_arrays` then checks the values, the one
-validation the Parquet reader shares. Only the plain form is accepted, the one where orjson and
+turned into numpy columns. Only the plain form is accepted, the one where orjson and
 pydantic's lax mode must agree: strings where strings belong, `int` / `float` (and `bool` for the
 outcome) where numbers belong, objects and lists where they belong, explicit `null` only where the
 schema takes one. Anything else raises `NotFast` and the chunk is read by the exact path:
@@ -26,7 +30,10 @@ instead of ~1.1 GB.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Sequence
+import io
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from itertools import chain, repeat
 from typing import Any
@@ -34,10 +41,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
+from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, raw_from_arrow, validated_arrays
+from tps_tracer.records.errors import TrajectoryFileError
 from tps_tracer.records.limits import MAX_PREDICTORS, plain_json
-from tps_tracer.records.reading import NotFast
+from tps_tracer.records.reading import NotFast, first_that_reads, whole_file
 
 BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
@@ -50,6 +58,36 @@ _INTEGER = frozenset({_NONE, _INT})  # horizon, t
 _ABSENT_OBJECT: dict[str, Any] = {}  # the value of an absent `metadata` / `forecasts` (never mutated)
 _ABSENT_LIST: list[Any] = []  # the value of an absent `steps` (never mutated)
 _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identity (orjson never gives a NaN)
+
+
+def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
+    """(arrays, read by the fast path) of a chunk of whole JSON Lines (no BOM), or NotFast(whole_file).
+
+    `resolutions_scanned`: its resolution lines were taken out (a remaining mention of "resolves" is
+    a trajectory's text, and an escaped key is caught by the readers)."""
+    if not resolutions_scanned and b'"resolves"' in chunk:
+        raise whole_file("resolution lines")
+
+    def arrow() -> tuple[TrajectoryArrays, bool]:
+        return validated_arrays(raw_from_jsonl_arrow(chunk)), True
+
+    def exact() -> tuple[TrajectoryArrays, bool]:
+        from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
+
+        try:
+            text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
+            # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it
+            # aside and counts it (records/set_aside.py)
+            return to_arrays(parse_lines(text, source, strict=True)), False
+        except (TrajectoryFileError, UnicodeDecodeError):
+            raise whole_file(source) from None
+
+    def orjson_way() -> tuple[TrajectoryArrays, bool]:
+        return arrays_from_jsonl(chunk), True
+
+    # pyarrow's parser first for a chunk of a megabyte or more (below it orjson is faster: MIN_BYTES)
+    fast = [arrow, orjson_way] if len(chunk) >= MIN_BYTES else [orjson_way]
+    return first_that_reads(*fast, exact)
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
@@ -95,9 +133,7 @@ def _long_line(line: bytes) -> RawColumns | None:
     if k < 0 or j < 0 or line.count(b'"steps"') != 1 or b"\\u" in line or line[k + 7 : j].strip() != b":":
         return None
     head = line[: j + 1]
-    enabled = gc.isenabled()
-    gc.disable()  # as in _batch
-    try:
+    with gc_off():
         try:
             shape = orjson.loads(head + b"]}")  # `steps` must be the top-level object's last key so far
         except orjson.JSONDecodeError:
@@ -113,7 +149,7 @@ def _long_line(line: bytes) -> RawColumns | None:
                 return None
             if not plain_json(line[begin:cut], [[steps]]):  # as deep as in the record (limits.py)
                 return None
-            pieces.append(_flatten([{"trajectory_id": "", "stop_reason": "other", "steps": steps}]))
+            pieces.append(flatten([{"trajectory_id": "", "stop_reason": "other", "steps": steps}]))
             begin = cut + 1
         if not pieces:
             return None
@@ -123,10 +159,7 @@ def _long_line(line: bytes) -> RawColumns | None:
             return None
         if not plain_json(head + line[begin:], [record]):
             return None
-        last = _flatten([record])
-    finally:
-        if enabled:
-            gc.enable()
+        last = flatten([record])
     steps_only = concat_raw([*pieces, last])  # per-step columns in order, names first-seen
     return replace(
         last, lengths=np.array([int(steps_only.lengths.sum())]), t=steps_only.t, forecasts=steps_only.forecasts
@@ -150,22 +183,33 @@ def _views(chunk: bytes, lines: list[bytes]) -> list[memoryview]:
     return views
 
 
-def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
-    # Parsing allocates ~10 dicts and lists per record, all kept alive until the batch is flattened:
-    # the cyclic collector would run every ~700 allocations and walk them all (it roughly doubles
-    # the read time, measured), although JSON values cannot form cycles. So it is off for the
-    # batch and restored as it was, also when the batch raises.
+@contextmanager
+def gc_off() -> Iterator[None]:
+    """The cyclic collector off, restored as it was (also on a raise). Parsing allocates ~10 dicts and
+    lists per record, all kept alive until the batch is flattened: the collector would run every ~700
+    allocations and walk them all (it roughly doubles the read time, measured), although JSON values
+    cannot form cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        recs = _parse(lines)
-        # Duplicate keys and nesting (records/limits.py): orjson keeps the last key silently.
-        if not plain_json(b"".join(lines), recs):
-            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
-        return _flatten(recs)
+        yield
     finally:
         if enabled:
             gc.enable()
+
+
+def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
+    with gc_off():
+        return flatten(plain_batch(lines))
+
+
+def plain_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
+    """The lines parsed by orjson, or NotFast, also for a duplicate key (orjson keeps the last one
+    silently) or deep nesting (records/limits.py). Called with the collector off (`gc_off`)."""
+    recs = _parse(lines)
+    if not plain_json(b"".join(lines), recs):
+        raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+    return recs
 
 
 def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
@@ -197,9 +241,10 @@ def _floats(values: list[Any]) -> np.ndarray:
     return np.array(values, dtype=np.float64) if values else np.zeros(0)  # None -> NaN, True -> 1.0
 
 
-def _flatten(recs: list[Any]) -> RawColumns:
-    """The batch's columns; empties `recs` on the way, so the parsed objects are freed as soon as their
-    values are read (one long trajectory's objects are ~450 bytes a step)."""
+def flatten(recs: list[Any]) -> RawColumns:
+    """The batch's columns (types checked, values not yet); empties `recs` on the way, so the parsed
+    objects are freed as soon as their values are read (one long trajectory's objects are ~450 bytes
+    a step)."""
     n = len(recs)
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
@@ -272,3 +317,169 @@ def _columns(fcs: list[dict[str, Any]], names: list[str]) -> dict[str, tuple[np.
         _only(values, _NUMBER, f"forecasts.{name}")
         out[name] = (_floats(values), len(values) - values.count(_ABSENT))
     return out
+
+
+# -- pyarrow's JSON reader (the `parquet` extra) -----------------------------------------------
+
+# Below this size a chunk goes to orjson: importing pyarrow costs more than it saves on a small
+# file (a 40-run report must start fast), and a small chunk's parse is cheap either way.
+MIN_BYTES = 1 << 20
+
+_BLANK_LINE = re.compile(rb"\n[ \t]*(?:\n|\Z)")
+_BLANK_FIRST_LINE = re.compile(rb"[ \t]*(?:\n|\Z)")
+_ASCII_ESCAPE = re.compile(rb"\\u00[0-7][0-9a-fA-F]")
+_MINUS_ZERO = re.compile(rb"-0(?=[\s,\]}])")  # a number ending in -0: the integer -0, or an exponent
+PROBE_BYTES = 64 << 10  # the chunk's first lines, whose fields are all the chunk may name
+MAX_SLOTS = 1 << 25  # fields x objects: Arrow's null slots for absent fields, ~300 MB at worst
+_ARROW_DEPTH = 32  # nesting of the inferred Arrow type; a plain file has 4 (steps, step, forecasts, value)
+# Keys whose explicit null Arrow reads as absent: (key, its column path in the table).
+_NULLABLE_OBJECTS = (
+    (b'"steps"', ("steps",)),
+    (b'"metadata"', ("metadata",)),
+    (b'"outcome_pending"', ("outcome_pending",)),
+    (b'"forecasts"', ("steps", "forecasts")),
+)
+
+
+def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
+    """The raw columns of a chunk of whole JSON Lines (no BOM) by pyarrow's JSON reader, or NotFast.
+
+    orjson builds ~10 Python objects per record and the columns are then gathered from them one
+    `dict.get` at a time (above): ~1.7x a bare `json.loads` pass in CPU time, of which the parse is
+    a third. pyarrow's reader (C++, no Python objects) parses straight into Arrow columns in ~0.4x,
+    and `columnar.raw_from_arrow` (the Parquet reader's converter) turns those into the same
+    `RawColumns`, which `columnar.validated_arrays` validates as for every other reader.
+
+    pyarrow's parser is not Python's `json`, so a chunk is taken only in the form where both read the
+    same values, and everything else raises `NotFast` (the caller then tries orjson, then the exact
+    path). Refused before parsing (byte scans of the chunk):
+
+    - a `\\r` (the exact path splits lines on a lone `\\r` too), a blank or whitespace-only line
+      (pyarrow skips it, so the row count below could not prove one object per line);
+    - `NaN` / `Infinity` anywhere (pyarrow reads them as numbers, as `json.loads` does, but orjson
+      does not, and the rule for them belongs to the other readers);
+    - bytes that are not UTF-8 (pyarrow checks only the strings it converts);
+    - an integer `-0` (Python reads int 0; Arrow reads -0.0 where the column is float);
+    - an escaped ASCII character (`\\u0000`-`\\u007f`): a key spelled with an escape could be any
+      of the schema's names, so the key counts below could not see it.
+
+    Refused after parsing: an explicit `null` for `steps`, `metadata`, `outcome_pending` or
+    `forecasts` (Arrow cannot tell it from an absent key, and the exact path refuses the null where
+    it takes the absence): the chunk must mention each such key exactly as often as Arrow holds a
+    value for it.
+
+    Also refused after parsing: nesting deeper than `_ARROW_DEPTH` (the exact path has a limit, pyarrow
+    none), a parse error of any kind (duplicate keys, bad UTF-8, lone surrogates,
+    a value whose type changes between records, ...), and a table whose row count is not the
+    chunk's line count (two objects on one line parse as two rows). Types and values are then
+    checked by the shared converter and validation, as for Parquet.
+
+    pyarrow is the `parquet` extra: without it this reader refuses every chunk.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.json as pj
+    except ImportError:
+        raise NotFast("pyarrow is not installed") from None
+    # The scans stop before a final line end (no copy of the chunk: a long trajectory's line is ~75 MB).
+    end = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
+    if end <= 0:
+        raise NotFast("empty chunk")
+    # (bytes.find and regexes with a literal prefix: ~25 ms per 32 MB each; a regex starting with
+    # an alternation tries every position and took seconds)
+    if _BLANK_FIRST_LINE.match(chunk, 0, end) or _BLANK_LINE.search(chunk, 0, end):
+        raise NotFast("arrow: a blank line")
+    if any(chunk.find(s, 0, end) >= 0 for s in (b"\r", b"NaN", b"Infinity")):
+        raise NotFast("arrow: a carriage return, NaN or Infinity")
+    if chunk.find(b"\\u00", 0, end) >= 0 and _ASCII_ESCAPE.search(chunk, 0, end):
+        raise NotFast("arrow: an escaped ASCII character")
+    if chunk.find(b"-0", 0, end) >= 0 and any(
+        chunk[m.start() - 1 : m.start()] not in b"eE" for m in _MINUS_ZERO.finditer(chunk, 0, end)
+    ):
+        raise NotFast("arrow: an integer -0")  # Arrow reads -0.0 in a float column; Python: int 0
+    if not chunk.isascii():
+        try:  # pyarrow checks UTF-8 only in the strings it converts; the exact path decodes every line
+            chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotFast("arrow: invalid UTF-8") from None
+    # One block for the whole chunk: every line fits, and predictor columns come out in the order
+    # the records first name them (a new field is appended to the inferred struct).
+    read = pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1)
+    try:
+        table = pj.read_json(pa.BufferReader(chunk), read_options=read, parse_options=_bounded_schema(chunk, end))
+    except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
+        raise NotFast(f"arrow: {exc}") from None
+    if _depth(pa.struct(list(table.schema))) > _ARROW_DEPTH:
+        raise NotFast("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
+    if table.num_rows != chunk.count(b"\n", 0, end) + 1:
+        raise NotFast("arrow: not one object per line")
+    try:
+        for key, path in _NULLABLE_OBJECTS:
+            # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
+            # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
+            mentions = chunk.count(key, 0, end)
+            if mentions and mentions != _present(table, path):
+                raise NotFast(f"arrow: {key.decode()} null or mentioned elsewhere")
+        return raw_from_arrow(table, from_json=True)
+    except pa.ArrowException as exc:  # pyarrow 26 builds an invalid list<null> array from `[null, null]`
+        raise NotFast(f"arrow: {exc}") from None
+
+
+def _bounded_schema(chunk: bytes, end: int) -> Any:
+    """Parse options fixing the fields to those of the chunk's first lines (PROBE_BYTES), or NotFast.
+
+    Arrow's JSON builder gives every field of an object type a slot in every object of that type,
+    null where absent: a chunk naming a new predictor on each line costs fields x steps (5,000
+    names in 0.5 MB took 2 s and 400 MB). So the fields are those the first lines name, a later
+    new field is a parse error (the chunk goes to the orjson reader, which bounds names), and the
+    fields times the objects in the chunk (a bound on the slots) must stay under MAX_SLOTS.
+    """
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    cut = chunk.find(b"\n", min(PROBE_BYTES, end))
+    probe = chunk[: cut + 1] if cut >= 0 else chunk
+    try:
+        schema = pj.read_json(pa.BufferReader(probe), read_options=pj.ReadOptions(use_threads=False)).schema
+    except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
+        raise NotFast(f"arrow: {exc}") from None
+    if _fields(pa.struct(list(schema))) * chunk.count(b"{", 0, end) > MAX_SLOTS:
+        raise NotFast("arrow: too many fields for the chunk's objects")
+    return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+
+
+def _fields(t: Any) -> int:
+    """The number of fields of an Arrow type, nested ones included (stops past _ARROW_DEPTH levels)."""
+    total, level, types = 0, 0, [t]
+    while types and level <= _ARROW_DEPTH:
+        level += 1
+        types = [c.field(i).type for c in types for i in range(c.num_fields)]
+        total += len(types)
+    return total
+
+
+def _depth(t: Any) -> int:
+    """The nesting depth of an Arrow type, counted up to _ARROW_DEPTH + 1 (no recursion: it may be deep)."""
+    deepest, level, types = 0, 0, [t]
+    while types and level <= _ARROW_DEPTH:
+        level += 1
+        deepest = level
+        types = [c.field(i).type for c in types for i in range(c.num_fields)]
+    return deepest
+
+
+def _present(table: Any, path: tuple[str, ...]) -> int:
+    """How many non-null values the column at `path` holds (a list column's items for a nested name)."""
+    import pyarrow as pa
+
+    if path[0] not in table.schema.names:
+        return 0
+    col = table.column(path[0]).combine_chunks()
+    for name in path[1:]:
+        if not pa.types.is_list(col.type) or not pa.types.is_struct(col.type.value_type):
+            return -1  # not a list of objects: the converter refuses it anyway
+        items = col.flatten()
+        if items.type.get_field_index(name) < 0:
+            return 0
+        col = items.field(name)
+    return int(len(col) - col.null_count)

@@ -69,7 +69,8 @@ class _HugeInt:
         self.digits = digits
 
 
-def _path(parts: Sequence[str | int]) -> str:
+def field_path(parts: Sequence[str | int]) -> str:
+    """`["steps", 0, "forecasts", "p"]` -> "steps[0].forecasts.p" (how errors name a field)."""
     out = ""
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + part
@@ -136,15 +137,15 @@ def load_json(text: str | bytes) -> Any:
         if isinstance(value, _Duplicate):
             key = value.duplicate
             raise JsonRuleError(
-                _path([*path, key]), f"duplicate key {key!r} in one object (refused, not read as the last one)"
+                field_path([*path, key]), f"duplicate key {key!r} in one object (refused, not read as the last one)"
             )
-        raise JsonRuleError(_path(path), f"an integer of {value.digits} digits (more than {MAX_INT_DIGITS})")
+        raise JsonRuleError(field_path(path), f"an integer of {value.digits} digits (more than {MAX_INT_DIGITS})")
     try:
         orjson.dumps([obj])  # C speed: fails beyond 254 levels counting the list, i.e. MAX_DEPTH
     except orjson.JSONEncodeError:  # too deep, or something else orjson does not write (a 65-bit int)
         deep = _too_deep(obj)
         if deep is not None:  # named down to the third level (the full path is hundreds of "[0]")
-            raise JsonRuleError(_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _depth_message()) from None
+            raise JsonRuleError(field_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _depth_message()) from None
     return obj
 
 

@@ -1,7 +1,7 @@
-"""Trajectories as Parquet: one row per trajectory, steps nested. JSON Lines <-> Parquet.
+"""Trajectories as Parquet: one row per trajectory, steps nested; read by batch, fast or exact.
 
-Schema (what `jsonl_to_parquet` writes and every command reads; columns as in the JSON Lines
-format, see `schema.py`):
+Schema (what `convert.jsonl_to_parquet` writes and every command reads; columns as in the JSON
+Lines format, see `schema.py`):
 
     trajectory_id    string            not null
     stop_reason      string            a StopReason value
@@ -19,43 +19,34 @@ format, see `schema.py`):
 Readers need only the first seven columns; `metadata` may also be a struct, and a predictor
 column may be float32 or an integer type. A forecast that is not a number (a string, a bool)
 cannot be stored in a double column: it is written as null (then skipped as "missing" rather
-than "non_numeric") and counted in the conversion summary.
+than "non_numeric") and counted in the conversion summary. Parquet holds resolved records.
 
-Resolution lines (`{"resolves": ...}`) are applied while converting; Parquet holds resolved records.
+The fast read takes a batch's Arrow columns (`columnar.arrays_from_arrow`) with only the columns
+the scores need (`projection`: `metadata` and `extra` are most of the bytes, and never looked at).
+The exact read turns each row back into its JSON Lines record (`row_json`) for `jsonl.parse_lines`:
+the same checks and messages, the row (from 1 in the file) in place of the line.
 """
 
 from __future__ import annotations
 
-import io
-import itertools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
+from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
+from tps_tracer.records.columnar import arrays_from_arrow
 from tps_tracer.records.duplicate_ids import duplicate_message
-from tps_tracer.records.jsonl import RecordError, TrajectoryFileError, parse_lines, read_trajectories, record_json
-from tps_tracer.records.pyarrow_extra import require_pyarrow
-from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
+from tps_tracer.records.limits import check_parquet_predictors
+from tps_tracer.records.reading import first_that_reads
 from tps_tracer.records.set_aside import ReadRecords, SetAside
 
-DEFAULT_ROWS_PER_GROUP = 50_000
+if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
+    from tps_tracer.records.schema import TrajectoryRecord
 
-
-@dataclass
-class ConvertSummary:
-    trajectories: int = 0
-    predictors: tuple[str, ...] = ()
-    non_numeric_as_null: int = 0  # forecasts that were not numbers, written as null
-
-    def describe(self, out: str) -> str:
-        names = f" ({', '.join(self.predictors)})" if self.predictors else ""
-        text = f"wrote {self.trajectories} trajectories{names} to {out}"
-        if self.non_numeric_as_null:
-            text += f"; {self.non_numeric_as_null} non-numeric forecasts written as null (read as missing)"
-        return text
+TOP_LEVEL = ("trajectory_id", "stop_reason", "outcome", "outcome_pending", "q_z", "horizon")
+STEP_FIELDS = ("t", "forecasts")
 
 
 def arrow_schema(predictors: Sequence[str]) -> Any:
@@ -78,192 +69,115 @@ def arrow_schema(predictors: Sequence[str]) -> Any:
     )
 
 
-def _number(value: Any) -> tuple[float | None, bool]:
-    """(value as float or None, whether a non-number was dropped)."""
-    from tps_tracer.validity import classify_forecast
-
-    number = classify_forecast(value)
-    if isinstance(number, str):
-        return None, number == "non_numeric"
-    return number, False
-
-
-def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
-    """An Arrow table of validated records in the schema above."""
+def open_parquet(path: str | os.PathLike[str]) -> Any:
+    """The `pyarrow.parquet.ParquetFile`, or the error naming the file; too many predictor names are
+    refused before a batch builds a column per name."""
+    require_pyarrow(f"reading Parquet ({path})")
     import pyarrow as pa
-
-    rows = []
-    for rec in records:
-        steps = []
-        for step in rec.steps:
-            fc = {}
-            for name in predictors:
-                value, dropped = _number(step.forecasts.get(name))
-                summary.non_numeric_as_null += dropped
-                fc[name] = value
-            extra = step.model_extra or {}
-            steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
-        extra = rec.model_extra or {}
-        rows.append(
-            {
-                "trajectory_id": rec.trajectory_id,
-                "stop_reason": rec.stop_reason.value,
-                "outcome": rec.outcome,
-                "outcome_pending": rec.outcome_pending,
-                "horizon": rec.horizon,
-                "q_z": rec.q_z,
-                "steps": steps,
-                "metadata": json.dumps(rec.metadata),
-                "extra": json.dumps(extra) if extra else None,
-            }
-        )
-    summary.trajectories += len(rows)
-    return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
-
-
-def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
-    """Validated records of a JSON Lines file, a chunk at a time (whole file if it has resolution lines)."""
-    from tps_tracer.records.chunks import jsonl_byte_chunks
-
-    # Resolutions may refer to any line: the exact whole-file read. Looked for before any chunk is
-    # yielded (found in a later chunk, the earlier chunks' records were written twice).
-    if any(b'"resolves"' in chunk for chunk in jsonl_byte_chunks(src, chunk_bytes)):
-        yield read_trajectories(src)
-        return
-    seen: set[str] = set()
-    for chunk in jsonl_byte_chunks(src, chunk_bytes):
-        try:
-            records: list[TrajectoryRecord] = parse_lines(
-                io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
-            )
-        except (TrajectoryFileError, UnicodeDecodeError):
-            read_trajectories(src)  # raises the exact error, with line numbers in the whole file
-            raise
-        yield drop_repeats(records, seen, src)
-
-
-def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
-    """A repeated id (a re-run appended to the sink) is set aside, the first kept, as the whole-file
-    reader does (records/set_aside.py); `seen` (the ids of earlier chunks) takes the chunk's ids."""
-    repeated = [r for r in records if r.trajectory_id in seen]
-    if repeated:
-        set_aside = SetAside()
-        for r in repeated:
-            set_aside.add("duplicate_id", duplicate_message(r.trajectory_id, "an earlier line has it"))
-        set_aside.log_once(str(src))
-        records = [r for r in records if r.trajectory_id not in seen]
-    seen.update(r.trajectory_id for r in records)
-    return records
-
-
-def _atomic_target(dst: Path) -> tuple[int, str]:
-    """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
-    from tps_tracer.atomic_write import remove_stale, temp_path
-
-    remove_stale(dst)  # a killed earlier conversion's temp file (atomic_write.py)
-    tmp = str(temp_path(dst))
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-    except OSError as exc:
-        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
-    return fd, tmp
-
-
-def jsonl_to_parquet(
-    src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
-) -> ConvertSummary:
-    """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
-    require_pyarrow(f"writing Parquet ({dst})")
-    from tps_tracer.records.convert_stream import write_stream
-    from tps_tracer.records.reading import fast_else_whole_file
-
-    src, dst = Path(src), Path(dst)
-    fd, tmp = _atomic_target(dst)
-    os.close(fd)
-    try:
-        # One streamed pass, no pydantic per record (convert_stream.py); an error, resolution lines
-        # or too many names: the exact whole-file way below, which gives the precise error.
-        def stream() -> ConvertSummary:
-            summary = ConvertSummary()
-            write_stream(src, tmp, chunk_bytes, summary)
-            return summary
-
-        summary = fast_else_whole_file(stream, lambda: _exact_convert(src, tmp, chunk_bytes))
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return summary
-
-
-def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The converter's exact path: validated records, predictor names from a first pass."""
     import pyarrow.parquet as pq
 
-    from tps_tracer.records.chunks import iter_chunks
-    from tps_tracer.records.reading import fast_else_whole_file
-
-    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema;
-    # an error or resolution lines: the exact whole-file read (which raises the precise error).
-    names = fast_else_whole_file(
-        lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
-        lambda: list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts)),
-    )
-    if not names:  # an empty file (the exact reader names it), or records without any forecast
-        records = read_trajectories(src)
-        raise TrajectoryFileError(
-            str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
-        )
-    summary = ConvertSummary(predictors=tuple(names))
-    with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
-        for batch in _record_batches(src, chunk_bytes):
-            writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
-    return summary
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
+    check_parquet_predictors(pf.schema_arrow, str(path))
+    return pf
 
 
-def _row_to_json(row: dict[str, Any]) -> str:
-    """A Parquet row (schema above) back to its JSON Lines record text."""
+# -- the fast read: projected batches ----------------------------------------------------------
+
+
+def projection(pf: Any) -> list[str] | None:
+    """The column paths to read (top-level names, and `steps.<list>.<element>.<field>` leaves), or
+    None to read every column (`steps` is not a list of objects: the converter decides, on everything)."""
+    names = pf.schema_arrow.names
+    columns = [c for c in TOP_LEVEL if c in names]
+    if "steps" not in names:
+        return columns
+    leaves = []
+    for i in range(len(pf.schema)):
+        parts = pf.schema.column(i).path.split(".")
+        if parts[0] != "steps":
+            continue
+        if len(parts) < 4:  # steps: list<scalar> or another shape
+            return None
+        if parts[3] in STEP_FIELDS:
+            leaves.append(".".join(parts[:4]))
+    if not leaves:
+        return None
+    return columns + list(dict.fromkeys(leaves))
+
+
+def projected_batches(pf: Any, batch_rows: int) -> Iterator[tuple[int, Any, Callable[[], Any]]]:
+    """(first row in the file, projected batch, a function reading the same rows with every column)."""
+    columns = projection(pf)
+    row = 0
+    for group in range(pf.metadata.num_row_groups):
+        start = row
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns):
+            offset = row - start
+
+            def whole(group: int = group, offset: int = offset, n: int = batch.num_rows) -> Any:
+                return pf.read_row_group(group).slice(offset, n).combine_chunks().to_batches()[0]
+
+            yield row, batch, whole
+            row += batch.num_rows
+
+
+def read_arrow_batch(
+    batch: Any, source: str, first_row: int, whole: Callable[[], Any] | None = None
+) -> tuple[TrajectoryArrays, bool]:
+    """(arrays, read by the fast path) of an Arrow batch in the Parquet schema, or TrajectoryFileError
+    naming the row (from 1 in the file) and field. `whole()`: the batch with every column, for the
+    exact read when the fast one refuses a batch of projected columns."""
+
+    def exact() -> tuple[TrajectoryArrays, bool]:
+        rows = (whole() if whole is not None else batch).to_pylist()
+        return to_arrays(_validated_rows(source, [(first_row + i, row_json(r)) for i, r in enumerate(rows, 1)])), False
+
+    return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
+
+
+# -- the exact read: rows as JSON Lines records -------------------------------------------------
+
+
+def row_json(row: dict[str, Any]) -> str:
+    """A Parquet row (schema above) back to its JSON Lines record text: the extras merged back, a null
+    `metadata` / `t` / `outcome_pending` absent. A value the schema refuses (metadata or extra that is
+    not JSON text, a NaN, a timestamp) is written as found, for `parse_lines` to name its row and field."""
     meta = row.pop("metadata", None)
     extra = row.pop("extra", None)
     obj: dict[str, Any] = {k: v for k, v in row.items() if not (k == "outcome_pending" and not v)}
-    if isinstance(meta, str):
-        obj["metadata"] = json.loads(meta)
-    elif meta is not None:
-        obj["metadata"] = meta
-    if isinstance(extra, str):
-        obj.update(json.loads(extra))
+    if meta is not None:
+        obj["metadata"] = _object_or_text(meta)
+    _merge_extra(obj, extra)
     for step in obj.get("steps") or []:
-        step_extra = step.pop("extra", None)
-        if step.get("t") is None:
-            step.pop("t", None)
-        if isinstance(step_extra, str):
-            step.update(json.loads(step_extra))
-    return json.dumps(obj, allow_nan=False)
+        if isinstance(step, dict):
+            step_extra = step.pop("extra", None)
+            if step.get("t") is None:
+                step.pop("t", None)
+            _merge_extra(step, step_extra)
+    return json.dumps(obj, default=str)
 
 
-def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
-    """Validated records of a Parquet file or a directory of shards (errors name the row); a directory's
-    `.jsonl` shards are read as JSON Lines (no pyarrow needed for them).
+def _object_or_text(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass  # left as text: the schema check names it
+    return value
 
-    A repeated id inside one file is set aside and counted, as the JSON Lines reader does; across
-    shards it is an error. A directory whose JSON Lines shards hold resolution lines is read whole
-    (`shards.read_shards`: a resolution may name a record of any shard), else shard by shard."""
-    from tps_tracer.records.chunks import is_parquet, source_files
-    from tps_tracer.records.shards import has_resolution_lines, read_shards
 
-    files = source_files(src)
-    if len(files) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in files):
-        yield from read_shards(files, str(src))
+def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
+    """The fields of an `extra` column (JSON text of an object) into the record or step."""
+    if extra is None:
         return
-    seen: set[str] = set()
-    for path in files:
-        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
-        for rec in records:
-            if rec.trajectory_id in seen:
-                msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
-                raise TrajectoryFileError(str(path), [RecordError(0, "trajectory_id", msg)])
-            seen.add(rec.trajectory_id)
-            yield rec
+    fields = _object_or_text(extra)
+    if isinstance(fields, dict):
+        obj.update(fields)
+    else:
+        obj["extra"] = extra  # not an object: kept as the field it is
 
 
 def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768) -> ReadRecords:
@@ -279,45 +193,29 @@ def parquet_file_iter(
     """Validated records of one Parquet file, a batch at a time; errors name the row (from 1). A row
     repeating an earlier row's id (two runs appended into one table) is set aside and counted in
     `set_aside`, the first kept, as the JSON Lines reader does with a repeated line
-    (records/set_aside.py); it once was an error naming no row."""
+    (records/set_aside.py)."""
     aside = set_aside if set_aside is not None else SetAside()
     first_row: dict[str, int] = {}
-    for row, ids, lines in _parquet_batches(path, batch_rows):
+    row = 0
+    for batch in open_parquet(path).iter_batches(batch_size=batch_rows):
         keep = []
-        for i, (tid, line) in enumerate(zip(ids, lines, strict=True)):
-            at = row + i + 1
+        for r in batch.to_pylist():
+            row += 1
+            tid = r.get("trajectory_id")
             if isinstance(tid, str) and tid in first_row:
-                aside.add("duplicate_id", f"row {at}: {duplicate_message(tid, f'first seen on row {first_row[tid]}')}")
+                aside.add("duplicate_id", f"row {row}: {duplicate_message(tid, f'first seen on row {first_row[tid]}')}")
                 continue
             if isinstance(tid, str):
-                first_row[tid] = at
-            keep.append((at, line))
+                first_row[tid] = row
+            keep.append((row, row_json(r)))
         yield from _validated_rows(path, keep)
     aside.log_once(str(path))
 
 
-def _parquet_batches(path: str | os.PathLike[str], batch_rows: int) -> Iterator[tuple[int, list[Any], list[str]]]:
-    """(first row, trajectory ids, rows as JSON Lines text) per record batch of one Parquet file."""
-    require_pyarrow(f"reading Parquet ({path})")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tps_tracer.records.limits import check_parquet_predictors
-
-    try:
-        pf = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
-    check_parquet_predictors(pf.schema_arrow, str(path))  # before a batch builds 100,000 columns
-    row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows):
-        rows = batch.to_pylist()
-        yield row, [r.get("trajectory_id") for r in rows], [_row_to_json(r) for r in rows]
-        row += batch.num_rows
-
-
 def _validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -> list[TrajectoryRecord]:
     """The records of (row from 1, JSON text) pairs; errors name the row and field."""
+    from tps_tracer.records.jsonl import parse_lines
+
     if not rows:
         return []
     try:
@@ -325,40 +223,3 @@ def _validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -
     except TrajectoryFileError as exc:
         errors = [RecordError(rows[e.line - 1][0] if e.line else 0, e.field, e.message) for e in exc.errors]
         raise TrajectoryFileError(f"{path} (Parquet: 'line' is the row, from 1)", errors) from None
-
-
-def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:
-    dst = Path(dst)
-    fd, tmp = _atomic_target(dst)
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(record_json(rec))
-                n += 1
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return n
-
-
-def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
-    """Write the records of a Parquet file or directory as JSON Lines. An input without any
-    trajectory is refused as `report` refuses it (it once wrote an empty file, exit 0)."""
-    records = parquet_records(src)
-    first = next(records, None)  # read before the output file is created
-    if first is None:
-        what = "the directory holds" if Path(src).is_dir() else "the file holds"
-        raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
-    n = write_jsonl_atomic(itertools.chain([first], records), dst)
-    return ConvertSummary(trajectories=n)
-
-
-def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
-    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
-    from tps_tracer.records.chunks import is_parquet
-
-    if Path(path).is_dir() or is_parquet(path):
-        return list(parquet_records(path))
-    return read_trajectories(path)

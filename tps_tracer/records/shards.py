@@ -20,33 +20,28 @@ one file, with each error still naming its shard and line:
   empty file is.
 
 The chunked reader (`chunks.iter_chunks`) applies the plain case of the same rule chunk by chunk
-and comes here (`NotFast(whole_file=True)`) for everything else, so both give the same records.
+and comes here (`NotFast(whole_file=True)`, then `exact_records`) for everything else, so both
+give the same records. `exact_records` is the exact whole-file read of any input; `read_records`
+and `parquet_records` are the record readers of `convert` and the Python API.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tps_tracer.records.chunks import is_parquet, source_files
 from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.set_aside import ReadRecords
 
-if TYPE_CHECKING:
-    from tps_tracer.records.schema import ResolutionRecord
+if TYPE_CHECKING:  # pydantic (~0.3 s of import): imported where records are read
+    from tps_tracer.records.jsonl import ShardLinks
+    from tps_tracer.records.schema import TrajectoryRecord
 
 _KEY = b'"resolves"'
-
-
-@dataclass
-class ShardLinks:
-    """What one shard's read leaves to the whole input (filled by `jsonl.parse_lines`)."""
-
-    foreign: list[tuple[int, ResolutionRecord]] = field(default_factory=list)  # (line, resolution)
-    repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
 
 
 def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str:
@@ -72,8 +67,6 @@ def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
 def holds_nothing(path: Path) -> bool:
     """Whether a shard holds nothing: a JSON Lines file of only whitespace, a Parquet file of 0 rows
     (an unreadable file is not "nothing": its reader gives the error)."""
-    from tps_tracer.records.chunks import is_parquet
-
     try:
         if is_parquet(path):
             import pyarrow.parquet as pq
@@ -90,8 +83,7 @@ def holds_nothing(path: Path) -> bool:
 
 def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
     """Every record of the shards, in order, resolutions applied across them (see the module)."""
-    from tps_tracer.records.chunks import is_parquet
-    from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.jsonl import ShardLinks, read_trajectories
     from tps_tracer.records.parquet import parquet_file_records
 
     out = ReadRecords()
@@ -147,3 +139,56 @@ def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLin
             out[:] = apply_resolution_records(out, kept, errors)
             if errors:
                 raise TrajectoryFileError(str(files[k]), errors[:20], truncated=len(errors) > 20)
+
+
+def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
+    """The whole-file read of one input, the exact way for its format: JSON Lines through
+    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_file_records` (errors name
+    the row, a repeated id is set aside; an empty file is an error, as for JSON Lines), a directory
+    (or a list of files) through `read_shards` (resolution lines apply across its shards)."""
+    if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
+        return read_shards(source_files(path), input_name(path))
+    if not is_parquet(path):
+        from tps_tracer.records.jsonl import read_trajectories
+
+        return read_trajectories(path)
+    from tps_tracer.records.parquet import parquet_file_records
+
+    records = parquet_file_records(path)
+    if not records:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
+    return records
+
+
+def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
+    """Validated records of a Parquet file or a directory of shards (errors name the row), streamed;
+    a directory's `.jsonl` shards are read as JSON Lines (no pyarrow needed for them).
+
+    A repeated id inside one file is set aside and counted, as the JSON Lines reader does; across
+    shards it is an error. A directory whose JSON Lines shards hold resolution lines is read whole
+    (`read_shards`: a resolution may name a record of any shard), else shard by shard."""
+    from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.parquet import parquet_file_iter
+
+    files = source_files(src)
+    if len(files) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in files):
+        yield from read_shards(files, str(src))
+        return
+    seen: set[str] = set()
+    for path in files:
+        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
+        for rec in records:
+            if rec.trajectory_id in seen:
+                msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
+                raise TrajectoryFileError(str(path), [RecordError(0, "trajectory_id", msg)])
+            seen.add(rec.trajectory_id)
+            yield rec
+
+
+def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
+    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
+    if Path(path).is_dir() or is_parquet(path):
+        return list(parquet_records(path))
+    from tps_tracer.records.jsonl import read_trajectories
+
+    return read_trajectories(path)

@@ -68,6 +68,7 @@ def run_campaign(
     tools = [search_tool(world, branches=checkpointer is not None)]
     agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), tools, checkpointer=checkpointer)
     raised = 0
+    q_z_lines: list[tuple[str, float]] = []
     for task in world:
         metadata: dict[str, Any] = {TRAJECTORY_ID_KEY: f"{label}/{task.task_id}", TASK_ID_KEY: task.task_id}
         metadata[OUTCOME_KEY] = task.outcome
@@ -81,9 +82,14 @@ def run_campaign(
         if q_z_oracle:
             expected = task.expected(recursion_limit // 2, repairs=False)
             if expected.stop_reason is StopReason.MAX_STEPS and expected.n_steps:
-                handler.record_outcome(metadata[TRAJECTORY_ID_KEY], q_z=task.steps[expected.n_steps - 1].q)
+                q_z_lines.append((metadata[TRAJECTORY_ID_KEY], task.steps[expected.n_steps - 1].q))
         if progress is not None:
             progress(1)
+    # q_Z after every record is written: sent right after its run, it was folded into the record or
+    # appended as a resolution line depending on the worker's timing, so equal campaigns wrote unequal files.
+    handler.flush()
+    for trajectory_id, q_z in q_z_lines:
+        handler.record_outcome(trajectory_id, q_z=q_z)
     handler.close()
     acc.close()
     return CampaignResult(label, str(sink), acc, handler, raised, agent)

@@ -165,6 +165,10 @@ class TrajectoryTracker:
         an outcome known up front. final_output: what the grader grades (clean runs only)."""
         if state.capture_lost is not None and abandoned is None:
             abandoned = state.capture_lost  # a step never reached the accumulator: never scored with a hole
+        in_flight = state.calls_started - state.n_calls
+        if in_flight > 0:  # cancelled mid-call: a failed call, whose own error event arrives late or never
+            state.n_calls += in_flight
+            state.failed_calls += in_flight
         if state.n_calls == 0 and abandoned is None:
             # A run that never called a model (a wrapper chain, a failing tool node, a web
             # request) is not an agent trajectory: counted, never recorded.

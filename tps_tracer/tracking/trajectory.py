@@ -37,7 +37,7 @@ from typing import Any
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.ids import id_problem
+from tps_tracer.records.record_shape import id_problem
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     ABANDONED_KEY,
@@ -75,6 +75,9 @@ class TrajectoryState:
     tid: str
     metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
     n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
+    # Model calls started: one still in flight when the run ends (cancelled: its error comes later,
+    # if at all) was made all the same.
+    calls_started: int = 0
     failed_calls: int = 0
     repairs: int = 0
     consecutive_malformed: int = 0

@@ -17,7 +17,7 @@ import numpy as np
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, CrossFitResult, cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import PairedDelta, paired_auroc_delta
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable
-from tps_tracer.evaluation.reserved_names import PLATT_SUFFIX, check_no_recalibrated_collision
+from tps_tracer.evaluation.skipped_predictors import PLATT_SUFFIX, check_no_recalibrated_collision
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.schedules import WeightSchedule

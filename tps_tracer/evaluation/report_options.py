@@ -1,36 +1,60 @@
-"""Validation of `ReportOptions` on construction: a bad field fails at once, by name.
+"""The report's options (`ReportOptions`), checked on construction: a bad field fails at once, by name.
 
-Without it a bad value fails far from where it was given (`bootstrap=-1` deep inside numpy)
-or silently (`rules=[]` returns a report without a single TPS row). `OptionError.field`
-names the field, so the CLI can translate it back to its flag.
+Without the check a bad value fails far from where it was given (`bootstrap=-1` deep inside numpy)
+or silently (`rules=[]` returns a report without a single TPS row). `OptionError.field` names the
+field, so the CLI can translate it back to its flag. A module of its own: the report, its builder
+and the partial states all read the options, and none of them may import another for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
+from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 if TYPE_CHECKING:
-    from tps_tracer.evaluation.report import ReportOptions
+    from tps_tracer.evaluation.calibration.calibrator import Calibrator
 
 CALIBRATION_METHODS = ("platt",)
 
 
+@dataclass
+class ReportOptions:
+    predictors: Sequence[str] | None = None  # None: every predictor in the file
+    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)")
+    schedules: Sequence[str | WeightSchedule] = ("linear-front",)
+    bootstrap: int = DEFAULT_REPLICATES
+    seed: int = DEFAULT_SEED
+    policy: CensoringPolicy = field(default_factory=CensoringPolicy)
+    base_rate: bool = True
+    ece_bins: int = DEFAULT_ECE_BINS
+    calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
+    calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
+
+    def __post_init__(self) -> None:
+        check_report_options(self)  # OptionError (a ValueError naming the field)
+
+
 class OptionError(InputError):
-    """A ReportOptions field is invalid; `field` is its name."""
+    """A field of `owner` (ReportOptions, or GateCriteria for the gate's subclass) is invalid; `field`
+    is its name, `detail` the message without it."""
+
+    owner = "ReportOptions"
 
     def __init__(self, field: str, message: str):
         self.field = field
         self.detail = message
-        super().__init__(f"ReportOptions.{field}: {message}")
+        super().__init__(f"{self.owner}.{field}: {message}")
 
 
 def _is_int(v: Any) -> bool:
@@ -51,18 +75,13 @@ def check_report_options(opts: ReportOptions) -> None:
         bad = [p for p in opts.predictors if not isinstance(p, str) or not p]
         if bad:
             raise OptionError("predictors", f"names must be non-empty strings, got {bad[0]!r}")
-    _names("rules", opts.rules, allow_empty=False)
-    for rule in opts.rules:
-        try:
-            get_rule(rule)
-        except ValueError as exc:
-            raise OptionError("rules", str(exc)) from None
-    _names("schedules", opts.schedules, allow_empty=False)
-    for schedule in opts.schedules:
-        try:
-            get_schedule(schedule)
-        except ValueError as exc:
-            raise OptionError("schedules", str(exc)) from None
+    for name, lookup in (("rules", get_rule), ("schedules", get_schedule)):
+        _names(name, getattr(opts, name), allow_empty=False)
+        for value in getattr(opts, name):
+            try:
+                lookup(value)
+            except ValueError as exc:
+                raise OptionError(name, str(exc)) from None
     if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
         raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
     if opts.bootstrap > MAX_REPLICATES:

@@ -1,19 +1,20 @@
-"""JSON Lines -> Parquet in one streamed pass, without a pydantic model per record.
+"""JSON Lines <-> Parquet (`tps-tracer convert`): `jsonl_to_parquet` and `parquet_to_jsonl`.
 
-Each chunk of the file (the report's byte chunks, `chunks._byte_chunks`, and its limits) is parsed
-once by orjson, `BATCH_LINES` lines at a time. The same parsed objects give both:
+JSON Lines -> Parquet goes in one streamed pass, without a pydantic model per record. Each chunk of
+the file (the report's byte chunks, `chunks.byte_chunks`, and its limits) is parsed once by orjson,
+`BATCH_LINES` lines at a time. The same parsed objects give both:
 
 - the score columns, through the report's own orjson checks (`jsonl_fast`: plain JSON, no duplicate
   key, the types) and value checks (`columnar.validated_arrays`), so a record the report would read
   differently or refuse is never written by this path;
 - what the score columns do not hold: `metadata` and the fields outside the schema (per record and
-  per step), written as JSON text as `parquet.records_table` writes them.
+  per step), written as JSON text as `records_table` writes them.
 
 The Arrow columns are then built from the flat numpy arrays (no per-record Python objects) and
 written as one row group per chunk, so memory is bounded by the chunk, not the file.
 
 Anything else falls back, chunk by chunk or for the file, to the exact path the converter always
-had (`parquet.records_table` over validated `TrajectoryRecord`s): a chunk the fast checks refuse
+had (`records_table` over validated `TrajectoryRecord`s): a chunk the fast checks refuse
 (a non-numeric forecast, NaN literals, ...), a repeated id (set aside and counted there), a line
 longer than `jsonl_fast.LONG_LINE`, a number in exponent form in free-form fields (orjson reads an
 integer beyond 64 bits as a float). An error, resolution lines, a record beyond MAX_RECORD_BYTES or
@@ -24,14 +25,17 @@ Predictor names are known only as chunks arrive; the Parquet schema needs them a
 written with the names seen so far; when a later chunk adds names, a new segment file starts, and at
 the end the segments are rewritten, row group by row group, widened to every name (missing ones
 null). The usual file (every step names the same predictors) is one segment, renamed into place.
+The schema is `parquet.arrow_schema`; resolution lines are applied while converting.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -41,9 +45,19 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
+from tps_tracer.records.chunks import SCAN_BYTES, byte_chunks, iter_chunks, jsonl_byte_chunks
 from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, validated_arrays
-from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, plain_json
-from tps_tracer.records.reading import NotFast, first_that_reads, whole_file
+from tps_tracer.records.duplicate_ids import duplicate_message
+from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
+from tps_tracer.records.jsonl import parse_lines, read_trajectories, record_json
+from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames
+from tps_tracer.records.parquet import arrow_schema
+from tps_tracer.records.reading import NotFast, fast_else_whole_file, first_that_reads, whole_file
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.records.set_aside import SetAside
+from tps_tracer.records.shards import parquet_records
+
+DEFAULT_ROWS_PER_GROUP = 50_000
 
 SCHEMA_KEYS = frozenset({"trajectory_id", "stop_reason", "outcome", "horizon", "q_z", "outcome_pending", "steps"})
 STEP_KEYS = frozenset({"t", "forecasts"})
@@ -52,6 +66,187 @@ _STOP_NAMES = np.array(sorted(STOP_CODE, key=STOP_CODE.__getitem__), dtype=objec
 # orjson reads an integer beyond 64 bits as a float (pydantic keeps it exact in metadata and extras),
 # which orjson writes back in exponent form: such text (or a float written so) goes the exact way.
 _EXPONENT = re.compile(rb"\d[eE][-+]?\d")
+
+
+@dataclass
+class ConvertSummary:
+    trajectories: int = 0
+    predictors: tuple[str, ...] = ()
+    non_numeric_as_null: int = 0  # forecasts that were not numbers, written as null
+
+    def describe(self, out: str) -> str:
+        names = f" ({', '.join(self.predictors)})" if self.predictors else ""
+        text = f"wrote {self.trajectories} trajectories{names} to {out}"
+        if self.non_numeric_as_null:
+            text += f"; {self.non_numeric_as_null} non-numeric forecasts written as null (read as missing)"
+        return text
+
+
+def _number(value: Any) -> tuple[float | None, bool]:
+    """(value as float or None, whether a non-number was dropped)."""
+    from tps_tracer.validity import classify_forecast
+
+    number = classify_forecast(value)
+    if isinstance(number, str):
+        return None, number == "non_numeric"
+    return number, False
+
+
+def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
+    """An Arrow table of validated records in the schema above."""
+    import pyarrow as pa
+
+    rows = []
+    for rec in records:
+        steps = []
+        for step in rec.steps:
+            fc = {}
+            for name in predictors:
+                value, dropped = _number(step.forecasts.get(name))
+                summary.non_numeric_as_null += dropped
+                fc[name] = value
+            extra = step.model_extra or {}
+            steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
+        extra = rec.model_extra or {}
+        rows.append(
+            {
+                "trajectory_id": rec.trajectory_id,
+                "stop_reason": rec.stop_reason.value,
+                "outcome": rec.outcome,
+                "outcome_pending": rec.outcome_pending,
+                "horizon": rec.horizon,
+                "q_z": rec.q_z,
+                "steps": steps,
+                "metadata": json.dumps(rec.metadata),
+                "extra": json.dumps(extra) if extra else None,
+            }
+        )
+    summary.trajectories += len(rows)
+    return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
+
+
+def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
+    """Validated records of a JSON Lines file, a chunk at a time (whole file if it has resolution lines)."""
+    # Resolutions may refer to any line: the exact whole-file read. Looked for before any chunk is
+    # yielded (found in a later chunk, the earlier chunks' records were written twice).
+    if any(b'"resolves"' in chunk for chunk in jsonl_byte_chunks(src, chunk_bytes)):
+        yield read_trajectories(src)
+        return
+    seen: set[str] = set()
+    for chunk in jsonl_byte_chunks(src, chunk_bytes):
+        try:
+            records: list[TrajectoryRecord] = parse_lines(
+                io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
+            )
+        except (TrajectoryFileError, UnicodeDecodeError):
+            read_trajectories(src)  # raises the exact error, with line numbers in the whole file
+            raise
+        yield drop_repeats(records, seen, src)
+
+
+def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
+    """A repeated id (a re-run appended to the sink) is set aside, the first kept, as the whole-file
+    reader does (records/set_aside.py); `seen` (the ids of earlier chunks) takes the chunk's ids."""
+    repeated = [r for r in records if r.trajectory_id in seen]
+    if repeated:
+        set_aside = SetAside()
+        for r in repeated:
+            set_aside.add("duplicate_id", duplicate_message(r.trajectory_id, "an earlier line has it"))
+        set_aside.log_once(str(src))
+        records = [r for r in records if r.trajectory_id not in seen]
+    seen.update(r.trajectory_id for r in records)
+    return records
+
+
+def _atomic_target(dst: Path) -> tuple[int, str]:
+    """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
+    from tps_tracer.atomic_write import remove_stale, temp_path
+
+    remove_stale(dst)  # a killed earlier conversion's temp file (atomic_write.py)
+    tmp = str(temp_path(dst))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    except OSError as exc:
+        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
+    return fd, tmp
+
+
+def jsonl_to_parquet(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
+) -> ConvertSummary:
+    """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
+    require_pyarrow(f"writing Parquet ({dst})")
+
+    src, dst = Path(src), Path(dst)
+    fd, tmp = _atomic_target(dst)
+    os.close(fd)
+    try:
+        # One streamed pass, no pydantic per record (below); an error, resolution lines
+        # or too many names: the exact whole-file way below, which gives the precise error.
+        def stream() -> ConvertSummary:
+            summary = ConvertSummary()
+            write_stream(src, tmp, chunk_bytes, summary)
+            return summary
+
+        summary = fast_else_whole_file(stream, lambda: _exact_convert(src, tmp, chunk_bytes))
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return summary
+
+
+def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
+    """The converter's exact path: validated records, predictor names from a first pass."""
+    import pyarrow.parquet as pq
+
+    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema;
+    # an error or resolution lines: the exact whole-file read (which raises the precise error).
+    names = fast_else_whole_file(
+        lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
+        lambda: list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts)),
+    )
+    if not names:  # an empty file (the exact reader names it), or records without any forecast
+        records = read_trajectories(src)
+        raise TrajectoryFileError(
+            str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
+        )
+    summary = ConvertSummary(predictors=tuple(names))
+    with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
+        for batch in _record_batches(src, chunk_bytes):
+            writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
+    return summary
+
+
+def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:
+    dst = Path(dst)
+    fd, tmp = _atomic_target(dst)
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(record_json(rec))
+                n += 1
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return n
+
+
+def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
+    """Write the records of a Parquet file or directory as JSON Lines. An input without any
+    trajectory is refused as `report` refuses it (it once wrote an empty file, exit 0)."""
+    records = parquet_records(src)
+    first = next(records, None)  # read before the output file is created
+    if first is None:
+        what = "the directory holds" if Path(src).is_dir() else "the file holds"
+        raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
+    n = write_jsonl_atomic(itertools.chain([first], records), dst)
+    return ConvertSummary(trajectories=n)
+
+
+# -- the streamed pass ------------------------------------------------------------------------
 
 
 @dataclass
@@ -77,7 +272,7 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
         parts.append(raw)
         sides.append(side)
     if not parts:
-        raw, side = jsonl_fast._flatten([]), Side()
+        raw, side = jsonl_fast.flatten([]), Side()
     else:
         raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
     validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
@@ -85,19 +280,10 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
 
 
 def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()  # as in jsonl_fast._batch: parsed JSON has no cycles
-    try:
-        recs = jsonl_fast._parse(lines)
-        if not plain_json(b"".join(lines), recs):
-            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
-        side = _side(recs)  # before _flatten empties `recs`
-        return jsonl_fast._flatten(recs), side
-    finally:
-        if enabled:
-            gc.enable()
+    with jsonl_fast.gc_off():
+        recs = jsonl_fast.plain_batch(lines)
+        side = _side(recs)  # before flatten empties `recs`
+        return jsonl_fast.flatten(recs), side
 
 
 def _side(recs: list[Any]) -> Side:
@@ -112,7 +298,7 @@ def _side(recs: list[Any]) -> Side:
         extra = [_extra_text(r, known) for r in recs]
     lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
     step_extra = None
-    if not set(map(type, lists)) - {list, tuple}:  # else _flatten refuses the batch
+    if not set(map(type, lists)) - {list, tuple}:  # else flatten refuses the batch
         steps = list(chain.from_iterable(lists))
         if not set(map(type, steps)) - {dict} and _count(steps, STEP_KEYS) != sum(map(len, steps)):
             step_extra = [_extra_text(s, STEP_KEYS) for s in steps]
@@ -127,7 +313,7 @@ def _dump_each(objects: list[Any]) -> list[bytes]:
     an item): the items are dumped as one array with a raw control byte between them, which orjson
     never writes itself (JSON escapes them in strings), and the text is cut there."""
     if set(map(type, objects)) - {dict}:
-        raise NotFast("metadata is not an object")  # as _flatten would
+        raise NotFast("metadata is not an object")  # as flatten would
     if not objects:
         return []
     seq: list[Any] = [_CUT] * (2 * len(objects) + 1)
@@ -158,8 +344,6 @@ def _concat_sides(sides: list[Side], steps: list[int]) -> Side:
 def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
     """The chunk as an Arrow table in `parquet.arrow_schema(names)` (a name the chunk lacks: null)."""
     import pyarrow as pa
-
-    from tps_tracer.records.parquet import arrow_schema
 
     n_steps = int(raw.lengths.sum())
 
@@ -203,8 +387,6 @@ def widen(table: Any, names: Sequence[str]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tps_tracer.records.parquet import arrow_schema
-
     schema = arrow_schema(names)
     steps = table.column("steps").combine_chunks()
     values = steps.values
@@ -226,9 +408,6 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     whole-file NotFast for the exact way."""
     import pyarrow.parquet as pq
 
-    from tps_tracer.records.chunks import _SCAN_BYTES, _byte_chunks
-    from tps_tracer.records.jsonl import TrajectoryFileError
-
     names: list[str] = []
     limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
@@ -236,13 +415,13 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     # First the report's scan in small pieces: resolution lines, and a record beyond the size bound
     # refused before a chunk holds it (chunks.py; the exact read then gives its error).
     try:
-        resolutions = any(b'"resolves"' in piece for _, piece, _ in _byte_chunks(src, _SCAN_BYTES))
+        resolutions = any(b'"resolves"' in piece for _, piece, _ in byte_chunks(src, SCAN_BYTES))
     except TrajectoryFileError:
         resolutions = True  # a record beyond the bound: the exact read gives its error
     if resolutions:  # (raised here, not in the handler: its traceback holds the record's blocks)
         raise whole_file("resolution lines, or a record beyond the size bound")
     try:
-        for _, chunk, _ in _byte_chunks(src, chunk_bytes):
+        for _, chunk, _ in byte_chunks(src, chunk_bytes):
             if b'"resolves"' in chunk:  # (the file changed since the scan)
                 raise whole_file("resolution lines")
             table_names, table = _chunk_table(chunk, src, names, seen, summary)
@@ -271,7 +450,6 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
 
 def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: Any) -> tuple[list[str], Any]:
     """(the chunk's predictor names, its table in the names seen so far, or None when empty)."""
-    from tps_tracer.records.parquet import records_table
 
     def fast() -> tuple[list[str], Any]:
         raw, side = fast_chunk(chunk)
@@ -297,10 +475,6 @@ def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summ
 
 def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
     """The chunk's records the exact way, a repeated id set aside (first kept), as before."""
-    import io
-
-    from tps_tracer.records.jsonl import TrajectoryFileError, parse_lines
-    from tps_tracer.records.parquet import drop_repeats
 
     try:
         records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
@@ -312,8 +486,6 @@ def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
 def _merge(tmp: str, paths: list[str], names: Sequence[str]) -> None:
     """Rewrite the segments as one file of every name, a row group at a time."""
     import pyarrow.parquet as pq
-
-    from tps_tracer.records.parquet import arrow_schema
 
     merged = f"{tmp}.merged"
     try:

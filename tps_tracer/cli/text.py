@@ -1,20 +1,199 @@
-"""Render a report dict (see tps_tracer.evaluation.report) as readable text.
+"""What the command line prints for a person: tables, wrapped prose, the report's text and its legend,
+and a progress line for long reads.
 
-By default every line fits in WIDTH (100) columns: the score tables have one row per
-evaluator (complete-only, cen-simple, cen-exact) instead of one column each, a column whose
-value is the same on every row (one rule, one weight schedule) is named in the header line
-instead, prose is wrapped, and a table that still does not fit becomes one block per row.
-`wide=True` (`report --wide`) prints the side-by-side tables of earlier versions. A legend
-of every printed term closes the report (cli/report_legend.py).
+A report (see tps_tracer.evaluation.report) renders so that by default every line fits in WIDTH
+(100) columns: the score tables have one row per evaluator (complete-only, cen-simple, cen-exact)
+instead of one column each, a column whose value is the same on every row (one rule, one weight
+schedule) is named in the header line instead, prose is wrapped, and a table that still does not
+fit becomes one block per row. `wide=True` (`report --wide`) prints the side-by-side tables of
+earlier versions. A legend of every printed term closes the report: only terms that appear in the
+report are listed (a report without cen-exact rows does not explain cen-exact), so the legend stays
+short and true; docs/report-terms.md is the long form of the same list.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
-from tps_tracer.cli.report_legend import legend_lines
-from tps_tracer.cli.tables import WIDTH, fit_table, fmt, fmt_ci, render_skipped, render_table, wrap
+if TYPE_CHECKING:
+    from tps_tracer.records.chunks import Chunk
+
+# Terminal reports stay within this many columns unless the user asks for wide tables (--wide).
+WIDTH = 100
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    """A number with `digits` significant digits; '-' for missing."""
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def fmt_ci(mean: float | None, lo: float | None, hi: float | None) -> str:
+    return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
+    """Right-align columns whose cells are all numbers (or intervals), left-align text columns."""
+    cells = [list(headers)] + [list(r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    right = [i > 0 and all(_numeric(r[i]) for r in cells[1:]) for i in range(len(headers))]
+    lines = []
+    for k, r in enumerate(cells):
+        parts = [c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)]
+        lines.append(indent + "  ".join(parts).rstrip())
+        if k == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def wrap(text: str, prefix: str = "", width: int = WIDTH) -> list[str]:
+    """One line of prose wrapped to `width`; continuation lines indent two more than `prefix`.
+
+    Words are never split at hyphens (paths, predictor names and 'complete-only' stay whole);
+    a single word longer than the width (a long path) is broken only if it must be."""
+    return textwrap.wrap(
+        text, width, initial_indent=prefix, subsequent_indent=" " * (len(prefix) + 2), break_on_hyphens=False
+    ) or [prefix.rstrip()]
+
+
+def fit_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None = WIDTH
+) -> str:
+    """`render_table`, or, when a line would pass `width` (long predictor names, many columns),
+    the same cells as one block per row (first cell, then 'header: value' lines), so no line
+    of a report is cut or wrapped mid-table. width=None: always the table (`--wide`)."""
+    table = render_table(headers, rows, indent)
+    if width is None or max((len(line) for line in table.splitlines()), default=0) <= width:
+        return table
+    lines: list[str] = []
+    for r in rows:
+        lines += wrap(f"{headers[0]}: {r[0]}", indent, width)
+        for h, c in zip(headers[1:], r[1:], strict=True):
+            lines += wrap(f"{h}: {c}", indent + "    ", width)
+    return "\n".join(lines)
+
+
+def render_skipped(skipped: Sequence[dict[str, str]]) -> str | None:
+    """The 'Skipped predictors' note of every command (None when nothing was skipped)."""
+    if not skipped:
+        return None
+    lines = ["Skipped predictors (no usable data for this command; the rest is unaffected)"]
+    for s in skipped:
+        lines += wrap(f"{s['predictor']}: {s['reason']}", "  ")
+    return "\n".join(lines)
+
+
+_RULES = {
+    "log": "log F_t if the run succeeds, log(1 - F_t) if it fails (0 is perfect)",
+    "brier": "negated Brier score: -(1 - F_t)^2 on success, -F_t^2 on failure (0 is perfect)",
+}
+_BETA = (
+    "Beta-family proper rule: forecasts are weighed by the Beta(a,b) density, so errors near its mode "
+    "(a-1)/(a+b-2) count most (beta(2,4): near 0.25); beta(1,1) is half the Brier score"
+)
+_SCHEDULES = {
+    "linear-front": "step t of a run with horizon T weighs T - t + 1 (early steps count most)",
+    "uniform": "every step of the horizon weighs the same",
+    "exponential-front": "step t weighs 2^-(t-1) (the first steps dominate)",
+    "linear-back": "step t weighs t (late steps count most)",
+}
+_AGGREGATORS = {
+    "phi_last": "the forecast at the run's last step",
+    "phi_avg": "the plain mean of the run's forecasts",
+    "phi_min": "the run's lowest forecast",
+}
+
+
+def _terms(report: dict[str, Any]) -> dict[str, str]:
+    """Term -> explanation for one report, in reading order."""
+    s = report["settings"]
+    modes = {r["censoring"] for r in report["scores"]}
+    preds = {r["predictor"] for r in report["scores"]}
+    t: dict[str, str] = {
+        "TPS": "Trajectory Proper Score: a proper scoring rule applied to the forecast F_t (the "
+        "predicted probability of success) at every step, weighted over the run; reward-oriented, "
+        "higher is better",
+        "rule": "the scoring rule of a row; its TPS is comparable only with rows of the same rule",
+    }
+    for rule in s["rules"]:
+        t[rule] = _BETA if rule.startswith("beta") else _RULES.get(rule, "a user-supplied proper rule")
+    for w in s["weights"]:
+        t[w] = _SCHEDULES.get(w, "a user-supplied weight schedule")
+    t["working sample"] = "the runs scored: complete (clean stop, outcome known) plus censored (stopped by the budget)"
+    t["censoring rate"] = "censored runs as a share of the working sample"
+    t["excluded"] = "runs that stopped for an informative reason (parse error, tool error, ...): not scored"
+    t["complete-only"] = "TPS over complete runs only; drops the budget-stopped runs (survivor bias)"
+    t["cen-simple (q_Z~0)"] = (
+        "censored TPS that scores a budget-stopped run as if it would have failed (q_Z ~ 0); pessimistic "
+        "when such runs could still succeed"
+    )
+    if "exact" in modes:
+        t["cen-exact (q_z)"] = (
+            "censored TPS that scores a budget-stopped run with its recorded q_z, the probability it would "
+            "have succeeded; runs without q_z are left out; only as good as the q_z"
+        )
+    t["mean / 95% CI / n"] = (
+        "mean TPS over n runs, and its bootstrap percentile interval (runs resampled with replacement; "
+        f"{s['bootstrap']} replicates; '-' when there are none)"
+    )
+    t["Delta_practice"] = (
+        "censored extension minus complete-only for the same stream and rule, paired (same resamples): how "
+        "much dropping the budget-stopped runs moves the score; not a better/worse direction"
+    )
+    t["delta/SE"] = "the difference over its bootstrap standard error; beyond about +-2 it is unlikely to be noise"
+    if "base_rate" in preds:
+        t["base_rate"] = (
+            "the constant forecast F_t = share of successes among complete runs: a stream below it "
+            "forecasts worse than knowing nothing about the run"
+        )
+    if any(p.endswith("+platt") for p in preds):
+        t["+platt"] = "a stream recalibrated by Platt scaling (the disclosure says where it was fitted)"
+    if report.get("recalibration"):
+        t["recalibrated minus raw"] = "paired difference of a statistic after and before recalibration"
+    t["AUROC^ / AUPRC^"] = (
+        "how well a run's scalar confidence ranks failures above successes (failure is the positive class); "
+        "0.5 / the failure rate is chance; higher is better (^)"
+    )
+    t["AURC_v"] = (
+        "area under the risk-coverage curve: error rate when keeping the most confident runs; lower is better (_v)"
+    )
+    t["T-ECE_v"] = (
+        "trajectory expected calibration error over quantile bins of the scalar confidence; lower is better (_v)"
+    )
+    t["T-Brier_v"] = "mean (confidence - outcome)^2 per run; lower is better (_v)"
+    t["phi_w"] = (
+        "the scalar confidence of a run used by the diagnostics: its forecasts averaged with step weights, "
+        f"here {s['diagnostic_summary']}"
+    )
+    aggs = {a["aggregator"] for a in report.get("scalar_predictors", [])}
+    for name, text in _AGGREGATORS.items():
+        if name in aggs:
+            t[name] = text
+    return t
+
+
+def legend_lines(reports: Iterable[dict[str, Any]], width: int = WIDTH) -> list[str]:
+    """The 'How to read this report' section for one or more reports (terms merged, first seen first)."""
+    terms: dict[str, str] = {}
+    for rep in reports:
+        for k, v in _terms(rep).items():
+            terms.setdefault(k, v)
+    lines = ["How to read this report (terms; docs/report-terms.md has the long form)"]
+    for term, text in terms.items():
+        lines += wrap(f"{term}: {text}", "  ", width)
+    return lines
+
 
 _MODE_TITLES = {
     "complete-only": "complete-only",
@@ -315,3 +494,26 @@ def render_report(report: dict[str, Any], source: str, wide: bool = False, legen
     if legend:
         parts.append("\n".join(legend_lines([report])))
     return "\n\n".join(parts) + "\n"
+
+
+# A progress line on stderr for long reads, only when stderr is a terminal.
+SHOW_AFTER_SECONDS = 2.0
+
+
+def progress_for(path: str | os.PathLike[str], stream: TextIO | None = None) -> Callable[[Chunk], None] | None:
+    """A chunk callback that draws `reading FILE  NN%` after a couple of seconds, or None off a TTY."""
+    out = stream if stream is not None else sys.stderr
+    if not out.isatty():
+        return None
+    start = time.monotonic()
+
+    def update(chunk: Chunk) -> None:
+        if time.monotonic() - start < SHOW_AFTER_SECONDS:
+            return
+        share = chunk.done / chunk.size if chunk.size else 1.0
+        out.write(f"\r reading {chunk.source}  {100 * share:5.1f}%")
+        if share >= 1.0:
+            out.write("\n")
+        out.flush()
+
+    return update

@@ -1,4 +1,4 @@
-"""`convert` JSON Lines -> Parquet in one streamed pass (records/convert_stream.py): the same file as
+"""`convert` JSON Lines -> Parquet in one streamed pass (records/convert.py): the same file as
 the exact per-record converter writes, read back to the same arrays and the same report."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ pq = pytest.importorskip("pyarrow.parquet")
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path  # noqa: E402
 from tps_tracer.evaluation.report import ReportOptions  # noqa: E402
 from tps_tracer.records import read_trajectories  # noqa: E402
-from tps_tracer.records.parquet import _exact_convert, jsonl_to_parquet, parquet_records  # noqa: E402
+from tps_tracer.records.convert import _exact_convert, jsonl_to_parquet  # noqa: E402
 from tps_tracer.records.schema import TrajectoryRecord  # noqa: E402
+from tps_tracer.records.shards import parquet_records  # noqa: E402
 from tps_tracer.scoring import parse_rules, parse_schedules  # noqa: E402
 
 OPTS = ReportOptions(rules=parse_rules("log,brier"), schedules=parse_schedules("all"), bootstrap=200)

@@ -1,4 +1,5 @@
-"""Parquet read with a column projection (records/parquet_columns.py): the same arrays, the same errors.
+"""records/parquet.py: the read with a column projection gives the same arrays and errors, and the
+one row -> record converter (`row_json`) gives the chunked and the whole-file read the same records.
 
 (Needs the `parquet` extra.)
 """
@@ -6,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,8 +19,9 @@ from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
 from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.parquet import jsonl_to_parquet
-from tps_tracer.records.parquet_columns import projected_batches, projection
+from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
+from tps_tracer.records.parquet import projected_batches, projection
+from tps_tracer.records.shards import parquet_records
 
 
 def _jsonl(tmp_path, n=40):
@@ -90,3 +93,74 @@ def test_refused_batches_that_are_valid_give_the_exact_arrays(tmp_path):
     chunks = list(iter_chunks(dst, batch_rows=3))
     assert not any(c.fast for c in chunks)
     assert_same_arrays(concat_arrays([c.arrays for c in chunks]), to_arrays(read_trajectories(src)))
+
+
+def _hand_made(path, rows):
+    """A Parquet file written by pyarrow, not by `convert`: string forecasts (the fast read refuses
+    the batch), nullable metadata, extras as JSON text."""
+    forecasts = pa.struct([pa.field("v", pa.string())])
+    step = pa.struct([pa.field("t", pa.int64()), pa.field("forecasts", forecasts), pa.field("extra", pa.string())])
+    schema = pa.schema(
+        [
+            ("trajectory_id", pa.string()),
+            ("stop_reason", pa.string()),
+            ("outcome", pa.int8()),
+            ("q_z", pa.float64()),
+            ("steps", pa.list_(step)),
+            ("metadata", pa.string()),
+            ("extra", pa.string()),
+        ]
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+_ROWS = [
+    {
+        "trajectory_id": "a",
+        "stop_reason": "clean",
+        "outcome": 1,
+        "q_z": None,
+        "steps": [
+            {"t": 1, "forecasts": {"v": "0.5"}, "extra": json.dumps({"text": "x"})},
+            {"t": None, "forecasts": {"v": None}, "extra": None},
+        ],
+        "metadata": None,
+        "extra": json.dumps({"model": "m-1"}),
+    },
+    {
+        "trajectory_id": "b",
+        "stop_reason": "max_steps",
+        "outcome": None,
+        "q_z": 0.5,
+        "steps": [{"t": 1, "forecasts": {"v": "0.7"}, "extra": None}],
+        "metadata": json.dumps({"task_id": "t1"}),
+        "extra": None,
+    },
+]
+
+
+def test_the_chunked_and_the_whole_file_read_turn_rows_into_the_same_records(tmp_path):
+    """There were two row converters: the chunked read's exact path refused a null `metadata` (which
+    the fast path and the whole-file read take as absent), and the whole-file read crashed with a bare
+    ValueError on a NaN (the chunked read named its row and field). Now one converter, both readers:
+    null metadata is absent, extras are merged back, a NaN is named by row and field."""
+    ok = _hand_made(tmp_path / "ok.parquet", _ROWS)
+    records = list(parquet_records(ok))
+    assert [(r.trajectory_id, r.metadata, r.model_extra) for r in records] == [
+        ("a", {}, {"model": "m-1"}),
+        ("b", {"task_id": "t1"}, {}),
+    ]
+    assert [s.model_extra for s in records[0].steps] == [{"text": "x"}, {}] and records[0].steps[1].t is None
+    chunks = list(iter_chunks(ok))
+    assert not any(c.fast for c in chunks)  # string forecasts: the exact per-row path
+    assert_same_arrays(concat_arrays([c.arrays for c in chunks]), to_arrays(records))
+    parquet_to_jsonl(ok, tmp_path / "back.jsonl")
+    back = [json.loads(line) for line in (tmp_path / "back.jsonl").read_text().splitlines()]
+    assert back[0]["model"] == "m-1" and back[0]["steps"][0]["text"] == "x" and back[0]["metadata"] == {}
+
+    nan = _hand_made(tmp_path / "nan.parquet", [dict(_ROWS[1], trajectory_id="c"), dict(_ROWS[1], q_z=math.nan)])
+    for read in (lambda: list(parquet_records(nan)), lambda: list(iter_chunks(nan))):
+        with pytest.raises(TrajectoryFileError) as exc:
+            read()
+        assert [(e.line, e.field) for e in exc.value.errors] == [(2, "q_z")]
