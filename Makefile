@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 HASH   := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 
 extras_demo := demo
-extras_test := test,dev,demo,resume,langchain-test,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray
+extras_test := test,dev,demo,resume,langchain-test,plot,parquet,otel,openinference,phoenix,otel-test,integrations-test,mlflow,frameworks-test,ray,langsmith,langfuse
 extras_bench := $(extras_test),bench
 
 stamp = $(VENV)/.installed-$(1)-$(HASH)

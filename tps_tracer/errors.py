@@ -55,6 +55,8 @@ EXTRA_OF_MODULE = {
     "prometheus_client": "otel",
     "phoenix": "phoenix",
     "mlflow": "mlflow",
+    "langsmith": "langsmith",
+    "langfuse": "langfuse",
     "matplotlib": "plot",
     "pyarrow": "parquet",
     "ray": "ray",

@@ -1,4 +1,4 @@
-"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp`: a records file's scores onto their traces.
+"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto their traces.
 
 The library side is `tps_tracer.otel.score_export` (what is exported, what is counted); this
 builds the backend's exporter from the options, runs it, waits for delivery and reports.
@@ -66,9 +66,25 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     return spans, flush, status
 
 
+def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """LangSmith feedback / Langfuse scores, clients from the SDKs' own settings (API keys, project)."""
+    from tps_tracer.otel.feedback_scores import LangfuseScores, LangSmithFeedback
+
+    if args.to == "langsmith":
+        from langsmith import Client
+
+        client = Client(api_url=args.endpoint) if args.endpoint else None
+        return LangSmithFeedback(client, not_stored_timeout=args.timeout, **options)
+    from langfuse import Langfuse
+
+    return LangfuseScores(Langfuse(base_url=args.endpoint) if args.endpoint else None, **options)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    from tps_tracer.otel.score_export import OTEL_LINK
     from tps_tracer.records.chunks import is_parquet
     from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.tracking.keys import RUN_ID_KEY
 
     if is_parquet(args.records):
         raise InputError("export reads JSON Lines records (convert Parquet with `tps-tracer convert`)")
@@ -76,7 +92,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tps_tracer.scoring.rules import parse_rules
 
     rules = parse_rules(args.rules)  # commas inside beta(a,b) kept
-    check_linked(records, args.allow_unlinked)  # before any exporter is built: nothing sent on refusal
+    link = (RUN_ID_KEY,) if args.to in BY_RUN_ID else OTEL_LINK
+    check_linked(records, args.allow_unlinked, link)  # before any exporter is built: nothing sent on refusal
     options: dict[str, Any] = {"predictor": args.predictor, "weights": args.weights, "censoring": args.censoring}
     if args.to == "otlp":
         listener, flush, status = _otlp(args, options)
@@ -89,12 +106,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         from tps_tracer.otel.mlflow_upsert import MlflowUpsert
 
-        exporter = MlflowUpsert(args.endpoint, not_stored_timeout=args.timeout, **options)
+        if args.to in BY_RUN_ID:
+            exporter = _by_run_id(args, options)
+        else:
+            exporter = MlflowUpsert(args.endpoint, not_stored_timeout=args.timeout, **options)
         listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
 
     from tps_tracer.otel.score_export import export_records
 
-    summary = export_records(records, listener, rules, [args.weights])
+    summary = export_records(records, listener, rules, [args.weights], link)
     delivered = flush(args.timeout)
     summary.delivery = status()
     if closer is not None:
@@ -106,6 +126,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+BY_RUN_ID = ("langsmith", "langfuse")  # backends a record joins by its LangChain run id
+HOW_TO_LINK_RUN = (
+    "records get a LangChain run id (metadata langchain_run_id) when TPSCallbackHandler captures a LangChain "
+    "or LangGraph run (docs/traces.md)"
+)
 HOW_TO_LINK = (
     "records get trace ids (metadata otel_trace_id / otel_span_id) when they are captured by "
     "TPSSpanProcessor, or by TPSCallbackHandler while OpenInference instruments LangChain or an "
@@ -117,14 +142,15 @@ def _ids(ids: list[str]) -> str:
     return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
 
 
-def check_linked(records: list[Any], allow_unlinked: bool) -> None:
+def check_linked(records: list[Any], allow_unlinked: bool, link: tuple[str, ...]) -> None:
     """Refuse (InputError: exit 2) an export that would leave runs behind for want of a trace id."""
-    from tps_tracer.otel.score_export import has_trace
+    from tps_tracer.otel.score_export import OTEL_LINK, has_trace
 
-    unlinked = [rec.trajectory_id for rec in records if not has_trace(rec)]
+    how = HOW_TO_LINK if link == OTEL_LINK else HOW_TO_LINK_RUN
+    unlinked = [rec.trajectory_id for rec in records if not has_trace(rec, link)]
     if len(unlinked) == len(records):
-        raise InputError(f"none of the {len(records)} runs can be exported: no record names a trace; {HOW_TO_LINK}")
-    pending = sum(1 for rec in records if has_trace(rec) and rec.is_pending)
+        raise InputError(f"none of the {len(records)} runs can be exported: no record names a trace; {how}")
+    pending = sum(1 for rec in records if has_trace(rec, link) and rec.is_pending)
     if pending + len(unlinked) == len(records):  # a pending run is exported once graded: not a refusal alone
         raise InputError(
             f"none of the {len(records)} runs can be exported: {pending} clean runs still wait for their outcome "
@@ -135,7 +161,7 @@ def check_linked(records: list[Any], allow_unlinked: bool) -> None:
     if not allow_unlinked:
         raise InputError(
             f"{len(unlinked)} of {len(records)} runs name no trace ({_ids(unlinked)}); nothing exported. "
-            f"Pass --allow-unlinked to export the other {len(records) - len(unlinked)} and count these; {HOW_TO_LINK}"
+            f"Pass --allow-unlinked to export the other {len(records) - len(unlinked)} and count these; {how}"
         )
 
 

@@ -286,14 +286,25 @@ def add_convert_parser(sub: Any) -> None:
 def add_export_parser(sub: Any) -> None:
     e = sub.add_parser(
         "export",
-        help="push a records file's scores (late outcomes and q_z applied) to their traces: phoenix, mlflow, otlp",
+        help="push a records file's scores (late outcomes and q_z applied) to their traces: phoenix, mlflow, otlp, "
+        "langsmith, langfuse",
     )
-    e.add_argument("records", help="trajectory JSON Lines (with resolution lines) whose metadata names otel_trace_id")
-    e.add_argument("--to", choices=["phoenix", "mlflow", "otlp"], required=True, help="where the traces are")
+    e.add_argument(
+        "records",
+        help="trajectory JSON Lines (with resolution lines) whose metadata names otel_trace_id "
+        "(langsmith, langfuse: langchain_run_id)",
+    )
+    e.add_argument(
+        "--to",
+        choices=["phoenix", "mlflow", "otlp", "langsmith", "langfuse"],
+        required=True,
+        help="where the traces are",
+    )
     e.add_argument(
         "--endpoint",
         help="Phoenix base URL (default http://127.0.0.1:6006), MLflow tracking URI (default: MLFLOW_TRACKING_URI), "
-        "or OTLP/HTTP endpoint (default http://127.0.0.1:4318)",
+        "OTLP/HTTP endpoint (default http://127.0.0.1:4318), LangSmith API URL or Langfuse base URL (default: "
+        "their SDKs' settings, LANGSMITH_ENDPOINT / LANGFUSE_BASE_URL, with their API keys and LANGSMITH_PROJECT)",
     )
     e.add_argument("--predictor", default=HEADLINE_PREDICTOR, help="the headline predictor: scores named tps.<rule>")
     e.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules")

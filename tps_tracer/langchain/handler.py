@@ -71,6 +71,7 @@ from tps_tracer.tracking.keys import (
     HORIZON_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
+    RUN_ID_KEY,
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
@@ -688,7 +689,13 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
             final_text=text if isinstance(text, str) else None,
-            extra={**(run.trace_ids or {}), **({} if thread is None else {"thread_id": str(thread)})} or None,
+            extra={
+                **(run.trace_ids or {}),
+                # the root run of the invocation that ended the run (a resumed run's last one)
+                **({} if run.root is None else {RUN_ID_KEY: str(run.root)}),
+                **({} if thread is None else {"thread_id": str(thread)}),
+            }
+            or None,
         )
         if decision is not None:
             self.last_trajectory_id = state.tid

@@ -1,7 +1,10 @@
 """Backend writes (annotations, assessments) delivered off the agent's threads, retried, never silently lost.
 
 An exporter subclasses `RetryingDelivery`: `items(score, link)` turns a trajectory's score
-into backend records, `_send(batch)` writes them. The base class owns the rest:
+into backend records, `_send(batch)` writes them (and returns why records the backend refused
+for good were refused: counted in `gave_up`, logged, not retried). The link is where the score
+goes: a `SpanLink` found by `__call__`, or what an exporter's own `__call__` finds (a LangChain
+run id). The base class owns the rest:
 
 - a queue filled by the accumulator's listener call, drained by one worker thread;
 - when the backend is down or answers with an error, the batch goes back to the front and
@@ -32,7 +35,7 @@ from typing import Any
 
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.score_names import SentScores
-from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from tps_tracer.otel.trace_links import TraceLinks
 
 logger = logging.getLogger("tps_tracer")
 
@@ -87,10 +90,10 @@ class RetryingDelivery:
 
     # ------------------------------------------------------------------ subclass hooks
 
-    def items(self, score: TrajectoryScore, link: SpanLink) -> list[Any]:
+    def items(self, score: TrajectoryScore, link: Any) -> list[Any]:
         raise NotImplementedError
 
-    def _send(self, batch: Sequence[Any]) -> None:
+    def _send(self, batch: Sequence[Any]) -> list[str] | None:
         raise NotImplementedError
 
     def _not_stored_yet(self, exc: Exception) -> bool:
@@ -107,7 +110,7 @@ class RetryingDelivery:
         signature changed since it was last queued for this trajectory (None: always send)."""
         return None
 
-    def new_records(self, score: TrajectoryScore, link: SpanLink) -> list[Any]:
+    def new_records(self, score: TrajectoryScore, link: Any) -> list[Any]:
         """`items(score, link)` less those already queued for this trajectory with the same signature."""
         return [
             r
@@ -115,7 +118,7 @@ class RetryingDelivery:
             if (key := self.identity(r)) is None or self.sent_scores.is_new(score.trajectory_id, *key)
         ]
 
-    def _enqueue(self, score: TrajectoryScore, link: SpanLink) -> None:
+    def _enqueue(self, score: TrajectoryScore, link: Any) -> None:
         records = self.new_records(score, link)
         if not records:
             return
@@ -151,7 +154,7 @@ class RetryingDelivery:
         while (taken := self._next_batch()) is not None:
             batch, waiting = taken
             try:
-                self._send(batch)
+                refused = self._send(batch) or []
             except Exception as exc:
                 if len(batch) == 1 and self._not_stored_yet(exc):
                     self._wait_for_trace(batch[0], waiting, exc)
@@ -162,9 +165,13 @@ class RetryingDelivery:
                 delay = min(delay * 2, self.retry_max)
                 continue
             with self._cond:
-                self.sent += len(batch)
+                self.sent += len(batch) - len(refused)
+                self.gave_up += len(refused)
+                self.last_error = "; ".join(refused) if refused else self.last_error
                 self._in_flight = 0
                 self._cond.notify_all()
+            if refused:
+                logger.warning("tps-tracer: %s refused %d records: %s", self.backend, len(refused), self.last_error)
             if delay != self.retry_initial:
                 logger.warning(
                     "tps-tracer: %s delivered again after %d failed attempts", self.backend, self.failed_attempts

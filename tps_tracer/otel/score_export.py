@@ -5,7 +5,8 @@ Scores known later never reached the backend live: a grade appended by a grading
 reads the records with their resolution lines applied, scores each run on the same
 accumulator the live exporters listen to (so a number is the one the live path would have
 sent), and hands each score to the same exporters, linked by the `otel_trace_id` /
-`otel_span_id` the span processor and the LangChain handler write into every record.
+`otel_span_id` the span processor and the LangChain handler write into every record (or, for
+LangSmith and Langfuse, by the handler's `langchain_run_id`).
 
 Runs are accounted for, never silently skipped:
 
@@ -18,7 +19,8 @@ Re-running is idempotent: Phoenix keeps one annotation per span and name (a seco
 replaces it), MLflow assessments are looked up and updated in place (`MlflowUpsert`), and
 OTLP evaluation spans get span ids derived from the run and its score (span_ids.py), the
 same ids the live `EvaluationSpanExporter` gives them, so a backend that keys spans by id
-(Phoenix, any store that deduplicates) stores one, also after a live export.
+(Phoenix, any store that deduplicates) stores one, also after a live export. LangSmith feedback
+and Langfuse scores get ids derived from the run and name (feedback_scores.py).
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ class ExportSummary:
         }
 
 
-def has_trace(record: TrajectoryRecord) -> bool:
-    md = record.metadata
-    return isinstance(md.get("otel_trace_id"), str) and isinstance(md.get("otel_span_id"), str)
+OTEL_LINK = ("otel_trace_id", "otel_span_id")  # the metadata a record joins its OpenTelemetry trace by
+
+
+def has_trace(record: TrajectoryRecord, link: Sequence[str] = OTEL_LINK) -> bool:
+    """Whether the record names every id in `link` (OTEL_LINK, or (RUN_ID_KEY,) for LangSmith / Langfuse)."""
+    return all(isinstance(record.metadata.get(key), str) for key in link)
 
 
 def scores_of(
@@ -76,12 +81,13 @@ def export_records(
     exporter: Callable[[TrajectoryScore], None],
     rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)"),
     weights: Sequence[str] = ("linear-front",),
+    link: Sequence[str] = OTEL_LINK,
 ) -> ExportSummary:
     """Hand every linked run's score to `exporter` (a live exporter: a listener); see the module docstring."""
     summary = ExportSummary()
     linked = []
     for rec in records:
-        if not has_trace(rec):
+        if not has_trace(rec, link):
             summary.without_trace.append(rec.trajectory_id)
         elif rec.is_pending:
             summary.pending_outcome.append(rec.trajectory_id)
