@@ -10,8 +10,9 @@ against the vendor's API schema (schemas/, copied with source and licence) and k
     Langfuse   POST /api/public/scores (a list; upserted by id, as Langfuse does), and the spans
                its handler exports (POST /api/public/otel/v1/traces: their trace ids kept)
 
-`fail` makes every request answer that status (401, 429, 503); `stop()` makes the host
-unreachable. `violations` lists requests that broke the schema (a test asserts it is empty).
+`fail` makes every feedback and score request (and the project look-up) answer that status
+(401, 429, 503), while runs and spans are still taken; `stop()` makes the host unreachable.
+Each server has its own Langfuse public key: the SDK keeps one client per key and process. `violations` lists requests that broke the schema (a test asserts it is empty).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ _CHECK = jsonschema.FormatChecker()
 FEEDBACK_CREATE = jsonschema.Draft202012Validator({**_LS["create"], "$defs": _LS["$defs"]}, format_checker=_CHECK)
 FEEDBACK_UPDATE = jsonschema.Draft202012Validator({**_LS["update"], "$defs": _LS["$defs"]}, format_checker=_CHECK)
 SCORES = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "langfuse_scores.json").read_text()))
-PUBLIC_KEY, SECRET_KEY = "pk-lf-test", "sk-lf-test"
+SECRET_KEY = "sk-lf-test"
 LANGSMITH_API_KEY = "lsv2-test"
+FAILING = ("/feedback", "/sessions", "/api/public/scores")  # what `fail` applies to
 # The SDK's defaults for what /info tells it (langsmith/_internal/_background_thread.py)
 INGEST = {
     "use_multipart_endpoint": True,
@@ -54,6 +56,7 @@ INGEST = {
 class ScorePlatform:
     def __init__(self) -> None:
         self.fail: int | None = None
+        self.public_key = f"pk-lf-{uuid.uuid4().hex[:12]}"
         self.lock = threading.RLock()
         self.received: list[tuple[str, str, Any]] = []  # (method, path, parsed body) of every request
         self.violations: list[str] = []
@@ -128,7 +131,7 @@ class ScorePlatform:
     # ------------------------------------------------------------------ Langfuse
 
     def langfuse(self, method: str, path: str, headers: Any, body: Any, raw: bytes) -> tuple[int, Any]:
-        expected = "Basic " + base64.b64encode(f"{PUBLIC_KEY}:{SECRET_KEY}".encode()).decode()
+        expected = "Basic " + base64.b64encode(f"{self.public_key}:{SECRET_KEY}".encode()).decode()
         if headers.get("Authorization") != expected:
             return 401, {"message": "Invalid credentials"}
         if method == "POST" and path == "/api/public/otel/v1/traces":
@@ -180,7 +183,7 @@ def _handler(platform: ScorePlatform) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw)
             with platform.lock:
                 platform.received.append((self.command, url.path, body))
-            if platform.fail is not None:
+            if platform.fail is not None and url.path.startswith(FAILING):
                 status, answer = platform.fail, {"detail": f"status {platform.fail}"}
             else:
                 with platform.lock:
