@@ -10,5 +10,6 @@ from __future__ import annotations
 from backends.llama_server import llama_server
 from backends.mlflow_server import mlflow_server
 from backends.phoenix_server import phoenix
+from backends.score_platforms import score_platform
 
-__all__ = ["llama_server", "mlflow_server", "phoenix"]
+__all__ = ["llama_server", "mlflow_server", "phoenix", "score_platform"]

@@ -19,7 +19,6 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,43 +48,38 @@ PROJECT = "tps-agents"
 FAST = {"retry_initial": 0.05, "retry_max": 0.2}
 
 
-@pytest.fixture
-def platform() -> Iterator[ScorePlatform]:
-    server = ScorePlatform()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
-def sdk_settings(monkeypatch, platform):
+def sdk_settings(monkeypatch, score_platform):
     monkeypatch.setenv("LANGSMITH_API_KEY", LANGSMITH_API_KEY)
     monkeypatch.setenv("LANGSMITH_PROJECT", PROJECT)
-    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", platform.public_key)
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", score_platform.public_key)
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", SECRET_KEY)
 
 
-def langsmith_client(platform: ScorePlatform) -> Client:
+def langsmith_client(server: ScorePlatform) -> Client:
     # No urllib3 retries: the exporter's backoff is what is tested.
-    return Client(api_url=platform.url, api_key=LANGSMITH_API_KEY, retry_config=Retry(total=0))
+    return Client(api_url=server.url, api_key=LANGSMITH_API_KEY, retry_config=Retry(total=0))
 
 
-def langfuse_client(platform: ScorePlatform) -> Langfuse:
-    return Langfuse(public_key=platform.public_key, secret_key=SECRET_KEY, base_url=platform.url)
+def langfuse_client(server: ScorePlatform) -> Langfuse:
+    return Langfuse(public_key=server.public_key, secret_key=SECRET_KEY, base_url=server.url)
 
 
-def run_agent(world: AgentWorld, sink: Path, exporter: Any, tracing: str, platform: ScorePlatform) -> TPSCallbackHandler:
+def run_agent(world: AgentWorld, sink: Path, exporter: Any, tracing: str, server: ScorePlatform) -> TPSCallbackHandler:
     """Every task of the world, traced by the platform's LangChain tracer with the TPS handler beside it;
     grades are not known during the runs (clean runs are scored by `export` later)."""
     acc = Accumulator(bootstrap=0, sink=sink)
     acc.add_listener(exporter)
     tps = TPSCallbackHandler(acc)
     agent, inputs, _, _ = agent_for("prebuilt", world)
-    tracer = LangChainTracer(project_name=PROJECT, client=langsmith_client(platform)) if tracing == "langsmith" else None
+    tracer = None
+    if tracing == "langsmith":
+        tracer = LangChainTracer(project_name=PROJECT, client=langsmith_client(server))
     for task in world:
         run_id = uuid.uuid4()
         if tracer is None:
             tracer_now: Any = CallbackHandler(
-                public_key=platform.public_key, trace_context={"trace_id": langfuse_trace_id(run_id)}
+                public_key=server.public_key, trace_context={"trace_id": langfuse_trace_id(run_id)}
             )
         else:
             tracer_now = tracer
@@ -102,7 +96,7 @@ def run_agent(world: AgentWorld, sink: Path, exporter: Any, tracing: str, platfo
         tracer.wait_for_futures()
         tracer.client.flush()
     else:
-        langfuse_client(platform).flush()
+        langfuse_client(server).flush()
     acc.close()
     return tps
 
@@ -146,36 +140,36 @@ def world() -> AgentWorld:
     return AgentWorld(10, seed=5, config=WorldConfig(malformed_rate=0.05, tool_failure_rate=0.03))
 
 
-def test_langsmith_feedback_on_each_root_run_exact_and_updated_not_duplicated(platform, world, tmp_path):
+def test_langsmith_feedback_on_each_root_run_exact_and_updated_not_duplicated(score_platform, world, tmp_path):
     sink = tmp_path / "runs.jsonl"
-    live = LangSmithFeedback(langsmith_client(platform), project_name=PROJECT, **FAST)
-    run_agent(world, sink, live, "langsmith", platform)
+    live = LangSmithFeedback(langsmith_client(score_platform), project_name=PROJECT, **FAST)
+    run_agent(world, sink, live, "langsmith", score_platform)
     assert live.flush(30), live.status()
     records = sink_records(sink)
     # The record keeps the root run id though the trajectory is named by tps_trajectory_id; it is
     # the root run the tracer posted (its own trace), in the tracer's project.
     for rec in records.values():
-        run = platform.runs[rec.metadata[RUN_ID_KEY]]
+        run = score_platform.runs[rec.metadata[RUN_ID_KEY]]
         assert run.get("parent_run_id") is None and str(run["trace_id"]) == rec.metadata[RUN_ID_KEY]
         assert rec.trajectory_id != rec.metadata[RUN_ID_KEY]
     live_sent = live.status()["sent"]
-    assert live_sent == len(platform.feedback) > len(records)  # stop reasons, and censored runs' scores
+    assert live_sent == len(score_platform.feedback) > len(records)  # stop reasons, and censored runs' scores
     outcomes = grade_later(world, sink)
     assert outcomes and len(outcomes) < len(records)
 
-    for round_ in (1, 2):
-        code, summary, err = export("langsmith", sink, platform.url)
+    for _ in ("live scores updated and late grades added", "all again: updates only"):
+        code, summary, err = export("langsmith", sink, score_platform.url)
         assert code == 0, err
         assert summary["exported"] == len(records) and summary["complete"]
         assert summary["delivery"]["gave_up"] == 0 and summary["delivery"]["without_run_id"] == 0
-    patches = platform.requests_to("PATCH", "/feedback/")
+    patches = score_platform.requests_to("PATCH", "/feedback/")
     # The second export re-sent everything: each as an update of the same feedback id, none added.
-    assert len(patches) == live_sent + len(platform.feedback)
-    assert platform.violations == []
+    assert len(patches) == live_sent + len(score_platform.feedback)
+    assert score_platform.violations == []
 
     by_run: dict[str, dict[str, Any]] = defaultdict(dict)
-    for fb in platform.feedback.values():
-        assert fb["session_id"] == platform.sessions[PROJECT]
+    for fb in score_platform.feedback.values():
+        assert fb["session_id"] == score_platform.sessions[PROJECT]
         assert fb["run_id"] not in by_run or fb["key"] not in by_run[fb["run_id"]]
         by_run[fb["run_id"]][fb["key"]] = fb["value"]
         if isinstance(fb["value"], float):
@@ -183,63 +177,63 @@ def test_langsmith_feedback_on_each_root_run_exact_and_updated_not_duplicated(pl
     assert check_values(records, by_run, outcomes) > 0
 
 
-def test_langfuse_scores_on_the_trace_its_handler_made_exact_and_upserted(platform, world, tmp_path):
+def test_langfuse_scores_on_the_trace_its_handler_made_exact_and_upserted(score_platform, world, tmp_path):
     sink = tmp_path / "runs.jsonl"
-    live = LangfuseScores(langfuse_client(platform), **FAST)
-    run_agent(world, sink, live, "langfuse", platform)
+    live = LangfuseScores(langfuse_client(score_platform), **FAST)
+    run_agent(world, sink, live, "langfuse", score_platform)
     assert live.flush(30), live.status()
     records = sink_records(sink)
     # Seeded from the run id, the trace id is the one Langfuse's handler exported, and can be recomputed.
-    assert {langfuse_trace_id(rec.metadata[RUN_ID_KEY]) for rec in records.values()} == platform.langfuse_traces
+    assert {langfuse_trace_id(rec.metadata[RUN_ID_KEY]) for rec in records.values()} == score_platform.langfuse_traces
     live_sent = live.status()["sent"]
     outcomes = grade_later(world, sink)
 
-    for round_ in (1, 2):
-        code, summary, err = export("langfuse", sink, platform.url)
+    for _ in ("live scores updated and late grades added", "all again: updates only"):
+        code, summary, err = export("langfuse", sink, score_platform.url)
         assert code == 0, err
         assert summary["exported"] == len(records) and summary["complete"]
-    sent = sum(len(body) for body in platform.requests_to("POST", "/api/public/scores"))
-    assert sent == live_sent + 2 * len(platform.scores)  # every export wrote each id again: upserts
-    assert platform.violations == []
+    sent = sum(len(body) for body in score_platform.requests_to("POST", "/api/public/scores"))
+    assert sent == live_sent + 2 * len(score_platform.scores)  # every export wrote each id again: upserts
+    assert score_platform.violations == []
 
     trace_to_run = {langfuse_trace_id(rec.metadata[RUN_ID_KEY]): rec.metadata[RUN_ID_KEY] for rec in records.values()}
     by_run: dict[str, dict[str, Any]] = defaultdict(dict)
-    for score in platform.scores.values():
+    for score in score_platform.scores.values():
         by_run[trace_to_run[score["traceId"]]][score["name"]] = score["value"]
         assert score["dataType"] == ("NUMERIC" if score["name"] != STOP_NAME else "CATEGORICAL")
     assert check_values(records, by_run, outcomes) > 0
 
 
-def client_for(backend: str, platform: ScorePlatform, url: str) -> Any:
+def client_for(backend: str, server: ScorePlatform, url: str) -> Any:
     if backend == "langsmith":
         client = Client(api_url=url, api_key=LANGSMITH_API_KEY, retry_config=Retry(total=0))
         return LangSmithFeedback(client, project_name=PROJECT, **FAST)
-    return LangfuseScores(Langfuse(public_key=platform.public_key, secret_key=SECRET_KEY, base_url=url), **FAST)
+    return LangfuseScores(Langfuse(public_key=server.public_key, secret_key=SECRET_KEY, base_url=url), **FAST)
 
 
 @pytest.mark.parametrize("backend", ["langsmith", "langfuse"])
 @pytest.mark.parametrize("failure", [401, 429, 503, "unreachable"])
-def test_failures_are_counted_logged_and_make_export_exit_1(platform, tmp_path, caplog, backend, failure):
+def test_failures_are_counted_logged_and_make_export_exit_1(score_platform, tmp_path, caplog, backend, failure):
     world = AgentWorld(3, seed=7)
     sink = tmp_path / "runs.jsonl"
     if failure == "unreachable":
         url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     else:
-        url = platform.url
-        platform.fail = failure
-    live = client_for(backend, platform, url)
+        url = score_platform.url
+        score_platform.fail = failure
+    live = client_for(backend, score_platform, url)
     caplog.set_level(logging.WARNING, logger="tps_tracer")
-    run_agent(world, sink, live, backend, platform)  # raises nothing into the agent
+    run_agent(world, sink, live, backend, score_platform)  # raises nothing into the agent
     assert not live.flush(1.0)
     status = live.status()
     assert status["sent"] == 0 and status["pending"] > 0 and status["failed_attempts"] >= 1
     assert status["last_error"]
     assert any(f"{live.backend} writes failed" in r.getMessage() for r in caplog.records)
     if failure != "unreachable":
-        platform.fail = None  # the outage ends: everything kept is delivered, retried with backoff
+        score_platform.fail = None  # the outage ends: everything kept is delivered, retried with backoff
         assert live.flush(30), live.status()
         assert live.status()["sent"] == status["pending"]
-        platform.fail = failure
+        score_platform.fail = failure
     live.close(1.0)
 
     grade_later(world, sink)

@@ -238,6 +238,24 @@ def _tracking_uri(ctx: dict[str, Any]) -> str:
     return ctx["request"].getfixturevalue("mlflow_server").url
 
 
+def _platform_settings(ctx: dict[str, Any]) -> str:
+    """LangSmith's and Langfuse's settings in the environment: a server on 127.0.0.1 (backends/score_platforms.py)."""
+    from backends.score_platforms import LANGSMITH_API_KEY, SECRET_KEY
+
+    server = ctx["request"].getfixturevalue("score_platform")
+    ctx["score_platform"] = server
+    settings = {
+        "LANGSMITH_ENDPOINT": server.url,
+        "LANGSMITH_API_KEY": LANGSMITH_API_KEY,
+        "LANGFUSE_BASE_URL": server.url,
+        "LANGFUSE_PUBLIC_KEY": server.public_key,
+        "LANGFUSE_SECRET_KEY": SECRET_KEY,
+    }
+    for key, value in settings.items():
+        ctx["monkeypatch"].setenv(key, value)
+    return server.url
+
+
 def _provider(ctx: dict[str, Any]) -> Any:
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -260,6 +278,7 @@ GIVEN: dict[str, Callable[[dict[str, Any]], Any]] = {
     "response_metadata": _response_metadata,
     "phoenix_url": _phoenix_url,
     "tracking_uri": _tracking_uri,
+    "LANGSMITH_ENDPOINT": _platform_settings,  # and the other LANGSMITH_* / LANGFUSE_* settings
     "provider": _provider,
     "acc": _acc,
 }
@@ -381,6 +400,13 @@ def _check_collector(ns: dict[str, Any]) -> None:
     assert {"/v1/traces", "/v1/metrics"} <= set(_OtlpReceiver.received)
 
 
+def _check_run_id_backends(ns: dict[str, Any]) -> None:
+    for exporter in (ns["feedback"], ns["scores"]):
+        status = exporter.status()
+        assert status["sent"] >= 2 and status["pending"] == status["gave_up"] == status["without_run_id"] == 0, status
+        exporter.close()
+
+
 CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     # (page, code only that block has) -> check of what the block made
     (
@@ -399,6 +425,7 @@ CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
         "assessments"
     ),
     ("integrations/otel-collector/README.md", "acc.add_listener(TPSMetrics(meters))"): _check_collector,
+    ("docs/traces.md", "feedback, scores = LangSmithFeedback(), LangfuseScores()"): _check_run_id_backends,
 }
 
 

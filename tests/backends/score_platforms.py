@@ -12,7 +12,8 @@ against the vendor's API schema (schemas/, copied with source and licence) and k
 
 `fail` makes every feedback and score request (and the project look-up) answer that status
 (401, 429, 503), while runs and spans are still taken; `stop()` makes the host unreachable.
-Each server has its own Langfuse public key: the SDK keeps one client per key and process. `violations` lists requests that broke the schema (a test asserts it is empty).
+Each server has its own Langfuse public key: the SDK keeps one client per key and process.
+`violations` lists requests that broke the schema (a test asserts it is empty).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import email.parser
 import email.policy
 import gzip
 import json
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -206,7 +208,11 @@ def _handler(platform: ScorePlatform) -> type[BaseHTTPRequestHandler]:
 
 
 @pytest.fixture
-def platform() -> Iterator[ScorePlatform]:
+def score_platform() -> Iterator[ScorePlatform]:
     server = ScorePlatform()
     yield server
+    if "langfuse" in sys.modules:  # its client for this key would retry sending spans here at exit
+        from langfuse import get_client
+
+        get_client(public_key=server.public_key).shutdown()
     server.stop()

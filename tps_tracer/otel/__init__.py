@@ -6,6 +6,8 @@
     TPSMetrics              running mean TPS and counts as OpenTelemetry metrics
     PhoenixAnnotations      Arize Phoenix span annotations, retried while Phoenix is down
     MlflowAssessments       MLflow assessments (feedback) on the traces, retried while MLflow is down
+    LangSmithFeedback       LangSmith feedback on each LangChain root run (the run LangSmith's tracer made)
+    LangfuseScores          Langfuse scores on each run's trace (its id seeded from the run id: langfuse_trace_id)
     TraceLinks              trajectory id -> agent root span (shared by the above)
 
 Exporters are accumulator listeners: `accumulator.add_listener(exporter)`.
@@ -24,6 +26,7 @@ from tps_tracer.errors import missing_extra
 if TYPE_CHECKING:
     from tps_tracer.otel.evaluation_events import EvaluationEventExporter
     from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
+    from tps_tracer.otel.feedback_scores import LangfuseScores, LangSmithFeedback, langfuse_trace_id
     from tps_tracer.otel.metrics import TPSMetrics
     from tps_tracer.otel.mlflow_assessments import MlflowAssessments
     from tps_tracer.otel.phoenix import PhoenixAnnotations
@@ -34,6 +37,9 @@ _WHERE = {
     "SCOPE_NAME": "span_processor",
     "EvaluationEventExporter": "evaluation_events",
     "EvaluationSpanExporter": "evaluation_spans",
+    "LangfuseScores": "feedback_scores",
+    "LangSmithFeedback": "feedback_scores",
+    "langfuse_trace_id": "feedback_scores",
     "MlflowAssessments": "mlflow_assessments",
     "PhoenixAnnotations": "phoenix",
     "SpanLink": "trace_links",
@@ -46,12 +52,15 @@ __all__ = [
     "SCOPE_NAME",
     "EvaluationEventExporter",
     "EvaluationSpanExporter",
+    "LangSmithFeedback",
+    "LangfuseScores",
     "MlflowAssessments",
     "PhoenixAnnotations",
     "SpanLink",
     "TPSMetrics",
     "TPSSpanProcessor",
     "TraceLinks",
+    "langfuse_trace_id",
 ]
 
 
