@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import uuid
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from langfuse.langchain import CallbackHandler
 from langsmith import Client
 from otel_support import agent_for
 from recipe_support import HORIZON, expected_score, expected_score_names
+from test_otel_export import expected_tps
 from urllib3.util.retry import Retry
 from world_check import sink_records
 
@@ -176,6 +178,27 @@ def test_langsmith_feedback_on_each_root_run_exact_and_updated_not_duplicated(sc
             assert fb["score"] == round(fb["value"], 4)  # the SDK's rounding: the exact TPS is the value
     assert check_values(records, by_run, outcomes) > 0
 
+    # q_Z for the budget stops arrives (the resume workflow): `--censoring exact` adds tps.<rule>.exact.
+    late, q_z = JsonlSink(sink), {}
+    for tid, rec in records.items():
+        if rec.stop_reason is StopReason.MAX_STEPS:
+            q_z[tid] = round(0.1 + 0.8 * (zlib.crc32(tid.encode()) % 97) / 97, 4)
+            late.resolve(tid, q_z=q_z[tid])
+    late.close()
+    assert q_z
+    code, _, err = export("langsmith", sink, score_platform.url, "--censoring", "exact")
+    assert code == 0, err
+    exact = {(fb["run_id"], fb["key"]): fb["value"] for fb in score_platform.feedback.values()}
+    n_exact = 0
+    for tid, rec in records.items():
+        eta = {StopReason.CLEAN: outcomes.get(tid), StopReason.MAX_STEPS: q_z.get(tid)}.get(rec.stop_reason)
+        for name, (predictor, rule) in expected_score_names(rec, RULES).items():
+            got = exact[(rec.metadata[RUN_ID_KEY], name + ".exact")]
+            assert abs(got - expected_tps(rec, predictor, rule, float(eta))) <= 1e-12, (tid, name)
+            n_exact += 1
+    assert n_exact == sum(key.endswith(".exact") for _, key in exact) > 0
+    assert score_platform.violations == []
+
 
 def test_langfuse_scores_on_the_trace_its_handler_made_exact_and_upserted(score_platform, world, tmp_path):
     sink = tmp_path / "runs.jsonl"
@@ -241,3 +264,25 @@ def test_failures_are_counted_logged_and_make_export_exit_1(score_platform, tmp_
     assert code == 1
     assert not summary["complete"] and summary["delivery"]["pending"] > 0
     assert "delivery incomplete" in err and "runs sent to" in err and str(summary["delivery"]["pending"]) in err
+
+
+def test_refused_scores_and_runs_without_a_run_id_are_counted_and_logged(score_platform, caplog):
+    score_platform.refuse = {"tps.brier"}
+    live = LangfuseScores(langfuse_client(score_platform), **FAST)
+    acc = Accumulator(bootstrap=0)
+    acc.add_listener(live)
+    caplog.set_level(logging.WARNING, logger="tps_tracer")
+    acc.observe("a", {"verbal": 0.7})
+    acc.stop("a", "clean", metadata={RUN_ID_KEY: str(uuid.uuid4())}, outcome=1)
+    acc.observe("b", {"verbal": 0.6})
+    acc.stop("b", "clean", outcome=1)  # a hand-written loop: no LangChain root run to attach to
+    acc.close()
+    assert live.flush(10)
+    status = live.status()
+    # stop reason, log, beta(2,4) taken; brier refused for good (not retried); run b counted
+    assert (status["sent"], status["gave_up"], status["without_run_id"]) == (3, 1, 1)
+    assert status["last_error"] == "score tps.brier rejected"
+    assert sorted(s["name"] for s in score_platform.scores.values()) == ["tps.beta(2,4)", "tps.log", "tps.stop_reason"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Langfuse refused 1 records" in m for m in messages)
+    assert any("no LangChain run id" in m and "'b'" in m for m in messages)

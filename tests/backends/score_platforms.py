@@ -10,7 +10,7 @@ against the vendor's API schema (schemas/, copied with source and licence) and k
     Langfuse   POST /api/public/scores (a list; upserted by id, as Langfuse does), and the spans
                its handler exports (POST /api/public/otel/v1/traces: their trace ids kept)
 
-`fail` makes every feedback and score request (and the project look-up) answer that status
+`refuse` names Langfuse scores answered as rejected in a 207. `fail` makes every feedback and score request (and the project look-up) answer that status
 (401, 429, 503), while runs and spans are still taken; `stop()` makes the host unreachable.
 Each server has its own Langfuse public key: the SDK keeps one client per key and process.
 `violations` lists requests that broke the schema (a test asserts it is empty).
@@ -58,6 +58,7 @@ INGEST = {
 class ScorePlatform:
     def __init__(self) -> None:
         self.fail: int | None = None
+        self.refuse: set[str] = set()  # Langfuse score names answered as rejected (207)
         self.public_key = f"pk-lf-{uuid.uuid4().hex[:12]}"
         self.lock = threading.RLock()
         self.received: list[tuple[str, str, Any]] = []  # (method, path, parsed body) of every request
@@ -147,8 +148,13 @@ class ScorePlatform:
         if method == "POST" and path == "/api/public/scores":
             for error in SCORES.iter_errors(body):
                 self.violations.append(f"POST /api/public/scores: {error.message}")
+            refused = [score for score in body if score.get("name") in self.refuse]
             for score in body:
-                self.scores[score.get("id") or str(uuid.uuid4())] = score  # upserted by id
+                if score not in refused:
+                    self.scores[score.get("id") or str(uuid.uuid4())] = score  # upserted by id
+            if refused:
+                errors = [{"message": f"score {s['name']} rejected"} for s in refused]
+                return 207, {"accepted": len(body) - len(refused), "rejected": len(refused), "errors": errors}
             return 202, {"message": "Accepted"}
         self.violations.append(f"Langfuse has no {method} {path} here")
         return 404, {"message": "not found"}

@@ -164,14 +164,14 @@ class RetryingDelivery:
                 time.sleep(delay)
                 delay = min(delay * 2, self.retry_max)
                 continue
+            if refused:  # logged before flush() can return
+                logger.warning("tps-tracer: %s refused %d records: %s", self.backend, len(refused), "; ".join(refused))
             with self._cond:
                 self.sent += len(batch) - len(refused)
                 self.gave_up += len(refused)
                 self.last_error = "; ".join(refused) if refused else self.last_error
                 self._in_flight = 0
                 self._cond.notify_all()
-            if refused:
-                logger.warning("tps-tracer: %s refused %d records: %s", self.backend, len(refused), self.last_error)
             if delay != self.retry_initial:
                 logger.warning(
                     "tps-tracer: %s delivered again after %d failed attempts", self.backend, self.failed_attempts
