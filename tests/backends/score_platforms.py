@@ -10,8 +10,9 @@ against the vendor's API schema (schemas/, copied with source and licence) and k
     Langfuse   POST /api/public/scores (a list; upserted by id, as Langfuse does), and the spans
                its handler exports (POST /api/public/otel/v1/traces: their trace ids kept)
 
-`refuse` names Langfuse scores answered as rejected in a 207. `fail` makes every feedback and score request (and the project look-up) answer that status
-(401, 429, 503), while runs and spans are still taken; `stop()` makes the host unreachable.
+`refuse` names Langfuse scores answered as rejected in a 207. `fail` makes every feedback and
+score request (and the project look-up) answer that status (401, 429, 503), while runs and
+spans are still taken; `stop()` makes the host unreachable.
 Each server has its own Langfuse public key: the SDK keeps one client per key and process.
 `violations` lists requests that broke the schema (a test asserts it is empty).
 """
