@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -77,6 +78,9 @@ def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         return LangSmithFeedback(client, not_stored_timeout=args.timeout, **options)
     from langfuse import Langfuse
 
+    if not (os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY")):
+        # Without them the SDK's client is disabled and every write would fail until --timeout.
+        raise InputError("--to langfuse needs LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY (the project's API keys)")
     return LangfuseScores(Langfuse(base_url=args.endpoint) if args.endpoint else None, **options)
 
 
