@@ -25,12 +25,17 @@ Per run, with the names and quantities of score_names.py: `tps.stop_reason` (its
 reason), and one record per predictor x rule whose value is the TPS. LangSmith rounds a
 feedback `score` to 4 decimals, so the exact TPS is its `value`. Each record has an id derived
 from the run id and name (uuid5), so a second export, or a late outcome, updates it rather than
-adding one: Langfuse upserts scores by id; LangSmith answers 409 to a known feedback id, which
-is then patched (score, value, comment; its `extra` metadata stays the first one).
+adding one: Langfuse upserts scores by id; a LangSmith create refused as a conflict (409, the id
+exists) is patched instead (score, value, comment; its `extra` metadata stays the first one).
+LangSmith answers 404 until the tracer's batch holding the run is ingested: that feedback waits
+and is retried on its own, up to `not_stored_timeout` (as MLflow's traces, delivery.py).
 
-Delivery is `RetryingDelivery`'s (retried with backoff; the SDKs' own retries are turned off for
-the request, so a 429 does not block the worker for minutes). A run whose record names no run id
-(a hand-written loop without a root run) is counted in `status()["without_run_id"]`, logged once.
+Delivery is `RetryingDelivery`'s, with backoff. The SDKs' long retry loops are off for these
+writes (LangSmith's create_feedback retries a 429 up to 10 times with growing sleeps; Langfuse's
+API client retries too), so an outage is counted and logged promptly; LangSmith's HTTP adapter
+keeps its 3 short retries unless the client is built with `retry_config`. A run whose record
+names no run id (a hand-written loop without a root run) is counted in
+`status()["without_run_id"]` and logged (the 1st, 2nd, 4th, ... time).
 """
 
 from __future__ import annotations
@@ -45,12 +50,11 @@ from tps_tracer.evaluation.censoring_mix import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, DEFAULT_NOT_STORED_TIMEOUT, RetryingDelivery
 from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
-from tps_tracer.otel.score_names import named_values
+from tps_tracer.otel.score_names import STOP_NAME, named_values
 from tps_tracer.tracking.keys import RUN_ID_KEY
 
 logger = logging.getLogger("tps_tracer")
 
-STOP_NAME = "tps.stop_reason"
 SOURCE = "tps-tracer"
 _IDS = uuid.UUID("6f1d3c2a-7e0b-5c4d-9a8e-2b7f4e1c0d35")  # the uuid5 namespace of record ids
 

@@ -31,10 +31,10 @@ from tps_tracer.evaluation.censoring_mix import SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, RetryingDelivery
 from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts
-from tps_tracer.otel.score_names import named_values
+from tps_tracer.otel.score_names import STOP_NAME, named_values
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
-STOP_ANNOTATION = "tps.stop_reason"
+STOP_ANNOTATION = STOP_NAME
 
 
 class PhoenixAnnotations(RetryingDelivery):

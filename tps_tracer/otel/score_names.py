@@ -30,6 +30,7 @@ from collections.abc import Hashable, Sequence
 from tps_tracer.constants import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 
+STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped (a label, no score)
 DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
 DEFAULT_MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
 
