@@ -162,7 +162,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     ):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
-        budget of every run (a run's `tps_horizon` metadata overrides it). calibration:
+        budget of every run (a run's `tps_horizon` metadata overrides it), the horizon of a max_steps
+        you declare; a budget stop the run shows (recursion_limit, a call-limit middleware) has the
+        horizon of the budget that stopped it (tracking/trajectory.py). calibration:
         {predictor: map}, adding "<predictor>+cal" forecasts as they are captured. repair_budget:
         None follows the agent's own retries (a run ending on malformed output is parse_error);
         an integer imposes a harness budget the agent does not enforce (tracking/trajectory.py).
@@ -678,11 +680,11 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 while len(self._closed_streams) > 1024:  # only to explain a late declare_stop
                     self._closed_streams.popitem(last=False)
         md = state.metadata
-        budget_label = md.get(HORIZON_KEY)
+        stopped_by = None
         if budget is not None and closed_by_caller(error):
             # The caller stopped reading under its own budget: administrative censoring.
             observed = (StopReason.MAX_STEPS, budget.detail)
-            budget_label = budget.max_steps if budget_label is None else budget_label
+            stopped_by = budget.max_steps
         elif error is not None:
             observed = classify_error(error, tool_failed)
         else:
@@ -695,7 +697,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=budget_label,
+            budget_label=md.get(HORIZON_KEY),
+            stopped_by=stopped_by,
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
             final_text=text if isinstance(text, str) else None,

@@ -443,7 +443,7 @@ def classify_run(
     root_events = span_fields.events(root)
     observed = classify_root(attributes, root_events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
-        return observed, None
+        return observed, attributes.get(TPS_HORIZON)
     if observed[0] is StopReason.MAX_STEPS:
         found = fw.budget_stop(attributes, root_events, root.status.description)
         limit = found[1] if found is not None else None
