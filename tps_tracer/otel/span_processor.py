@@ -39,8 +39,8 @@ Order: on_start counts the open spans of each trace, so when the root ends befor
 its children (async work, spans ended out of order) the trajectory is finished when the
 last of them ends, or ROOT_ENDED_GRACE seconds after its last span event (or at shutdown /
 acc.close()), from its root: a run cancelled by asyncio leaves OpenInference's model span
-open forever, and its root says timeout. Memory: a trace keeps references to its LLM and failed spans only, at
-most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
+open forever, and its root says timeout. Memory: a trace keeps references to its LLM and
+failed spans only, at most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
 finished early (abandoned: stop reason capture_lost, counted in the health ledger); its later
 spans are dropped and counted, never re-opening it. A run paused by LangGraph's interrupt() (a
 GraphInterrupt exception event on a span of its trace) is not idle: it waits, outside the idle
@@ -98,8 +98,7 @@ DEFAULT_MAX_OPEN_TRACES = 10_000
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
 logger = logging.getLogger("tps_tracer")
-_SWEEP_EVERY_SPANS = 1024
-_SWEEP_EVERY_SECONDS = 1.0  # and at least this often while spans flow, so a quiet service's runs end too
+_SWEEP_EVERY_SECONDS = 1.0  # while spans flow (it was every 1024 spans: a quiet service's runs never idled out)
 # A trace whose root has ended waits this long (no span event) for its children still open, then is
 # finished from its root: asyncio cancellation leaves OpenInference's cancelled model span open forever.
 ROOT_ENDED_GRACE = 5.0
@@ -172,8 +171,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
         `tps_horizon` metadata or `tps.horizon` attribute overrides it), the horizon of a max_steps
-        you declare; a budget stop the spans show has the horizon of the budget that stopped it. verbal_scale: the scale of
-        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata).
+        you declare; a budget stop the spans show has the horizon of the budget that stopped it.
+        verbal_scale: the scale of bare numbers in stated confidences (as TPSCallbackHandler's;
+        `tps_verbal_scale` metadata).
         idle_timeout / pause_timeout: as TPSCallbackHandler's (the accumulator's idle_timeout applies too)."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
@@ -210,7 +210,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        self._ended = 0
         self._last_sweep = clock()
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
@@ -397,8 +396,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 finish = self._detach(trace_id, st)
             elif st.open <= 0 and st.root is None and not st.llm:
                 del self._traces[trace_id]  # nothing of an agent run in it
-            self._ended += 1
-            sweep = self._ended % _SWEEP_EVERY_SPANS == 0 or now - self._last_sweep >= _SWEEP_EVERY_SECONDS
+            sweep = now - self._last_sweep >= _SWEEP_EVERY_SECONDS
         if finish is not None:
             self.feeder.call(lambda: self._finish(trace_id, finish), "finish")
         if sweep:
@@ -425,7 +423,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     def sweep(self, now: float | None = None) -> int:
         """Finish traces and grouped trajectories with no span event for idle_timeout seconds, and
         runs paused by an interrupt for pause_timeout seconds (abandoned: pause_timeout); a trace
-        whose root has ended is finished (not abandoned) ROOT_ENDED_GRACE seconds after its last span event."""
+        whose root has ended is finished (not abandoned) ROOT_ENDED_GRACE s after its last span event."""
         now = self._clock() if now is None else now
         idle: list[tuple[int, _Trace]] = []
         idle_groups: list[_Grouped] = []
@@ -468,7 +466,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self.health.count("abandoned", why)
             return
         abandoned = None if st.root is not None and st.lost is None else why
-        if abandoned is None:
+        if abandoned is None and st.open > 0:
             self.health.count("ignored", "unended_spans", n=st.open)
         self.feeder.call(lambda: self._finish(trace_id, st, abandoned=abandoned), "finish")
 
@@ -555,7 +553,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 return
         if st.dropped:
             extra["dropped_spans"] = st.dropped
-        if st.open > 0 and st.root is not None:
+        if st.open > 0 and root is not None:
             extra["unended_spans"] = st.open
         self.tracker.finish(
             state,
