@@ -69,6 +69,7 @@ from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
+    INTERNAL_CALL_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
     TASK_ID_KEY,
@@ -516,6 +517,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         if self._late(parent_run_id, child=run_id):
             return  # a model call of a run finished early: never a new trajectory of its own
+        if metadata and INTERNAL_CALL_KEY in metadata:
+            self.health.count("ignored", "middleware_model_calls")  # its end finds no run: never a step
+            return
         with self._lock:
             run = self._runs.get(parent_run_id) if parent_run_id is not None else None
             if run is None:

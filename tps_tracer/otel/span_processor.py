@@ -352,7 +352,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         scope = span.instrumentation_scope
         if scope is not None and scope.name == SCOPE_NAME:
             return
-        llm = sr.is_llm_span(attrs_of(span))
+        attributes = attrs_of(span)
+        llm = sr.is_llm_span(attributes)
+        if llm and sr.is_internal_call(attributes):  # a middleware's own call (a summary): not a step
+            self.health.count("ignored", "middleware_model_calls")
+            llm = False
         parent = span.parent
         if self.root_matcher is None:
             is_root = parent is None or parent.is_remote
