@@ -106,22 +106,29 @@ def test_a_run_cut_by_asyncio_wait_for_is_a_timeout_not_a_tool_error(tmp_path, w
     assert handler.health.snapshot().get("ignored", {}).get("runs_without_model_calls", 0) == 0
 
 
-def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
+@pytest.mark.parametrize("where", ["tool", "model", "first_model"])
+@pytest.mark.parametrize("ends_by", ["close", "grace"])
+def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path, where, ends_by):
     """The same agent traced by OpenInference into TPSSpanProcessor: the cancelled tool span (error,
-    CancelledError) is not a tool failure, and the run is a timeout. (Cancelled inside the async
-    model call, OpenInference leaves the run's spans open: the processor then records the run
-    capture_lost when it shuts down, as for any trace it never saw end.)"""
-    where = "tool"
+    CancelledError) is not a tool failure, and the run is a timeout with the steps that completed.
+
+    Cancelled inside the async model call (issue 46), OpenInference never ends the model span: the
+    run's root ended (CancelledError) with a child still open, and the processor waited for it until
+    it recorded the run capture_lost (abandoned: closed, or idle after 600 s in a service). A trace
+    whose root has ended is finished from its root: at close, or ROOT_ENDED_GRACE after its last span."""
     from opentelemetry.sdk.trace import TracerProvider
     from otel_support import instrumented
 
     from tps_tracer.otel import TPSSpanProcessor
+    from tps_tracer.otel.span_processor import ROOT_ENDED_GRACE
 
+    clock = [0.0]
     acc = Accumulator(sink=tmp_path / "runs.jsonl", bootstrap=0)
-    processor = TPSSpanProcessor(acc)
+    processor = TPSSpanProcessor(acc, clock=lambda: clock[0])
     provider = TracerProvider()
     provider.add_span_processor(processor)
-    agent = create_agent(OneToolTurn(slow_model=where == "model"), [_tool(slow=where == "tool")])
+    model = OneToolTurn(slow_model=where == "model", slow_first=where == "first_model")
+    agent = create_agent(model, [_tool(slow=where == "tool")])
 
     async def main() -> None:
         for i in range(2):
@@ -131,14 +138,26 @@ def test_the_span_processor_reads_the_same_cancelled_run_as_a_timeout(tmp_path):
 
     with instrumented(provider):
         asyncio.run(main())
-    provider.force_flush()
-    provider.shutdown()
+    processor.force_flush()
+    if ends_by == "grace":  # a service: nothing closes, the runs end by the processor's own sweep
+        clock[0] = ROOT_ENDED_GRACE
+        assert processor.sweep() == (0 if where == "tool" else 2)
+        processor.force_flush()
+        assert processor.n_open == 0
     acc.close()
+    provider.shutdown()
     records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert sorted(r["trajectory_id"] for r in records) == ["run-0", "run-1"]
     for r in records:
         assert r["stop_reason"] == "timeout", (r, r["metadata"])
+        assert r["metadata"]["stop_detail"] == "CancelledError"
         assert "tool_errors" not in r["metadata"], r
+        assert "abandoned" not in r["metadata"], r
+        # As the handler records it: the first call's step; the call cancelled in flight has none.
+        assert [s["forecasts"]["verbal"] for s in r["steps"]] == ([] if where == "first_model" else [0.6])
+        assert r["metadata"].get("unended_spans", 0) == (0 if where == "tool" else 1)
+        assert r["metadata"]["llm_calls"] == {"tool": 1, "model": 2, "first_model": 1}[where]
+    assert processor.health.get("abandoned") == 0
 
 
 @contextlib.contextmanager

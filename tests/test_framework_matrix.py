@@ -7,7 +7,7 @@ provider, and checks the records against the script: one trajectory per run, its
 each step's verbal confidence (and token signals where the spans carry logprobs,
 computed independently in `framework_support.expected_forecasts`), the stop reason and
 the horizon. LangChain / LangGraph (OpenInference and OpenLLMetry) are covered by
-tests/test_otel_processor.py.
+tests/test_constructs.py.
 
 Each framework is an optional test dependency (`pip install -e '.[frameworks-test]'`);
 without it its cells are skipped with that reason.
@@ -407,12 +407,12 @@ def _budget_on_root(exc: Exception) -> Callable[[Any, Any], None]:
         ),
         # a token limit is a budget too, but states no step budget: T = the calls made
         ({}, _budget_on_root(UsageLimitExceeded("Exceeded the output_tokens_limit of 50")), "max_steps", 2),
-        # the user's tps.horizon wins over the framework's limit
+        # the framework's limit stopped the run, not the user's tps.horizon (issue 46: it used to win)
         (
             {"tps.horizon": 12},
             _budget_on_root(UsageLimitExceeded("The next request would exceed the request_limit of 9")),
             "max_steps",
-            12,
+            9,
         ),
         # smolagents' RunResult as the root's output, its max_steps on the root
         (

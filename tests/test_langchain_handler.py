@@ -407,7 +407,8 @@ def test_content_is_captured_only_on_request(tmp_path):
 
 
 def test_budget_stop_horizon_from_metadata(tmp_path):
-    """A declared budget larger than the calls made (e.g. a time limit hit first) is the horizon."""
+    """A budget label larger than the budget that stopped the run (recursion_limit 8: 4 model calls) is
+    not the horizon (issue 46: it was, 20, as if the run had had 20 steps)."""
     world = AgentWorld(
         1, seed=5, config=WorldConfig(min_length=12, max_length=12, malformed_rate=0, tool_failure_rate=0)
     )
@@ -419,7 +420,7 @@ def test_budget_stop_horizon_from_metadata(tmp_path):
     handler.flush()
     acc.close()
     rec = sink_records(sink)["t"]
-    assert (rec.stop_reason, len(rec.steps), rec.horizon) == (StopReason.MAX_STEPS, 4, 20)
+    assert (rec.stop_reason, len(rec.steps), rec.horizon) == (StopReason.MAX_STEPS, 4, 4)
 
 
 # ---------------------------------------------------------------- the real OpenAI loading path

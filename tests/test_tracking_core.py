@@ -276,9 +276,12 @@ def test_a_budget_stop_with_a_bad_horizon_label_keeps_the_stop(tmp_path, label):
     assert handler.health.get("rejected", "invalid_horizon_label") == 1
 
 
-def test_a_valid_horizon_label_is_the_budget(tmp_path):
+def test_a_horizon_label_is_not_the_budget_that_stopped_the_run(tmp_path):
+    """Issue 46: a run LangGraph's recursion_limit stopped (3 supersteps: 3 model calls) was recorded
+    with the label's horizon (9), as if it had had 9 steps; the budget that stopped it did (3). The
+    label that lost is counted."""
     acc, sink = new_accumulator(tmp_path)
-    handler = TPSCallbackHandler(acc, background=False)
+    handler = TPSCallbackHandler(acc, background=False, horizon=20)
     app = _looping_graph(FakeListChatModel(responses=["again"]))
     with pytest.raises(Exception, match="Recursion limit"):
         app.invoke(
@@ -290,7 +293,9 @@ def test_a_valid_horizon_label_is_the_budget(tmp_path):
             },
         )
     acc.close()
-    assert sink_records(sink)["b"].horizon == 9
+    rec = sink_records(sink)["b"]
+    assert (rec.stop_reason, rec.horizon, rec.metadata["llm_calls"]) == ("max_steps", 3, 3)
+    assert handler.health.get("ignored", "horizon_label_not_the_budget") == 1
 
 
 # ---------------------------------------------------------------- streamed logprobs

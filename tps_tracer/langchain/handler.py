@@ -69,6 +69,7 @@ from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.adapter import TrackedAdapter, never_raises
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
+    INTERNAL_CALL_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
     RUN_ID_KEY,
@@ -161,7 +162,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     ):
         """grader: called (off the agent's path) with the final output of a clean run; its verdict
         (True/False, 1/0, "true"/"false"; None: no verdict yet) is the outcome. horizon: the step
-        budget of every run (a run's `tps_horizon` metadata overrides it). calibration:
+        budget of every run (a run's `tps_horizon` metadata overrides it), the horizon of a max_steps
+        you declare; a budget stop the run shows (recursion_limit, a call-limit middleware) has the
+        horizon of the budget that stopped it (tracking/trajectory.py). calibration:
         {predictor: map}, adding "<predictor>+cal" forecasts as they are captured. repair_budget:
         None follows the agent's own retries (a run ending on malformed output is parse_error);
         an integer imposes a harness budget the agent does not enforce (tracking/trajectory.py).
@@ -507,6 +510,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         if self._late(parent_run_id, child=run_id):
             return  # a model call of a run finished early: never a new trajectory of its own
+        if metadata and INTERNAL_CALL_KEY in metadata:
+            self.health.count("ignored", "middleware_model_calls")  # its end finds no run: never a step
+            return
         with self._lock:
             run = self._runs.get(parent_run_id) if parent_run_id is not None else None
             if run is None:
@@ -668,11 +674,11 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 while len(self._closed_streams) > 1024:  # only to explain a late declare_stop
                     self._closed_streams.popitem(last=False)
         md = state.metadata
-        budget_label = md.get(HORIZON_KEY)
+        stopped_by = None
         if budget is not None and closed_by_caller(error):
             # The caller stopped reading under its own budget: administrative censoring.
             observed = (StopReason.MAX_STEPS, budget.detail)
-            budget_label = budget.max_steps if budget_label is None else budget_label
+            stopped_by = budget.max_steps
         elif error is not None:
             observed = classify_error(error, tool_failed)
         else:
@@ -685,7 +691,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=budget_label,
+            budget_label=md.get(HORIZON_KEY),
+            stopped_by=stopped_by,
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
             final_text=text if isinstance(text, str) else None,

@@ -22,8 +22,8 @@ parse_error, ToolException -> tool_error), or the canned budget texts of runtime
 return normally; a root that looks clean is still a budget stop when an agent span under
 it ended on one (the OpenAI Agents SDK's "Max turns exceeded") or, for smolagents, when the
 run ended on the final answer forced by max_steps (`agent_frameworks.py`). The limit the
-spans state (request_limit, max_turns, smolagents.max_steps) is the run's budget unless
-the run carries its own `tps_horizon`. Malformed model
+spans state (request_limit, max_turns, smolagents.max_steps) is the budget that stopped the
+run, its horizon, whatever `tps_horizon` the run carries (trajectory.py). Malformed model
 output (only invalid tool calls, seen on the LLM span or on the chain span that encloses
 it, or a parser span that raised) is a repair. Steps, repairs, stop precedence, the
 horizon rule and outcomes are decided by the trajectory core (`tps_tracer.tracking`), the
@@ -37,8 +37,10 @@ without an id are one trajectory each.
 
 Order: on_start counts the open spans of each trace, so when the root ends before some of
 its children (async work, spans ended out of order) the trajectory is finished when the
-last of them ends. Memory: a trace keeps references to its LLM and failed spans only, at
-most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
+last of them ends, or ROOT_ENDED_GRACE seconds after its last span event (or at shutdown /
+acc.close()), from its root: a run cancelled by asyncio leaves OpenInference's model span
+open forever, and its root says timeout. Memory: a trace keeps references to its LLM and
+failed spans only, at most `max_spans_per_trace`. A trace with no span event for `idle_timeout` seconds is
 finished early (abandoned: stop reason capture_lost, counted in the health ledger); its later
 spans are dropped and counted, never re-opening it. A run paused by LangGraph's interrupt() (a
 GraphInterrupt exception event on a span of its trace) is not idle: it waits, outside the idle
@@ -76,7 +78,7 @@ from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, short_name
 from tps_tracer.errors import InputError
-from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, OpenRuns, is_interrupt
+from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, OpenRuns, is_interrupt, tighter
 from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.span_fields import attributes as attrs_of
 from tps_tracer.otel.span_fields import events as events_of
@@ -96,12 +98,10 @@ DEFAULT_MAX_OPEN_TRACES = 10_000
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 DEFAULT_IDLE_TIMEOUT = 600.0
 logger = logging.getLogger("tps_tracer")
-_SWEEP_EVERY_SPANS = 1024
-
-
-def _first_given(*values: Any) -> Any:
-    """The user's budget label wins over the limit a framework's spans state."""
-    return next((v for v in values if v is not None), None)
+_SWEEP_EVERY_SECONDS = 1.0  # while spans flow (it was every 1024 spans: a quiet service's runs never idled out)
+# A trace whose root has ended waits this long (no span event) for its children still open, then is
+# finished from its root: asyncio cancellation leaves OpenInference's cancelled model span open forever.
+ROOT_ENDED_GRACE = 5.0
 
 
 @dataclass
@@ -170,8 +170,10 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     ):
         """capture=False only records where each trajectory's root span is (`links`), for exporters
         when the LangChain handler does the capture. horizon: the step budget of every run (a run's
-        `tps_horizon` metadata or `tps.horizon` attribute overrides it). verbal_scale: the scale of
-        bare numbers in stated confidences (as TPSCallbackHandler's; `tps_verbal_scale` metadata).
+        `tps_horizon` metadata or `tps.horizon` attribute overrides it), the horizon of a max_steps
+        you declare; a budget stop the spans show has the horizon of the budget that stopped it.
+        verbal_scale: the scale of bare numbers in stated confidences (as TPSCallbackHandler's;
+        `tps_verbal_scale` metadata).
         idle_timeout / pause_timeout: as TPSCallbackHandler's (the accumulator's idle_timeout applies too)."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
@@ -208,7 +210,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._lock = threading.Lock()
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        self._ended = 0
+        self._last_sweep = clock()
         # on_start / on_end only hand the span to the worker (one bounded queue put); the
         # bookkeeping below runs there, in order with the scoring work it triggers.
         self._handoff = self.feeder.handoff(self._dropped)
@@ -350,7 +352,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         scope = span.instrumentation_scope
         if scope is not None and scope.name == SCOPE_NAME:
             return
-        llm = sr.is_llm_span(attrs_of(span))
+        attributes = attrs_of(span)
+        llm = sr.is_llm_span(attributes)
+        if llm and sr.is_internal_call(attributes):  # a middleware's own call (a summary): not a step
+            self.health.count("ignored", "middleware_model_calls")
+            llm = False
         parent = span.parent
         if self.root_matcher is None:
             is_root = parent is None or parent.is_remote
@@ -394,8 +400,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 finish = self._detach(trace_id, st)
             elif st.open <= 0 and st.root is None and not st.llm:
                 del self._traces[trace_id]  # nothing of an agent run in it
-            self._ended += 1
-            sweep = self._ended % _SWEEP_EVERY_SPANS == 0
+            sweep = now - self._last_sweep >= _SWEEP_EVERY_SECONDS
         if finish is not None:
             self.feeder.call(lambda: self._finish(trace_id, finish), "finish")
         if sweep:
@@ -421,17 +426,20 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def sweep(self, now: float | None = None) -> int:
         """Finish traces and grouped trajectories with no span event for idle_timeout seconds, and
-        runs paused by an interrupt for pause_timeout seconds (abandoned: pause_timeout)."""
+        runs paused by an interrupt for pause_timeout seconds (abandoned: pause_timeout); a trace
+        whose root has ended is finished (not abandoned) ROOT_ENDED_GRACE s after its last span event."""
         now = self._clock() if now is None else now
         idle: list[tuple[int, _Trace]] = []
         idle_groups: list[_Grouped] = []
         lifetimes = self._lifetimes  # paused runs are not in _traces: never idle
+        grace = tighter(ROOT_ENDED_GRACE, lifetimes.idle_timeout) or ROOT_ENDED_GRACE
         with self._lock:
+            self._last_sweep = now
+            for trace_id, st in list(self._traces.items()):
+                if lifetimes.idle(st.last_seen, now) or (st.root is not None and now - st.last_seen >= grace):
+                    idle.append((trace_id, self._traces.pop(trace_id)))
+                    lifetimes.remember_gone([trace_id], now)
             if lifetimes.idle_timeout is not None:
-                for trace_id, st in list(self._traces.items()):
-                    if lifetimes.idle(st.last_seen, now):
-                        idle.append((trace_id, self._traces.pop(trace_id)))
-                        lifetimes.remember_gone([trace_id], now)
                 lifetimes.expire(now)
                 for tid, g in list(self._grouped.items()):
                     if lifetimes.idle(g.last_seen, now):
@@ -452,14 +460,19 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             )
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
-        """A trace taken out before its run was seen to end: finished if it holds a run, else only counted.
+        """A trace taken out before its last span ended: finished if it holds a run, else only counted.
 
         Without a finished model call there is nothing to record (as for the handler's runs
-        evicted before their first call returned), but the loss is counted, never silent."""
+        evicted before their first call returned), but the loss is counted, never silent. A run
+        whose root has ended was seen to end: it is finished from its root, not abandoned, and
+        the spans it never ended are counted (`unended_spans`)."""
         if st.root is None and not st.llm:
             self.health.count("abandoned", why)
             return
-        self.feeder.call(lambda: self._finish(trace_id, st, abandoned=why), "finish")
+        abandoned = None if st.root is not None and st.lost is None else why
+        if abandoned is None and st.open > 0:
+            self.health.count("ignored", "unended_spans", n=st.open)
+        self.feeder.call(lambda: self._finish(trace_id, st, abandoned=abandoned), "finish")
 
     # ------------------------------------------------------------------ the worker: spans -> a trajectory
 
@@ -528,6 +541,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             failed = root.status.status_code is StatusCode.ERROR
             last = max(steps, key=lambda s: s.end_time or 0, default=None)
             observed, stated_limit = sr.classify_run(root, root_attrs, failed, tool_failed, st.failures, last)
+            if st.open > 0 and observed[0] is StopReason.TIMEOUT:
+                # Cancelled (asyncio.wait_for): OpenInference ends every span it started but the model
+                # call in flight, whose error langchain-core reports after the root's. A call made, as the
+                # handler counts it (tracker.finish), so a run cut in its first call is recorded too.
+                state.calls_started = state.n_calls + st.open
         extra: dict[str, Any] = {"otel_trace_id": f"{trace_id:032x}"}
         if root is not None:
             extra["otel_span_id"] = f"{root.context.span_id:016x}"
@@ -539,11 +557,14 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 return
         if st.dropped:
             extra["dropped_spans"] = st.dropped
+        if st.open > 0 and root is not None:
+            extra["unended_spans"] = st.open
         self.tracker.finish(
             state,
             observed,
             abandoned=abandoned,
-            budget_label=_first_given(sr.horizon_label(root_attrs, metadata), stated_limit),
+            budget_label=sr.horizon_label(root_attrs, metadata),
+            stopped_by=stated_limit,
             outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
             extra=extra,
         )

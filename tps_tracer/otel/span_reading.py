@@ -40,7 +40,14 @@ from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_
 from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.otel import span_fields
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY, VERBAL_SCALE_KEY
+from tps_tracer.tracking.keys import (
+    HORIZON_KEY,
+    INTERNAL_CALL_KEY,
+    OUTCOME_KEY,
+    TASK_ID_KEY,
+    TRAJECTORY_ID_KEY,
+    VERBAL_SCALE_KEY,
+)
 
 OI_KIND = "openinference.span.kind"
 OI_OUTPUT_TEXT = "llm.output_messages.0.message.content"
@@ -79,6 +86,12 @@ def is_llm_span(attributes: Mapping[str, Any]) -> bool:
     """The fast test run in on_end for every span: is this one model call (or a tps-annotated step)?"""
     get = attributes.get
     return get(OI_KIND) == "LLM" or get(GENAI_OPERATION) in LLM_OPERATIONS or get(TPS_FORECASTS) is not None
+
+
+def is_internal_call(attributes: Mapping[str, Any]) -> bool:
+    """A model call a LangChain middleware made for itself (its run metadata names INTERNAL_CALL_KEY)."""
+    meta = attributes.get(OI_METADATA)
+    return isinstance(meta, str) and f'"{INTERNAL_CALL_KEY}"' in meta
 
 
 def is_tool_span(attributes: Mapping[str, Any]) -> bool:
@@ -443,7 +456,7 @@ def classify_run(
     root_events = span_fields.events(root)
     observed = classify_root(attributes, root_events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
-        return observed, None
+        return observed, attributes.get(TPS_HORIZON)
     if observed[0] is StopReason.MAX_STEPS:
         found = fw.budget_stop(attributes, root_events, root.status.description)
         limit = found[1] if found is not None else None

@@ -45,5 +45,8 @@ RUN_ID_KEY = "langchain_run_id"
 DEFAULT_REPAIR_BUDGET = 2
 # langchain-classic AgentExecutor retries malformed output through a tool run of this name.
 PARSE_RETRY_TOOL = "_Exception"
+# LangChain 1.x marks the model calls a middleware makes for itself (SummarizationMiddleware's summary,
+# the tool emulator, the tool selector) with this metadata key: not the agent's steps, counted only.
+INTERNAL_CALL_KEY = "lc_internal_call"
 # Record metadata key naming why a run was finished early (its stop reason is then "other").
 ABANDONED_KEY = "tps_abandoned"

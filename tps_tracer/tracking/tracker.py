@@ -153,6 +153,7 @@ class TrajectoryTracker:
         *,
         abandoned: str | None = None,
         budget_label: Any = None,
+        stopped_by: Any = None,
         outcome_label: Any = None,
         final_output: Any = None,
         final_text: str | None = None,
@@ -161,7 +162,9 @@ class TrajectoryTracker:
         """Record the finished trajectory; None when it is not one (no model call was made).
 
         observed: the adapter's reading of the run's end. budget_label: the run's step
-        budget as the run states it (metadata / attribute), validated here. outcome_label:
+        budget as the run states it (metadata / attribute), validated here: the horizon of a
+        stop the user declares. stopped_by: the limit of the budget whose stop `observed` shows
+        (None: the calls it allowed), the horizon of that stop (trajectory.py). outcome_label:
         an outcome known up front. final_output: what the grader grades (clean runs only)."""
         if state.capture_lost is not None and abandoned is None:
             abandoned = state.capture_lost  # a step never reached the accumulator: never scored with a hole
@@ -176,10 +179,15 @@ class TrajectoryTracker:
             return None
         # A run finished early before its first model call returned is recorded all the same
         # (capture_lost, no steps): every run the evaluator saw start leaves one record.
-        decision = decide_stop(state, observed, self.horizon, abandoned)
-        if decision.reason is StopReason.MAX_STEPS and budget_label is not None:  # the label matters only here
-            budget = run_budget(budget_label, self.horizon, state.tid, self.health)
-            decision = decide_stop(state, observed, budget, abandoned)
+        decision = decide_stop(state, observed, None, abandoned)
+        if decision.reason is StopReason.MAX_STEPS:  # the budgets matter only here
+            label = run_budget(budget_label, self.horizon, state.tid, self.health)
+            if state.fixed is None:  # the run's own budget stopped it: what it allowed, never the label
+                decision = decide_stop(state, observed, run_budget(stopped_by, None, state.tid, self.health), abandoned)
+                if label is not None and label != decision.horizon:
+                    self.health.count("ignored", "horizon_label_not_the_budget")
+            else:
+                decision = decide_stop(state, observed, label, abandoned)
         if decision.abandoned is not None:
             self.health.count("abandoned", decision.abandoned)
         md = record_metadata(state, decision, self.source, extra)

@@ -17,11 +17,15 @@ events into these calls; the rules live only here:
   seen) > a stop fixed during the run (declared by the user, or repairs exhausted) > what
   the run's end shows (the adapter's classification of the exception / final output); a
   run that looks clean but ended on malformed output is parse_error.
-- **The horizon rule** for max_steps: T = max(the run's budget, a declared horizon, the
-  calls made). The run's budget is its `tps_horizon` metadata / `tps.horizon` attribute,
-  else the adapter's default; a value that is not a whole number in [1, MAX_HORIZON]
-  ("8 steps", NaN, inf) is ignored and counted (rejected: invalid_horizon_label), never
-  allowed to lose the stop.
+- **The horizon rule** for max_steps: T = max(the budget, a declared horizon, the calls made).
+  A stop the run's end shows (LangGraph's recursion_limit, a call-limit middleware, a budget
+  text, `handler.budget`, a limit a framework's spans state) was made by the budget that
+  actually stopped the run: its stated limit, else the calls it allowed (the calls made); a
+  `horizon=` / `tps_horizon` label is not that budget (a different one is counted: ignored,
+  horizon_label_not_the_budget). A stop the user declares takes the run's `tps_horizon` metadata
+  / `tps.horizon` attribute, else the adapter's default. A value that is not a whole number in
+  [1, MAX_HORIZON] ("8 steps", NaN, inf) is ignored and counted (rejected:
+  invalid_horizon_label), never allowed to lose the stop.
 - **Record metadata** (`record_metadata`): the JSON-safe scalars the user attached to the run
   (`config["metadata"]`, OpenInference metadata; bounded, see `user_metadata`), then source,
   calls made, task id (`tps_task_id`, else the plain `task_id`), stop detail, repair /
