@@ -30,7 +30,7 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 import tps_tracer as tt
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
+from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, evaluate_gate_on_report, gate_paths
 from tps_tracer.records import StopReason, write_trajectories
 from tps_tracer.records.shards import exact_records
 from tps_tracer.synthetic import World, simulate_runs, to_records
@@ -314,7 +314,7 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     assert res["reasons"][0].startswith(
         "skipped_share: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, no_steps 5)"
     )
-    line = "gated 80 of 115 working-sample runs; no verbal forecast: 35 (missing 30, no_steps 5)"
+    line = "scored 80 of 115 working-sample runs; no verbal forecast: 35 (missing 30, no_steps 5)"
     for out in (text, md):
         assert line in " ".join(out.split()) and "CI from 300 bootstrap replicates" in " ".join(out.split())
         assert "--max-skipped-share >= 0.304" in " ".join(out.split())
@@ -328,6 +328,31 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     assert skip_check["passed"] and skip_check["threshold"] == 0.5
     assert "35 of 115 working-sample runs (30.4%) are not scored: no verbal forecast" in " ".join(res["warnings"])
     assert "warning: 35 of 115 working-sample runs (30.4%) are not scored" in " ".join(text.split())
+
+
+def test_report_table_and_gate_count_one_denominator_in_the_same_words(tmp_path, capsys):
+    """Issue 47 item 5: the report said "90 usable" (the 10 parse errors' forecasts counted too), its
+    table n = 80 and the gate "gated 80 of 115": three counts for one fact. Now each says "scored 80 of
+    115 working-sample runs", and the table's column is named `scored`."""
+    rows = _subset_rows()
+    path = _write(tmp_path / "cand.jsonl", rows)
+    working = [r for r in rows if r["stop_reason"] in ("clean", "max_steps")]
+    scored = [r for r in working if r["steps"] and r["steps"][0]["forecasts"]["verbal"] is not None]
+    fact = f"scored {len(scored)} of {len(working)} working-sample runs"
+    assert fact == "scored 80 of 115 working-sample runs"
+    code, report, err = call(["report", str(path), "--bootstrap", "100", "--rules", "log"], capsys)
+    assert code == 0, err
+    flat = " ".join(report.split())
+    assert f"verbal: {fact}; 35 skipped (missing 30, no_steps 5)" in flat and "usable" not in flat
+    table = report.split("TPS, mean")[1].split("\n\n")[0].splitlines()
+    header = table[1].split()
+    assert header[-1] == "scored"
+    simple = next(line.split() for line in table if line.split()[:2] == ["verbal", "cen-simple"])
+    assert simple[-1] == str(len(scored))
+    _, res, text, md = _gate(path, capsys, "--min", "-5", "--max-skipped-share", "0.5", "--bootstrap", "100")
+    assert res["score"]["n"] == res["coverage"]["gated"] == len(scored)
+    for out in (text, md):
+        assert f"coverage: {fact};" in " ".join(out.split()) and f"over {len(scored)} scored runs" in out
 
 
 def test_a_small_skipped_share_is_gated_with_the_count_shown(tmp_path, capsys):
@@ -385,8 +410,12 @@ def test_the_snapshot_route_says_its_replicates_and_what_it_left_out(tmp_path, c
     assert rec["replicates"] == 400 and cov["replicates"] == 250
     for key in ("working_sample", "gated", "skipped_share", "censored_gated", "censoring_rate_gated"):
         assert cov[key] == rec[key], key
-    assert cov["skipped"] == {"unscored": 35}  # the report splits reasons over the whole file only
-    assert cov["skip_reasons_in_file"] == {"missing": 30, "no_steps": 5}
+    assert cov["skipped"] == rec["skipped"] == {"missing": 30, "no_steps": 5}  # the report counts the working sample
+    old = json.loads(snap.read_text())  # a report saved when coverage counted the whole file: the total alone
+    old["coverage"][0]["skipped"] = {"missing": 40, "no_steps": 5}
+    assert evaluate_gate_on_report(old, GateCriteria(min_score=-5.0, max_skipped_share=0.5))["coverage"]["skipped"] == {
+        "unscored": 35
+    }
     assert (
         "the interval rests on the snapshot's 250 bootstrap replicates (seed 0); gating the records draws 2000 "
         "(--bootstrap 250 --seed 0 on the records gives this interval)"
@@ -422,6 +451,33 @@ def test_a_baseline_is_held_to_the_same_skipped_limit(tmp_path, capsys):
         "skipped_share: baseline: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, "
         "no_steps 5); the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= 0.304"
     ]
+
+
+def test_every_gate_row_says_which_side_it_is(tmp_path, capsys):
+    """Issue 47 item 5: with a baseline, both sides have a skipped_share (and capture_loss) row, and the
+    table showed two rows named skipped_share with nothing to tell them apart."""
+    base = _write(tmp_path / "base.jsonl", _subset_rows())
+    cand = _write(tmp_path / "cand.jsonl", _subset_rows())
+    flags = ("--baseline", str(base), "--max-skipped-share", "0.1", "--bootstrap", "200")
+    _, res, text, md = _gate(cand, capsys, *flags)
+    sides = [(c["name"], c["side"]) for c in res["checks"]]
+    assert sides == [
+        ("sample_size", "candidate"),
+        ("skipped_share", "candidate"),
+        ("baseline_size", "baseline"),
+        ("skipped_share", "baseline"),
+        ("vs_baseline", "candidate - baseline"),
+    ]
+    rows = [line.split() for line in text.splitlines() if line.startswith("    ") and line.split()[0] in dict(sides)]
+    assert [r[:2] for r in rows if r[0] == "skipped_share"] == [
+        ["skipped_share", "candidate"],
+        ["skipped_share", "baseline"],
+    ]
+    assert "failed: skipped_share (candidate), skipped_share (baseline)" in text
+    assert "| skipped_share | baseline | FAIL |" in md and "| skipped_share | candidate | FAIL |" in md
+    flat = " ".join(text.split())
+    for side in ("candidate", "baseline"):  # each side's coverage, labelled
+        assert f"coverage ({side}): scored 80 of 115 working-sample runs" in flat
 
 
 def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys):

@@ -62,7 +62,6 @@ from tps_tracer.evaluation.gate_stats import (
     censoring_rates_differ,
     compare,
     decision,
-    underpowered_warning,
     unpaired_text,
 )
 from tps_tracer.evaluation.report import (
@@ -89,9 +88,14 @@ from tps_tracer.scoring.schedules import get_schedule
 
 FloatArray = NDArray[np.float64]
 
-GATE_VERSION = 3  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage
-PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
-EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+# 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage;
+# 4: the CANNOT DECIDE verdict (checks' `undecided`, `decides_at`, `undecided_reason`; `undecided_checks`).
+GATE_VERSION = 4
+PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
+# Every check names the side it is about; the decisions not on one side alone, by name.
+CANDIDATE, BASELINE = "candidate", "baseline"
+SIDE_OF = {"vs_baseline": "candidate - baseline", "stability": "every decision"}
+EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
 FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
@@ -149,7 +153,8 @@ def coverage_of_report(
 ) -> dict[str, Any]:
     """The coverage block from a saved report / snapshot: its score rows give the counts per
     censoring mode (complete-only scores the complete runs alone, cen-simple every working-sample
-    run the predictor can score), its `coverage` the file-wide skip reasons."""
+    run the predictor can score), its `coverage` the skip reasons in the working sample (a report
+    saved before they were counted there has file-wide ones: then the total alone, as "unscored")."""
     audit = report.get("audit") or {}
     n_of = {
         r.get("censoring"): int(r.get("n") or 0)
@@ -159,24 +164,21 @@ def coverage_of_report(
     working = int(audit.get("working_sample") or 0)
     gated = n_of.get(censoring, 0)
     reach = n_of.get(SIMPLE, gated)  # every working-sample run the predictor scores
-    skipped = {"unscored": working - reach} if working > reach else {}
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    reasons = next((c.get("skipped") or {} for c in columns if c.get("predictor") == predictor), {})
+    skipped = reasons if sum(reasons.values()) == working - reach else {"unscored": working - reach}
     complete = n_of.get("complete-only")
     settings = report.get("settings") or {}
-    block = _block(
+    return _block(
         working,
         gated,
-        skipped,
+        {k: v for k, v in skipped.items() if v},
         reach - gated,
         int(audit.get("pending_outcome") or 0),
         None if complete is None else gated - complete,
         settings.get("bootstrap"),
         SNAPSHOT_REPLICATES,
     )
-    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
-    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
-    if skipped and file_wide:
-        block["skip_reasons_in_file"] = file_wide  # per reason over all runs; the report does not split them
-    return block
 
 
 def _block(
@@ -221,7 +223,7 @@ def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str
         "estimate": share,
         "threshold": limit,
         "detail": f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to "
-        f"score ({_why(block)}); "
+        f"score ({_reasons(block['skipped'])}); "
         + (
             "gated on the rest"
             if share <= limit
@@ -234,13 +236,6 @@ def _reasons(skipped: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
 
 
-def _why(block: dict[str, Any]) -> str:
-    """The skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
-    if block.get("skip_reasons_in_file"):
-        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
-    return _reasons(block["skipped"])
-
-
 def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
     """A warning for each large exclusion (above WARN_SHARE)."""
     out = []
@@ -249,7 +244,7 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
         n = sum(block["skipped"].values())
         out.append(
             f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
-            f"forecast ({_why(block)}); the verdict covers the other {block['gated']} runs only"
+            f"forecast ({_reasons(block['skipped'])}); the verdict covers the other {block['gated']} runs only"
         )
     p_share = pending_share(block, audit)
     if p_share is not None and p_share > WARN_SHARE:
@@ -262,11 +257,13 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
     return out
 
 
-def coverage_line(block: dict[str, Any], predictor: str) -> str:
-    """One line for the text and Markdown headlines: gated of working, each exclusion, replicates."""
-    parts = [f"coverage: gated {block['gated']} of {block['working_sample']} working-sample runs"]
+def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
+    """One line for the text and Markdown headlines: scored of working (the report's and the score
+    table's denominator, named alike), each exclusion, replicates; `side` labels it in baseline mode."""
+    label = f"coverage ({side})" if side else "coverage"
+    parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
     n_skipped = sum(block["skipped"].values())
-    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_why(block)})" if n_skipped else ""))
+    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_reasons(block['skipped'])})" if n_skipped else ""))
     if block["dropped_by_censoring_mode"]:
         parts.append(f"dropped by the censoring mode: {block['dropped_by_censoring_mode']}")
     parts.append(f"clean runs waiting for an outcome: {block['pending_outcome']}")
@@ -410,17 +407,19 @@ REFUSING_CHECKS = ("capture_loss", "skipped_share", "gated_predictor", "q_z_for_
 
 
 def _assumption_checks(
-    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = ""
+    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
 ) -> list[dict[str, Any]]:
-    """The checks on one run's sample (`side` prefixes the details of the baseline's)."""
+    """The checks on one side's sample, each naming its `side` (the baseline's details say so too)."""
+    who = "" if side == CANDIDATE else f"{side}: "
     checks: list[dict[str, Any]] = [
         {
-            "name": "sample_size",
+            # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+            "name": "sample_size" if side == CANDIDATE else "baseline_size",
             "kind": "assumption",
             "passed": n >= crit.min_n,
             "estimate": n,
             "threshold": crit.min_n,
-            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
+            "detail": f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
         }
     ]
     lost = int(audit.get("roles", {}).get("lost", 0))
@@ -434,7 +433,7 @@ def _assumption_checks(
                 "passed": bool(crit.allow_capture_loss),
                 "estimate": lost,
                 "threshold": 0,
-                "detail": f"{side}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
+                "detail": f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
                 "metadata.tps_abandoned says why) are not scored; "
                 + (
                     "gated anyway (allow_capture_loss)"
@@ -456,16 +455,19 @@ def _assumption_checks(
             }
         )
     if coverage["skipped"]:
-        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, side))
+        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, who))
+    for c in checks:
+        c["side"] = side
     return checks
 
 
 class Unusable(Exception):
     """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
 
-    def __init__(self, check: str, reason: str):
+    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
         self.check = check
         self.reason = reason
+        self.side = side
         super().__init__(reason)
 
     def as_check(self) -> dict[str, Any]:
@@ -476,6 +478,7 @@ class Unusable(Exception):
             "estimate": None,
             "threshold": None,
             "detail": self.reason,
+            "side": self.side,
         }
 
 
@@ -551,6 +554,7 @@ class _Run:
             raise Unusable(
                 "gated_predictor",
                 f"the {side} has no predictor {predictor!r} (found: {', '.join(names) or 'none'})",
+                side,
             )
         reason = no_data_reason(table.predictors[predictor], working)
         if reason is not None:
@@ -560,6 +564,7 @@ class _Run:
                 f"the {side} cannot score predictor {predictor!r}: {reason}; predictors with data: "
                 f"{', '.join(with_data) or 'none'} (the gated predictor is never switched silently: "
                 "name one with --predictor on both runs)",
+                side,
             )
         self.predictor = predictor
         # Censored runs alone are scored (as in the report); the base-rate reference needs a complete outcome.
@@ -702,10 +707,20 @@ def _result(
     read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The one gate result of every route (records, Ray rows, snapshot): the verdict follows from
-    the checks (a failed sample-size or refusing check: UNUSABLE; any other failed check: FAIL)."""
-    failed = [c["name"] for c in checks if not c["passed"]]
+    the checks (a failed sample-size or refusing check: UNUSABLE; else any other failed check:
+    FAIL; else an undecided check: CANNOT DECIDE, with its reason)."""
+    for c in checks:
+        c.setdefault("side", SIDE_OF.get(c["name"], CANDIDATE))
+    undecided = [c["name"] for c in checks if c.get("undecided")]
+    failed = [c["name"] for c in checks if not c["passed"] and not c.get("undecided")]
     reasons = _unusable_reasons(checks)
-    verdict = UNUSABLE if reasons else (PASS if not failed else FAIL)
+    if reasons:
+        verdict = UNUSABLE
+    elif failed or not undecided:
+        verdict = FAIL if failed else PASS
+    else:
+        verdict = CANNOT_DECIDE
+        reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
     result = {
         "version": GATE_VERSION,
         "verdict": verdict,
@@ -713,6 +728,7 @@ def _result(
         "score": score,
         "checks": checks,
         "failed_checks": failed,
+        "undecided_checks": undecided,
         "reasons": reasons,
         "warnings": warnings,
         "notes": notes,
@@ -762,9 +778,7 @@ def evaluate_gate(
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
-    checks: list[dict[str, Any]] = []
     notes: list[str] = []
-
     scored = ~np.isnan(run.score)
     n = int(scored.sum())
     both = scored & ~np.isnan(run.reference)
@@ -776,7 +790,14 @@ def evaluate_gate(
     )
     lo, hi = boot.ci()
     selected = _score(crit, run.predictor, source, n, _num(boot.point[0]), _num(lo[0]), _num(hi[0]))
-    checks.extend(_assumption_checks(n, run.audit, run.coverage, run.predictor, crit))
+    checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
+    if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
+        n_base = int(np.sum(~np.isnan(base.score)))
+        checks += [
+            c
+            for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, BASELINE)
+            if c["name"] != "excluded_share"
+        ]
 
     if crit.min_score is not None:
         checks.append(
@@ -795,28 +816,13 @@ def evaluate_gate(
                 -crit.margin + 0.0,  # + 0.0: no "-0" in reports
                 f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired",
                 crit.test,
+                int(both.sum()),
             )
         )
     warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
     warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
     if base is not None:
-        n_base = int(np.sum(~np.isnan(base.score)))
-        # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
-        checks.insert(
-            1,
-            {
-                "name": "baseline_size",
-                "kind": "assumption",
-                "passed": n_base >= crit.min_n,
-                "estimate": n_base,
-                "threshold": crit.min_n,
-                "detail": f"{n_base} scored baseline trajectories; at least {crit.min_n} needed",
-            },
-        )
-        for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, "baseline: "):
-            if c["name"] in ("capture_loss", "skipped_share"):
-                checks.append(c)
         warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
         check, comparison = _baseline_check(run, base, crit, warnings, notes)
         checks.append(check)
@@ -830,24 +836,22 @@ def evaluate_gate(
     for s in skipped:
         notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
-    for c in checks:
-        pw = c.get("power")
-        if pw and pw.get("underpowered"):
-            warnings.append(underpowered_warning(c["name"], crit.margin, pw))
-
     warnings.extend(fragile_warnings(checks))
     decisions = [c for c in checks if c["kind"] == "decision"]
     flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
     if crit.max_flip is not None:
         worst = max(flips) if flips else float("nan")
+        stable = bool(flips) and worst <= crit.max_flip
         checks.append(
             {
                 "name": "stability",
                 "kind": "decision",
-                "passed": bool(flips) and worst <= crit.max_flip,
+                "passed": stable,
                 "estimate": _num(worst),
                 "threshold": crit.max_flip,
                 "detail": "largest verdict-flip probability under resampling",
+                # A verdict that resampling reverses this often is evidence neither way: no FAIL.
+                **({} if stable else {"undecided": True, "undecided_reason": _fragile_reason(worst, crit.max_flip)}),
             }
         )
     return _result(crit, selected, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
@@ -949,8 +953,17 @@ def _baseline_check(
     b_ok = ~np.isnan(base.score)
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
+    units = "tasks both sides score" if cmp.paired else "scored runs on each side"
+    n_units = counts["common_tasks"] if cmp.paired else min(int(np.sum(~np.isnan(cand.score))), int(b_ok.sum()))
     check = decision(
-        "vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, f"candidate minus baseline, {how}", crit.test
+        "vs_baseline",
+        cmp.point,
+        cmp.replicates,
+        -crit.margin + 0.0,
+        f"candidate minus baseline, {how}",
+        crit.test,
+        n_units,
+        units,
     )
     comparison = {
         "paired": cmp.paired,
@@ -1049,6 +1062,13 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     score["predictor_source"] = source  # the saved row's own fields first
     notes = ["gated from a saved report/snapshot", *notes]
     return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=from_report(report))
+
+
+def _fragile_reason(flip: float, limit: float) -> str:
+    return (
+        f"the verdict flips in {flip:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+        "sample of the same size could reverse it"
+    )
 
 
 def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:
