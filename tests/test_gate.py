@@ -391,7 +391,7 @@ def test_clean_runs_waiting_for_an_outcome_are_shown(tmp_path, capsys):
     assert any(w.startswith(warning) for w in res["warnings"])
     for out in (text, md):
         flat = " ".join(out.split())
-        assert "gated 40 of 40 working-sample runs" in flat and "clean runs waiting for an outcome: 30" in flat
+        assert "scored 40 of 40 working-sample runs" in flat and "clean runs waiting for an outcome: 30" in flat
         assert warning in flat
 
 

@@ -205,31 +205,36 @@ def _block(
     }
 
 
-def pending_share(block: dict[str, Any], audit: dict[str, Any]) -> float | None:
-    """Clean runs still waiting for an outcome, as a share of all clean runs."""
-    pending = block["pending_outcome"]
-    clean = int((audit.get("stop_reasons") or {}).get("clean") or 0)
-    return _share(pending, max(clean, pending))
+def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
+    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
+    return {
+        "name": name,
+        "kind": "assumption",
+        "passed": bool(passed),
+        "estimate": estimate,
+        "threshold": threshold,
+        "detail": detail,
+        **more,
+    }
 
 
 def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str = "") -> dict[str, Any]:
     """The assumption check on the gated predictor's skipped share; failing it refuses the sample."""
     share = block["skipped_share"] or 0.0
     n = sum(block["skipped"].values())
-    return {
-        "name": "skipped_share",
-        "kind": "assumption",
-        "passed": share <= limit,
-        "estimate": share,
-        "threshold": limit,
-        "detail": f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to "
-        f"score ({_reasons(block['skipped'])}); "
-        + (
-            "gated on the rest"
-            if share <= limit
-            else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
-        ),
-    }
+    verdict = (
+        "gated on the rest"
+        if share <= limit
+        else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
+    )
+    return _check(
+        "skipped_share",
+        share <= limit,
+        share,
+        limit,
+        f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to score "
+        f"({_reasons(block['skipped'])}); {verdict}",
+    )
 
 
 def _reasons(skipped: dict[str, int]) -> str:
@@ -246,10 +251,10 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
             f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
             f"forecast ({_reasons(block['skipped'])}); the verdict covers the other {block['gated']} runs only"
         )
-    p_share = pending_share(block, audit)
+    pending = block["pending_outcome"]
+    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+    p_share = _share(pending, clean)  # clean runs still waiting for an outcome, of all clean runs
     if p_share is not None and p_share > WARN_SHARE:
-        pending = block["pending_outcome"]
-        clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
         out.append(
             f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
             "gate again once they are graded"
@@ -411,48 +416,34 @@ def _assumption_checks(
 ) -> list[dict[str, Any]]:
     """The checks on one side's sample, each naming its `side` (the baseline's details say so too)."""
     who = "" if side == CANDIDATE else f"{side}: "
-    checks: list[dict[str, Any]] = [
-        {
-            # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
-            "name": "sample_size" if side == CANDIDATE else "baseline_size",
-            "kind": "assumption",
-            "passed": n >= crit.min_n,
-            "estimate": n,
-            "threshold": crit.min_n,
-            "detail": f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
-        }
-    ]
+    # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+    size = "sample_size" if side == CANDIDATE else "baseline_size"
+    detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
+    checks = [_check(size, n >= crit.min_n, n, crit.min_n, detail)]
     lost = int(audit.get("roles", {}).get("lost", 0))
     if lost:
         # Runs whose end tps-tracer lost are not a random subset (bursts lose the slow ones):
         # gating the rest would judge survivors. Refused unless the user accepts it.
+        verdict = (
+            "gated anyway (allow_capture_loss)"
+            if crit.allow_capture_loss
+            else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
+        )
+        detail = f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
         checks.append(
-            {
-                "name": "capture_loss",
-                "kind": "assumption",
-                "passed": bool(crit.allow_capture_loss),
-                "estimate": lost,
-                "threshold": 0,
-                "detail": f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
-                "metadata.tps_abandoned says why) are not scored; "
-                + (
-                    "gated anyway (allow_capture_loss)"
-                    if crit.allow_capture_loss
-                    else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
-                ),
-            }
+            _check(
+                "capture_loss",
+                crit.allow_capture_loss,
+                lost,
+                0,
+                detail + f"metadata.tps_abandoned says why) are not scored; {verdict}",
+            )
         )
     if crit.max_excluded_share is not None:
         share = audit.get("excluded_share") or 0.0
+        detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
         checks.append(
-            {
-                "name": "excluded_share",
-                "kind": "assumption",
-                "passed": share <= crit.max_excluded_share,
-                "estimate": share,
-                "threshold": crit.max_excluded_share,
-                "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
-            }
+            _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
         )
     if coverage["skipped"]:
         checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, who))
@@ -471,15 +462,7 @@ class Unusable(Exception):
         super().__init__(reason)
 
     def as_check(self) -> dict[str, Any]:
-        return {
-            "name": self.check,
-            "kind": "assumption",
-            "passed": False,
-            "estimate": None,
-            "threshold": None,
-            "detail": self.reason,
-            "side": self.side,
-        }
+        return _check(self.check, False, None, None, self.reason, side=self.side)
 
 
 def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
@@ -842,18 +825,10 @@ def evaluate_gate(
     if crit.max_flip is not None:
         worst = max(flips) if flips else float("nan")
         stable = bool(flips) and worst <= crit.max_flip
-        checks.append(
-            {
-                "name": "stability",
-                "kind": "decision",
-                "passed": stable,
-                "estimate": _num(worst),
-                "threshold": crit.max_flip,
-                "detail": "largest verdict-flip probability under resampling",
-                # A verdict that resampling reverses this often is evidence neither way: no FAIL.
-                **({} if stable else {"undecided": True, "undecided_reason": _fragile_reason(worst, crit.max_flip)}),
-            }
-        )
+        # A verdict that resampling reverses this often is evidence neither way: no FAIL.
+        fragile = {} if stable else {"undecided": True, "undecided_reason": _fragile_reason(worst, crit.max_flip)}
+        detail = "largest verdict-flip probability under resampling"
+        checks.append(_check("stability", stable, _num(worst), crit.max_flip, detail, kind="decision", **fragile))
     return _result(crit, selected, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
 
 
@@ -1042,18 +1017,19 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         # Replicate ~ N(mean, se) passes iff rep - (mean - lo) >= min, i.e. rep - mean >= min - lo.
         p_pass = float(norm.sf((crit.min_score - lo) / se))
         flip = p_pass if lo < crit.min_score else 1.0 - p_pass
+    detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
     checks.append(
-        {
-            "name": "absolute",
-            "kind": "decision",
-            "passed": lo >= crit.min_score,
-            "estimate": mean,
-            "ci_low": lo,
-            "ci_high": row["ci_high"],
-            "threshold": crit.min_score,
-            "flip_probability": flip,
-            "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
-        }
+        _check(
+            "absolute",
+            lo >= crit.min_score,
+            mean,
+            crit.min_score,
+            detail,
+            kind="decision",
+            ci_low=lo,
+            ci_high=row["ci_high"],
+            flip_probability=flip,
+        )
     )
     warnings.extend(fragile_warnings(checks))
     settings = _settings(crit)
