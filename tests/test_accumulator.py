@@ -307,9 +307,8 @@ def test_bad_input_is_rejected_and_counted_never_raised():
         "conflicting_resolution": 1,
         "invalid_stop_reason": 1,
     }
-    # 't' had a gap (the rejected values), so 'p' skips it: never imputed. ('u', an 'other' stop without
-    # steps, is excluded: coverage counts the working sample, as the score table does.)
-    assert snap["coverage"][0] == {"predictor": "p", "usable": 0, "skipped": {"missing": 1}}
+    # 't' had a gap (the rejected values), so 'p' skips it: never imputed.
+    assert snap["coverage"][0] == {"predictor": "p", "usable": 0, "skipped": {"missing": 1, "no_steps": 1}}
     assert snap["audit"]["stop_reasons"]["other"] == 1
 
 

@@ -30,7 +30,7 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 import tps_tracer as tt
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, evaluate_gate_on_report, gate_paths
+from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
 from tps_tracer.records import StopReason, write_trajectories
 from tps_tracer.records.shards import exact_records
 from tps_tracer.synthetic import World, simulate_runs, to_records
@@ -343,7 +343,8 @@ def test_report_table_and_gate_count_one_denominator_in_the_same_words(tmp_path,
     code, report, err = call(["report", str(path), "--bootstrap", "100", "--rules", "log"], capsys)
     assert code == 0, err
     flat = " ".join(report.split())
-    assert f"verbal: {fact}; 35 skipped (missing 30, no_steps 5)" in flat and "usable" not in flat
+    assert f"verbal: {fact}, 35 not (reasons over all 125 runs in the file: missing 30, no_steps 5)" in flat
+    assert "usable" not in flat
     table = report.split("TPS, mean")[1].split("\n\n")[0].splitlines()
     header = table[1].split()
     assert header[-1] == "scored"
@@ -410,12 +411,8 @@ def test_the_snapshot_route_says_its_replicates_and_what_it_left_out(tmp_path, c
     assert rec["replicates"] == 400 and cov["replicates"] == 250
     for key in ("working_sample", "gated", "skipped_share", "censored_gated", "censoring_rate_gated"):
         assert cov[key] == rec[key], key
-    assert cov["skipped"] == rec["skipped"] == {"missing": 30, "no_steps": 5}  # the report counts the working sample
-    old = json.loads(snap.read_text())  # a report saved when coverage counted the whole file: the total alone
-    old["coverage"][0]["skipped"] = {"missing": 40, "no_steps": 5}
-    assert evaluate_gate_on_report(old, GateCriteria(min_score=-5.0, max_skipped_share=0.5))["coverage"]["skipped"] == {
-        "unscored": 35
-    }
+    assert cov["skipped"] == {"unscored": 35}  # the report splits reasons over the whole file only
+    assert cov["skip_reasons_in_file"] == {"missing": 30, "no_steps": 5}
     assert (
         "the interval rests on the snapshot's 250 bootstrap replicates (seed 0); gating the records draws 2000 "
         "(--bootstrap 250 --seed 0 on the records gives this interval)"

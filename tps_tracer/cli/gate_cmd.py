@@ -294,9 +294,15 @@ def _power_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+UNDECIDED = (
+    "undecided: no verdict either way at this sample: a FAIL here would hit an unchanged candidate more "
+    "often than the 5% false-alarm bound, or the verdict flips too often (CANNOT DECIDE, exit 2)"
+)
+
+
 def _legend(result: dict[str, Any]) -> list[str]:
     term = CENSORING_TERMS.get(result["score"].get("censoring", ""))
-    return [*LEGEND, *([term] if term else [])]
+    return [*LEGEND, *([UNDECIDED] if result.get("undecided_checks") else []), *([term] if term else [])]
 
 
 def _wrap(prefix: str, text: str) -> list[str]:

@@ -266,18 +266,21 @@ def _audit_text(audit: dict[str, Any], wide: bool) -> str:
 
 
 def _coverage_text(report: dict[str, Any]) -> str | None:
-    """Per predictor, the runs it scores of the working sample: the denominator of the score table's
-    `scored` column and of the gate's coverage line, in the same words."""
+    """Per predictor, the runs it scores of the working sample, in the words of the gate's coverage
+    line and counted as the score table's `scored` column (its cen-simple row); the skip reasons are
+    counted over the whole file (excluded runs too), and say so."""
     skipped = [c for c in report["coverage"] if c["skipped"]]
     if not skipped:
         return None
-    working = report["audit"]["working_sample"]
+    working, total = report["audit"]["working_sample"], report["audit"]["n_trajectories"]
+    scored = {r["predictor"]: r["n"] for r in report["scores"] if r["censoring"] == "simple"}
     lines = ["Skipped trajectories (a missing or non-numeric forecast skips the trajectory for that predictor)"]
     for c in skipped:
+        n = scored.get(c["predictor"], 0)
         reasons = ", ".join(f"{k} {v}" for k, v in c["skipped"].items())
         lines.append(
-            f"  {c['predictor']}: scored {c['usable']} of {working} working-sample runs; "
-            f"{sum(c['skipped'].values())} skipped ({reasons})"
+            f"  {c['predictor']}: scored {n} of {working} working-sample runs, {working - n} not "
+            f"(reasons over all {total} runs in the file: {reasons})"
         )
     return "\n".join(_prose(lines))
 

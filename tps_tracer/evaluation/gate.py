@@ -153,8 +153,7 @@ def coverage_of_report(
 ) -> dict[str, Any]:
     """The coverage block from a saved report / snapshot: its score rows give the counts per
     censoring mode (complete-only scores the complete runs alone, cen-simple every working-sample
-    run the predictor can score), its `coverage` the skip reasons in the working sample (a report
-    saved before they were counted there has file-wide ones: then the total alone, as "unscored")."""
+    run the predictor can score), its `coverage` the file-wide skip reasons."""
     audit = report.get("audit") or {}
     n_of = {
         r.get("censoring"): int(r.get("n") or 0)
@@ -164,21 +163,24 @@ def coverage_of_report(
     working = int(audit.get("working_sample") or 0)
     gated = n_of.get(censoring, 0)
     reach = n_of.get(SIMPLE, gated)  # every working-sample run the predictor scores
-    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
-    reasons = next((c.get("skipped") or {} for c in columns if c.get("predictor") == predictor), {})
-    skipped = reasons if sum(reasons.values()) == working - reach else {"unscored": working - reach}
+    skipped = {"unscored": working - reach} if working > reach else {}
     complete = n_of.get("complete-only")
     settings = report.get("settings") or {}
-    return _block(
+    block = _block(
         working,
         gated,
-        {k: v for k, v in skipped.items() if v},
+        skipped,
         reach - gated,
         int(audit.get("pending_outcome") or 0),
         None if complete is None else gated - complete,
         settings.get("bootstrap"),
         SNAPSHOT_REPLICATES,
     )
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
+    if skipped and file_wide:
+        block["skip_reasons_in_file"] = file_wide  # per reason over all runs; the report does not split them
+    return block
 
 
 def _block(
@@ -233,12 +235,19 @@ def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str
         share,
         limit,
         f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to score "
-        f"({_reasons(block['skipped'])}); {verdict}",
+        f"({_why(block)}); {verdict}",
     )
 
 
 def _reasons(skipped: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+
+
+def _why(block: dict[str, Any]) -> str:
+    """The skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
+    if block.get("skip_reasons_in_file"):
+        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
+    return _reasons(block["skipped"])
 
 
 def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
@@ -249,7 +258,7 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
         n = sum(block["skipped"].values())
         out.append(
             f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
-            f"forecast ({_reasons(block['skipped'])}); the verdict covers the other {block['gated']} runs only"
+            f"forecast ({_why(block)}); the verdict covers the other {block['gated']} runs only"
         )
     pending = block["pending_outcome"]
     clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
@@ -268,7 +277,7 @@ def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
     label = f"coverage ({side})" if side else "coverage"
     parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
     n_skipped = sum(block["skipped"].values())
-    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_reasons(block['skipped'])})" if n_skipped else ""))
+    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_why(block)})" if n_skipped else ""))
     if block["dropped_by_censoring_mode"]:
         parts.append(f"dropped by the censoring mode: {block['dropped_by_censoring_mode']}")
     parts.append(f"clean runs waiting for an outcome: {block['pending_outcome']}")
@@ -618,7 +627,7 @@ def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
     out = []
     for c in checks:
         flip = c.get("flip_probability")
-        if flip is not None and flip > FRAGILE_FLIP:
+        if flip is not None and flip > FRAGILE_FLIP and not c.get("undecided"):  # no verdict to call fragile
             verb = "passes" if c["passed"] else "fails"
             out.append(
                 f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
@@ -697,12 +706,8 @@ def _result(
     undecided = [c["name"] for c in checks if c.get("undecided")]
     failed = [c["name"] for c in checks if not c["passed"] and not c.get("undecided")]
     reasons = _unusable_reasons(checks)
-    if reasons:
-        verdict = UNUSABLE
-    elif failed or not undecided:
-        verdict = FAIL if failed else PASS
-    else:
-        verdict = CANNOT_DECIDE
+    verdict = UNUSABLE if reasons else FAIL if failed else CANNOT_DECIDE if undecided else PASS
+    if verdict == CANNOT_DECIDE:
         reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
     result = {
         "version": GATE_VERSION,

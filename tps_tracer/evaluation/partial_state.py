@@ -40,7 +40,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, eta_by_mode, score_columns
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays, skip_counts
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
@@ -227,7 +227,6 @@ class PartialState:
         keys = trajectory_keys(table.ids) if keys is None else keys
         n, r_n, s_n, b = table.n, len(spec.rules), len(spec.schedules), spec.bootstrap
         complete, censored = table.role_masks(spec.policy)
-        working = complete | censored
         has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
         eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
@@ -268,10 +267,9 @@ class PartialState:
             counts = np.array([int(np.sum(~np.isnan(c))) for c in sm.columns[cols]], dtype=np.int64)
             pres = slice(k_values + i * _M, k_values + (i + 1) * _M)
             sel = complete & col.usable
-            # Counted over the working sample, the denominator of the score tables and the gate.
             predictors[name] = PredictorState(
-                usable=int(np.sum(col.usable & working)),
-                skipped=skip_counts(col.usable[working], table.n_steps[working]),
+                usable=int(col.usable.sum()),
+                skipped=dict(col.skipped),
                 missing_q_z=sm.missing_q_z[name],
                 count=counts.reshape(shape),
                 total=totals[cols].reshape(shape),
@@ -279,7 +277,7 @@ class PartialState:
                 rep_count=reps[:, pres],
                 summaries=col.aggregates[sel].copy(),
                 outcomes=table.outcome[sel].copy(),
-                clipped=col.clipped_in(working),
+                clipped=col.clipped_in(complete | censored),
             )
         base_cols = slice(k_scores, k_values)
         base_tot = totals[base_cols].reshape(s_n, _M, 2)
