@@ -463,7 +463,7 @@ def test_every_gate_row_says_which_side_it_is(tmp_path, capsys):
         ("skipped_share", "candidate"),
         ("baseline_size", "baseline"),
         ("skipped_share", "baseline"),
-        ("vs_baseline", "candidate - baseline"),
+        ("vs_baseline", "both"),
     ]
     rows = [line.split() for line in text.splitlines() if line.startswith("    ") and line.split()[0] in dict(sides)]
     assert [r[:2] for r in rows if r[0] == "skipped_share"] == [

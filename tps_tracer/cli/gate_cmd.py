@@ -219,7 +219,7 @@ def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
     if name in ("excluded_share", "skipped_share"):
         return f"share <= {fmt(thr)}"
     if name == "stability":
-        return f"max P(flip) <= {fmt(thr)}"
+        return f"P(flip) <= {fmt(thr)}"
     return "see reasons"
 
 
@@ -294,6 +294,7 @@ def _power_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+SIDE_TERM = "side: the run a row is about: candidate, baseline, both (the difference), all (every decision)"
 UNDECIDED = (
     "undecided: no verdict either way at this sample: a FAIL here would hit an unchanged candidate more "
     "often than the 5% false-alarm bound, or the verdict flips too often (CANNOT DECIDE, exit 2)"
@@ -302,7 +303,8 @@ UNDECIDED = (
 
 def _legend(result: dict[str, Any]) -> list[str]:
     term = CENSORING_TERMS.get(result["score"].get("censoring", ""))
-    return [*LEGEND, *([UNDECIDED] if result.get("undecided_checks") else []), *([term] if term else [])]
+    side = [SIDE_TERM] if _two_sided(result) else []
+    return [*LEGEND, *side, *([UNDECIDED] if result.get("undecided_checks") else []), *([term] if term else [])]
 
 
 def _wrap(prefix: str, text: str) -> list[str]:

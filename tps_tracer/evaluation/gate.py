@@ -94,7 +94,7 @@ GATE_VERSION = 4
 PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
 # Every check names the side it is about; the decisions not on one side alone, by name.
 CANDIDATE, BASELINE = "candidate", "baseline"
-SIDE_OF = {"vs_baseline": "candidate - baseline", "stability": "every decision"}
+SIDE_OF = {"vs_baseline": "both", "stability": "all"}  # both: the candidate-minus-baseline difference
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
 FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
