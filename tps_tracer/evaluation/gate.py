@@ -751,17 +751,8 @@ def evaluate_gate(
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, "baseline")
     except Unusable as u:
-        return _result(
-            crit,
-            _score(crit, predictor, source, 0, None, None, None),
-            [u.as_check()],
-            [],
-            [],
-            None,
-            None,
-            skipped=skipped,
-            read=read,
-        )
+        score = _score(crit, predictor, source, 0, None, None, None)
+        return _result(crit, score, [u.as_check()], [], [], None, None, skipped=skipped, read=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
