@@ -314,7 +314,7 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     assert res["reasons"][0].startswith(
         "skipped_share: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, no_steps 5)"
     )
-    line = "gated 80 of 115 working-sample runs; no verbal forecast: 35 (missing 30, no_steps 5)"
+    line = "scored 80 of 115 working-sample runs; no verbal forecast: 35 (missing 30, no_steps 5)"
     for out in (text, md):
         assert line in " ".join(out.split()) and "CI from 300 bootstrap replicates" in " ".join(out.split())
         assert "--max-skipped-share >= 0.304" in " ".join(out.split())
@@ -328,6 +328,32 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     assert skip_check["passed"] and skip_check["threshold"] == 0.5
     assert "35 of 115 working-sample runs (30.4%) are not scored: no verbal forecast" in " ".join(res["warnings"])
     assert "warning: 35 of 115 working-sample runs (30.4%) are not scored" in " ".join(text.split())
+
+
+def test_report_table_and_gate_count_one_denominator_in_the_same_words(tmp_path, capsys):
+    """Issue 47 item 5: the report said "90 usable" (the 10 parse errors' forecasts counted too), its
+    table n = 80 and the gate "gated 80 of 115": three counts for one fact. Now each says "scored 80 of
+    115 working-sample runs", and the table's column is named `scored`."""
+    rows = _subset_rows()
+    path = _write(tmp_path / "cand.jsonl", rows)
+    working = [r for r in rows if r["stop_reason"] in ("clean", "max_steps")]
+    scored = [r for r in working if r["steps"] and r["steps"][0]["forecasts"]["verbal"] is not None]
+    fact = f"scored {len(scored)} of {len(working)} working-sample runs"
+    assert fact == "scored 80 of 115 working-sample runs"
+    code, report, err = call(["report", str(path), "--bootstrap", "100", "--rules", "log"], capsys)
+    assert code == 0, err
+    flat = " ".join(report.split())
+    assert f"verbal: {fact}, 35 not (reasons over all 125 runs in the file: missing 30, no_steps 5)" in flat
+    assert "usable" not in flat
+    table = report.split("TPS, mean")[1].split("\n\n")[0].splitlines()
+    header = table[1].split()
+    assert header[-1] == "scored"
+    simple = next(line.split() for line in table if line.split()[:2] == ["verbal", "cen-simple"])
+    assert simple[-1] == str(len(scored))
+    _, res, text, md = _gate(path, capsys, "--min", "-5", "--max-skipped-share", "0.5", "--bootstrap", "100")
+    assert res["score"]["n"] == res["coverage"]["gated"] == len(scored)
+    for out in (text, md):
+        assert f"coverage: {fact};" in " ".join(out.split()) and f"over {len(scored)} scored runs" in out
 
 
 def test_a_small_skipped_share_is_gated_with_the_count_shown(tmp_path, capsys):
@@ -366,7 +392,7 @@ def test_clean_runs_waiting_for_an_outcome_are_shown(tmp_path, capsys):
     assert any(w.startswith(warning) for w in res["warnings"])
     for out in (text, md):
         flat = " ".join(out.split())
-        assert "gated 40 of 40 working-sample runs" in flat and "clean runs waiting for an outcome: 30" in flat
+        assert "scored 40 of 40 working-sample runs" in flat and "clean runs waiting for an outcome: 30" in flat
         assert warning in flat
 
 
@@ -422,6 +448,33 @@ def test_a_baseline_is_held_to_the_same_skipped_limit(tmp_path, capsys):
         "skipped_share: baseline: 35 of 115 working-sample runs have no verbal forecast to score (missing 30, "
         "no_steps 5); the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= 0.304"
     ]
+
+
+def test_every_gate_row_says_which_side_it_is(tmp_path, capsys):
+    """Issue 47 item 5: with a baseline, both sides have a skipped_share (and capture_loss) row, and the
+    table showed two rows named skipped_share with nothing to tell them apart."""
+    base = _write(tmp_path / "base.jsonl", _subset_rows())
+    cand = _write(tmp_path / "cand.jsonl", _subset_rows())
+    flags = ("--baseline", str(base), "--max-skipped-share", "0.1", "--bootstrap", "200")
+    _, res, text, md = _gate(cand, capsys, *flags)
+    sides = [(c["name"], c["side"]) for c in res["checks"]]
+    assert sides == [
+        ("sample_size", "candidate"),
+        ("skipped_share", "candidate"),
+        ("baseline_size", "baseline"),
+        ("skipped_share", "baseline"),
+        ("vs_baseline", "both"),
+    ]
+    rows = [line.split() for line in text.splitlines() if line.startswith("    ") and line.split()[0] in dict(sides)]
+    assert [r[:2] for r in rows if r[0] == "skipped_share"] == [
+        ["skipped_share", "candidate"],
+        ["skipped_share", "baseline"],
+    ]
+    assert "failed: skipped_share (candidate), skipped_share (baseline)" in text
+    assert "| skipped_share | baseline | FAIL |" in md and "| skipped_share | candidate | FAIL |" in md
+    flat = " ".join(text.split())
+    for side in ("candidate", "baseline"):  # each side's coverage, labelled
+        assert f"coverage ({side}): scored 80 of 115 working-sample runs" in flat
 
 
 def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys):

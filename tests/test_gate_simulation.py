@@ -14,11 +14,18 @@ gate's bootstrap of the score column. The README's gate section quotes these fig
 
 from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from tps_tracer.cli.gate_cmd import _criteria, _settings
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.gate_stats import NON_INFERIORITY, REGRESSION, Side, compare, decision
+from tps_tracer.evaluation.gate import evaluate_gate
+from tps_tracer.evaluation.gate_stats import FALSE_ALARM, NON_INFERIORITY, REGRESSION, Side, compare, decision
+from tps_tracer.synthetic import World, simulate_runs, to_records
 
 THETAS = np.array([0.2, 0.4, 0.6, 0.8])
 T = 4
@@ -109,3 +116,78 @@ def test_coverage_of_the_95_percent_cis_of_tps_and_of_the_paired_difference(scen
     res = request.getfixturevalue(scenario)
     assert 0.93 <= res["cover_tps"] <= 0.97, res
     assert 0.93 <= res["cover_delta"] <= 0.97, res
+
+
+# -- The shipped configurations, end to end (issue 47 item 1) ------------------------------------
+#
+# Every gate configuration that ships (the GitHub workflow's settings file, alone and with a
+# baseline, and the README's and docs' example lines) must PASS an unchanged agent and FAIL a
+# clearly worse one at the sample size its README names (200 tasks). Each replication runs the real
+# gate on records: a candidate and a baseline run the same tasks (the same theta) with fresh
+# evidence and outcomes; the worse candidate is the overconfident forecaster of the same runs'
+# truthful q_t. `python tests/test_gate_simulation.py REPS` prints the table in docs/gate.md.
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_TOML = str(ROOT / "integrations" / "github-actions" / "tps-gate.toml")
+SHIPPED = {  # label -> (settings as `tps-tracer gate` reads them, with a baseline?)
+    "tps-gate.toml": ({"config": SHIPPED_TOML}, False),
+    "tps-gate.toml --baseline": ({"config": SHIPPED_TOML}, True),
+    "README: --vs-base-rate --margin 0.05": ({"predictor": "verbal", "vs_base_rate": True, "margin": 0.05}, False),
+    "README: --baseline --margin 0.02": ({"margin": 0.02}, True),
+    "docs: --baseline --test non-inferiority --margin 0.1": ({"test": NON_INFERIORITY, "margin": 0.1}, True),
+}
+README_TASKS = 200  # integrations/github-actions/README.md: `tps-tracer demo --tasks 200`
+WORLD = World(parse_error_rate=0.01)  # ~5% informative stops, within the shipped max-excluded-share 0.2
+VERDICTS = ("pass", "cannot decide", "fail", "unusable")
+
+
+def shipped_verdicts(label: str, tasks: int, agent: str, reps: int, seed: int = 0) -> dict[str, float]:
+    """The share of each verdict over `reps` seeded replications (the candidate: `agent`)."""
+    settings, with_baseline = SHIPPED[label]
+    crit = _criteria(_settings(argparse.Namespace(**{"config": None, **settings})))
+    counts = dict.fromkeys(VERDICTS, 0)
+    for r in range(seed, seed + reps):
+        theta = np.random.default_rng(r).beta(WORLD.prior_a, WORLD.prior_b, tasks)
+        cand = to_records(simulate_runs(tasks, 2 * r + 1, WORLD, theta), [agent], r, names={agent: "verbal"})
+        base = None
+        if with_baseline:
+            base_runs = simulate_runs(tasks, 2 * r + 2, WORLD, theta)
+            base = to_records(base_runs, ["truthful"], r, names={"truthful": "verbal"})
+        counts[evaluate_gate(cand, crit, base)["verdict"]] += 1
+    return {k: v / reps for k, v in counts.items()}
+
+
+SHIPPED_REPS = 100  # MC standard error of a 5% rate: 2.2 points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(SHIPPED))
+def test_every_shipped_config_passes_an_unchanged_agent_and_fails_a_clearly_worse_one(label):
+    same = shipped_verdicts(label, README_TASKS, "truthful", SHIPPED_REPS)
+    # At most the declared false-alarm bound (5%) of FAILs, within 2 MC SEs, and a PASS otherwise.
+    bound = FALSE_ALARM + 2 * float(np.sqrt(FALSE_ALARM * (1 - FALSE_ALARM) / SHIPPED_REPS))
+    assert same["fail"] <= bound and same["unusable"] == 0, same
+    assert same["pass"] >= 0.9, same
+    worse = shipped_verdicts(label, README_TASKS, "overconfident", 30, seed=10_000)
+    assert worse["fail"] == 1.0, worse
+
+
+def _table(reps: int) -> None:
+    print("| config | tasks | unchanged: pass | cannot decide | fail | worse: fail |")
+    print("|---|---|---|---|---|---|")
+    for label in SHIPPED:
+        for tasks in (100, 200, 300):
+            same = shipped_verdicts(label, tasks, "truthful", reps)
+            worse = shipped_verdicts(label, tasks, "overconfident", max(reps // 4, 25), seed=10_000)
+            if same["unusable"] == 1.0:
+                print(f"| {label} | {tasks} | unusable (min-n) | | | |", flush=True)
+                continue
+            print(
+                f"| {label} | {tasks} | {same['pass']:.3f} | {same['cannot decide']:.3f} | {same['fail']:.3f} "
+                f"| {worse['fail']:.3f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    _table(int(sys.argv[1]) if len(sys.argv) > 1 else 400)

@@ -207,12 +207,12 @@ def test_baseline_workflow_steps_run_in_a_user_repository(tmp_path):
     passed = step("Gate candidate vs baseline")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     text = summary.read_text()
-    assert text.startswith("## ✅ tps-tracer gate: PASS") and "| vs_baseline | pass |" in text
+    assert text.startswith("## ✅ tps-tracer gate: PASS") and "| vs_baseline | both | pass |" in text
 
     summary.unlink()
     failed = step("Gate candidate vs baseline", CANDIDATE="eval/overconfident.jsonl")
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert "| vs_baseline | FAIL |" in summary.read_text()
+    assert "| vs_baseline | both | FAIL |" in summary.read_text()
 
 
 # ---------------------------------------------------------------- Prometheus

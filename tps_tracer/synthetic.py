@@ -79,10 +79,12 @@ class SimulatedRuns:
         return self.q[self.offsets[1:] - 1]
 
 
-def simulate_runs(n: int, seed: int = 0, world: World = World()) -> SimulatedRuns:
+def simulate_runs(n: int, seed: int = 0, world: World = World(), theta: FloatArray | None = None) -> SimulatedRuns:
+    """n runs; `theta` (the tasks' success rates) runs the same tasks again, as a baseline and a
+    candidate do, with fresh signals and outcomes."""
     rng = np.random.default_rng(seed)
     w = world
-    theta = rng.beta(w.prior_a, w.prior_b, n)
+    theta = rng.beta(w.prior_a, w.prior_b, n) if theta is None else np.asarray(theta, dtype=np.float64)
     length = rng.integers(w.min_length, w.max_length + 1, n)
     width = w.max_length
     signals = rng.random((n, width)) < theta[:, None]
@@ -114,8 +116,10 @@ def to_records(
     seed: int = 0,
     missing_rate: float = 0.0,
     record_q_z: bool = True,
+    names: dict[str, str] | None = None,
 ) -> list[TrajectoryRecord]:
-    """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps."""
+    """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps; `names`
+    renames forecasters' streams (e.g. {"overconfident": "verbal"}: a worse agent under the gated name)."""
     rng = np.random.default_rng(seed)
     streams = {name: np.round(FORECASTERS[name](runs.q, rng), 6) for name in forecasters}
     blank = rng.random(runs.q.size) < missing_rate
@@ -128,6 +132,8 @@ def to_records(
             fc: dict[str, float | None] = {name: float(streams[name][j]) for name in forecasters}
             if blank[j] and "noisy" in fc:
                 fc["noisy"] = None
+            if names:
+                fc = {names.get(k, k): v for k, v in fc.items()}
             steps.append(StepRecord(t=j - a + 1, forecasts=fc))
         reason = runs.stop_reason[i]
         records.append(

@@ -1,4 +1,4 @@
-"""`tps-tracer gate`: exit 0 pass, 1 fail, 2 bad input or an unusable sample.
+"""`tps-tracer gate`: exit 0 pass, 1 fail, 2 bad input, an unusable sample or cannot decide.
 
 Settings come from flags, or from a TOML file checked into the user's repository
 (`--config gate.toml`, a `[gate]` table with the flag names, dashes as underscores);
@@ -189,6 +189,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 # -- the human renderings ---------------------------------------------------------------------
 
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
+SIDE = "side"  # a column of its own when a baseline is gated: which run each row is about
 
 CENSORING_TERMS = {
     "simple": "cen-simple: a run stopped by the step budget is scored as if it would fail "
@@ -218,12 +219,31 @@ def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
     if name in ("excluded_share", "skipped_share"):
         return f"share <= {fmt(thr)}"
     if name == "stability":
-        return f"max P(flip) <= {fmt(thr)}"
+        return f"P(flip) <= {fmt(thr)}"
     return "see reasons"
+
+
+def _two_sided(result: dict[str, Any]) -> bool:
+    return any(c.get("side") == "baseline" for c in result["checks"])
+
+
+def _headers(result: dict[str, Any]) -> list[str]:
+    return [_HEADERS[0], SIDE, *_HEADERS[1:]] if _two_sided(result) else _HEADERS
+
+
+def _failed(result: dict[str, Any]) -> str:
+    """The failing checks by name, and by side when a baseline is gated (both sides have a skipped_share)."""
+    side = _two_sided(result)
+    return ", ".join(
+        f"{c['name']} ({c['side']})" if side else c["name"]
+        for c in result["checks"]
+        if not c["passed"] and not c.get("undecided")
+    )
 
 
 def _rows(result: dict[str, Any]) -> list[list[str]]:
     rows = []
+    side = _two_sided(result)
     for c in result["checks"]:
         ci = f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if c.get("ci_low") is not None else ""
         flip = c.get("flip_probability")
@@ -231,7 +251,8 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 c["name"],
-                "pass" if c["passed"] else "FAIL",
+                *([c.get("side", "")] if side else []),
+                "pass" if c["passed"] else ("undecided" if c.get("undecided") else "FAIL"),
                 fmt(est) if isinstance(est, float) else ("" if est is None else str(est)),
                 ci,
                 _pass_if(c, result.get("settings") or {}),
@@ -249,9 +270,12 @@ def _headline(result: dict[str, Any]) -> list[str]:
         gated = f"gated: TPS complete-only / {s['rule']} / {s['weights']} on {s['predictor']}"
     lines = [gated + (f" ({source})" if source else "")]
     if s.get("mean") is not None:
-        lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} trajectories")
-    if result.get("coverage"):  # what the verdict rests on, in every output form
-        lines.append(coverage_line(result["coverage"], str(s["predictor"])))
+        lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} scored runs")
+    base = (result.get("comparison") or {}).get("baseline_coverage")
+    if result.get("coverage"):  # what the verdict rests on, in every output form, for each side
+        lines.append(coverage_line(result["coverage"], str(s["predictor"]), "candidate" if base else ""))
+    if base:
+        lines.append(coverage_line(base, str(s["predictor"]), "baseline"))
     lines += set_aside_lines(result.get("input"))  # lines the gate did not judge (a re-run, an empty shard)
     settings = result.get("settings") or {}
     if any(c.get("test") for c in result["checks"]):
@@ -270,9 +294,17 @@ def _power_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+SIDE_TERM = "side: the run a row is about: candidate, baseline, both (the difference), all (every decision)"
+UNDECIDED = (
+    "undecided: no verdict either way at this sample: a FAIL here would hit an unchanged candidate more "
+    "often than the 5% false-alarm bound, or the verdict flips too often (CANNOT DECIDE, exit 2)"
+)
+
+
 def _legend(result: dict[str, Any]) -> list[str]:
     term = CENSORING_TERMS.get(result["score"].get("censoring", ""))
-    return [*LEGEND, *([term] if term else [])]
+    side = [SIDE_TERM] if _two_sided(result) else []
+    return [*LEGEND, *side, *([UNDECIDED] if result.get("undecided_checks") else []), *([term] if term else [])]
 
 
 def _wrap(prefix: str, text: str) -> list[str]:
@@ -285,20 +317,19 @@ def render_gate_text(result: dict[str, Any], source: str) -> str:
     for h in _headline(result):
         lines += _wrap("  ", h)
     lines.append("")
-    lines += fit_table(_HEADERS, _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
-    failed = result.get("failed_checks") or []
-    if failed:
-        lines += _wrap("  ", f"failed: {', '.join(failed)}")
+    lines += fit_table(_headers(result), _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
+    if result.get("failed_checks"):
+        lines += _wrap("  ", f"failed: {_failed(result)}")
     for r in result.get("reasons") or []:
-        lines += _wrap("  ", f"unusable: {r}")
+        lines += _wrap("  ", f"{result['verdict']}: {r}")
     for p in _power_lines(result):
         lines += _wrap("  ", f"power: {p}")
     for w in result["warnings"]:
         lines += _wrap("  ", f"warning: {w}")
     for n in result["notes"]:
         lines += _wrap("  ", f"note: {n}")
-    if result["verdict"] == "unusable":
-        lines.append("  no verdict on this sample (exit 2): see the unusable reasons above")
+    if result["exit_code"] == 2:
+        lines.append(f"  no verdict on this sample (exit 2): see the {result['verdict']} reasons above")
     lines.append("  legend:")
     for item in _legend(result):
         lines += _wrap("    ", item)
@@ -306,18 +337,18 @@ def render_gate_text(result: dict[str, Any], source: str) -> str:
 
 
 def render_gate_markdown(result: dict[str, Any], source: str) -> str:
-    icon = {"pass": "✅", "fail": "❌", "unusable": "⚠️"}[result["verdict"]]
+    icon = {"pass": "✅", "fail": "❌"}.get(result["verdict"], "⚠️")
     out = [f"## {icon} tps-tracer gate: {result['verdict'].upper()}", "", f"`{source}`", ""]
     out += [f"- {h}" for h in _headline(result)]
-    out += ["", "| " + " | ".join(_HEADERS) + " |", "|" + "---|" * len(_HEADERS)]
+    headers = _headers(result)
+    out += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in _rows(result):
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
     out.append("")
-    failed = result.get("failed_checks") or []
-    if failed:
-        out.append(f"- **failed**: {', '.join(failed)}")
+    if result.get("failed_checks"):
+        out.append(f"- **failed**: {_failed(result)}")
     for r in result.get("reasons") or []:
-        out.append(f"- **unusable**: {r}")
+        out.append(f"- **{result['verdict']}**: {r}")
     for p in _power_lines(result):
         out.append(f"- power: {p}")
     for w in result["warnings"]:

@@ -171,7 +171,8 @@ def add_gate_parser(sub: Any) -> None:
         "--test",
         choices=["regression", "non-inferiority"],
         help="hypothesis test of --vs-base-rate / --baseline: regression (default; FAIL only on a significant "
-        "drop beyond the margin) or non-inferiority (PASS only if such a drop is ruled out)",
+        "drop beyond the margin) or non-inferiority (PASS only if such a drop is ruled out; cannot decide, "
+        "exit 2, where an identical candidate would fail more than 5%% of the time)",
     )
     g.add_argument("--min-n", type=int, help="minimum scored trajectories (default 30; fewer: exit 2)")
     g.add_argument("--max-excluded-share", type=float, help="maximum share of informative exclusions")
@@ -187,7 +188,9 @@ def add_gate_parser(sub: Any) -> None:
         help="largest share of the working sample without a forecast of the gated predictor (default 0.2; "
         "above it: exit 2, the rest is not gated alone; 1 accepts any)",
     )
-    g.add_argument("--max-flip", type=float, help="fail if a verdict flips under resampling more often than this")
+    g.add_argument(
+        "--max-flip", type=float, help="cannot decide (exit 2) if a verdict flips under resampling more often than this"
+    )
     g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
     g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {MAX_REPLICATES})")
     g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")

@@ -143,9 +143,11 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
             "censored TPS that scores a budget-stopped run with its recorded q_z, the probability it would "
             "have succeeded; runs without q_z are left out; only as good as the q_z"
         )
-    t["mean / 95% CI / n"] = (
-        "mean TPS over n runs, and its bootstrap percentile interval (runs resampled with replacement; "
-        f"{s['bootstrap']} replicates; '-' when there are none)"
+    t["mean / 95% CI / scored"] = (
+        "mean TPS over the scored runs (the working-sample runs with a forecast at every step, as in the gate's "
+        "coverage line; complete-only: the complete ones; cen-exact: less censored runs without q_z), and its "
+        f"bootstrap percentile interval (runs resampled with replacement; {s['bootstrap']} replicates; '-' when "
+        "there are none)"
     )
     t["Delta_practice"] = (
         "censored extension minus complete-only for the same stream and rule, paired (same resamples): how "
@@ -263,14 +265,23 @@ def _audit_text(audit: dict[str, Any], wide: bool) -> str:
     return "\n".join(["Termination audit", table, *_prose(lines)])
 
 
-def _coverage_text(coverage: list[dict[str, Any]], wide: bool) -> str | None:
-    skipped = [c for c in coverage if c["skipped"]]
+def _coverage_text(report: dict[str, Any]) -> str | None:
+    """Per predictor, the runs it scores of the working sample, in the words of the gate's coverage
+    line and counted as the score table's `scored` column (its cen-simple row); the skip reasons are
+    counted over the whole file (excluded runs too), and say so."""
+    skipped = [c for c in report["coverage"] if c["skipped"]]
     if not skipped:
         return None
+    working, total = report["audit"]["working_sample"], report["audit"]["n_trajectories"]
+    scored = {r["predictor"]: r["n"] for r in report["scores"] if r["censoring"] == "simple"}
     lines = ["Skipped trajectories (a missing or non-numeric forecast skips the trajectory for that predictor)"]
     for c in skipped:
+        n = scored.get(c["predictor"], 0)
         reasons = ", ".join(f"{k} {v}" for k, v in c["skipped"].items())
-        lines.append(f"  {c['predictor']}: {sum(c['skipped'].values())} skipped ({reasons}); {c['usable']} usable")
+        lines.append(
+            f"  {c['predictor']}: scored {n} of {working} working-sample runs, {working - n} not "
+            f"(reasons over all {total} runs in the file: {reasons})"
+        )
     return "\n".join(_prose(lines))
 
 
@@ -291,7 +302,7 @@ def _scores_text(report: dict[str, Any], wide: bool) -> str:
             row = [pred, rule, weights]
             for m in modes:
                 c = cells[m]
-                row.append(f"{fmt_ci(c['mean'], c['ci_low'], c['ci_high'])}  n={c['n']}")
+                row.append(f"{fmt_ci(c['mean'], c['ci_low'], c['ci_high'])}  scored={c['n']}")
             rows.append(row)
         table = render_table(["predictor", "rule", "weights", *(_MODE_TITLES[m] for m in modes)], rows)
     else:
@@ -305,7 +316,7 @@ def _scores_text(report: dict[str, Any], wide: bool) -> str:
                 keys = [pred, *([rule] if show_rule else []), *([weights] if show_w else [])]
                 rows.append([*keys, _MODE_SHORT[m], fmt(c["mean"]), ci, str(c["n"])])
         headers = ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
-        table = fit_table([*headers, "evaluator", "mean", "95% CI", "n"], rows)
+        table = fit_table([*headers, "evaluator", "mean", "95% CI", "scored"], rows)
         if not (show_rule and show_w):
             fixed = [f"rule {report['scores'][0]['rule']}"] * (not show_rule)
             fixed += [f"weights {report['scores'][0]['weights']}"] * (not show_w)
@@ -476,7 +487,7 @@ def render_report(report: dict[str, Any], source: str, wide: bool = False, legen
         lines = ["Lines set aside (not scored)"]
         lines += [f"  {kind}: {v['count']} (first: {v['first']})" for kind, v in set_aside.items()]
         parts.append("\n".join(_prose(lines)))
-    cov = _coverage_text(report["coverage"], wide)
+    cov = _coverage_text(report)
     if cov:
         parts.append(cov)
     skipped = render_skipped(report.get("skipped_predictors", []))

@@ -62,7 +62,6 @@ from tps_tracer.evaluation.gate_stats import (
     censoring_rates_differ,
     compare,
     decision,
-    underpowered_warning,
     unpaired_text,
 )
 from tps_tracer.evaluation.report import (
@@ -89,9 +88,14 @@ from tps_tracer.scoring.schedules import get_schedule
 
 FloatArray = NDArray[np.float64]
 
-GATE_VERSION = 3  # 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage
-PASS, FAIL, UNUSABLE = "pass", "fail", "unusable"
-EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2}
+# 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage;
+# 4: the CANNOT DECIDE verdict (checks' `undecided`, `decides_at`, `undecided_reason`; `undecided_checks`).
+GATE_VERSION = 4
+PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
+# Every check names the side it is about; the decisions not on one side alone, by name.
+CANDIDATE, BASELINE = "candidate", "baseline"
+SIDE_OF = {"vs_baseline": "both", "stability": "all"}  # both: the candidate-minus-baseline difference
+EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
 FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
 MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
 
@@ -203,31 +207,36 @@ def _block(
     }
 
 
-def pending_share(block: dict[str, Any], audit: dict[str, Any]) -> float | None:
-    """Clean runs still waiting for an outcome, as a share of all clean runs."""
-    pending = block["pending_outcome"]
-    clean = int((audit.get("stop_reasons") or {}).get("clean") or 0)
-    return _share(pending, max(clean, pending))
+def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
+    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
+    return {
+        "name": name,
+        "kind": "assumption",
+        "passed": bool(passed),
+        "estimate": estimate,
+        "threshold": threshold,
+        "detail": detail,
+        **more,
+    }
 
 
 def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str = "") -> dict[str, Any]:
     """The assumption check on the gated predictor's skipped share; failing it refuses the sample."""
     share = block["skipped_share"] or 0.0
     n = sum(block["skipped"].values())
-    return {
-        "name": "skipped_share",
-        "kind": "assumption",
-        "passed": share <= limit,
-        "estimate": share,
-        "threshold": limit,
-        "detail": f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to "
-        f"score ({_why(block)}); "
-        + (
-            "gated on the rest"
-            if share <= limit
-            else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
-        ),
-    }
+    verdict = (
+        "gated on the rest"
+        if share <= limit
+        else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
+    )
+    return _check(
+        "skipped_share",
+        share <= limit,
+        share,
+        limit,
+        f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to score "
+        f"({_why(block)}); {verdict}",
+    )
 
 
 def _reasons(skipped: dict[str, int]) -> str:
@@ -251,10 +260,10 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
             f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
             f"forecast ({_why(block)}); the verdict covers the other {block['gated']} runs only"
         )
-    p_share = pending_share(block, audit)
+    pending = block["pending_outcome"]
+    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+    p_share = _share(pending, clean)  # clean runs still waiting for an outcome, of all clean runs
     if p_share is not None and p_share > WARN_SHARE:
-        pending = block["pending_outcome"]
-        clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
         out.append(
             f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
             "gate again once they are graded"
@@ -262,9 +271,11 @@ def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: s
     return out
 
 
-def coverage_line(block: dict[str, Any], predictor: str) -> str:
-    """One line for the text and Markdown headlines: gated of working, each exclusion, replicates."""
-    parts = [f"coverage: gated {block['gated']} of {block['working_sample']} working-sample runs"]
+def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
+    """One line for the text and Markdown headlines: scored of working (the report's and the score
+    table's denominator, named alike), each exclusion, replicates; `side` labels it in baseline mode."""
+    label = f"coverage ({side})" if side else "coverage"
+    parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
     n_skipped = sum(block["skipped"].values())
     parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_why(block)})" if n_skipped else ""))
     if block["dropped_by_censoring_mode"]:
@@ -410,73 +421,57 @@ REFUSING_CHECKS = ("capture_loss", "skipped_share", "gated_predictor", "q_z_for_
 
 
 def _assumption_checks(
-    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = ""
+    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
 ) -> list[dict[str, Any]]:
-    """The checks on one run's sample (`side` prefixes the details of the baseline's)."""
-    checks: list[dict[str, Any]] = [
-        {
-            "name": "sample_size",
-            "kind": "assumption",
-            "passed": n >= crit.min_n,
-            "estimate": n,
-            "threshold": crit.min_n,
-            "detail": f"{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict",
-        }
-    ]
+    """The checks on one side's sample, each naming its `side` (the baseline's details say so too)."""
+    who = "" if side == CANDIDATE else f"{side}: "
+    # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+    size = "sample_size" if side == CANDIDATE else "baseline_size"
+    detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
+    checks = [_check(size, n >= crit.min_n, n, crit.min_n, detail)]
     lost = int(audit.get("roles", {}).get("lost", 0))
     if lost:
         # Runs whose end tps-tracer lost are not a random subset (bursts lose the slow ones):
         # gating the rest would judge survivors. Refused unless the user accepts it.
+        verdict = (
+            "gated anyway (allow_capture_loss)"
+            if crit.allow_capture_loss
+            else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
+        )
+        detail = f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
         checks.append(
-            {
-                "name": "capture_loss",
-                "kind": "assumption",
-                "passed": bool(crit.allow_capture_loss),
-                "estimate": lost,
-                "threshold": 0,
-                "detail": f"{side}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
-                "metadata.tps_abandoned says why) are not scored; "
-                + (
-                    "gated anyway (allow_capture_loss)"
-                    if crit.allow_capture_loss
-                    else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
-                ),
-            }
+            _check(
+                "capture_loss",
+                crit.allow_capture_loss,
+                lost,
+                0,
+                detail + f"metadata.tps_abandoned says why) are not scored; {verdict}",
+            )
         )
     if crit.max_excluded_share is not None:
         share = audit.get("excluded_share") or 0.0
+        detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
         checks.append(
-            {
-                "name": "excluded_share",
-                "kind": "assumption",
-                "passed": share <= crit.max_excluded_share,
-                "estimate": share,
-                "threshold": crit.max_excluded_share,
-                "detail": "share of runs ended by informative stops (parse/tool errors, ...), not scored",
-            }
+            _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
         )
     if coverage["skipped"]:
-        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, side))
+        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, who))
+    for c in checks:
+        c["side"] = side
     return checks
 
 
 class Unusable(Exception):
     """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
 
-    def __init__(self, check: str, reason: str):
+    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
         self.check = check
         self.reason = reason
+        self.side = side
         super().__init__(reason)
 
     def as_check(self) -> dict[str, Any]:
-        return {
-            "name": self.check,
-            "kind": "assumption",
-            "passed": False,
-            "estimate": None,
-            "threshold": None,
-            "detail": self.reason,
-        }
+        return _check(self.check, False, None, None, self.reason, side=self.side)
 
 
 def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
@@ -551,6 +546,7 @@ class _Run:
             raise Unusable(
                 "gated_predictor",
                 f"the {side} has no predictor {predictor!r} (found: {', '.join(names) or 'none'})",
+                side,
             )
         reason = no_data_reason(table.predictors[predictor], working)
         if reason is not None:
@@ -560,6 +556,7 @@ class _Run:
                 f"the {side} cannot score predictor {predictor!r}: {reason}; predictors with data: "
                 f"{', '.join(with_data) or 'none'} (the gated predictor is never switched silently: "
                 "name one with --predictor on both runs)",
+                side,
             )
         self.predictor = predictor
         # Censored runs alone are scored (as in the report); the base-rate reference needs a complete outcome.
@@ -630,7 +627,7 @@ def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
     out = []
     for c in checks:
         flip = c.get("flip_probability")
-        if flip is not None and flip > FRAGILE_FLIP:
+        if flip is not None and flip > FRAGILE_FLIP and not c.get("undecided"):  # no verdict to call fragile
             verb = "passes" if c["passed"] else "fails"
             out.append(
                 f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
@@ -702,10 +699,16 @@ def _result(
     read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The one gate result of every route (records, Ray rows, snapshot): the verdict follows from
-    the checks (a failed sample-size or refusing check: UNUSABLE; any other failed check: FAIL)."""
-    failed = [c["name"] for c in checks if not c["passed"]]
+    the checks (a failed sample-size or refusing check: UNUSABLE; else any other failed check:
+    FAIL; else an undecided check: CANNOT DECIDE, with its reason)."""
+    for c in checks:
+        c.setdefault("side", SIDE_OF.get(c["name"], CANDIDATE))
+    undecided = [c["name"] for c in checks if c.get("undecided")]
+    failed = [c["name"] for c in checks if not c["passed"] and not c.get("undecided")]
     reasons = _unusable_reasons(checks)
-    verdict = UNUSABLE if reasons else (PASS if not failed else FAIL)
+    verdict = UNUSABLE if reasons else FAIL if failed else CANNOT_DECIDE if undecided else PASS
+    if verdict == CANNOT_DECIDE:
+        reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
     result = {
         "version": GATE_VERSION,
         "verdict": verdict,
@@ -713,6 +716,7 @@ def _result(
         "score": score,
         "checks": checks,
         "failed_checks": failed,
+        "undecided_checks": undecided,
         "reasons": reasons,
         "warnings": warnings,
         "notes": notes,
@@ -747,24 +751,13 @@ def evaluate_gate(
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, "baseline")
     except Unusable as u:
-        return _result(
-            crit,
-            _score(crit, predictor, source, 0, None, None, None),
-            [u.as_check()],
-            [],
-            [],
-            None,
-            None,
-            skipped=skipped,
-            read=read,
-        )
+        score = _score(crit, predictor, source, 0, None, None, None)
+        return _result(crit, score, [u.as_check()], [], [], None, None, skipped=skipped, read=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
-    checks: list[dict[str, Any]] = []
     notes: list[str] = []
-
     scored = ~np.isnan(run.score)
     n = int(scored.sum())
     both = scored & ~np.isnan(run.reference)
@@ -776,7 +769,14 @@ def evaluate_gate(
     )
     lo, hi = boot.ci()
     selected = _score(crit, run.predictor, source, n, _num(boot.point[0]), _num(lo[0]), _num(hi[0]))
-    checks.extend(_assumption_checks(n, run.audit, run.coverage, run.predictor, crit))
+    checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
+    if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
+        n_base = int(np.sum(~np.isnan(base.score)))
+        checks += [
+            c
+            for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, BASELINE)
+            if c["name"] != "excluded_share"
+        ]
 
     if crit.min_score is not None:
         checks.append(
@@ -795,28 +795,13 @@ def evaluate_gate(
                 -crit.margin + 0.0,  # + 0.0: no "-0" in reports
                 f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired",
                 crit.test,
+                int(both.sum()),
             )
         )
     warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
     warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
     if base is not None:
-        n_base = int(np.sum(~np.isnan(base.score)))
-        # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
-        checks.insert(
-            1,
-            {
-                "name": "baseline_size",
-                "kind": "assumption",
-                "passed": n_base >= crit.min_n,
-                "estimate": n_base,
-                "threshold": crit.min_n,
-                "detail": f"{n_base} scored baseline trajectories; at least {crit.min_n} needed",
-            },
-        )
-        for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, "baseline: "):
-            if c["name"] in ("capture_loss", "skipped_share"):
-                checks.append(c)
         warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
         check, comparison = _baseline_check(run, base, crit, warnings, notes)
         checks.append(check)
@@ -830,26 +815,16 @@ def evaluate_gate(
     for s in skipped:
         notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
 
-    for c in checks:
-        pw = c.get("power")
-        if pw and pw.get("underpowered"):
-            warnings.append(underpowered_warning(c["name"], crit.margin, pw))
-
     warnings.extend(fragile_warnings(checks))
     decisions = [c for c in checks if c["kind"] == "decision"]
     flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
     if crit.max_flip is not None:
         worst = max(flips) if flips else float("nan")
-        checks.append(
-            {
-                "name": "stability",
-                "kind": "decision",
-                "passed": bool(flips) and worst <= crit.max_flip,
-                "estimate": _num(worst),
-                "threshold": crit.max_flip,
-                "detail": "largest verdict-flip probability under resampling",
-            }
-        )
+        stable = bool(flips) and worst <= crit.max_flip
+        # A verdict that resampling reverses this often is evidence neither way: no FAIL.
+        fragile = {} if stable else {"undecided": True, "undecided_reason": _fragile_reason(worst, crit.max_flip)}
+        detail = "largest verdict-flip probability under resampling"
+        checks.append(_check("stability", stable, _num(worst), crit.max_flip, detail, kind="decision", **fragile))
     return _result(crit, selected, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
 
 
@@ -949,8 +924,17 @@ def _baseline_check(
     b_ok = ~np.isnan(base.score)
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
+    units = "tasks both sides score" if cmp.paired else "scored runs on each side"
+    n_units = counts["common_tasks"] if cmp.paired else min(int(np.sum(~np.isnan(cand.score))), int(b_ok.sum()))
     check = decision(
-        "vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, f"candidate minus baseline, {how}", crit.test
+        "vs_baseline",
+        cmp.point,
+        cmp.replicates,
+        -crit.margin + 0.0,
+        f"candidate minus baseline, {how}",
+        crit.test,
+        n_units,
+        units,
     )
     comparison = {
         "paired": cmp.paired,
@@ -1029,18 +1013,19 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         # Replicate ~ N(mean, se) passes iff rep - (mean - lo) >= min, i.e. rep - mean >= min - lo.
         p_pass = float(norm.sf((crit.min_score - lo) / se))
         flip = p_pass if lo < crit.min_score else 1.0 - p_pass
+    detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
     checks.append(
-        {
-            "name": "absolute",
-            "kind": "decision",
-            "passed": lo >= crit.min_score,
-            "estimate": mean,
-            "ci_low": lo,
-            "ci_high": row["ci_high"],
-            "threshold": crit.min_score,
-            "flip_probability": flip,
-            "detail": "CI lower bound of the score (from the snapshot; flip probability: normal approximation)",
-        }
+        _check(
+            "absolute",
+            lo >= crit.min_score,
+            mean,
+            crit.min_score,
+            detail,
+            kind="decision",
+            ci_low=lo,
+            ci_high=row["ci_high"],
+            flip_probability=flip,
+        )
     )
     warnings.extend(fragile_warnings(checks))
     settings = _settings(crit)
@@ -1049,6 +1034,13 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     score["predictor_source"] = source  # the saved row's own fields first
     notes = ["gated from a saved report/snapshot", *notes]
     return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=from_report(report))
+
+
+def _fragile_reason(flip: float, limit: float) -> str:
+    return (
+        f"the verdict flips in {flip:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+        "sample of the same size could reverse it"
+    )
 
 
 def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:

@@ -10,11 +10,19 @@ is a one-sided test at ALPHA = 2.5%. Two tests, named in the config (`test`) and
   fails with probability ALPHA (2.5%); a small real drop may pass (see the power line).
 - non-inferiority: H0 "worse by more than the margin" (D <= -margin). PASS only when the CI
   lower bound is >= -margin: the data rule the drop out. A candidate truly worse by the
-  margin passes with probability <= ALPHA; an identical one fails unless the margin is
-  well above the CI's half-width (the power line says how likely).
+  margin passes with probability <= ALPHA; an identical one fails with probability
+  P0 = Phi(Z_ALPHA - margin / SE), which nears 1 when the margin is below the CI's half-width.
 
 Power uses the normal approximation with the bootstrap SE of D (sd of the replicates):
 the one-sided bound is ~ D_hat -/+ Z_ALPHA * SE.
+
+A FAIL is a verdict only when an identical candidate (D = 0) gets it at most FALSE_ALARM of the
+time. The regression test's FAIL has probability ALPHA; non-inferiority's P0 grows with the SE,
+so when P0 > FALSE_ALARM a check that does not pass is FAIL only if the data show a drop beyond
+the margin (CI upper bound < -margin, probability <= ALPHA for an identical candidate), and
+otherwise CANNOT DECIDE (exit 2), naming the margin (Z_ALPHA + Z_FALSE_ALARM) * SE, or the sample
+that shrinks the SE to it, at which a FAIL would be a verdict. An identical candidate thus fails
+at most FALSE_ALARM of the time at any sample size.
 
 Candidate vs baseline is compared on what both sides can score. Pairing is on the intersection of
 the task ids both sides scored (a task missing on one side, a parse error or a censored run the side
@@ -48,9 +56,14 @@ NON_INFERIORITY = "non-inferiority"
 TESTS = (REGRESSION, NON_INFERIORITY)
 DEFAULT_TEST = REGRESSION
 ALPHA = 0.025  # one-sided level of each bound of the two-sided 95% CI
-POWER = 0.80  # the power at which the smallest detectable difference is quoted
+POWER = 0.80  # the power at which the regression test's smallest detectable drop is quoted
+# Declared bound on false alarms: an identical candidate FAILs a comparative check at most this often.
+# 5%: a gate run on every pull request of an unchanged agent blocks one in twenty at worst, twice the
+# regression test's ALPHA; a FAIL more likely than that for an unchanged agent is no verdict.
+FALSE_ALARM = 0.05
 Z_ALPHA = float(norm.isf(ALPHA))
 Z_POWER = float(norm.isf(1.0 - POWER))
+Z_FALSE_ALARM = float(norm.isf(FALSE_ALARM))
 
 
 def rule_text(test: str, margin: float) -> str:
@@ -92,9 +105,10 @@ def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
     """The test's power with this sample's SE.
 
     non-inferiority: `smallest_margin` is the margin an identical candidate passes with
-    probability POWER; `p_fail_identical` the probability that an identical candidate fails
-    at the configured margin. regression: `detectable_drop` is the true drop found (FAIL)
-    with probability POWER; an identical candidate fails with probability ALPHA.
+    probability 1 - FALSE_ALARM; `p_fail_identical` the probability that an identical candidate
+    fails at the configured margin; `underpowered` when it exceeds FALSE_ALARM. regression:
+    `detectable_drop` is the true drop found (FAIL) with probability POWER; an identical
+    candidate fails with probability ALPHA.
     """
     se = _se(reps)
     out: dict[str, Any] = {"se": _num(se), "alpha": ALPHA, "power": POWER}
@@ -103,12 +117,12 @@ def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
         return out
     if test == NON_INFERIORITY:
         p_fail = float(norm.cdf(Z_ALPHA - margin / se))  # P(D_hat - Z*SE < -margin | D = 0)
-        smallest = (Z_ALPHA + Z_POWER) * se
+        smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
         out.update(
             smallest_margin=smallest,
             detectable_drop=None,
             p_fail_identical=p_fail,
-            underpowered=bool(margin < smallest),
+            underpowered=bool(p_fail > FALSE_ALARM),
         )
     else:
         out.update(
@@ -129,8 +143,8 @@ def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str |
     if test == NON_INFERIORITY:
         return (
             f"{name}: SE of the difference {se:.3g}; the smallest margin an identical candidate passes with "
-            f"{POWER:.0%} probability is {pw['smallest_margin']:.3g} (configured {margin:.3g}: an identical "
-            f"candidate fails with probability ~{pw['p_fail_identical']:.2f})"
+            f"{1 - FALSE_ALARM:.0%} probability is {pw['smallest_margin']:.3g} (configured {margin:.3g}: an "
+            f"identical candidate fails with probability ~{pw['p_fail_identical']:.2f})"
         )
     return (
         f"{name}: SE of the difference {se:.3g}; a true drop of {pw['detectable_drop']:.3g} is detected (FAIL) "
@@ -138,11 +152,26 @@ def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str |
     )
 
 
-def underpowered_warning(name: str, margin: float, pw: dict[str, Any]) -> str:
+def decides_at(check: dict[str, Any], n: int | None) -> dict[str, Any]:
+    """The margin at which this sample decides, and the sample (n: SE ~ 1/sqrt(n)) at which the
+    configured margin does (None at margin 0: no sample size decides a margin of 0)."""
+    smallest, margin = check["power"]["smallest_margin"], -check["threshold"]
+    return {"margin": smallest, "n": math.ceil(n * (smallest / margin) ** 2) if margin > 0 and n else None}
+
+
+def undecided_reason(check: dict[str, Any], n: int | None, units: str) -> str:
+    """Why a comparative check cannot decide, and the margin or sample size at which it would."""
+    at, margin = check["decides_at"], -check["threshold"]
+    more = (
+        f", or about {at['n']} {units} (now {n}) at margin {margin:.3g}"
+        if at["n"] is not None
+        else " (no sample size decides margin 0)"
+    )
     return (
-        f"underpowered {name}: an identical candidate fails with probability ~{pw['p_fail_identical']:.2f} "
-        f"(margin {margin:.3g} is below {pw['smallest_margin']:.3g}, the smallest margin this sample rules out "
-        f'with {POWER:.0%} power); raise the margin or the sample, or use test = "{REGRESSION}"'
+        f"the 95% CI [{check['ci_low']:.4g}, {check['ci_high']:.4g}] neither rules out a drop beyond the margin "
+        f"nor shows one, and an identical candidate would fail at this sample with probability "
+        f"~{check['power']['p_fail_identical']:.2f}, above the {FALSE_ALARM:.0%} false-alarm bound: it decides at "
+        f"margin {at['margin']:.3g} or more{more}"
     )
 
 
@@ -157,10 +186,18 @@ def _flip_probability(reps: FloatArray, point: float, bound: float, threshold: f
 
 
 def decision(
-    name: str, point: float, reps: FloatArray, threshold: float, detail: str, test: str | None = None
+    name: str,
+    point: float,
+    reps: FloatArray,
+    threshold: float,
+    detail: str,
+    test: str | None = None,
+    n: int | None = None,
+    units: str = "scored runs",
 ) -> dict[str, Any]:
     """One decision check. test None: an absolute threshold on the CI lower bound; otherwise a
-    comparative test with threshold -margin (see the module docstring)."""
+    comparative test with threshold -margin, undecided where a FAIL would be a false alarm more
+    often than FALSE_ALARM (see the module docstring); `n` `units` are what its SE rests on."""
     lo, hi = percentile_ci(reps[:, None])
     lo0, hi0 = float(lo[0]), float(hi[0])
     bound = hi0 if test == REGRESSION else lo0
@@ -178,6 +215,9 @@ def decision(
     if test is not None:
         check["test"] = test
         check["power"] = power(test, -threshold, reps)
+        if not check["passed"] and check["power"]["underpowered"] and not hi0 < threshold:
+            check.update(undecided=True, decides_at=decides_at(check, n))
+            check["undecided_reason"] = undecided_reason(check, n, units)
     return check
 
 
