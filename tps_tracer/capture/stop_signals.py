@@ -188,13 +188,13 @@ def node_rejected_answer(output: Any) -> bool:
         messages = _field(update, "messages") if update is not None else None
         if not isinstance(messages, Sequence) or isinstance(messages, str):
             continue
-        asked: set[Any] = set()
-        for m in messages:
-            kind, fields = _message(m)
-            if kind == "ai":
-                asked = {_field(c, "id") for c in _field(fields, "tool_calls") or ()}
-            elif kind == "tool" and _field(fields, "tool_call_id") in asked:
-                return _field(update, "structured_response") is None
+        read = [_message(m) for m in messages]
+        last_ai = max((i for i, (kind, _) in enumerate(read) if kind == "ai"), default=None)
+        if last_ai is None:
+            continue
+        asked = {_field(c, "id") for c in _field(read[last_ai][1], "tool_calls") or ()}
+        if any(kind == "tool" and _field(fields, "tool_call_id") in asked for kind, fields in read[last_ai + 1 :]):
+            return _field(update, "structured_response") is None
     return False
 
 

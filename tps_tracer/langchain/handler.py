@@ -556,7 +556,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                         self.health.count("dropped", "after_close", "the handler is closed")
                         return
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None, trace_ids=current_span_ids())
-            if run.pending is not None and run.pending_node == parent_run_id:
+            if run.pending is not None and run.pending_node is not None and run.pending_node == parent_run_id:
                 run.pending_malformed = True  # a retry middleware called the model again: its output was discarded
             if not run.instrumentor_checked and run.root is not None:
                 run.instrumentor_checked = True  # once per run: its root span exists by its first model call

@@ -25,7 +25,8 @@ run ended on the final answer forced by max_steps (`agent_frameworks.py`). The l
 spans state (request_limit, max_turns, smolagents.max_steps) is the run's budget unless
 the run carries its own `tps_horizon`. Malformed model
 output (only invalid tool calls, seen on the LLM span or on the chain span that encloses
-it, or a parser span that raised) is a repair. Steps, repairs, stop precedence, the
+it, a parser span that raised, a call create_agent's model node rejected or replaced: see
+`capture/stop_signals.py`) is a repair. Steps, repairs, stop precedence, the
 horizon rule and outcomes are decided by the trajectory core (`tps_tracer.tracking`), the
 same as for the LangChain handler: this file only reads spans.
 

@@ -34,9 +34,9 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from tps_tracer.capture import stop_signals
 from tps_tracer.capture.gc_pause import gc_paused
 from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture import stop_signals as signals
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.otel import span_fields
@@ -384,8 +384,8 @@ def output_is_invalid_tool_calls(attributes: Mapping[str, Any]) -> bool:
 
 
 def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
-    """The span is langchain create_agent's model node (OpenInference metadata), which keeps only its last model call."""
-    return signals.is_agent_model_node(_json(attributes.get(OI_METADATA)))
+    """The span is create_agent's model node (OpenInference metadata), which keeps only its last model call."""
+    return stop_signals.is_agent_model_node(_json(attributes.get(OI_METADATA)))
 
 
 def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
@@ -394,7 +394,7 @@ def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
     # Only an output holding a ToolMessage can reject: the others are not decoded.
     if not isinstance(value, str) or "tool_call_id" not in value:
         return False
-    return signals.node_rejected_answer(_output_json(value))
+    return stop_signals.node_rejected_answer(_output_json(value))
 
 
 def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, str]:
