@@ -19,8 +19,8 @@ events into these calls; the rules live only here:
 - **Stop-reason precedence** (`decide_stop`): abandoned (finished before its end was
   seen) > a stop fixed during the run (declared by the user, or repairs exhausted) > what
   the run's end shows (the adapter's classification of the exception / final output). A
-  run that looks clean or ended on an unrecognised error (other) right after malformed output
-  is parse_error; one that looks clean after its last model call failed (a retry middleware
+  run that looks clean, or raised the parse failure its last model call raised, right after
+  malformed output is parse_error; one that looks clean after its last model call failed (a retry middleware
   answered for the model once its retries ran out) stops as that failure (other, timeout, ...).
 - **The horizon rule** for max_steps: T = max(the run's budget, a declared horizon, the
   calls made). The run's budget is its `tps_horizon` metadata / `tps.horizon` attribute,
@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import id_problem
 from tps_tracer.records.stop_reasons import StopReason
@@ -179,10 +180,13 @@ def decide_stop(
         reason, detail = observed
         declared_horizon = None
         failed = state.last_call_failed
+        ended_malformed = state.consecutive_malformed > 0 and failed is None
         if reason is StopReason.CLEAN and failed is not None:
             reason, detail = failed[0], f"last model call failed: {failed[1] or 'error'}"
-        elif reason in (StopReason.CLEAN, StopReason.OTHER) and state.consecutive_malformed and failed is None:
-            reason, detail = StopReason.PARSE_ERROR, detail or "ended on malformed output"
+        elif reason is StopReason.CLEAN and ended_malformed:
+            reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
+        elif reason is StopReason.OTHER and ended_malformed and detail in MALFORMED_CALL_EXCEPTIONS:
+            reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
     horizon = None
     if reason is StopReason.MAX_STEPS:
         horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
