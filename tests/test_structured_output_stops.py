@@ -11,11 +11,14 @@ ModelRetryMiddleware with on_failure="continue" answers for the model once its r
 
 Before the fix these were `other` with the rejected output as a step, `other` with the malformed call
 counted as a failed call (no repair), a step with `verbal: null` (the run dropped from the verbal
-score), and `clean` records with no model answer.
+score), and `clean` records with no model answer. Two guards passed before and must still: a repaired
+history is no rejection ("repaired tool call history"), and retries that recover keep the real steps.
+The server speaks JSON and server-sent events, so `astream` drives langchain-openai's streaming path.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -58,6 +61,21 @@ FAIL = 500  # the server answers this status: an InternalServerError
 SLOW = "slow"  # the server answers after the client's timeout: a timeout
 
 
+def _completion(message: dict[str, Any], finish: str) -> str:
+    choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+    return json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]})
+
+
+def _chunks(message: dict[str, Any], finish: str) -> str:
+    """The same reply as server-sent events: the whole delta in one chunk, then the finish reason."""
+    delta = {**message, "tool_calls": [{"index": i, **c} for i, c in enumerate(message.get("tool_calls", []))]}
+    chunks = [{"index": 0, "delta": delta, "finish_reason": None}, {"index": 0, "delta": {}, "finish_reason": finish}]
+    events = [
+        {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [c]} for c in chunks
+    ]
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
 @contextlib.contextmanager
 def scripted_server(script: list[Any]) -> Iterator[str]:
     """An OpenAI-compatible /v1 on 127.0.0.1 answering each request with the script's next reply."""
@@ -65,21 +83,21 @@ def scripted_server(script: list[Any]) -> Iterator[str]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
+            streamed = json.loads(self.rfile.read(int(self.headers["Content-Length"]))).get("stream")
             item = next(replies)
             if item == SLOW:  # past the client's timeout: it has hung up by now
                 time.sleep(0.5)
                 return
+            kind = "text/event-stream" if streamed else "application/json"
             if item == FAIL:
+                kind = "application/json"
                 body = json.dumps({"error": {"message": "overloaded", "type": "server_error"}}).encode()
                 self.send_response(500)
             else:
                 finish = "tool_calls" if item.get("tool_calls") else "stop"
-                choice = {"index": 0, "message": item, "finish_reason": finish, "logprobs": None}
-                completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
-                body = json.dumps(completion).encode()
+                body = (_chunks(item, finish) if streamed else _completion(item, finish)).encode()
                 self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -126,10 +144,10 @@ def _retry(**kw: Any) -> ModelRetryMiddleware:
 
 
 def run_agent(
-    route: str, tmp_path: Any, script: list[Any], build: Any, timeout: float | None = None
+    route: str, tmp_path: Any, script: list[Any], build: Any, timeout: float | None = None, streamed: bool = False
 ) -> tuple[dict[str, Any], str | None]:
-    """Run one agent (`build(model_factory)` -> agent) against the script through one route: its record,
-    and the class name of what the run raised (None if it returned)."""
+    """Run one agent (`build(model_factory)` -> agent) against the script through one route (`invoke`, or
+    `astream` of its messages): its record, and the class name of what the run raised (None if it returned)."""
     acc = Accumulator(sink=tmp_path / f"{route}.jsonl", bootstrap=0)
     config: dict[str, Any] = {"metadata": {"tps_trajectory_id": "run-0"}}
     raised = None
@@ -151,13 +169,23 @@ def run_agent(
             instrumentation = instrumented(provider)
         with instrumentation:
             try:
-                agent.invoke({"messages": [("user", "Which city?")]}, config=config)
+                if streamed:
+                    asyncio.run(
+                        _drain(agent.astream({"messages": [("user", "Which city?")]}, config, stream_mode="messages"))
+                    )
+                else:
+                    agent.invoke({"messages": [("user", "Which city?")]}, config=config)
             except Exception as exc:
                 raised = type(exc).__name__
         handler.close() if provider is None else provider.shutdown()
     acc.close()
     [record] = [json.loads(line) for line in (tmp_path / f"{route}.jsonl").read_text().splitlines()]
     return record, raised
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
 
 
 def summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -290,3 +318,14 @@ def test_retries_that_recover_keep_the_real_steps(tmp_path, route):
     got = summary(record)
     assert (got["stop"], got["verbal"], got["calls"], got["failed"]) == ("clean", [0.6, 0.9], 3, 1)
     assert record["metadata"]["tool_errors"] == 1 and len(FLAKY_CALLS) == 2
+
+
+@pytest.mark.parametrize("route", ["handler", "spans"])
+@pytest.mark.parametrize("case", ["provider, retried", "tool strategy, retried", "model retry exhausted, later call"])
+def test_the_same_records_when_the_agent_is_streamed(tmp_path, case, route):
+    """`astream(stream_mode="messages")` on the event loop: the same callbacks and spans, the same records."""
+    script, build, expected = CASES[case]
+    record, _ = run_agent(route, tmp_path, list(script), build, streamed=True)
+    got = summary(record)
+    got.pop("detail")
+    assert got == expected
