@@ -254,6 +254,18 @@ CASES: dict[str, tuple[list[Any], Any, dict[str, Any]]] = {
         {"stop": "clean", "verbal": [0.8], "calls": 2, "repairs": 1, "failed": 0},
     ),
     # ModelRetryMiddleware(on_failure="continue") out of retries: its canned AIMessage is no model answer.
+    # ToolStrategy: two structured answers in one reply (MultipleStructuredOutputsError), retried.
+    "tool strategy, two answers retried": (
+        [
+            reply(
+                "",
+                (("Answer", '{"city": "Lyon", "confidence": 0.5}'), ("Answer", '{"city": "Nice", "confidence": 0.4}')),
+            ),
+            reply("", (("Answer", '{"city": "Paris", "confidence": 0.8}'),)),
+        ],
+        tool_strategy,
+        {"stop": "clean", "verbal": [0.8], "calls": 2, "repairs": 1, "failed": 0},
+    ),
     # Not a rejection: a call with one valid and one malformed tool call. The next model node re-sends the
     # history with the malformed call answered (an error ToolMessage), ahead of the model's answer.
     "repaired tool call history": (
