@@ -33,12 +33,29 @@ Other frameworks' budget stops (read from spans by the OpenTelemetry span proces
 
 A token or cost limit (pydantic-ai) is a budget too, so max_steps; only a request limit
 states a step budget, so only it gives the horizon (otherwise T is the calls made).
+
+Structured output and retries in langchain 1.x `create_agent` (read the same way from callbacks
+and from OpenInference spans):
+
+- a structured answer the agent rejects raises StructuredOutputValidationError /
+  MultipleStructuredOutputsError (`ProviderStrategy`, or `ToolStrategy(handle_errors=False)`):
+  parse failures, like OutputParserException;
+- a model call that raised JSONDecodeError returned output its client could not parse
+  (langchain-openai parses strict tool calls when `response_format` is set): a malformed
+  output, not a failed call (`classify_failed_call`);
+- `ToolStrategy` retries a rejected answer inside the model node, whose output is then the
+  answer plus a ToolMessage answering its structured tool call, with no `structured_response`
+  (`node_rejected_answer`);
+- a retry middleware (ModelRetryMiddleware, ModelFallbackMiddleware) calls the model again
+  inside the same model node (`is_agent_model_node`): only the node's last call is its answer,
+  the earlier ones were discarded.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tps_tracer.records.stop_reasons import StopReason
 
@@ -53,7 +70,17 @@ BUDGET_EXCEPTIONS = frozenset(
         "BranchStepBudgetExceeded",  # tps_tracer.langchain.resume: a resumed branch used its step budget
     }
 )
-PARSE_EXCEPTIONS = frozenset({"OutputParserException"})
+PARSE_EXCEPTIONS = frozenset(
+    {
+        "OutputParserException",
+        "StructuredOutputError",  # langchain.agents.structured_output, and its two subclasses
+        "StructuredOutputValidationError",
+        "MultipleStructuredOutputsError",
+    }
+)
+# Raised by a model call whose output its client could not parse: malformed output, not a failed call.
+# Only for a model call: a tool or a node raising it is not the model's output failing.
+MALFORMED_CALL_EXCEPTIONS = PARSE_EXCEPTIONS | {"JSONDecodeError"}
 TOOL_EXCEPTIONS = frozenset({"ToolException"})
 # CancelledError: asyncio.wait_for / asyncio.timeout bound a run's time by cancelling it, and the
 # run sees only the cancellation (the caller gets the TimeoutError): the harness's time budget.
@@ -115,6 +142,60 @@ def classify_exception_names(names: Iterable[str], tool_failed: bool = False) ->
     if any(n in TIMEOUT_EXCEPTIONS for n in chain):
         return StopReason.TIMEOUT, detail
     return StopReason.OTHER, detail
+
+
+def classify_failed_call(names: Iterable[str]) -> tuple[StopReason, str]:
+    """What a model call that raised says, from its exception chain's class names: PARSE_ERROR when
+    it returned output its client could not parse (a repair), else as for a run that raised."""
+    chain = [short_name(n) for n in names]
+    if any(n in MALFORMED_CALL_EXCEPTIONS for n in chain):
+        return StopReason.PARSE_ERROR, chain[0]
+    return classify_exception_names(chain)
+
+
+# langchain 1.x create_agent: its runs carry this `ls_integration` metadata, its model node this `langgraph_node`.
+AGENT_INTEGRATION = "langchain_create_agent"
+AGENT_MODEL_NODE = "model"
+
+
+def is_agent_model_node(metadata: Any) -> bool:
+    """Whether a chain run (its metadata) is create_agent's model node, which keeps only its last model call."""
+    return (
+        isinstance(metadata, Mapping)
+        and metadata.get("ls_integration") == AGENT_INTEGRATION
+        and metadata.get("langgraph_node") == AGENT_MODEL_NODE
+    )
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def _message(obj: Any) -> tuple[str, Any]:
+    """(type, fields) of a message object, a plain dict, or OpenInference's {"type", "data"}."""
+    data = _field(obj, "data")
+    return str(_field(obj, "type") or ""), data if isinstance(data, Mapping) else obj
+
+
+def node_rejected_answer(output: Any) -> bool:
+    """Whether create_agent's model node output (its Commands, as objects or as JSON) rejects the
+    model's answer: a ToolMessage in it answers a tool call of its last AI message and no
+    `structured_response` came with it (ToolStrategy's retry). Earlier messages in the same update
+    are the history it re-sends when it repairs invalid tool calls."""
+    commands = output if isinstance(output, Sequence) and not isinstance(output, str) else [output]
+    for command in commands:
+        update = _field(command, "update")
+        messages = _field(update, "messages") if update is not None else None
+        if not isinstance(messages, Sequence) or isinstance(messages, str):
+            continue
+        read = [_message(m) for m in messages]
+        last_ai = max((i for i, (kind, _) in enumerate(read) if kind == "ai"), default=None)
+        if last_ai is None:
+            continue
+        asked = {_field(c, "id") for c in _field(read[last_ai][1], "tool_calls") or ()}
+        if any(kind == "tool" and _field(fields, "tool_call_id") in asked for kind, fields in read[last_ai + 1 :]):
+            return _field(update, "structured_response") is None
+    return False
 
 
 def is_budget_text(text: str) -> bool:

@@ -19,8 +19,9 @@ are decided there, the same for the OpenTelemetry span processor). What is LangC
   that `declare_stop(...)` ends.
 - a model call's output is decided when the next call starts or the run ends, because a
   parser may reject it in between: an AI message with only invalid tool calls, an
-  OutputParserException raised by a parser run, or AgentExecutor's `_Exception` retry
-  make it malformed (a repair).
+  OutputParserException raised by a parser run, AgentExecutor's `_Exception` retry, or
+  create_agent rejecting it (a structured-output error, ToolStrategy's retry, a retry
+  middleware calling the model again in the same model node) make it malformed (a repair).
 - the run's end is read by `stop_detection.py` (budget exceptions and canned budget
   texts -> max_steps, parser failures -> parse_error, tool failures -> tool_error).
 - streamed chunks' logprobs are collected and used when the final result carries fewer
@@ -48,16 +49,26 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import ToolMessage
 from langchain_core.outputs import LLMResult
 
 from tps_tracer import at_exit
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
-from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES
+from tps_tracer.capture.stop_signals import (
+    NOT_TOOL_FAILURES,
+    classify_failed_call,
+    is_agent_model_node,
+    node_rejected_answer,
+)
 from tps_tracer.langchain.otel_context import current_span_ids, instrumentor_span_ids
-from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
+from tps_tracer.langchain.stop_detection import (
+    classify_error,
+    classify_output,
+    exception_names,
+    final_message,
+    is_parse_failure,
+)
 from tps_tracer.langchain.stream_budget import (
     StreamBudget,
     budget_trajectory_id,
@@ -98,6 +109,8 @@ class _Run:
     state: TrajectoryState
     root: UUID | None
     run_ids: list[UUID] = field(default_factory=list)
+    pending_node: UUID | None = None  # the create_agent model node the held output's call ran in
+    model_nodes: set[UUID] = field(default_factory=set)  # create_agent model node runs in progress
     last_seen: float = 0.0  # the clock at its last callback (the idle rule)
     interrupted: bool = False  # a node raised LangGraph's interrupt: the root's end is a pause
     ended: bool = False  # finished (once: an idle sweep may race the run's own end)
@@ -375,6 +388,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._runs[run_id] = parent
             parent.run_ids.append(run_id)
             parent.last_seen = now
+            if is_agent_model_node(metadata):
+                parent.model_nodes.add(run_id)
             return
         paused = self._resumed_by(wanted, metadata)
         if paused is not None:
@@ -475,8 +490,17 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     self._pause(run)
         elif run is not None:
             self._end(run, outputs=outputs, error=None)
+        elif self._late(run_id):
+            return
         else:
-            self._late(run_id)
+            inner = self._runs.get(run_id)
+            if inner is not None and run_id in inner.model_nodes:
+                # ToolStrategy's retry: the node answered the model's structured output with an error.
+                rejected = node_rejected_answer(outputs)
+                with self._lock:
+                    inner.model_nodes.discard(run_id)
+                    if rejected and inner.state.pending is not None and inner.pending_node == run_id:
+                        inner.state.pending_malformed = True
 
     @never_raises("on_chain_error")
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -495,9 +519,13 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     inner.interrupted = True
         elif self._late(run_id):
             return
-        elif isinstance(error, OutputParserException):
+        else:
             with self._lock:
-                self._mark_malformed(run_id)
+                inner = self._runs.get(run_id)
+                if inner is not None:
+                    inner.model_nodes.discard(run_id)
+                if is_parse_failure(error):
+                    self._mark_malformed(run_id)
 
     @never_raises("on_agent_action")
     def on_agent_action(self, action: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -527,6 +555,10 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                         self.health.count("dropped", "after_close", "the handler is closed")
                         return
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None, trace_ids=current_span_ids())
+            if run.state.pending is not None and run.pending_node is not None and run.pending_node == parent_run_id:
+                run.state.pending_malformed = (
+                    True  # a retry middleware called the model again: its output was discarded
+                )
             if not run.instrumentor_checked and run.root is not None:
                 run.instrumentor_checked = True  # once per run: its root span exists by its first model call
                 run.trace_ids = instrumentor_span_ids(run.root) or run.trace_ids
@@ -581,7 +613,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     kept.extend(entries)
 
     @never_raises("on_llm_end")
-    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         streamed = self._streamed.pop(run_id, None)
         run = self._runs.get(run_id)
         if run is None:
@@ -592,6 +626,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             raw = RawStep(raw.text, {"content": streamed}, raw.tool_arguments)
         with self._lock:
             self.tracker.returned(run.state, raw, malformed)
+            run.pending_node = parent_run_id if parent_run_id in run.model_nodes else None
             run.last_seen = self._clock()
 
     @never_raises("on_llm_error")
@@ -601,7 +636,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             run = self._runs.get(run_id)
             if run is not None:
                 self.tracker.commit(run.state)
-                self.tracker.failed_call(run.state)
+                self.tracker.failed_call(run.state, classify_failed_call(exception_names(error)))
         if run is None:
             self._late(run_id)
 

@@ -15,7 +15,7 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import ToolException
 
-from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
+from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, classify_exception_names, is_budget_text
 from tps_tracer.records.stop_reasons import StopReason
 
 
@@ -28,16 +28,26 @@ def _exception_chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
-    """Stop reason of a root run that raised; `tool_failed`: a tool run errored just before."""
+def exception_names(exc: BaseException) -> list[str]:
+    """Class names of an exception's chain (outermost first); subclasses of LangChain's parser / tool
+    exceptions are named as their base too."""
     chain = _exception_chain(exc)
-    # Subclasses of LangChain's parser / tool exceptions count as their base.
     names = [type(e).__name__ for e in chain]
     if any(isinstance(e, OutputParserException) for e in chain):
         names.append("OutputParserException")
     if any(isinstance(e, ToolException) for e in chain):
         names.append("ToolException")
-    return classify_exception_names(names, tool_failed)
+    return names
+
+
+def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
+    """Stop reason of a root run that raised; `tool_failed`: a tool run errored just before."""
+    return classify_exception_names(exception_names(exc), tool_failed)
+
+
+def is_parse_failure(exc: BaseException) -> bool:
+    """A chain run raised because it rejected the model's output (a parser, create_agent's structured output)."""
+    return isinstance(exc, OutputParserException) or type(exc).__name__ in PARSE_EXCEPTIONS
 
 
 def final_message(outputs: Any) -> Any:

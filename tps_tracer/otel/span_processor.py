@@ -25,7 +25,8 @@ run ended on the final answer forced by max_steps (`agent_frameworks.py`). The l
 spans state (request_limit, max_turns, smolagents.max_steps) is the budget that stopped the
 run, its horizon, whatever `tps_horizon` the run carries (trajectory.py). Malformed model
 output (only invalid tool calls, seen on the LLM span or on the chain span that encloses
-it, or a parser span that raised) is a repair. Steps, repairs, stop precedence, the
+it, a parser span that raised, a call create_agent's model node rejected or replaced: see
+`capture/stop_signals.py`) is a repair. Steps, repairs, stop precedence, the
 horizon rule and outcomes are decided by the trajectory core (`tps_tracer.tracking`), the
 same as for the LangChain handler: this file only reads spans.
 
@@ -76,7 +77,7 @@ from opentelemetry.trace import StatusCode
 
 from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import SignalExtractor
-from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, short_name
+from tps_tracer.capture.stop_signals import NOT_TOOL_FAILURES, PARSE_EXCEPTIONS, classify_failed_call, short_name
 from tps_tracer.errors import InputError
 from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, OpenRuns, is_interrupt, tighter
 from tps_tracer.otel import span_reading as sr
@@ -582,7 +583,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     def _model_call(self, state: TrajectoryState, span: ReadableSpan, marked_malformed: bool) -> None:
         if span.status.status_code is StatusCode.ERROR:
-            self.tracker.failed_call(state)
+            self.tracker.failed_call(state, classify_failed_call(sr.exception_names(events_of(span), attrs_of(span))))
             return
         if state.fixed is not None:  # the stop is fixed: later calls are counted, never read
             state.decide_call(False, self.tracker.repair_budget)
@@ -645,26 +646,33 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     @staticmethod
     def _enclosing_malformed(steps: list[ReadableSpan], st: _Trace) -> set[int]:
-        """Indices of model calls whose enclosing span's output is a message with only invalid tool calls.
+        """Indices of model calls whose enclosing span shows their output was malformed or discarded.
 
         GenAI-semconv LLM spans (OpenLLMetry) record the text and valid tool calls but drop
         LangChain's `invalid_tool_calls`; the chain or graph node around the call records the
-        whole AIMessage. Only a parent holding exactly one model call is read, so its output
-        is that call's message."""
+        whole AIMessage: a parent holding exactly one model call is read, so its output is that
+        call's message. create_agent's model node keeps only its last call (a retry middleware
+        discarded the others) and may reject that one too (ToolStrategy's retry; the rules:
+        capture/stop_signals.py)."""
         marked: set[int] = set()
         if not st.callers:
             return marked
         # Each step's parent id read once (a plain dict count: a Counter costs ~10 us per run here).
         parents = [s.parent.span_id if s.parent is not None else None for s in steps]
-        per_parent: dict[int | None, int] = {}
-        for pid in parents:
-            per_parent[pid] = per_parent.get(pid, 0) + 1
+        per_parent: dict[int | None, list[int]] = {}
         for i, pid in enumerate(parents):
-            if pid is None or per_parent[pid] != 1:
+            per_parent.setdefault(pid, []).append(i)
+        for pid, calls in per_parent.items():
+            caller = st.callers.get(pid) if pid is not None else None
+            if caller is None:
                 continue
-            caller = st.callers.get(pid)
-            if caller is not None and sr.output_is_invalid_tool_calls(attrs_of(caller)):
-                marked.add(i)
+            attrs = attrs_of(caller)
+            if sr.is_agent_model_node(attrs):
+                marked.update(calls[:-1])
+                if sr.node_rejected_answer(attrs):
+                    marked.add(calls[-1])
+            elif len(calls) == 1 and sr.output_is_invalid_tool_calls(attrs):
+                marked.add(calls[0])
         return marked
 
     @staticmethod

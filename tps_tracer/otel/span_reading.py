@@ -34,6 +34,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from tps_tracer.capture import stop_signals
 from tps_tracer.capture.gc_pause import gc_paused
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
@@ -393,6 +394,24 @@ def output_is_invalid_tool_calls(attributes: Mapping[str, Any]) -> bool:
     """A span's output is a model message with only invalid tool calls (a malformed step)."""
     fields = _message_fields(_final_message(_root_output(attributes)))
     return fields is not None and _only_invalid_tool_calls(*fields)
+
+
+def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
+    """The span is create_agent's model node (OpenInference metadata), which keeps only its last model call."""
+    meta = attributes.get(OI_METADATA)
+    # Only metadata naming create_agent is decoded (~6 us each): every other span's costs a substring test.
+    if not isinstance(meta, str) or stop_signals.AGENT_INTEGRATION not in meta:
+        return False
+    return stop_signals.is_agent_model_node(_decode(meta))
+
+
+def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
+    """create_agent's model node span recorded an output rejecting the model's answer (ToolStrategy's retry)."""
+    value = attributes.get(OI_OUTPUT_VALUE)
+    # Only an output holding a ToolMessage can reject: the others are not decoded.
+    if not isinstance(value, str) or "tool_call_id" not in value:
+        return False
+    return stop_signals.node_rejected_answer(_output_json(value))
 
 
 def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, str]:

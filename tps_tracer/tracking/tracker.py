@@ -7,7 +7,7 @@ spans) into these calls and nothing more:
     state = tracker.open("task-17", run_metadata)
     tracker.model_call(state, raw_step, malformed=False)   # each model call that returned
     tracker.returned(state, raw_step, malformed=False)     # ... or held until a parser had its say
-    tracker.failed_call(state)                             # each model call that raised
+    tracker.failed_call(state, failure)                    # each model call that raised
     tracker.finish(state, observed=(StopReason.CLEAN, ""), budget_label=..., outcome_label=...,
                    final_output=..., extra={...})          # once, when the run's end is seen
     tracker.record_outcome("task-17", success=True)        # any time later
@@ -143,8 +143,13 @@ class TrajectoryTracker:
             self.health.count("rejected", "invalid_verbal_scale", f"{tid!r}: {exc}")
             return UNDECLARED
 
-    def failed_call(self, state: TrajectoryState) -> None:
-        state.call_failed()
+    def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
+        """A model call that raised; failure: what its exception says (`classify_failed_call`). One
+        whose output its client could not parse (parse_error) is malformed output: a repair."""
+        if failure[0] is StopReason.PARSE_ERROR:
+            self.model_call(state, RawStep(None), malformed=True)
+        else:
+            state.call_failed(failure)
 
     def finish(
         self,

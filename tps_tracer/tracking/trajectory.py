@@ -12,11 +12,16 @@ events into these calls; the rules live only here:
   malformed output is parse_error. A `repair_budget` given to the adapter states a harness
   budget the agent does not enforce itself: one more malformed output than that in a row
   then fixes parse_error ("repairs exhausted") and later calls are ignored (counted).
-  Failed calls (the model raised) are counted, never steps.
+  Failed calls (the model raised) are counted, never steps; one that raised because its
+  client could not parse the output (JSONDecodeError) is malformed output (a repair).
+  The adapters mark as malformed the outputs create_agent discards: rejected structured
+  answers, and calls a retry middleware replaced within one model node (capture/stop_signals.py).
 - **Stop-reason precedence** (`decide_stop`): abandoned (finished before its end was
   seen) > a stop fixed during the run (declared by the user, or repairs exhausted) > what
-  the run's end shows (the adapter's classification of the exception / final output); a
-  run that looks clean but ended on malformed output is parse_error.
+  the run's end shows (the adapter's classification of the exception / final output). A
+  run that looks clean, or raised the parse failure its last model call raised, right after
+  malformed output is parse_error; one that looks clean after its last model call failed (a retry middleware
+  answered for the model once its retries ran out) stops as that failure (other, timeout, ...).
 - **The horizon rule** for max_steps: T = max(the budget, a declared horizon, the calls made).
   A stop the run's end shows (LangGraph's recursion_limit, a call-limit middleware, a budget
   text, `handler.budget`, a limit a framework's spans state) was made by the budget that
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import id_problem
 from tps_tracer.records.stop_reasons import StopReason
@@ -88,6 +94,7 @@ class TrajectoryState:
     ignored_calls: int = 0
     tool_errors: int = 0
     last_tool_failed: bool = False  # a tool failed after the last model call
+    last_call_failed: tuple[StopReason, str] | None = None  # the last model call raised: what it said
     fixed: FixedStop | None = None
     # The last model call that returned, held until the next call or the run's end (a parser may
     # still reject it), then decided: `TrajectoryTracker.commit`.
@@ -115,17 +122,20 @@ class TrajectoryState:
         if self.capture_lost is None:
             self.capture_lost = why
 
-    def call_failed(self) -> None:
-        """A model call raised: it counts toward the calls made (the horizon), not as a step."""
+    def call_failed(self, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
+        """A model call raised: it counts toward the calls made (the horizon), not as a step.
+        failure: what its exception says (`classify_failed_call`)."""
         self.n_calls += 1
         self.failed_calls += 1
         self.last_tool_failed = False
+        self.last_call_failed = failure
 
     def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
         """Decide a model call that returned; True when it is a step to score. repair_budget None:
         the agent's own retry policy decides (the run's end shows a parse error, `decide_stop`)."""
         self.n_calls += 1
         self.last_tool_failed = False
+        self.last_call_failed = None
         if self.fixed is not None:
             self.ignored_calls += 1
             return False
@@ -189,8 +199,14 @@ def decide_stop(
     else:
         reason, detail = observed
         declared_horizon = None
-        if reason is StopReason.CLEAN and state.consecutive_malformed:
+        failed = state.last_call_failed
+        ended_malformed = state.consecutive_malformed > 0 and failed is None
+        if reason is StopReason.CLEAN and failed is not None:
+            reason, detail = failed[0], f"last model call failed: {failed[1] or 'error'}"
+        elif reason is StopReason.CLEAN and ended_malformed:
             reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
+        elif reason is StopReason.OTHER and ended_malformed and detail in MALFORMED_CALL_EXCEPTIONS:
+            reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
     horizon = None
     if reason is StopReason.MAX_STEPS:
         horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
