@@ -83,13 +83,22 @@ def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None 
     return build_report(to_arrays(records), options)
 
 
-def import_lazily(package: str, home: dict[str, str], name: str) -> Any:
+def import_lazily(package: str, home: dict[str, str], name: str, extra: bool = False) -> Any:
     """The PEP 562 `__getattr__` of a package whose names are imported on first use (this one and
-    its subpackages): `home` maps each name to its module, relative to `package`."""
+    its subpackages): `home` maps each name to its module, relative to `package`. `extra`: the
+    module needs an optional dependency, whose absence is `errors.MissingExtra` naming the install."""
     module = home.get(name)
     if module is None:
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{package}.{module}"), name)
+    try:
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+    except ModuleNotFoundError as exc:
+        from tps_tracer.errors import missing_extra
+
+        missing = missing_extra(exc, f"{package}.{name}") if extra else None
+        if missing is None:
+            raise
+        raise missing from exc
     setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
     return value
 

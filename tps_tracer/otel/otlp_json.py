@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,32 +158,52 @@ def known_ids(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[int, int]]:
 def _span(
     raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[int, int]]
 ) -> None:
+    def fields(problems: Counter[str]) -> dict[str, Any]:
+        status = raw.get("status") or {}
+        events = [
+            Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
+            for e in raw.get("events") or []
+            if isinstance(e, dict)
+        ]
+        kind = _KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL)
+        code = _STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3]
+        return dict(
+            resource=resource,
+            attributes=attributes(raw.get("attributes"), problems),
+            events=events,
+            kind=kind,
+            status=Status(code, status.get("message") or None),
+            instrumentation_scope=scope,
+        )
+
     ids = (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"))
-    times = (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano")))
+    add_span(raw, out, ids, (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))), known, fields)
+
+
+def add_span(
+    raw: dict[str, Any],
+    out: OtlpRead,
+    ids: tuple[Any, Any, Any],
+    times: tuple[int | None, int | None],
+    known: set[tuple[int, int]],
+    fields: Callable[[Counter[str]], dict[str, Any]],
+) -> None:
+    """The stored span `raw` as a ReadableSpan in `out`, unless it cannot be placed (`checked_context`);
+    `fields(problems)`: its format's other ReadableSpan arguments (shared by every format)."""
     placed = checked_context(out, ids, times, known)
     if placed is None:
         return
     context, parent, problems = placed
-    status = raw.get("status") or {}
-    events = [
-        Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
-        for e in raw.get("events") or []
-        if isinstance(e, dict)
-    ]
-    span = ReadableSpan(
-        name=str(raw.get("name", "")),
-        context=context,
-        parent=parent,
-        resource=resource,
-        attributes=attributes(raw.get("attributes"), problems),
-        events=events,
-        kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
-        status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
-        start_time=times[0],
-        end_time=times[1],
-        instrumentation_scope=scope,
+    out.spans.append(
+        ReadableSpan(
+            name=str(raw.get("name", "")),
+            context=context,
+            parent=parent,
+            start_time=times[0],
+            end_time=times[1],
+            **fields(problems),
+        )
     )
-    out.spans.append(span)
 
 
 def _request(obj: Any, out: OtlpRead, pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]]) -> None:

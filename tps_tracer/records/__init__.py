@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562), so importing one light subm
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from tps_tracer import import_lazily
 
 if TYPE_CHECKING:
     from tps_tracer.records.arrays import PredictorColumn, TrajectoryArrays, to_arrays
@@ -52,12 +53,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return import_lazily(__name__, _HOME, name)
 
 
 def __dir__() -> list[str]:
