@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
 
 FloatArray = NDArray[np.float64]
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
+    from tps_tracer.records.schema import TrajectoryRecord
 
 
 def _logit(q: FloatArray) -> FloatArray:
@@ -50,11 +50,18 @@ FORECASTERS: dict[str, Forecaster] = {
 
 
 @dataclass(frozen=True)
-class World:
+class TaskPrior:
+    """The task model both simulators share (here and tps_tracer/sim/): each task's success rate
+    theta ~ Beta(prior_a, prior_b), its natural length ~ Uniform{min_length..max_length}."""
+
     prior_a: float = 2.0
     prior_b: float = 2.0
     min_length: int = 2
     max_length: int = 14
+
+
+@dataclass(frozen=True)
+class World(TaskPrior):
     budget: int = 10
     parse_error_rate: float = 0.02  # per-step hazard at q_t = 0.5; scales with 2 (1 - q_t)
 
@@ -116,6 +123,8 @@ def to_records(
     record_q_z: bool = True,
 ) -> list[TrajectoryRecord]:
     """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps."""
+    from tps_tracer.records.schema import StepRecord, TrajectoryRecord  # pydantic: not for TaskPrior's importers
+
     rng = np.random.default_rng(seed)
     streams = {name: np.round(FORECASTERS[name](runs.q, rng), 6) for name in forecasters}
     blank = rng.random(runs.q.size) < missing_rate

@@ -16,9 +16,9 @@ loads the capture path only, not the exporters (which read scores, hence the eva
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tps_tracer import import_lazily
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.otel.evaluation_events import EvaluationEventExporter
@@ -54,9 +54,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    return import_lazily(__name__, _WHERE, name, extra=True)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, extra=True)

@@ -2,7 +2,7 @@
 
 Each line of the file is one `ExportTraceServiceRequest` in OTLP's JSON encoding:
 resourceSpans[].scopeSpans[].spans[], with trace and span ids in hex (or in base64, as
-protobuf's own JSON mapping writes them: otlp_ids.py), 64-bit integers as strings, enums
+protobuf's own JSON mapping writes them: `parse_id`), 64-bit integers as strings, enums
 as integers (names accepted too), attribute values as {"stringValue": ...}, {"intValue": "7"},
 {"doubleValue": ...}, {"boolValue": ...}, {"arrayValue": {"values": [...]}}.
 
@@ -23,7 +23,9 @@ inside a request traced elsewhere), as the live processor sees such a span.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,7 +37,6 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tps_tracer.errors import InputError
-from tps_tracer.otel.otlp_ids import INVALID, MISSING, parse_id
 
 _STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
@@ -47,6 +48,39 @@ _KIND_NAMES = {
     "SPAN_KIND_PRODUCER": 4,
     "SPAN_KIND_CONSUMER": 5,
 }
+
+
+# Trace and span ids of stored spans, in hex or in base64, told apart by their length. OTLP/JSON
+# says hex (32 characters for a trace id, 16 for a span id), as the Collector's file exporter
+# writes; protobuf's own JSON mapping (`MessageToJson`, any proto3 JSON encoder) writes `bytes`
+# in base64 (24 and 12 characters, `=`-padded). The lengths differ, so an id is never readable
+# both ways. An id that is neither is refused with a reason the reader counts: `missing`
+# (absent or empty), `invalid` (not text, wrong length or alphabet, base64 that does not decode
+# to exactly the id's bytes, alphabets mixed), `zero` (OpenTelemetry's invalid id).
+_HEX = {16: re.compile(r"[0-9a-fA-F]{32}"), 8: re.compile(r"[0-9a-fA-F]{16}")}
+# Standard alphabet or URL-safe (protobuf's parser accepts both), padded to a multiple of 4.
+_B64 = {
+    16: re.compile(r"[A-Za-z0-9+/]{22}==|[A-Za-z0-9_-]{22}=="),
+    8: re.compile(r"[A-Za-z0-9+/]{11}=|[A-Za-z0-9_-]{11}="),
+}
+_URLSAFE = str.maketrans("-_", "+/")
+
+MISSING, INVALID, ZERO = "missing", "invalid", "zero"
+
+
+def parse_id(value: Any, n_bytes: int) -> int | str:
+    """The id as an int, or why it cannot be one (MISSING, INVALID, ZERO); n_bytes is 16 or 8."""
+    if value is None or value == "":
+        return MISSING
+    if not isinstance(value, str):
+        return INVALID
+    if _HEX[n_bytes].fullmatch(value):
+        n = int(value, 16)
+    elif _B64[n_bytes].fullmatch(value):  # alphabet, length and padding checked: it decodes to n_bytes
+        n = int.from_bytes(base64.b64decode(value.translate(_URLSAFE), validate=True), "big")
+    else:
+        return INVALID
+    return n if n else ZERO
 
 
 class Unreadable(InputError):
@@ -118,7 +152,7 @@ def checked_context(
     known: set[tuple[int, int]],
 ) -> tuple[SpanContext, SpanContext | None, Counter[str]] | None:
     """(context, parent, the trace's problem counts) of a stored span from its (trace, span, parent)
-    ids, hex or base64 (otlp_ids.py), and (start, end) times; None, counted under a named reason,
+    ids, hex or base64 (`parse_id`), and (start, end) times; None, counted under a named reason,
     when the span cannot be placed (shared by every format)."""
     trace_id = parse_id(ids[0], 16)
     if isinstance(trace_id, str):

@@ -6,9 +6,9 @@ The names below are imported on first use (PEP 562), so importing one light subm
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tps_tracer import import_lazily
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.records.arrays import PredictorColumn, TrajectoryArrays, to_arrays
@@ -52,9 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    return import_lazily(__name__, _HOME, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)
