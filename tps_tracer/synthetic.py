@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
 
 FloatArray = NDArray[np.float64]
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
-    from tps_tracer.records.schema import TrajectoryRecord
 
 
 def _logit(q: FloatArray) -> FloatArray:
@@ -123,8 +123,6 @@ def to_records(
     record_q_z: bool = True,
 ) -> list[TrajectoryRecord]:
     """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps."""
-    from tps_tracer.records.schema import StepRecord, TrajectoryRecord  # pydantic: not for TaskPrior's importers
-
     rng = np.random.default_rng(seed)
     streams = {name: np.round(FORECASTERS[name](runs.q, rng), 6) for name in forecasters}
     blank = rng.random(runs.q.size) < missing_rate
