@@ -15,11 +15,11 @@ These names are imported on first use (PEP 562): `import tps_tracer` and the com
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
@@ -83,23 +83,7 @@ def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None 
     return build_report(to_arrays(records), options)
 
 
-def import_lazily(package: str, home: dict[str, str], name: str) -> Any:
-    """The PEP 562 `__getattr__` of a package whose names are imported on first use (this one and
-    its subpackages): `home` maps each name to its module, relative to `package`."""
-    module = home.get(name)
-    if module is None:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{package}.{module}"), name)
-    setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
-    return value
-
-
-def __getattr__(name: str) -> Any:
-    return import_lazily(__name__, _HOME, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)
 
 
 __all__ = [

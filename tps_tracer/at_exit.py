@@ -1,8 +1,8 @@
 """At normal interpreter exit, what was captured reaches the file.
 
-A script that runs its agent and ends without `handler.close()` / `acc.close()` used to lose its
-last runs without a word: the capture worker is a daemon thread, and the interpreter stopped it
-with the last steps and stops still in its queue (200 invokes gave 196-198 records). So every
+Without it, a script that runs its agent and ends without `handler.close()` / `acc.close()` loses
+its last runs without a word: the capture worker is a daemon thread, and the interpreter stops it
+with the last steps and stops still in its queue. So every
 adapter (the LangChain handler, the span processor) and every accumulator with a sink registers
 here when it is built, held weakly (registering keeps nothing alive), and one `atexit` function:
 

@@ -85,13 +85,7 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
     target = Path(path)
     if _is_special(target):
         with open(target, "ab" if append else "wb") as raw:
-            if binary:
-                yield raw
-            else:
-                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-                yield text
-                text.flush()
-                text.detach()  # the raw file is closed by its own `with`
+            yield from _handle(raw, binary)
         return
     remove_stale(target)
     tmp = temp_path(target)
@@ -100,13 +94,7 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
         with os.fdopen(fd, "wb") as raw:
             if append and target.exists():
                 raw.write(target.read_bytes())
-            if binary:
-                yield raw
-            else:
-                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-                yield text
-                text.flush()
-                text.detach()  # the raw file is closed by its own `with`
+            yield from _handle(raw, binary)
             raw.flush()
             os.fsync(raw.fileno())
         with contextlib.suppress(FileNotFoundError):
@@ -116,6 +104,18 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _handle(raw: IO[bytes], binary: bool) -> Iterator[IO[Any]]:
+    """`raw`, or a UTF-8 text handle over it, flushed and detached after use (the raw file is closed
+    by its own `with`)."""
+    if binary:
+        yield raw
+        return
+    text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+    yield text
+    text.flush()
+    text.detach()
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

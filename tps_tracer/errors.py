@@ -7,9 +7,16 @@ what and where); any other exception, including a plain `ValueError` from numpy 
 inside a command, is exit 3 ("internal error, please report it"), never mistaken for the user's fault.
 
 It subclasses `ValueError` so code that caught `ValueError` from the library keeps working.
+A missing optional dependency is a `MissingExtra` naming the install that adds it, also where a
+package imports its names on first use (`lazy_names`).
 """
 
 from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
 
 
 class InputError(ValueError):
@@ -83,3 +90,31 @@ def missing_extra(exc: ImportError, what: str = "this", extra: str | None = None
     return MissingExtra(
         f"{what} needs the '{extra}' extra ({top} is not installed): {install_hint(extra)}", name=exc.name
     )
+
+
+def lazy_names(
+    package: str, home: dict[str, str], extra: bool = False
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The PEP 562 `__getattr__` and `__dir__` of a package whose names are imported on first use
+    (this one and its subpackages): `home` maps each name to its module, relative to `package`.
+    `extra`: the modules need an optional dependency, whose absence is `errors.MissingExtra`
+    naming the install."""
+
+    def getattr_(name: str) -> Any:
+        module = home.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        try:
+            value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        except ModuleNotFoundError as exc:
+            missing = missing_extra(exc, f"{package}.{name}") if extra else None
+            if missing is None:
+                raise
+            raise missing from exc
+        setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
+        return value
+
+    def dir_() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *home})
+
+    return getattr_, dir_

@@ -50,11 +50,18 @@ FORECASTERS: dict[str, Forecaster] = {
 
 
 @dataclass(frozen=True)
-class World:
+class TaskPrior:
+    """The task model both simulators share (here and tps_tracer/sim/): each task's success rate
+    theta ~ Beta(prior_a, prior_b), its natural length ~ Uniform{min_length..max_length}."""
+
     prior_a: float = 2.0
     prior_b: float = 2.0
     min_length: int = 2
     max_length: int = 14
+
+
+@dataclass(frozen=True)
+class World(TaskPrior):
     budget: int = 10
     parse_error_rate: float = 0.02  # per-step hazard at q_t = 0.5; scales with 2 (1 - q_t)
 

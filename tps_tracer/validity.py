@@ -7,11 +7,11 @@ an out-of-range one an error naming the line), further down.
 
 Capture side.
 
-Issue 36 found the path `on_llm_end -> line on disk` deciding horizon validity in 3 places and
-forecast validity in 5, with small differences (NaN, bool, numpy scalars, integral floats). Every
-capture-side check calls these (tracking/trajectory.py's step budgets, tracking/tracker.py's
+Every capture-side check calls these (tracking/trajectory.py's step budgets, tracking/tracker.py's
 default horizon, online/input_checks.py's steps, q_Z and stop horizons, the sink's resolution
-lines, capture/confidence_value.py's qualitative levels); the read side's rules follow below.
+lines, capture/confidence_value.py's qualitative levels), so the path `on_llm_end -> line on disk`
+cannot decide a rule twice with small differences (NaN, bool, numpy scalars, integral floats); the
+read side's rules follow below.
 No numpy import: this sits on the capture path (start-up cost).
 """
 

@@ -145,6 +145,18 @@ def _read_only(path: Path) -> None:
         assert chunk.fast  # the generated file is plain: no chunk may drop to the exact path
 
 
+def _orjson_only(fn) -> None:  # type: ignore[no-untyped-def]
+    """fn() with no chunk taken by pyarrow's JSON reader: what the second fast path is worth."""
+    from tps_tracer.records import jsonl_fast
+
+    shipped = jsonl_fast.MIN_BYTES
+    jsonl_fast.MIN_BYTES = 1 << 62
+    try:
+        fn()
+    finally:
+        jsonl_fast.MIN_BYTES = shipped
+
+
 def cpu_time(fn) -> float:  # type: ignore[no-untyped-def]
     t0 = time.process_time()
     fn()
@@ -190,6 +202,9 @@ def variants(path: Path, tmp: Path, args: argparse.Namespace) -> dict[str, tuple
     else:
         items = list(out.items())  # the anchor next to the other parsers' passes
         out = {**dict(items[:3]), "duckdb": (lambda: duckdb_pass(path), False), **dict(items[3:])}
+    if args.fast_paths:
+        out["read orjson"] = (lambda: _orjson_only(lambda: _read_only(path)), False)
+        out["report b0 orjson"] = (lambda: _orjson_only(lambda: report_from_path(path, b0)), False)
     if args.parquet or args.convert:
         from tps_tracer.records.convert import jsonl_to_parquet
 
@@ -306,6 +321,7 @@ def main() -> None:
     ap.add_argument("--parquet", action="store_true", help="also the report on the file's Parquet copy")
     ap.add_argument("--gate", action="store_true", help="also the gate with a baseline file of the same size")
     ap.add_argument("--convert", action="store_true", help="also jsonl_to_parquet")
+    ap.add_argument("--fast-paths", action="store_true", help="also the read and report with orjson alone")
     ap.add_argument("--small", action="store_true", help="also a 40-run report as a command (wall clock)")
     ap.add_argument("--memory", action="store_true", help="peak RSS for 100k / 400k / 1M / one long trajectory")
     ap.add_argument("--memory-only", action="store_true", help="only the peak RSS figures")

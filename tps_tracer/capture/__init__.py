@@ -6,9 +6,9 @@ Names are imported when first used (PEP 562), so the adapters, which import
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tps_tracer import import_lazily
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, react_span, substring_span, tag_span, token_mask
@@ -82,9 +82,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    return import_lazily(__name__, _MODULE_OF, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _MODULE_OF)

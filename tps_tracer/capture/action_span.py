@@ -23,7 +23,7 @@ overlaps it, so an action split across tokens (or sharing a token with the tag) 
 covered whole.
 
 Time: linear in the text, whatever it holds. Labels are matched case-insensitively on an
-ASCII-folded copy (`text_folding.folded`: one byte per character, so offsets are kept;
+ASCII-folded copy (`confidence_value.folded`: one byte per character, so offsets are kept;
 ~1 ms per MB whatever the script); the last label is found by
 `(?s:.*)label`, which backtracks from the end and stops at the first hit; every label
 pattern is bounded, and each try of the ReAct pair searches only between the labels it
@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tps_tracer.capture.text_folding import folded
+from tps_tracer.capture.confidence_value import folded
 
 if TYPE_CHECKING:  # locating a span needs no numpy: the capture path imports it only to read logprobs
     import numpy as np

@@ -1,7 +1,7 @@
 """Verbal confidence: the probability of success the model states at a step.
 
-The grammar (docs/capture.md's "Verbal confidence" section says the same)
-=====================================================================
+The grammar (docs/capture.md's "Verbal confidence" section is the user's description)
+=====================================================================================
 
 Statements. Matching is case-insensitive; `confidence` is the keyword of every form but the
 last. The keyword must not be glued to a word before it: `overconfidence`, `self-confidence`,
@@ -52,38 +52,8 @@ end at a boundary (end, whitespace, punctuation): `0.8 because ...` is 0.8, `0.8
 malformed. Numbers: `[+-]digits[.digits][e[+-]digits]` or `.digits`, a decimal comma (`0,8`,
 `85,5%`) unless it could be a thousands separator (`1,000`: ambiguous).
 
-Scales are declared, not guessed: `verbal_scale` ("percent", "0-1", "1-10", "1-5"; per
-extractor, per adapter, per call, or a run's `tps_verbal_scale` metadata). A plain number x
-(no `%`) other than 0 and a decimal at most 1 is read on it as x / top (top: 100, 1, 10, 5),
-clipped to 1 above top. Undeclared, it is read only when one scale alone fits it.
-
-| written                                        | read as                       | status / reason              |
-|------------------------------------------------|-------------------------------|------------------------------|
-| `0`, `0.85`, `.85`, `1.0`, `8.5e-1`, `0,85`    | the number, on every scale    | ok                           |
-| `85%`, `85.5 %`, `85 percent`, `100%`          | number / 100                  | ok                           |
-| `150%`, `-5%`, `-0.2`, `1e999`                 | clipped to [0, 1]             | clipped                      |
-| `8` on 1-10 / 1-5 / percent / 0-1              | 0.8 / 1.0 / 0.08 / 1.0        | ok / clipped / ok / clipped  |
-| `1`..`10`, `1.2`, `7.5`, undeclared            | None (1-5? 1-10? percent?)    | ambiguous / undeclared_scale |
-| `11`..`100`, `85.5`, undeclared                | x / 100 (only percent fits)   | ok                           |
-| `101`, `150`, undeclared                       | clipped to 1.0                | clipped                      |
-| `8/10`, `3 out of 4`, `1 in 3`, `4 (out of 5)` | a / b, on every scale         | ok (`12/10`: clipped)        |
-| `50/50`, `3:1`                                 | None (odds)                   | ambiguous / odds             |
-| `0.9 -> 0.7`, `90% => 70%`                     | None (which one?)             | ambiguous / revised          |
-| `8/0`                                          | None                          | malformed / zero_denominator |
-| `~80%`, `≈0.8`, `about 0.8`, `roughly 80%`     | the number                    | ok                           |
-| `80-90%`, `0.7-0.8`, `between 70% and 80%`     | the midpoint (hi - lo <= 0.2) | ok                           |
-| `50-90%`                                       | None                          | ambiguous / wide_range       |
-| `90-80%`                                       | None                          | malformed / range_order      |
-| `95-105%`                                      | None                          | malformed / range_outside    |
-| `>0.8`, `at least 80%`, `less than 0.5`        | None                          | ambiguous / bound            |
-| `High (0.85)`, `high - 85%`, `0.85 (high)`     | the number                    | ok                           |
-| `high`, `medium`, `low`, `very high`           | `levels` mapping, else None   | ok / ambiguous / qualitative |
-| `1,000`                                        | None                          | ambiguous / comma            |
-| `?`, `0.8abc`, `élevée`                        | None                          | malformed / not_a_number     |
-| a number over 64 chars, a VALUE over 256       | None                          | malformed / too_long         |
-| `Confidence 70%`, `Confidence — 0.7`, `## Confidence` + `7/10` on the next line | as with `:`  | as with `:`         |
-| `Confidence 8`, `confidence 2 tools`, `Confidence 7.5` (spaced) | no statement        | missing                      |
-| no statement                                   | None                          | missing                      |
+Scales are declared, not guessed (`confidence_value.py`). What each VALUE reads as, with its
+status and reason, is the table in docs/capture.md ("Verbal confidence: what is read").
 
 Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
 `confidence`, `Confidence`, `confidence_score`, `confidenceLevel`...) of one call's arguments
@@ -94,7 +64,7 @@ integer, a float a decimal (same table); a bool, a NaN or a non-scalar is malfor
 `SignalExtractor` reads the arguments only when the text has no statement.
 
 Time. Linear in the text, a bounded amount of work per position. The statements are found on
-an ASCII-folded copy (`text_folding.folded`, one byte per character, ~1 ms per MB), so an
+an ASCII-folded copy (`confidence_value.folded`, one byte per character, ~1 ms per MB), so an
 offset there is an offset in the text, from which VALUE is then read. Two regular
 expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
 the LAST statement of their family by backtracking from the end, the engine jumping between
@@ -130,11 +100,11 @@ from tps_tracer.capture.confidence_value import (
     ambiguous,
     check_levels,
     check_scale,
+    folded,
     from_json_number,
     normalise,
     read_value,
 )
-from tps_tracer.capture.text_folding import folded
 
 __all__ = [
     "DEFAULT_PATTERNS",

@@ -62,24 +62,26 @@ def _os_message(exc: OSError) -> str:
     return f"{where}: {exc.strerror or exc}"
 
 
-@contextlib.contextmanager
-def reading(what: str, path: Any) -> Iterator[None]:
+def reading(what: str, path: Any) -> contextlib.AbstractContextManager[None]:
     """OSError / undecodable bytes while reading `path` become a CliError naming `what` (e.g. '--calibrator')."""
-    try:
-        yield
-    except OSError as exc:
-        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise CliError(f"cannot read {what} {path}: not UTF-8 text ({exc.reason})") from exc
+    return _file_errors("read", what, path)
+
+
+def writing(what: str, path: Any) -> contextlib.AbstractContextManager[None]:
+    """OSError while writing `path` becomes a CliError naming `what` (e.g. '-o')."""
+    return _file_errors("write", what, path)
 
 
 @contextlib.contextmanager
-def writing(what: str, path: Any) -> Iterator[None]:
-    """OSError while writing `path` becomes a CliError naming `what` (e.g. '-o')."""
+def _file_errors(verb: str, what: str, path: Any) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise CliError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot {verb} {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        if verb != "read":
+            raise
+        raise CliError(f"cannot read {what} {path}: not UTF-8 text ({exc.reason})") from exc
 
 
 @contextlib.contextmanager

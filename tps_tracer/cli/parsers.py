@@ -67,7 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="score a trajectory file (JSON Lines, Parquet, or a directory of shards)")
     p.add_argument("file", help=RECORDS_HELP)
     add_report_options(p)
-    p.set_defaults(func=Command("report_cmd", "cmd_report"))
     add_demo_parser(sub)
     add_gate_parser(sub)
     add_calibrate_parser(sub)
@@ -76,7 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_parser(sub)
     add_export_parser(sub)
     add_import_parser(sub)
-    for command in sub.choices.values():  # `--debug` also after the command name
+    for name, command in sub.choices.items():
+        if command.get_default("func") is None:  # the command's entry point: cli/NAME_cmd.py's cmd_NAME
+            command.set_defaults(func=Command(f"{name}_cmd", f"cmd_{name}"))
+        # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.formatter_class = DefaultsHelpFormatter
     return parser
@@ -149,7 +151,6 @@ def add_demo_parser(sub: Any) -> None:
     )
     d.add_argument("--branches", type=int, default=10, help="continuation branches per censored run (--q-z resume)")
     d.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (--q-z resume)")
-    d.set_defaults(func=Command("demo_cmd", "cmd_demo"))
 
 
 def add_gate_parser(sub: Any) -> None:
@@ -223,7 +224,6 @@ def add_calibrate_parser(sub: Any) -> None:
         "effect of Platt scaling; one cross-fit per replicate)",
     )
     p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
-    p.set_defaults(func=Command("calibrate_cmd", "cmd_calibrate"))
 
 
 def add_censoring_parser(sub: Any) -> None:
@@ -252,7 +252,6 @@ def add_censoring_parser(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap and artificial-censoring seed")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.set_defaults(func=Command("censoring_cmd", "cmd_censoring"))
 
 
 def add_plot_parser(sub: Any) -> None:
@@ -273,7 +272,6 @@ def add_plot_parser(sub: Any) -> None:
         "--censoring", choices=CENSORING_MODES, default=SIMPLE, help="how budget-stopped runs enter the step scores"
     )
     p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
-    p.set_defaults(func=Command("plot_cmd", "cmd_plot"))
 
 
 def add_convert_parser(sub: Any) -> None:
@@ -283,7 +281,6 @@ def add_convert_parser(sub: Any) -> None:
     )
     c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
     c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
-    c.set_defaults(func=Command("convert_cmd", "cmd_convert"))
 
 
 def add_export_parser(sub: Any) -> None:
@@ -345,4 +342,3 @@ def add_import_parser(sub: Any) -> None:
     i.add_argument("-o", "--output", required=True, help="the records file to write (JSON Lines)")
     i.add_argument("--horizon", type=int, help="step budget of every run (a run's tps_horizon metadata overrides it)")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
-    i.set_defaults(func=Command("import_cmd", "cmd_import"))

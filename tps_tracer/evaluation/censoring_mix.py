@@ -21,13 +21,11 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
-from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
-
-FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)

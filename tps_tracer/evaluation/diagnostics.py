@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.constants import DEFAULT_ECE_BINS
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.quantiles import linear_quantile
+from tps_tracer.evaluation.bootstrap import linear_quantile
 
 FloatArray = NDArray[np.float64]
 
@@ -102,7 +102,7 @@ def quantile_bins(c: ArrayLike, n_bins: int = DEFAULT_ECE_BINS) -> NDArray[np.in
         raise InputError("n_bins must be at least 1")
     if ca.size == 0:
         return np.zeros(0, dtype=np.int64)
-    # np.quantile and np.unique, written out (evaluation/quantiles.py: they import numpy.ma).
+    # np.quantile and np.unique, written out (bootstrap.linear_quantile: they import numpy.ma).
     ordered = np.sort(ca)[:, None]
     count = np.array([ca.size])
     edges = np.sort([linear_quantile(ordered, count, q)[0] for q in np.linspace(0.0, 1.0, n_bins + 1)[1:-1]])

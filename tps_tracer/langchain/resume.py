@@ -52,6 +52,7 @@ anything seeded by the thread id draws fresh randomness per branch.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
@@ -60,9 +61,9 @@ import types
 import typing
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -331,7 +332,26 @@ async def aresume_continuations(
     health: HealthLedger | None = None,
     progress: Callable[[int], Any] | None = None,
 ) -> ResumeSummary:
-    """Async form of `resume_continuations` (use it inside a running event loop)."""
+    """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
+
+    graph: the compiled LangGraph graph the runs were made with, compiled with the same
+    checkpointer (InMemorySaver, SqliteSaver, AsyncSqliteSaver, ...).
+    records: the handler's trajectory records (a list or a JSON Lines path); only censored
+    ones (max_steps under `policy`) with a `thread_id` in their metadata are resumed.
+    out: the continuation file (created or extended; branches already in it are skipped).
+    grader: a clean branch's final state values -> 0/1 or bool (sync or async); a grader
+    whose first parameter is annotated as a message gets the final message, like the
+    handler's grader (module docstring).
+    budget: None (default): each branch may make as many model calls as the original run's
+    step limit (the record's horizon), counted from the fork; an integer: the branches'
+    LangGraph recursion_limit instead (fresh, counted from the fork).
+    config: extra run config for the branches (callbacks, configurable keys, ...).
+    concurrency: branches in flight at once. progress: called with 1 after each branch.
+    health: the ledger that counts what was skipped or failed (default: a new one).
+
+    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat. Inside a running
+    event loop await this; elsewhere call `resume_continuations` (the same arguments).
+    """
     if branches < 1:
         raise InputError("branches must be >= 1")
     if concurrency < 1:
@@ -469,60 +489,29 @@ async def aresume_continuations(
     return summary
 
 
-def resume_continuations(
-    graph: Any,
-    records: Iterable[TrajectoryRecord] | str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    branches: int,
-    grader: Grader,
-    budget: int | None = None,
-    concurrency: int = 4,
-    config: dict[str, Any] | None = None,
-    policy: CensoringPolicy | None = None,
-    health: HealthLedger | None = None,
-    progress: Callable[[int], Any] | None = None,
-) -> ResumeSummary:
-    """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
+P = ParamSpec("P")
+T = TypeVar("T")
 
-    graph: the compiled LangGraph graph the runs were made with, compiled with the same
-    checkpointer (InMemorySaver, SqliteSaver, AsyncSqliteSaver, ...).
-    records: the handler's trajectory records (a list or a JSON Lines path); only censored
-    ones (max_steps under `policy`) with a `thread_id` in their metadata are resumed.
-    out: the continuation file (created or extended; branches already in it are skipped).
-    grader: a clean branch's final state values -> 0/1 or bool (sync or async); a grader
-    whose first parameter is annotated as a message gets the final message, like the
-    handler's grader (module docstring).
-    budget: None (default): each branch may make as many model calls as the original run's
-    step limit (the record's horizon), counted from the fork; an integer: the branches'
-    LangGraph recursion_limit instead (fresh, counted from the fork).
-    config: extra run config for the branches (callbacks, configurable keys, ...).
-    concurrency: branches in flight at once. progress: called with 1 after each branch.
-    health: the ledger that counts what was skipped or failed (default: a new one).
 
-    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("resume_continuations was called inside a running event loop; await aresume_continuations")
-    return asyncio.run(
-        aresume_continuations(
-            graph,
-            records,
-            out,
-            branches=branches,
-            grader=grader,
-            budget=budget,
-            concurrency=concurrency,
-            config=config,
-            policy=policy,
-            health=health,
-            progress=progress,
-        )
-    )
+def _sync(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """`fn` (named `aNAME`) as NAME: the same signature and docstring, for a caller outside any
+    event loop."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(f"{run.__name__} was called inside a running event loop; await {fn.__name__}")
+        return asyncio.run(fn(*args, **kwargs))
+
+    run.__name__ = run.__qualname__ = fn.__name__[1:]
+    return run
+
+
+resume_continuations = _sync(aresume_continuations)
 
 
 __all__ = [

@@ -46,7 +46,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
 from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.health import CATEGORIES, HealthLedger
-from tps_tracer.online.live_run import _Live
+from tps_tracer.online.live_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule

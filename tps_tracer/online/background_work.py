@@ -59,7 +59,7 @@ class BackgroundWork:
                 # Wait down to half full, not for one free place, and be woken once, not at every
                 # job done: each wake costs the waiting thread CPU (~40 us: the futex, taking the
                 # GIL back), which at every job landed on nearly every submitting stop of a tight
-                # loop, or, woken at each job, summed to milliseconds in one stop (issue 28's p99.9).
+                # loop, or, woken at each job, summed to milliseconds in one stop.
                 low = self.max_pending // 2
                 while self._unfinished > low:
                     done = self._done

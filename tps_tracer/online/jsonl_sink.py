@@ -30,6 +30,13 @@ What reaches the file is what the readers read back:
   to score every run.
 
 Writes are serialised by a lock, so lines from many threads never interleave.
+
+The accumulator writes through a `RecordWriter` over its sink (a JsonlSink or any object with
+write/close): a failed write is counted (the score stays in memory, the durable line is reported
+lost), and no resolution line is ever written for a record that did not reach the file (a line
+resolving an id the file lacks makes the whole file unreadable). Its `lock` is held from the
+moment a stop decides its record until the record is written, so a resolve that sees the record
+as written waits for that write.
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from tps_tracer.errors import InputError
+from tps_tracer.health import HealthLedger
 from tps_tracer.records.outcome import as_outcome
 from tps_tracer.records.record_shape import id_problem
 from tps_tracer.validity import probability
@@ -228,3 +237,64 @@ class JsonlSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no resolution line follows them
+
+
+class RecordWriter:
+    def __init__(self, sink: Any, health: HealthLedger):
+        self.sink = sink
+        self.health = health
+        self.lock = threading.Lock()  # a record's write and the resolutions that depend on it
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # ids whose record failed to write (bounded)
+
+    def write(self, obj: dict[str, Any]) -> bool:
+        """Write one line; False (counted, logged once) when it did not reach the sink."""
+        if self.sink is None:
+            return False
+        try:
+            self.sink.write(obj)
+            return True
+        except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
+            self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
+            return False
+
+    def write_record(self, tid: str, record: dict[str, Any]) -> None:
+        """Write a stopped trajectory's record (the caller holds `lock`)."""
+        if not self.write(record):
+            self._unwritten[tid] = None
+            while len(self._unwritten) > MAX_UNWRITTEN:  # beyond it, a late resolution may be an orphan line
+                self._unwritten.popitem(last=False)
+
+    def write_resolution(self, tid: str, fields: dict[str, Any]) -> None:
+        """Append a resolution line, unless the record it resolves never reached the file. The value
+        is still applied in memory; the line not written is counted."""
+        with self.lock:
+            if tid in self._unwritten:
+                self.health.count(
+                    "error",
+                    "sink_resolution_of_lost_record",
+                    f"{tid!r}: resolution not written to the sink: the record it resolves was not written",
+                )
+                return
+            self.write({"resolves": tid, **fields})
+
+    def close(self) -> None:
+        if self.sink is None:
+            return
+        try:
+            self.sink.close()
+        except Exception as exc:  # a full disk or a size limit: counted, never raised into the caller
+            self.health.count("error", "sink", f"could not close {getattr(self.sink, 'path', 'the sink')}: {exc}")
+
+    def counts(self) -> dict[str, Any] | None:
+        """The snapshot's sink section: lines that reached the file, and (a JsonlSink's) the lines that did not."""
+        sink = self.sink
+        if sink is None:
+            return None
+        out: dict[str, Any] = {"path": str(sink.path), "lines_written": sink.written}
+        for key, attr in (("lines_failed", "failed"), ("reopened", "reopened")):
+            if hasattr(sink, attr):
+                out[key] = getattr(sink, attr)
+        return out

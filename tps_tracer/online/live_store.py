@@ -1,9 +1,10 @@
 """The accumulator's live trajectories: stepped and not yet stopped, then reserved while finishing.
 
-A live trajectory (`_Live`, online/live_run.py) is created on its first step and kept least
-recently active first. When it stops, or is finished early, it is *reserved*: it leaves the live
-ones for `finishing` and its id maps to `RESERVED` in the row store's `row_of` (the accumulator's
-index of stopped ids), until its row is scored; resolutions arriving meanwhile still land on it.
+A live trajectory (`_Live`: its steps so far, and what is known of it before it is scored) is
+created on its first step and kept least recently active first. When it stops, or is finished
+early, it is *reserved*: it leaves the live ones for `finishing` and its id maps to `RESERVED` in
+the row store's `row_of` (the accumulator's index of stopped ids), until its row is scored;
+resolutions arriving meanwhile still land on it.
 
 When it is finished early is decided by `OpenRuns` (tps_tracer/open_runs.py), the lifetime rules the
 LangChain handler and the span processor use: the idle test (`OpenRuns.idle`) and the memory of
@@ -26,12 +27,27 @@ Not thread-safe on its own: every call is made under the accumulator's lock.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from tps_tracer.online.folded_ids import FoldedIds
-from tps_tracer.online.live_run import _Live
 from tps_tracer.open_runs import OpenRuns
+from tps_tracer.records.stop_reasons import StopReason
 
 RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
+
+
+@dataclass
+class _Live:
+    steps: list[dict[str, float | None]] = field(default_factory=list)
+    last_seen: float = 0.0
+    outcome: int | None = None
+    q_z: float | None = None
+    # Set at stop, while the trajectory waits in the scoring queue:
+    reason: StopReason = StopReason.OTHER
+    horizon: int = 0
+    written: bool = False  # its record is in the sink, so later resolutions are appended as lines
+    # A new run under an id already finished (`Accumulator.begin`): its record is written, never scored.
+    repeat: bool = False
 
 
 _NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step of a live run evicts nothing

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
 from tps_tracer.online.batch_scorer import ScoredBatch
-from tps_tracer.online.live_run import _Live
+from tps_tracer.online.live_store import _Live
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason

@@ -72,37 +72,28 @@ class _Fold:
         return self.part.n if self.part is not None else (0 if self.table is None else self.table.n)
 
 
+@dataclass(eq=False)
 class SummaryStore:
     """The folded state of a summary-mode accumulator and the folds on their way into it (a row-mode
     one keeps it empty). It shares the accumulator's lock, row store, health ledger and predictor
     order (`known`)."""
 
-    def __init__(
-        self,
-        spec: StateSpec,
-        lock: threading.Lock,
-        rows: RowStore,
-        known: dict[str, None],
-        health: HealthLedger,
-        batch_size: int,
-        max_pending: int,
-        internal: Callable[[str, BaseException], None],
-    ):
-        self.spec = spec
-        self.lock = lock
-        self.rows = rows
-        self.known = known
-        self.health = health
-        self.batch_size = batch_size
-        self.max_pending = max_pending
-        self._internal = internal  # counts (or raises, strict) an internal error
-        self.summary: PartialState | None = None  # the folded settled trajectories
-        # Rows taken out of the store whose PartialState is being built outside the lock;
-        # snapshots, state() and merges count them as folded meanwhile.
-        self.folding: dict[int, _Fold] = {}
-        self._fold_count = 0
-        self.resolved_rows = 0  # stored rows resolved since the last fold
-        self.folded_ids = FoldedIds()  # the keys of the ids folded away: a new run under one is a repeat
+    spec: StateSpec
+    lock: threading.Lock
+    rows: RowStore
+    known: dict[str, None]
+    health: HealthLedger
+    batch_size: int
+    max_pending: int
+    internal: Callable[[str, BaseException], None]  # counts (or raises, strict) an internal error
+    summary: PartialState | None = None  # the folded settled trajectories
+    # Rows taken out of the store whose PartialState is being built outside the lock;
+    # snapshots, state() and merges count them as folded meanwhile.
+    folding: dict[int, _Fold] = dataclasses.field(default_factory=dict)
+    _fold_count: int = 0
+    resolved_rows: int = 0  # stored rows resolved since the last fold
+    # The keys of the ids folded away: a new run under one is a repeat.
+    folded_ids: FoldedIds = dataclasses.field(default_factory=FoldedIds)
 
     @property
     def n(self) -> int:
@@ -173,7 +164,7 @@ class SummaryStore:
                 with self.lock:
                     del self.folding[fold.token]
                     self.rows.append_table(fold.table, fold.keys, fold.unscored)
-                self._internal("fold", exc)
+                self.internal("fold", exc)
                 return
         self._merge(fold)
 

@@ -18,10 +18,9 @@ loads the capture path only, not the exporters (which read scores, hence the eva
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tps_tracer.errors import missing_extra
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.otel.evaluation_events import EvaluationEventExporter
@@ -64,20 +63,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    except ModuleNotFoundError as exc:
-        missing = missing_extra(exc, f"tps_tracer.otel.{name}")
-        if missing is None:
-            raise
-        raise missing from exc
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, extra=True)

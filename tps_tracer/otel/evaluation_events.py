@@ -29,10 +29,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
 from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.evaluation_spans import (
@@ -62,8 +60,7 @@ class EvaluationEventExporter:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
 
     def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
-        root = SpanContext(link.trace_id, link.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        context = trace.set_span_in_context(NonRecordingSpan(root))
+        context = link.context()
         common = {
             **trajectory_attributes(score),
             "gen_ai.evaluation.name": EVALUATION_NAME,

@@ -30,8 +30,7 @@ import contextlib
 from collections import Counter
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import HEADLINE_PREDICTOR
 from tps_tracer.evaluation.censoring_mix import SIMPLE
@@ -133,8 +132,7 @@ class EvaluationSpanExporter:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
 
     def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
-        parent = SpanContext(link.trace_id, link.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        context = trace.set_span_in_context(NonRecordingSpan(parent))
+        context = link.context()
         head = score.primary(self.predictor, self.rule, self.weights, self.censoring)
         signature = (score.label, None if head is None else head.value)
         if not self.sent_scores.is_new(score.trajectory_id, EVALUATION_SPAN, signature):

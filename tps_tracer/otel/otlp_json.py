@@ -2,7 +2,7 @@
 
 Each line of the file is one `ExportTraceServiceRequest` in OTLP's JSON encoding:
 resourceSpans[].scopeSpans[].spans[], with trace and span ids in hex (or in base64, as
-protobuf's own JSON mapping writes them: otlp_ids.py), 64-bit integers as strings, enums
+protobuf's own JSON mapping writes them: `parse_id`), 64-bit integers as strings, enums
 as integers (names accepted too), attribute values as {"stringValue": ...}, {"intValue": "7"},
 {"doubleValue": ...}, {"boolValue": ...}, {"arrayValue": {"values": [...]}}.
 
@@ -23,9 +23,11 @@ inside a request traced elsewhere), as the live processor sees such a span.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,6 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tps_tracer.errors import InputError
-from tps_tracer.otel.otlp_ids import INVALID, MISSING, parse_id
 
 _STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
@@ -47,6 +48,39 @@ _KIND_NAMES = {
     "SPAN_KIND_PRODUCER": 4,
     "SPAN_KIND_CONSUMER": 5,
 }
+
+
+# Trace and span ids of stored spans, in hex or in base64, told apart by their length. OTLP/JSON
+# says hex (32 characters for a trace id, 16 for a span id), as the Collector's file exporter
+# writes; protobuf's own JSON mapping (`MessageToJson`, any proto3 JSON encoder) writes `bytes`
+# in base64 (24 and 12 characters, `=`-padded). The lengths differ, so an id is never readable
+# both ways. An id that is neither is refused with a reason the reader counts: `missing`
+# (absent or empty), `invalid` (not text, wrong length or alphabet, base64 that does not decode
+# to exactly the id's bytes, alphabets mixed), `zero` (OpenTelemetry's invalid id).
+_HEX = {16: re.compile(r"[0-9a-fA-F]{32}"), 8: re.compile(r"[0-9a-fA-F]{16}")}
+# Standard alphabet or URL-safe (protobuf's parser accepts both), padded to a multiple of 4.
+_B64 = {
+    16: re.compile(r"[A-Za-z0-9+/]{22}==|[A-Za-z0-9_-]{22}=="),
+    8: re.compile(r"[A-Za-z0-9+/]{11}=|[A-Za-z0-9_-]{11}="),
+}
+_URLSAFE = str.maketrans("-_", "+/")
+
+MISSING, INVALID, ZERO = "missing", "invalid", "zero"
+
+
+def parse_id(value: Any, n_bytes: int) -> int | str:
+    """The id as an int, or why it cannot be one (MISSING, INVALID, ZERO); n_bytes is 16 or 8."""
+    if value is None or value == "":
+        return MISSING
+    if not isinstance(value, str):
+        return INVALID
+    if _HEX[n_bytes].fullmatch(value):
+        n = int(value, 16)
+    elif _B64[n_bytes].fullmatch(value):  # alphabet, length and padding checked: it decodes to n_bytes
+        n = int.from_bytes(base64.b64decode(value.translate(_URLSAFE), validate=True), "big")
+    else:
+        return INVALID
+    return n if n else ZERO
 
 
 class Unreadable(InputError):
@@ -118,7 +152,7 @@ def checked_context(
     known: set[tuple[int, int]],
 ) -> tuple[SpanContext, SpanContext | None, Counter[str]] | None:
     """(context, parent, the trace's problem counts) of a stored span from its (trace, span, parent)
-    ids, hex or base64 (otlp_ids.py), and (start, end) times; None, counted under a named reason,
+    ids, hex or base64 (`parse_id`), and (start, end) times; None, counted under a named reason,
     when the span cannot be placed (shared by every format)."""
     trace_id = parse_id(ids[0], 16)
     if isinstance(trace_id, str):
@@ -158,32 +192,52 @@ def known_ids(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[int, int]]:
 def _span(
     raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[int, int]]
 ) -> None:
+    def fields(problems: Counter[str]) -> dict[str, Any]:
+        status = raw.get("status") or {}
+        events = [
+            Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
+            for e in raw.get("events") or []
+            if isinstance(e, dict)
+        ]
+        kind = _KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL)
+        code = _STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3]
+        return dict(
+            resource=resource,
+            attributes=attributes(raw.get("attributes"), problems),
+            events=events,
+            kind=kind,
+            status=Status(code, status.get("message") or None),
+            instrumentation_scope=scope,
+        )
+
     ids = (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"))
-    times = (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano")))
+    add_span(raw, out, ids, (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))), known, fields)
+
+
+def add_span(
+    raw: dict[str, Any],
+    out: OtlpRead,
+    ids: tuple[Any, Any, Any],
+    times: tuple[int | None, int | None],
+    known: set[tuple[int, int]],
+    fields: Callable[[Counter[str]], dict[str, Any]],
+) -> None:
+    """The stored span `raw` as a ReadableSpan in `out`, unless it cannot be placed (`checked_context`);
+    `fields(problems)`: its format's other ReadableSpan arguments (shared by every format)."""
     placed = checked_context(out, ids, times, known)
     if placed is None:
         return
     context, parent, problems = placed
-    status = raw.get("status") or {}
-    events = [
-        Event(e.get("name", ""), attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
-        for e in raw.get("events") or []
-        if isinstance(e, dict)
-    ]
-    span = ReadableSpan(
-        name=str(raw.get("name", "")),
-        context=context,
-        parent=parent,
-        resource=resource,
-        attributes=attributes(raw.get("attributes"), problems),
-        events=events,
-        kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
-        status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
-        start_time=times[0],
-        end_time=times[1],
-        instrumentation_scope=scope,
+    out.spans.append(
+        ReadableSpan(
+            name=str(raw.get("name", "")),
+            context=context,
+            parent=parent,
+            start_time=times[0],
+            end_time=times[1],
+            **fields(problems),
+        )
     )
-    out.spans.append(span)
 
 
 def _request(obj: Any, out: OtlpRead, pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]]) -> None:

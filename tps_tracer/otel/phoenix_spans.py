@@ -32,11 +32,11 @@ from datetime import datetime
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
-from tps_tracer.otel.otlp_json import OtlpRead, checked_context, known_ids
+from tps_tracer.otel.otlp_json import OtlpRead, add_span, known_ids
 
 OI_KIND = "openinference.span.kind"
 METADATA = "metadata"
@@ -116,27 +116,14 @@ def _events(raw: Any, problems: Counter[str]) -> list[Event]:
 def _span(raw: dict[str, Any], out: OtlpRead, known: set[tuple[int, int]]) -> None:
     ctx: dict[str, Any] = raw["context"]  # a dict: read_phoenix_spans keeps only such spans
     ids = (ctx.get("trace_id"), ctx.get("span_id"), raw.get("parent_id"))
-    times = (_nanos(raw.get("start_time")), _nanos(raw.get("end_time")))
-    placed = checked_context(out, ids, times, known)
-    if placed is None:
-        return
-    context, parent, problems = placed
-    status = Status(_STATUS.get(str(raw.get("status_code")), StatusCode.UNSET), raw.get("status_message") or None)
-    out.spans.append(
-        ReadableSpan(
-            name=str(raw.get("name", "")),
-            context=context,
-            parent=parent,
-            resource=_EMPTY,
-            attributes=attributes(raw.get("attributes"), raw.get("span_kind"), problems),
-            events=_events(raw.get("events"), problems),
-            kind=SpanKind.INTERNAL,
-            status=status,
-            start_time=times[0],
-            end_time=times[1],
-            instrumentation_scope=_SCOPE,
-        )
-    )
+
+    def fields(problems: Counter[str]) -> dict[str, Any]:
+        status = Status(_STATUS.get(str(raw.get("status_code")), StatusCode.UNSET), raw.get("status_message") or None)
+        attrs = attributes(raw.get("attributes"), raw.get("span_kind"), problems)
+        events = _events(raw.get("events"), problems)
+        return dict(resource=_EMPTY, attributes=attrs, events=events, status=status, instrumentation_scope=_SCOPE)
+
+    add_span(raw, out, ids, (_nanos(raw.get("start_time")), _nanos(raw.get("end_time"))), known, fields)
 
 
 def _objects(text: str, out: OtlpRead) -> list[Any]:

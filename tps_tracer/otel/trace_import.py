@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tps_tracer.atomic_write import write_text
 from tps_tracer.online.accumulator import Accumulator
-from tps_tracer.otel.otlp_json import OtlpRead, read_otlp_json, span_events
+from tps_tracer.otel.otlp_json import OtlpRead, span_events
 from tps_tracer.otel.span_processor import TPSSpanProcessor
 
 UNREADABLE_KEY = "import_unreadable"
@@ -42,11 +41,6 @@ class ImportSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
-
-
-def import_traces(lines: Iterable[str], output: str | os.PathLike[str], **processor_options: Any) -> ImportSummary:
-    """OTLP JSON lines (the Collector file exporter's format) into records."""
-    return import_spans(read_otlp_json(lines), output, **processor_options)
 
 
 def import_spans(read: OtlpRead, output: str | os.PathLike[str], **processor_options: Any) -> ImportSummary:

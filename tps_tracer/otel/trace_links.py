@@ -36,6 +36,15 @@ class SpanLink:
     def from_hex(cls, trace_hex: str, span_hex: str) -> SpanLink:
         return cls(int(trace_hex, 16), int(span_hex, 16))
 
+    def context(self) -> Any:
+        """An OpenTelemetry context whose current span is this agent root: what is emitted in it
+        (an evaluation span, a log record) belongs to the root's trace, under the root."""
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+        root = SpanContext(self.trace_id, self.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        return trace.set_span_in_context(NonRecordingSpan(root))
+
 
 class TraceLinks:
     def __init__(self, max_links: int = DEFAULT_MAX_LINKS):

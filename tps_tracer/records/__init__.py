@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562), so importing one light subm
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.records.arrays import PredictorColumn, TrajectoryArrays, to_arrays
@@ -51,14 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)

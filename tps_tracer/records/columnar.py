@@ -67,6 +67,9 @@ class RawColumns:
     forecasts: dict[str, FloatArray]
 
 
+_PER_RECORD = ("stop_code", "outcome", "outcome_pending", "q_z", "horizon", "lengths")
+
+
 def concat_raw(parts: Sequence[RawColumns]) -> RawColumns:
     """Consecutive batches as one; a forecast name a batch never mentions is absent (NaN) there."""
     if len(parts) == 1:
@@ -79,14 +82,10 @@ def concat_raw(parts: Sequence[RawColumns]) -> RawColumns:
         return np.concatenate([c if c is not None else np.full(k, np.nan) for c, k in zip(columns, steps, strict=True)])
 
     t_given = any(p.t is not None for p in parts)
+    joined = {k: np.concatenate([getattr(p, k) for p in parts]) for k in _PER_RECORD}
     return RawColumns(
         ids=[i for p in parts for i in p.ids],
-        stop_code=np.concatenate([p.stop_code for p in parts]),
-        outcome=np.concatenate([p.outcome for p in parts]),
-        outcome_pending=np.concatenate([p.outcome_pending for p in parts]),
-        q_z=np.concatenate([p.q_z for p in parts]),
-        horizon=np.concatenate([p.horizon for p in parts]),
-        lengths=np.concatenate([p.lengths for p in parts]),
+        **joined,
         t=per_step(lambda p: p.t) if t_given else None,
         forecasts={name: per_step(lambda p, name=name: p.forecasts.get(name)) for name in names},
     )

@@ -344,37 +344,13 @@ _NULLABLE_OBJECTS = (
 def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
     """The raw columns of a chunk of whole JSON Lines (no BOM) by pyarrow's JSON reader, or NotFast.
 
-    orjson builds ~10 Python objects per record and the columns are then gathered from them one
-    `dict.get` at a time (above): ~1.7x a bare `json.loads` pass in CPU time, of which the parse is
-    a third. pyarrow's reader (C++, no Python objects) parses straight into Arrow columns in ~0.4x,
-    and `columnar.raw_from_arrow` (the Parquet reader's converter) turns those into the same
-    `RawColumns`, which `columnar.validated_arrays` validates as for every other reader.
-
-    pyarrow's parser is not Python's `json`, so a chunk is taken only in the form where both read the
-    same values, and everything else raises `NotFast` (the caller then tries orjson, then the exact
-    path). Refused before parsing (byte scans of the chunk):
-
-    - a `\\r` (the exact path splits lines on a lone `\\r` too), a blank or whitespace-only line
-      (pyarrow skips it, so the row count below could not prove one object per line);
-    - `NaN` / `Infinity` anywhere (pyarrow reads them as numbers, as `json.loads` does, but orjson
-      does not, and the rule for them belongs to the other readers);
-    - bytes that are not UTF-8 (pyarrow checks only the strings it converts);
-    - an integer `-0` (Python reads int 0; Arrow reads -0.0 where the column is float);
-    - an escaped ASCII character (`\\u0000`-`\\u007f`): a key spelled with an escape could be any
-      of the schema's names, so the key counts below could not see it.
-
-    Refused after parsing: an explicit `null` for `steps`, `metadata`, `outcome_pending` or
-    `forecasts` (Arrow cannot tell it from an absent key, and the exact path refuses the null where
-    it takes the absence): the chunk must mention each such key exactly as often as Arrow holds a
-    value for it.
-
-    Also refused after parsing: nesting deeper than `_ARROW_DEPTH` (the exact path has a limit, pyarrow
-    none), a parse error of any kind (duplicate keys, bad UTF-8, lone surrogates,
-    a value whose type changes between records, ...), and a table whose row count is not the
-    chunk's line count (two objects on one line parse as two rows). Types and values are then
-    checked by the shared converter and validation, as for Parquet.
-
-    pyarrow is the `parquet` extra: without it this reader refuses every chunk.
+    pyarrow's reader (C++, no Python object per record) parses straight into Arrow columns, which
+    `columnar.raw_from_arrow` (the Parquet reader's converter) turns into `RawColumns`, validated by
+    `columnar.validated_arrays` as for every reader. Its parser is not Python's `json`, so a chunk is
+    taken only in the form where both read the same values; every other form raises `NotFast`
+    naming what it is (the caller then tries orjson, then the exact path). docs/offline-speed.md
+    lists the refusals; each check below says why it is needed. Without pyarrow (the `parquet`
+    extra) every chunk is refused.
     """
     try:
         import pyarrow as pa
@@ -387,10 +363,13 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         raise NotFast("empty chunk")
     # (bytes.find and regexes with a literal prefix: ~25 ms per 32 MB each; a regex starting with
     # an alternation tries every position and took seconds)
+    # pyarrow skips a blank line, so the row count could not prove one object per line
     if _BLANK_FIRST_LINE.match(chunk, 0, end) or _BLANK_LINE.search(chunk, 0, end):
         raise NotFast("arrow: a blank line")
+    # the exact path splits lines on a lone \r too; NaN / Infinity: their rule is the other readers'
     if any(chunk.find(s, 0, end) >= 0 for s in (b"\r", b"NaN", b"Infinity")):
         raise NotFast("arrow: a carriage return, NaN or Infinity")
+    # a key spelled with an escape could be any of the schema's names, unseen by the key counts below
     if chunk.find(b"\\u00", 0, end) >= 0 and _ASCII_ESCAPE.search(chunk, 0, end):
         raise NotFast("arrow: an escaped ASCII character")
     if chunk.find(b"-0", 0, end) >= 0 and any(

@@ -2,8 +2,8 @@
 
 A grading job often writes its resolution lines (`{"resolves": id, "outcome": ...}`) to a file
 of its own, next to the records it grades: `runs/a.jsonl` (pending records) and `runs/b.jsonl`
-(resolutions). Read shard by shard, b.jsonl held "no trajectories" and every resolution was an
-orphan. Here the input is read as the concatenation of its shards in name order, as if they were
+(resolutions). Read shard by shard, b.jsonl would hold "no trajectories" and every resolution would be
+an orphan. Here the input is read as the concatenation of its shards in name order, as if they were
 one file, with each error still naming its shard and line:
 
 - each shard is read as alone (`jsonl.parse_lines` with `ShardLinks`; a Parquet file through

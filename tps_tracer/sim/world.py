@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.synthetic import TaskPrior
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
 FloatArray = NDArray[np.float64]
@@ -76,10 +77,7 @@ def tokenize(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class WorldConfig:
-    prior_a: float = 2.0
-    prior_b: float = 2.0
-    min_length: int = 2
+class WorldConfig(TaskPrior):
     max_length: int = 12
     malformed_rate: float = 0.04  # per step: chance the model first emits 1-3 malformed outputs
     tool_failure_rate: float = 0.01  # per tool call: chance the tool raises (a fatal tool error)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -58,15 +59,7 @@ class PlattMap:
         return np.clip(sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
 
     def as_dict(self) -> dict[str, float | bool | int]:
-        return {
-            "a": self.a,
-            "b": self.b,
-            "mu": self.mu,
-            "sigma": self.sigma,
-            "fallback": self.fallback,
-            "n_steps": self.n_steps,
-            "n_trajectories": self.n_trajectories,
-        }
+        return dataclasses.asdict(self)
 
 
 def fit_platt(

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.evaluation.bootstrap import (
     DEFAULT_REPLICATES,
@@ -21,8 +20,7 @@ from tps_tracer.evaluation.bootstrap import (
     trajectory_keys,
 )
 from tps_tracer.evaluation.diagnostics import auroc_failure
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.records.arrays import FloatArray
 
 
 @dataclass(frozen=True)

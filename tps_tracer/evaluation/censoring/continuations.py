@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.arrays import STOP_REASONS, FloatArray, TrajectoryArrays
 from tps_tracer.records.jsonl import (
     MAX_REPORTED_ERRORS,
     RecordError,
@@ -38,8 +38,6 @@ from tps_tracer.records.jsonl import (
 )
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-
-FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
