@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 from tps_tracer.sim.scripted_model import ScriptedReActModel
 
 
-def _completion(model: ScriptedReActModel, body: dict[str, Any]) -> dict[str, Any]:
+def _completion(model: ScriptedReActModel, body: dict[str, Any], native: bool = False) -> dict[str, Any]:
     prompts = [HumanMessage(str(m.get("content") or "")) for m in body["messages"] if m.get("role") == "user"]
     message, lp = model._next_output(prompts)
     out: dict[str, Any] = {"role": "assistant", "content": message.text}
@@ -34,6 +34,9 @@ def _completion(model: ScriptedReActModel, body: dict[str, Any]) -> dict[str, An
         out["tool_calls"] = calls
     choice = {"index": 0, "message": out, "finish_reason": "tool_calls" if calls else "stop"}
     choice["logprobs"] = lp if body.get("logprobs") else None
+    if native and calls:  # a native tool-calling model: the message is the call alone, as OpenAI sends it
+        out["content"] = None
+        choice["logprobs"] = {"content": None, "refusal": None} if body.get("logprobs") else None
     usage = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
     return {
         "id": "chatcmpl-sim",
@@ -46,15 +49,16 @@ def _completion(model: ScriptedReActModel, body: dict[str, Any]) -> dict[str, An
 
 
 @contextmanager
-def fake_openai_server(model: ScriptedReActModel) -> Iterator[str]:
-    """Serve the scripted model at http://127.0.0.1:PORT/v1; yields the base URL."""
+def fake_openai_server(model: ScriptedReActModel, native_tool_calls: bool = False) -> Iterator[str]:
+    """Serve the scripted model at http://127.0.0.1:PORT/v1; yields the base URL. native_tool_calls:
+    a step that calls a tool answers with the call alone (no content, `{"content": null}` logprobs)."""
     requests: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests.append(body)
-            payload = json.dumps(_completion(model, body)).encode()
+            payload = json.dumps(_completion(model, body, native_tool_calls)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

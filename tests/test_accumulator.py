@@ -307,8 +307,10 @@ def test_bad_input_is_rejected_and_counted_never_raised():
         "conflicting_resolution": 1,
         "invalid_stop_reason": 1,
     }
-    # 't' had a gap (the rejected values), so 'p' skips it: never imputed.
-    assert snap["coverage"][0] == {"predictor": "p", "usable": 0, "skipped": {"missing": 1, "no_steps": 1}}
+    # 't' had gaps (the rejected values and the step naming only 'q'): carry-forward scores it, gaps counted.
+    assert snap["coverage"][0] == {"predictor": "p", "usable": 1, "skipped": {"no_steps": 1}}
+    gaps = snap["missing_forecasts"]["predictors"]["p"]
+    assert (gaps["missing_steps"], gaps["steps"], gaps["runs_affected"], gaps["runs"]) == (4, 5, 1, 1)
     assert snap["audit"]["stop_reasons"]["other"] == 1
 
 

@@ -394,7 +394,9 @@ def test_mutated_payloads_raise_only_format_errors_and_keep_the_step(payload, te
     try:
         parse_logprobs(payload)
     except LogprobsFormatError:
-        malformed = payload is not None  # None is "no logprobs" to the extractor, not a malformed payload
+        # None is "no logprobs" to the extractor, {"content": null, ...} a tool-call-only message: not malformed
+        no_content = isinstance(payload, dict) and "content" in payload and payload["content"] is None
+        malformed = payload is not None and not no_content
     else:
         malformed = False
     sig = SignalExtractor()

@@ -257,6 +257,11 @@ def _run(i: str, stop: str, outcome: int | None, p: float | None, q_z: float | N
     return {"trajectory_id": i, "stop_reason": stop, "outcome": outcome, "q_z": q_z, "steps": steps}
 
 
+# The skip checks below run under drop-run, the policy that still skips runs with a gap (skip-renormalise
+# skips the runs without any statement); the proper default scores them (test_silent_runs_are_scored_...).
+DROP = ("--missing", "drop-run")
+
+
 def _subset_rows(with_q_z: int = 0) -> list[dict[str, Any]]:
     """60 clean runs and 20 budget stops with a forecast (the first `with_q_z` carrying q_z), 30 clean
     failures whose step has none, 5 clean runs without steps, 10 parse errors (outside the working sample)."""
@@ -299,7 +304,7 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     n_cens = sum(r["stop_reason"] == "max_steps" for r in scored)
     assert (len(scored), working, n_cens) == (80, 115, 20)
 
-    code, res, text, md = _gate(path, capsys, "--predictor", "verbal", "--vs-base-rate", "--bootstrap", "300")
+    code, res, text, md = _gate(path, capsys, "--predictor", "verbal", "--vs-base-rate", "--bootstrap", "300", *DROP)
     cov = res["coverage"]
     assert cov["working_sample"] == working and cov["gated"] == res["score"]["n"] == len(scored)
     assert cov["skipped"] == {"missing": 30, "no_steps": 5}
@@ -322,7 +327,9 @@ def test_a_large_skipped_share_is_counted_and_refused(tmp_path, capsys):
     # (17.4%, under the 20% threshold: the old gate said nothing at all).
     assert any(w.startswith("censoring rate 25.0% among the 80 gated runs (20 stopped") for w in res["warnings"])
 
-    code, res, text, _ = _gate(path, capsys, "--vs-base-rate", "--max-skipped-share", "0.5", "--bootstrap", "300")
+    code, res, text, _ = _gate(
+        path, capsys, "--vs-base-rate", "--max-skipped-share", "0.5", "--bootstrap", "300", *DROP
+    )
     assert code in (0, 1) and res["verdict"] in ("pass", "fail")
     skip_check = next(c for c in res["checks"] if c["name"] == "skipped_share")
     assert skip_check["passed"] and skip_check["threshold"] == 0.5
@@ -340,7 +347,7 @@ def test_report_table_and_gate_count_one_denominator_in_the_same_words(tmp_path,
     scored = [r for r in working if r["steps"] and r["steps"][0]["forecasts"]["verbal"] is not None]
     fact = f"scored {len(scored)} of {len(working)} working-sample runs"
     assert fact == "scored 80 of 115 working-sample runs"
-    code, report, err = call(["report", str(path), "--bootstrap", "100", "--rules", "log"], capsys)
+    code, report, err = call(["report", str(path), "--bootstrap", "100", "--rules", "log", *DROP], capsys)
     assert code == 0, err
     flat = " ".join(report.split())
     assert f"verbal: {fact}, 35 not (reasons over all 125 runs in the file: missing 30, no_steps 5)" in flat
@@ -350,17 +357,47 @@ def test_report_table_and_gate_count_one_denominator_in_the_same_words(tmp_path,
     assert header[-1] == "scored"
     simple = next(line.split() for line in table if line.split()[:2] == ["verbal", "cen-simple"])
     assert simple[-1] == str(len(scored))
-    _, res, text, md = _gate(path, capsys, "--min", "-5", "--max-skipped-share", "0.5", "--bootstrap", "100")
+    _, res, text, md = _gate(path, capsys, "--min", "-5", "--max-skipped-share", "0.5", "--bootstrap", "100", *DROP)
     assert res["score"]["n"] == res["coverage"]["gated"] == len(scored)
     for out in (text, md):
         assert f"coverage: {fact};" in " ".join(out.split()) and f"over {len(scored)} scored runs" in out
+
+
+def test_silent_runs_are_scored_by_the_proper_default_not_dropped(tmp_path, capsys):
+    """Issue 47 item 3: the 30 failures that never state a forecast were dropped (the gate then refused
+    the sample, exit 2, and the score covered only the runs the agent spoke on). Under carry-forward
+    each forecasts 0.5 (log 0.5 for a failure), so silence costs what it should and nothing is refused."""
+    rows = _subset_rows()
+    path = _write(tmp_path / "cand.jsonl", rows)
+    code, res, text, _ = _gate(path, capsys, "--predictor", "verbal", "--min", "-5", "--bootstrap", "300")
+    cov = res["coverage"]
+    assert code == 0 and cov["skipped"] == {"no_steps": 5} and cov["gated"] == res["score"]["n"] == 110
+    scored = [r for r in rows if r["stop_reason"] in ("clean", "max_steps") and r["steps"]]
+    filled = [
+        _one_step_score({**r, "outcome": r["outcome"] or 0})
+        if r["steps"][0]["forecasts"]["verbal"] is not None
+        else math.log(0.5)
+        for r in scored
+    ]
+    assert res["score"]["mean"] == pytest.approx(sum(filled) / len(filled), rel=1e-12)
+    gaps = cov["missing_forecasts"]
+    assert (gaps["policy"], gaps["missing_steps"], gaps["steps"], gaps["runs_affected"], gaps["runs"]) == (
+        "carry-forward",
+        30,
+        110,
+        30,
+        110,
+    )
+    assert gaps["success_rate_affected"] == 0.0 and gaps["success_rate_unaffected"] == pytest.approx(30 / 60)
+    assert gaps["cost"] == 0.0  # no run has a statement to renormalise from: the estimate cannot be formed
+    assert "steps without a verbal forecast: 30 of 110 (27.3%), in 30 of 110 runs (27.3%)" in " ".join(text.split())
 
 
 def test_a_small_skipped_share_is_gated_with_the_count_shown(tmp_path, capsys):
     rows = [r for r in _subset_rows() if not r["trajectory_id"].startswith("m")][:-10]  # 5 no_steps of 85
     rows += [_run("m0", "clean", 0, None), _run("m1", "clean", 0, None)]
     path = _write(tmp_path / "few.jsonl", rows)
-    code, res, text, md = _gate(path, capsys, "--min", "-5", "--bootstrap", "200")
+    code, res, text, md = _gate(path, capsys, "--min", "-5", "--bootstrap", "200", *DROP)
     assert code == 0 and res["coverage"]["skipped"] == {"missing": 2, "no_steps": 5}
     assert res["coverage"]["skipped_share"] == pytest.approx(7 / 87)  # below 10%: counted, not warned
     assert not any("are not scored" in w for w in res["warnings"])
@@ -372,7 +409,7 @@ def test_runs_dropped_by_cen_exact_are_counted_apart(tmp_path, capsys):
     rows = _subset_rows(with_q_z=8)
     path = _write(tmp_path / "cand.jsonl", rows)
     _, res, _, _ = _gate(
-        path, capsys, "--min", "-5", "--censoring", "exact", "--max-skipped-share", "1", "--bootstrap", "200"
+        path, capsys, "--min", "-5", "--censoring", "exact", "--max-skipped-share", "1", "--bootstrap", "200", *DROP
     )
     cov = res["coverage"]
     without_q_z = sum(r["stop_reason"] == "max_steps" and r["q_z"] is None for r in rows)
@@ -398,11 +435,11 @@ def test_clean_runs_waiting_for_an_outcome_are_shown(tmp_path, capsys):
 
 def test_the_snapshot_route_says_its_replicates_and_what_it_left_out(tmp_path, capsys):
     path = _write(tmp_path / "cand.jsonl", _subset_rows())
-    code, out, err = call(["report", str(path), "--json", "--bootstrap", "250", "--rules", "log"], capsys)
+    code, out, err = call(["report", str(path), "--json", "--bootstrap", "250", "--rules", "log", *DROP], capsys)
     assert code == 0, err
     snap = tmp_path / "snapshot.json"
     snap.write_text(out)
-    flags = ("--min", "-5", "--max-skipped-share", "0.5")
+    flags = ("--min", "-5", "--max-skipped-share", "0.5", *DROP)
     _, on_records, _, _ = _gate(path, capsys, *flags, "--bootstrap", "400")
     code, out, err = call(["gate", "--snapshot", str(snap), *flags, "--json"], capsys)
     assert code == 0, err
@@ -437,7 +474,7 @@ def test_max_skipped_share_is_checked_by_flag(tmp_path, capsys):
 def test_a_baseline_is_held_to_the_same_skipped_limit(tmp_path, capsys):
     base = _write(tmp_path / "base.jsonl", _subset_rows())
     cand = _write(tmp_path / "cand.jsonl", [r for r in _subset_rows() if r["trajectory_id"][0] not in "me"])
-    code, out, err = call(["gate", str(cand), "--baseline", str(base), "--bootstrap", "200", "--json"], capsys)
+    code, out, err = call(["gate", str(cand), "--baseline", str(base), "--bootstrap", "200", "--json", *DROP], capsys)
     res = json.loads(out)
     assert code == 2 and res["failed_checks"] == ["skipped_share"], err
     assert res["coverage"]["skipped"] == {} and res["comparison"]["baseline_coverage"]["skipped"] == {
@@ -455,7 +492,7 @@ def test_every_gate_row_says_which_side_it_is(tmp_path, capsys):
     table showed two rows named skipped_share with nothing to tell them apart."""
     base = _write(tmp_path / "base.jsonl", _subset_rows())
     cand = _write(tmp_path / "cand.jsonl", _subset_rows())
-    flags = ("--baseline", str(base), "--max-skipped-share", "0.1", "--bootstrap", "200")
+    flags = ("--baseline", str(base), "--max-skipped-share", "0.1", "--bootstrap", "200", *DROP)
     _, res, text, md = _gate(cand, capsys, *flags)
     sides = [(c["name"], c["side"]) for c in res["checks"]]
     assert sides == [
@@ -483,7 +520,7 @@ def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys)
     from tps_tracer import Accumulator
 
     rows = _subset_rows()
-    acc = Accumulator(rules=["log"], bootstrap=300)
+    acc = Accumulator(rules=["log"], bootstrap=300, missing="drop-run")
     for r in rows:
         for step in r["steps"]:
             acc.observe(r["trajectory_id"], step["forecasts"])
@@ -491,7 +528,7 @@ def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys)
     snap = tmp_path / "live.json"
     snap.write_text(json.dumps(acc.snapshot()))
     acc.close()
-    flags = ["--min", "-5", "--max-skipped-share", "0.5", "--json"]
+    flags = ["--min", "-5", "--max-skipped-share", "0.5", "--json", *DROP]
     code, out, err = call(["gate", "--snapshot", str(snap), *flags], capsys)
     assert code == 0, err
     live = json.loads(out)["coverage"]
@@ -506,7 +543,7 @@ def test_a_live_accumulator_snapshot_gets_the_records_coverage(tmp_path, capsys)
 def test_max_skipped_share_comes_from_the_config_file_too(tmp_path, capsys):
     path = _write(tmp_path / "cand.jsonl", _subset_rows())
     config = tmp_path / "gate.toml"
-    config.write_text("[gate]\nmin = -5.0\nmax-skipped-share = 0.35\nbootstrap = 200\n")
+    config.write_text('[gate]\nmin = -5.0\nmax-skipped-share = 0.35\nbootstrap = 200\nmissing = "drop-run"\n')
     code, out, err = call(["gate", str(path), "--config", str(config), "--json"], capsys)
     check = next(c for c in json.loads(out)["checks"] if c["name"] == "skipped_share")
     assert code == 0 and check["passed"] and check["threshold"] == 0.35, err

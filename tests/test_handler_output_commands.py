@@ -60,7 +60,8 @@ def run(argv, capsys) -> str:
 def _skipped_are_the_action_predictors(skipped) -> None:
     assert [s["predictor"] for s in skipped] == list(ACTION_PREDICTORS)
     for s in skipped:
-        assert s["reason"].startswith("no trajectory has a forecast at every step")
+        # scoring commands: no statement at all; recalibration and plots read every step of a run
+        assert s["reason"].startswith(("no trajectory states a forecast", "no trajectory has a forecast at every step"))
 
 
 def test_the_file_has_the_handlers_shape(handler_file):
@@ -93,7 +94,7 @@ def test_report_skips_the_null_predictors_and_scores_the_rest_exactly(handler_fi
     text = run(["report", handler_file, *BOOT, *extra], capsys)
     assert "Skipped predictors" in text
     for name in ACTION_PREDICTORS:
-        assert f"  {name}: no trajectory has a forecast at every step" in text
+        assert f"  {name}: no trajectory states a forecast" in text
 
 
 def test_predictors_combine_with_calibrate(handler_file, capsys):
@@ -130,7 +131,7 @@ def test_predictors_naming_a_null_predictor_with_calibrate_skips_it(handler_file
     )
     [skipped] = rep["skipped_predictors"]
     assert skipped["predictor"] == "action_token_prob"
-    assert skipped["reason"].startswith("no trajectory has a forecast at every step")
+    assert skipped["reason"].startswith("no trajectory states a forecast")
     assert {r["predictor"] for r in rep["recalibration"]} == {"verbal"}
 
 

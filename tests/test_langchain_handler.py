@@ -9,6 +9,7 @@ horizon of budget stops must equal what the world says should happen.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from pathlib import Path
@@ -438,6 +439,42 @@ def test_chat_openai_against_a_local_endpoint(world, tmp_path):
         run_all(prebuilt_react_agent(model, [search_tool(world)]), world, handler)
     counts = check_against_world(sink_records(sink), world, lambda t: t.expected(None, repairs=False))
     assert counts["parse_error"] >= 1  # invalid JSON arguments became invalid_tool_calls
+
+
+def test_native_tool_calls_leave_token_signals_as_counted_gaps_and_every_run_scored(world, tmp_path):
+    """Issue 47 item 3: a step that is only a tool call carries `{"content": null}` logprobs (OpenAI gives
+    none for the arguments). They were logged as malformed, and each such step removed its run from
+    token_prob / entropy_conf. Now the step is a counted gap, carried forward: every run is scored."""
+    from fake_openai import fake_openai_server
+    from langchain_openai import ChatOpenAI
+
+    from tps_tracer.evaluation.report import ReportOptions, build_report
+    from tps_tracer.records import read_trajectories, to_arrays
+
+    served = ScriptedReActModel(world=world)
+    with fake_openai_server(served, native_tool_calls=True) as base_url:
+        model = ChatOpenAI(model="sim", base_url=base_url, api_key="test", logprobs=True, top_logprobs=5, max_retries=0)
+        acc, sink = new_accumulator(tmp_path)
+        handler = TPSCallbackHandler(acc)
+        run_all(prebuilt_react_agent(model, [search_tool(world)]), world, handler)
+    assert not handler.health.category("malformed").get("logprobs")
+    graded = tmp_path / "graded.jsonl"  # a grading job: each clean run gets the world's outcome
+    lines = [json.loads(line) for line in sink.read_text().splitlines()]
+    for rec in lines:
+        if rec["stop_reason"] == "clean":
+            rec["outcome"], rec["outcome_pending"] = world[rec["trajectory_id"]].outcome, False
+    graded.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    records = read_trajectories(graded)
+    steps = [s for r in records for s in r.steps]
+    gaps = sum(s.forecasts.get("token_prob") is None for s in steps)
+    assert gaps > 0 and any(s.forecasts.get("token_prob") is not None for s in steps)
+    report = build_report(to_arrays(records), ReportOptions(rules=["log"], bootstrap=0))
+    working = report["audit"]["working_sample"]
+    for name in ("token_prob", "entropy_conf"):
+        (row,) = [r for r in report["scores"] if r["predictor"] == name and r["censoring"] == "simple"]
+        assert row["n"] == working  # no run dropped for its tool-call steps
+        block = report["missing_forecasts"]["predictors"][name]
+        assert block["missing_steps"] > 0 and block["runs_affected"] > 0
 
 
 def test_tokenizer_round_trips():

@@ -34,7 +34,7 @@ def _records(n: int = 60) -> list[dict]:
         for t in range(1 + i % 4):
             forecasts = {"verbal": float(rng.choice(VALUES)), "token_prob": float(rng.choice(VALUES[2:]))}
             if i % 13 == 7 and t == 0:
-                forecasts["verbal"] = None  # a gap: the run is unusable for verbal, so nothing of it is scored
+                forecasts["verbal"] = None  # a gap: filled (carry-forward), never counted as a clipped forecast
             steps.append({"t": t + 1, "forecasts": forecasts})
         rec = {"trajectory_id": f"r{i}", "stop_reason": reason, "steps": steps, "horizon": 6}
         if reason == "clean":
@@ -46,7 +46,8 @@ def _records(n: int = 60) -> list[dict]:
 
 
 def _expected(records: list[dict]) -> dict[str, int]:
-    """Independent count: forecasts outside [EPS, 1 - EPS], over usable runs that are complete or censored."""
+    """Independent count: stated forecasts outside [EPS, 1 - EPS], over the runs that are complete or censored
+    (every run with steps is scored under carry-forward; a filled gap is no forecast of the agent's)."""
     counts = {"verbal": 0, "token_prob": 0}
     for rec in records:
         in_sample = (rec["stop_reason"] == "clean" and rec.get("outcome") is not None) or rec[
@@ -55,9 +56,7 @@ def _expected(records: list[dict]) -> dict[str, int]:
         if not in_sample:
             continue
         for name in counts:
-            values = [s["forecasts"][name] for s in rec["steps"]]
-            if any(v is None for v in values):
-                continue
+            values = [s["forecasts"][name] for s in rec["steps"] if s["forecasts"][name] is not None]
             counts[name] += sum(1 for v in values if v < EPS or v > 1.0 - EPS)
     return counts
 

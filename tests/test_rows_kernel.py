@@ -15,6 +15,7 @@ from test_score_matrix import _w  # the paper's weights, written out per schedul
 from tps_tracer.evaluation import rows as rows_module
 from tps_tracer.evaluation.rows import flat_weights, score_rows
 from tps_tracer.online.batch_scorer import BatchScorer
+from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES
 from tps_tracer.scoring.rules import parse_rules
 from tps_tracer.scoring.schedules import parse_schedules
 
@@ -45,41 +46,89 @@ def _data(seed: int):
     horizon[horizon == 0] = 1.0
     n = int(lens.sum())
     a, b = rng.random(n), rng.random(n)
-    b[rng.random(n) < 0.05] = np.nan  # gaps make the trajectory unusable for that predictor
+    b[rng.random(n) < 0.25] = np.nan  # gaps: some runs lose a step, a few every step
     return lens, horizon, [a, b]
 
 
+def _reference(seg: np.ndarray, policy: str) -> tuple[list[float], list[float]] | None:
+    """(forecast per step, weight factor per step) the policy scores a segment with, written
+    directly from its definition (docs/report.md, "Steps without a forecast"); None: not scored."""
+    stated = [i for i, f in enumerate(seg) if not np.isnan(f)]
+    if (policy == "drop-run" and len(stated) < len(seg)) or (policy == "skip-renormalise" and not stated):
+        return None
+    out = []
+    for t in range(len(seg)):
+        before = [i for i in stated if i <= t]
+        after = [i for i in stated if i >= t]
+        if policy == "fill-backwards" and after:
+            out.append(float(seg[after[0]]))
+        else:  # carry-forward (skip-renormalise gives the filled steps no weight)
+            out.append(float(seg[before[-1]]) if before else 0.5)
+    counted = [1.0 if policy != "skip-renormalise" or t in stated else 0.0 for t in range(len(seg))]
+    return out, counted
+
+
+@pytest.mark.parametrize("policy", list(MISSING_POLICIES))
 @pytest.mark.parametrize("block", [1 << 20, 7])
-def test_rows_equal_a_per_trajectory_loop(monkeypatch, block: int) -> None:
+def test_rows_equal_a_per_trajectory_loop(monkeypatch, block: int, policy: str) -> None:
     monkeypatch.setattr(rows_module, "_BLOCK_ELEMENTS", block)  # 7: one segment per block
     lens, horizon, values = _data(1)
     has = lens > 0
-    got = score_rows(values, lens, flat_weights(lens[has], horizon[has], SCHEDULES), RULES, len(SCHEDULES))
+    got = score_rows(
+        values, lens, flat_weights(lens[has], horizon[has], SCHEDULES), RULES, len(SCHEDULES), missing=policy
+    )
     offsets = np.concatenate(([0], np.cumsum(lens)))
     for p, flat in enumerate(values):
         for i in range(lens.size):
             seg = flat[offsets[i] : offsets[i + 1]]
-            usable = seg.size > 0 and not np.isnan(seg).any()
-            assert got.usable[p, i] == usable
-            if not usable:
+            ref = _reference(seg, policy) if seg.size else None
+            assert got.usable[p, i] == (ref is not None)
+            assert got.missing[p, i, :2].tolist() == [np.isnan(seg).sum(), (~np.isnan(seg)).sum()]
+            if ref is None:
                 assert np.isnan(got.pairs[p, i]).all() and np.isnan(got.aggregates[p, i]).all()
                 continue
+            fc, counted = ref
             big_t = int(horizon[i])
             for r, rule in enumerate(RULES):
                 for j, sched in enumerate(SCHEDULES):
+                    w = [_w(t + 1, big_t, sched.name) for t in range(seg.size)]
+                    scale = sum(w) / sum(
+                        a * c for a, c in zip(w, counted, strict=True)
+                    )  # skip-renormalise: to the full mass
                     for k, y in enumerate((1, 0)):
-                        want = sum(_w(t + 1, big_t, sched.name) * _s(float(f), y, rule.name) for t, f in enumerate(seg))
+                        want = scale * sum(a * c * _s(f, y, rule.name) for a, c, f in zip(w, counted, fc, strict=True))
                         tol = 1e-7 if rule.name.startswith("beta") else 1e-12
                         assert got.pairs[p, i, r, j, k] == pytest.approx(want, rel=tol, abs=tol)
-            w = [_w(t + 1, big_t, "linear-front") for t in range(seg.size)]
-            want_aggs = [seg[-1], seg.mean(), seg.min(), float(np.dot(w, seg) / sum(w))]
+            w = [_w(t + 1, big_t, "linear-front") * c for t, c in enumerate(counted)]
+            kept = [f for f, c in zip(fc, counted, strict=True) if c]
+            want_aggs = [fc[-1], float(np.mean(kept)), min(kept), float(np.dot(w, fc) / sum(w))]
             np.testing.assert_allclose(got.aggregates[p, i], want_aggs, rtol=1e-11)
     for i in range(lens.size):
         want_mass = [sum(_w(t + 1, int(horizon[i]), s.name) for t in range(lens[i])) for s in SCHEDULES]
         np.testing.assert_allclose(got.weight_mass[i], want_mass, rtol=1e-12, atol=0)
 
 
-def test_micro_batch_scorer_is_the_kernel() -> None:
+def test_cost_of_missingness_is_carry_forward_minus_skip_renormalise() -> None:
+    """The kernel's per-row cost (first rule x first schedule) is the difference of the two policies'
+    own branch pairs, whichever policy scores the rows; 0 without a gap, NaN without a statement."""
+    lens, horizon, values = _data(3)
+    values[1][:3] = np.nan  # the first non-empty runs lose their opening statements
+    has = lens > 0
+    w = flat_weights(lens[has], horizon[has], SCHEDULES)
+    carry = score_rows(values, lens, w, RULES, len(SCHEDULES), missing="carry-forward")
+    skip = score_rows(values, lens, w, RULES, len(SCHEDULES), missing="skip-renormalise")
+    want = carry.pairs[:, :, 0, 0] - skip.pairs[:, :, 0, 0]
+    for policy in MISSING_POLICIES:
+        got = score_rows(values, lens, w, RULES, len(SCHEDULES), missing=policy).missing
+        scored = skip.usable
+        np.testing.assert_allclose(got[..., 2:][scored], want[scored], rtol=1e-12, atol=1e-15)
+        silent = has[None, :] & ~skip.usable
+        assert np.isnan(got[..., 2:][silent]).all()
+        assert (got[..., 2:][got[..., 0] == 0] == 0).all()
+
+
+@pytest.mark.parametrize("policy", list(MISSING_POLICIES))
+def test_micro_batch_scorer_is_the_kernel(policy: str) -> None:
     """The accumulator's scorer (step dicts, cached (T, Z) weights) gives the batch path's rows."""
     lens, horizon, values = _data(2)
     offsets = np.concatenate(([0], np.cumsum(lens)))
@@ -90,26 +139,12 @@ def test_micro_batch_scorer_is_the_kernel() -> None:
         ]
         for i in range(lens.size)
     ]
-    online = BatchScorer(RULES, SCHEDULES).score(step_lists, [int(h) for h in horizon], ["a", "b"])
+    online = BatchScorer(RULES, SCHEDULES, policy).score(step_lists, [int(h) for h in horizon], ["a", "b"])
     has = lens > 0
-    batch = score_rows(values, lens, flat_weights(lens[has], horizon[has], SCHEDULES), RULES, len(SCHEDULES))
+    w = flat_weights(lens[has], horizon[has], SCHEDULES)
+    batch = score_rows(values, lens, w, RULES, len(SCHEDULES), missing=policy)
     np.testing.assert_array_equal(online.usable, batch.usable.T)
     np.testing.assert_allclose(online.pairs, batch.pairs.transpose(1, 0, 2, 3, 4), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(online.aggregates, batch.aggregates.transpose(1, 0, 2), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(online.weight_mass, batch.weight_mass, rtol=1e-12, atol=1e-15)
-
-
-def test_caller_exclusions_are_kept() -> None:
-    """A trajectory the caller marked unusable (e.g. a non-numeric forecast) stays unusable."""
-    lens = np.array([2, 3])
-    values = [np.array([0.2, 0.3, 0.4, 0.5, 0.6])]
-    got = score_rows(
-        values,
-        lens,
-        flat_weights(lens, lens.astype(float), SCHEDULES),
-        RULES,
-        len(SCHEDULES),
-        usable=[np.array([False, True])],
-    )
-    assert got.usable.tolist() == [[False, True]]
-    assert np.isnan(got.pairs[0, 0]).all() and not np.isnan(got.pairs[0, 1]).any()
+    np.testing.assert_allclose(online.missing, batch.missing.transpose(1, 0, 2), rtol=1e-12, atol=1e-15)

@@ -1,8 +1,8 @@
 """One exported name, one meaning; one evaluation span / annotation per run and name (issue 31).
 
 A real accumulator scores hand-written runs, among them one whose verbal confidence is
-missing at a step (verbal unusable, token_prob usable) and a parse_error run that later
-gets an outcome. The span exporter runs on the real OpenTelemetry SDK; the Phoenix and
+missing at a step (carried forward by default; unusable under drop-run, token_prob usable) and a
+parse_error run that later gets an outcome. The span exporter runs on the real OpenTelemetry SDK; the Phoenix and
 MLflow exporters' records are built by their own `items` from the accumulator's own
 notifications. Every value is checked against the TPS written out from the forecasts.
 """
@@ -42,9 +42,9 @@ LINKS = {tid: SpanLink(0x1000 + i, 0x2000 + i) for i, tid in enumerate(RUNS)}
 
 def tps(steps, predictor: int, rule: str, eta: float, horizon: int) -> float:
     """sum_t w_t S(F_t, eta) with linear-front weights over the horizon, written out."""
-    total = 0.0
+    total, p = 0.0, 0.5
     for t, step in enumerate(steps, start=1):
-        p = step[predictor]
+        p = p if step[predictor] is None else step[predictor]  # a gap: the last stated forecast
         w = 2 * (horizon - t + 1) / (horizon * (horizon + 1))
         if rule == "log":
             s1, s0 = math.log(p), math.log(1 - p)
@@ -61,8 +61,8 @@ def expected(tid: str, name: str) -> float:
     return tps(steps, 1 if other == "token_prob" else 0, rule, eta, horizon or len(steps))
 
 
-def drive(listeners) -> None:
-    acc = Accumulator(predictors=["verbal", "token_prob"], rules=("log", "brier"), bootstrap=10)
+def drive(listeners, missing: str = "carry-forward") -> None:
+    acc = Accumulator(predictors=["verbal", "token_prob"], rules=("log", "brier"), bootstrap=10, missing=missing)
     for listener in listeners:
         acc.add_listener(listener)
     for tid, (steps, reason, horizon, _, _) in RUNS.items():
@@ -91,7 +91,7 @@ def test_one_evaluation_span_per_run_and_the_headline_is_always_verbal():
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     exporter = EvaluationSpanExporter(provider, TraceLinks())
-    drive([exporter])
+    drive([exporter], missing="drop-run")  # a run whose verbal is not scored
     evaluations = [s for s in spans.get_finished_spans() if s.name == EVALUATION_SPAN]
     by_tid = {s.attributes["tps.trajectory_id"]: s for s in evaluations}
     assert len(evaluations) == len(by_tid) == len(RUNS)
@@ -130,7 +130,7 @@ def test_backend_names_carry_the_predictor_and_each_is_sent_once(backend):
     scores = {key: v for key, v in got.items() if key[1] != "tps.stop_reason"}
     want_names = {
         "both": {"tps.log", "tps.brier", "tps.log.token_prob", "tps.brier.token_prob"},
-        "no-verbal": {"tps.log.token_prob", "tps.brier.token_prob"},  # verbal unusable: no plain tps.log
+        "no-verbal": {"tps.log", "tps.brier", "tps.log.token_prob", "tps.brier.token_prob"},  # gap carried
         "budget": {"tps.log", "tps.brier", "tps.log.token_prob", "tps.brier.token_prob"},
         "malformed": set(),
     }

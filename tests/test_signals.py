@@ -145,7 +145,6 @@ def test_fewer_candidates_than_k_are_divided_by_ln_k_and_more_are_cut_to_k():
             "top_logprobs holds a positive",
         ),
         ({"tokens": ["a"], "token_logprobs": [-1.0], "top_logprobs": [{"x": "z"}]}, "malformed top_logprobs"),
-        ({"content": None}, "no 'content'"),
         ({"content": "abc"}, "must be a list"),
         (42, "unrecognised"),
         ({"tokens": ["a", "b"], "token_logprobs": [-1.0], "top_logprobs": None}, "differ in length"),
@@ -168,6 +167,26 @@ def test_malformed_logprobs_give_missing_values_and_are_counted(bad, why, caplog
     ex.forecasts("x", bad)
     assert ex.counts["malformed_logprobs"] == 2
     assert sum("malformed logprobs" in r.message for r in caplog.records) == 1
+
+
+def test_a_tool_call_only_step_uses_the_arguments_logprobs_when_given_else_is_a_counted_gap(caplog):
+    """OpenAI answers a tool-call-only message with {"content": null, "refusal": null}: no logprobs for
+    the arguments, so the token predictors are a gap (counted, not 'malformed'; the missing-forecast
+    policy scores it). A provider that returns the call's tokens in "content" gets them scored."""
+    ex = SignalExtractor()
+    args = {"query": "weather in Oslo"}
+    out = ex.forecasts("", {"content": None, "refusal": None}, tool_arguments=args)
+    assert out["token_prob"] is None and out["entropy_conf"] is None
+    assert ex.counts["no_content_logprobs"] == 1 and "malformed_logprobs" not in ex.counts
+    assert not any("malformed" in r.message for r in caplog.records)
+    lps = [-0.1, -0.5, -0.05]
+    tokens = ['{"query"', ': "weather', ' in Oslo"}']
+    content = [
+        {"token": t, "logprob": lp, "top_logprobs": [{"token": t, "logprob": lp}]}
+        for t, lp in zip(tokens, lps, strict=True)
+    ]
+    out = ex.forecasts("", {"content": content, "refusal": None}, tool_arguments=args)
+    assert out["token_prob"] == pytest.approx(sum(math.exp(v) for v in lps) / 3, rel=1e-12)
 
 
 def test_no_logprobs_and_no_action_are_missing_not_defaults():

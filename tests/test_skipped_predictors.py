@@ -89,6 +89,8 @@ def test_evaluate_raises_and_an_explicit_empty_selection_still_works(typo):
 
 
 def test_one_misspelled_line_in_a_good_file_is_still_counted_as_missing(tmp_path, capsys):
+    """The misspelled run states no verbal forecast: scored at 0.5 throughout (carry-forward) and
+    counted as a run whose every step is a gap, never dropped silently."""
     good = typo_rows(5, key="forecasts")
     bad = {"trajectory_id": "x", "stop_reason": "clean", "outcome": 1, "steps": [{"t": 1, "forecast": {"verbal": 0.5}}]}
     path = tmp_path / "wrong_fields2.jsonl"
@@ -97,7 +99,9 @@ def test_one_misspelled_line_in_a_good_file_is_still_counted_as_missing(tmp_path
     assert code == 0, err
     report = json.loads(out)
     verbal = next(r for r in report["scores"] if r["predictor"] == "verbal" and r["censoring"] == "simple")
-    assert verbal["n"] == 5
+    assert verbal["n"] == 6
+    gaps = report["missing_forecasts"]["predictors"]["verbal"]
+    assert (gaps["missing_steps"], gaps["runs_affected"], gaps["runs"]) == (1, 1, 6)
 
 
 def rows(forecasts_of, n: int = 40) -> list[dict]:

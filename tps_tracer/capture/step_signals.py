@@ -7,7 +7,7 @@
 
 A signal that cannot be computed is None (never a default), and the reason is counted
 in `extractor.counts` (thread-safe): no stated confidence, a malformed one, no logprobs,
-malformed logprobs, no top-k candidates, no action span.
+no content logprobs (a tool-call-only message), malformed logprobs, no top-k candidates, no action span.
 
 `forecasts` never raises, whatever the text, tool arguments or logprobs: unreadable input
 gives None for the signals it feeds and is counted in the shared `HealthLedger`
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
@@ -119,6 +119,12 @@ class SignalExtractor:
         """Parsed logprobs, or None (counted; a malformed object is also counted in `health`)."""
         if logprobs is None:
             self._count("no_logprobs")
+            return None
+        if isinstance(logprobs, Mapping) and "content" in logprobs and logprobs["content"] is None:
+            # OpenAI's shape for a message that is only a tool call: chat completions give no logprobs
+            # for the call's arguments. A provider that does puts the call's tokens in "content" and
+            # they are scored like text; without them the step is a gap for the token predictors.
+            self._count("no_content_logprobs")
             return None
         from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
 

@@ -35,6 +35,7 @@ from tps_tracer.evaluation.gate import (
     coverage_line,
     evaluate_gate_on_report,
     gate_paths,
+    missing_line,
     set_aside_lines,
 )
 from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
@@ -54,6 +55,7 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     "max_excluded_share": (float, "max_excluded_share"),
     "allow_capture_loss": (bool, "allow_capture_loss"),
     "max_skipped_share": (float, "max_skipped_share"),
+    "missing": (str, "missing"),
     "max_flip": (float, "max_flip"),
     "bootstrap": (int, "bootstrap"),
     "seed": (int, "seed"),
@@ -131,6 +133,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
         seed=crit.seed,
         policy=crit.policy,
         base_rate=False,
+        missing=crit.missing,
     )
     try:
         report = report_from_path_ray(args.files[0], options, args.address)
@@ -274,6 +277,8 @@ def _headline(result: dict[str, Any]) -> list[str]:
     base = (result.get("comparison") or {}).get("baseline_coverage")
     if result.get("coverage"):  # what the verdict rests on, in every output form, for each side
         lines.append(coverage_line(result["coverage"], str(s["predictor"]), "candidate" if base else ""))
+        gaps = missing_line(result["coverage"], str(s["predictor"]))
+        lines += [gaps] if gaps else []
     if base:
         lines.append(coverage_line(base, str(s["predictor"]), "baseline"))
     lines += set_aside_lines(result.get("input"))  # lines the gate did not judge (a re-run, an empty shard)

@@ -27,6 +27,7 @@ from tps_tracer.constants import (
     SIMPLE,
     UNRESOLVED_POLICIES,
 )
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
 
 RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards"
 
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MISSING_HELP = (
+    "steps without a forecast: carry-forward (default, proper: the last stated forecast, 0.5 before the first), "
+    "or an estimate that can be gamed: fill-backwards, skip-renormalise; drop-run (the former rule, not proper: "
+    "a run with a gap is not scored)"
+)
+
+
 def add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")
     p.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules, e.g. 'log,brier,beta(2,4)'")
@@ -100,6 +108,7 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
+    p.add_argument("--missing", choices=list(MISSING_POLICIES), default=DEFAULT_MISSING, help=MISSING_HELP)
     p.add_argument(
         "--no-base-rate",
         action="store_true",
@@ -189,6 +198,7 @@ def add_gate_parser(sub: Any) -> None:
         help="largest share of the working sample without a forecast of the gated predictor (default 0.2; "
         "above it: exit 2, the rest is not gated alone; 1 accepts any)",
     )
+    g.add_argument("--missing", choices=list(MISSING_POLICIES), help=MISSING_HELP)
     g.add_argument(
         "--max-flip", type=float, help="cannot decide (exit 2) if a verdict flips under resampling more often than this"
     )

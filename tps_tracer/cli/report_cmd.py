@@ -26,6 +26,7 @@ _FLAG_OF = {
     "ece_bins": "--ece-bins",
     "calibrate": "--calibrate",
     "calibrator": "--calibrator",
+    "missing": "--missing",
 }
 
 
@@ -57,6 +58,7 @@ def _options(args: argparse.Namespace) -> ReportOptions:
             ece_bins=args.ece_bins,
             calibrate=args.calibrate,
             calibrator=calibrator,
+            missing=args.missing,
         )
     except OptionError as exc:
         raise CliError(f"{_FLAG_OF.get(exc.field, exc.field)}: {exc.detail}") from None

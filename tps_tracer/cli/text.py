@@ -274,7 +274,7 @@ def _coverage_text(report: dict[str, Any]) -> str | None:
         return None
     working, total = report["audit"]["working_sample"], report["audit"]["n_trajectories"]
     scored = {r["predictor"]: r["n"] for r in report["scores"] if r["censoring"] == "simple"}
-    lines = ["Skipped trajectories (a missing or non-numeric forecast skips the trajectory for that predictor)"]
+    lines = ["Skipped trajectories (the missing-forecast policy scores no step of them for that predictor)"]
     for c in skipped:
         n = scored.get(c["predictor"], 0)
         reasons = ", ".join(f"{k} {v}" for k, v in c["skipped"].items())
@@ -460,6 +460,36 @@ def _disclosure(report: dict[str, Any]) -> str:
     )
 
 
+def _missing_text(block: dict[str, Any] | None, wide: bool) -> str | None:
+    """Per predictor: steps without a forecast, runs affected, cost, success with / without a gap."""
+    if not block or not any(g["missing_steps"] for g in block["predictors"].values()):
+        return None
+    rows = [
+        [
+            name,
+            f"{g['missing_steps']} / {g['steps']}",
+            _share_text(g["missing_step_share"]),
+            f"{g['runs_affected']} / {g['runs']}",
+            _share_text(g["runs_affected_share"]),
+            fmt(g["cost"]) if g["cost"] is not None else "n/a",
+            _share_text(g["success_rate_affected"]),
+            _share_text(g["success_rate_unaffected"]),
+        ]
+        for name, g in block["predictors"].items()
+    ]
+    head = ["predictor", "steps missing", "share", "runs hit", "share", "cost", "success hit", "success rest"]
+    lines = [
+        f"Steps without a forecast: scored as {block['policy']} ({block['policy_note']})",
+        fit_table(head, rows, width=_width(wide)),
+    ]
+    notes = [f"  cost: {block['cost']}", "  success hit / rest: success rate of complete runs with / without a gap"]
+    return "\n".join([lines[0], lines[1], *_prose(notes)])
+
+
+def _share_text(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
 def log_clipped_line(clipped: dict[str, Any] | None) -> str | None:
     """The line saying how many forecasts the log rule clipped (None without a log rule or a clip)."""
     if not clipped or not clipped["total"]:
@@ -493,6 +523,9 @@ def render_report(report: dict[str, Any], source: str, wide: bool = False, legen
     skipped = render_skipped(report.get("skipped_predictors", []))
     if skipped:
         parts.append(skipped)
+    gaps = _missing_text(report.get("missing_forecasts"), wide)
+    if gaps:
+        parts.append(gaps)
     parts.append(_scores_text(report, wide))
     clipped = log_clipped_line(report.get("log_clipped"))
     if clipped:

@@ -23,9 +23,10 @@ from typing import Any
 
 from tps_tracer.distributed.ray_engine import _NEEDS_WHOLE, WholeInputNeeded, arrow_block_arrays, jsonl_block_arrays
 from tps_tracer.records.duplicate_ids import repeated_ids
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 
 
-def _rows(read: Any, batch: Any, rule: Any, schedule: Any) -> dict[str, list[Any]]:
+def _rows(read: Any, batch: Any, rule: Any, schedule: Any, missing: str) -> dict[str, list[Any]]:
     """A block's pair table, pickled without its rule and schedule objects (they hold lambdas,
     which pickle refuses; the driver puts its own back)."""
     from tps_tracer.evaluation.gate_input import gate_rows
@@ -36,20 +37,25 @@ def _rows(read: Any, batch: Any, rule: Any, schedule: Any) -> dict[str, list[Any
         return {"table": [b""], _NEEDS_WHOLE: [str(exc) or "needs the whole input"]}
     if arrays is None:
         return {"table": [], _NEEDS_WHOLE: []}
-    table = dataclasses.replace(gate_rows(arrays, rule, schedule), rules=[], schedules=[])
+    table = dataclasses.replace(gate_rows(arrays, rule, schedule, missing), rules=[], schedules=[])
     return {"table": [pickle.dumps(table)], _NEEDS_WHOLE: [""]}
 
 
-def _jsonl_block(batch: Any, rule: Any, schedule: Any) -> dict[str, list[Any]]:
-    return _rows(jsonl_block_arrays, batch, rule, schedule)
+def _jsonl_block(batch: Any, rule: Any, schedule: Any, missing: str) -> dict[str, list[Any]]:
+    return _rows(jsonl_block_arrays, batch, rule, schedule, missing)
 
 
-def _arrow_block(batch: Any, rule: Any, schedule: Any) -> dict[str, list[Any]]:
-    return _rows(arrow_block_arrays, batch, rule, schedule)
+def _arrow_block(batch: Any, rule: Any, schedule: Any, missing: str) -> dict[str, list[Any]]:
+    return _rows(arrow_block_arrays, batch, rule, schedule, missing)
 
 
 def sample_from_path_ray(
-    path: str | os.PathLike[str], rule: Any, schedule: Any, with_task_ids: bool, num_blocks: int | None = None
+    path: str | os.PathLike[str],
+    rule: Any,
+    schedule: Any,
+    with_task_ids: bool,
+    num_blocks: int | None = None,
+    missing: str = DEFAULT_MISSING,
 ) -> Any:
     """The `GateSample` of a file or directory of shards, its blocks reduced on Ray (or WholeInputNeeded)."""
     import ray.data
@@ -77,7 +83,7 @@ def sample_from_path_ray(
         fn,
         batch_format="pyarrow",
         batch_size=None,
-        fn_kwargs={"rule": rule, "schedule": schedule},
+        fn_kwargs={"rule": rule, "schedule": schedule, "missing": missing},
         zero_copy_batch=True,
     )
     rows = out.take_all()
@@ -90,7 +96,7 @@ def sample_from_path_ray(
         raise WholeInputNeeded("duplicate trajectory ids")
     if not ids:
         raise GateInputError("no trajectories")
-    table = concat_tables(tables)
+    table = concat_tables(tables, missing)
     task_ids = list(table.ids)
     if with_task_ids:
         read_ids, task_ids = read_task_ids(path)
@@ -116,8 +122,12 @@ def gate_path_ray(
     paired = baseline is not None
     init_ray(address)
     try:
-        cand = sample_from_path_ray(candidate, rule, schedule, paired, num_blocks)
-        base = None if baseline is None else sample_from_path_ray(baseline, rule, schedule, True, num_blocks)
+        cand = sample_from_path_ray(candidate, rule, schedule, paired, num_blocks, criteria.missing)
+        base = (
+            None
+            if baseline is None
+            else sample_from_path_ray(baseline, rule, schedule, True, num_blocks, criteria.missing)
+        )
     except WholeInputNeeded:
         return gate_paths([candidate], criteria, baseline)  # its error, or the result of the exact read
     return evaluate_gate(cand, criteria, base)

@@ -64,6 +64,7 @@ from tps_tracer.evaluation.gate_stats import (
     decision,
     unpaired_text,
 )
+from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import (
     BASE_RATE,
     NO_WORKING_SAMPLE,
@@ -83,6 +84,7 @@ from tps_tracer.records.duplicate_ids import check_unique_ids
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.set_aside import KINDS, SetAside
 from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
 from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
@@ -180,6 +182,9 @@ def coverage_of_report(
     file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
     if skipped and file_wide:
         block["skip_reasons_in_file"] = file_wide  # per reason over all runs; the report does not split them
+    gaps = report.get("missing_forecasts") or {}
+    if predictor in (gaps.get("predictors") or {}):
+        block["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][predictor]}
     return block
 
 
@@ -287,6 +292,32 @@ def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
     return "; ".join(parts)
 
 
+def missing_line(block: dict[str, Any], predictor: str) -> str | None:
+    """One line on the gated predictor's steps without a forecast (None when the block has no counts)."""
+    g = block.get("missing_forecasts")
+    if not g or g.get("steps") is None:
+        return None
+    line = (
+        f"steps without a {predictor} forecast: {g['missing_steps']} of {g['steps']} "
+        f"({_pct(g['missing_step_share'])}), in {g['runs_affected']} of {g['runs']} runs "
+        f"({_pct(g['runs_affected_share'])}); scored as {g['policy']}"
+    )
+    if g["runs_affected"]:
+        line += (
+            f"; cost of missingness {_num_text(g['cost'])}; success rate with a gap "
+            f"{_pct(g['success_rate_affected'])}, without {_pct(g['success_rate_unaffected'])}"
+        )
+    return line
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _num_text(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.4f}"
+
+
 def input_block(candidate: SetAside, baseline: SetAside | None = None) -> dict[str, Any] | None:
     """`{"set_aside": ..., "baseline": {"set_aside": ...}}`, each side only when it set lines aside."""
     block: dict[str, Any] = {}
@@ -343,6 +374,7 @@ class GateCriteria:
     bootstrap: int = 2000
     seed: int = 0
     policy: CensoringPolicy = field(default_factory=CensoringPolicy)
+    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
 
     def validate(self, has_baseline: bool) -> None:
         """Raise GateOptionError naming the first invalid field (the CLI maps it to its flag)."""
@@ -353,6 +385,10 @@ class GateCriteria:
     def check_values(self) -> None:
         """Each field's own range, before any data is read: a NaN threshold, a probability
         outside [0, 1] or a replicate count beyond MAX_REPLICATES fails here, by field name."""
+        if self.missing not in MISSING_POLICIES:
+            raise GateOptionError(
+                "missing", f"unknown policy {self.missing!r} (choose from {', '.join(MISSING_POLICIES)})"
+            )
         if self.predictor is not None and (not isinstance(self.predictor, str) or not self.predictor):
             raise GateOptionError("predictor", f"must be a non-empty string or None, got {self.predictor!r}")
         for name, lookup in (("rule", get_rule), ("weights", get_schedule)):
@@ -579,6 +615,9 @@ class _Run:
             self.audit["pending_outcome"],
             crit.bootstrap,
         )
+        complete, censored = table.role_masks(crit.policy)
+        gaps = gap_stats(table.predictors[predictor], table, complete, censored)
+        self.coverage["missing_forecasts"] = {"policy": crit.missing, **gap_summary(gaps)}
         self.ids = table.ids
         # Forecasts the log rule clipped in the runs the gated score covers (0 under another rule).
         self.clipped = table.predictors[predictor].clipped_in(~np.isnan(self.score))
@@ -843,8 +882,12 @@ def gate_paths(
         candidate = [candidate]
     rule, schedule = get_rule(crit.rule), get_schedule(crit.weights)
     paired = baseline is not None  # task ids pair the two runs
-    cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress)
-    base = None if baseline is None else sample_from_paths([baseline], rule, schedule, True, chunk_bytes, progress)
+    cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress, crit.missing)
+    base = (
+        None
+        if baseline is None
+        else sample_from_paths([baseline], rule, schedule, True, chunk_bytes, progress, crit.missing)
+    )
     return evaluate_gate(cand, crit, base)
 
 
@@ -855,7 +898,7 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
         check_unique_ids([r.trajectory_id for r in run])
     except InputError as exc:
         raise GateInputError(str(exc)) from None
-    return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights))
+    return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights), crit.missing)
 
 
 def _pairing(cand: _Run, base: _Run, n: int) -> str:

@@ -27,6 +27,7 @@ from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.set_aside import SetAside
 from tps_tracer.records.shards import has_resolution_lines
 from tps_tracer.records.task_ids import read_task_ids, task_id_of
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
@@ -45,13 +46,18 @@ class GateSample:
     set_aside: SetAside = field(default_factory=SetAside)
 
 
-def gate_rows(arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule) -> PairTable:
+def gate_rows(
+    arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule, missing: str = DEFAULT_MISSING
+) -> PairTable:
     """The gate's rows of flat arrays: branch pairs of every predictor, without the diagnostics' summaries."""
-    return pair_table_from_arrays(arrays, list(arrays.predictors), [rule], [schedule], with_summaries=False)
+    return pair_table_from_arrays(
+        arrays, list(arrays.predictors), [rule], [schedule], with_summaries=False, missing=missing
+    )
 
 
-def concat_tables(parts: Sequence[PairTable]) -> PairTable:
-    """One table from consecutive parts; a predictor a part lacks is missing there (as `concat_arrays`)."""
+def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) -> PairTable:
+    """One table from consecutive parts; a predictor a part lacks is all gaps there (as `concat_arrays`),
+    scored by the `missing` policy."""
     if not parts:
         raise InputError("no tables to concatenate")
     if len(parts) == 1:
@@ -60,21 +66,16 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
     names = list(dict.fromkeys(name for p in parts for name in p.predictors))
     predictors: dict[str, PredictorPairs] = {}
     for name in names:
-        usable, pairs, clipped = [], [], []
+        usable, pairs, clipped, gaps = [], [], [], []
         skipped: dict[str, int] = {}
         for part in parts:
             col = part.predictors.get(name)
-            if col is None:  # never mentioned in this part: every trajectory with steps lacks it
-                empty = int(np.sum(part.n_steps == 0))
-                col = PredictorPairs(
-                    np.zeros(part.n, dtype=bool),
-                    np.full((part.n, len(part.rules), len(part.schedules), 2), np.nan),
-                    np.empty((part.n, 0)),
-                    {"missing": part.n - empty, "no_steps": empty},
-                )
+            if col is None:  # never mentioned in this part: every step of it is a gap
+                col = PredictorPairs.never_stated(part.n_steps, part.weight_mass, part.rules, 0, missing)
             usable.append(col.usable)
             pairs.append(col.pairs)
             clipped.append(np.zeros(part.n, dtype=np.int64) if col.clipped is None else col.clipped)
+            gaps.append(np.zeros((part.n, 4)) if col.missing is None else col.missing)
             for k, v in col.skipped.items():
                 skipped[k] = skipped.get(k, 0) + v
         predictors[name] = PredictorPairs(
@@ -83,6 +84,7 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
             np.empty((sum(p.n for p in parts), 0)),
             {k: v for k, v in skipped.items() if v},
             np.concatenate(clipped),
+            np.concatenate(gaps),
         )
     return PairTable(
         ids=[i for p in parts for i in p.ids],
@@ -99,13 +101,15 @@ def concat_tables(parts: Sequence[PairTable]) -> PairTable:
     )
 
 
-def sample_from_records(records: Sequence[TrajectoryRecord], rule: ScoreRule, schedule: WeightSchedule) -> GateSample:
+def sample_from_records(
+    records: Sequence[TrajectoryRecord], rule: ScoreRule, schedule: WeightSchedule, missing: str = DEFAULT_MISSING
+) -> GateSample:
     if not records:
         raise GateInputError("no trajectories")
     # The records of `read_trajectories` carry what their reader set aside (ReadRecords).
     set_aside = getattr(records, "set_aside", None)
     return GateSample(
-        gate_rows(to_arrays(records), rule, schedule),
+        gate_rows(to_arrays(records), rule, schedule, missing),
         [task_id_of(r) for r in records],
         set_aside if isinstance(set_aside, SetAside) else SetAside(),
     )
@@ -118,6 +122,7 @@ def sample_from_paths(
     with_task_ids: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Progress | None = None,
+    missing: str = DEFAULT_MISSING,
 ) -> GateSample:
     """The files (JSON Lines, Parquet, directories of shards) read as one run, chunk by chunk.
 
@@ -133,7 +138,7 @@ def sample_from_paths(
         # then (records/shards.py), as the shards of a directory are.
         inputs = [inputs]
     for k, path in enumerate(inputs):
-        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule), chunk_bytes, progress, set_aside)
+        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)
         if len(inputs) > 1:
             dup = next((i for t in tables for i in t.ids if i in seen), None)
             if dup is not None:
@@ -143,7 +148,7 @@ def sample_from_paths(
         parts.extend(tables)
     if not parts or sum(p.n for p in parts) == 0:
         raise GateInputError("no trajectories")
-    table = concat_tables(parts)
+    table = concat_tables(parts, missing)
     task_ids = list(table.ids)
     if with_task_ids:
         ids: list[str] = []

@@ -22,7 +22,8 @@ from numpy.typing import NDArray
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, flat_weights, score_rows
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
+from tps_tracer.scoring.rules import ScoreRule, branches_at
 from tps_tracer.scoring.schedules import WeightSchedule
 
 FloatArray = NDArray[np.float64]
@@ -42,6 +43,39 @@ class PredictorPairs:
     aggregates: FloatArray
     skipped: dict[str, int] = field(default_factory=dict)
     clipped: IntArray | None = None  # (n,) forecasts the log rule clipped per row; None: none counted
+    # (n, 4) per row: steps without a forecast, steps with one, and the cost of missingness d1, d0
+    # (evaluation/rows.py); None: a table written before it was kept (no gap counted)
+    missing: FloatArray | None = None
+    no_data = "no trajectory states a forecast"  # a fill scores every run: data means a statement
+
+    @property
+    def stated(self) -> BoolArray:
+        """Rows with at least one stated forecast: a predictor no row states has no data."""
+        return self.usable if self.missing is None else self.usable & (self.missing[:, 1] > 0)
+
+    @classmethod
+    def never_stated(
+        cls, n_steps: IntArray, weight_mass: FloatArray, rules: Sequence[ScoreRule], n_aggs: int, missing: str
+    ) -> PredictorPairs:
+        """The rows of a predictor that a batch or chunk never mentions: every step is a gap, so under a
+        fill policy each row with steps forecasts PRIOR throughout (sum_t w_t S(PRIOR, y) = S(PRIOR, y)
+        times the weight mass); under skip-renormalise and drop-run no row is scored."""
+        n = n_steps.size
+        has = n_steps > 0
+        usable = has if missing not in (SKIP_RENORMALISE, DROP_RUN) else np.zeros(n, dtype=bool)
+        branches = branches_at(rules, PRIOR)[None, :, None, :]
+        pairs = np.where(usable[:, None, None, None], branches * weight_mass[:, None, :, None], np.nan)
+        gaps = np.zeros((n, 4))
+        gaps[:, 0] = n_steps
+        gaps[has, 2:] = np.nan
+        return cls(
+            usable,
+            pairs,
+            np.where(usable[:, None], PRIOR, np.nan) * np.ones((n, n_aggs)),
+            skip_counts(usable, n_steps),
+            np.zeros(n, dtype=np.int64),
+            gaps,
+        )
 
     def clipped_in(self, rows: BoolArray) -> int:
         """Forecasts the log rule clipped in the selected usable rows."""
@@ -98,6 +132,7 @@ class PairTable:
                     p.aggregates[idx],
                     dict(p.skipped),
                     None if p.clipped is None else p.clipped[idx],
+                    None if p.missing is None else p.missing[idx],
                 )
                 for name, p in self.predictors.items()
             },
@@ -122,11 +157,12 @@ def pair_table_from_arrays(
     rules: Sequence[ScoreRule],
     schedules: Sequence[WeightSchedule],
     with_summaries: bool = True,
+    missing: str = DEFAULT_MISSING,
 ) -> PairTable:
     """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays.
 
     `with_summaries=False` leaves the four scalar summaries out (an (n, 0) array): for callers
-    without rank diagnostics (the gate)."""
+    without rank diagnostics (the gate). `missing`: the policy for steps without a forecast."""
     lengths = arrays.lengths
     has_steps = lengths > 0
     cols = [arrays.predictors[name] for name in predictors]
@@ -137,10 +173,18 @@ def pair_table_from_arrays(
         rules,
         len(schedules),
         with_summaries=with_summaries,
-        usable=[c.usable for c in cols],
+        missing=missing,
     )
     out = {
-        name: PredictorPairs(rows.usable[p], rows.pairs[p], rows.aggregates[p], dict(cols[p].skipped), rows.clipped[p])
+        name: PredictorPairs(
+            rows.usable[p],
+            rows.pairs[p],
+            rows.aggregates[p],
+            # drop-run keeps the reader's reasons (missing / non_numeric); the fills skip only empty runs
+            dict(cols[p].skipped) if missing == DROP_RUN else skip_counts(rows.usable[p], lengths),
+            rows.clipped[p],
+            rows.missing[p],
+        )
         for p, name in enumerate(predictors)
     }
     return PairTable(

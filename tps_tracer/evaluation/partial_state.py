@@ -39,18 +39,37 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
-from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, eta_by_mode, score_columns
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays
+from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, SIMPLE, eta_by_mode, score_columns
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, pair_table_from_arrays
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
-from tps_tracer.scoring.rules import ScoreRule, get_rule
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
+from tps_tracer.scoring.rules import ScoreRule, branches_at, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
 STATE_VERSION = 1
 _M = len(CENSORING_MODES)  # complete-only, simple, exact: all three are kept, exact shown if any q_z
+# Per predictor, over the working sample's runs with steps: how much is missing and what it costs
+# (report and gate, "missing_forecasts"). cost_*: carry-forward minus skip-renormalise, first rule x
+# first schedule, mixed with the simple censoring eta (Y, or 0 for a censored run), over runs with a
+# statement. A state written before these sums has none: all zero.
+GAP_STATS = (
+    "steps",
+    "missing_steps",
+    "runs",
+    "runs_affected",
+    "runs_stated",
+    "complete_affected",
+    "success_affected",
+    "complete_unaffected",
+    "success_unaffected",
+    "cost_sum",
+    "cost_n",
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class StateSpec:
     bootstrap: int = 1000
     seed: int = 0
     predictors: tuple[str, ...] | None = None  # None: every predictor met
+    missing: str = DEFAULT_MISSING  # the policy for steps without a forecast
 
     @classmethod
     def from_options(cls, opts: ReportOptions) -> StateSpec:
@@ -73,6 +93,7 @@ class StateSpec:
             bootstrap=opts.bootstrap,
             seed=opts.seed,
             predictors=None if opts.predictors is None else tuple(opts.predictors),
+            missing=opts.missing,
         )
 
     def signature(self) -> tuple[Any, ...]:
@@ -84,7 +105,65 @@ class StateSpec:
             self.bootstrap,
             self.seed,
             self.predictors,
+            self.missing,
         )
+
+
+_COMPLETE = CENSORING_MODES.index(COMPLETE_ONLY)
+_G = {name: i for i, name in enumerate(GAP_STATS)}
+
+
+def gap_summary(g: FloatArray) -> dict[str, Any]:
+    """What report and gate show per predictor about steps without a forecast (from GAP_STATS)."""
+
+    def share(a: str, b: str) -> float | None:
+        return float(g[_G[a]] / g[_G[b]]) if g[_G[b]] else None
+
+    return {
+        "missing_steps": int(g[_G["missing_steps"]]),
+        "steps": int(g[_G["steps"]]),
+        "missing_step_share": share("missing_steps", "steps"),
+        "runs_affected": int(g[_G["runs_affected"]]),
+        "runs": int(g[_G["runs"]]),
+        "runs_affected_share": share("runs_affected", "runs"),
+        "cost": share("cost_sum", "cost_n"),
+        "success_rate_affected": share("success_affected", "complete_affected"),
+        "success_rate_unaffected": share("success_unaffected", "complete_unaffected"),
+    }
+
+
+def states_nothing(g: FloatArray) -> bool:
+    """The working sample has runs and none states the predictor once (a state with GAP_STATS)."""
+    return bool(g[_G["runs"]] > 0 and g[_G["runs_stated"]] == 0)
+
+
+def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censored: BoolArray) -> FloatArray:
+    """GAP_STATS of one predictor's rows (the table's own, or the gate's)."""
+    out = np.zeros(len(GAP_STATS))
+    if col.missing is None:
+        return out
+    has = table.n_steps > 0
+    work = (complete | censored) & has
+    gaps, stated = col.missing[:, 0], col.missing[:, 1]
+    hit = gaps > 0
+    y = np.where(complete, table.outcome, 0.0)
+    cost = y * col.missing[:, 2] + (1.0 - y) * col.missing[:, 3]
+    costed = work & np.isfinite(cost)
+    c_hit, c_clean = complete & has & hit, complete & has & ~hit
+    out[:] = (
+        table.n_steps[work].sum(),
+        gaps[work].sum(),
+        work.sum(),
+        (work & hit).sum(),
+        (work & (stated > 0)).sum(),
+        c_hit.sum(),
+        y[c_hit].sum(),
+        c_clean.sum(),
+        y[c_clean].sum(),
+        cost[costed].sum(),
+        costed.sum(),
+    )
+    return out
 
 
 @dataclass
@@ -101,22 +180,47 @@ class PredictorState:
     summaries: FloatArray  # (m, 4) Phi summaries of the complete usable trajectories
     outcomes: FloatArray  # (m,) their outcomes
     clipped: int = 0  # forecasts the log rule clipped, in the working sample's usable trajectories
+    gaps: FloatArray = field(default_factory=lambda: np.zeros(len(GAP_STATS)))  # GAP_STATS
 
     @classmethod
-    def absent(cls, spec: StateSpec, n: int, n_empty: int) -> PredictorState:
-        """A predictor a chunk never mentions: all its trajectories are skipped (missing / no steps)."""
+    def absent(cls, spec: StateSpec, n: int, n_empty: int, base: BaseRateState) -> PredictorState:
+        """A predictor a chunk never mentions: every step of it is a gap. Under a fill policy each run
+        forecasts PRIOR throughout, whose sums are the base-rate reference's with p = PRIOR (as
+        `PredictorPairs.never_stated` for tables); otherwise all its runs are skipped."""
         r, s, b = len(spec.rules), len(spec.schedules), spec.bootstrap
-        skipped = {k: v for k, v in (("missing", n - n_empty), ("no_steps", n_empty)) if v}
+        runs, complete = int(base.count[CENSORING_MODES.index(SIMPLE)]), int(base.count[_COMPLETE])
+        gaps = np.array([base.steps, base.steps, runs, runs, 0, complete, base.outcomes.sum(), 0, 0, 0, 0], dtype=float)
+        if spec.missing in (SKIP_RENORMALISE, DROP_RUN):
+            return cls(
+                usable=0,
+                skipped={k: v for k, v in (("missing", n - n_empty), ("no_steps", n_empty)) if v},
+                missing_q_z=0,
+                count=np.zeros((r, s, _M), dtype=np.int64),
+                total=np.zeros((r, s, _M)),
+                rep_total=np.zeros((b, r, s, _M)),
+                rep_count=np.zeros((b, _M)),
+                summaries=np.zeros((0, len(AGGREGATOR_NAMES))),
+                outcomes=np.zeros(0),
+                gaps=gaps,
+            )
+        return dataclasses.replace(cls.constant(spec, base, n, n_empty, PRIOR), gaps=gaps)
+
+    @classmethod
+    def constant(cls, spec: StateSpec, base: BaseRateState, n: int, n_empty: int, p: float) -> PredictorState:
+        """The forecast p on every step of every run with steps, scored from the mass sums:
+        S(p,1) sum eta m + S(p,0) sum (1-eta) m (the base-rate reference; a predictor never met)."""
+        branches = branches_at(spec.rules, p)
+        s1, s0 = branches[:, 0, None, None], branches[:, 1, None, None]
         return cls(
-            usable=0,
-            skipped=skipped,
-            missing_q_z=0,
-            count=np.zeros((r, s, _M), dtype=np.int64),
-            total=np.zeros((r, s, _M)),
-            rep_total=np.zeros((b, r, s, _M)),
-            rep_count=np.zeros((b, _M)),
-            summaries=np.zeros((0, len(AGGREGATOR_NAMES))),
-            outcomes=np.zeros(0),
+            usable=n - n_empty,
+            skipped={"no_steps": n_empty} if n_empty else {},
+            missing_q_z=base.missing_q_z,
+            count=np.broadcast_to(base.count, (len(spec.rules), len(spec.schedules), _M)).astype(np.int64),
+            total=s1 * base.eta_mass[None] + s0 * base.rest_mass[None],
+            rep_total=s1[None] * base.rep_eta_mass[:, None] + s0[None] * base.rep_rest_mass[:, None],
+            rep_count=base.rep_count.copy(),
+            summaries=np.full((base.outcomes.size, len(AGGREGATOR_NAMES)), p),
+            outcomes=base.outcomes.copy(),
         )
 
     def merged(self, other: PredictorState) -> PredictorState:
@@ -132,6 +236,7 @@ class PredictorState:
             summaries=concat_rows(self.summaries, other.summaries),
             outcomes=concat_rows(self.outcomes, other.outcomes),
             clipped=self.clipped + other.clipped,
+            gaps=self.gaps + other.gaps,
         )
 
 
@@ -147,6 +252,7 @@ class BaseRateState:
     rep_count: FloatArray  # (B, M)
     outcomes: FloatArray  # outcomes of the complete trajectories with steps (its diagnostics)
     missing_q_z: int = 0  # censored trajectories with steps but without q_z
+    steps: int = 0  # steps of the working sample's trajectories (a predictor never met misses them all)
 
     def merged(self, other: BaseRateState) -> BaseRateState:
         return BaseRateState(
@@ -158,6 +264,7 @@ class BaseRateState:
             self.rep_count + other.rep_count,
             concat_rows(self.outcomes, other.outcomes),
             self.missing_q_z + other.missing_q_z,
+            self.steps + other.steps,
         )
 
 
@@ -205,7 +312,7 @@ class PartialState:
         """The state of flat arrays (one chunk); `origin` orders predictors first met in this chunk."""
         names = list(arrays.predictors) if spec.predictors is None else list(spec.predictors)
         present = [p for p in names if p in arrays.predictors]
-        table = pair_table_from_arrays(arrays, present, spec.rules, spec.schedules)
+        table = pair_table_from_arrays(arrays, present, spec.rules, spec.schedules, missing=spec.missing)
         first_seen = {p: (*origin, i) for i, p in enumerate(arrays.predictors)}
         return cls.from_table(table, spec, first_seen, keys)
 
@@ -278,6 +385,7 @@ class PartialState:
                 summaries=col.aggregates[sel].copy(),
                 outcomes=table.outcome[sel].copy(),
                 clipped=col.clipped_in(complete | censored),
+                gaps=gap_stats(col, table, complete, censored),
             )
         base_cols = slice(k_scores, k_values)
         base_tot = totals[base_cols].reshape(s_n, _M, 2)
@@ -292,6 +400,7 @@ class PartialState:
             rep_count=reps[:, base_pres],
             outcomes=table.outcome[complete & has_steps].copy(),
             missing_q_z=int(np.sum(has_steps & censored & ~has_q)),
+            steps=int(table.n_steps[(complete | censored) & has_steps].sum()),
         )
         stop_counts = np.bincount(table.stop_code, minlength=len(STOP_REASONS)).astype(np.int64)
         state = cls(
@@ -310,7 +419,7 @@ class PartialState:
         )
         if spec.predictors is not None:  # asked-for predictors this chunk lacks: all skipped here
             for name in spec.predictors:
-                state.predictors.setdefault(name, PredictorState.absent(spec, n, state.n_empty))
+                state.predictors.setdefault(name, PredictorState.absent(spec, n, state.n_empty, base))
         return state
 
     # -- merging ------------------------------------------------------------------------------
@@ -324,8 +433,8 @@ class PartialState:
             first_seen[name] = min(first_seen.get(name, where), where)
         predictors = {}
         for name in dict.fromkeys([*self.predictors, *other.predictors]):
-            a = self.predictors.get(name) or PredictorState.absent(self.spec, self.n, self.n_empty)
-            b = other.predictors.get(name) or PredictorState.absent(other.spec, other.n, other.n_empty)
+            a = self.predictors.get(name) or PredictorState.absent(self.spec, self.n, self.n_empty, self.base)
+            b = other.predictors.get(name) or PredictorState.absent(other.spec, other.n, other.n_empty, other.base)
             predictors[name] = a.merged(b)
         return PartialState(
             spec=self.spec,
@@ -395,6 +504,7 @@ class PartialState:
                 "bootstrap": spec.bootstrap,
                 "seed": spec.seed,
                 "predictors": None if spec.predictors is None else list(spec.predictors),
+                "missing": spec.missing,
             },
             "counts": {
                 k: getattr(self, k)
@@ -405,7 +515,7 @@ class PartialState:
             "first_seen": {k: list(v) for k, v in self.first_seen.items()},
             "predictors": {k: pstate(v) for k, v in self.predictors.items()},
             "base": {
-                f.name: arr(getattr(self.base, f.name)) if f.name != "missing_q_z" else self.base.missing_q_z
+                f.name: arr(v) if isinstance(v := getattr(self.base, f.name), np.ndarray) else v
                 for f in dataclasses.fields(self.base)
             },
         }
@@ -428,6 +538,7 @@ class PartialState:
             bootstrap=int(s["bootstrap"]),
             seed=int(s["seed"]),
             predictors=None if s["predictors"] is None else tuple(s["predictors"]),
+            missing=s.get("missing", DROP_RUN),  # a state written before the policy: runs with a gap dropped
         )
 
         def pstate(d: dict[str, Any]) -> PredictorState:
@@ -442,6 +553,7 @@ class PartialState:
                 summaries=arr(d["summaries"]),
                 outcomes=arr(d["outcomes"]),
                 clipped=int(d.get("clipped", 0)),  # a state written before the count: none
+                gaps=arr(d["gaps"]) if "gaps" in d else np.zeros(len(GAP_STATS)),
             )
 
         b = obj["base"]
@@ -467,6 +579,7 @@ class PartialState:
                 rep_count=arr(b["rep_count"]),
                 outcomes=arr(b["outcomes"]),
                 missing_q_z=int(b["missing_q_z"]),
+                steps=int(b.get("steps", 0)),  # a state written before the count: none
             ),
         )
 

@@ -94,7 +94,7 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
         cal_of = dict(recalibrated)
         predictors = list(dict.fromkeys(n for p in predictors for n in (p, cal_of.get(p)) if n is not None))
     report = report_from_table(
-        pair_table_from_arrays(arrays, predictors, rules, schedules),
+        pair_table_from_arrays(arrays, predictors, rules, schedules, missing=opts.missing),
         # the streams are fitted above; the builder reports them like any other predictor
         dataclasses.replace(opts, predictors=predictors, calibrate=None, calibrator=None),
         recalibrated=recalibrated,
@@ -171,6 +171,7 @@ def report_from_table(
         bootstrap=opts.bootstrap,
         seed=opts.seed,
         predictors=None if opts.predictors is None else tuple(opts.predictors),
+        missing=opts.missing,
     )
     state = PartialState.from_table(table, spec)
     aurocs = auroc_deltas(table, recalibrated, opts.policy, opts.bootstrap, opts.seed) if recalibrated else {}

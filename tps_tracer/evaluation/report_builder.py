@@ -25,7 +25,7 @@ from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentil
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey
 from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES
-from tps_tracer.evaluation.partial_state import PartialState, PredictorState
+from tps_tracer.evaluation.partial_state import PartialState, PredictorState, gap_summary, states_nothing
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
@@ -34,9 +34,11 @@ from tps_tracer.evaluation.skipped_predictors import (
     check_known_predictors,
     no_data_reason,
     nothing_left,
+    skip_detail,
     split_usable,
 )
 from tps_tracer.records.stop_reasons import Role
+from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES
 from tps_tracer.scoring.rules import LogRule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE
 
@@ -98,7 +100,7 @@ def report_from_state(
     if opts.base_rate and base_rate is None and BASE_RATE not in state.predictors:
         skipped.append(BASE_RATE_SKIPPED)
     if opts.base_rate and base_rate is not None and BASE_RATE not in state.predictors:
-        states[BASE_RATE] = _base_rate_state(state, base_rate)
+        states[BASE_RATE] = PredictorState.constant(state.spec, state.base, state.n, state.n_empty, base_rate)
         predictors.append(BASE_RATE)
         covered.append(BASE_RATE)
     modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
@@ -149,7 +151,10 @@ def _bootstrapped_columns(
 
 def _no_data_reason(st: PredictorState) -> str | None:
     """`skipped_predictors.no_data_reason` from counts: trajectories usable in the working sample
-    are the members of the simple mode's columns."""
+    are the members of the simple mode's columns. A fill policy scores every run, so a predictor
+    that no run states even once has no data either (it would score the constant PRIOR)."""
+    if states_nothing(st.gaps):
+        return "no trajectory states a forecast" + _skip_note(st.skipped)
     in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
     return no_data_reason(_Coverage(np.array([st.usable > 0]), st.skipped), np.array([in_working > 0]))
 
@@ -158,29 +163,15 @@ def _no_data_reason(st: PredictorState) -> str | None:
 class _Coverage:
     usable: np.ndarray
     skipped: dict[str, int]
+    no_data = "no trajectory has a forecast at every step"  # a state written before the gap counts
+
+    @property
+    def stated(self) -> np.ndarray:
+        return self.usable
 
 
-def _base_rate_state(state: PartialState, p: float) -> PredictorState:
-    """The base-rate forecast p scored from the mass sums: S(p,1) sum eta m + S(p,0) sum (1-eta) m."""
-    spec, base = state.spec, state.base
-    r_n, s_n = len(spec.rules), len(spec.schedules)
-    total = np.zeros((r_n, s_n, _M))
-    rep_total = np.zeros((spec.bootstrap, r_n, s_n, _M))
-    for i, rule in enumerate(spec.rules):
-        b1, b0 = (float(v[0]) for v in rule.branches(np.array([p])))
-        total[i] = b1 * base.eta_mass + b0 * base.rest_mass
-        rep_total[:, i] = b1 * base.rep_eta_mass + b0 * base.rep_rest_mass
-    return PredictorState(
-        usable=state.n - state.n_empty,
-        skipped={"no_steps": state.n_empty} if state.n_empty else {},
-        missing_q_z=base.missing_q_z,
-        count=np.broadcast_to(base.count, (r_n, s_n, _M)).copy(),
-        total=total,
-        rep_total=rep_total,
-        rep_count=base.rep_count,
-        summaries=np.full((base.outcomes.size, len(AGGREGATOR_NAMES)), p),
-        outcomes=base.outcomes,
-    )
+def _skip_note(skipped: dict[str, int]) -> str:
+    return skip_detail(_Coverage(np.zeros(0, dtype=bool), skipped))
 
 
 def recalibration_rows(
@@ -330,7 +321,24 @@ def _header(
         "audit": audit,
         "coverage": coverage,
         "log_clipped": _log_clipped(state, covered, states),
+        "missing_forecasts": _missing_forecasts(state, covered, states),
         "skipped_predictors": as_dicts(skipped),
+    }
+
+
+def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[str, PredictorState]) -> dict[str, Any]:
+    """Steps without a forecast per predictor over the working sample (scoring/missing_forecasts.py):
+    the policy that scored them, and per predictor the share of steps and runs affected, the cost
+    of missingness and the success rate of runs with and without a gap."""
+    spec = state.spec
+    return {
+        "policy": spec.missing,
+        "policy_note": MISSING_POLICIES[spec.missing],
+        "cost": (
+            f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
+            f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
+        ),
+        "predictors": {name: gap_summary(states[name].gaps) for name in covered if name != BASE_RATE},
     }
 
 

@@ -19,6 +19,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
@@ -40,6 +41,7 @@ class ReportOptions:
     ece_bins: int = DEFAULT_ECE_BINS
     calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
     calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
+    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
 
     def __post_init__(self) -> None:
         check_report_options(self)  # OptionError (a ValueError naming the field)
@@ -93,6 +95,8 @@ def check_report_options(opts: ReportOptions) -> None:
         raise OptionError("seed", f"must be an integer, got {opts.seed!r}")
     if not isinstance(opts.policy, CensoringPolicy):
         raise OptionError("policy", f"must be a CensoringPolicy, got {type(opts.policy).__name__}")
+    if opts.missing not in MISSING_POLICIES:
+        raise OptionError("missing", f"unknown policy {opts.missing!r} (choose from {', '.join(MISSING_POLICIES)})")
     if not isinstance(opts.base_rate, (bool, np.bool_)):
         raise OptionError("base_rate", f"must be true or false, got {opts.base_rate!r}")
     if not _is_int(opts.ece_bins) or opts.ece_bins < 1:

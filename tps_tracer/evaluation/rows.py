@@ -22,7 +22,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.scoring.branch_pairs import StepLayout
-from tps_tracer.scoring.rules import LogRule, ScoreRule
+from tps_tracer.scoring.missing_forecasts import (
+    CARRY_FORWARD,
+    DEFAULT_MISSING,
+    FILL_BACKWARDS,
+    PRIOR,
+    SKIP_RENORMALISE,
+    filled_by_policy,
+    usable_segments,
+)
+from tps_tracer.scoring.rules import LogRule, ScoreRule, branches_at
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
 
 FloatArray = NDArray[np.float64]
@@ -40,9 +49,12 @@ class ScoredRows:
 
     pairs: FloatArray  # (P, n, R, S, 2): s1, s0 per rule x schedule
     aggregates: FloatArray  # (P, n, 4) phi_last, phi_avg, phi_min, phi_w; (P, n, 0) without summaries
-    usable: BoolArray  # (P, n): has steps, every step has a forecast (and the caller did not exclude it)
+    usable: BoolArray  # (P, n): has steps and is scored under the missing-forecast policy
     weight_mass: FloatArray  # (n, S): sum_{t<=Z} w_t
     clipped: IntArray  # (P, n): forecasts the log rule clips (outside [eps, 1 - eps]); 0 without a log rule
+    # (P, n, 4): steps without a forecast, steps with one, then d1, d0: the branch pair of carry-forward
+    # minus that of skip-renormalise, first rule x first schedule (0 without a gap, NaN without a statement)
+    missing: FloatArray
 
 
 def flat_weights(lengths: IntArray, horizon: FloatArray, schedules: Sequence[WeightSchedule]) -> FloatArray:
@@ -58,14 +70,15 @@ def score_rows(
     rules: Sequence[ScoreRule],
     n_schedules: int,
     with_summaries: bool = True,
-    usable: Sequence[BoolArray] | None = None,
+    missing: str = DEFAULT_MISSING,
 ) -> ScoredRows:
     """Score every (trajectory, predictor) from flat forecasts.
 
     values: one flat array per predictor, one entry per step (NaN: no forecast); lengths: steps
     per trajectory (0 allowed: such rows are unusable); weights: (S + 1, N) from `flat_weights`
     (or the caller's cache of the same formula) over the steps of all trajectories, in order;
-    usable: optional per-predictor masks the caller already decided (AND-ed with "no gap").
+    missing: the policy for steps without a forecast (scoring/missing_forecasts.py), applied here
+    and nowhere else, so batch, partial states and the accumulator score gaps alike.
     """
     lens = np.asarray(lengths, dtype=np.int64)
     n, n_pred, n_rules = lens.size, len(values), len(rules)
@@ -75,19 +88,21 @@ def score_rows(
     ok = np.zeros((n_pred, n), dtype=bool)
     mass = np.zeros((n, n_schedules))
     clipped = np.zeros((n_pred, n), dtype=np.int64)
+    gap_info = np.zeros((n_pred, n, 4))
     # The log rule clips a forecast of 0 or 1 (a "sure" failing run would score -inf): counted, so
     # the report can say how many; the rule's own eps, so the count is exactly the forecasts it moved.
     eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
+    prior = branches_at(rules, PRIOR)
     has = np.flatnonzero(lens > 0)
     m = has.size
     if m == 0:
-        return ScoredRows(pairs, aggregates, ok, mass, clipped)
+        return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
     seg_lens = lens[has]
     n_steps = int(seg_lens.sum())
     starts = np.concatenate(([0], np.cumsum(seg_lens)[:-1]))
     mass[has] = np.add.reduceat(weights[:n_schedules], starts, axis=1).T
     if n_pred == 0:
-        return ScoredRows(pairs, aggregates, ok, mass, clipped)
+        return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
 
     flat = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])  # predictor-major
     all_lens = np.tile(seg_lens, n_pred)
@@ -96,6 +111,7 @@ def score_rows(
     seg_pairs = np.empty((n_pred * m, n_rules, n_schedules, 2))
     seg_aggs = np.empty((n_pred * m, n_aggs))
     gap_free = np.empty(n_pred * m, dtype=bool)
+    seg_gaps = np.empty((n_pred * m, 4))
     seg_clipped = np.zeros(n_pred * m, dtype=np.int64)
     per_step = max(1, 2 * n_rules * n_schedules)
     lo = 0
@@ -106,20 +122,36 @@ def score_rows(
         a, b = int(all_starts[lo]), int(all_ends[hi - 1])
         local = all_starts[lo:hi] - a
         v = flat[a:b]
+        lens_b = all_lens[lo:hi]
         gaps = np.isnan(v)
-        clean = np.where(gaps, 0.5, v)  # keeps the rules away from NaN; gapped segments are masked below
+        n_gaps = np.add.reduceat(gaps, local)
+        seg_gaps[lo:hi, 0] = n_gaps
+        seg_gaps[lo:hi, 1] = lens_b - n_gaps
+        seg_gaps[lo:hi, 2:] = 0.0
+        clean = filled_by_policy(v, local, lens_b, missing)
         if a == 0 and b == n_pred * n_steps:  # one block (a micro-batch): the weights repeat per predictor
             w = np.tile(weights, n_pred)
         else:
             w = weights[:, np.arange(a, b) % n_steps]
+        counted = ~gaps if missing == SKIP_RENORMALISE and n_gaps.any() else None
+        w_sum = w[:n_schedules] if counted is None else w[:n_schedules] * counted
         branches = np.empty((n_rules, 2, b - a))
         for r, rule in enumerate(rules):
             branches[r, 0], branches[r, 1] = rule.branches(clean)
-        sums = np.add.reduceat(branches[:, :, None, :] * w[None, None, :n_schedules, :], local, axis=-1)
+        sums = np.add.reduceat(branches[:, :, None, :] * w_sum[None, None, :, :], local, axis=-1)
+        if counted is not None:  # stated steps stand for the run's whole truncated mass
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sums *= np.add.reduceat(w[:n_schedules], local, axis=-1) / np.add.reduceat(w_sum, local, axis=-1)
         seg_pairs[lo:hi] = sums.transpose(3, 0, 2, 1)  # (R, 2, S, k) -> (k, R, S, 2)
+        silent = np.flatnonzero(n_gaps == lens_b)
+        if silent.size and n_rules:  # no statement at all: PRIOR throughout, as PredictorPairs.never_stated
+            seg_mass = np.add.reduceat(w[:n_schedules], local, axis=-1)[:, silent]  # (S, k')
+            seg_pairs[lo + silent] = prior[None, :, None, :] * seg_mass.T[:, None, :, None]
         if n_aggs:
-            seg_aggs[lo:hi] = summaries(clean, local, all_lens[lo:hi], w[n_schedules]).T
-        gap_free[lo:hi] = np.add.reduceat(gaps, local) == 0
+            seg_aggs[lo:hi] = summaries(clean, local, lens_b, w[n_schedules], counted).T
+        gap_free[lo:hi] = usable_segments(n_gaps, lens_b, missing)
+        if n_rules and n_gaps.any():
+            seg_gaps[lo:hi, 2:] = _gap_cost(v, gaps, local, lens_b, n_gaps, rules[0], w[0], missing, branches[0])
         if eps is not None:  # exactly the forecasts np.clip(p, eps, 1 - eps) moves; NaN (a gap) never counts
             seg_clipped[lo:hi] = np.add.reduceat((v < eps) | (v > 1.0 - eps), local)
         lo = hi
@@ -127,19 +159,48 @@ def score_rows(
     if m == n:  # every trajectory has steps (the usual case): the block results are the rows
         ok = gap_free.reshape(n_pred, n)
         clipped = seg_clipped.reshape(n_pred, n)
+        gap_info = seg_gaps.reshape(n_pred, n, 4)
         pairs = seg_pairs.reshape(n_pred, n, n_rules, n_schedules, 2)
         aggregates = seg_aggs.reshape(n_pred, n, n_aggs)
     else:
         ok[:, has] = gap_free.reshape(n_pred, m)
         clipped[:, has] = seg_clipped.reshape(n_pred, m)
+        gap_info[:, has] = seg_gaps.reshape(n_pred, m, 4)
         pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
         aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
-    if usable is not None:
-        ok &= np.stack([np.asarray(u, dtype=bool) for u in usable])
     pairs[~ok] = np.nan
     aggregates[~ok] = np.nan
     clipped[~ok] = 0  # an unusable row is not scored: nothing of it was clipped
-    return ScoredRows(pairs, aggregates, ok, mass, clipped)
+    return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
+
+
+def _gap_cost(
+    v: FloatArray,
+    gaps: BoolArray,
+    starts: IntArray,
+    lengths: IntArray,
+    n_gaps: IntArray,
+    rule: ScoreRule,
+    w: FloatArray,
+    missing: str,
+    branches: FloatArray,
+) -> FloatArray:
+    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus
+    skip-renormalise's, for one rule and schedule (`branches`: the rule's branches of the
+    policy's fill, reused unless that fill is fill-backwards')."""
+    if missing == FILL_BACKWARDS:
+        carried = np.stack(rule.branches(filled_by_policy(v, starts, lengths, CARRY_FORWARD)))
+    else:  # every other policy fills the way carry-forward does
+        carried = branches
+    stated = ~gaps
+    full = np.add.reduceat(carried * w, starts, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.add.reduceat(w, starts) / np.add.reduceat(w * stated, starts)
+        estimate = np.add.reduceat(carried * (w * stated), starts, axis=-1) * scale
+    cost = (full - estimate).T
+    cost[n_gaps == 0] = 0.0
+    cost[n_gaps == lengths] = np.nan
+    return cost
 
 
 # -- the scalar summaries ----------------------------------------------------------------------
@@ -159,18 +220,28 @@ TIE_DECIMALS = 12
 AGGREGATOR_NAMES: tuple[str, ...] = ("phi_last", "phi_avg", "phi_min", "phi_w")
 
 
-def summaries(values: FloatArray, starts: IntArray, lengths: IntArray, w_phi: FloatArray) -> FloatArray:
+def summaries(
+    values: FloatArray, starts: IntArray, lengths: IntArray, w_phi: FloatArray, counted: BoolArray | None = None
+) -> FloatArray:
     """(4, k): phi_last, phi_avg, phi_min, phi_w of k non-empty segments of a flat array.
 
     w_phi: per-step weights of Phi_w (the default schedule), the front-weighted normalised summary
-    sum_t w_t F_t / sum_t w_t over the observed steps."""
+    sum_t w_t F_t / sum_t w_t over the observed steps; counted: the steps that count (None: all;
+    skip-renormalise counts the stated ones, Phi_last is then the last statement)."""
     out = np.empty((len(AGGREGATOR_NAMES), starts.size))
     if starts.size == 0:
         return out
     out[0] = values[starts + lengths - 1]
-    out[1] = np.round(np.add.reduceat(values, starts) / lengths, TIE_DECIMALS)
-    out[2] = np.minimum.reduceat(values, starts)
-    out[3] = np.round(np.add.reduceat(w_phi * values, starts) / np.add.reduceat(w_phi, starts), TIE_DECIMALS)
+    if counted is None:
+        out[1] = np.round(np.add.reduceat(values, starts) / lengths, TIE_DECIMALS)
+        out[2] = np.minimum.reduceat(values, starts)
+        out[3] = np.round(np.add.reduceat(w_phi * values, starts) / np.add.reduceat(w_phi, starts), TIE_DECIMALS)
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[1] = np.round(np.add.reduceat(values * counted, starts) / np.add.reduceat(counted, starts), TIE_DECIMALS)
+        out[2] = np.minimum.reduceat(np.where(counted, values, np.inf), starts)
+        wc = w_phi * counted
+        out[3] = np.round(np.add.reduceat(wc * values, starts) / np.add.reduceat(wc, starts), TIE_DECIMALS)
     return out
 
 

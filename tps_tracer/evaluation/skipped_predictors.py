@@ -81,8 +81,14 @@ class HasCoverage(Protocol):
     @property
     def skipped(self) -> dict[str, int]: ...
 
+    @property
+    def stated(self) -> BoolArray: ...  # rows with data for the command
 
-def _skip_detail(col: HasCoverage) -> str:
+    @property
+    def no_data(self) -> str: ...  # what "no row has data" means for it
+
+
+def skip_detail(col: HasCoverage) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in col.skipped.items() if v)
     return f" (trajectories skipped: {counts})" if counts else ""
 
@@ -98,12 +104,12 @@ def role_masks(
 
 def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "working sample") -> str | None:
     """Why `col` has no usable trajectory in `sample` (None if it has one)."""
-    usable = np.asarray(col.usable) & sample
+    usable = np.asarray(col.stated) & sample
     if usable.any():
         return None
-    if not np.asarray(col.usable).any():
-        return "no trajectory has a forecast at every step" + _skip_detail(col)
-    return f"no usable trajectory in the {sample_name}" + _skip_detail(col)
+    if not np.asarray(col.stated).any():
+        return col.no_data + skip_detail(col)
+    return f"no usable trajectory in the {sample_name}" + skip_detail(col)
 
 
 def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:

@@ -85,6 +85,7 @@ from tps_tracer.online.summary_store import SummaryStore, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, check_missing_policy
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
@@ -125,13 +126,15 @@ class Accumulator:
         health: HealthLedger | None = None,
         mode: str = "rows",
         max_pending: int = DEFAULT_MAX_PENDING,
+        missing: str = DEFAULT_MISSING,
     ):
         """predictors=None discovers predictor names from the steps; otherwise other names are rejected.
         health: the ledger counting rejected input, abandoned runs and errors (adapters built on this
         accumulator count into the same one).
         mode: "rows" keeps a row per finished trajectory; "summary" folds settled ones into a
         partial state (constant memory, see the module docstring); max_pending bounds the
-        clean stops waiting for their outcome in summary mode."""
+        clean stops waiting for their outcome in summary mode.
+        missing: the policy for steps without a forecast (scoring/missing_forecasts.py)."""
         if mode not in MODES:
             raise InputError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -146,23 +149,26 @@ class Accumulator:
         self.bootstrap = bootstrap
         self.seed = seed
         self.policy = policy or CensoringPolicy()
+        self.missing = check_missing_policy(missing)
         self.base_rate = base_rate
         self.ece_bins = ece_bins
         self.idle_timeout = idle_timeout
         self.max_live = max_live
         self.strict = strict
         self._clock = clock
-        self._scorer = BatchScorer(self.rules, self.schedules)
+        self._scorer = BatchScorer(self.rules, self.schedules, self.missing)
         self.batch_size = max(1, batch_size)
         self._queue: list[str] = []  # stopped, reserved, waiting to be scored (at most batch_size)
         self._lock = threading.Lock()
         self._repeated: set[str] = set()  # ids with a repeat's record written: their resolutions are set aside
-        self._rows = RowStore(self.rules, self.schedules)
+        self._rows = RowStore(self.rules, self.schedules, self.missing)
         self._known: dict[str, None] = dict.fromkeys(self.predictors or ())  # predictor names, first-seen order
         for name in self._known:
             self._rows.add_predictor(name)
         self.health = health if health is not None else HealthLedger()
-        spec = StateSpec(tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed)
+        spec = StateSpec(
+            tuple(self.rules), tuple(self.schedules), self.policy, self.bootstrap, self.seed, missing=self.missing
+        )
         self._summaries = SummaryStore(
             spec, self._lock, self._rows, self._known, self.health, self.batch_size, self.max_pending, self._internal
         )
@@ -803,6 +809,7 @@ class Accumulator:
             policy=policy or self.policy,
             base_rate=self.base_rate,
             ece_bins=self.ece_bins,
+            missing=self.missing,
         )
         if self.mode == "summary":
             report, finished, pending = self._summaries.snapshot(dataclasses.replace(options, predictors=names))
@@ -841,6 +848,7 @@ class Accumulator:
             "seed": self.seed,
             "policy": self.policy,
             "predictors": self.predictors,
+            "missing": self.missing,
         }
         return accumulator_state.dump(settings, self._parts(), self.health.snapshot())
 
@@ -870,6 +878,10 @@ class Accumulator:
             s.name for s in other.schedules
         ]:
             raise InputError("cannot merge accumulators with different rules or weight schedules")
+        if self.missing != other.missing:
+            raise InputError(
+                f"cannot merge accumulators with different missing-forecast policies ({self.missing}, {other.missing})"
+            )
         if other._summaries.summary is not None or other.mode == "summary":
             if self.mode != "summary":
                 raise InputError("a summary-mode accumulator merges only into a summary-mode one (its rows are gone)")

@@ -49,6 +49,7 @@ from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online.live_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.missing_forecasts import DROP_RUN
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
@@ -85,6 +86,7 @@ def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int
             "seed": settings["seed"],
             "roles": {r.value: settings["policy"].role(r).value for r in STOP_REASONS},
             "predictors": settings["predictors"],
+            "missing": settings["missing"],
         },
         "known": parts.known,
         "rows": {
@@ -98,6 +100,7 @@ def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int
                     "pairs": encode_array(c.pairs),
                     "aggregates": encode_array(c.aggregates),
                     "clipped": encode_array(c.clipped if c.clipped is not None else np.zeros(len(c.usable), np.int64)),
+                    "missing": encode_array(c.missing if c.missing is not None else np.zeros((len(c.usable), 4))),
                 }
                 for name, c in table.predictors.items()
             },
@@ -126,6 +129,7 @@ def settings(body: dict[str, Any]) -> dict[str, Any]:
         "seed": int(st["seed"]),
         "policy": CensoringPolicy({StopReason(k): Role(v) for k, v in st["roles"].items()}),
         "mode": st["mode"],
+        "missing": st.get("missing", DROP_RUN),  # a state written before the policy scored rows that way
     }
 
 
@@ -153,6 +157,7 @@ def parts(
                 decode_array(c["aggregates"]),
                 {},
                 decode_array(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
+                decode_array(c["missing"]) if "missing" in c else None,
             )
             for name, c in rows["predictors"].items()
         },

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.evaluation.rows import score_rows
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
 
@@ -37,12 +38,14 @@ class ScoredBatch:
     usable: NDArray[np.bool_]  # (k, P): every step has a forecast for the predictor
     weight_mass: FloatArray  # (k, S): sum_{t<=Z} w_t
     clipped: NDArray[np.int64]  # (k, P): forecasts the log rule clipped
+    missing: FloatArray  # (k, P, 4): steps without / with a forecast, cost of missingness (d1, d0)
 
 
 class BatchScorer:
-    def __init__(self, rules: Sequence[ScoreRule], schedules: Sequence[WeightSchedule]):
+    def __init__(self, rules: Sequence[ScoreRule], schedules: Sequence[WeightSchedule], missing: str = DEFAULT_MISSING):
         self.rules = list(rules)
         self.schedules = list(schedules)
+        self.missing = missing
         self._shapes: OrderedDict[tuple[int, int], FloatArray] = OrderedDict()
 
     def _weights(self, horizon: int, n_steps: int) -> FloatArray:
@@ -68,19 +71,20 @@ class BatchScorer:
         k = len(step_lists)
         lens = np.array([len(steps) for steps in step_lists], dtype=np.int64)
         flat_steps = [step for steps in step_lists for step in steps]
-        # dtype=float turns None (no forecast) into NaN: a gap, which makes the row unusable.
+        # dtype=float turns None (no forecast) into NaN: a gap, scored by the missing-forecast policy.
         values = [np.array([step.get(name) for step in flat_steps], dtype=np.float64) for name in names]
         if flat_steps:
             w = np.concatenate([self._weights(int(horizons[i]), int(lens[i])) for i in range(k) if lens[i]], axis=1)
         else:
             w = np.zeros((len(self.schedules) + 1, 0))
-        rows = score_rows(values, lens, w, self.rules, len(self.schedules))
+        rows = score_rows(values, lens, w, self.rules, len(self.schedules), missing=self.missing)
         return ScoredBatch(
             rows.pairs.transpose(1, 0, 2, 3, 4),
             rows.aggregates.transpose(1, 0, 2),
             rows.usable.T,
             rows.weight_mass,
             rows.clipped.T,
+            rows.missing.transpose(1, 0, 2),
         )
 
     def score_safely(
@@ -110,4 +114,5 @@ class BatchScorer:
             np.concatenate([p.usable for p in parts]),
             np.concatenate([p.weight_mass for p in parts]),
             np.concatenate([p.clipped for p in parts]),
+            np.concatenate([p.missing for p in parts]),
         )

@@ -31,6 +31,7 @@ from tps_tracer.online.live_store import _Live
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule
 
@@ -48,12 +49,15 @@ class _PredictorColumns:
     pairs: FloatArray
     aggregates: FloatArray
     clipped: NDArray[np.int64]  # forecasts the log rule clipped, per row
+    missing: FloatArray  # (n, 4) steps without / with a forecast, cost of missingness (PredictorPairs.missing)
+    written: NDArray[np.bool_]  # rows whose batch scored this predictor (others never mention it)
 
 
 class RowStore:
-    def __init__(self, rules: list[ScoreRule], schedules: list[WeightSchedule]):
+    def __init__(self, rules: list[ScoreRule], schedules: list[WeightSchedule], missing: str = DEFAULT_MISSING):
         self.rules = rules
         self.schedules = schedules
+        self.missing = missing
         self.n = 0
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
@@ -91,7 +95,7 @@ class RowStore:
             self.weight_mass,
         ]
         for col in self.predictors.values():
-            arrays += [col.usable, col.pairs, col.aggregates, col.clipped]
+            arrays += [col.usable, col.pairs, col.aggregates, col.clipped, col.missing, col.written]
         return arrays
 
     def _grow(self, cap: int) -> None:
@@ -113,6 +117,8 @@ class RowStore:
             col.pairs = grown(col.pairs, np.nan)  # type: ignore[assignment]
             col.aggregates = grown(col.aggregates, np.nan)  # type: ignore[assignment]
             col.clipped = grown(col.clipped, 0)  # type: ignore[assignment]
+            col.missing = grown(col.missing, 0.0)  # type: ignore[assignment]
+            col.written = grown(col.written, False)  # type: ignore[assignment]
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
@@ -121,6 +127,8 @@ class RowStore:
             np.full((self._cap, *self._pair_shape()), np.nan),
             np.full((self._cap, len(AGGREGATOR_NAMES)), np.nan),
             np.zeros(self._cap, dtype=np.int64),
+            np.zeros((self._cap, 4)),
+            np.zeros(self._cap, dtype=bool),
         )
         self.predictors[name] = col
         return col
@@ -135,10 +143,12 @@ class RowStore:
         n_steps: Sequence[int] | NDArray[np.int64],
         horizon: Sequence[int] | FloatArray,
         weight_mass: FloatArray,
-        predictors: Mapping[str, tuple[NDArray[np.bool_], FloatArray, FloatArray, NDArray[np.int64] | None]],
+        predictors: Mapping[
+            str, tuple[NDArray[np.bool_], FloatArray, FloatArray, NDArray[np.int64] | None, FloatArray | None]
+        ],
     ) -> None:
         """Store k finished trajectories; predictors maps name -> (usable (k,), pairs (k,R,S,2), aggregates (k,4),
-        clipped forecasts (k,), None for a state that did not carry them: 0)."""
+        clipped forecasts (k,), missing (k, 4); None for a state that did not carry them: 0)."""
         k = len(ids)
         while self.n + k > self._cap:
             self._grow(max(self.n + k, int(self._cap * _GROWTH)))
@@ -155,12 +165,14 @@ class RowStore:
         self.seq[sl] = np.arange(self._next_seq, self._next_seq + k)
         self._next_seq += k
         self.weight_mass[sl] = weight_mass
-        for name, (usable, pairs, aggs, clipped) in predictors.items():
+        for name, (usable, pairs, aggs, clipped, missing) in predictors.items():
             col = self.predictors.get(name) or self.add_predictor(name)
             col.usable[sl] = usable
             col.pairs[sl] = pairs
             col.aggregates[sl] = aggs
             col.clipped[sl] = 0 if clipped is None else clipped
+            col.missing[sl] = 0.0 if missing is None else missing
+            col.written[sl] = True
         self.n += k
 
     def add_scored(
@@ -185,7 +197,13 @@ class RowStore:
             [lv.horizon for lv in lives],
             scored.weight_mass,
             {
-                name: (scored.usable[:, j], scored.pairs[:, j], scored.aggregates[:, j], scored.clipped[:, j])
+                name: (
+                    scored.usable[:, j],
+                    scored.pairs[:, j],
+                    scored.aggregates[:, j],
+                    scored.clipped[:, j],
+                    scored.missing[:, j],
+                )
                 for j, name in enumerate(names)
             },
         )
@@ -204,7 +222,7 @@ class RowStore:
             table.n_steps,
             table.horizon.astype(np.int64),
             table.weight_mass,
-            {name: (c.usable, c.pairs, c.aggregates, c.clipped) for name, c in table.predictors.items()},
+            {name: (c.usable, c.pairs, c.aggregates, c.clipped, c.missing) for name, c in table.predictors.items()},
         )
         self.unscored_outcome.update(unscored)
 
@@ -212,6 +230,7 @@ class RowStore:
         """The selected rows as a pair table of their own (copied: safe once the lock is released)."""
         pick = (lambda a: a[sel].copy()) if isinstance(sel, slice) else (lambda a: a[sel])
         n_steps = pick(self.n_steps)
+        weight_mass = pick(self.weight_mass)
         ids = self.ids[sel] if isinstance(sel, slice) else [self.ids[i] for i in sel.tolist()]
         return PairTable(
             ids=list(ids),
@@ -222,19 +241,27 @@ class RowStore:
             horizon=pick(self.horizon),
             rules=self.rules,
             schedules=self.schedules,
-            weight_mass=pick(self.weight_mass),
-            predictors={
-                name: PredictorPairs(
-                    pick(col.usable),
-                    pick(col.pairs),
-                    pick(col.aggregates),
-                    skip_counts(col.usable[sel], n_steps),
-                    pick(col.clipped),
-                )
-                for name, col in self.predictors.items()
-            },
+            weight_mass=weight_mass,
+            predictors={name: self._column(col, pick, n_steps, weight_mass) for name, col in self.predictors.items()},
             outcome_on_unscored=outcome_on_unscored,
         )
+
+    def _column(self, col: _PredictorColumns, pick: Any, n_steps: Any, weight_mass: FloatArray) -> PredictorPairs:
+        """One predictor's rows; rows whose batch never mentioned it are all gaps, as the batch path
+        scores a record that lacks the predictor (`PredictorPairs.never_stated`)."""
+        out = PredictorPairs(pick(col.usable), pick(col.pairs), pick(col.aggregates), {}, pick(col.clipped))
+        out.missing = pick(col.missing)
+        unwritten = ~pick(col.written)
+        if unwritten.any():
+            absent = PredictorPairs.never_stated(
+                n_steps[unwritten], weight_mass[unwritten], self.rules, out.aggregates.shape[1], self.missing
+            )
+            out.usable[unwritten] = absent.usable
+            out.pairs[unwritten] = absent.pairs
+            out.aggregates[unwritten] = absent.aggregates
+            out.missing[unwritten] = absent.missing
+        out.skipped = skip_counts(out.usable, n_steps)
+        return out
 
     def table(self) -> PairTable:
         """A copy of the stored rows as a pair table, in arrival order."""
@@ -278,6 +305,8 @@ class RowStore:
             col.pairs[freed] = np.nan
             col.aggregates[freed] = np.nan
             col.clipped[freed] = 0
+            col.missing[freed] = 0.0
+            col.written[freed] = False
         self.n = new_n
         return taken, keys, unscored
 

@@ -218,7 +218,14 @@ class SummaryStore:
 
     def snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
         """(report, finished, pending) from the folded state plus the rows still stored."""
-        asked = StateSpec(self.spec.rules, self.spec.schedules, options.policy, options.bootstrap, options.seed)
+        asked = StateSpec(
+            self.spec.rules,
+            self.spec.schedules,
+            options.policy,
+            options.bootstrap,
+            options.seed,
+            missing=options.missing,
+        )
         if asked.signature() != self.spec.signature():
             raise InputError(
                 "a summary-mode accumulator reports with the censoring policy, bootstrap and seed it was built "

@@ -38,6 +38,12 @@ class PredictorColumn:
     values: FloatArray  # flat, one per step; NaN where not usable
     usable: BoolArray  # per trajectory
     skipped: dict[str, int] = field(default_factory=dict)  # trajectories skipped, by reason
+    # Recalibration and plots read a run's every step: a run has data for them when it has no gap.
+    no_data = "no trajectory has a forecast at every step"
+
+    @property
+    def stated(self) -> BoolArray:
+        return self.usable
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -190,3 +191,10 @@ def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArr
         )
     s1, s0 = r.branches(pa)
     return np.asarray(ya * s1 + (1.0 - ya) * s0, dtype=np.float64)
+
+
+def branches_at(rules: Sequence[ScoreRule], p: float) -> FloatArray:
+    """(R, 2): S(p, 1), S(p, 0) per rule for one constant forecast p (the base rate; the missing-forecast
+    prior, whose runs score these times their weight mass on every path, so equal to the bit)."""
+    at = np.array([p], dtype=np.float64)
+    return np.array([[float(b[0]) for b in rule.branches(at)] for rule in rules]).reshape(len(rules), 2)
