@@ -175,4 +175,4 @@ def test_the_gate_passes_my_agent_and_fails_an_overconfident_candidate(newcomer,
     assert passed.returncode == 0, passed.stdout + passed.stderr  # a truthful agent beats the base rate
     failed = _sh(vs_baseline, folder, summary)
     assert failed.returncode == 1, failed.stdout + failed.stderr  # 0.99 on every task: a drop
-    assert "| vs_baseline | FAIL |" in summary.read_text()
+    assert "| vs_baseline | both | FAIL |" in summary.read_text()

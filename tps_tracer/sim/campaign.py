@@ -18,6 +18,7 @@ runs can be resumed from their checkpoints: `resume_continuations(result.agent, 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,14 @@ def run_campaign(
     for task in world:
         metadata: dict[str, Any] = {TRAJECTORY_ID_KEY: f"{label}/{task.task_id}", TASK_ID_KEY: task.task_id}
         metadata[OUTCOME_KEY] = task.outcome
-        config: dict[str, Any] = {"callbacks": [handler], "metadata": metadata, "recursion_limit": recursion_limit}
+        # The root run id is written into the record (langchain_run_id): derived from the trajectory
+        # id, so equal campaigns write equal files.
+        config: dict[str, Any] = {
+            "callbacks": [handler],
+            "metadata": metadata,
+            "recursion_limit": recursion_limit,
+            "run_id": uuid.uuid5(uuid.NAMESPACE_URL, metadata[TRAJECTORY_ID_KEY]),
+        }
         if checkpointer is not None:
             config["configurable"] = {"thread_id": metadata[TRAJECTORY_ID_KEY]}
         try:
