@@ -31,6 +31,7 @@ from langchain_core.tracers import LangChainTracer
 from langfuse import Langfuse
 from langfuse.langchain import CallbackHandler
 from langsmith import Client
+from langsmith import utils as langsmith_utils
 from otel_support import agent_for
 from recipe_support import HORIZON, expected_score, expected_score_names
 from test_otel_export import expected_tps
@@ -57,6 +58,13 @@ def sdk_settings(monkeypatch, score_platform):
     monkeypatch.setenv("LANGSMITH_PROJECT", PROJECT)
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", score_platform.public_key)
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", SECRET_KEY)
+    # The SDK caches the environment it read first (lru_cache): another test in this process may
+    # have read it without these settings (the default project "default").
+    langsmith_utils.get_env_var.cache_clear()
+    langsmith_utils.get_tracer_project.cache_clear()
+    yield
+    langsmith_utils.get_env_var.cache_clear()
+    langsmith_utils.get_tracer_project.cache_clear()
 
 
 def langsmith_client(server: ScorePlatform) -> Client:

@@ -50,3 +50,17 @@ MAX_DEPTH = 253
 # Digits of one integer literal: Python's own bound on int(str) (sys.get_int_max_str_digits()).
 MAX_INT_DIGITS = 4_300
 DEFAULT_TOP_K = 5  # candidates per token in the entropy confidence (the paper's 1 - H / ln 5)
+
+# Steps without a forecast (scoring/missing_forecasts.py decides what they score; docs/report.md).
+# Here so the CLI's option parsing names the policies without importing numpy.
+CARRY_FORWARD = "carry-forward"
+FILL_BACKWARDS = "fill-backwards"
+SKIP_RENORMALISE = "skip-renormalise"
+DROP_RUN = "drop-run"
+MISSING_POLICIES: dict[str, str] = {
+    CARRY_FORWARD: "proper default: last stated forecast, 0.5 before the first",
+    FILL_BACKWARDS: "estimate, can be gamed: next stated forecast",
+    SKIP_RENORMALISE: "estimate, can be gamed: stated steps, weights renormalised to the run's mass",
+    DROP_RUN: "not proper: a run with a gap is not scored",
+}
+DEFAULT_MISSING = CARRY_FORWARD

@@ -17,6 +17,7 @@ from tps_tracer.constants import (
     CENSORING_MODES,
     DEFAULT_ECE_BINS,
     DEFAULT_MIN_VALID,
+    DEFAULT_MISSING,
     DEFAULT_PENALTY,
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
@@ -24,10 +25,10 @@ from tps_tracer.constants import (
     DEMO_TASKS,
     HEADLINE_PREDICTOR,
     MAX_REPLICATES,
+    MISSING_POLICIES,
     SIMPLE,
     UNRESOLVED_POLICIES,
 )
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
 
 RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards"
 

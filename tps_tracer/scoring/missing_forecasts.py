@@ -26,23 +26,20 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import (  # noqa: F401  (re-exported: the policies' names live beside the rule)
+    CARRY_FORWARD,
+    DEFAULT_MISSING,
+    DROP_RUN,
+    FILL_BACKWARDS,
+    MISSING_POLICIES,
+    SKIP_RENORMALISE,
+)
 from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-CARRY_FORWARD = "carry-forward"
-FILL_BACKWARDS = "fill-backwards"
-SKIP_RENORMALISE = "skip-renormalise"
-DROP_RUN = "drop-run"
-MISSING_POLICIES: dict[str, str] = {
-    CARRY_FORWARD: "proper default: last stated forecast, 0.5 before the first",
-    FILL_BACKWARDS: "estimate, can be gamed: next stated forecast",
-    SKIP_RENORMALISE: "estimate, can be gamed: stated steps, weights renormalised to the run's mass",
-    DROP_RUN: "not proper: a run with a gap is not scored",
-}
-DEFAULT_MISSING = CARRY_FORWARD
 PRIOR = 0.5  # the declared forecast before an agent's first statement
 
 
