@@ -302,13 +302,22 @@ def test_refused_scores_and_runs_without_a_run_id_are_counted_and_logged(score_p
     assert any("no LangChain run id" in m and "'b'" in m for m in messages)
 
 
-def test_export_to_langfuse_without_api_keys_is_bad_input(score_platform, tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["langfuse", "langsmith"])
+def test_export_without_api_keys_is_bad_input(score_platform, tmp_path, monkeypatch, backend):
     sink = tmp_path / "runs.jsonl"
     acc = Accumulator(bootstrap=0, sink=sink)
     acc.observe("a", {"verbal": 0.7})
     acc.stop("a", "clean", metadata={RUN_ID_KEY: str(uuid.uuid4())}, outcome=1)
     acc.close()
-    monkeypatch.delenv("LANGFUSE_SECRET_KEY")
-    code, _, err = export("langfuse", sink, score_platform.url)
-    assert code == 2 and "LANGFUSE_SECRET_KEY" in err
+    if backend == "langfuse":
+        monkeypatch.delenv("LANGFUSE_SECRET_KEY")
+        code, _, err = export("langfuse", sink, score_platform.url)
+        assert code == 2 and "LANGFUSE_SECRET_KEY" in err
+    else:  # the hosted service (no --endpoint), where a write without a key is refused
+        monkeypatch.delenv("LANGSMITH_API_KEY")
+        langsmith_utils.get_env_var.cache_clear()
+        out, err_io = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_io):
+            code = main(["export", str(sink), "--to", "langsmith", "--json"])
+        assert code == 2 and "LANGSMITH_API_KEY" in err_io.getvalue()
     assert score_platform.received == []

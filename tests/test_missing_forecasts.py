@@ -154,3 +154,25 @@ def test_the_simulation_table_holds_its_shape():
     assert abs(rows["skip-renormalise"]["bias"]) < abs(rows["carry-forward"]["bias"]) / 2
     assert rows["carry-forward"]["ranking"] > 0.85
     assert rows["skip-renormalise"]["false_alarms"] < rows["carry-forward"]["false_alarms"]
+
+
+def test_runs_that_never_state_are_counted_and_a_predictor_nobody_states_is_not_listed(tmp_path: Path):
+    """A run silent at every step is scored (at 0.5 under carry-forward), so the report and the gate
+    must say how many there are; a predictor no run states is skipped, not a row of gaps."""
+    lines = []
+    for i in range(40):
+        silent = i % 4 == 0  # 10 runs state nothing; the others skip their 2nd step
+        steps = [
+            {"t": t + 1, "forecasts": {"verbal": None if silent or t == 1 else 0.7, "token_prob": None}}
+            for t in range(3)
+        ]
+        lines.append(json.dumps({"trajectory_id": f"r{i}", "stop_reason": "clean", "outcome": i % 2, "steps": steps}))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = report_from_path(path, ReportOptions(rules=["log"], bootstrap=0, base_rate=False))
+    block = report["missing_forecasts"]["predictors"]
+    assert set(block) == {"verbal"}
+    assert {s["predictor"] for s in report["skipped_predictors"]} == {"token_prob"}
+    g = block["verbal"]
+    assert (g["runs"], g["runs_affected"], g["runs_silent"]) == (40, 40, 10)
+    assert (g["missing_steps"], g["steps"]) == (10 * 3 + 30, 120)

@@ -74,7 +74,10 @@ def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     if args.to == "langsmith":
         from langsmith import Client
 
-        client = Client(api_url=args.endpoint) if args.endpoint else None
+        client = Client(api_url=args.endpoint) if args.endpoint else Client()
+        if client.api_key is None and "smith.langchain.com" in client.api_url:
+            # The hosted service answers 401 to every write, retried until --timeout.
+            raise InputError("--to langsmith needs LANGSMITH_API_KEY (an API key of your LangSmith workspace)")
         return LangSmithFeedback(client, not_stored_timeout=args.timeout, **options)
     from langfuse import Langfuse
 

@@ -144,7 +144,8 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
             "have succeeded; runs without q_z are left out; only as good as the q_z"
         )
     t["mean / 95% CI / scored"] = (
-        "mean TPS over the scored runs (the working-sample runs with a forecast at every step, as in the gate's "
+        "mean TPS over the scored runs (the working-sample runs the missing-forecast policy scores: all of them "
+        "under carry-forward, only those with a forecast at every step under drop-run; as in the gate's "
         "coverage line; complete-only: the complete ones; cen-exact: less censored runs without q_z), and its "
         f"bootstrap percentile interval (runs resampled with replacement; {s['bootstrap']} replicates; '-' when "
         "there are none)"
@@ -471,18 +472,23 @@ def _missing_text(block: dict[str, Any] | None, wide: bool) -> str | None:
             _share_text(g["missing_step_share"]),
             f"{g['runs_affected']} / {g['runs']}",
             _share_text(g["runs_affected_share"]),
+            str(g.get("runs_silent", 0)),
             fmt(g["cost"]) if g["cost"] is not None else "n/a",
             _share_text(g["success_rate_affected"]),
             _share_text(g["success_rate_unaffected"]),
         ]
         for name, g in block["predictors"].items()
     ]
-    head = ["predictor", "steps missing", "share", "runs hit", "share", "cost", "success hit", "success rest"]
+    head = ["predictor", "steps missing", "% steps", "runs hit", "% runs", "silent", "cost", "success hit", "rest"]
     lines = [
         f"Steps without a forecast: scored as {block['policy']} ({block['policy_note']})",
         fit_table(head, rows, width=_width(wide)),
     ]
-    notes = [f"  cost: {block['cost']}", "  success hit / rest: success rate of complete runs with / without a gap"]
+    notes = [
+        f"  cost: {block['cost']}",
+        "  silent: runs hit that state the predictor at no step (under carry-forward scored at 0.5 throughout)",
+        "  success hit / rest: success rate of complete runs with a gap / without one",
+    ]
     return "\n".join([lines[0], lines[1], *_prose(notes)])
 
 

@@ -300,7 +300,9 @@ def missing_line(block: dict[str, Any], predictor: str) -> str | None:
     line = (
         f"steps without a {predictor} forecast: {g['missing_steps']} of {g['steps']} "
         f"({_pct(g['missing_step_share'])}), in {g['runs_affected']} of {g['runs']} runs "
-        f"({_pct(g['runs_affected_share'])}); scored as {g['policy']}"
+        f"({_pct(g['runs_affected_share'])}"
+        + (f", {g['runs_silent']} of them without any" if g.get("runs_silent") else "")
+        + f"); scored as {g['policy']}"
     )
     if g["runs_affected"]:
         line += (
@@ -905,7 +907,8 @@ def _pairing(cand: _Run, base: _Run, n: int) -> str:
     """Say what paired the runs: task ids come from metadata.task_id, else the trajectory id."""
     from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
     if not any(from_metadata):
-        return f"paired by trajectory id over {n} trajectories (no metadata.task_id)"
+        # A metadata.task_id equal to its trajectory id pairs the same runs: say what paired them, not a lack.
+        return f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)"
     if all(from_metadata):
         return f"paired by task id over {n} tasks (metadata.task_id)"
     return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"

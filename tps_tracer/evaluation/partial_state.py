@@ -126,6 +126,8 @@ def gap_summary(g: FloatArray) -> dict[str, Any]:
         "runs_affected": int(g[_G["runs_affected"]]),
         "runs": int(g[_G["runs"]]),
         "runs_affected_share": share("runs_affected", "runs"),
+        # Runs that never state the predictor: scored by the policy's prior under carry-forward.
+        "runs_silent": int(g[_G["runs"]] - g[_G["runs_stated"]]),
         "cost": share("cost_sum", "cost_n"),
         "success_rate_affected": share("success_affected", "complete_affected"),
         "success_rate_unaffected": share("success_unaffected", "complete_unaffected"),

@@ -338,7 +338,12 @@ def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[
             f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
             f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
         ),
-        "predictors": {name: gap_summary(states[name].gaps) for name in covered if name != BASE_RATE},
+        # A predictor no run states is a skipped one (without data), not one with gaps.
+        "predictors": {
+            name: gap_summary(states[name].gaps)
+            for name in covered
+            if name != BASE_RATE and not states_nothing(states[name].gaps)
+        },
     }
 
 
