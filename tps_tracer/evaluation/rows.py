@@ -92,7 +92,7 @@ def score_rows(
     # The log rule clips a forecast of 0 or 1 (a "sure" failing run would score -inf): counted, so
     # the report can say how many; the rule's own eps, so the count is exactly the forecasts it moved.
     eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
-    prior = branches_at(rules, PRIOR)
+    prior: FloatArray | None = None  # branches at PRIOR, computed once a block has a silent run
     has = np.flatnonzero(lens > 0)
     m = has.size
     if m == 0:
@@ -145,6 +145,7 @@ def score_rows(
         seg_pairs[lo:hi] = sums.transpose(3, 0, 2, 1)  # (R, 2, S, k) -> (k, R, S, 2)
         silent = np.flatnonzero(n_gaps == lens_b)
         if silent.size and n_rules:  # no statement at all: PRIOR throughout, as PredictorPairs.never_stated
+            prior = branches_at(rules, PRIOR) if prior is None else prior
             seg_mass = np.add.reduceat(w[:n_schedules], local, axis=-1)[:, silent]  # (S, k')
             seg_pairs[lo + silent] = prior[None, :, None, :] * seg_mass.T[:, None, :, None]
         if n_aggs:
