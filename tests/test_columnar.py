@@ -21,12 +21,11 @@ from tps_tracer.cli.main import main
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
-from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.columnar import arrays_from_arrow
+from tps_tracer.records.arrays import arrays_from_arrow
 from tps_tracer.records.convert import jsonl_to_parquet
+from tps_tracer.records.errors import NotFast
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
-from tps_tracer.records.reading import NotFast
-from tps_tracer.records.shards import parquet_records
+from tps_tracer.records.reading import iter_chunks, parquet_records
 
 
 def _same_arrays(a, b):

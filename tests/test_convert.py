@@ -16,8 +16,8 @@ from tps_tracer.evaluation.chunked import read_arrays, report_from_path  # noqa:
 from tps_tracer.evaluation.report import ReportOptions  # noqa: E402
 from tps_tracer.records import read_trajectories  # noqa: E402
 from tps_tracer.records.convert import _exact_convert, jsonl_to_parquet  # noqa: E402
+from tps_tracer.records.reading import parquet_records  # noqa: E402
 from tps_tracer.records.schema import TrajectoryRecord  # noqa: E402
-from tps_tracer.records.shards import parquet_records  # noqa: E402
 from tps_tracer.scoring import parse_rules, parse_schedules  # noqa: E402
 
 OPTS = ReportOptions(rules=parse_rules("log,brier"), schedules=parse_schedules("all"), bootstrap=200)

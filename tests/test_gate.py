@@ -32,7 +32,7 @@ import tps_tracer as tt
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate, gate_paths
 from tps_tracer.records import StopReason, write_trajectories
-from tps_tracer.records.shards import exact_records
+from tps_tracer.records.reading import exact_records
 from tps_tracer.synthetic import World, simulate_runs, to_records
 
 

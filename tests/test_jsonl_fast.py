@@ -26,16 +26,10 @@ import tps_tracer.records.jsonl_fast as jsonl_fast
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.records import TrajectoryArrays, TrajectoryFileError, parse_lines, read_trajectories, to_arrays
-from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.columnar import validated_arrays
-from tps_tracer.records.jsonl_fast import (
-    BATCH_LINES,
-    MIN_BYTES,
-    arrays_from_jsonl,
-    raw_from_jsonl_arrow,
-    read_jsonl_chunk,
-)
-from tps_tracer.records.reading import NotFast
+from tps_tracer.records.arrays import validated_arrays
+from tps_tracer.records.errors import NotFast
+from tps_tracer.records.jsonl_fast import BATCH_LINES, MIN_BYTES, arrays_from_jsonl, raw_from_jsonl_arrow
+from tps_tracer.records.reading import iter_chunks, read_jsonl_chunk
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 SCALE = float(os.environ.get("TPS_FUZZ_SCALE", "1"))
@@ -712,7 +706,7 @@ def test_predictors_in_first_seen_order_across_a_large_chunk():
             s["forecasts"] = {"late": 0.25, **s["forecasts"]}
     chunk = lines(*recs)
     assert len(chunk) > jsonl_fast.PROBE_BYTES and not check(chunk)
-    arrays, fast = jsonl_fast.read_jsonl_chunk(chunk, "<chunk>")
+    arrays, fast = read_jsonl_chunk(chunk, "<chunk>")
     assert fast and list(arrays.predictors) == ["verbal", "late"]
     assert_same_arrays(arrays, exact(chunk))  # type: ignore[arg-type]
     # Both names in the first lines: taken, in first-seen order.

@@ -18,10 +18,9 @@ from test_jsonl_fast import assert_same_arrays
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
-from tps_tracer.records.chunks import iter_chunks
 from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
 from tps_tracer.records.parquet import projected_batches, projection
-from tps_tracer.records.shards import parquet_records
+from tps_tracer.records.reading import iter_chunks, parquet_records
 
 
 def _jsonl(tmp_path, n=40):

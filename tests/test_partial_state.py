@@ -18,7 +18,7 @@ from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_s
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.records import CensoringPolicy, TrajectoryFileError, read_trajectories, to_arrays
-from tps_tracer.records.chunks import iter_chunks
+from tps_tracer.records.reading import iter_chunks
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 OPTIONS = {

@@ -22,10 +22,10 @@ from tps_tracer.evaluation.chunked import report_from_path, with_set_aside
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
-from tps_tracer.records.chunks import iter_chunks
-from tps_tracer.records.jsonl_fast import arrays_from_jsonl, read_jsonl_chunk
-from tps_tracer.records.reading import NotFast, first_that_reads
-from tps_tracer.records.set_aside import SetAside
+from tps_tracer.records.errors import NotFast
+from tps_tracer.records.jsonl_fast import arrays_from_jsonl
+from tps_tracer.records.limits import SetAside
+from tps_tracer.records.reading import first_that_reads, iter_chunks, read_jsonl_chunk
 
 OPTIONS = ReportOptions(rules=["log", "brier"], bootstrap=200)
 CHUNK = 2_000  # bytes: shard a spans many chunks

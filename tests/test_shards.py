@@ -22,7 +22,7 @@ from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.split_report import reports_by
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
-from tps_tracer.records.shards import exact_records, parquet_records
+from tps_tracer.records.reading import exact_records, parquet_records
 
 OPTIONS = ReportOptions(rules=["log", "brier"], bootstrap=200)
 CHUNK = 3_000  # bytes: every shard spans several chunks
@@ -69,7 +69,7 @@ def test_a_shard_of_resolution_lines_grades_the_other_shards_as_one_file(graded,
     assert expected["audit"]["n_trajectories"] == 300 and graded["n_grades"] > 50
     assert "input" not in expected  # every grade found its record
     # The plain case stays on the chunked fast path: the exact whole-input read is not needed.
-    monkeypatch.setattr("tps_tracer.records.shards.read_shards", _forbidden)
+    monkeypatch.setattr("tps_tracer.records.reading.read_shards", _forbidden)
     for chunk_bytes in (CHUNK, 32 << 20):
         assert_reports_equal(report_from_path(graded["dir"], OPTIONS, chunk_bytes=chunk_bytes), expected)
     # The grades arrive on the records: the outcomes are those of the file where they follow them.

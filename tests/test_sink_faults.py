@@ -281,7 +281,7 @@ def test_a_rerun_into_the_same_sink_keeps_the_first_run_and_counts_the_repeats(t
 
 
 def read_trajectories_any(path: Path) -> list[Any]:
-    from tps_tracer.records.shards import parquet_records
+    from tps_tracer.records.reading import parquet_records
 
     return list(parquet_records(path))
 

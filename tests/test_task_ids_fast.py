@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tps_tracer.records.task_ids import read_task_ids
+from tps_tracer.records.reading import read_task_ids
 
 LINES = [
     '{"trajectory_id": "a", "stop_reason": "clean", "outcome": 1, "metadata": {"task_id": "t-1"}}',

@@ -83,7 +83,7 @@ def test_report_on_json_lines_without_pyarrow_equals_the_normal_run(blocked, fil
 def test_json_lines_take_the_fast_reader_without_pyarrow(blocked, files):
     """Not the slow exact path as a silent fallback: every chunk is read columnar, and pyarrow is never imported."""
     code = (
-        "import sys; from tps_tracer.records.chunks import iter_chunks; "
+        "import sys; from tps_tracer.records.reading import iter_chunks; "
         "chunks = list(iter_chunks(sys.argv[1], chunk_bytes=20_000)); "
         "assert len(chunks) > 3 and all(c.fast for c in chunks), [c.fast for c in chunks]; "
         "import tps_tracer, tps_tracer.cli.main; "
@@ -168,7 +168,7 @@ def test_a_directory_of_json_lines_shards_needs_no_pyarrow(blocked, files, tmp_p
 
 def test_duplicate_ids_across_json_lines_shards_are_named(files, tmp_path):
     from tps_tracer.records import TrajectoryFileError
-    from tps_tracer.records.shards import read_records
+    from tps_tracer.records.reading import read_records
 
     lines = files["jsonl"].read_text().splitlines(keepends=True)
     shards = tmp_path / "dups"

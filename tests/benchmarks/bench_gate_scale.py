@@ -26,7 +26,7 @@ from bench_report_scale import _WAIT4, write_file
 
 RECORDS = (
     "import sys; from tps_tracer.evaluation.gate import GateCriteria, evaluate_gate; "
-    "from tps_tracer.records.shards import read_records; "
+    "from tps_tracer.records.reading import read_records; "
     "recs = read_records(sys.argv[1]); base = read_records(sys.argv[2]) if len(sys.argv) > 2 else None; "
     "print(evaluate_gate(recs, GateCriteria(vs_base_rate=True, bootstrap=2000), base)['verdict'])"
 )

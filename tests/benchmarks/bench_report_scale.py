@@ -113,7 +113,7 @@ def arrow_json_pass(path: Path) -> None:
 
     import pyarrow.json as pj
 
-    from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, jsonl_byte_chunks
+    from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES, jsonl_byte_chunks
 
     for chunk in jsonl_byte_chunks(path, DEFAULT_CHUNK_BYTES):
         pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1))
@@ -139,7 +139,7 @@ def duckdb_pass(path: Path) -> None:
 
 
 def _read_only(path: Path) -> None:
-    from tps_tracer.records.chunks import iter_chunks
+    from tps_tracer.records.reading import iter_chunks
 
     for chunk in iter_chunks(path):
         assert chunk.fast  # the generated file is plain: no chunk may drop to the exact path

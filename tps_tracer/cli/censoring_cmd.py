@@ -41,8 +41,8 @@ from tps_tracer.evaluation.skipped_predictors import (
 )
 from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.reading import read_records
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.shards import read_records
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 

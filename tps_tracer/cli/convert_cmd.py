@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from tps_tracer.errors import InputError
-from tps_tracer.records.chunks import is_parquet
 from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
+from tps_tracer.records.reading import is_parquet
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -89,8 +89,8 @@ def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from tps_tracer.otel.score_export import OTEL_LINK
-    from tps_tracer.records.chunks import is_parquet
     from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.reading import is_parquet
     from tps_tracer.tracking.keys import RUN_ID_KEY
 
     if is_parquet(args.records):

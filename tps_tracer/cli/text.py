@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from tps_tracer.records.chunks import Chunk
+    from tps_tracer.records.reading import Chunk
 
 # Terminal reports stay within this many columns unless the user asks for wide tables (--wide).
 WIDTH = 100

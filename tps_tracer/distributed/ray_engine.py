@@ -34,7 +34,7 @@ from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions
 from tps_tracer.evaluation.report_builder import report_from_state
-from tps_tracer.records.duplicate_ids import repeated_keys
+from tps_tracer.records.limits import repeated_keys
 
 LOCAL_NUM_CPUS = 2
 _NEEDS_WHOLE = "needs_whole_input"
@@ -57,9 +57,9 @@ def _whole(reason: str) -> dict[str, list[Any]]:
 def jsonl_block_arrays(batch: Any) -> Any:
     """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
     arrays, None for a blank block, or WholeInputNeeded."""
+    from tps_tracer.records.errors import NotFast
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.jsonl_fast import read_jsonl_chunk
-    from tps_tracer.records.reading import NotFast
+    from tps_tracer.records.reading import read_jsonl_chunk
 
     lines = batch.column("text").to_pylist()
     chunk = ("\n".join(lines) + "\n").encode("utf-8")
@@ -177,8 +177,7 @@ def states_from_path(
     num_blocks: Ray Data's `override_num_blocks` (default: Ray decides from sizes and cores)."""
     import ray.data
 
-    from tps_tracer.records.chunks import is_parquet, source_files
-    from tps_tracer.records.shards import holds_nothing
+    from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
 
     files = source_files(path)
     if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader

@@ -22,7 +22,7 @@ import pickle
 from typing import Any
 
 from tps_tracer.distributed.ray_engine import _NEEDS_WHOLE, WholeInputNeeded, arrow_block_arrays, jsonl_block_arrays
-from tps_tracer.records.duplicate_ids import repeated_ids
+from tps_tracer.records.limits import repeated_ids
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 
 
@@ -61,9 +61,7 @@ def sample_from_path_ray(
     import ray.data
 
     from tps_tracer.evaluation.gate_input import GateInputError, GateSample, concat_tables
-    from tps_tracer.records.chunks import is_parquet, source_files
-    from tps_tracer.records.shards import holds_nothing
-    from tps_tracer.records.task_ids import read_task_ids
+    from tps_tracer.records.reading import holds_nothing, is_parquet, read_task_ids, source_files
 
     files = source_files(path)
     if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader

@@ -26,12 +26,17 @@ from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
-from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, Chunk, iter_chunks, source_files
-from tps_tracer.records.duplicate_ids import duplicate_message, repeated_keys
-from tps_tracer.records.errors import RecordError, TrajectoryFileError
-from tps_tracer.records.reading import fast_else_whole_file, whole_file
-from tps_tracer.records.set_aside import SetAside
-from tps_tracer.records.shards import exact_records, input_name
+from tps_tracer.records.errors import RecordError, TrajectoryFileError, whole_file
+from tps_tracer.records.limits import SetAside, duplicate_message, repeated_keys
+from tps_tracer.records.reading import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    exact_records,
+    fast_else_whole_file,
+    input_name,
+    iter_chunks,
+    source_files,
+)
 
 Progress = Callable[[Chunk], None]
 T = TypeVar("T")

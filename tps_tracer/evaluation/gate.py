@@ -79,10 +79,9 @@ from tps_tracer.evaluation.skipped_predictors import (
     check_no_base_rate,
     no_data_reason,
 )
-from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES
-from tps_tracer.records.duplicate_ids import check_unique_ids
+from tps_tracer.records.limits import KINDS, SetAside, check_unique_ids
+from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.set_aside import KINDS, SetAside
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
 from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule

@@ -22,11 +22,16 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.chunks import DEFAULT_CHUNK_BYTES, is_parquet, source_files
+from tps_tracer.records.limits import SetAside
+from tps_tracer.records.reading import (
+    DEFAULT_CHUNK_BYTES,
+    has_resolution_lines,
+    is_parquet,
+    read_task_ids,
+    source_files,
+    task_id_of,
+)
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.set_aside import SetAside
-from tps_tracer.records.shards import has_resolution_lines
-from tps_tracer.records.task_ids import read_task_ids, task_id_of
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 from tps_tracer.scoring.rules import ScoreRule
 from tps_tracer.scoring.schedules import WeightSchedule

@@ -49,7 +49,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     split_usable,
 )
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.records.duplicate_ids import check_unique_ids
+from tps_tracer.records.limits import check_unique_ids
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 

@@ -19,8 +19,8 @@ from typing import Any
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.report import ReportOptions, build_report
 from tps_tracer.records.arrays import to_arrays
+from tps_tracer.records.reading import exact_records
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.shards import exact_records
 
 MISSING = "(missing)"
 MAX_GROUPS = 100  # more distinct values is almost certainly a per-run key (an id), not a slice

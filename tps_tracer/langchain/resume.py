@@ -74,7 +74,7 @@ from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.records.jsonl import read_trajectories
-from tps_tracer.records.outcome import as_outcome
+from tps_tracer.records.record_shape import as_outcome
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.tracking.keys import TRAJECTORY_ID_KEY

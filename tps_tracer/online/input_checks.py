@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tps_tracer.constants import MAX_HORIZON
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
-from tps_tracer.records.record_shape import id_problem
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem
 from tps_tracer.validity import horizon as valid_horizon
 from tps_tracer.validity import probability
 

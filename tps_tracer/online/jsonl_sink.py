@@ -54,8 +54,7 @@ from typing import Any, BinaryIO
 
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.outcome import as_outcome
-from tps_tracer.records.record_shape import id_problem
+from tps_tracer.records.record_shape import as_outcome, id_problem
 from tps_tracer.validity import probability
 
 logger = logging.getLogger("tps_tracer")

@@ -45,17 +45,21 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.chunks import SCAN_BYTES, byte_chunks, iter_chunks, jsonl_byte_chunks
-from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, validated_arrays
-from tps_tracer.records.duplicate_ids import duplicate_message
-from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
+from tps_tracer.records.arrays import STOP_CODE, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, record_json
-from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames
+from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
-from tps_tracer.records.reading import NotFast, fast_else_whole_file, first_that_reads, whole_file
+from tps_tracer.records.reading import (
+    SCAN_BYTES,
+    byte_chunks,
+    fast_else_whole_file,
+    first_that_reads,
+    iter_chunks,
+    jsonl_byte_chunks,
+    parquet_records,
+)
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.set_aside import SetAside
-from tps_tracer.records.shards import parquet_records
 
 DEFAULT_ROWS_PER_GROUP = 50_000
 

@@ -1,9 +1,5 @@
-"""The errors a trajectory file can raise, in a module without dependencies (the CLI's error
-boundary imports it before anything heavy). `tps_tracer.records.jsonl` re-exports them.
-
-pyarrow is the `parquet` extra (Parquet files, `tps-tracer convert`, Ray blocks), not the core
-install: code that needs it calls `require_pyarrow(what)` first, so a missing extra is one clear
-message, not a traceback. JSON Lines never need it."""
+"""The errors of the record readers, and `NotFast`, their one fallback signal: a leaf module (the CLI's
+error boundary and every reader import it before anything heavy)."""
 
 from __future__ import annotations
 
@@ -46,8 +42,22 @@ class TrajectoryFileError(InputError):
         return f"{first} (and {len(rest)} more problem(s){more}:)\n" + "\n".join(f"  {e}" for e in rest)
 
 
+class NotFast(Exception):
+    """Not on the fast path: `reason` is for debugging (never shown); `whole_file` False sends this chunk
+    to the exact per-record read, True sends the whole file to the exact whole-file read."""
+
+    def __init__(self, reason: str, *, whole_file: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.whole_file = whole_file
+
+
+def whole_file(reason: str) -> NotFast:
+    return NotFast(reason, whole_file=True)
+
+
 def require_pyarrow(what: str) -> None:
-    """MissingExtra naming `what` (e.g. "reading Parquet (runs.parquet)") unless pyarrow imports."""
+    """A missing `parquet` extra is one message naming `what`, not a traceback."""
     try:
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:

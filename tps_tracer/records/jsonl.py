@@ -13,18 +13,19 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from tps_tracer.atomic_write import atomic_write
-from tps_tracer.records.duplicate_ids import duplicate_message
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import (
     JsonRuleError,
     PredictorNames,
+    ReadRecords,
+    SetAside,
     bounded_lines,
+    duplicate_message,
     field_path,
     load_json,
     predictors_message,
 )
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
-from tps_tracer.records.set_aside import ReadRecords, SetAside
 from tps_tracer.validity import forecast_problem
 
 MAX_REPORTED_ERRORS = 20

@@ -1,36 +1,14 @@
-"""A chunk of JSON Lines -> `TrajectoryArrays`: the one JSON Lines chunk reader (`read_jsonl_chunk`).
+"""The fast JSON Lines readers: a chunk of whole lines -> `RawColumns`, by orjson (the core install) or by
+pyarrow's JSON reader (the `parquet` extra, from `MIN_BYTES` on). Each takes only the plain form, where
+its parser and the exact read (pydantic) agree; anything else raises `NotFast` (docs/offline-speed.md).
 
-A chunk goes the first way that takes it (`reading.first_that_reads`): pyarrow's JSON reader for a
-chunk of `MIN_BYTES` or more (`raw_from_jsonl_arrow`), orjson + numpy (`raw_from_jsonl`, the core
-install), and the exact per-record read (`jsonl.parse_lines`) for what both refuse. The fast
-readers end in `columnar.validated_arrays`, the validation the Parquet reader shares.
-
-orjson: each line is parsed by orjson (a ~1 MB wheel, ~2x faster than `json.loads`); the records are
-flattened into per-field Python lists, their *types* checked in C (`set(map(type, values))`), and
-turned into numpy columns. Only the plain form is accepted, the one where orjson and
-pydantic's lax mode must agree: strings where strings belong, `int` / `float` (and `bool` for the
-outcome) where numbers belong, objects and lists where they belong, explicit `null` only where the
-schema takes one. Anything else raises `NotFast` and the chunk is read by the exact path:
-
-- what orjson refuses and `json.loads` may accept: `NaN` / `Infinity` literals, lone surrogate
-  escapes (`"\\ud800"`), numbers that overflow a double; the exact path decides;
-- whitespace JSON does not know around a record (form feed, NBSP), which `str.strip()` removes;
-- a record with a `resolves` key (however its name is escaped): resolution lines need the file;
-- integers beyond 64 bits, which orjson reads as floats: they are never valid here (a float
-  horizon or step number is refused, and such a number is outside every accepted range).
-
-Lines are parsed `BATCH_LINES` at a time, so the Python objects of at most one batch are alive at
-once: a 32 MB chunk of dicts would be ~200 MB, and a batch of ~1 MB of JSON keeps its objects in
-the CPU caches (measured on 100k x 10 steps: 1,000 lines per batch read in ~0.65 s, 5,000 in
-~1.1 s, 20,000 in ~2 s). A line longer than `LONG_LINE` (one trajectory of very many steps) has
-its `steps` array parsed in pieces (`_long_line`): one 1.5M-step trajectory peaks at ~0.4 GB
-instead of ~1.1 GB.
+Lines are parsed `BATCH_LINES` at a time with the cyclic collector off, so one batch's objects are alive
+at once and stay in the CPU caches; a line longer than `LONG_LINE` has its steps parsed in pieces.
 """
 
 from __future__ import annotations
 
 import gc
-import io
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,11 +19,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.columnar import STOP_CODE, RawColumns, concat_raw, raw_from_arrow, validated_arrays
-from tps_tracer.records.errors import TrajectoryFileError
+from tps_tracer.records.arrays import (
+    STOP_CODE,
+    RawColumns,
+    TrajectoryArrays,
+    concat_raw,
+    raw_from_arrow,
+    validated_arrays,
+)
+from tps_tracer.records.errors import NotFast
 from tps_tracer.records.limits import MAX_PREDICTORS, plain_json
-from tps_tracer.records.reading import NotFast, first_that_reads, whole_file
 
 BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
@@ -58,36 +41,6 @@ _INTEGER = frozenset({_NONE, _INT})  # horizon, t
 _ABSENT_OBJECT: dict[str, Any] = {}  # the value of an absent `metadata` / `forecasts` (never mutated)
 _ABSENT_LIST: list[Any] = []  # the value of an absent `steps` (never mutated)
 _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identity (orjson never gives a NaN)
-
-
-def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
-    """(arrays, read by the fast path) of a chunk of whole JSON Lines (no BOM), or NotFast(whole_file).
-
-    `resolutions_scanned`: its resolution lines were taken out (a remaining mention of "resolves" is
-    a trajectory's text, and an escaped key is caught by the readers)."""
-    if not resolutions_scanned and b'"resolves"' in chunk:
-        raise whole_file("resolution lines")
-
-    def arrow() -> tuple[TrajectoryArrays, bool]:
-        return validated_arrays(raw_from_jsonl_arrow(chunk)), True
-
-    def exact() -> tuple[TrajectoryArrays, bool]:
-        from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
-
-        try:
-            text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
-            # strict: a repeated id or an orphan resolution needs the whole-file read, which sets it
-            # aside and counts it (records/set_aside.py)
-            return to_arrays(parse_lines(text, source, strict=True)), False
-        except (TrajectoryFileError, UnicodeDecodeError):
-            raise whole_file(source) from None
-
-    def orjson_way() -> tuple[TrajectoryArrays, bool]:
-        return arrays_from_jsonl(chunk), True
-
-    # pyarrow's parser first for a chunk of a megabyte or more (below it orjson is faster: MIN_BYTES)
-    fast = [arrow, orjson_way] if len(chunk) >= MIN_BYTES else [orjson_way]
-    return first_that_reads(*fast, exact)
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:

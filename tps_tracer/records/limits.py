@@ -1,34 +1,31 @@
-"""The bounds every record reader enforces, and the one JSON rule they share (docs/records-limits.md).
-
-A hostile or broken file must end in one line naming the file, the line and the field (exit 2),
-in bounded time and memory, whatever command reads it. The readers call this module at a few
-points each:
-
-- record size (`MAX_RECORD_BYTES`): the byte chunker (`chunks.py`) and the text reader
-  (`jsonl.py`) look at a line while it is still being read: a line that does not start like a
-  JSON object is refused as soon as its first bytes are read, and any line is refused as soon
-  as it passes the bound, before it is held whole;
-- predictor names (`MAX_PREDICTORS`): the readers build one float column per distinct name, so a
-  file of 100,000 names needed gigabytes; `PredictorNames` counts them over the whole input;
-- the JSON rule (`load_json` on the exact path, `plain_json` on the fast path): a duplicate key
-  is refused (never silently last-wins), nesting deeper than `MAX_DEPTH` is refused, and an
-  integer of more than `MAX_INT_DIGITS` digits is refused, each naming the field. The fast path
-  (orjson) cannot see duplicates; `plain_json` proves a batch has none (or sends it to the exact
-  path, which decides), so every command gives the same answer for the same line.
+"""What every record reader refuses, sets aside and counts (docs/records-limits.md): the record size, the
+number of predictor names and the JSON rule (no duplicate key, bounded nesting and integers), each ending
+in one message naming the file, line and field in bounded time and memory; the lines read but not scored
+(`SetAside`); and the one decision on repeated trajectory ids.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from tps_tracer.constants import MAX_DEPTH, MAX_INT_DIGITS, MAX_PREDICTORS, MAX_RECORD_BYTES
 from tps_tracer.errors import InputError
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from tps_tracer.records.schema import TrajectoryRecord
+
 
 __all__ = [
     "MAX_DEPTH",
@@ -293,3 +290,95 @@ def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
             if size > MAX_RECORD_BYTES:
                 raise TrajectoryFileError(source, [RecordError(line_no, "", _size_message())])
         yield "".join(parts)
+
+
+logger = logging.getLogger("tps_tracer")
+
+KINDS = ("duplicate_id", "duplicate_resolution", "orphan_resolution", "empty_shard")
+_WHAT = {
+    "duplicate_id": "record(s) repeating an id of an earlier line (a re-run appended to the file?); first kept",
+    "duplicate_resolution": "resolution line(s) of those repeated records",
+    "orphan_resolution": "resolution line(s) for an id no record in the file has (its record was never written?)",
+    "empty_shard": "shard(s) of the input holding no records (an empty file)",
+}
+
+
+@dataclass
+class SetAside:
+    counts: dict[str, int] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)  # kind -> "source line N: ..." of its first line
+
+    def add(self, kind: str, where: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.first.setdefault(kind, where)
+
+    def merge(self, other: SetAside | None) -> None:
+        if other is None:
+            return
+        for kind, n in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + n
+            self.first.setdefault(kind, other.first[kind])
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {kind: {"count": self.counts[kind], "first": self.first[kind]} for kind in KINDS if kind in self.counts}
+
+    def lines(self) -> list[str]:
+        """One line per kind: the count, what it means, and the first one (for text output)."""
+        return [f"{self.counts[k]} {_WHAT[k]}; first: {self.first[k]}" for k in KINDS if k in self.counts]
+
+    def log_once(self, source: str) -> None:
+        for line in self.lines():
+            logger.warning("%s: set aside (not scored): %s", source, line)
+
+
+class ReadRecords(list["TrajectoryRecord"]):
+    """The records a reader returns (a plain list of `TrajectoryRecord`), with `set_aside`: the lines
+    it read but did not score (see the module docstring)."""
+
+    set_aside: SetAside
+
+    def __init__(self, records: Any = (), set_aside: SetAside | None = None):
+        super().__init__(records)
+        self.set_aside = set_aside if set_aside is not None else SetAside()
+
+
+class DuplicateIdError(InputError):
+    """The same trajectory id twice in what is scored."""
+
+
+def duplicate_message(tid: str, where: str) -> str:
+    """The one wording of a repeated id; `where` says where its first copy is."""
+    return f"duplicate id {tid!r} ({where})"
+
+
+def repeated_ids(ids: Sequence[str]) -> list[str]:
+    """Ids that occur more than once, in first-seen order."""
+    if len(set(ids)) == len(ids):
+        return []
+    return [i for i, k in Counter(ids).items() if k > 1]
+
+
+def check_unique_ids(ids: Sequence[str]) -> None:
+    """Raise `DuplicateIdError` naming (up to three of) the repeated ids."""
+    dups = repeated_ids(ids)
+    if not dups:
+        return
+    more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
+    raise DuplicateIdError(
+        f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
+    )
+
+
+def repeated_keys(keys: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:
+    """64-bit id keys (`bootstrap.trajectory_keys`) met more than once across the arrays. Distinct ids
+    may share a key (about n^2 / 2^65), so a caller confirms on the ids before it calls them repeats."""
+    import numpy as np
+
+    if not keys:
+        return np.zeros(0, dtype=np.uint64)
+    k = np.sort(np.concatenate(keys))
+    r = k[1:][k[1:] == k[:-1]]  # sorted; each repeat once (not np.unique: it imports numpy.ma, ~30 ms)
+    return r[np.concatenate(([True], r[1:] != r[:-1]))] if r.size else r

@@ -34,13 +34,10 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
-from tps_tracer.records.columnar import arrays_from_arrow
-from tps_tracer.records.duplicate_ids import duplicate_message
+from tps_tracer.records.arrays import TrajectoryArrays, arrays_from_arrow, to_arrays
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
-from tps_tracer.records.limits import check_parquet_predictors
+from tps_tracer.records.limits import ReadRecords, SetAside, check_parquet_predictors, duplicate_message
 from tps_tracer.records.reading import first_that_reads
-from tps_tracer.records.set_aside import ReadRecords, SetAside
 
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
     from tps_tracer.records.schema import TrajectoryRecord

@@ -1,57 +1,49 @@
-"""How a trajectory file is read: fast, exact, or whole-file. The one place that decides.
-
-A file (JSON Lines, Parquet, a directory of shards) is read in chunks of whole trajectories
-(`chunks.py`). Each chunk goes the first way that takes it:
-
-1. fast: columnar, no Python object per record. A JSON Lines chunk through orjson + numpy, or
-   pyarrow's JSON reader for a chunk of a megabyte or more (`jsonl_fast.py`); a Parquet batch
-   through its Arrow columns (`parquet.py`). All end in the one value check,
-   `columnar.validated_arrays`. The fast path takes only what the exact path reads to the same
-   arrays; anything else (a non-numeric forecast, NaN literals, a float horizon, a value out of
-   range, ...) it refuses with `NotFast(reason)`, and the next way is tried.
-2. exact: that chunk alone, record by record (pydantic, `jsonl.parse_lines`): the same arrays, or
-   an error. A Parquet batch's errors name the row (from 1 in the file) and field.
-3. whole-file: the file is read the exact, whole-file way (`shards.exact_records`), so every
-   error message is the one it gives, with its line numbers, and what it sets aside (a repeated id,
-   an orphan resolution) is counted there (`set_aside.py`). A JSON Lines chunk goes there when its
-   exact read finds an error; a file goes there for resolution lines the chunked path does not
-   handle (`resolutions.py`), duplicate ids across chunks, no trajectories, a record beyond the
-   size bound (convert), or a file that cannot be read. The raise is
-   `NotFast(reason, whole_file=True)`, and the caller's `fast_else_whole_file` runs its exact read.
-
-`NotFast` is the one "not on the fast path" exception of the readers: `reason` says why (for
-debugging; never shown as an error), `whole_file` how far back to fall. The cascade is written
-once, `first_that_reads`; readers raise, only these functions (and `fast_else_whole_file`'s
-callers) decide what happens next. This module imports nothing of the package, so every reader
-can import it.
+"""How a trajectory input (JSON Lines, Parquet, a directory or list of shards) is read: in chunks of
+whole trajectories, each the first way that takes it. Fast (columnar: `jsonl_fast`, `parquet`) refuses
+with `NotFast` what the exact read would read differently; exact reads the chunk record by record; a
+whole-file `NotFast` (an error, resolutions the chunks cannot apply, ids repeated across chunks) sends
+the input to `exact_records`, whose messages name the line. docs/offline-speed.md lists the refusals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+import bisect
+import io
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import orjson
+
+from tps_tracer.records import jsonl_fast
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, to_arrays, validated_arrays
+from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, whole_file
+from tps_tracer.records.limits import (
+    PredictorNames,
+    ReadRecords,
+    SetAside,
+    check_unfinished_line,
+    duplicate_message,
+    line_number_at,
+    load_json,
+    predictors_message,
+)
+from tps_tracer.records.stop_reasons import StopReason
+
+if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact reads need it
+    from tps_tracer.records.jsonl import ShardLinks
+    from tps_tracer.records.schema import TrajectoryRecord
 
 T = TypeVar("T")
 
 
-class NotFast(Exception):
-    """Not on the fast path. `whole_file` False: this chunk goes the next way of the cascade (the
-    exact per-record read of the chunk); True: the whole file goes the exact whole-file way."""
-
-    def __init__(self, reason: str, *, whole_file: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.whole_file = whole_file
-
-
-def whole_file(reason: str) -> NotFast:
-    """`NotFast` for the whole file (see the module docstring)."""
-    return NotFast(reason, whole_file=True)
-
-
 def first_that_reads(*ways: Callable[[], T]) -> T:
-    """The result of the first way that takes the chunk: each way but the last may refuse it with
-    `NotFast` (then the next is tried); a whole-file `NotFast` is passed on to the caller."""
+    """The first way's result that does not refuse with `NotFast`; a whole-file `NotFast` is passed on."""
     for way in ways[:-1]:
         try:
             return way()
@@ -62,9 +54,604 @@ def first_that_reads(*ways: Callable[[], T]) -> T:
 
 
 def fast_else_whole_file(fast: Callable[[], T], whole: Callable[[], T]) -> T:
-    """`fast()`, or `whole()` (the exact whole-file read) when it raises `NotFast`."""
     try:
         return fast()
     except NotFast:
         pass  # `whole` runs outside the handler: the fast path's frames (and chunks) are freed first
     return whole()
+
+
+def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = False) -> tuple[TrajectoryArrays, bool]:
+    """(arrays, read by the fast path) of a chunk of whole JSON Lines (no BOM), or a whole-file NotFast.
+    `resolutions_scanned`: its resolution lines were taken out (a "resolves" left is a trajectory's text)."""
+    if not resolutions_scanned and b'"resolves"' in chunk:
+        raise whole_file("resolution lines")
+
+    def arrow() -> tuple[TrajectoryArrays, bool]:
+        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
+
+    def exact() -> tuple[TrajectoryArrays, bool]:
+        from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
+
+        try:
+            text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
+            # strict: a repeated id or an orphan resolution needs the whole-file read, which counts it
+            return to_arrays(parse_lines(text, source, strict=True)), False
+        except (TrajectoryFileError, UnicodeDecodeError):
+            raise whole_file(source) from None
+
+    def orjson_way() -> tuple[TrajectoryArrays, bool]:
+        return jsonl_fast.arrays_from_jsonl(chunk), True
+
+    # pyarrow's parser pays from a megabyte on; below, orjson (looked up per call: tests patch them)
+    fast = [arrow, orjson_way] if len(chunk) >= jsonl_fast.MIN_BYTES else [orjson_way]
+    return first_that_reads(*fast, exact)
+
+
+DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
+DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
+SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines (resolutions.py)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+_BOM = b"\xef\xbb\xbf"
+
+_NON_SPACE = re.compile(rb"\S")
+
+
+@dataclass
+class Chunk:
+    arrays: TrajectoryArrays
+    origin: tuple[int, int]  # (file index, byte offset or first row): orders first-seen predictors
+    fast: bool  # read by the columnar path
+    source: str
+    done: int = 0  # bytes (JSON Lines) or rows (Parquet) of this file read so far
+    size: int = 0  # the file's size in the same unit
+    set_aside: SetAside | None = None  # lines read but not scored (a shard read the whole-file way)
+
+
+@dataclass
+class YieldedPart:
+    """What a shard's chunks gave before it fell back to its whole-file read: the ids, outcomes and
+    q_z in order (what resolutions change; a few bytes a trajectory), and the bytes read."""
+
+    ids: list[str] = field(default_factory=list)
+    outcome: list[Any] = field(default_factory=list)
+    q_z: list[Any] = field(default_factory=list)
+    end: int = 0
+
+    def add(self, arrays: TrajectoryArrays, end: int) -> None:
+        self.ids.extend(arrays.ids)
+        self.outcome.append(arrays.outcome)
+        self.q_z.append(arrays.q_z)
+        self.end = end
+
+
+def is_parquet(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() in PARQUET_SUFFIXES
+
+
+def source_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """A file, or the Parquet / JSON Lines shards of a directory (recursively, in name order); of a
+    list or tuple of paths (several files given together), the files of each in turn."""
+    if not isinstance(path, str | os.PathLike):
+        return [f for p in path for f in source_files(p)]
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    files = sorted(f for f in p.rglob("*") if f.is_file() and (is_parquet(f) or f.suffix.lower() == ".jsonl"))
+    if not files:
+        raise TrajectoryFileError(str(p), [RecordError(0, "", "the directory holds no .parquet or .jsonl files")])
+    return files
+
+
+def iter_chunks(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    set_aside: SetAside | None = None,
+) -> Iterator[Chunk]:
+    """Chunks of whole trajectories from a JSON Lines file, a Parquet file or a directory of shards
+    (or a list of them, read as one input). A shard holding nothing is counted in `set_aside`
+    (`empty_shard`) and logged."""
+    files = source_files(path)
+    # Resolution lines of any shard apply to every shard (records/shards.py): found first.
+    shared = None
+    if len(files) > 1:
+        jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
+        try:
+            shared = scan_shards([(k, ((o, b) for o, b, _ in byte_chunks(f, SCAN_BYTES))) for k, f in jsonl])
+        except OSError:
+            raise whole_file("a shard that cannot be read") from None
+    names = PredictorNames()  # distinct predictor names over the whole input (records/limits.py)
+    for k, f in enumerate(files):
+        if is_parquet(f):
+            chunks = _parquet_chunks(f, k, batch_rows, shared)
+        else:
+            chunks = _jsonl_chunks(f, k, chunk_bytes, shared)
+        # What this shard gave so far: a shard among many may fall back midway (a single file falls
+        # back whole, and keeps nothing: its ids would outlive its chunks). With shared resolution
+        # lines the whole input falls back (their records may lie in shards already given).
+        done = YieldedPart() if len(files) > 1 and shared is None else None
+        gave = False
+        try:
+            for chunk in chunks:
+                if not names.add(chunk.arrays.predictors):
+                    _too_many_predictors(chunk, names)
+                if done is not None:
+                    done.add(chunk.arrays, chunk.done)
+                gave = True
+                yield chunk
+        except NotFast:
+            if done is None:
+                raise
+            # One shard among many: its exact read gives the error, or the records it did not yet give.
+            arrays, aside, start = shard_rest(f, done)
+            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=aside)
+            if not names.add(chunk.arrays.predictors):
+                _too_many_predictors(chunk, names)
+            gave = True
+            yield chunk
+        if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
+            _empty_shard(f, str(path), set_aside)
+    if shared is not None and shared.pending.by_id:
+        raise whole_file("a resolution of an id in no shard")  # shards.read_shards names it
+
+
+def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:
+    """(arrays, set aside, byte offset) of a shard among many that fell back to its whole-file read
+    after its first chunks were given: the exact read's trajectories not given yet, and what it set
+    aside. The exact read's first trajectories must be the ones given (same ids in order, same
+    outcomes and q_z: a whole-file read keeps the first of a repeated id); else every trajectory is
+    given again, and the caller's duplicate-id check names them (as for repeats across chunks)."""
+    from tps_tracer.records.jsonl import read_trajectories
+
+    records = read_trajectories(path)  # raises the error a shard read alone gives
+    n = len(done.ids)
+    if n:
+        head = to_arrays(records[:n])
+        if head.ids == done.ids and all(
+            np.array_equal(got, np.concatenate(given), equal_nan=True)
+            for got, given in ((head.outcome, done.outcome), (head.q_z, done.q_z))
+        ):
+            return to_arrays(records[n:]), records.set_aside, done.end
+    return to_arrays(records), records.set_aside, 0
+
+
+def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
+    """A shard of a directory holding nothing is named and counted, never dropped silently."""
+    note = SetAside()
+    note.add("empty_shard", str(f))
+    note.log_once(source)
+    if set_aside is not None:
+        set_aside.merge(note)
+
+
+def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
+    """Raise the error naming the first predictor name beyond the bound (the chunk that crossed it)."""
+    before = [n for n in names.names if n not in chunk.arrays.predictors]  # names of the earlier chunks
+    if not is_parquet(chunk.source) and chunk.done > chunk.origin[1]:  # (not a shard read whole)
+        # Find the line: re-read the chunk's lines in order, counting from the earlier chunks' names.
+        start = chunk.origin[1]
+        first_line = line_number_at(chunk.source, start)
+        with open(chunk.source, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(chunk.done - start)
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if start == 0 else "utf-8")
+        try:
+            from tps_tracer.records.jsonl import parse_lines
+
+            parse_lines(text, chunk.source, names=PredictorNames(before))
+        except TrajectoryFileError as exc:
+            shifted = [RecordError(e.line + first_line - 1, e.field, e.message) for e in exc.errors[-1:]]
+            raise TrajectoryFileError(chunk.source, shifted) from None
+    where = "rows of a Parquet batch" if is_parquet(chunk.source) else "a shard"
+    raise TrajectoryFileError(
+        chunk.source, [RecordError(0, "steps.forecasts", f"{predictors_message()} (reached in {where})")]
+    )
+
+
+def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in pieces of about `chunk_bytes` that end at a line end (a longer line is
+    one piece); a leading UTF-8 BOM is dropped; whitespace-only pieces are skipped."""
+    for _, chunk, _ in byte_chunks(path, chunk_bytes):
+        yield chunk
+
+
+def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
+    """(byte offset, chunk, file size) as in `jsonl_byte_chunks`; a line still being read is refused
+    early if it cannot be a record (records/limits.py)."""
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(len(_BOM))
+        offset = len(head) if head == _BOM else 0
+        carry = b"" if head == _BOM else head
+        long_line: list[bytes] = []  # the blocks of a line longer than the chunk, joined once
+        while True:
+            block = fh.read(chunk_bytes)
+            more = bool(block)
+            if more and b"\n" not in block:  # one line longer than the chunk: keep reading,
+                long_line.append(block)  # refused early if it cannot be a record (records/limits.py)
+                check_unfinished_line([carry, *long_line], len(carry) + sum(map(len, long_line)), path, offset)
+                continue
+            data = b"".join([carry, *long_line, block])
+            long_line = []
+            if more:
+                cut = data.rfind(b"\n") + 1
+                chunk, carry = data[:cut], data[cut:]
+            else:
+                chunk, carry = data, b""
+            block = data = b""  # not kept alive while the chunk is parsed (a long line is ~75 MB)
+            if _NON_SPACE.search(chunk):
+                yield offset, chunk, size
+            offset += len(chunk)
+            if not more:
+                return
+
+
+def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
+    try:
+        # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk: this
+        # file's, or (`shared`) those of every shard of the input.
+        if shared is None:
+            own = pending = scan_resolutions((o, piece) for o, piece, _ in byte_chunks(path, SCAN_BYTES))
+        else:
+            own, pending = shared.lines.get(file_index), shared.pending
+        for offset, chunk, size in byte_chunks(path, chunk_bytes):
+            end = offset + len(chunk)
+            if own is not None:
+                chunk = own.drop_lines(chunk, offset)
+            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=own is not None)
+            if pending is not None:
+                arrays = apply_resolutions(arrays, pending)
+            if arrays.n:
+                yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
+        if shared is None and pending is not None and pending.by_id:
+            raise whole_file("a resolution of an id not in the file")
+    except OSError:
+        raise whole_file(str(path)) from None
+
+
+# -- Parquet -----------------------------------------------------------------------------------
+
+
+def _parquet_chunks(
+    path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
+) -> Iterator[Chunk]:
+    from tps_tracer.records.parquet import open_parquet, projected_batches, read_arrow_batch  # pyarrow
+
+    pf = open_parquet(path)
+    if "resolves" in pf.schema_arrow.names:
+        raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
+    total = pf.metadata.num_rows
+    # Only the columns the scores need; a refused batch is read whole (parquet.py).
+    for row, batch, whole in projected_batches(pf, batch_rows):
+        arrays, fast = read_arrow_batch(batch, str(path), row, whole)
+        if shared is not None:  # resolution lines of the input's JSON Lines shards
+            arrays = apply_resolutions(arrays, shared.pending)
+        if arrays.n:
+            yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
+
+
+_KEY = b'"resolves"'
+_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
+
+
+@dataclass
+class Resolutions:
+    """The resolution lines of one file: where they lie, and what they say per trajectory id."""
+
+    spans: list[tuple[int, int]]  # (start, end) byte offsets of each resolution line, end after its "\n"
+    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in file order
+
+    def drop_lines(self, chunk: bytes, offset: int) -> bytes:
+        """The chunk (starting at byte `offset` of the file) without its resolution lines."""
+        # Spans are in file order: find this chunk's by bisection (a file of a million
+        # resolutions must not cost spans x chunks comparisons).
+        lo = bisect.bisect_left(self.spans, (offset, -1))
+        hi = bisect.bisect_left(self.spans, (offset + len(chunk), -1))
+        inside = self.spans[lo:hi]
+        if not inside:
+            return chunk
+        parts, at = [], 0
+        for s, e in inside:
+            parts.append(chunk[at : s - offset])
+            at = e - offset
+        parts.append(chunk[at:])
+        return b"".join(parts)
+
+
+def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
+    """The resolution lines of a file given as (byte offset, bytes ending at a line end) pieces,
+    or None when no line mentions "resolves" (raises a whole-file `NotFast`, see the module).
+
+    Read piece by piece (not memory-mapped: mapped pages of a large file count as the
+    process's resident memory while the scan runs)."""
+    found: Resolutions | None = None
+    for offset, piece in pieces:
+        hit = piece.find(_KEY)
+        while hit >= 0:
+            start = piece.rfind(b"\n", 0, hit) + 1
+            newline = piece.find(b"\n", hit)
+            end = len(piece) if newline < 0 else newline + 1
+            found = found or Resolutions([], {})
+            _add_line(found, piece[start:end], offset + start, offset + end)
+            hit = piece.find(_KEY, end)
+    return found  # (possibly without spans: the hits were trajectories mentioning the word)
+
+
+def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
+    try:
+        obj = load_json(line)  # the readers' one JSON rule (records/limits.py): a duplicate key is refused
+    except (ValueError, UnicodeDecodeError):
+        raise whole_file("a line mentioning 'resolves' is not JSON") from None
+    if not isinstance(obj, dict) or "resolves" not in obj:
+        return  # a trajectory that mentions the word (e.g. in its metadata)
+    from pydantic import ValidationError  # here: pydantic is ~0.3 s of import, only resolution lines need it
+
+    from tps_tracer.records.schema import ResolutionRecord
+
+    try:
+        res = ResolutionRecord.model_validate(obj)
+    except ValidationError:
+        raise whole_file("an invalid resolution line") from None
+    outcome = None if res.outcome is None else float(res.outcome)
+    found.spans.append((start, end))
+    found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
+
+
+@dataclass
+class SharedResolutions:
+    """The resolution lines of every JSON Lines shard of one input (records/shards.py): each shard's
+    lines (to drop from its chunks) and what they all say per id (applied to any shard's chunks)."""
+
+    lines: dict[int, Resolutions]  # file index -> its resolution lines
+    pending: Resolutions  # id -> (outcome, q_z) over every shard, in input order; emptied as applied
+
+
+def scan_shards(files: list[tuple[int, Iterable[tuple[int, bytes]]]]) -> SharedResolutions | None:
+    """The resolution lines of the shards given as (file index, pieces as for `scan_resolutions`),
+    or None when no shard has one (then each shard is read as alone, as before)."""
+    lines: dict[int, Resolutions] = {}
+    pending = Resolutions([], {})
+    for k, pieces in files:
+        found = scan_resolutions(pieces)
+        if found is None:
+            continue
+        lines[k] = found  # (kept without spans too: its chunks' mentions of the word are not resolutions)
+        for tid, said in found.by_id.items():
+            pending.by_id.setdefault(tid, []).extend(said)
+    return SharedResolutions(lines, pending) if any(r.spans for r in lines.values()) else None
+
+
+def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:
+    """The chunk's arrays with its trajectories' resolutions applied (and removed from `resolutions`)."""
+    if not resolutions.by_id:
+        return arrays
+    hits = [(i, tid) for i, tid in enumerate(arrays.ids) if tid in resolutions.by_id]
+    if not hits:
+        return arrays
+    outcome, q_z = arrays.outcome.copy(), arrays.q_z.copy()
+    for i, tid in hits:
+        lines = resolutions.by_id.pop(tid, None)
+        if lines is None:  # the id's second record here: which one a line resolves is the exact reader's call
+            raise whole_file("a repeated id with resolution lines")
+        for y, q in lines:
+            if y is not None:
+                if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
+                    raise whole_file("an outcome for a non-clean stop, or a conflicting one")
+                outcome[i] = y
+            if q is not None:
+                if not (np.isnan(q_z[i]) or q_z[i] == q):
+                    raise whole_file("a conflicting q_z")
+                q_z[i] = q
+    arrays.outcome, arrays.q_z = outcome, q_z
+    return arrays
+
+
+def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str:
+    """How errors name an input: the path, or several files given together joined by commas."""
+    return str(path) if isinstance(path, str | os.PathLike) else ", ".join(map(str, path))
+
+
+def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
+    """Whether a JSON Lines file mentions "resolves" (a byte search; a trajectory mentioning the word
+    only sends the input to the exact read, which is never wrong)."""
+    tail = b""
+    try:
+        with path.open("rb") as fh:
+            while piece := fh.read(block):
+                if _KEY in tail + piece[: len(_KEY)] or _KEY in piece:
+                    return True
+                tail = piece[-len(_KEY) :]
+    except OSError:
+        return False  # (the reader gives the error: missing file, no permission, ...)
+    return False
+
+
+def holds_nothing(path: Path) -> bool:
+    """Whether a shard holds nothing: a JSON Lines file of only whitespace, a Parquet file of 0 rows
+    (an unreadable file is not "nothing": its reader gives the error)."""
+    try:
+        if is_parquet(path):
+            import pyarrow.parquet as pq
+
+            return bool(pq.ParquetFile(path).metadata.num_rows == 0)
+        with path.open("rb") as fh:
+            while piece := fh.read(1 << 16):
+                if piece.strip(b" \t\r\n\x0b\x0c\xef\xbb\xbf"):  # (a BOM is nothing too)
+                    return False
+        return True
+    except (OSError, ValueError):  # (pyarrow's errors are both kinds) the reader reports it
+        return False
+
+
+def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
+    """Every record of the shards, in order, resolutions applied across them (see the module)."""
+    from tps_tracer.records.jsonl import ShardLinks, read_trajectories
+    from tps_tracer.records.parquet import parquet_file_records
+
+    out = ReadRecords()
+    shard_of: dict[str, int] = {}
+    links: list[ShardLinks] = []
+    for k, f in enumerate(files):
+        link = ShardLinks()
+        part = parquet_file_records(f) if is_parquet(f) else read_trajectories(f, links=link)
+        for rec in part:
+            if rec.trajectory_id in shard_of:
+                message = duplicate_message(rec.trajectory_id, "also in an earlier shard")
+                raise TrajectoryFileError(str(f), [RecordError(0, "trajectory_id", message)])
+            shard_of[rec.trajectory_id] = k
+        if not part and not link.foreign and not part.set_aside:
+            out.set_aside.add("empty_shard", str(f))
+        out.set_aside.merge(part.set_aside)
+        out.extend(part)
+        links.append(link)
+    _apply_foreign(out, files, links, shard_of)
+    if not out:
+        raise TrajectoryFileError(source, [RecordError(0, "", no_trajectories_message(source))])
+    return out
+
+
+def no_trajectories_message(source: str) -> str:
+    """The error of an input of shards none of which holds a trajectory (every reader's wording)."""
+    if Path(source).is_dir():
+        return "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
+    return "the files hold no trajectories"
+
+
+def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLinks], shard_of: dict[str, int]) -> None:
+    """Apply each shard's resolutions of ids held by other shards, by the single file's rule."""
+    from tps_tracer.records.jsonl import apply_resolution_records
+
+    for k, link in enumerate(links):
+        kept = []
+        for line, res in link.foreign:
+            j = shard_of.get(res.resolves)
+            if j is None:
+                out.set_aside.add(
+                    "orphan_resolution", f"{files[k]} line {line}: no trajectory {res.resolves!r} in the input"
+                )
+            elif j < k and res.resolves in links[j].repeated:  # the nearest record above is a set-aside repeat
+                out.set_aside.add(
+                    "duplicate_resolution",
+                    f"{files[k]} line {line}: resolves the repeated {res.resolves!r} of {files[j]}",
+                )
+            else:
+                kept.append((line, res))
+        if kept:
+            errors: list[RecordError] = []
+            out[:] = apply_resolution_records(out, kept, errors)
+            if errors:
+                raise TrajectoryFileError(str(files[k]), errors[:20], truncated=len(errors) > 20)
+
+
+def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
+    """The whole-file read of one input, the exact way for its format: JSON Lines through
+    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_file_records` (errors name
+    the row, a repeated id is set aside; an empty file is an error, as for JSON Lines), a directory
+    (or a list of files) through `read_shards` (resolution lines apply across its shards)."""
+    if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
+        return read_shards(source_files(path), input_name(path))
+    if not is_parquet(path):
+        from tps_tracer.records.jsonl import read_trajectories
+
+        return read_trajectories(path)
+    from tps_tracer.records.parquet import parquet_file_records
+
+    records = parquet_file_records(path)
+    if not records:
+        raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
+    return records
+
+
+def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
+    """Validated records of a Parquet file or a directory of shards (errors name the row), streamed;
+    a directory's `.jsonl` shards are read as JSON Lines (no pyarrow needed for them).
+
+    A repeated id inside one file is set aside and counted, as the JSON Lines reader does; across
+    shards it is an error. A directory whose JSON Lines shards hold resolution lines is read whole
+    (`read_shards`: a resolution may name a record of any shard), else shard by shard."""
+    from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.parquet import parquet_file_iter
+
+    files = source_files(src)
+    if len(files) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in files):
+        yield from read_shards(files, str(src))
+        return
+    seen: set[str] = set()
+    for path in files:
+        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
+        for rec in records:
+            if rec.trajectory_id in seen:
+                msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
+                raise TrajectoryFileError(str(path), [RecordError(0, "trajectory_id", msg)])
+            seen.add(rec.trajectory_id)
+            yield rec
+
+
+def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
+    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
+    if Path(path).is_dir() or is_parquet(path):
+        return list(parquet_records(path))
+    from tps_tracer.records.jsonl import read_trajectories
+
+    return read_trajectories(path)
+
+
+def task_id_from(trajectory_id: str, metadata: Any) -> str:
+    task = metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id
+    return str(task)
+
+
+def task_id_of(record: TrajectoryRecord) -> str:
+    return task_id_from(record.trajectory_id, record.metadata)
+
+
+def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """(trajectory ids, task ids) of a JSON Lines file, a Parquet file or a directory of shards,
+    in file order. The file must already have been read without error (this checks nothing)."""
+    ids: list[str] = []
+    tasks: list[str] = []
+    for f in source_files(path):
+        if is_parquet(f):
+            _parquet_task_ids(f, ids, tasks)
+            continue
+        with open(f, encoding="utf-8-sig") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                obj = _loads(line)
+                if "resolves" in obj:  # a resolution line, not a trajectory
+                    continue
+                ids.append(obj["trajectory_id"])
+                tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
+    return ids, tasks
+
+
+def _loads(line: str) -> Any:
+    """`json.loads(line)` where it matters: orjson (~2.5x faster) when the line's task id is text or
+    absent, else json.loads (orjson refuses NaN and lone surrogates, and reads integers beyond 64 bits
+    as floats, which `str()` of a task id would show)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict) and "task_id" in meta and type(meta["task_id"]) is not str:
+        return json.loads(line)
+    return obj
+
+
+def _parquet_task_ids(path: str | os.PathLike[str], ids: list[str], tasks: list[str]) -> None:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    columns = [c for c in ("trajectory_id", "metadata") if c in pf.schema_arrow.names]
+    for batch in pf.iter_batches(columns=columns, batch_size=32_768):
+        batch_ids = batch.column("trajectory_id").to_pylist()
+        if "metadata" not in columns:
+            metas: list[Any] = [None] * len(batch_ids)
+        else:
+            metas = batch.column("metadata").to_pylist()
+            metas = [json.loads(m) if isinstance(m, str) else m for m in metas]  # JSON text or a struct
+        ids.extend(batch_ids)
+        tasks.extend(task_id_from(i, m) for i, m in zip(batch_ids, metas, strict=True))

@@ -1,20 +1,26 @@
-"""A trajectory record as the online writers write it: the one builder of its JSON object (the shape
-`records/schema.py` validates), and the one rule for its id.
+"""A trajectory record's rules that need no pydantic (the capture path calls them per run): the JSON object
+the online writers write (`record_object`, the shape `schema.py` validates), what a trajectory id may be
+(`id_problem`) and what counts as an outcome (`as_outcome`), decided once for every way one enters.
 
-Used by the accumulator's sink (online/accumulator.py) and the capture path's checks, so a field
-added to the record is added here once. Plain dicts, no pydantic: the accumulator calls it once per
-finished run on the capture path.
+| value                                                 | outcome                       |
+|-------------------------------------------------------|-------------------------------|
+| None                                                  | None (not known yet)          |
+| True / False; 1 / 0 (int, float or numpy number)      | 1 / 0                         |
+| "true" "1" "yes" "success" (any case, spaces around)  | 1 (where strings are allowed) |
+| "false" "0" "no" "failure"                            | 0 (where strings are allowed) |
+| anything else (2, 0.5, NaN, "maybe", "", a list)      | InvalidOutcome (a ValueError) |
 
-An id is a non-empty string of valid Unicode text. A lone surrogate ("bad\\ud800") is a Python
-str but not text: JSON writes it as the escape `"\\ud800"`, and the reader refuses the record
-(pydantic: "unable to parse raw data as a unicode string"). The online side refuses such an id
-with `id_problem`, counted, instead of writing a line that makes the whole file unreadable.
+JSON Lines records allow no strings (`allow_strings=False`); run metadata and span attributes often are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from numbers import Real
 from typing import Any
+
+from tps_tracer.errors import InputError
 
 
 def record_object(
@@ -53,3 +59,36 @@ def id_problem(value: Any) -> str | None:
         except UnicodeEncodeError:
             return f"trajectory id {value!r} is not valid Unicode text (a lone surrogate): it could not be read back"
     return None
+
+
+_TRUE = frozenset({"true", "1", "yes", "success"})
+_FALSE = frozenset({"false", "0", "no", "failure"})
+
+
+class InvalidOutcome(InputError):
+    """A value that is not a binary outcome (see the module table)."""
+
+
+def as_outcome(value: Any, *, allow_strings: bool = True) -> int | None:
+    """The outcome a value stands for: 1, 0 or None; InvalidOutcome for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Real):
+        v = float(value)
+        if v == 1.0 or v == 0.0:
+            return int(v)
+    elif isinstance(value, str) and allow_strings:
+        word = value.strip().lower()
+        if word in _TRUE:
+            return 1
+        if word in _FALSE:
+            return 0
+    shown = repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    # The message states the whole rule: a number equal to 0 or 1 (1.0 from a writer that stores
+    # every number as a float is the outcome 1, as JSON does not tell 1 from 1.0), a boolean, null.
+    allowed = "0, 1 (or 0.0, 1.0), true, false" + (
+        ', "true"/"false"/"yes"/"no"/"success"/"failure"' if allow_strings else ""
+    )
+    raise InvalidOutcome(f"an outcome must be one of {allowed} or null, got {shown[:80]}")

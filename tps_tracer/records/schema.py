@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tps_tracer.errors import InputError
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.validity import horizon_below_steps, horizon_range_problem
 

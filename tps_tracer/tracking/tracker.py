@@ -30,7 +30,7 @@ from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.open_runs import OpenRuns, check_timeout, tighter
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import VERBAL_SCALE_KEY
 from tps_tracer.tracking.trajectory import (

@@ -51,7 +51,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.tracking.trajectory import TrajectoryState
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import

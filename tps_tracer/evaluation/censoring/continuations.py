@@ -36,7 +36,7 @@ from tps_tracer.records.jsonl import (
     invalid_json,
     runs_into_end,
 )
-from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 
 
