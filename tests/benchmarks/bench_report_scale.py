@@ -113,9 +113,9 @@ def arrow_json_pass(path: Path) -> None:
 
     import pyarrow.json as pj
 
-    from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES, jsonl_byte_chunks
+    from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES, byte_chunks
 
-    for chunk in jsonl_byte_chunks(path, DEFAULT_CHUNK_BYTES):
+    for _, chunk, _ in byte_chunks(path, DEFAULT_CHUNK_BYTES):
         pj.read_json(io.BytesIO(chunk), read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1))
 
 

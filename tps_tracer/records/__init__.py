@@ -1,8 +1,5 @@
-"""The interchange schema (JSON Lines), stop reasons and their roles, and flat arrays.
-
-The names below are imported on first use (PEP 562), so importing one light submodule
-(e.g. `tps_tracer.records.errors`) does not load pydantic, numpy and scipy.
-"""
+"""The interchange schema, stop reasons and their roles, and flat arrays; names imported on first use, so a
+light submodule (`records.errors`) loads no pydantic, numpy or scipy."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tps_tracer.validity import (
     horizon_outside,
 )
 
-if TYPE_CHECKING:  # pydantic costs ~0.3 s of import; only the exact (record) path needs it
+if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact path
     from tps_tracer.records.schema import TrajectoryRecord
 
 
@@ -145,11 +145,7 @@ def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | N
 
 
 def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
-    """One set of arrays from consecutive chunks; a predictor a chunk lacks is missing there.
-
-    Gives what `to_arrays` gives on all the records at once (predictors in first-seen order,
-    skip counts per reason).
-    """
+    """One set of arrays from consecutive chunks, as `to_arrays` gives on all their records at once."""
     if not parts:
         raise InputError("no arrays to concatenate")
     if len(parts) == 1:
@@ -195,14 +191,9 @@ STOP_CODE: dict[str, int] = {r.value: i for i, r in enumerate(STOP_REASONS)}
 
 @dataclass
 class RawColumns:
-    """One batch of records as flat columns, types already checked by the reader, values not yet.
-
-    Per trajectory: `ids`, `stop_code` (-1: not a stop reason), `outcome` / `q_z` / `horizon`
-    (float64, NaN = null or absent; the reader refuses a NaN *value*), `outcome_pending` (absent =
-    False), `lengths` (number of steps). Per step, flat over all trajectories: `t` (NaN = not
-    given; None when no step gives one) and one float64 column per forecast name (NaN = null or
-    absent), names in the order the records first mention them (as `to_arrays` lists them).
-    """
+    """One batch of records as flat columns: types checked by its reader, values not yet. NaN is null or
+    absent (a reader refuses a NaN value); `stop_code` -1 is not a stop reason; `t` is None when no step
+    gives one; forecast names in first-seen order."""
 
     ids: list[str]
     stop_code: IntArray
@@ -219,7 +210,6 @@ _PER_RECORD = ("stop_code", "outcome", "outcome_pending", "q_z", "horizon", "len
 
 
 def concat_raw(parts: Sequence[RawColumns]) -> RawColumns:
-    """Consecutive batches as one; a forecast name a batch never mentions is absent (NaN) there."""
     if len(parts) == 1:
         return parts[0]
     names = list(dict.fromkeys(name for p in parts for name in p.forecasts))
@@ -240,8 +230,7 @@ def concat_raw(parts: Sequence[RawColumns]) -> RawColumns:
 
 
 def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
-    """The flat arrays `to_arrays` would build from these records, or NotFast when the exact
-    path would reject a record (or read it differently)."""
+    """The arrays `to_arrays` would build from these records, or NotFast where the exact read differs."""
     n = len(raw.ids)
     if "" in raw.ids:
         raise NotFast("trajectory_id: empty")
@@ -304,16 +293,9 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
 
 
 def arrays_from_arrow(table: Any, from_json: bool = True) -> TrajectoryArrays:
-    """Validated flat arrays of an Arrow table (or record batch) of trajectories, or NotFast.
-
-    `from_json`: a null in `steps`, `metadata`, `outcome_pending` or a step's `forecasts` means the
-    key was absent (the caller has checked); otherwise (Parquet) such a null is left to the exact
-    path, and `metadata` may be JSON text. Needs pyarrow (the `parquet` extra).
-    """
+    """Validated arrays of an Arrow table or batch, or NotFast. `from_json`: a null `steps`, `metadata`,
+    `outcome_pending` or `forecasts` means absent (else it is left to the exact path)."""
     return validated_arrays(raw_from_arrow(table, from_json=from_json))
-
-
-# -- Arrow tables (needs pyarrow: the `parquet` extra) ------------------------------------------
 
 
 def _column(table: Any, name: str) -> Any:
@@ -332,7 +314,7 @@ def _column(table: Any, name: str) -> Any:
 
 
 def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: bool = False) -> np.ndarray:
-    """A nullable numeric column as float64 with NaN for null; plain types only, no NaN values."""
+    """A nullable numeric column as float64, NaN for null; NotFast for another type or a NaN value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -348,8 +330,7 @@ def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: boo
 
 
 def _floats(arr: Any, name: str) -> np.ndarray:
-    """A numeric Arrow array as float64; NotFast for an integer a double cannot hold (beyond 2**53),
-    which Arrow refuses to cast and the exact path reads (and refuses or keeps) as a Python int."""
+    """As float64; NotFast for an integer beyond 2**53, which Arrow refuses to cast (the exact path decides)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -361,8 +342,7 @@ def _floats(arr: Any, name: str) -> np.ndarray:
 
 
 def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
-    """The raw columns of an Arrow table or record batch, or NotFast (see `arrays_from_arrow`). Only the
-    Arrow *types* are checked here (one plain type per column); the values by `validated_arrays`."""
+    """The raw columns of an Arrow table or batch (one plain type per column), or NotFast."""
     null_means_absent = from_json
     import pyarrow as pa
     import pyarrow.compute as pc

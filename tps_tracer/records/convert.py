@@ -1,32 +1,11 @@
-"""JSON Lines <-> Parquet (`tps-tracer convert`): `jsonl_to_parquet` and `parquet_to_jsonl`.
+"""JSON Lines <-> Parquet (`tps-tracer convert`) in the schema `parquet.arrow_schema`.
 
-JSON Lines -> Parquet goes in one streamed pass, without a pydantic model per record. Each chunk of
-the file (the report's byte chunks, `chunks.byte_chunks`, and its limits) is parsed once by orjson,
-`BATCH_LINES` lines at a time. The same parsed objects give both:
-
-- the score columns, through the report's own orjson checks (`jsonl_fast`: plain JSON, no duplicate
-  key, the types) and value checks (`columnar.validated_arrays`), so a record the report would read
-  differently or refuse is never written by this path;
-- what the score columns do not hold: `metadata` and the fields outside the schema (per record and
-  per step), written as JSON text as `records_table` writes them.
-
-The Arrow columns are then built from the flat numpy arrays (no per-record Python objects) and
-written as one row group per chunk, so memory is bounded by the chunk, not the file.
-
-Anything else falls back, chunk by chunk or for the file, to the exact path the converter always
-had (`records_table` over validated `TrajectoryRecord`s): a chunk the fast checks refuse
-(a non-numeric forecast, NaN literals, ...), a repeated id (set aside and counted there), a line
-longer than `jsonl_fast.LONG_LINE`, a number in exponent form in free-form fields (orjson reads an
-integer beyond 64 bits as a float). An error, resolution lines, a record beyond MAX_RECORD_BYTES or
-too many predictor names make the whole file go the exact way (a whole-file `reading.NotFast`), so
-every error message is the one the other commands give; the order is `reading.first_that_reads`.
-
-Predictor names are known only as chunks arrive; the Parquet schema needs them all. Chunks are
-written with the names seen so far; when a later chunk adds names, a new segment file starts, and at
-the end the segments are rewritten, row group by row group, widened to every name (missing ones
-null). The usual file (every step names the same predictors) is one segment, renamed into place.
-The schema is `parquet.arrow_schema`; resolution lines are applied while converting.
-"""
+JSON Lines -> Parquet is one streamed pass: each byte chunk is parsed once by orjson, giving the score
+columns (under the report's own type and value checks, so nothing is written that the report would read
+differently) and the side columns (`metadata`, fields outside the schema, as JSON text), written as one
+row group per chunk. A chunk the fast checks refuse goes the exact way (`records_table` over validated
+records); an error, resolution lines, an oversized record or too many names send the whole file there.
+A chunk naming new predictors starts a new segment file; the segments are merged, widened, at the end."""
 
 from __future__ import annotations
 
@@ -35,7 +14,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -44,11 +23,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tps_tracer.constants import MAX_RECORD_BYTES
 from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_CODE, RawColumns, concat_raw, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
-from tps_tracer.records.jsonl import parse_lines, read_trajectories, record_json
-from tps_tracer.records.limits import MAX_RECORD_BYTES, PredictorNames, SetAside, duplicate_message
+from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
+from tps_tracer.records.limits import PredictorNames, SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import (
     SCAN_BYTES,
@@ -56,7 +36,6 @@ from tps_tracer.records.reading import (
     fast_else_whole_file,
     first_that_reads,
     iter_chunks,
-    jsonl_byte_chunks,
     parquet_records,
 )
 from tps_tracer.records.schema import TrajectoryRecord
@@ -87,7 +66,6 @@ class ConvertSummary:
 
 
 def _number(value: Any) -> tuple[float | None, bool]:
-    """(value as float or None, whether a non-number was dropped)."""
     from tps_tracer.validity import classify_forecast
 
     number = classify_forecast(value)
@@ -97,7 +75,7 @@ def _number(value: Any) -> tuple[float | None, bool]:
 
 
 def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
-    """An Arrow table of validated records in the schema above."""
+    """An Arrow table of validated records; a non-numeric forecast is written as null and counted."""
     import pyarrow as pa
 
     rows = []
@@ -130,14 +108,13 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
 
 
 def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
-    """Validated records of a JSON Lines file, a chunk at a time (whole file if it has resolution lines)."""
-    # Resolutions may refer to any line: the exact whole-file read. Looked for before any chunk is
-    # yielded (found in a later chunk, the earlier chunks' records were written twice).
-    if any(b'"resolves"' in chunk for chunk in jsonl_byte_chunks(src, chunk_bytes)):
+    """Validated records of a JSON Lines file, a chunk at a time; the whole file when it has resolution
+    lines (looked for first: found later, earlier chunks would be written twice)."""
+    if any(b'"resolves"' in chunk for chunk in (c for _, c, _ in byte_chunks(src, chunk_bytes))):
         yield read_trajectories(src)
         return
     seen: set[str] = set()
-    for chunk in jsonl_byte_chunks(src, chunk_bytes):
+    for chunk in (c for _, c, _ in byte_chunks(src, chunk_bytes)):
         try:
             records: list[TrajectoryRecord] = parse_lines(
                 io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
@@ -149,8 +126,7 @@ def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryReco
 
 
 def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
-    """A repeated id (a re-run appended to the sink) is set aside, the first kept, as the whole-file
-    reader does (records/set_aside.py); `seen` (the ids of earlier chunks) takes the chunk's ids."""
+    """The records whose id no earlier chunk had (`seen`, updated); the repeats are set aside and logged."""
     repeated = [r for r in records if r.trajectory_id in seen]
     if repeated:
         set_aside = SetAside()
@@ -163,7 +139,7 @@ def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> 
 
 
 def _atomic_target(dst: Path) -> tuple[int, str]:
-    """A temp file beside `dst` (renamed over it when complete), with the permissions of a new file."""
+    """A temp file beside `dst`, with the permissions of a new file."""
     from tps_tracer.atomic_write import remove_stale, temp_path
 
     remove_stale(dst)  # a killed earlier conversion's temp file (atomic_write.py)
@@ -178,15 +154,13 @@ def _atomic_target(dst: Path) -> tuple[int, str]:
 def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
-    """Convert a JSON Lines trajectory file to one Parquet file (written to a temp file, then renamed)."""
     require_pyarrow(f"writing Parquet ({dst})")
 
     src, dst = Path(src), Path(dst)
     fd, tmp = _atomic_target(dst)
     os.close(fd)
     try:
-        # One streamed pass, no pydantic per record (below); an error, resolution lines
-        # or too many names: the exact whole-file way below, which gives the precise error.
+
         def stream() -> ConvertSummary:
             summary = ConvertSummary()
             write_stream(src, tmp, chunk_bytes, summary)
@@ -201,11 +175,9 @@ def jsonl_to_parquet(
 
 
 def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The converter's exact path: validated records, predictor names from a first pass."""
+    """The exact way: predictor names from a first pass, then validated records chunk by chunk."""
     import pyarrow.parquet as pq
 
-    # Pass 1 (fast reader): the predictor names, in first-seen order, for the file's one schema;
-    # an error or resolution lines: the exact whole-file read (which raises the precise error).
     names = fast_else_whole_file(
         lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
         lambda: list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts)),
@@ -222,35 +194,15 @@ def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     return summary
 
 
-def write_jsonl_atomic(records: Iterable[TrajectoryRecord], dst: str | os.PathLike[str]) -> int:
-    dst = Path(dst)
-    fd, tmp = _atomic_target(dst)
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(record_json(rec))
-                n += 1
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return n
-
-
 def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> ConvertSummary:
-    """Write the records of a Parquet file or directory as JSON Lines. An input without any
-    trajectory is refused as `report` refuses it (it once wrote an empty file, exit 0)."""
+    """An input without any trajectory is refused as `report` refuses it, before the output is created."""
     records = parquet_records(src)
     first = next(records, None)  # read before the output file is created
     if first is None:
         what = "the directory holds" if Path(src).is_dir() else "the file holds"
         raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
-    n = write_jsonl_atomic(itertools.chain([first], records), dst)
+    n = write_trajectories(itertools.chain([first], records), dst)
     return ConvertSummary(trajectories=n)
-
-
-# -- the streamed pass ------------------------------------------------------------------------
 
 
 @dataclass
@@ -313,9 +265,8 @@ def _side(recs: list[Any]) -> Side:
 
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
-    """`[orjson.dumps(o) for o in objects]` in one call (a call costs ~4 us, measured; the list ~0.5 us
-    an item): the items are dumped as one array with a raw control byte between them, which orjson
-    never writes itself (JSON escapes them in strings), and the text is cut there."""
+    """`[orjson.dumps(o) for o in objects]` in one call (~4 us a call saved): dumped as one array with a
+    control byte orjson never writes between the items, and cut there."""
     if set(map(type, objects)) - {dict}:
         raise NotFast("metadata is not an object")  # as flatten would
     if not objects:
@@ -346,7 +297,7 @@ def _concat_sides(sides: list[Side], steps: list[int]) -> Side:
 
 
 def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
-    """The chunk as an Arrow table in `parquet.arrow_schema(names)` (a name the chunk lacks: null)."""
+    """The chunk in `arrow_schema(names)` (a name the chunk lacks: null)."""
     import pyarrow as pa
 
     n_steps = int(raw.lengths.sum())
@@ -408,16 +359,15 @@ def widen(table: Any, names: Sequence[str]) -> Any:
 
 
 def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
-    """Write `src` to the Parquet file `tmp` by row groups (see the module docstring); raises a
-    whole-file NotFast for the exact way."""
+    """The streamed pass into `tmp`; a whole-file NotFast sends the file the exact way."""
     import pyarrow.parquet as pq
 
     names: list[str] = []
     limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
     seen: set[str] = set()
-    # First the report's scan in small pieces: resolution lines, and a record beyond the size bound
-    # refused before a chunk holds it (chunks.py; the exact read then gives its error).
+    # First a scan in small pieces: resolution lines, or a record beyond the size bound (refused before a
+    # chunk holds it; the exact read gives its error).
     try:
         resolutions = any(b'"resolves"' in piece for _, piece, _ in byte_chunks(src, SCAN_BYTES))
     except TrajectoryFileError:
@@ -453,7 +403,7 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
 
 
 def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: Any) -> tuple[list[str], Any]:
-    """(the chunk's predictor names, its table in the names seen so far, or None when empty)."""
+    """(the chunk's predictor names, its table in the names seen so far, or None when empty)"""
 
     def fast() -> tuple[list[str], Any]:
         raw, side = fast_chunk(chunk)
@@ -478,8 +428,6 @@ def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summ
 
 
 def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
-    """The chunk's records the exact way, a repeated id set aside (first kept), as before."""
-
     try:
         records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
     except (TrajectoryFileError, UnicodeDecodeError):

@@ -1,4 +1,4 @@
-"""Read and write trajectory JSON Lines files with errors that name the line and the field."""
+"""The exact JSON Lines reader (per record, pydantic: errors name the line and field) and the writer."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ _NUMBER_TAIL = re.compile(r"[0-9.eE+-]+")
 
 @dataclass
 class ShardLinks:
-    """What one shard's read leaves to the whole input (records/shards.py), filled by `parse_lines`."""
+    """What one shard's read leaves to the whole input (`reading.read_shards`)."""
 
     foreign: list[tuple[int, ResolutionRecord]] = field(default_factory=list)  # (line, resolution)
     repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
@@ -84,8 +84,7 @@ def apply_resolution_records(
 
 
 def invalid_json(exc: json.JSONDecodeError) -> str:
-    """The message for a line json.loads refused. Some of its messages end in "at" already
-    ("Unterminated string starting at"): no second one ("starting at at column 40")."""
+    """The message for a line json.loads refused; some of its messages end in "at" already."""
     at = "" if exc.msg.endswith(" at") else " at"
     return f"invalid JSON ({exc.msg}{at} column {exc.colno})"
 
@@ -106,10 +105,8 @@ def _set_aside_resolutions(
     repeats: dict[str, list[int]],
     set_aside: SetAside,
 ) -> list[tuple[int, ResolutionRecord]]:
-    """The resolutions to apply; those of no record, or of a set-aside repeat, are counted instead.
-
-    A resolution belongs to the nearest record of its id above it (the first one if none is
-    above): a re-run's grades go with the re-run's records (records/set_aside.py)."""
+    """The resolutions to apply; those of no record, or of a set-aside repeat, are counted instead
+    (`limits.SetAside`)."""
     kept = []
     for line_no, res in resolutions:
         first = first_line_of.get(res.resolves)
@@ -133,22 +130,12 @@ def parse_lines(
     names: PredictorNames | None = None,
     links: ShardLinks | None = None,
 ) -> ReadRecords:
-    """Parse JSON Lines text into validated records; raise TrajectoryFileError listing every problem.
+    """Validated records of JSON Lines text, resolution lines applied; TrajectoryFileError lists every problem.
 
-    Resolution lines (`{"resolves": id, "outcome": ..., "q_z": ...}`) are applied to their records.
-    A record repeating an earlier id (a re-run appended to the sink) and a resolution of an id
-    the file lacks are set aside, counted in the result's `set_aside` and logged once
-    (records/set_aside.py); `strict=True` refuses them as errors instead.
-
-    Every line is read under the JSON rule of `records/limits.py`, and the distinct predictor
-    names are counted in `names` (a new count if None): the first name beyond MAX_PREDICTORS
-    ends the read at once, naming its line and field (the arrays would need a column per name).
-
-    `links`: the lines are one shard of a larger input (records/shards.py). Resolutions of an id
-    this shard lacks are handed to `links.foreign` (another shard may hold it) instead of being
-    set aside, the ids repeated here go to `links.repeated`, and a shard without trajectories is
-    not an error here (the caller decides for the whole input).
-    """
+    A repeated id and a resolution of no record are set aside and counted (`strict=True`: errors). Each
+    line is read under `limits.load_json`; predictor names are counted in `names`, the first beyond the
+    bound ends the read. `links`: the lines are one shard (`reading.read_shards`): resolutions of ids
+    it lacks go to `links.foreign`, its repeats to `links.repeated`, and holding no trajectory is no error."""
     names = PredictorNames() if names is None else names
     records: list[TrajectoryRecord] = []
     resolutions: list[tuple[int, ResolutionRecord]] = []
@@ -173,7 +160,7 @@ def parse_lines(
             errors.append(RecordError(line_no, "", invalid_json(exc)))
             cut_at_end = runs_into_end(exc, text)
             continue
-        except JsonRuleError as exc:  # duplicate key, nesting, huge integer (records/limits.py)
+        except JsonRuleError as exc:  # duplicate key, nesting, huge integer
             errors.append(RecordError(line_no, exc.field, exc.message))
             cut_at_end = False
             continue
@@ -225,7 +212,6 @@ def parse_lines(
             errors[-1] = RecordError(
                 last.line, "", last.message + "; the file looks truncated (last line is incomplete)"
             )
-        # Capped like the line errors above (resolutions are checked at the end, all at once).
         raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
     if not records and links is None:
         raise TrajectoryFileError(source, [RecordError(0, "", "the file holds no trajectories")])
@@ -236,18 +222,14 @@ def parse_lines(
 def read_trajectories(
     source: str | os.PathLike[str] | IO[str], strict: bool = False, links: ShardLinks | None = None
 ) -> ReadRecords:
-    """Read a trajectory JSON Lines file (path or open text stream).
-
-    Repeated ids and resolutions of absent ids are set aside and counted (`result.set_aside`);
-    `strict=True` refuses the file for them (see `parse_lines`)."""
+    """Read a trajectory JSON Lines file (path or open text stream); see `parse_lines`."""
     if hasattr(source, "read"):
         stream: Any = source
         name = getattr(stream, "name", "<stream>")
         return parse_lines(bounded_lines(stream, name), name, strict, links=links)
     path = Path(source)
     try:
-        # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped; CRLF line
-        # ends are read as newlines by text mode.
+        # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped
         with path.open(encoding="utf-8-sig") as fh:
             return parse_lines(bounded_lines(fh, str(path)), str(path), strict, links=links)
     except FileNotFoundError:
@@ -258,11 +240,7 @@ def read_trajectories(
         raise TrajectoryFileError(str(path), [RecordError(0, "", not_text_message(path, exc.reason))]) from None
 
 
-# -- what a file that is not UTF-8 text probably is, from its first bytes ----------------------
-# A user who points `report` at `runs.jsonl.gz` (or a zip, or a Parquet file without its suffix)
-# should learn what to do, not only that a byte is invalid. The magic numbers are the formats'
-# own (gzip RFC 1952, zstd RFC 8878, bzip2, xz, zip, Parquet); a UTF-16 byte-order mark is named
-# too, since editors on Windows save text that way.
+# A file that is not UTF-8 text, by its first bytes (the formats' own magic numbers), and what to do.
 
 _KINDS = (
     (b"\x1f\x8b", "gzip-compressed data", "decompress it first (e.g. `gunzip -k FILE`)"),
@@ -277,8 +255,8 @@ _KINDS = (
 
 
 def not_text_message(path: str | os.PathLike[str], reason: str) -> str:
-    """ "not UTF-8 text (REASON)", with what the file looks like and what to do when its first
-    bytes say it (a file that cannot be opened again just gets the plain message)."""
+    """ "not UTF-8 text (REASON)", with what the file looks like and what to do when its first bytes say
+    it (a gzip, a zip, a Parquet file without its suffix, UTF-16)."""
     message = f"not UTF-8 text ({reason})"
     try:
         with open(path, "rb") as fh:
@@ -292,7 +270,7 @@ def not_text_message(path: str | os.PathLike[str], reason: str) -> str:
 
 
 def record_json(rec: TrajectoryRecord) -> str:
-    """One record as a JSON Lines line; `outcome_pending` is written only when true."""
+    """One record as a JSON Lines line; `outcome_pending` only when true."""
     obj = rec.model_dump(mode="json", exclude_none=False)
     if not obj.get("outcome_pending"):
         obj.pop("outcome_pending", None)
@@ -300,7 +278,7 @@ def record_json(rec: TrajectoryRecord) -> str:
 
 
 def write_trajectories(records: Iterable[TrajectoryRecord], path: str | os.PathLike[str]) -> int:
-    """Write records as JSON Lines, atomically (a failure leaves the old file); returns the number written."""
+    """Write records as JSON Lines atomically; the number written."""
     n = 0
     with atomic_write(path) as fh:
         for rec in records:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records.arrays import (
     STOP_CODE,
     RawColumns,
@@ -28,7 +29,7 @@ from tps_tracer.records.arrays import (
     validated_arrays,
 )
 from tps_tracer.records.errors import NotFast
-from tps_tracer.records.limits import MAX_PREDICTORS, plain_json
+from tps_tracer.records.limits import plain_json
 
 BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
@@ -44,7 +45,6 @@ _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identi
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
-    """Validated flat arrays of a chunk of whole JSON Lines (no BOM), or NotFast."""
     return validated_arrays(raw_from_jsonl(chunk))
 
 
@@ -69,18 +69,11 @@ def _batches(lines: list[Any]) -> list[RawColumns]:
 
 
 def _long_line(line: bytes) -> RawColumns | None:
-    """One long record with its `steps` parsed PIECE_BYTES at a time, or None if the line does not
-    have the plain shape this needs (then it is parsed whole).
-
-    Parsed whole, a trajectory of 1.5M steps is ~700 MB of Python objects plus orjson's own
-    document tree. Here the line is cut after a `},` that is followed by `{`, inside the top-level
-    `steps` array. A cut may fall inside a string or a nested array; then the piece before it
-    is not a complete sequence of JSON values and fails to parse, and the line is parsed whole.
-    When every piece parses (each one starting where the previous one ended, outside any string
-    at the array's own depth), the pieces are exactly the array's elements, in order. The record
-    around the array is parsed with the array's last piece inside it. Lines with a `\\u` escape
-    are left whole, so no other key can also spell "steps" (a duplicate key wins when it is last).
-    """
+    """One long record with its `steps` parsed PIECE_BYTES at a time (a 1.5M-step line peaks at ~0.4 GB,
+    not ~1.1 GB), or None for a line without that plain shape (then parsed whole). The line is cut after
+    `},` before `{` in the top-level `steps`; a cut inside a string or nested array leaves a piece that
+    fails to parse, so when all parse they are the array's elements in order. No `\\u` escape: no other
+    key can spell "steps"."""
     k = line.find(b'"steps"')
     j = line.find(b"[", k)
     if k < 0 or j < 0 or line.count(b'"steps"') != 1 or b"\\u" in line or line[k + 7 : j].strip() != b":":
@@ -120,14 +113,12 @@ def _long_line(line: bytes) -> RawColumns | None:
 
 
 def _cut(line: bytes, start: int) -> int:
-    """The position of the comma of the first `},{` or `}, {` at or after `start`, or -1."""
     found = [p for p in (line.find(b"},{", start), line.find(b"}, {", start)) if p >= 0]
     return min(found) + 1 if found else -1
 
 
 def _views(chunk: bytes, lines: list[bytes]) -> list[memoryview]:
-    """The lines as views into the chunk, so a very long line (one trajectory of 1.5M steps is 75 MB)
-    is not held twice while its objects are built (the copies are freed before parsing)."""
+    """The lines as views into the chunk, so a 75 MB line is not held twice while parsed."""
     views, pos, whole = [], 0, memoryview(chunk)
     for line in lines:
         start = chunk.find(line, pos)  # only line-end bytes lie between pos and the line's start
@@ -138,10 +129,8 @@ def _views(chunk: bytes, lines: list[bytes]) -> list[memoryview]:
 
 @contextmanager
 def gc_off() -> Iterator[None]:
-    """The cyclic collector off, restored as it was (also on a raise). Parsing allocates ~10 dicts and
-    lists per record, all kept alive until the batch is flattened: the collector would run every ~700
-    allocations and walk them all (it roughly doubles the read time, measured), although JSON values
-    cannot form cycles."""
+    """The cyclic collector off for a batch: it would walk every parsed object each ~700 allocations
+    (twice the read time), and JSON values form no cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -158,7 +147,7 @@ def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
 
 def plain_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
     """The lines parsed by orjson, or NotFast, also for a duplicate key (orjson keeps the last one
-    silently) or deep nesting (records/limits.py). Called with the collector off (`gc_off`)."""
+    silently) or deep nesting (limits.plain_json)."""
     recs = _parse(lines)
     if not plain_json(b"".join(lines), recs):
         raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
@@ -170,8 +159,7 @@ def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
         return list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:
         pass
-    try:  # blank lines (the exact path skips them too; bytes.strip() strips only ASCII whitespace,
-        # all of which str.strip() strips as well; a longer run of spaces goes to the exact path)
+    try:  # blank lines, which the exact path skips (a long run of spaces goes there)
         return [orjson.loads(line) for line in lines if len(line) > 64 or bytes(line).strip()]
     except orjson.JSONDecodeError as exc:
         raise NotFast(f"orjson: {exc}") from None
@@ -186,7 +174,7 @@ def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> 
 
 
 def _field(dicts: list[dict[str, Any]], key: str, default: Any = None) -> list[Any]:
-    """`[d.get(key, default) for d in dicts]`, ~15% faster (no bytecode per item); dicts only (checked)."""
+    """`[d.get(key, default) for d in dicts]`, ~15% faster."""
     return list(map(dict.get, dicts, repeat(key), repeat(default)))
 
 
@@ -195,9 +183,8 @@ def _floats(values: list[Any]) -> np.ndarray:
 
 
 def flatten(recs: list[Any]) -> RawColumns:
-    """The batch's columns (types checked, values not yet); empties `recs` on the way, so the parsed
-    objects are freed as soon as their values are read (one long trajectory's objects are ~450 bytes
-    a step)."""
+    """The batch's columns (types checked, values not yet); empties `recs` as it goes, so parsed
+    objects are freed once read."""
     n = len(recs)
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
@@ -247,10 +234,8 @@ def flatten(recs: list[Any]) -> RawColumns:
 def _forecast_columns(fcs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """One float64 column per forecast name (NaN: null or absent), names in first-seen order."""
     keys = sum(map(len, fcs))
-    # Usually every step names the same predictors as the first one: then the first step's names, in
-    # its order, are all the names, which the count of keys present proves. Otherwise: each distinct
-    # key sequence once, in the order it first occurs.
-    # Past MAX_PREDICTORS names the exact path names the line (the columns would need gigabytes).
+    # Usually the first step's names are all the names (the count of keys present proves it); else each
+    # distinct key sequence once. Past MAX_PREDICTORS, the exact path names the line.
     names = list(fcs[0]) if fcs else []
     if len(names) > MAX_PREDICTORS:
         raise NotFast("too many predictor names")
@@ -272,10 +257,7 @@ def _columns(fcs: list[dict[str, Any]], names: list[str]) -> dict[str, tuple[np.
     return out
 
 
-# -- pyarrow's JSON reader (the `parquet` extra) -----------------------------------------------
-
-# Below this size a chunk goes to orjson: importing pyarrow costs more than it saves on a small
-# file (a 40-run report must start fast), and a small chunk's parse is cheap either way.
+# Below this size a chunk goes to orjson: importing pyarrow would cost a small file more than it saves.
 MIN_BYTES = 1 << 20
 
 _BLANK_LINE = re.compile(rb"\n[ \t]*(?:\n|\Z)")
@@ -295,27 +277,18 @@ _NULLABLE_OBJECTS = (
 
 
 def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
-    """The raw columns of a chunk of whole JSON Lines (no BOM) by pyarrow's JSON reader, or NotFast.
-
-    pyarrow's reader (C++, no Python object per record) parses straight into Arrow columns, which
-    `columnar.raw_from_arrow` (the Parquet reader's converter) turns into `RawColumns`, validated by
-    `columnar.validated_arrays` as for every reader. Its parser is not Python's `json`, so a chunk is
-    taken only in the form where both read the same values; every other form raises `NotFast`
-    naming what it is (the caller then tries orjson, then the exact path). docs/offline-speed.md
-    lists the refusals; each check below says why it is needed. Without pyarrow (the `parquet`
-    extra) every chunk is refused.
-    """
+    """The raw columns of a chunk by pyarrow's JSON reader (no Python object per record), or
+    NotFast for every form where its parser and Python's `json` could read different values."""
     try:
         import pyarrow as pa
         import pyarrow.json as pj
     except ImportError:
         raise NotFast("pyarrow is not installed") from None
-    # The scans stop before a final line end (no copy of the chunk: a long trajectory's line is ~75 MB).
+    # The scans stop before a final line end (no copy of the chunk). Each is a bytes.find or a regex with a
+    # literal prefix (~25 ms per 32 MB; one starting with an alternation took seconds).
     end = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
     if end <= 0:
         raise NotFast("empty chunk")
-    # (bytes.find and regexes with a literal prefix: ~25 ms per 32 MB each; a regex starting with
-    # an alternation tries every position and took seconds)
     # pyarrow skips a blank line, so the row count could not prove one object per line
     if _BLANK_FIRST_LINE.match(chunk, 0, end) or _BLANK_LINE.search(chunk, 0, end):
         raise NotFast("arrow: a blank line")
@@ -334,8 +307,7 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
             chunk.decode("utf-8")
         except UnicodeDecodeError:
             raise NotFast("arrow: invalid UTF-8") from None
-    # One block for the whole chunk: every line fits, and predictor columns come out in the order
-    # the records first name them (a new field is appended to the inferred struct).
+    # One block: predictor columns come out in the order the records first name them.
     read = pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1)
     try:
         table = pj.read_json(pa.BufferReader(chunk), read_options=read, parse_options=_bounded_schema(chunk, end))
@@ -347,8 +319,7 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         raise NotFast("arrow: not one object per line")
     try:
         for key, path in _NULLABLE_OBJECTS:
-            # Every mention of the key must be one of the values Arrow holds: an explicit null (or the
-            # key elsewhere: in a string, in metadata) makes the count larger, and the chunk is refused.
+            # Every mention must be a value Arrow holds: an explicit null or a mention elsewhere is refused.
             mentions = chunk.count(key, 0, end)
             if mentions and mentions != _present(table, path):
                 raise NotFast(f"arrow: {key.decode()} null or mentioned elsewhere")
@@ -358,14 +329,9 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
 
 
 def _bounded_schema(chunk: bytes, end: int) -> Any:
-    """Parse options fixing the fields to those of the chunk's first lines (PROBE_BYTES), or NotFast.
-
-    Arrow's JSON builder gives every field of an object type a slot in every object of that type,
-    null where absent: a chunk naming a new predictor on each line costs fields x steps (5,000
-    names in 0.5 MB took 2 s and 400 MB). So the fields are those the first lines name, a later
-    new field is a parse error (the chunk goes to the orjson reader, which bounds names), and the
-    fields times the objects in the chunk (a bound on the slots) must stay under MAX_SLOTS.
-    """
+    """Parse options fixing the fields to those of the chunk's first PROBE_BYTES, or NotFast: Arrow gives
+    every field a slot in every object (5,000 names in 0.5 MB took 2 s and 400 MB), so fields x objects
+    must stay under MAX_SLOTS."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -381,7 +347,6 @@ def _bounded_schema(chunk: bytes, end: int) -> Any:
 
 
 def _fields(t: Any) -> int:
-    """The number of fields of an Arrow type, nested ones included (stops past _ARROW_DEPTH levels)."""
     total, level, types = 0, 0, [t]
     while types and level <= _ARROW_DEPTH:
         level += 1
@@ -391,7 +356,7 @@ def _fields(t: Any) -> int:
 
 
 def _depth(t: Any) -> int:
-    """The nesting depth of an Arrow type, counted up to _ARROW_DEPTH + 1 (no recursion: it may be deep)."""
+    """The nesting depth of an Arrow type, counted up to _ARROW_DEPTH + 1 (no recursion)."""
     deepest, level, types = 0, 0, [t]
     while types and level <= _ARROW_DEPTH:
         level += 1

@@ -27,23 +27,7 @@ if TYPE_CHECKING:
     from tps_tracer.records.schema import TrajectoryRecord
 
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_INT_DIGITS",
-    "MAX_PREDICTORS",
-    "MAX_RECORD_BYTES",
-    "JsonRuleError",
-    "PredictorNames",
-    "bounded_lines",
-    "check_unfinished_line",
-    "load_json",
-    "plain_json",
-]
-
 PROBE_CHARS = 1 << 20  # the text reader reads a line in pieces of this many characters
-
-
-# -- the JSON rule -----------------------------------------------------------------------------
 
 
 class JsonRuleError(InputError):
@@ -56,8 +40,6 @@ class JsonRuleError(InputError):
 
 
 class _Duplicate(dict):
-    """An object that repeated a key (the key in `duplicate`); only ever seen by `load_json`."""
-
     duplicate = ""
 
 
@@ -67,7 +49,7 @@ class _HugeInt:
 
 
 def field_path(parts: Sequence[str | int]) -> str:
-    """`["steps", 0, "forecasts", "p"]` -> "steps[0].forecasts.p" (how errors name a field)."""
+    """`["steps", 0, "forecasts", "p"]` -> "steps[0].forecasts.p"."""
     out = ""
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + part
@@ -75,7 +57,7 @@ def field_path(parts: Sequence[str | int]) -> str:
 
 
 def _find(obj: Any, hit: Any) -> tuple[list[str | int], Any] | None:
-    """(path, value) of the first value (depth first, in order) for which `hit(value)` is true."""
+    """(path, value) of the first value, depth first, for which `hit(value)` is true."""
     stack: list[tuple[list[str | int], Any]] = [([], obj)]
     while stack:
         path, value = stack.pop()
@@ -89,7 +71,6 @@ def _find(obj: Any, hit: Any) -> tuple[list[str | int], Any] | None:
 
 
 def _too_deep(obj: Any) -> list[str | int] | None:
-    """The path of the first array/object nested deeper than MAX_DEPTH (the record is level 1), or None."""
     stack: list[tuple[list[str | int], Any]] = [([], obj)]
     while stack:
         path, value = stack.pop()
@@ -147,15 +128,10 @@ def load_json(text: str | bytes) -> Any:
 
 
 def plain_json(raw: bytes, parsed: Any) -> bool:
-    """True when `parsed` (orjson's reading of `raw`) provably has no duplicate key and nests at
-    most MAX_DEPTH - 1 levels below its outermost list; False: let the exact path decide.
-
-    orjson keeps the last of duplicate keys silently. Every key in `raw` is followed by one colon;
-    orjson writes `parsed` back with one colon per key it kept. Any other colon is inside a string,
-    written as `:` in both texts unless `raw` spells it `\\u003a` (then False); numbers and literals
-    have none. So the counts of colons agree exactly when no key was dropped. Writing fails beyond
-    254 levels of nesting (the outermost list included).
-    """
+    """True when `parsed` (orjson's reading of `raw`) provably has no duplicate key (orjson keeps the last
+    silently) and nests at most MAX_DEPTH - 1 levels below its list; False: the exact path decides.
+    Each key in `raw` has one colon and orjson writes one per key kept; any other colon is in a string,
+    the same in both unless spelled `\\u003a`. So the counts agree exactly when no key was dropped."""
     if b"\\u003" in raw and (b"\\u003a" in raw or b"\\u003A" in raw):
         return False
     try:
@@ -163,9 +139,6 @@ def plain_json(raw: bytes, parsed: Any) -> bool:
     except orjson.JSONEncodeError:
         return False
     return raw.count(b":") == canonical.count(b":")
-
-
-# -- predictor names ---------------------------------------------------------------------------
 
 
 def predictors_message() -> str:
@@ -176,7 +149,7 @@ def predictors_message() -> str:
 
 
 class PredictorNames:
-    """The distinct predictor names of one input (all its files), refused beyond MAX_PREDICTORS."""
+    """The distinct predictor names of one input: each is a column of every step, so they are bounded."""
 
     def __init__(self, names: Iterable[str] = ()):
         self.names: dict[str, None] = dict.fromkeys(names)
@@ -201,8 +174,7 @@ class PredictorNames:
 
 
 def check_parquet_predictors(schema: Any, source: str) -> None:
-    """Refuse a Parquet schema (pyarrow) whose `steps.forecasts` struct has more than MAX_PREDICTORS
-    fields, before any batch is read (a batch would build a column per field)."""
+    """Refuse a Parquet schema with more than MAX_PREDICTORS forecast fields before a batch is read."""
     try:
         forecasts = schema.field("steps").type.value_type.field("forecasts").type
         count = forecasts.num_fields
@@ -212,8 +184,6 @@ def check_parquet_predictors(schema: Any, source: str) -> None:
         message = f"field 'steps.forecasts' has {count} fields: {predictors_message()}"
         raise TrajectoryFileError(source, [RecordError(0, "steps.forecasts", message)])
 
-
-# -- record size -------------------------------------------------------------------------------
 
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
 
@@ -231,8 +201,7 @@ def _start_message(first: str) -> str:
 
 
 def line_number_at(path: str | os.PathLike[str], offset: int) -> int:
-    """The number (from 1) of the line starting at byte `offset`, counted as text mode counts
-    (\\n, \\r\\n and a lone \\r end a line); read in pieces, only on the error path."""
+    """The number (from 1) of the line starting at byte `offset`, as text mode counts; for errors only."""
     lines, last = 0, b""
     with open(path, "rb") as fh:
         remaining = offset
@@ -249,9 +218,9 @@ def line_number_at(path: str | os.PathLike[str], offset: int) -> int:
 
 
 def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.PathLike[str], offset: int) -> None:
-    """Refuse a line still being read (its first `size` bytes in `parts`, starting at byte `offset`)
-    that cannot be a record: its first non-blank byte is not `{`, or it passed MAX_RECORD_BYTES.
-    A byte >= 0x80 may start Unicode whitespace, which the exact reader strips: left to the bound."""
+    """Refuse a line still being read (`parts`, `size` bytes so far, from byte `offset`) whose first
+    non-blank byte is not `{`, or that passed MAX_RECORD_BYTES. A byte >= 0x80 may start Unicode
+    whitespace, which the exact reader strips: left to the bound."""
     for part in parts:
         rest = part.lstrip(_SPACE)  # C speed: a line of a gigabyte of spaces is not walked in Python
         if not rest:
@@ -266,8 +235,8 @@ def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.Path
 
 
 def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text stream, as iterating it gives them, but a line is read PROBE_CHARS at a
-    time: one that does not start like an object, or passes MAX_RECORD_BYTES, is refused early."""
+    """A text stream's lines, each read PROBE_CHARS at a time: one that does not start like an object, or
+    passes MAX_RECORD_BYTES, is refused before it is held whole."""
     line_no = 0
     while True:
         line = fh.readline(PROBE_CHARS)
@@ -305,6 +274,11 @@ _WHAT = {
 
 @dataclass
 class SetAside:
+    """Lines read but not scored, counted by kind (`_WHAT`), the first of each named: a repeated id (a re-run
+    appended to a sink: the first kept), the resolutions of such a repeat (a resolution belongs to the
+    nearest record of its id above it, else the first), a resolution of no record, an empty shard. The
+    lenient read counts them; `strict=True` refuses each as a line error."""
+
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, str] = field(default_factory=dict)  # kind -> "source line N: ..." of its first line
 
@@ -326,7 +300,6 @@ class SetAside:
         return {kind: {"count": self.counts[kind], "first": self.first[kind]} for kind in KINDS if kind in self.counts}
 
     def lines(self) -> list[str]:
-        """One line per kind: the count, what it means, and the first one (for text output)."""
         return [f"{self.counts[k]} {_WHAT[k]}; first: {self.first[k]}" for k in KINDS if k in self.counts]
 
     def log_once(self, source: str) -> None:
@@ -335,8 +308,7 @@ class SetAside:
 
 
 class ReadRecords(list["TrajectoryRecord"]):
-    """The records a reader returns (a plain list of `TrajectoryRecord`), with `set_aside`: the lines
-    it read but did not score (see the module docstring)."""
+    """The records a reader returns, with what it set aside."""
 
     set_aside: SetAside
 
@@ -346,11 +318,10 @@ class ReadRecords(list["TrajectoryRecord"]):
 
 
 class DuplicateIdError(InputError):
-    """The same trajectory id twice in what is scored."""
+    """A trajectory id twice in what is scored (it would double its weight in every mean): report and gate raise it."""
 
 
 def duplicate_message(tid: str, where: str) -> str:
-    """The one wording of a repeated id; `where` says where its first copy is."""
     return f"duplicate id {tid!r} ({where})"
 
 
@@ -362,7 +333,6 @@ def repeated_ids(ids: Sequence[str]) -> list[str]:
 
 
 def check_unique_ids(ids: Sequence[str]) -> None:
-    """Raise `DuplicateIdError` naming (up to three of) the repeated ids."""
     dups = repeated_ids(ids)
     if not dups:
         return
@@ -373,8 +343,8 @@ def check_unique_ids(ids: Sequence[str]) -> None:
 
 
 def repeated_keys(keys: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:
-    """64-bit id keys (`bootstrap.trajectory_keys`) met more than once across the arrays. Distinct ids
-    may share a key (about n^2 / 2^65), so a caller confirms on the ids before it calls them repeats."""
+    """64-bit id keys met more than once across the arrays; distinct ids may share a key (about
+    n^2 / 2^65), so a caller confirms on the ids."""
     import numpy as np
 
     if not keys:

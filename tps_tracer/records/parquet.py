@@ -1,31 +1,12 @@
-"""Trajectories as Parquet: one row per trajectory, steps nested; read by batch, fast or exact.
+"""Trajectories as Parquet: one row per trajectory, steps nested (`arrow_schema`, what convert writes):
 
-Schema (what `convert.jsonl_to_parquet` writes and every command reads; columns as in the JSON
-Lines format, see `schema.py`):
+    trajectory_id string not null; stop_reason string; outcome int8; outcome_pending bool;
+    horizon int64; q_z double; steps list<struct<t: int64, forecasts: struct<NAME: double, ...>,
+    extra: string>>; metadata string (JSON; a struct is read too); extra string (other fields, JSON)
 
-    trajectory_id    string            not null
-    stop_reason      string            a StopReason value
-    outcome          int8              0 / 1, null when unobserved
-    outcome_pending  bool              true while a clean stop waits for its outcome
-    horizon          int64             null: the number of steps
-    q_z              double            null when not given
-    steps            list<struct<
-                       t: int64,                                 null when not given
-                       forecasts: struct<NAME: double, ...>,     one field per predictor, null = missing
-                       extra: string>>                           other step fields as JSON text, or null
-    metadata         string            the metadata object as JSON text
-    extra            string            other top-level fields as JSON text, or null
-
-Readers need only the first seven columns; `metadata` may also be a struct, and a predictor
-column may be float32 or an integer type. A forecast that is not a number (a string, a bool)
-cannot be stored in a double column: it is written as null (then skipped as "missing" rather
-than "non_numeric") and counted in the conversion summary. Parquet holds resolved records.
-
-The fast read takes a batch's Arrow columns (`columnar.arrays_from_arrow`) with only the columns
-the scores need (`projection`: `metadata` and `extra` are most of the bytes, and never looked at).
-The exact read turns each row back into its JSON Lines record (`row_json`) for `jsonl.parse_lines`:
-the same checks and messages, the row (from 1 in the file) in place of the line.
-"""
+Nulls as in JSON Lines. A non-numeric forecast is written as null (read as missing). The fast read takes
+a batch's projected Arrow columns; the exact read turns each row back into its JSON Lines text
+(`row_json`) for `jsonl.parse_lines`, errors naming the row (from 1) in place of the line."""
 
 from __future__ import annotations
 
@@ -67,8 +48,7 @@ def arrow_schema(predictors: Sequence[str]) -> Any:
 
 
 def open_parquet(path: str | os.PathLike[str]) -> Any:
-    """The `pyarrow.parquet.ParquetFile`, or the error naming the file; too many predictor names are
-    refused before a batch builds a column per name."""
+    """The ParquetFile, or the error naming the file; too many predictor names refused up front."""
     require_pyarrow(f"reading Parquet ({path})")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -81,12 +61,9 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
     return pf
 
 
-# -- the fast read: projected batches ----------------------------------------------------------
-
-
 def projection(pf: Any) -> list[str] | None:
-    """The column paths to read (top-level names, and `steps.<list>.<element>.<field>` leaves), or
-    None to read every column (`steps` is not a list of objects: the converter decides, on everything)."""
+    """The column paths the scores need (`metadata` and `extra` are most of the bytes), or None to read all
+    (`steps` is not a list of objects)."""
     names = pf.schema_arrow.names
     columns = [c for c in TOP_LEVEL if c in names]
     if "steps" not in names:
@@ -106,7 +83,7 @@ def projection(pf: Any) -> list[str] | None:
 
 
 def projected_batches(pf: Any, batch_rows: int) -> Iterator[tuple[int, Any, Callable[[], Any]]]:
-    """(first row in the file, projected batch, a function reading the same rows with every column)."""
+    """(first row in the file, projected batch, a function reading those rows with every column)"""
     columns = projection(pf)
     row = 0
     for group in range(pf.metadata.num_row_groups):
@@ -124,9 +101,8 @@ def projected_batches(pf: Any, batch_rows: int) -> Iterator[tuple[int, Any, Call
 def read_arrow_batch(
     batch: Any, source: str, first_row: int, whole: Callable[[], Any] | None = None
 ) -> tuple[TrajectoryArrays, bool]:
-    """(arrays, read by the fast path) of an Arrow batch in the Parquet schema, or TrajectoryFileError
-    naming the row (from 1 in the file) and field. `whole()`: the batch with every column, for the
-    exact read when the fast one refuses a batch of projected columns."""
+    """(arrays, read by the fast path) of a batch, or TrajectoryFileError naming the row and field.
+    `whole()`: the batch with every column, for the exact read."""
 
     def exact() -> tuple[TrajectoryArrays, bool]:
         rows = (whole() if whole is not None else batch).to_pylist()
@@ -135,13 +111,9 @@ def read_arrow_batch(
     return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
 
 
-# -- the exact read: rows as JSON Lines records -------------------------------------------------
-
-
 def row_json(row: dict[str, Any]) -> str:
-    """A Parquet row (schema above) back to its JSON Lines record text: the extras merged back, a null
-    `metadata` / `t` / `outcome_pending` absent. A value the schema refuses (metadata or extra that is
-    not JSON text, a NaN, a timestamp) is written as found, for `parse_lines` to name its row and field."""
+    """A Parquet row back to its JSON Lines text: extras merged back, a null `metadata` / `t` /
+    `outcome_pending` absent; a value the schema refuses is written as found, for `parse_lines` to name."""
     meta = row.pop("metadata", None)
     extra = row.pop("extra", None)
     obj: dict[str, Any] = {k: v for k, v in row.items() if not (k == "outcome_pending" and not v)}
@@ -167,7 +139,6 @@ def _object_or_text(value: Any) -> Any:
 
 
 def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
-    """The fields of an `extra` column (JSON text of an object) into the record or step."""
     if extra is None:
         return
     fields = _object_or_text(extra)
@@ -178,7 +149,6 @@ def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
 
 
 def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768) -> ReadRecords:
-    """Validated records of one Parquet file, with what was set aside (see `parquet_file_iter`)."""
     out = ReadRecords()
     out.extend(parquet_file_iter(path, batch_rows, out.set_aside))
     return out
@@ -187,10 +157,8 @@ def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768)
 def parquet_file_iter(
     path: str | os.PathLike[str], batch_rows: int = 32_768, set_aside: SetAside | None = None
 ) -> Iterator[TrajectoryRecord]:
-    """Validated records of one Parquet file, a batch at a time; errors name the row (from 1). A row
-    repeating an earlier row's id (two runs appended into one table) is set aside and counted in
-    `set_aside`, the first kept, as the JSON Lines reader does with a repeated line
-    (records/set_aside.py)."""
+    """Validated records of one Parquet file, a batch at a time; a row repeating an earlier row's id is
+    set aside in `set_aside` (the first kept), as for a repeated JSON Lines record."""
     aside = set_aside if set_aside is not None else SetAside()
     first_row: dict[str, int] = {}
     row = 0
@@ -210,7 +178,6 @@ def parquet_file_iter(
 
 
 def _validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -> list[TrajectoryRecord]:
-    """The records of (row from 1, JSON text) pairs; errors name the row and field."""
     from tps_tracer.records.jsonl import parse_lines
 
     if not rows:

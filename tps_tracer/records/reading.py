@@ -110,8 +110,7 @@ class Chunk:
 
 @dataclass
 class YieldedPart:
-    """What a shard's chunks gave before it fell back to its whole-file read: the ids, outcomes and
-    q_z in order (what resolutions change; a few bytes a trajectory), and the bytes read."""
+    """What a shard's chunks gave before it fell back to its whole-file read (what resolutions change)."""
 
     ids: list[str] = field(default_factory=list)
     outcome: list[Any] = field(default_factory=list)
@@ -130,8 +129,7 @@ def is_parquet(path: str | os.PathLike[str]) -> bool:
 
 
 def source_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """A file, or the Parquet / JSON Lines shards of a directory (recursively, in name order); of a
-    list or tuple of paths (several files given together), the files of each in turn."""
+    """A file; a directory's .parquet / .jsonl shards (recursively, in name order); a list's files in turn."""
     if not isinstance(path, str | os.PathLike):
         return [f for p in path for f in source_files(p)]
     p = Path(path)
@@ -149,11 +147,10 @@ def iter_chunks(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     set_aside: SetAside | None = None,
 ) -> Iterator[Chunk]:
-    """Chunks of whole trajectories from a JSON Lines file, a Parquet file or a directory of shards
-    (or a list of them, read as one input). A shard holding nothing is counted in `set_aside`
-    (`empty_shard`) and logged."""
+    """Chunks of whole trajectories from one input (a list of files is one input); an empty shard is
+    counted in `set_aside`."""
     files = source_files(path)
-    # Resolution lines of any shard apply to every shard (records/shards.py): found first.
+    # Resolution lines of any shard apply to every shard: found first.
     shared = None
     if len(files) > 1:
         jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
@@ -161,15 +158,14 @@ def iter_chunks(
             shared = scan_shards([(k, ((o, b) for o, b, _ in byte_chunks(f, SCAN_BYTES))) for k, f in jsonl])
         except OSError:
             raise whole_file("a shard that cannot be read") from None
-    names = PredictorNames()  # distinct predictor names over the whole input (records/limits.py)
+    names = PredictorNames()  # over the whole input
     for k, f in enumerate(files):
         if is_parquet(f):
             chunks = _parquet_chunks(f, k, batch_rows, shared)
         else:
             chunks = _jsonl_chunks(f, k, chunk_bytes, shared)
-        # What this shard gave so far: a shard among many may fall back midway (a single file falls
-        # back whole, and keeps nothing: its ids would outlive its chunks). With shared resolution
-        # lines the whole input falls back (their records may lie in shards already given).
+        # A shard among many may fall back midway; a single file, or shards sharing resolution lines,
+        # fall back whole.
         done = YieldedPart() if len(files) > 1 and shared is None else None
         gave = False
         try:
@@ -183,7 +179,6 @@ def iter_chunks(
         except NotFast:
             if done is None:
                 raise
-            # One shard among many: its exact read gives the error, or the records it did not yet give.
             arrays, aside, start = shard_rest(f, done)
             chunk = Chunk(arrays, (k, start), False, str(f), set_aside=aside)
             if not names.add(chunk.arrays.predictors):
@@ -193,18 +188,15 @@ def iter_chunks(
         if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
             _empty_shard(f, str(path), set_aside)
     if shared is not None and shared.pending.by_id:
-        raise whole_file("a resolution of an id in no shard")  # shards.read_shards names it
+        raise whole_file("a resolution of an id in no shard")
 
 
 def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:
-    """(arrays, set aside, byte offset) of a shard among many that fell back to its whole-file read
-    after its first chunks were given: the exact read's trajectories not given yet, and what it set
-    aside. The exact read's first trajectories must be the ones given (same ids in order, same
-    outcomes and q_z: a whole-file read keeps the first of a repeated id); else every trajectory is
-    given again, and the caller's duplicate-id check names them (as for repeats across chunks)."""
+    """(arrays, set aside, byte offset) of a shard that fell back midway: what its exact read holds beyond
+    the chunks already given, or all of it (for the caller's duplicate check) when those differ."""
     from tps_tracer.records.jsonl import read_trajectories
 
-    records = read_trajectories(path)  # raises the error a shard read alone gives
+    records = read_trajectories(path)
     n = len(done.ids)
     if n:
         head = to_arrays(records[:n])
@@ -217,7 +209,6 @@ def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAsid
 
 
 def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
-    """A shard of a directory holding nothing is named and counted, never dropped silently."""
     note = SetAside()
     note.add("empty_shard", str(f))
     note.log_once(source)
@@ -226,10 +217,9 @@ def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
-    """Raise the error naming the first predictor name beyond the bound (the chunk that crossed it)."""
+    """Raise the error naming the first predictor name beyond the bound, with its line when known."""
     before = [n for n in names.names if n not in chunk.arrays.predictors]  # names of the earlier chunks
-    if not is_parquet(chunk.source) and chunk.done > chunk.origin[1]:  # (not a shard read whole)
-        # Find the line: re-read the chunk's lines in order, counting from the earlier chunks' names.
+    if not is_parquet(chunk.source) and chunk.done > chunk.origin[1]:  # re-read the chunk to find the line
         start = chunk.origin[1]
         first_line = line_number_at(chunk.source, start)
         with open(chunk.source, "rb") as fh:
@@ -249,16 +239,9 @@ def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
     )
 
 
-def jsonl_byte_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
-    """The file's bytes in pieces of about `chunk_bytes` that end at a line end (a longer line is
-    one piece); a leading UTF-8 BOM is dropped; whitespace-only pieces are skipped."""
-    for _, chunk, _ in byte_chunks(path, chunk_bytes):
-        yield chunk
-
-
 def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
-    """(byte offset, chunk, file size) as in `jsonl_byte_chunks`; a line still being read is refused
-    early if it cannot be a record (records/limits.py)."""
+    """(byte offset, bytes ending at a line end, file size) pieces of about `chunk_bytes`: no BOM, no
+    whitespace-only piece; a line that cannot be a record is refused while it is read (limits.py)."""
     with path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(len(_BOM))
@@ -268,8 +251,8 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
         while True:
             block = fh.read(chunk_bytes)
             more = bool(block)
-            if more and b"\n" not in block:  # one line longer than the chunk: keep reading,
-                long_line.append(block)  # refused early if it cannot be a record (records/limits.py)
+            if more and b"\n" not in block:  # one line longer than the chunk: keep reading
+                long_line.append(block)
                 check_unfinished_line([carry, *long_line], len(carry) + sum(map(len, long_line)), path, offset)
                 continue
             data = b"".join([carry, *long_line, block])
@@ -289,8 +272,6 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
 
 def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
     try:
-        # Resolution lines (late outcomes, q_z) are found first and applied chunk by chunk: this
-        # file's, or (`shared`) those of every shard of the input.
         if shared is None:
             own = pending = scan_resolutions((o, piece) for o, piece, _ in byte_chunks(path, SCAN_BYTES))
         else:
@@ -310,9 +291,6 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedR
         raise whole_file(str(path)) from None
 
 
-# -- Parquet -----------------------------------------------------------------------------------
-
-
 def _parquet_chunks(
     path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
 ) -> Iterator[Chunk]:
@@ -322,7 +300,6 @@ def _parquet_chunks(
     if "resolves" in pf.schema_arrow.names:
         raise TrajectoryFileError(str(path), [RecordError(0, "resolves", "resolution records cannot be in Parquet")])
     total = pf.metadata.num_rows
-    # Only the columns the scores need; a refused batch is read whole (parquet.py).
     for row, batch, whole in projected_batches(pf, batch_rows):
         arrays, fast = read_arrow_batch(batch, str(path), row, whole)
         if shared is not None:  # resolution lines of the input's JSON Lines shards
@@ -337,15 +314,12 @@ _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 @dataclass
 class Resolutions:
-    """The resolution lines of one file: where they lie, and what they say per trajectory id."""
+    """A file's resolution lines: their byte spans, and what they say per id."""
 
     spans: list[tuple[int, int]]  # (start, end) byte offsets of each resolution line, end after its "\n"
     by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in file order
 
     def drop_lines(self, chunk: bytes, offset: int) -> bytes:
-        """The chunk (starting at byte `offset` of the file) without its resolution lines."""
-        # Spans are in file order: find this chunk's by bisection (a file of a million
-        # resolutions must not cost spans x chunks comparisons).
         lo = bisect.bisect_left(self.spans, (offset, -1))
         hi = bisect.bisect_left(self.spans, (offset + len(chunk), -1))
         inside = self.spans[lo:hi]
@@ -360,11 +334,8 @@ class Resolutions:
 
 
 def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
-    """The resolution lines of a file given as (byte offset, bytes ending at a line end) pieces,
-    or None when no line mentions "resolves" (raises a whole-file `NotFast`, see the module).
-
-    Read piece by piece (not memory-mapped: mapped pages of a large file count as the
-    process's resident memory while the scan runs)."""
+    """The resolution lines of a file given as (offset, bytes ending at a line end) pieces, or None
+    when no line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
     found: Resolutions | None = None
     for offset, piece in pieces:
         hit = piece.find(_KEY)
@@ -380,12 +351,12 @@ def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
 
 def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
     try:
-        obj = load_json(line)  # the readers' one JSON rule (records/limits.py): a duplicate key is refused
+        obj = load_json(line)
     except (ValueError, UnicodeDecodeError):
         raise whole_file("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:
         return  # a trajectory that mentions the word (e.g. in its metadata)
-    from pydantic import ValidationError  # here: pydantic is ~0.3 s of import, only resolution lines need it
+    from pydantic import ValidationError  # (~0.3 s of import: only for resolution lines)
 
     from tps_tracer.records.schema import ResolutionRecord
 
@@ -400,30 +371,28 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
 
 @dataclass
 class SharedResolutions:
-    """The resolution lines of every JSON Lines shard of one input (records/shards.py): each shard's
-    lines (to drop from its chunks) and what they all say per id (applied to any shard's chunks)."""
+    """The resolution lines of every JSON Lines shard of one input: they apply to any shard."""
 
     lines: dict[int, Resolutions]  # file index -> its resolution lines
     pending: Resolutions  # id -> (outcome, q_z) over every shard, in input order; emptied as applied
 
 
 def scan_shards(files: list[tuple[int, Iterable[tuple[int, bytes]]]]) -> SharedResolutions | None:
-    """The resolution lines of the shards given as (file index, pieces as for `scan_resolutions`),
-    or None when no shard has one (then each shard is read as alone, as before)."""
     lines: dict[int, Resolutions] = {}
     pending = Resolutions([], {})
     for k, pieces in files:
         found = scan_resolutions(pieces)
         if found is None:
             continue
-        lines[k] = found  # (kept without spans too: its chunks' mentions of the word are not resolutions)
+        lines[k] = found
         for tid, said in found.by_id.items():
             pending.by_id.setdefault(tid, []).extend(said)
     return SharedResolutions(lines, pending) if any(r.spans for r in lines.values()) else None
 
 
 def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:
-    """The chunk's arrays with its trajectories' resolutions applied (and removed from `resolutions`)."""
+    """The plain case of a late outcome / q_z, applied to a chunk's arrays (and taken out of
+    `resolutions`); anything else is the exact read's call (a whole-file NotFast)."""
     if not resolutions.by_id:
         return arrays
     hits = [(i, tid) for i, tid in enumerate(arrays.ids) if tid in resolutions.by_id]
@@ -432,7 +401,7 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
     outcome, q_z = arrays.outcome.copy(), arrays.q_z.copy()
     for i, tid in hits:
         lines = resolutions.by_id.pop(tid, None)
-        if lines is None:  # the id's second record here: which one a line resolves is the exact reader's call
+        if lines is None:  # the id's second record: which one a line resolves is the exact read's call
             raise whole_file("a repeated id with resolution lines")
         for y, q in lines:
             if y is not None:
@@ -448,13 +417,12 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
 
 
 def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str:
-    """How errors name an input: the path, or several files given together joined by commas."""
     return str(path) if isinstance(path, str | os.PathLike) else ", ".join(map(str, path))
 
 
 def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
-    """Whether a JSON Lines file mentions "resolves" (a byte search; a trajectory mentioning the word
-    only sends the input to the exact read, which is never wrong)."""
+    """Whether a JSON Lines file mentions "resolves" (a trajectory that does only costs the exact
+    read)"""
     tail = b""
     try:
         with path.open("rb") as fh:
@@ -463,13 +431,12 @@ def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
                     return True
                 tail = piece[-len(_KEY) :]
     except OSError:
-        return False  # (the reader gives the error: missing file, no permission, ...)
+        return False  # the reader gives the error
     return False
 
 
 def holds_nothing(path: Path) -> bool:
-    """Whether a shard holds nothing: a JSON Lines file of only whitespace, a Parquet file of 0 rows
-    (an unreadable file is not "nothing": its reader gives the error)."""
+    """Whether a shard is only whitespace or 0 Parquet rows (an unreadable one is its reader's error)."""
     try:
         if is_parquet(path):
             import pyarrow.parquet as pq
@@ -480,12 +447,13 @@ def holds_nothing(path: Path) -> bool:
                 if piece.strip(b" \t\r\n\x0b\x0c\xef\xbb\xbf"):  # (a BOM is nothing too)
                     return False
         return True
-    except (OSError, ValueError):  # (pyarrow's errors are both kinds) the reader reports it
+    except (OSError, ValueError):  # (pyarrow's errors are both kinds)
         return False
 
 
 def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
-    """Every record of the shards, in order, resolutions applied across them (see the module)."""
+    """Every record of the shards read as their concatenation: a resolution belongs to the nearest record
+    of its id above it (records/limits.py, `SetAside`), errors name the shard and line."""
     from tps_tracer.records.jsonl import ShardLinks, read_trajectories
     from tps_tracer.records.parquet import parquet_file_records
 
@@ -507,19 +475,14 @@ def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
         links.append(link)
     _apply_foreign(out, files, links, shard_of)
     if not out:
-        raise TrajectoryFileError(source, [RecordError(0, "", no_trajectories_message(source))])
+        message = "the files hold no trajectories"
+        if Path(source).is_dir():
+            message = "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
+        raise TrajectoryFileError(source, [RecordError(0, "", message)])
     return out
 
 
-def no_trajectories_message(source: str) -> str:
-    """The error of an input of shards none of which holds a trajectory (every reader's wording)."""
-    if Path(source).is_dir():
-        return "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
-    return "the files hold no trajectories"
-
-
 def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLinks], shard_of: dict[str, int]) -> None:
-    """Apply each shard's resolutions of ids held by other shards, by the single file's rule."""
     from tps_tracer.records.jsonl import apply_resolution_records
 
     for k, link in enumerate(links):
@@ -545,10 +508,7 @@ def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLin
 
 
 def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
-    """The whole-file read of one input, the exact way for its format: JSON Lines through
-    `jsonl.read_trajectories`, a Parquet file through `parquet.parquet_file_records` (errors name
-    the row, a repeated id is set aside; an empty file is an error, as for JSON Lines), a directory
-    (or a list of files) through `read_shards` (resolution lines apply across its shards)."""
+    """The exact whole-file read of one input: JSON Lines, Parquet (errors name the row), or shards."""
     if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
         return read_shards(source_files(path), input_name(path))
     if not is_parquet(path):
@@ -564,12 +524,8 @@ def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
 
 
 def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
-    """Validated records of a Parquet file or a directory of shards (errors name the row), streamed;
-    a directory's `.jsonl` shards are read as JSON Lines (no pyarrow needed for them).
-
-    A repeated id inside one file is set aside and counted, as the JSON Lines reader does; across
-    shards it is an error. A directory whose JSON Lines shards hold resolution lines is read whole
-    (`read_shards`: a resolution may name a record of any shard), else shard by shard."""
+    """Validated records of a Parquet file or directory, streamed shard by shard (read whole when a
+    JSON Lines shard holds resolution lines); a repeated id is set aside within a file, an error across."""
     from tps_tracer.records.jsonl import read_trajectories
     from tps_tracer.records.parquet import parquet_file_iter
 
@@ -589,7 +545,6 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
 
 
 def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
-    """Validated records of a JSON Lines file, a Parquet file or a directory of Parquet shards."""
     if Path(path).is_dir() or is_parquet(path):
         return list(parquet_records(path))
     from tps_tracer.records.jsonl import read_trajectories
@@ -607,8 +562,8 @@ def task_id_of(record: TrajectoryRecord) -> str:
 
 
 def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
-    """(trajectory ids, task ids) of a JSON Lines file, a Parquet file or a directory of shards,
-    in file order. The file must already have been read without error (this checks nothing)."""
+    """(trajectory ids, task ids: `metadata.task_id` else the id) of an input already read without
+    error, in file order; the gate pairs runs by task."""
     ids: list[str] = []
     tasks: list[str] = []
     for f in source_files(path):
@@ -628,9 +583,7 @@ def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
 
 
 def _loads(line: str) -> Any:
-    """`json.loads(line)` where it matters: orjson (~2.5x faster) when the line's task id is text or
-    absent, else json.loads (orjson refuses NaN and lone surrogates, and reads integers beyond 64 bits
-    as floats, which `str()` of a task id would show)."""
+    """orjson where it reads as json.loads does (a text or absent task id), else json.loads."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:

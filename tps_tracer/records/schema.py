@@ -1,21 +1,11 @@
-"""The interchange schema: one trajectory per JSON Lines record (see docs/design.md).
+"""The interchange schema: one trajectory per JSON Lines record (docs/records.md), e.g.
 
-    {"trajectory_id": "run-42", "stop_reason": "clean", "outcome": 1, "horizon": 7,
-     "q_z": null, "steps": [{"t": 1, "forecasts": {"verbal": 0.9}}, ...],
-     "metadata": {"agent": "planner"}}
+    {"trajectory_id": "run-42", "stop_reason": "clean", "outcome": 1, "horizon": 7, "q_z": null,
+     "steps": [{"t": 1, "forecasts": {"verbal": 0.9}}], "metadata": {"agent": "planner"}}
 
-Forecast values are kept as given (Any): a missing or non-numeric forecast is not a
-schema error but a per-predictor skip, decided and counted when arrays are built.
-Unknown extra fields are preserved so records round-trip through other tools.
-
-Outcomes may arrive after the record is written (a grader, user feedback): a clean record
-then carries `"outcome": null, "outcome_pending": true`, and a later resolution line
-
-    {"resolves": "run-42", "outcome": 1}        or        {"resolves": "run-42", "q_z": 0.37}
-
-fills it in. The reader applies resolutions wherever they appear in the file; a clean
-record still pending at the end is counted in the audit and not scored.
-"""
+A forecast is kept as given (a missing or non-numeric one is a per-predictor skip, counted when arrays
+are built); unknown fields are kept. A clean record may carry `"outcome_pending": true` until a later
+line `{"resolves": "run-42", "outcome": 1}` (or `"q_z"`) fills it in, wherever it lies in the file."""
 
 from __future__ import annotations
 
@@ -30,7 +20,7 @@ from tps_tracer.validity import horizon_below_steps, horizon_range_problem
 
 
 def _binary(v: Any) -> Any:
-    """The record's outcome by the one rule (`records/outcome.py`): 0, 1 (0.0, 1.0), true, false or null; no strings."""
+    """The one outcome rule (`record_shape.as_outcome`), without strings."""
     try:
         return as_outcome(v, allow_strings=False)
     except InvalidOutcome as exc:
@@ -98,7 +88,7 @@ class TrajectoryRecord(BaseModel):
 
 
 class ResolutionRecord(BaseModel):
-    """A late outcome and/or q_Z for a trajectory written earlier (see the module docstring)."""
+    """A late outcome and/or q_Z for a trajectory written earlier."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 

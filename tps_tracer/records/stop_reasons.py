@@ -1,22 +1,14 @@
 """Why a run stopped, and what that means for scoring (paper, Appendix "Termination Mechanisms").
 
-| stop reason                                   | role      | scored as                   |
-|-----------------------------------------------|-----------|-----------------------------|
-| clean                                         | complete  | TPS with the observed Y     |
-| max_steps (any step/iteration/call budget)    | censored  | cen-simple / cen-exact      |
-| parse_error, tool_error, env_terminated,      | excluded  | not scored; counted in the  |
-| timeout, other                                |           | termination audit           |
-| capture_lost                                  | lost      | not scored; counted apart   |
+| stop reason                                                   | role     | scored as                          |
+|---------------------------------------------------------------|----------|------------------------------------|
+| clean                                                         | complete | TPS with the observed Y            |
+| max_steps (any step/iteration/call budget)                    | censored | cen-simple / cen-exact             |
+| parse_error, tool_error, env_terminated, timeout, other       | excluded | not scored; in the termination audit |
+| capture_lost (tps-tracer lost the run's end, not the agent's) | lost     | not scored; counted apart          |
 
-capture_lost is not the agent's stop: tps-tracer did not see the run's end (it was finished
-early by the capture layer: idle, evicted, closed or shut down with the run in flight, or an
-event lost), so it says nothing about the agent and is never counted among the informative
-stops. Reports show it on its own line and the gate refuses a sample holding any unless told
-otherwise (`allow_capture_loss`). Records say why in `metadata.tps_abandoned`.
-
-A CensoringPolicy may move informative stops to "censored" for the paper's
-contra-assumption sensitivity run; "clean" always stays complete.
-"""
+A CensoringPolicy may move informative stops to "censored" for the paper's contra-assumption
+sensitivity run; "clean" always stays complete and only capture_lost is lost."""
 
 from __future__ import annotations
 
@@ -35,7 +27,7 @@ class StopReason(str, Enum):
     ENV_TERMINATED = "env_terminated"
     TIMEOUT = "timeout"
     OTHER = "other"
-    CAPTURE_LOST = "capture_lost"  # tps-tracer lost the run's end (not the agent's stop): see above
+    CAPTURE_LOST = "capture_lost"
 
 
 class Role(str, Enum):
@@ -77,7 +69,6 @@ class CensoringPolicy:
 
     @classmethod
     def treating_as_censored(cls, reasons: Iterable[str | StopReason]) -> CensoringPolicy:
-        """Default roles, except the given informative reasons are treated as administrative censoring."""
         roles = dict(DEFAULT_ROLES)
         for r in reasons:
             roles[StopReason(r)] = Role.CENSORED
