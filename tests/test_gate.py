@@ -8,7 +8,7 @@ The coverage tests' files are written by hand with one step per run, so every ex
 from the rows themselves: a one-step run's log score is log p if it succeeded, log(1 - p) if it
 failed or (cen-simple, q_Z ~ 0) was stopped by the step budget.
 
-The gate shows what its readers set aside (records/set_aside.py): re-runs appended to the file, an
+The gate shows what its readers set aside (records/limits.py): re-runs appended to the file, an
 empty shard of a directory. The counts are those of the exact reader (`exact_records`), in every output
 form (`--json` `input.set_aside`, text, `--markdown`) and on `--snapshot`; the verdict and the score are
 those of the same file without the set-aside lines.

@@ -173,7 +173,7 @@ def test_duplicate_ids_across_files_are_errors_within_a_file_set_aside(runs, tmp
     with (tmp_path / "a.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(recs[3].model_copy(update={"steps": recs[3].steps[:1]}).model_dump_json() + "\n")
     # Within one file a repeated id is a re-run appended to the sink: the first record is kept,
-    # the repeat set aside (records/set_aside.py), so the gate's numbers are the file's without it.
+    # the repeat set aside (records/limits.py), so the gate's numbers are the file's without it.
     # The result says so (input.set_aside, tests/test_gate.py).
     after = gate_paths([tmp_path / "a.jsonl"], crit, chunk_bytes=2_000)
     assert after.pop("input")["set_aside"]["duplicate_id"]["count"] == 1

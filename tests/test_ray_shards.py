@@ -1,4 +1,4 @@
-"""`--engine ray` on directories as users write them (records/shards.py): a shard of resolution lines,
+"""`--engine ray` on directories as users write them (records/reading.py): a shard of resolution lines,
 an empty shard. Ray reads each block alone, so such inputs go to the local reader: the same report."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The readers' results are checked against the exact whole-file reader (`read_trajectories` ->
 `to_arrays` -> `build_report`), computed independently of the chunked path. The shard cases are
 the ones where a shard among many falls back to its whole-file read after its first chunks were
-already given: before chunks.shard_rest, the shard's whole read was given again and the report
+already given: before reading.shard_rest, the shard's whole read was given again and the report
 failed with "duplicate id" errors naming the shard twice.
 """
 
@@ -85,7 +85,7 @@ def test_a_shard_falling_back_midway_gives_each_trajectory_once(tmp_path, case):
 def test_a_shard_whose_given_part_the_exact_read_reads_otherwise_is_not_changed_silently(tmp_path):
     """run-3-0 repeated in a later chunk, then its resolution: the exact read gives it to the repeat (set
     aside), the chunks gave it to the first record. No rewrite of what was given: with resolution lines
-    in the input, the whole input is read the exact way (records/shards.py), as the concatenated file."""
+    in the input, the whole input is read the exact way (records/reading.py), as the concatenated file."""
     lines = _lines(trajectory_dicts(120, seed=3))
     first = json.loads(lines[0])
     assert first["stop_reason"] == "clean"
@@ -156,7 +156,7 @@ def test_the_readers_have_one_fall_back_exception():
                 isinstance(b, ast.Name) and b.id == "Exception" for b in node.bases
             ):
                 defined.append(f"{path.name}:{node.name}")
-    assert defined == ["reading.py:NotFast"]
+    assert defined == ["errors.py:NotFast"]
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_the_readers_have_one_fall_back_exception():
     ],
 )
 def test_forecast_and_horizon_validity_are_the_same_rule_on_every_path(field, value):
-    """At the bounds, the fast path (columnar.validated_arrays, through orjson) takes exactly what the
+    """At the bounds, the fast path (arrays.validated_arrays, through orjson) takes exactly what the
     exact path (pydantic + jsonl.forecast_problem) accepts, with the same arrays; tps_tracer/validity.py
     holds both rules. Independent expectation: the bounds as the paper states them, [0, 1] and
     [max(1, steps), MAX_HORIZON]."""

@@ -1,6 +1,6 @@
 """A trajectory id re-used by a NEW run (a second agent on the same task ids, a script re-run into the
 same process) is never dropped: the new run leaves a second record in the sink, which the report
-sets aside (records/set_aside.py: first record kept), and the accumulator counts it under the same
+sets aside (records/limits.py: first record kept), and the accumulator counts it under the same
 name (`snapshot()["online"]["set_aside"]["duplicate_id"]`), so the snapshot and the report of the
 file agree run by run. Late events of the SAME run after its stop are still rejected.
 

@@ -1,4 +1,4 @@
-"""Directories of record files as users write them (records/shards.py): resolution lines in a shard
+"""Directories of record files as users write them (records/reading.py): resolution lines in a shard
 of their own, empty shards, a Parquet file with a repeated id, a 0-row Parquet file, outcome 1.0,
 a gzip-compressed file. The reference is always the same records in one concatenated file, read
 by the single-file readers."""

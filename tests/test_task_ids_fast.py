@@ -1,4 +1,4 @@
-"""read_task_ids parses lines with orjson where it reads them as json.loads does (records/task_ids.py)."""
+"""read_task_ids parses lines with orjson where it reads them as json.loads does (records/reading.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ One vocabulary, a category and a kind per count:
   unattached_model_call, late_spans; in a forked child, the parent's runs open at the fork:
   open_at_fork, live_at_fork);
 - set_aside: whole runs recorded but not scored, under the file reader's names
-  (records/set_aside.py): duplicate_id (a new run under an id already finished) and
+  (records/limits.py): duplicate_id (a new run under an id already finished) and
   duplicate_resolution (a resolution of such a run).
 
 Counting is thread-safe and cheap (one lock, a dict increment); the first occurrence of

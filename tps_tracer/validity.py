@@ -61,7 +61,7 @@ def horizon(value: Any, at_least: int = 1, labels: bool = False) -> int | None:
 # What a forecast and a horizon may be when a file is read: each rule decided in one function here.
 #
 # Every reader asks these: the exact per-record path (`schema.py`, `jsonl.py`, `arrays.py`), the
-# columnar value check of the fast paths (`columnar.validated_arrays`, over numpy arrays: the range
+# columnar value check of the fast paths (`arrays.validated_arrays`, over numpy arrays: the range
 # functions take a number or an array alike) and the converter (`parquet.py`). The fast readers never
 # see a NaN *value* (orjson and the Arrow readers refuse it, `reading.NotFast`): there NaN means
 # "absent", and only the exact path names a NaN forecast.

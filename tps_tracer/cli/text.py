@@ -519,7 +519,7 @@ def render_report(report: dict[str, Any], source: str, wide: bool = False, legen
     ]
     parts = ["\n".join(_prose(header)), _audit_text(report["audit"], wide)]
     set_aside = report.get("input", {}).get("set_aside")
-    if set_aside:  # lines read but not scored (records/set_aside.py)
+    if set_aside:  # lines read but not scored (records/limits.py)
         lines = ["Lines set aside (not scored)"]
         lines += [f"  {kind}: {v['count']} (first: {v['first']})" for kind, v in set_aside.items()]
         parts.append("\n".join(_prose(lines)))

@@ -6,9 +6,9 @@ diagnostics <= 1e-12): bootstrap weights are a pure function of trajectory id, r
 and seed, so the replicate sums of the blocks add up to the whole sample's.
 
 - JSON Lines: `ray.data.read_text` gives lines; a block's lines are read by the same chunk
-  reader as the single-process path (`records/chunks.py`).
+  reader as the single-process path (`records/reading.py`).
 - Parquet: `ray.data.read_parquet`; a block is an Arrow table in the project's schema
-  (`records/parquet.py`), read by `records/columnar.py`.
+  (`records/parquet.py`), read by `records/arrays.py`.
 - Inputs that need the whole-file view (a record error to report with its line number,
   resolution lines, duplicate ids across blocks) are evaluated by the single-process path
   on the driver, so the error or result is exactly `tps-tracer report`'s.

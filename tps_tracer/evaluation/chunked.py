@@ -104,7 +104,7 @@ def state_from_path(
     set_aside: SetAside | None = None,
 ) -> PartialState:
     """The merged partial state of every trajectory in the file(s); raises a whole-file NotFast (see module).
-    Lines read but not scored (records/set_aside.py) are added to `set_aside`."""
+    Lines read but not scored (records/limits.py) are added to `set_aside`."""
     state: PartialState | None = None
     keys: list[np.ndarray] = []
     for chunk in _chunks(path, chunk_bytes, progress, set_aside):
@@ -127,7 +127,7 @@ def map_chunks(
 ) -> list[T]:
     """`fn` of every chunk's arrays, in file order (one result from the exact reader when the file
     needs the whole-file view: resolution lines, duplicate ids, an error to report by line).
-    Lines read but not scored (records/set_aside.py) are added to `set_aside`, either way."""
+    Lines read but not scored (records/limits.py) are added to `set_aside`, either way."""
 
     def chunked() -> list[T]:
         out: list[T] = []

@@ -26,7 +26,7 @@ exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors 
 unusable, like capture loss), and warnings when censoring is frequent among the gated runs
 and only the simple (q_Z ~ 0) form is available. What the verdict rests on (runs gated, left
 out by reason, pending outcomes, replicates) is the result's `coverage`; the lines its files held
-that it did not judge (records/set_aside.py) are its `input` block, present only when there are any.
+that it did not judge (records/limits.py) are its `input` block, present only when there are any.
 
 Verdict stability: for every decision check, the share of bootstrap replicates whose own
 verdict differs from the observed one, where a replicate's verdict compares (replicate

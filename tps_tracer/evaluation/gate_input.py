@@ -44,7 +44,7 @@ class GateInputError(InputError):
 @dataclass
 class GateSample:
     """One run: its pair table, for pairing with a baseline each trajectory's task id, and the
-    lines its files held but the gate does not judge (records/set_aside.py; shown in its output)."""
+    lines its files held but the gate does not judge (records/limits.py; shown in its output)."""
 
     table: PairTable
     task_ids: list[str]
@@ -140,7 +140,7 @@ def sample_from_paths(
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         # A grading job's resolution lines may sit in a file of their own: the files are one input
-        # then (records/shards.py), as the shards of a directory are.
+        # then (records/reading.py), as the shards of a directory are.
         inputs = [inputs]
     for k, path in enumerate(inputs):
         tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)

@@ -35,7 +35,7 @@ Repeated ids. A run that starts under an id already stopped (the adapters call `
 they see a new root run or trace; a script re-run with the same ids) is a *repeat*: its steps
 go to a run of its own, its record is appended to the sink, and it is never scored: the first
 run's row stays the one scored, exactly as `tps-tracer report` keeps a file's first record of an
-id and sets later ones aside (records/set_aside.py). It is counted where the report counts it:
+id and sets later ones aside (records/limits.py). It is counted where the report counts it:
 `snapshot()["online"]["set_aside"]["duplicate_id"]` (health category set_aside), and a
 resolution arriving after a repeat's record belongs to the repeat (the nearest record above it,
 as the reader decides), so it is appended as a line and counted as duplicate_resolution, never

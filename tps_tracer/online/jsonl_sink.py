@@ -26,7 +26,7 @@ What reaches the file is what the readers read back:
   lands on that line and makes both unreadable.
 - Re-runs append. A script run again into the same sink adds its records after the first
   run's; the readers keep the first record of an id and set the later ones aside, counted
-  (records/set_aside.py), so the file stays readable. Use one file per run (or per-run ids)
+  (records/limits.py), so the file stays readable. Use one file per run (or per-run ids)
   to score every run.
 
 Writes are serialised by a lock, so lines from many threads never interleave.
@@ -209,7 +209,7 @@ class JsonlSink:
         `outcome` follows the one outcome rule (1/0, True/False, "true"/"false", ...), `q_z` is a
         probability; at least one is needed. Raises ValueError on invalid values (this is a
         grader's call, not the agent's path); an id the file lacks is set aside and counted by
-        the readers (records/set_aside.py).
+        the readers (records/limits.py).
         """
         problem = id_problem(trajectory_id)
         if problem is not None:

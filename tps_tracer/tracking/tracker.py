@@ -14,7 +14,7 @@ spans) into these calls and nothing more:
 
 It owns the capture worker (extraction off the agent's path), the repair budget, the
 stop-reason precedence and the horizon rule (`trajectory.py`), the outcome rules
-(`records/outcome.py`), and the health ledger shared with the accumulator.
+(`records/record_shape.py`), and the health ledger shared with the accumulator.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     reason = obj.get("stop_reason")
     if reason not in {r.value for r in StopReason}:
         return "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}"
-    if reason == StopReason.CLEAN.value:  # the one outcome rule (records/outcome.py): 0, 1, true, false
+    if reason == StopReason.CLEAN.value:  # the one outcome rule (records/record_shape.py): 0, 1, true, false
         try:
             if as_outcome(obj.get("outcome"), allow_strings=False) is None:
                 return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
