@@ -75,7 +75,7 @@ def jsonl_block_arrays(batch: Any) -> Any:
 def arrow_block_arrays(batch: Any) -> Any:
     """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
     from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.parquet import read_arrow_batch
+    from tps_tracer.records.reading import read_arrow_batch
 
     if batch.num_rows == 0:
         return None

@@ -110,11 +110,11 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
 def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
     """Validated records of a JSON Lines file, a chunk at a time; the whole file when it has resolution
     lines (looked for first: found later, earlier chunks would be written twice)."""
-    if any(b'"resolves"' in chunk for chunk in (c for _, c, _ in byte_chunks(src, chunk_bytes))):
+    if any(b'"resolves"' in chunk for _, chunk, _ in byte_chunks(src, chunk_bytes)):
         yield read_trajectories(src)
         return
     seen: set[str] = set()
-    for chunk in (c for _, c, _ in byte_chunks(src, chunk_bytes)):
+    for _, chunk, _ in byte_chunks(src, chunk_bytes):
         try:
             records: list[TrajectoryRecord] = parse_lines(
                 io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
@@ -142,7 +142,7 @@ def _atomic_target(dst: Path) -> tuple[int, str]:
     """A temp file beside `dst`, with the permissions of a new file."""
     from tps_tracer.atomic_write import remove_stale, temp_path
 
-    remove_stale(dst)  # a killed earlier conversion's temp file (atomic_write.py)
+    remove_stale(dst)  # a killed earlier conversion's temp file
     tmp = str(temp_path(dst))
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()

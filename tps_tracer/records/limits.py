@@ -154,9 +154,6 @@ class PredictorNames:
     def __init__(self, names: Iterable[str] = ()):
         self.names: dict[str, None] = dict.fromkeys(names)
 
-    def __len__(self) -> int:
-        return len(self.names)
-
     def add(self, names: Iterable[str]) -> bool:
         """Add the names; False if the input now has more than MAX_PREDICTORS."""
         self.names.update(dict.fromkeys(names))
@@ -188,12 +185,8 @@ def check_parquet_predictors(schema: Any, source: str) -> None:
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):g} MiB"
-
-
 def _size_message() -> str:
-    return f"the record is longer than {_mib(MAX_RECORD_BYTES)} (the maximum record size); refused unread"
+    return f"the record is longer than {MAX_RECORD_BYTES / (1 << 20):g} MiB (the maximum record size); refused unread"
 
 
 def _start_message(first: str) -> str:

@@ -15,10 +15,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.records.arrays import TrajectoryArrays, arrays_from_arrow, to_arrays
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
 from tps_tracer.records.limits import ReadRecords, SetAside, check_parquet_predictors, duplicate_message
-from tps_tracer.records.reading import first_that_reads
 
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
     from tps_tracer.records.schema import TrajectoryRecord
@@ -98,19 +96,6 @@ def projected_batches(pf: Any, batch_rows: int) -> Iterator[tuple[int, Any, Call
             row += batch.num_rows
 
 
-def read_arrow_batch(
-    batch: Any, source: str, first_row: int, whole: Callable[[], Any] | None = None
-) -> tuple[TrajectoryArrays, bool]:
-    """(arrays, read by the fast path) of a batch, or TrajectoryFileError naming the row and field.
-    `whole()`: the batch with every column, for the exact read."""
-
-    def exact() -> tuple[TrajectoryArrays, bool]:
-        rows = (whole() if whole is not None else batch).to_pylist()
-        return to_arrays(_validated_rows(source, [(first_row + i, row_json(r)) for i, r in enumerate(rows, 1)])), False
-
-    return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
-
-
 def row_json(row: dict[str, Any]) -> str:
     """A Parquet row back to its JSON Lines text: extras merged back, a null `metadata` / `t` /
     `outcome_pending` absent; a value the schema refuses is written as found, for `parse_lines` to name."""
@@ -173,11 +158,12 @@ def parquet_file_iter(
             if isinstance(tid, str):
                 first_row[tid] = row
             keep.append((row, row_json(r)))
-        yield from _validated_rows(path, keep)
+        yield from validated_rows(path, keep)
     aside.log_once(str(path))
 
 
-def _validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -> list[TrajectoryRecord]:
+def validated_rows(path: str | os.PathLike[str], rows: list[tuple[int, str]]) -> list[TrajectoryRecord]:
+    """The records of (row from 1, JSON text) pairs; errors name the row and field."""
     from tps_tracer.records.jsonl import parse_lines
 
     if not rows:

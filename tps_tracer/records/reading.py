@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, to_arrays, validated_arrays
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, arrays_from_arrow, to_arrays, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, whole_file
 from tps_tracer.records.limits import (
     PredictorNames,
@@ -86,6 +86,21 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
     # pyarrow's parser pays from a megabyte on; below, orjson (looked up per call: tests patch them)
     fast = [arrow, orjson_way] if len(chunk) >= jsonl_fast.MIN_BYTES else [orjson_way]
     return first_that_reads(*fast, exact)
+
+
+def read_arrow_batch(
+    batch: Any, source: str, first_row: int, whole: Callable[[], Any] | None = None
+) -> tuple[TrajectoryArrays, bool]:
+    """(arrays, read by the fast path) of a batch, or TrajectoryFileError naming the row and field.
+    `whole()`: the batch with every column, for the exact read."""
+
+    def exact() -> tuple[TrajectoryArrays, bool]:
+        from tps_tracer.records.parquet import row_json, validated_rows
+
+        rows = (whole() if whole is not None else batch).to_pylist()
+        return to_arrays(validated_rows(source, [(first_row + i, row_json(r)) for i, r in enumerate(rows, 1)])), False
+
+    return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
 
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
@@ -294,7 +309,7 @@ def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedR
 def _parquet_chunks(
     path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
 ) -> Iterator[Chunk]:
-    from tps_tracer.records.parquet import open_parquet, projected_batches, read_arrow_batch  # pyarrow
+    from tps_tracer.records.parquet import open_parquet, projected_batches  # pyarrow
 
     pf = open_parquet(path)
     if "resolves" in pf.schema_arrow.names:
