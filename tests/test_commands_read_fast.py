@@ -12,7 +12,7 @@ from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation import chunked
-from tps_tracer.records import jsonl, reading
+from tps_tracer.records import errors, jsonl
 
 
 def _run(command: str, path: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> Any:
@@ -42,7 +42,7 @@ def test_fast_reader_output_equals_the_exact_reader(command, tmp_path, capsys, m
         fast = _run(command, path, tmp_path / "fast", capsys)
 
     def whole_file_only(*_a: Any, **_k: Any) -> Any:
-        raise reading.whole_file("forced for the test")
+        raise errors.whole_file("forced for the test")
         yield  # a generator, like the real iter_chunks
 
     monkeypatch.setattr(chunked, "iter_chunks", whole_file_only)

@@ -63,7 +63,7 @@ def horizon(value: Any, at_least: int = 1, labels: bool = False) -> int | None:
 # Every reader asks these: the exact per-record path (`schema.py`, `jsonl.py`, `arrays.py`), the
 # columnar value check of the fast paths (`arrays.validated_arrays`, over numpy arrays: the range
 # functions take a number or an array alike) and the converter (`parquet.py`). The fast readers never
-# see a NaN *value* (orjson and the Arrow readers refuse it, `reading.NotFast`): there NaN means
+# see a NaN *value* (orjson and the Arrow readers refuse it, `errors.NotFast`): there NaN means
 # "absent", and only the exact path names a NaN forecast.
 
 

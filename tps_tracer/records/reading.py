@@ -1,7 +1,7 @@
-"""How a trajectory input (JSON Lines, Parquet, a directory or list of shards) is read: in chunks of
-whole trajectories, each the first way that takes it. Fast (columnar: `jsonl_fast`, `parquet`) refuses
-with `NotFast` what the exact read would read differently; exact reads the chunk record by record; a
-whole-file `NotFast` (an error, resolutions the chunks cannot apply, ids repeated across chunks) sends
+"""How a trajectory input (JSON Lines, Parquet, a directory or list of shards) is read: in chunks of whole
+trajectories, each the first way that takes it. Fast (columnar: `jsonl_fast`, `arrays.arrays_from_arrow`)
+refuses with `NotFast` what the exact read would read differently; exact reads the chunk record by record;
+a whole-file `NotFast` (an error, resolutions the chunks cannot apply, ids repeated across chunks) sends
 the input to `exact_records`, whose messages name the line. docs/offline-speed.md lists the refusals.
 """
 
@@ -105,7 +105,7 @@ def read_arrow_batch(
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
-SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines (resolutions.py)
+SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines
 PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
