@@ -93,14 +93,8 @@ class TrajectoryArrays:
 def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None) -> TrajectoryArrays:
     """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
     if predictors is None:
-        seen: dict[str, None] = {}
-        for rec in records:
-            for step in rec.steps:
-                for name in step.forecasts:
-                    seen.setdefault(name, None)
-        names = list(seen)
-    else:
-        names = list(predictors)
+        predictors = list(dict.fromkeys(name for rec in records for step in rec.steps for name in step.forecasts))
+    names = list(predictors)
     n = len(records)
     lengths = np.fromiter((len(r.steps) for r in records), dtype=np.int64, count=n)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
