@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 from test_score_matrix import _w  # the paper's weights, written out per schedule
 
+from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation import rows as rows_module
 from tps_tracer.evaluation.rows import flat_weights, score_rows
 from tps_tracer.online.batch_scorer import BatchScorer
-from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES
-from tps_tracer.scoring.rules import parse_rules
-from tps_tracer.scoring.schedules import parse_schedules
+from tps_tracer.scoring.rules import parse_rules, parse_schedules
 
 RULES = parse_rules("log,brier,beta(2,4)")
 SCHEDULES = parse_schedules("all")

@@ -21,9 +21,9 @@ import os
 import pickle
 from typing import Any
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.distributed.ray_engine import _NEEDS_WHOLE, WholeInputNeeded, arrow_block_arrays, jsonl_block_arrays
 from tps_tracer.records.duplicate_ids import repeated_ids
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 
 
 def _rows(read: Any, batch: Any, rule: Any, schedule: Any, missing: str) -> dict[str, list[Any]]:

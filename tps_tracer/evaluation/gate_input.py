@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
@@ -27,9 +28,7 @@ from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.set_aside import SetAside
 from tps_tracer.records.shards import has_resolution_lines
 from tps_tracer.records.task_ids import read_task_ids, task_id_of
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 
 class GateInputError(InputError):

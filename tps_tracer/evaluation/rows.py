@@ -1,16 +1,21 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows, in one vectorised pass.
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass, under
+the one missing-forecast policy; every scoring path calls `score_rows` (docs/design.md).
 
-Every path that scores trajectories (the file report, the gate, the partial states of the
-chunked and distributed engines, the accumulator's micro-batches) calls `score_rows`, so the
-branch pairs (s1, s0) per rule x schedule, the four scalar summaries and the truncated
-weight mass are computed by one piece of code (docs/design.md, "where each concept is
-decided").
+Segments are (predictor, trajectory) pairs, predictor-major, over one flat array; every rule x
+branch x schedule weighted sum is one `np.add.reduceat`, in blocks of whole segments.
 
-Layout: segments are (predictor, trajectory) pairs, predictor-major, over one flat array of
-forecasts. Each rule's branches are computed once per block; every rule x branch x schedule
-weighted sum is one `np.add.reduceat` over the (rules x 2 x schedules x steps) product.
-Blocks of whole segments bound that product's memory (a 1M-trajectory file is scored in a
-few hundred blocks, a micro-batch of the accumulator in one).
+A step without a forecast (NaN) scores under one declared policy (docs/report.md, "Steps without a
+forecast"):
+
+    carry-forward     (default, proper) the last stated forecast; PRIOR (0.5) before the first.
+                      An omission replaces F_t by a forecast measurable w.r.t. the same prefix, and
+                      the rule is strictly proper conditionally on it (paper, Theorem "Strict
+                      propriety under complete observation"): no omission pattern raises the score.
+    fill-backwards    estimate: the next stated forecast (the last one after the final statement,
+                      PRIOR if none). Uses later information: can be gamed.
+    skip-renormalise  estimate: stated steps only, weights scaled up to the run's truncated mass
+                      sum_{t<=Z} w_t; a run with no statement is not scored. Can be gamed.
+    drop-run          the run is not scored for the predictor if any step lacks a forecast. Not proper.
 """
 
 from __future__ import annotations
@@ -21,18 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.scoring.branch_pairs import StepLayout
-from tps_tracer.scoring.missing_forecasts import (
+from tps_tracer.constants import (
     CARRY_FORWARD,
     DEFAULT_MISSING,
+    DROP_RUN,
     FILL_BACKWARDS,
-    PRIOR,
+    MISSING_POLICIES,
     SKIP_RENORMALISE,
-    filled_by_policy,
-    usable_segments,
 )
-from tps_tracer.scoring.rules import LogRule, ScoreRule, branches_at
-from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
+from tps_tracer.errors import InputError
+from tps_tracer.scoring.branch_pairs import StepLayout
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule, ScoreRule, WeightSchedule, branches_at
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -41,6 +45,44 @@ BoolArray = NDArray[np.bool_]
 # Elements of the fused (rules x 2 x schedules x steps) product per block: 8 MB of float64,
 # large enough that numpy's per-call cost vanishes, small enough to stay near the cache.
 _BLOCK_ELEMENTS = 1 << 20
+
+
+# -- steps without a forecast
+
+PRIOR = 0.5  # the declared forecast before an agent's first statement
+
+
+def check_missing_policy(policy: str) -> str:
+    if policy not in MISSING_POLICIES:
+        raise InputError(f"unknown missing-forecast policy {policy!r} (choose from {', '.join(MISSING_POLICIES)})")
+    return policy
+
+
+def filled_by_policy(values: FloatArray, starts: IntArray, lengths: IntArray, policy: str) -> FloatArray:
+    """Forecasts with every gap (NaN) filled the policy's way, over segments of a flat array.
+    skip-renormalise and drop-run fill as carry-forward (their filled steps carry no weight)."""
+    gaps = np.isnan(values)
+    if not gaps.any():
+        return values
+    n = values.size
+    idx = np.arange(n)
+    seg_start = np.repeat(starts, lengths)
+    last = np.maximum.accumulate(np.where(gaps, -1, idx))
+    out = np.where(last >= seg_start, values[np.maximum(last, 0)], PRIOR)
+    if policy == FILL_BACKWARDS:
+        seg_end = seg_start + np.repeat(lengths, lengths)
+        nxt = np.minimum.accumulate(np.where(gaps, n, idx)[::-1])[::-1]
+        out = np.where(nxt < seg_end, values[np.minimum(nxt, n - 1)], out)
+    return out
+
+
+def usable_segments(n_gaps: IntArray, lengths: IntArray, policy: str) -> BoolArray:
+    """Segments (with >= 1 step) scored under the policy, from their gap counts."""
+    if policy == DROP_RUN:
+        return n_gaps == 0
+    if policy == SKIP_RENORMALISE:
+        return n_gaps < lengths
+    return np.ones(n_gaps.shape, dtype=bool)
 
 
 @dataclass
@@ -77,7 +119,7 @@ def score_rows(
     values: one flat array per predictor, one entry per step (NaN: no forecast); lengths: steps
     per trajectory (0 allowed: such rows are unusable); weights: (S + 1, N) from `flat_weights`
     (or the caller's cache of the same formula) over the steps of all trajectories, in order;
-    missing: the policy for steps without a forecast (scoring/missing_forecasts.py), applied here
+    missing: the policy for steps without a forecast (evaluation/rows.py), applied here
     and nowhere else, so batch, partial states and the accumulator score gaps alike.
     """
     lens = np.asarray(lengths, dtype=np.int64)

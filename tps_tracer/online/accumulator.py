@@ -68,11 +68,13 @@ from typing import Any
 import numpy as np
 
 from tps_tracer import at_exit
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
+from tps_tracer.evaluation.rows import check_missing_policy
 from tps_tracer.health import HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.background_work import BackgroundWork
@@ -85,9 +87,7 @@ from tps_tracer.online.summary_store import SummaryStore, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, check_missing_policy
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
@@ -134,7 +134,7 @@ class Accumulator:
         mode: "rows" keeps a row per finished trajectory; "summary" folds settled ones into a
         partial state (constant memory, see the module docstring); max_pending bounds the
         clean stops waiting for their outcome in summary mode.
-        missing: the policy for steps without a forecast (scoring/missing_forecasts.py)."""
+        missing: the policy for steps without a forecast (evaluation/rows.py)."""
         if mode not in MODES:
             raise InputError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DROP_RUN
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
 from tps_tracer.evaluation.partial_state import PartialState
@@ -49,9 +50,7 @@ from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online.live_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.missing_forecasts import DROP_RUN
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 MAGIC = b"TPSACC\x00"
 VERSION = 1

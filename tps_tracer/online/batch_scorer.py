@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.evaluation.rows import score_rows
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, ScoreRule, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 

@@ -25,15 +25,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
 from tps_tracer.online.batch_scorer import ScoredBatch
 from tps_tracer.online.live_store import _Live
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 

@@ -21,8 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule, weights
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, weights
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
