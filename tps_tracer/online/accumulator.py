@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import math
 import os
 import threading
 import time
@@ -68,9 +70,9 @@ from typing import Any
 import numpy as np
 
 from tps_tracer import at_exit
-from tps_tracer.constants import DEFAULT_MISSING
+from tps_tracer.constants import DEFAULT_MISSING, MAX_HORIZON
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_key
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import ReportOptions, report_from_table
@@ -78,16 +80,16 @@ from tps_tracer.evaluation.rows import check_missing_policy
 from tps_tracer.health import HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.background_work import BackgroundWork
-from tps_tracer.online.batch_scorer import BatchScorer
-from tps_tracer.online.input_checks import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink, RecordWriter
-from tps_tracer.online.live_store import RESERVED, LiveStore, _Live
-from tps_tracer.online.row_store import RowStore
+from tps_tracer.online.row_store import RESERVED, BatchScorer, LiveStore, RowStore, _Live
 from tps_tracer.online.summary_store import SummaryStore, _Fold
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.records.record_shape import record_object
+from tps_tracer.records.outcome import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import id_problem, record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.validity import horizon as valid_horizon
+from tps_tracer.validity import probability
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MAX_LIVE = 100_000
@@ -96,6 +98,97 @@ MODES = ("rows", "summary")
 
 
 FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
+
+
+class InputChecks:
+    """What the accumulator accepts: each check returns the cleaned value (None / False if refused)
+    and reports a refusal through `reject(kind, message)`. predictors: the names accepted (None: any)."""
+
+    def __init__(self, reject: Callable[[str, str], None], predictors: frozenset[str] | None):
+        self.reject = reject
+        self.predictors = predictors
+
+    def step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
+        allowed = self.predictors
+        out: dict[str, float | None] = {}
+        for name, v in forecasts.items():
+            if allowed is not None and name not in allowed:
+                self.reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
+                continue
+            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
+                out[name] = v
+            elif v is None:
+                out[name] = None
+            elif (p := probability(v)) is not None:
+                out[name] = p
+            else:
+                self.reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
+                out[name] = None
+        return out
+
+    def valid_id(self, trajectory_id: Any) -> bool:
+        """The reader's rule (records/record_shape.py): an id written is an id read back."""
+        problem = id_problem(trajectory_id)
+        if problem is None:
+            return True
+        self.reject("invalid_id", problem)
+        return False
+
+    def outcome(self, trajectory_id: str, outcome: Any) -> int | None:
+        try:
+            return as_outcome(outcome, allow_strings=False)
+        except InvalidOutcome as exc:
+            self.reject("invalid_outcome", f"{trajectory_id!r}: {exc}")
+            return None
+
+    def q_z(self, trajectory_id: str, q_z: Any) -> float | None:
+        if q_z is None:
+            return None
+        q = probability(q_z)
+        if q is not None:
+            return q
+        self.reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
+        return None
+
+    def horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
+        if valid_horizon(horizon, at_least=n_steps) is not None:
+            return True
+        self.reject(
+            "invalid_horizon",
+            f"{tid!r}: horizon {str(horizon)[:40]!r} is not an integer in [{max(n_steps, 1)}, {MAX_HORIZON}] "
+            "(the steps taken, the largest budget accepted); using the steps taken",
+        )
+        return False
+
+    def metadata(self, tid: str, metadata: Any) -> dict[str, Any]:
+        """The record's metadata as strict JSON: a non-mapping is dropped, NaN/inf and non-JSON values
+        become null / their repr (counted as invalid_metadata): never a reason to lose the run."""
+        if metadata is None:
+            return {}
+        if not isinstance(metadata, Mapping):
+            self.reject("invalid_metadata", f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}")
+            return {}
+        md = dict(metadata)
+        try:
+            json.dumps(md, allow_nan=False)
+            if all(type(k) is str for k in md):
+                return md
+        except (TypeError, ValueError, RecursionError):
+            pass
+        self.reject("invalid_metadata", f"{tid!r}: metadata is not strict JSON; bad values written as null / repr")
+        return {str(k): _json_safe(v, 0) for k, v in md.items()}
+
+
+def _json_safe(value: Any, depth: int) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth < 8 and isinstance(value, Mapping):
+        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()}
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return [_json_safe(v, depth + 1) for v in value]
+    return repr(value)[:200]
 
 
 class AccumulatorError(InputError):
@@ -564,12 +657,11 @@ class Accumulator:
         scored = self._scorer.score_safely(
             [lv.steps for lv in lives], [lv.horizon for lv in lives], names, self._internal
         )
-        keys = [self._key(tid) for tid in batch]
         rows = self._rows
         with self._lock:
             for tid in batch:
-                self._store.scored(tid)
-            rows.add_scored(batch, keys, lives, scored, names)
+                del self._store.finishing[tid]
+            rows.add_scored(batch, lives, scored, names)
             scores = (
                 [rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {})) for tid in batch]
                 if self._listeners
@@ -577,14 +669,6 @@ class Accumulator:
             )
             fold = self._summaries.take() if self.mode == "summary" else None
         return fold, scores
-
-    def _key(self, tid: str) -> int:
-        """The id-derived bootstrap key; an id that cannot be hashed never takes its batch down."""
-        try:
-            return trajectory_key(tid)
-        except Exception as exc:
-            self._internal("key", exc)
-            return 0
 
     def _names_in(self, lives: list[_Live]) -> list[str]:
         """Predictors to score: the configured ones, or every name the steps mention."""
@@ -859,7 +943,7 @@ class Accumulator:
         with accumulator_state.corrupt_state():
             kwargs.setdefault("idle_timeout", None)
             acc = cls(**accumulator_state.settings(body), **kwargs)
-            acc._add(accumulator_state.parts(body, acc.rules, acc.schedules, acc._key, acc._clock()), fold=False)
+            acc._add(accumulator_state.parts(body, acc.rules, acc.schedules, acc._clock()), fold=False)
             accumulator_state.count_health(body, acc.health)
         return acc
 
@@ -895,7 +979,6 @@ class Accumulator:
         """A copy of what this accumulator holds, for another or for `state()` (the caller flushed it)."""
         with self._lock:
             table = self._rows.table()
-            keys = self._rows.keys()
             live = [
                 (tid, _Live(list(lv.steps), lv.last_seen, lv.outcome, lv.q_z, repeat=lv.repeat))
                 for tid, lv in self._store.live.items()
@@ -906,7 +989,7 @@ class Accumulator:
             folded = self._summaries.folded_ids.keys() if self.mode == "summary" else accumulator_state.NO_KEYS
             seen = self._summaries.settled()
         summary = self._summaries.settled_state(seen)  # rows being folded travel as folded
-        return accumulator_state.Parts(table, keys, unscored, known, live, repeated, summary, folded)
+        return accumulator_state.Parts(table, unscored, known, live, repeated, summary, folded)
 
     def _add(self, parts: accumulator_state.Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
         """Add `parts` (and the `health` counts they came with) to this accumulator; an id it holds already is a
@@ -920,9 +1003,7 @@ class Accumulator:
         with self._lock:
             if self.mode == "summary":
                 # Runs stored or live here, by key, before the others arrive: to count those folded twice.
-                here = np.union1d(
-                    self._rows.keys(), np.array([self._key(t) for t in self._store.live], dtype=np.uint64)
-                )
+                here = np.union1d(self._rows.keys(), trajectory_keys(list(self._store.live)))
                 folded_twice = summaries.carry_folded_ids(parts.folded_ids, here)
             for name in parts.known:
                 self._known.setdefault(name, None)
@@ -937,9 +1018,7 @@ class Accumulator:
                     take_rows.append(i)
                     take_ids.add(tid)
             idx = np.array(take_rows, dtype=np.int64)
-            self._rows.append_table(
-                table.reordered(idx), parts.keys[idx], {t: y for t, y in parts.unscored.items() if t in take_ids}
-            )
+            self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take_ids})
             for tid, live in parts.live:
                 if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or self._was_folded(tid))):
                     duplicates.append(tid)

@@ -19,7 +19,7 @@ What a state holds:
   stops waiting for their outcome), their ids and the outcomes of unscored stops (kept to
   detect conflicts);
 - in summary mode, the folded `PartialState` (`PartialState.to_dict`) and the 64-bit keys of
-  the folded ids ("folded_ids", online/folded_ids.py), so a run re-using one after a merge is
+  the folded ids ("folded_ids", online/summary_store.py), so a run re-using one after a merge is
   still a repeat; a state without this key reads as having none;
 - the live trajectories: their steps and any outcome / q_Z already known. They arrive as
   live trajectories of the receiver (their idle clock restarts there), so a run split across
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +47,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
 from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.health import CATEGORIES, HealthLedger
-from tps_tracer.online.live_store import _Live
+from tps_tracer.online.row_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
@@ -64,7 +64,6 @@ class Parts:
     """What one accumulator hands another (directly, or as the bytes of `state()`)."""
 
     table: PairTable  # the finished rows still stored
-    keys: NDArray[np.uint64]  # their bootstrap keys
     unscored: dict[str, int]  # outcomes given on their non-clean stops
     known: list[str]  # predictor names, first-seen order
     live: list[tuple[str, _Live]]
@@ -136,11 +135,10 @@ def parts(
     body: dict[str, Any],
     rules: Sequence[ScoreRule],
     schedules: Sequence[WeightSchedule],
-    key: Callable[[str], int],
     now: float,
 ) -> Parts:
-    """A state's parts, for an accumulator with these rules and schedules, bootstrap key function
-    and clock (its live trajectories' idle clock restarts at `now`)."""
+    """A state's parts, for an accumulator with these rules and schedules (live runs' idle clock
+    restarts at `now`)."""
     rows = body["rows"]
     ids = [str(t) for t in rows["ids"]]
     table = PairTable(
@@ -172,7 +170,6 @@ def parts(
         raise KeyError("folded_ids in a row-mode state")
     return Parts(
         table,
-        np.array([key(tid) for tid in ids], dtype=np.uint64),
         {str(tid): int(y) for tid, y in body["unscored_outcome"].items()},
         [str(name) for name in body["known"]],
         live,
