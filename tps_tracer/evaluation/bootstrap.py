@@ -88,7 +88,8 @@ _LUT = np.where(_LUT_STRADDLES, _STRADDLE, _LUT_VALUE).astype(np.uint8)
 
 
 def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
-    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit `replicate_weights_reference`'s:
+    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit the plain definition's
+    (tests/test_bootstrap.py):
     splitmix64's last step keeps the top 16 bits, so they index the table before it; only
     straddling buckets finish the hash and take the binary search."""
     z = np.bitwise_xor(rep_keys[:, None], keys[None, :])
@@ -123,16 +124,6 @@ def _rep_keys(replicates: Sequence[int] | NDArray[np.int64], seed: int) -> U64:
 def replicate_weights(keys: U64, replicates: Sequence[int] | NDArray[np.int64], seed: int = DEFAULT_SEED) -> FloatArray:
     """Poisson(1) weights, shape (len(replicates), len(keys)), a pure function of (key, replicate, seed)."""
     return _weights_into(_rep_keys(replicates, seed), np.asarray(keys, dtype=np.uint64))
-
-
-def replicate_weights_reference(
-    keys: U64, replicates: Sequence[int] | NDArray[np.int64], seed: int = DEFAULT_SEED
-) -> FloatArray:
-    """The definition of the weights, written plainly (the fast path must equal it bit for bit)."""
-    rep_keys = _rep_keys(replicates, seed)
-    bits = _splitmix64(rep_keys[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
-    u = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # [0, 1)
-    return np.searchsorted(_POISSON1_CDF, u, side="right").astype(np.float64)
 
 
 def replicate_sums(x: FloatArray, keys: U64, n_replicates: int, seed: int = DEFAULT_SEED) -> FloatArray:

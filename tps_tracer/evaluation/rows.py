@@ -42,9 +42,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-# Elements of the fused (rules x 2 x schedules x steps) product per block: 8 MB of float64,
-# large enough that numpy's per-call cost vanishes, small enough to stay near the cache.
-_BLOCK_ELEMENTS = 1 << 20
+_BLOCK_ELEMENTS = 1 << 20  # of the fused (rules x 2 x schedules x steps) product per block: 8 MB
 
 
 # -- steps without a forecast
@@ -114,14 +112,8 @@ def score_rows(
     with_summaries: bool = True,
     missing: str = DEFAULT_MISSING,
 ) -> ScoredRows:
-    """Score every (trajectory, predictor) from flat forecasts.
-
-    values: one flat array per predictor, one entry per step (NaN: no forecast); lengths: steps
-    per trajectory (0 allowed: such rows are unusable); weights: (S + 1, N) from `flat_weights`
-    (or the caller's cache of the same formula) over the steps of all trajectories, in order;
-    missing: the policy for steps without a forecast (evaluation/rows.py), applied here
-    and nowhere else, so batch, partial states and the accumulator score gaps alike.
-    """
+    """Score every (trajectory, predictor): values, one flat array per predictor (NaN: no forecast);
+    lengths, steps per trajectory (0: an unusable row); weights, (S + 1, N) from `flat_weights`."""
     lens = np.asarray(lengths, dtype=np.int64)
     n, n_pred, n_rules = lens.size, len(values), len(rules)
     n_aggs = len(AGGREGATOR_NAMES) if with_summaries else 0
@@ -131,8 +123,7 @@ def score_rows(
     mass = np.zeros((n, n_schedules))
     clipped = np.zeros((n_pred, n), dtype=np.int64)
     gap_info = np.zeros((n_pred, n, 4))
-    # The log rule clips a forecast of 0 or 1 (a "sure" failing run would score -inf): counted, so
-    # the report can say how many; the rule's own eps, so the count is exactly the forecasts it moved.
+    # The forecasts the log rule clips (a sure failing run would score -inf) are counted, by its own eps.
     eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
     prior: FloatArray | None = None  # branches at PRIOR, computed once a block has a silent run
     has = np.flatnonzero(lens > 0)
@@ -228,9 +219,8 @@ def _gap_cost(
     missing: str,
     branches: FloatArray,
 ) -> FloatArray:
-    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus
-    skip-renormalise's, for one rule and schedule (`branches`: the rule's branches of the
-    policy's fill, reused unless that fill is fill-backwards')."""
+    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus skip-renormalise's,
+    for one rule and schedule (`branches`: of the policy's fill, reused unless fill-backwards)."""
     if missing == FILL_BACKWARDS:
         carried = np.stack(rule.branches(filled_by_policy(v, starts, lengths, CARRY_FORWARD)))
     else:  # every other policy fills the way carry-forward does
@@ -246,19 +236,10 @@ def _gap_cost(
     return cost
 
 
-# -- the scalar summaries ----------------------------------------------------------------------
-#
-# AUQ-style scalar aggregators Phi(F_1..F_Z), vectorised over flat arrays.
-#
-# These collapse a trace to one number per trajectory. They feed the scalar diagnostics
-# (AUROC, AUPRC, AURC, T-ECE, T-Brier) and the scalar-predictor table; they are not inputs
-# to TPS (paper, Appendix "Predictor Transparency Tables" and Theorem B). `summaries` is the
-# one definition, used by the scoring kernel (evaluation/rows.py); the phi_* functions are
-# its columns for callers holding a StepLayout.
+# -- the scalar summaries Phi(F_1..F_Z): inputs of the scalar diagnostics, not of TPS (paper,
+# Appendix "Predictor Transparency Tables" and Theorem B).
 
-# Averages are rounded to 12 decimals so that traces with equal values give exactly equal
-# summaries: floating-point noise must not break ties that rank metrics treat specially.
-TIE_DECIMALS = 12
+TIE_DECIMALS = 12  # equal traces give exactly equal averages: float noise must not break rank ties
 
 AGGREGATOR_NAMES: tuple[str, ...] = ("phi_last", "phi_avg", "phi_min", "phi_w")
 
@@ -266,11 +247,8 @@ AGGREGATOR_NAMES: tuple[str, ...] = ("phi_last", "phi_avg", "phi_min", "phi_w")
 def summaries(
     values: FloatArray, starts: IntArray, lengths: IntArray, w_phi: FloatArray, counted: BoolArray | None = None
 ) -> FloatArray:
-    """(4, k): phi_last, phi_avg, phi_min, phi_w of k non-empty segments of a flat array.
-
-    w_phi: per-step weights of Phi_w (the default schedule), the front-weighted normalised summary
-    sum_t w_t F_t / sum_t w_t over the observed steps; counted: the steps that count (None: all;
-    skip-renormalise counts the stated ones, Phi_last is then the last statement)."""
+    """(4, k): phi_last, phi_avg, phi_min, phi_w = sum_t w_t F_t / sum_t w_t (w_phi: the default
+    schedule's weights) of k non-empty segments; counted: the steps that count (None: all)."""
     out = np.empty((len(AGGREGATOR_NAMES), starts.size))
     if starts.size == 0:
         return out
@@ -286,25 +264,3 @@ def summaries(
         wc = w_phi * counted
         out[3] = np.round(np.add.reduceat(wc * values, starts) / np.add.reduceat(wc, starts), TIE_DECIMALS)
     return out
-
-
-def _column(values: FloatArray, layout: StepLayout, k: int, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
-    if layout.n_trajectories == 0:
-        return np.zeros(0)
-    return summaries(values, layout.starts, layout.lengths, layout.weights(schedule))[k]
-
-
-def phi_last(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 0)
-
-
-def phi_avg(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 1)
-
-
-def phi_min(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 2)
-
-
-def phi_weighted(values: FloatArray, layout: StepLayout, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
-    return _column(values, layout, 3, schedule)

@@ -425,7 +425,8 @@ class Accumulator:
                     )
                 return True
             if fold_due:  # even taking the rows out is the background's work
-                self._off_caller(self._fold_settled, None)
+                if self._background is None or not self._background.submit(self._fold_settled):
+                    self._fold_settled()
             if status != "ok":
                 self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
                 return False
@@ -537,12 +538,7 @@ class Accumulator:
         batch, self._queue = self._queue, []
         return batch
 
-    def _off_caller(self, job: Callable[[Any], None], arg: Any) -> None:
-        """Summary mode: on the background thread (see BackgroundWork.submit); row mode: inline."""
-        if self._background is None or not self._background.submit(job, arg):
-            job(arg)
-
-    def _fold_settled(self, _: Any = None) -> None:
+    def _fold_settled(self) -> None:
         """Summary mode, a background job: fold the rows that resolves settled."""
         with self._lock:
             fold = self._summaries.take()
