@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import math
@@ -359,25 +358,6 @@ class Accumulator:
             self._internal("stop", exc)
             return False
 
-    def finished(
-        self,
-        trajectory_id: str,
-        steps: Sequence[Mapping[str, float | None]],
-        reason: str | StopReason,
-        resolved: tuple[int | None, float | None] = (None, None),
-        **stop: Any,
-    ) -> bool:
-        """A run an adapter saw whole: `begin`, `observe` each step, `resolve` what was recorded while it
-        ran (`resolved`: outcome, q_z), then `stop(trajectory_id, reason, **stop)`."""
-        if self._closed:
-            return self._refuse_closed("stop", trajectory_id)
-        self.begin(trajectory_id)
-        for step in steps:
-            self.observe(trajectory_id, step)
-        if resolved != (None, None):
-            self.resolve(trajectory_id, outcome=resolved[0], q_z=resolved[1])
-        return self.stop(trajectory_id, reason, **stop)
-
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished run; False if rejected. After
         close() it raises AccumulatorClosedError (a grader's call, never the agent's path)."""
@@ -437,6 +417,25 @@ class Accumulator:
         except Exception as exc:
             self._internal("resolve", exc)
             return False
+
+    def finished(
+        self,
+        trajectory_id: str,
+        steps: Sequence[Mapping[str, float | None]],
+        reason: str | StopReason,
+        resolved: tuple[int | None, float | None] = (None, None),
+        **stop: Any,
+    ) -> bool:
+        """A run an adapter saw whole: `begin`, `observe` each step, `resolve` what was recorded while it
+        ran (`resolved`: outcome, q_z), then `stop(trajectory_id, reason, **stop)`."""
+        if self._closed:
+            return self._refuse_closed("stop", trajectory_id)
+        self.begin(trajectory_id)
+        for step in steps:
+            self.observe(trajectory_id, step)
+        if resolved != (None, None):
+            self.resolve(trajectory_id, outcome=resolved[0], q_z=resolved[1])
+        return self.stop(trajectory_id, reason, **stop)
 
     def _repeat_resolution(self, tid: str, y: int | None, q: float | None) -> dict[str, Any] | None:
         """Under the lock: a resolution of a repeat of `tid` (the nearest record above it, as the reader
@@ -702,7 +701,6 @@ class Accumulator:
             self.health.count("ignored", "live_at_fork", n=n)
 
     def _close_at_exit(self) -> int:
-
         return 0 if self._closed else self._shut(True, at_exit.ABANDONED_AT_EXIT)
 
     def _shut(self, stop_live: bool, why: str) -> int:
@@ -725,7 +723,6 @@ class Accumulator:
         return len(leftover)
 
     def _refuse_closed(self, what: str, tid: Any) -> bool:
-
         self._reject("after_close", f"{what}({tid!r}) after close(): the accumulator is closed; ignored")
         return False
 
@@ -768,7 +765,7 @@ class Accumulator:
             missing=self.missing,
         )
         if self.mode == "summary":
-            report, finished, pending = self._summaries.snapshot(dataclasses.replace(options, predictors=names))
+            report, finished, pending = self._summaries.snapshot(options)
         else:
             report = report_from_table(table, options, allow_empty=True)
             finished, pending = table.n, int(table.pending.sum())
@@ -792,17 +789,7 @@ class Accumulator:
     def state(self) -> bytes:
         """This accumulator's state as versioned bytes (accumulator_state.py); `merge_state` reads it."""
         self.flush()
-        settings = {
-            "rules": self.rules,
-            "weights": self.schedules,
-            "mode": self.mode,
-            "bootstrap": self.bootstrap,
-            "seed": self.seed,
-            "policy": self.policy,
-            "predictors": self.predictors,
-            "missing": self.missing,
-        }
-        return accumulator_state.dump(settings, self._parts(), self.health.snapshot())
+        return accumulator_state.dump(self, self._parts(), self.health.snapshot())
 
     @classmethod
     def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:

@@ -45,19 +45,19 @@ class Parts:
     folded_ids: NDArray[np.uint64]  # summary mode: the keys of the ids folded away
 
 
-def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
-
+def dump(acc: Any, parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
+    """An accumulator's settings (as `settings` reads them back), `parts` and health counts."""
     table = parts.table
     body = {
         "settings": {
-            "rules": [r.name for r in settings["rules"]],
-            "schedules": [s.name for s in settings["weights"]],
-            "mode": settings["mode"],
-            "bootstrap": settings["bootstrap"],
-            "seed": settings["seed"],
-            "roles": {r.value: settings["policy"].role(r).value for r in STOP_REASONS},
-            "predictors": settings["predictors"],
-            "missing": settings["missing"],
+            "rules": [r.name for r in acc.rules],
+            "schedules": [s.name for s in acc.schedules],
+            "mode": acc.mode,
+            "bootstrap": acc.bootstrap,
+            "seed": acc.seed,
+            "roles": {r.value: acc.policy.role(r).value for r in STOP_REASONS},
+            "predictors": acc.predictors,
+            "missing": acc.missing,
         },
         "known": parts.known,
         "rows": {

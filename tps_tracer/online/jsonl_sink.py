@@ -205,7 +205,6 @@ class RecordWriter:
         self._unwritten: OrderedDict[str, None] = OrderedDict()
 
     def write(self, obj: dict[str, Any]) -> bool:
-
         if self.sink is None:
             return False
         try:
@@ -223,7 +222,6 @@ class RecordWriter:
                 self._unwritten.popitem(last=False)
 
     def write_resolution(self, tid: str, fields: dict[str, Any]) -> None:
-
         with self.lock:
             if tid in self._unwritten:
                 self.health.count(

@@ -233,13 +233,8 @@ class SummaryStore:
 
     def snapshot(self, options: ReportOptions) -> tuple[dict[str, Any], int, int]:
         """(report, finished, pending) from the folded state plus the rows still stored."""
-        asked = StateSpec(
-            self.spec.rules,
-            self.spec.schedules,
-            options.policy,
-            options.bootstrap,
-            options.seed,
-            missing=options.missing,
+        asked = dataclasses.replace(
+            self.spec, policy=options.policy, bootstrap=options.bootstrap, seed=options.seed, missing=options.missing
         )
         if asked.signature() != self.spec.signature():
             raise InputError(
@@ -247,8 +242,7 @@ class SummaryStore:
                 "with (its sums are already weighted); use mode='rows' to change them at snapshot time"
             )
         state = self.whole_state()
-        opts = dataclasses.replace(options, predictors=list(options.predictors or []))
-        return report_from_state(state, opts, allow_empty=True), state.n, state.pending
+        return report_from_state(state, options, allow_empty=True), state.n, state.pending
 
     def whole_state(self) -> PartialState:
         """The rows still stored, the folded state and the folds under way, as one state."""

@@ -44,7 +44,6 @@ class TrajectoryScore:
 
     @property
     def scored(self) -> bool:
-
         return bool(self.pairs) and bool(self._etas())
 
     def _etas(self) -> list[tuple[str, float]]:
@@ -86,7 +85,6 @@ class TrajectoryScore:
 
     @property
     def label(self) -> str:
-
         if self.role is Role.COMPLETE:
             return "pending" if self.outcome is None else ("success" if self.outcome else "failure")
         return self.role.value

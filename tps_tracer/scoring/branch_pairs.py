@@ -64,7 +64,6 @@ class StepLayout:
         return np.diff(self.offsets)
 
     def step_index(self) -> FloatArray:
-
         t = np.arange(self.n_steps, dtype=np.float64) + 1.0
         return t - np.repeat(self.starts.astype(np.float64), self.lengths)
 
@@ -97,11 +96,9 @@ class StepLayout:
         return table[gather]
 
     def _direct_weights(self, sched: WeightSchedule) -> FloatArray:
-
         return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
 
     def weighted_sum(self, flat: FloatArray, schedule: str | WeightSchedule) -> FloatArray:
-
         if self.n_trajectories == 0:
             return np.zeros(0)
         return np.add.reduceat(self.weights(schedule) * flat, self.starts)
