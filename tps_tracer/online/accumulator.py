@@ -837,7 +837,7 @@ class Accumulator:
             repeated = set(self._repeated)
             unscored = dict(self._rows.unscored_outcome)
             known = list(self._known)
-            folded = self._summaries.folded_ids.keys() if self.mode == "summary" else accumulator_state.NO_KEYS
+            folded = self._summaries.folded_ids.keys()  # none in row mode
             seen = self._summaries.settled()
         summary = self._summaries.settled_state(seen)
         return accumulator_state.Parts(table, unscored, known, live, repeated, summary, folded)
@@ -850,6 +850,7 @@ class Accumulator:
         folded_twice = 0
         settled = merging = None
         summaries = self._summaries
+        folded_ids = summaries.folded_ids  # empty in row mode
         with self._lock:
             if self.mode == "summary":
                 here = np.union1d(self._rows.keys(), trajectory_keys(list(self._store.live)))
@@ -861,7 +862,7 @@ class Accumulator:
             take_ids: set[str] = set()
             take_rows = []
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or self._was_folded(tid):
+                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or tid in folded_ids:
                     duplicates.append(tid)
                 else:
                     take_rows.append(i)
@@ -869,7 +870,7 @@ class Accumulator:
             idx = np.array(take_rows, dtype=np.int64)
             self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take_ids})
             for tid, live in parts.live:
-                if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or self._was_folded(tid))):
+                if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or tid in folded_ids)):
                     duplicates.append(tid)
                 else:  # a repeat stays one if its id is stopped here
                     live.repeat = live.repeat and self._store.stopped(tid)
@@ -895,9 +896,6 @@ class Accumulator:
             if self.strict:
                 self._reject("duplicate_folded_id", message)  # raises
             self.health.count("rejected", "duplicate_folded_id", message, n=folded_twice)
-
-    def _was_folded(self, tid: str) -> bool:
-        return self.mode == "summary" and tid in self._summaries.folded_ids
 
 
 _RESOLVE_MESSAGES = {
