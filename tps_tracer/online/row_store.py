@@ -211,26 +211,10 @@ _INITIAL_CAPACITY = 256
 _GROWTH = 1.25  # arrays grow by 25 %: little slack
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
-# Per-row arrays and their fill values (`seq`: arrival number; `key`: the bootstrap key, the canonical order).
-_ROW_FILLS: dict[str, float] = {
-    "stop_code": 0,
-    "outcome": _NAN,
-    "q_z": _NAN,
-    "n_steps": 0,
-    "horizon": 0,
-    "seq": 0,
-    "key": 0,
-    "weight_mass": 0.0,
-}
+# Per-row arrays and their fills (`seq`: arrival number; `key`: the bootstrap key, the canonical order).
+_ROW_FILLS = dict(stop_code=0, n_steps=0, horizon=0, seq=0, key=0, outcome=_NAN, q_z=_NAN, weight_mass=0.0)
 # Per predictor; `written`: rows whose batch scored it (others never mention it).
-_COLUMN_FILLS: dict[str, float] = {
-    "usable": False,
-    "pairs": _NAN,
-    "aggregates": _NAN,
-    "clipped": 0,
-    "missing": 0.0,
-    "written": False,
-}
+_COLUMN_FILLS = dict(usable=False, pairs=_NAN, aggregates=_NAN, clipped=0, missing=0.0, written=False)
 
 
 @dataclass
