@@ -5,7 +5,7 @@ At step t the agent sees a signal s_t ~ N(+mu, 1) if Y = 1, N(-mu, 1) if not, so
 prefix-conditioned success probability is q_t = sigmoid(logit pi + 2 mu (s_1 + ... + s_t)) (Bayes;
 the paper's q_t). The calibrated agent states q_t, the overconfident one sigmoid(2 logit q_t).
 Every run is complete (T = Z) and scored with the log rule and the linear-front schedule through
-the package's one kernel (`score_rows`), under each policy of scoring/missing_forecasts.py.
+the package's one kernel (`score_rows`), under each policy of evaluation/rows.py.
 
 `python tests/missing_forecast_support.py` prints the table of docs/report.md ("Steps without a forecast").
 """
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation.rows import flat_weights, score_rows
-from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 RULE = get_rule("log")

@@ -8,13 +8,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tps_tracer.evaluation.bootstrap import (
+    _POISSON1_CDF,
+    _rep_keys,
+    _splitmix64,
     bootstrap_means,
     percentile_ci,
     replicate_weights,
-    replicate_weights_reference,
     trajectory_key,
     trajectory_keys,
 )
+
+
+def replicate_weights_reference(keys, replicates, seed):
+    """The definition of the weights, written plainly: the fast path must equal it bit for bit."""
+    rep_keys = _rep_keys(replicates, seed)
+    bits = _splitmix64(rep_keys[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
+    u = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # [0, 1)
+    return np.searchsorted(_POISSON1_CDF, u, side="right").astype(np.float64)
 
 
 def _ids(n):

@@ -1,5 +1,5 @@
 """Issue 36: an unknown predictor, a repeated trajectory id and the report object are each decided
-in one place (skipped_predictors.check_known_predictors, records/limits.py,
+in one place (skipped_predictors.check_known_predictors, records/duplicate_ids.py,
 report_builder.report_from_state), so every entry point says the same thing."""
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.errors import TrajectoryFileError
 from tps_tracer.records.limits import DuplicateIdError, repeated_keys
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_rule, get_schedule
 from tps_tracer.synthetic import example_records
 
 RECORDS = example_records()[:120]

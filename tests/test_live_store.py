@@ -1,4 +1,4 @@
-"""The accumulator used on its own follows OpenRuns' lifetime rules (online/live_store.py).
+"""The accumulator used on its own follows OpenRuns' lifetime rules (online/row_store.py, LiveStore).
 
 An accumulator finishing a run early (evicted past max_live, or idle) remembers it as the
 adapters do (`OpenRuns.remember_gone`, by age): a late step or stop for it is rejected, never
@@ -51,7 +51,7 @@ def test_idle_runs_follow_open_runs_rule_and_are_forgotten_after_gone_memory():
     now[0] = 10.0 + GONE_MEMORY * 10.0 + 1
     acc.sweep(now[0])  # b idles out too; a's memory expires
     assert acc.abandoned == {"idle": 2}
-    # The gone memory has expired, but a's row was folded and its id's key kept (online/folded_ids.py),
+    # The gone memory has expired, but a's row was folded and its id's key kept (online/summary_store.py, FoldedIds),
     # as row mode keeps its row: a bare step is still late; a new run (begin) is a counted repeat,
     # recorded and set aside as the report of a sink sets a second record of an id aside.
     assert acc.observe("a", {"v": 0.3}) is False

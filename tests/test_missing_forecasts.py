@@ -26,11 +26,12 @@ from missing_forecast_support import (
 from scale_support import assert_reports_equal
 
 from tps_tracer import Accumulator
+from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.rows import filled_by_policy
 from tps_tracer.records import read_trajectories, to_arrays
-from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES, filled_by_policy
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_schedule
 
 
 def _kl_gain(w: World, silent: np.ndarray) -> float:

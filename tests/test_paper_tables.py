@@ -5,7 +5,7 @@ import pytest
 
 from tps_tracer import ReportOptions, StepRecord, TrajectoryRecord, evaluate, score
 from tps_tracer.evaluation.diagnostics import t_ece
-from tps_tracer.evaluation.rows import phi_avg, phi_last, phi_min
+from tps_tracer.evaluation.rows import summaries
 from tps_tracer.scoring import StepLayout, branch_pairs, mix
 
 # Appendix "Predictor Transparency Tables": base-rate rows (n, printed ybar, printed row).
@@ -116,6 +116,15 @@ def test_theorem_a_t_ece_ties_constant_with_truthful():
 
 # Corollaries B2/B3: q1 = 0.5, q2 in {0.7, 0.3} with probability 1/2 each (two branches).
 Q = np.array([[0.5, 0.7], [0.5, 0.3]])
+
+
+def _phi(k):
+    return lambda values, layout: summaries(values, layout.starts, layout.lengths, layout.weights("linear-front"))[k]
+
+
+phi_last, phi_avg, phi_min = _phi(0), _phi(1), _phi(2)
+
+
 LAYOUT = StepLayout.from_lengths([2, 2])
 
 

@@ -155,7 +155,7 @@ def test_folded_ids_find_every_folded_id_and_no_other():
     """Across the set-to-array merges (4096 keys a set): each folded id is found, ids never folded
     are not (checked against a plain set of the ids)."""
     from tps_tracer.evaluation.bootstrap import trajectory_key
-    from tps_tracer.online.folded_ids import FoldedIds
+    from tps_tracer.online.summary_store import FoldedIds
 
     folded = FoldedIds()
     ids = [f"run-{i}" for i in range(0, 30_000, 3)]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tps_tracer.errors import InputError
-from tps_tracer.online.input_checks import InputChecks
+from tps_tracer.online.accumulator import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.tracking.trajectory import whole_number
 from tps_tracer.validity import horizon, probability

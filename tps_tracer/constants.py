@@ -51,7 +51,7 @@ MAX_DEPTH = 253
 MAX_INT_DIGITS = 4_300
 DEFAULT_TOP_K = 5  # candidates per token in the entropy confidence (the paper's 1 - H / ln 5)
 
-# Steps without a forecast (scoring/missing_forecasts.py decides what they score; docs/report.md).
+# Steps without a forecast (evaluation/rows.py decides what they score; docs/report.md).
 # Here so the CLI's option parsing names the policies without importing numpy.
 CARRY_FORWARD = "carry-forward"
 FILL_BACKWARDS = "fill-backwards"

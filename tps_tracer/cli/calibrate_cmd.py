@@ -27,8 +27,7 @@ from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.skipped_predictors import check_known_predictors, platt_fit_reason
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_rule, get_schedule
 
 
 def cross_fit_evaluation(

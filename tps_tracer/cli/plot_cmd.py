@@ -29,8 +29,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     platt_fit_reason,
     split_usable,
 )
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_rule, get_schedule
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

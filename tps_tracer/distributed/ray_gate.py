@@ -9,7 +9,7 @@ and turned into its `PairTable` by the same function as the single-process gate
 row per trajectory, as the local gate holds them).
 
 Task ids (metadata.task_id) for the pairing are read on the driver by the same streaming pass as
-the local engine (`records/reading.py`). An input a block cannot be read alone (an error to
+the local engine (`records/task_ids.py`). An input a block cannot be read alone (an error to
 report with its line, resolution lines, a repeated id) is gated by the local engine on the driver,
 so the error or result is exactly `tps-tracer gate`'s.
 """
@@ -21,9 +21,9 @@ import os
 import pickle
 from typing import Any
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.distributed.ray_engine import _NEEDS_WHOLE, WholeInputNeeded, arrow_block_arrays, jsonl_block_arrays
 from tps_tracer.records.limits import repeated_ids
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 
 
 def _rows(read: Any, batch: Any, rule: Any, schedule: Any, missing: str) -> dict[str, list[Any]]:

@@ -1,19 +1,6 @@
-"""Bootstrap over trajectories with replicate weights derived from the trajectory id.
-
-We use the Poisson bootstrap: replicate b gives trajectory i the weight
-W_bi ~ Poisson(1), and the replicate mean of a column is sum_i W_bi x_i / sum_i W_bi.
-W_bi is not drawn from a stateful RNG but computed from (trajectory id, b, seed) by a
-counter-based hash (splitmix64), so
-
-- the result does not depend on file order, and a trajectory's weights are the same
-  wherever it is scored: the online accumulator (which only ever sees one trajectory
-  at a time, on many workers) reproduces the batch report's replicates exactly;
-- paired deltas (cen-simple minus complete-only, raw minus recalibrated) come for free:
-  both columns see the same weights in every replicate.
-
-The Poisson bootstrap approximates the multinomial one (Hanley & MacGibbon 2006;
-Chamandy et al. 2012) and is the standard choice for streaming, mergeable estimates.
-"""
+"""Poisson bootstrap over trajectories: replicate b weighs trajectory i by W_bi ~ Poisson(1), a
+counter-based hash (splitmix64) of (id key, b, seed), so replicates do not depend on order or
+process (the accumulator reproduces the report's), and paired deltas share their weights."""
 
 from __future__ import annotations
 
@@ -45,13 +32,9 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.concatenate(([1.0], np.arange(1.0, 25.0)))))
 
 
-# Quantiles as numpy's default ("linear") method gives them, bit for bit, without np.quantile:
-# np.quantile / np.nanquantile go through np.unique, which imports numpy.ma (~30 ms of a 40-run
-# report's start-up), and np.nanquantile loops in Python per column. Callers sort once.
 def linear_quantile(ordered: FloatArray, count: NDArray[np.int64], q: float) -> FloatArray:
-    """np.nanquantile(x, q, axis=0) from `ordered` = np.sort(x, axis=0) (NaN last) and `count`, the
-    non-NaN values per column (>= 1). numpy's steps: virtual index (n - 1) * q, its floor, and
-    numpy's two-sided lerp (exact at both ends)."""
+    """np.nanquantile(x, q, axis=0) bit for bit, from `ordered` = np.sort(x, axis=0) (NaN last) and
+    `count`, the non-NaN values per column (>= 1); np.quantile would import numpy.ma at start-up."""
     virtual = (count - 1) * q
     below = np.floor(virtual).astype(np.int64)
     above = np.minimum(below + 1, count - 1)
@@ -74,26 +57,21 @@ def _splitmix64(x: U64) -> U64:
 
 
 def trajectory_key(trajectory_id: str) -> int:
-    """A stable 64-bit key for a trajectory id (BLAKE2b), independent of process and platform."""
-    # surrogatepass: ids are any str (a lone surrogate included); valid text encodes as plain UTF-8.
+    """A stable 64-bit key for a trajectory id (BLAKE2b); surrogatepass: any str, a lone surrogate too."""
     data = trajectory_id.encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def trajectory_keys(ids: Sequence[str]) -> U64:
-    """`trajectory_key` of every id, as one array (digests joined and viewed as little-endian uint64)."""
+    """`trajectory_key` of every id, as one array."""
     blake = hashlib.blake2b
     digests = b"".join([blake(i.encode("utf-8", "surrogatepass"), digest_size=8).digest() for i in ids])
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def _poisson_lut() -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
-    """Poisson(1) value per bucket of the top 16 bits of u, and whether a CDF step falls inside the bucket.
-
-    u = (bits >> 11) / 2**53 lies in [j / 2**16, (j + 1) / 2**16) for bucket j = bits >> 48; the
-    inverse CDF is constant over a bucket unless a CDF value lies strictly inside it (at most 25
-    of the 65536 buckets), so a table gives the exact searchsorted value everywhere else.
-    """
+    """Poisson(1) value per bucket j = bits >> 48 of u = (bits >> 11) / 2**53, and whether a CDF step
+    falls inside the bucket (at most 25 of 65536): elsewhere the table is the exact inverse CDF."""
     j = np.arange(1 << 16, dtype=np.float64)
     lo, hi = j / 65536.0, (j + 1.0) / 65536.0
     value = np.searchsorted(_POISSON1_CDF, lo, side="right").astype(np.uint8)
@@ -104,21 +82,16 @@ def _poisson_lut() -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
 _LUT_VALUE, _LUT_STRADDLES = _poisson_lut()
 
 
-# Bucket table as uint8, _STRADDLE where a CDF step falls inside the bucket (resolved exactly
-# below). uint8, not float64: the 64 KB table stays in cache, and a uint8 gather plus one cast to
-# float64 ran ~4x faster than a float64 gather (np.take, 1000 x 250 weights) -- the gather was
-# ~40% of the weights' cost.
+# The table as uint8 (stays in cache), _STRADDLE where a CDF step falls inside the bucket.
 _STRADDLE = 255
 _LUT = np.where(_LUT_STRADDLES, _STRADDLE, _LUT_VALUE).astype(np.uint8)
 
 
 def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
-    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit those of `replicate_weights_reference`.
-
-    splitmix64 runs in place; its last step (z ^= z >> 31) leaves the top 16 bits unchanged, so
-    they are read before it, as a uint16 view, and mapped through the bucket table. Only the rare
-    straddling buckets (8 of 65536) finish the hash and take the binary search. ~6x the reference.
-    """
+    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit the plain definition's
+    (tests/test_bootstrap.py):
+    splitmix64's last step keeps the top 16 bits, so they index the table before it; only
+    straddling buckets finish the hash and take the binary search."""
     z = np.bitwise_xor(rep_keys[:, None], keys[None, :])
     tmp = np.empty_like(z)
     with np.errstate(over="ignore"):
@@ -153,23 +126,9 @@ def replicate_weights(keys: U64, replicates: Sequence[int] | NDArray[np.int64], 
     return _weights_into(_rep_keys(replicates, seed), np.asarray(keys, dtype=np.uint64))
 
 
-def replicate_weights_reference(
-    keys: U64, replicates: Sequence[int] | NDArray[np.int64], seed: int = DEFAULT_SEED
-) -> FloatArray:
-    """The definition of the weights, written plainly (the fast path must equal it bit for bit)."""
-    rep_keys = _rep_keys(replicates, seed)
-    bits = _splitmix64(rep_keys[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
-    u = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # [0, 1)
-    return np.searchsorted(_POISSON1_CDF, u, side="right").astype(np.float64)
-
-
 def replicate_sums(x: FloatArray, keys: U64, n_replicates: int, seed: int = DEFAULT_SEED) -> FloatArray:
-    """sum_i W_bi x_ik for every replicate b and column k: the (B, K) mergeable core of the bootstrap.
-
-    Weights are made in cache-sized pieces into a (B x ~8k trajectories) buffer, then applied in
-    one well-shaped GEMM per buffer. Blocking over replicates instead gives skinny GEMMs that ran
-    ~10x slower on this 2-core machine. Sums of disjoint row sets add up, so chunks merge exactly.
-    """
+    """sum_i W_bi x_ik for every replicate b and column k: the (B, K) mergeable core (sums of
+    disjoint row sets add up). Weights are made in cache-sized pieces, applied in one GEMM per buffer."""
     x = np.asarray(x, dtype=np.float64)
     out = np.zeros((n_replicates, x.shape[1]))
     n = x.shape[0]
@@ -191,11 +150,7 @@ def replicate_sums(x: FloatArray, keys: U64, n_replicates: int, seed: int = DEFA
 def replicate_sums_and_counts(
     x0: FloatArray, present: NDArray[np.bool_], keys: U64, n_replicates: int, seed: int = DEFAULT_SEED
 ) -> tuple[FloatArray, FloatArray]:
-    """(sum_i W_bi x_ik, sum_i W_bi [x_ik present]) in one pass over the weights.
-
-    The weighted counts are computed once per distinct presence pattern: the columns of one
-    predictor and censoring mode share theirs, so this costs a few columns, not K.
-    """
+    """(sum_i W_bi x_ik, sum_i W_bi [x_ik present]) in one pass; counts once per presence pattern."""
     k = present.shape[1]
     if k == 0:
         return np.zeros((n_replicates, 0)), np.zeros((n_replicates, 0))
@@ -259,11 +214,8 @@ def bootstrap_means(
     n_replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
 ) -> BootstrapResult:
-    """Bootstrap the means of the columns of an (n, K) matrix; NaN marks 'not in this column's sample'.
-
-    All columns share the replicate weights, so differences of replicate columns are
-    paired bootstrap replicates of the difference of means.
-    """
+    """Bootstrap the column means of an (n, K) matrix (NaN: not in the column's sample); columns share
+    the weights, so differences of replicate columns are paired replicates of the difference."""
     if not 0 <= n_replicates <= MAX_REPLICATES:  # the replicate matrix is n_replicates x K floats
         raise InputError(f"n_replicates must lie in [0, {MAX_REPLICATES}], got {n_replicates!r}")
     x = np.asarray(columns, dtype=np.float64)

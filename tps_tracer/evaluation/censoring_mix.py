@@ -24,8 +24,7 @@ from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays
 from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.branch_pairs import mix
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.constants import MAX_REPLICATES
+from tps_tracer.constants import DEFAULT_MISSING, MAX_REPLICATES, MISSING_POLICIES
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.audit import audit_of_table
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
@@ -83,9 +83,7 @@ from tps_tracer.records.limits import KINDS, SetAside, check_unique_ids
 from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
-from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 
@@ -375,7 +373,7 @@ class GateCriteria:
     bootstrap: int = 2000
     seed: int = 0
     policy: CensoringPolicy = field(default_factory=CensoringPolicy)
-    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
+    missing: str = DEFAULT_MISSING  # steps without a forecast (evaluation/rows.py)
 
     def validate(self, has_baseline: bool) -> None:
         """Raise GateOptionError naming the first invalid field (the CLI maps it to its flag)."""

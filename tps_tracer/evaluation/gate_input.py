@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, pair_table_from_arrays
@@ -32,9 +33,7 @@ from tps_tracer.records.reading import (
     task_id_of,
 )
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 
 class GateInputError(InputError):
@@ -44,7 +43,7 @@ class GateInputError(InputError):
 @dataclass
 class GateSample:
     """One run: its pair table, for pairing with a baseline each trajectory's task id, and the
-    lines its files held but the gate does not judge (records/limits.py; shown in its output)."""
+    lines its files held but the gate does not judge (records/set_aside.py; shown in its output)."""
 
     table: PairTable
     task_ids: list[str]
@@ -140,7 +139,7 @@ def sample_from_paths(
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         # A grading job's resolution lines may sit in a file of their own: the files are one input
-        # then (records/reading.py), as the shards of a directory are.
+        # then (records/shards.py), as the shards of a directory are.
         inputs = [inputs]
     for k, path in enumerate(inputs):
         tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, flat_weights, score_rows
+from tps_tracer.constants import DEFAULT_MISSING, DROP_RUN, SKIP_RENORMALISE
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR, flat_weights, score_rows
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
-from tps_tracer.scoring.rules import ScoreRule, branches_at
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

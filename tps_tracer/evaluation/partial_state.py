@@ -36,17 +36,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_MISSING, DROP_RUN, SKIP_RENORMALISE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, SIMPLE, eta_by_mode, score_columns
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, pair_table_from_arrays
 from tps_tracer.evaluation.report_options import ReportOptions
+from tps_tracer.evaluation.rows import PRIOR
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
-from tps_tracer.scoring.rules import ScoreRule, branches_at, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -50,8 +50,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 )
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.limits import check_unique_ids
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import WeightSchedule, get_rule, get_schedule
 
 __all__ = [
     "BASE_RATE",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentile_ci, replicate_means
 from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE, ColumnKey
@@ -38,9 +39,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     split_usable,
 )
 from tps_tracer.records.stop_reasons import Role
-from tps_tracer.scoring.missing_forecasts import MISSING_POLICIES
-from tps_tracer.scoring.rules import LogRule
-from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration.paired import PairedDelta
@@ -327,7 +326,7 @@ def _header(
 
 
 def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[str, PredictorState]) -> dict[str, Any]:
-    """Steps without a forecast per predictor over the working sample (scoring/missing_forecasts.py):
+    """Steps without a forecast per predictor over the working sample (evaluation/rows.py):
     the policy that scored them, and per predictor the share of steps and runs affected, the cost
     of missingness and the success rate of runs with and without a gap."""
     spec = state.spec

@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tps_tracer.constants import MAX_REPLICATES
+from tps_tracer.constants import DEFAULT_MISSING, MAX_REPLICATES, MISSING_POLICIES
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, MISSING_POLICIES
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration.calibrator import Calibrator
@@ -41,7 +39,7 @@ class ReportOptions:
     ece_bins: int = DEFAULT_ECE_BINS
     calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
     calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
-    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
+    missing: str = DEFAULT_MISSING  # steps without a forecast (evaluation/rows.py)
 
     def __post_init__(self) -> None:
         check_report_options(self)  # OptionError (a ValueError naming the field)

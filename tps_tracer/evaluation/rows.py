@@ -1,16 +1,21 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows, in one vectorised pass.
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass, under
+the one missing-forecast policy; every scoring path calls `score_rows` (docs/design.md).
 
-Every path that scores trajectories (the file report, the gate, the partial states of the
-chunked and distributed engines, the accumulator's micro-batches) calls `score_rows`, so the
-branch pairs (s1, s0) per rule x schedule, the four scalar summaries and the truncated
-weight mass are computed by one piece of code (docs/design.md, "where each concept is
-decided").
+Segments are (predictor, trajectory) pairs, predictor-major, over one flat array; every rule x
+branch x schedule weighted sum is one `np.add.reduceat`, in blocks of whole segments.
 
-Layout: segments are (predictor, trajectory) pairs, predictor-major, over one flat array of
-forecasts. Each rule's branches are computed once per block; every rule x branch x schedule
-weighted sum is one `np.add.reduceat` over the (rules x 2 x schedules x steps) product.
-Blocks of whole segments bound that product's memory (a 1M-trajectory file is scored in a
-few hundred blocks, a micro-batch of the accumulator in one).
+A step without a forecast (NaN) scores under one declared policy (docs/report.md, "Steps without a
+forecast"):
+
+    carry-forward     (default, proper) the last stated forecast; PRIOR (0.5) before the first.
+                      An omission replaces F_t by a forecast measurable w.r.t. the same prefix, and
+                      the rule is strictly proper conditionally on it (paper, Theorem "Strict
+                      propriety under complete observation"): no omission pattern raises the score.
+    fill-backwards    estimate: the next stated forecast (the last one after the final statement,
+                      PRIOR if none). Uses later information: can be gamed.
+    skip-renormalise  estimate: stated steps only, weights scaled up to the run's truncated mass
+                      sum_{t<=Z} w_t; a run with no statement is not scored. Can be gamed.
+    drop-run          the run is not scored for the predictor if any step lacks a forecast. Not proper.
 """
 
 from __future__ import annotations
@@ -21,26 +26,61 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.scoring.branch_pairs import StepLayout
-from tps_tracer.scoring.missing_forecasts import (
+from tps_tracer.constants import (
     CARRY_FORWARD,
     DEFAULT_MISSING,
+    DROP_RUN,
     FILL_BACKWARDS,
-    PRIOR,
+    MISSING_POLICIES,
     SKIP_RENORMALISE,
-    filled_by_policy,
-    usable_segments,
 )
-from tps_tracer.scoring.rules import LogRule, ScoreRule, branches_at
-from tps_tracer.scoring.schedules import DEFAULT_SCHEDULE, WeightSchedule
+from tps_tracer.errors import InputError
+from tps_tracer.scoring.branch_pairs import StepLayout
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule, ScoreRule, WeightSchedule, branches_at
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-# Elements of the fused (rules x 2 x schedules x steps) product per block: 8 MB of float64,
-# large enough that numpy's per-call cost vanishes, small enough to stay near the cache.
-_BLOCK_ELEMENTS = 1 << 20
+_BLOCK_ELEMENTS = 1 << 20  # of the fused (rules x 2 x schedules x steps) product per block: 8 MB
+
+
+# -- steps without a forecast
+
+PRIOR = 0.5  # the declared forecast before an agent's first statement
+
+
+def check_missing_policy(policy: str) -> str:
+    if policy not in MISSING_POLICIES:
+        raise InputError(f"unknown missing-forecast policy {policy!r} (choose from {', '.join(MISSING_POLICIES)})")
+    return policy
+
+
+def filled_by_policy(values: FloatArray, starts: IntArray, lengths: IntArray, policy: str) -> FloatArray:
+    """Forecasts with every gap (NaN) filled the policy's way, over segments of a flat array.
+    skip-renormalise and drop-run fill as carry-forward (their filled steps carry no weight)."""
+    gaps = np.isnan(values)
+    if not gaps.any():
+        return values
+    n = values.size
+    idx = np.arange(n)
+    seg_start = np.repeat(starts, lengths)
+    last = np.maximum.accumulate(np.where(gaps, -1, idx))
+    out = np.where(last >= seg_start, values[np.maximum(last, 0)], PRIOR)
+    if policy == FILL_BACKWARDS:
+        seg_end = seg_start + np.repeat(lengths, lengths)
+        nxt = np.minimum.accumulate(np.where(gaps, n, idx)[::-1])[::-1]
+        out = np.where(nxt < seg_end, values[np.minimum(nxt, n - 1)], out)
+    return out
+
+
+def usable_segments(n_gaps: IntArray, lengths: IntArray, policy: str) -> BoolArray:
+    """Segments (with >= 1 step) scored under the policy, from their gap counts."""
+    if policy == DROP_RUN:
+        return n_gaps == 0
+    if policy == SKIP_RENORMALISE:
+        return n_gaps < lengths
+    return np.ones(n_gaps.shape, dtype=bool)
 
 
 @dataclass
@@ -72,14 +112,8 @@ def score_rows(
     with_summaries: bool = True,
     missing: str = DEFAULT_MISSING,
 ) -> ScoredRows:
-    """Score every (trajectory, predictor) from flat forecasts.
-
-    values: one flat array per predictor, one entry per step (NaN: no forecast); lengths: steps
-    per trajectory (0 allowed: such rows are unusable); weights: (S + 1, N) from `flat_weights`
-    (or the caller's cache of the same formula) over the steps of all trajectories, in order;
-    missing: the policy for steps without a forecast (scoring/missing_forecasts.py), applied here
-    and nowhere else, so batch, partial states and the accumulator score gaps alike.
-    """
+    """Score every (trajectory, predictor): values, one flat array per predictor (NaN: no forecast);
+    lengths, steps per trajectory (0: an unusable row); weights, (S + 1, N) from `flat_weights`."""
     lens = np.asarray(lengths, dtype=np.int64)
     n, n_pred, n_rules = lens.size, len(values), len(rules)
     n_aggs = len(AGGREGATOR_NAMES) if with_summaries else 0
@@ -89,8 +123,7 @@ def score_rows(
     mass = np.zeros((n, n_schedules))
     clipped = np.zeros((n_pred, n), dtype=np.int64)
     gap_info = np.zeros((n_pred, n, 4))
-    # The log rule clips a forecast of 0 or 1 (a "sure" failing run would score -inf): counted, so
-    # the report can say how many; the rule's own eps, so the count is exactly the forecasts it moved.
+    # The forecasts the log rule clips (a sure failing run would score -inf) are counted, by its own eps.
     eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
     prior: FloatArray | None = None  # branches at PRIOR, computed once a block has a silent run
     has = np.flatnonzero(lens > 0)
@@ -186,9 +219,8 @@ def _gap_cost(
     missing: str,
     branches: FloatArray,
 ) -> FloatArray:
-    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus
-    skip-renormalise's, for one rule and schedule (`branches`: the rule's branches of the
-    policy's fill, reused unless that fill is fill-backwards')."""
+    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus skip-renormalise's,
+    for one rule and schedule (`branches`: of the policy's fill, reused unless fill-backwards)."""
     if missing == FILL_BACKWARDS:
         carried = np.stack(rule.branches(filled_by_policy(v, starts, lengths, CARRY_FORWARD)))
     else:  # every other policy fills the way carry-forward does
@@ -204,19 +236,10 @@ def _gap_cost(
     return cost
 
 
-# -- the scalar summaries ----------------------------------------------------------------------
-#
-# AUQ-style scalar aggregators Phi(F_1..F_Z), vectorised over flat arrays.
-#
-# These collapse a trace to one number per trajectory. They feed the scalar diagnostics
-# (AUROC, AUPRC, AURC, T-ECE, T-Brier) and the scalar-predictor table; they are not inputs
-# to TPS (paper, Appendix "Predictor Transparency Tables" and Theorem B). `summaries` is the
-# one definition, used by the scoring kernel (evaluation/rows.py); the phi_* functions are
-# its columns for callers holding a StepLayout.
+# -- the scalar summaries Phi(F_1..F_Z): inputs of the scalar diagnostics, not of TPS (paper,
+# Appendix "Predictor Transparency Tables" and Theorem B).
 
-# Averages are rounded to 12 decimals so that traces with equal values give exactly equal
-# summaries: floating-point noise must not break ties that rank metrics treat specially.
-TIE_DECIMALS = 12
+TIE_DECIMALS = 12  # equal traces give exactly equal averages: float noise must not break rank ties
 
 AGGREGATOR_NAMES: tuple[str, ...] = ("phi_last", "phi_avg", "phi_min", "phi_w")
 
@@ -224,11 +247,8 @@ AGGREGATOR_NAMES: tuple[str, ...] = ("phi_last", "phi_avg", "phi_min", "phi_w")
 def summaries(
     values: FloatArray, starts: IntArray, lengths: IntArray, w_phi: FloatArray, counted: BoolArray | None = None
 ) -> FloatArray:
-    """(4, k): phi_last, phi_avg, phi_min, phi_w of k non-empty segments of a flat array.
-
-    w_phi: per-step weights of Phi_w (the default schedule), the front-weighted normalised summary
-    sum_t w_t F_t / sum_t w_t over the observed steps; counted: the steps that count (None: all;
-    skip-renormalise counts the stated ones, Phi_last is then the last statement)."""
+    """(4, k): phi_last, phi_avg, phi_min, phi_w = sum_t w_t F_t / sum_t w_t (w_phi: the default
+    schedule's weights) of k non-empty segments; counted: the steps that count (None: all)."""
     out = np.empty((len(AGGREGATOR_NAMES), starts.size))
     if starts.size == 0:
         return out
@@ -244,25 +264,3 @@ def summaries(
         wc = w_phi * counted
         out[3] = np.round(np.add.reduceat(wc * values, starts) / np.add.reduceat(wc, starts), TIE_DECIMALS)
     return out
-
-
-def _column(values: FloatArray, layout: StepLayout, k: int, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
-    if layout.n_trajectories == 0:
-        return np.zeros(0)
-    return summaries(values, layout.starts, layout.lengths, layout.weights(schedule))[k]
-
-
-def phi_last(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 0)
-
-
-def phi_avg(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 1)
-
-
-def phi_min(values: FloatArray, layout: StepLayout) -> FloatArray:
-    return _column(values, layout, 2)
-
-
-def phi_weighted(values: FloatArray, layout: StepLayout, schedule: WeightSchedule = DEFAULT_SCHEDULE) -> FloatArray:
-    return _column(values, layout, 3, schedule)

@@ -1,40 +1,13 @@
-"""An accumulator's state: what `state()` writes, `from_state()` reads and `merge()` moves between
-two accumulators in one process, by one path (`Parts`: taken from one accumulator, added to another).
-
-Merging is exact: rows travel with their bootstrap keys, live trajectories arrive live (their
-idle clock restarts), summaries merge as PartialStates, and an id on both sides is a counted
-duplicate_id. A run re-using an id the other side folded is a repeat here too, and a stored or
-live run here under an id the other folded is counted (duplicate_folded_id: both copies are in
-the sums, which can no longer be split by id).
-
-Format (version 1): the 8-byte magic ``b"TPSACC\\x00\\x01"`` (the last byte is the version),
-then UTF-8 JSON. Arrays travel as {"dtype", "shape", "b64"} (raw little-endian bytes, so
-every float is bit-exact; NaN marks an unobserved outcome or q_Z). Nothing is pickled:
-decoding never runs code from the payload, and rules and schedules are named (custom
-objects do not round-trip; the receiver's must carry the same names).
-
-What a state holds:
-- settings: rules, schedules, mode, bootstrap, seed, censoring roles;
-- the finished rows still stored (all of them in row mode; in summary mode only the clean
-  stops waiting for their outcome), their ids and the outcomes of unscored stops (kept to
-  detect conflicts);
-- in summary mode, the folded `PartialState` (`PartialState.to_dict`) and the 64-bit keys of
-  the folded ids ("folded_ids", online/folded_ids.py), so a run re-using one after a merge is
-  still a repeat; a state without this key reads as having none;
-- the live trajectories: their steps and any outcome / q_Z already known. They arrive as
-  live trajectories of the receiver (their idle clock restarts there), so a run split across
-  replicas is not lost; an id live or finished on both sides is a counted duplicate_id;
-- repeats (online/accumulator.py, "Repeated ids"): the ids of live ones ("live_repeats") and
-  of recorded ones ("repeated", whose later resolutions are set aside); a state without these
-  keys reads as having none;
-- the health ledger's counts (added to the receiver's).
-"""
+"""An accumulator's state: what `state()` writes, `from_state()` reads and `merge()` moves, by one path
+(`Parts`). Version 1: the magic ``b"TPSACC\\x00\\x01"``, then UTF-8 JSON, arrays as raw little-endian
+base64 (bit-exact), nothing pickled; rules and schedules travel by name. Keys an older state lacks
+("live_repeats", "repeated", "folded_ids", "clipped", "missing") read as none."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -42,16 +15,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DROP_RUN
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
 from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.health import CATEGORIES, HealthLedger
-from tps_tracer.online.live_store import _Live
+from tps_tracer.online.row_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.missing_forecasts import DROP_RUN
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 MAGIC = b"TPSACC\x00"
 VERSION = 1
@@ -62,10 +34,9 @@ _ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the p
 
 @dataclass
 class Parts:
-    """What one accumulator hands another (directly, or as the bytes of `state()`)."""
+    """What one accumulator hands another: live runs arrive live (their idle clock restarts)."""
 
     table: PairTable  # the finished rows still stored
-    keys: NDArray[np.uint64]  # their bootstrap keys
     unscored: dict[str, int]  # outcomes given on their non-clean stops
     known: list[str]  # predictor names, first-seen order
     live: list[tuple[str, _Live]]
@@ -74,19 +45,19 @@ class Parts:
     folded_ids: NDArray[np.uint64]  # summary mode: the keys of the ids folded away
 
 
-def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
-    """An accumulator's settings (see `settings`), `parts` and health counts as versioned bytes."""
+def dump(acc: Any, parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
+    """An accumulator's settings (as `settings` reads them back), `parts` and health counts."""
     table = parts.table
     body = {
         "settings": {
-            "rules": [r.name for r in settings["rules"]],
-            "schedules": [s.name for s in settings["weights"]],
-            "mode": settings["mode"],
-            "bootstrap": settings["bootstrap"],
-            "seed": settings["seed"],
-            "roles": {r.value: settings["policy"].role(r).value for r in STOP_REASONS},
-            "predictors": settings["predictors"],
-            "missing": settings["missing"],
+            "rules": [r.name for r in acc.rules],
+            "schedules": [s.name for s in acc.schedules],
+            "mode": acc.mode,
+            "bootstrap": acc.bootstrap,
+            "seed": acc.seed,
+            "roles": {r.value: acc.policy.role(r).value for r in STOP_REASONS},
+            "predictors": acc.predictors,
+            "missing": acc.missing,
         },
         "known": parts.known,
         "rows": {
@@ -106,13 +77,11 @@ def dump(settings: dict[str, Any], parts: Parts, health: dict[str, dict[str, int
             },
         },
         "unscored_outcome": parts.unscored,
-        # Repeats (online/accumulator.py, "Repeated ids"): named apart, so a reader of an older
-        # state, which has neither key, reads it as before.
         "live": [[tid, lv.steps, lv.outcome, lv.q_z] for tid, lv in parts.live],
         "live_repeats": [tid for tid, lv in parts.live if lv.repeat],
         "repeated": sorted(parts.repeated),
         "summary": None if parts.summary is None else parts.summary.to_dict(),
-        "folded_ids": encode_array(parts.folded_ids),  # summary mode: the folded ids' keys (none: none)
+        "folded_ids": encode_array(parts.folded_ids),
         "health": health,
     }
     return MAGIC + bytes([VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
@@ -137,11 +106,10 @@ def parts(
     body: dict[str, Any],
     rules: Sequence[ScoreRule],
     schedules: Sequence[WeightSchedule],
-    key: Callable[[str], int],
     now: float,
 ) -> Parts:
-    """A state's parts, for an accumulator with these rules and schedules, bootstrap key function
-    and clock (its live trajectories' idle clock restarts at `now`)."""
+    """A state's parts, for an accumulator with these rules and schedules (live runs' idle clock
+    restarts at `now`)."""
     rows = body["rows"]
     ids = [str(t) for t in rows["ids"]]
     table = PairTable(
@@ -173,7 +141,6 @@ def parts(
         raise KeyError("folded_ids in a row-mode state")
     return Parts(
         table,
-        np.array([key(tid) for tid in ids], dtype=np.uint64),
         {str(tid): int(y) for tid, y in body["unscored_outcome"].items()},
         [str(name) for name in body["known"]],
         live,
@@ -193,7 +160,7 @@ def count_health(body: dict[str, Any], health: HealthLedger) -> None:
 
 @contextmanager
 def corrupt_state() -> Iterator[None]:
-    """Reading a state's body: what does not hold together raises a clear InputError."""
+    """What does not hold together in a state's body raises a clear InputError."""
     try:
         yield
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -216,7 +183,7 @@ def decode_array(d: dict[str, Any]) -> NDArray[Any]:
 
 
 def read(data: bytes) -> dict[str, Any]:
-    """The body of a state; a clear ValueError for anything that is not a state of a known version."""
+    """The body of a state; a clear InputError for anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InputError(f"accumulator state must be bytes, got {type(data).__name__}")
     data = bytes(data)

@@ -1,43 +1,5 @@
-"""The durable record of an online run: interchange JSON Lines, append-only, one write per line.
-
-A trajectory is written once, when it stops. A clean stop whose outcome has not arrived
-yet is written with `"outcome_pending": true`; the outcome (or a q_Z) that arrives later is
-appended as a resolution line `{"resolves": id, "outcome": 1}`. `tps-tracer report` on the
-file applies the resolutions, so it reproduces the accumulator's numbers.
-
-A grade that arrives in another process (a grading job run later, a restarted service) is
-appended the same way with `JsonlSink(path).resolve(trajectory_id, outcome=..., q_z=...)`: an
-`Accumulator` only resolves the runs it holds in memory.
-
-What reaches the file is what the readers read back:
-
-- Each line goes out in one unbuffered write (not fsync'ed: that would put a disk round trip on
-  the agent's path). A write that fails part-way (disk full) has its partial line cut off
-  again, so the next line starts clean; the failed line raises `OSError` (the accumulator counts
-  it). `written` counts the lines that reached the file, `failed` the ones that did not.
-- The path is watched as `logging.handlers.WatchedFileHandler` does it: before each line the
-  path is stat'ed, and when the file was renamed or deleted (log rotation without
-  copytruncate) the path is opened afresh, so no line goes to an unlinked file (`reopened`).
-- A path that cannot be opened (a read-only directory, a missing mount) never raises at
-  construction: the failure is logged once, each line meanwhile raises `OSError` (counted by
-  the accumulator), and opening is retried at most every `retry_interval` seconds.
-- A file whose last line lacks its line end (hand-written, or cut by a killed writer) gets one
-  before the first new line, logged and counted (`line_ends_added`), so a new record never
-  lands on that line and makes both unreadable.
-- Re-runs append. A script run again into the same sink adds its records after the first
-  run's; the readers keep the first record of an id and set the later ones aside, counted
-  (records/limits.py), so the file stays readable. Use one file per run (or per-run ids)
-  to score every run.
-
-Writes are serialised by a lock, so lines from many threads never interleave.
-
-The accumulator writes through a `RecordWriter` over its sink (a JsonlSink or any object with
-write/close): a failed write is counted (the score stays in memory, the durable line is reported
-lost), and no resolution line is ever written for a record that did not reach the file (a line
-resolving an id the file lacks makes the whole file unreadable). Its `lock` is held from the
-moment a stop decides its record until the record is written, so a resolve that sees the record
-as written waits for that write.
-"""
+"""The durable record of an online run: JSON Lines, append-only, one unbuffered write per line, a path
+watched as WatchedFileHandler does; the accumulator writes through a `RecordWriter` (docs/capture.md)."""
 
 from __future__ import annotations
 
@@ -86,19 +48,17 @@ class JsonlSink:
             self._open()
 
     def _after_fork_in_child(self) -> None:
-        """A forked child's copy: a fresh lock (a parent thread may have held it at the fork). The
-        file is shared and every line one unbuffered write, so nothing of the parent's is pending."""
+        """A fresh lock: a parent thread may have held it at the fork (lines are unbuffered)."""
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ the file
-
     def _open_file(self) -> BinaryIO:
-        """The path opened for appending, unbuffered (a subclass may wrap it, e.g. to inject faults)."""
+        """The path opened for appending, unbuffered (tests wrap it to inject faults)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return self.path.open("ab", buffering=0)
 
     def _open(self) -> bool:
-        """Under the lock: open the path; False (logged once per failure streak) if it cannot be."""
+        """Under the lock: open the path; False (logged once per failure streak) if it cannot be. A path
+        that cannot be opened never raises: each line fails until a retry (`retry_interval`) opens it."""
         try:
             fh = self._open_file()
             st = os.fstat(fh.fileno())
@@ -118,7 +78,7 @@ class JsonlSink:
         return True
 
     def _ends_with_newline(self) -> bool:
-        """Whether the file's last byte is a line end (the appending handle cannot read: a second one does)."""
+        """Whether the last byte is a line end (read with a second handle: the appending one cannot)."""
         try:
             with self.path.open("rb") as r:
                 r.seek(-1, os.SEEK_END)
@@ -127,10 +87,8 @@ class JsonlSink:
             return True  # unreadable (write-only permissions): nothing to check, nothing changed
 
     def _end_last_line(self, fh: BinaryIO) -> None:
-        """A file whose last line has no line end (written by `"\\n".join`, an editor, a killed writer)
-        would get the next record glued onto that line, and both lines would become one invalid line:
-        end it first. A complete record stays readable; a cut one stays the one invalid line the
-        readers name, instead of taking the new record with it."""
+        """End a last line that lacks its line end (an editor, a killed writer), so the next record is
+        not glued onto it and both lost (counted in `line_ends_added`)."""
         try:
             self._write_all(fh, b"\n")
         except OSError as exc:
@@ -143,7 +101,7 @@ class JsonlSink:
         )
 
     def _ready(self) -> BinaryIO:
-        """Under the lock: the open file, reopened if its path now names another file or none."""
+        """Under the lock: the open file, reopened if its path now names another file or none (rotation)."""
         if self._closed:
             raise InputError(f"the sink {self.path} is closed")
         if self._file is not None:
@@ -172,7 +130,7 @@ class JsonlSink:
                 pass  # unbuffered: nothing is lost by a failed close
 
     def _write_all(self, fh: BinaryIO, data: bytes) -> None:
-        """Write the whole line, or none of it: a partial line is cut off again."""
+        """Write the whole line, or none of it: a partial line (disk full) is cut off again."""
         done = 0
         try:
             while done < len(data):
@@ -189,8 +147,6 @@ class JsonlSink:
                     logger.warning("tps_tracer sink: could not cut a partial line from %s (%s)", self.path, exc)
             raise
 
-    # ------------------------------------------------------------------ lines
-
     def write(self, obj: dict[str, Any]) -> None:
         """Append one JSON object as a line; raises on I/O errors (the caller counts them)."""
         # ensure_ascii (the default): every id that passes `id_problem` reads back as written.
@@ -204,13 +160,8 @@ class JsonlSink:
             self.written += 1
 
     def resolve(self, trajectory_id: str, outcome: Any = None, q_z: float | None = None) -> None:
-        """Append a resolution line for a trajectory written earlier (by this or another process).
-
-        `outcome` follows the one outcome rule (1/0, True/False, "true"/"false", ...), `q_z` is a
-        probability; at least one is needed. Raises ValueError on invalid values (this is a
-        grader's call, not the agent's path); an id the file lacks is set aside and counted by
-        the readers (records/limits.py).
-        """
+        """Append a resolution line for a run written earlier, by this or another process (a grading
+        job): `outcome` (1/0, True/False, "true"/"false") and/or `q_z`. Invalid values raise."""
         problem = id_problem(trajectory_id)
         if problem is not None:
             raise InputError(problem)
@@ -242,33 +193,34 @@ MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no
 
 
 class RecordWriter:
+    """The accumulator's lines: a failed write is counted (the score stays in memory), and no
+    resolution line follows a record that did not reach the file (it would make the file
+    unreadable). `lock` is held from a stop's decision until its record is written."""
+
     def __init__(self, sink: Any, health: HealthLedger):
         self.sink = sink
         self.health = health
-        self.lock = threading.Lock()  # a record's write and the resolutions that depend on it
-        self._unwritten: OrderedDict[str, None] = OrderedDict()  # ids whose record failed to write (bounded)
+        self.lock = threading.Lock()
+        self._unwritten: OrderedDict[str, None] = OrderedDict()
 
     def write(self, obj: dict[str, Any]) -> bool:
-        """Write one line; False (counted, logged once) when it did not reach the sink."""
         if self.sink is None:
             return False
         try:
             self.sink.write(obj)
             return True
-        except Exception as exc:  # the score is still in memory; the loss of the durable line is reported
+        except Exception as exc:
             self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
             return False
 
     def write_record(self, tid: str, record: dict[str, Any]) -> None:
-        """Write a stopped trajectory's record (the caller holds `lock`)."""
+        """The caller holds `lock`."""
         if not self.write(record):
             self._unwritten[tid] = None
             while len(self._unwritten) > MAX_UNWRITTEN:  # beyond it, a late resolution may be an orphan line
                 self._unwritten.popitem(last=False)
 
     def write_resolution(self, tid: str, fields: dict[str, Any]) -> None:
-        """Append a resolution line, unless the record it resolves never reached the file. The value
-        is still applied in memory; the line not written is counted."""
         with self.lock:
             if tid in self._unwritten:
                 self.health.count(
@@ -284,11 +236,11 @@ class RecordWriter:
             return
         try:
             self.sink.close()
-        except Exception as exc:  # a full disk or a size limit: counted, never raised into the caller
+        except Exception as exc:  # counted, never raised into the caller
             self.health.count("error", "sink", f"could not close {getattr(self.sink, 'path', 'the sink')}: {exc}")
 
     def counts(self) -> dict[str, Any] | None:
-        """The snapshot's sink section: lines that reached the file, and (a JsonlSink's) the lines that did not."""
+        """The snapshot's sink section."""
         sink = self.sink
         if sink is None:
             return None

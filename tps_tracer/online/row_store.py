@@ -1,46 +1,220 @@
-"""The rows store: finished trajectories as the pair table, grown one row at a time.
+"""The accumulator's runs, by stage: live (`LiveStore`, on OpenRuns' rules), scored a batch at a time
+by the one kernel (`BatchScorer`), and finished (`RowStore`: the pair table, grown a row at a time).
 
-Each finished trajectory costs a fixed number of bytes whatever its length: per
-predictor its branch pairs (R x S x 2 floats), four summaries and a usable flag; per
-trajectory a few scalars, its bootstrap key, the truncated weight mass per schedule and its
-id. Arrays grow by 25 % so the slack stays small; predictors that first appear late get new
-columns (rows stored before are unusable for them, counted as "missing").
-
-An outcome given on a non-clean stop is kept in `unscored_outcome` only to detect a
-conflicting one later: scoring ignores it, and the report counts it (outcome_on_unscored).
-
-Summary mode takes settled rows out (`take_out`) in O(rows taken): the holes are filled with
-the last rows, so row order is arrival order only until the first take-out; `seq` keeps each
-row's arrival number for the policies that need the oldest rows. Not thread-safe on its own:
+A stopped run is *reserved* (its id maps to RESERVED in `row_of`) until its row is stored;
+resolutions arriving meanwhile land on it. A new run under a stopped id (`begin_repeat`) is a
+*repeat*: live like any run, but never in `row_of`, and never scored (accumulator.py, "Repeated ids").
+A finished run costs a fixed number of bytes whatever its length; its bootstrap key is hashed
+from its id when first needed (a snapshot, a fold, a state), never on the stop. Not thread-safe:
 used under the accumulator's lock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_MISSING
+from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
-from tps_tracer.online.batch_scorer import ScoredBatch
-from tps_tracer.online.live_store import _Live
+from tps_tracer.evaluation.rows import ScoredRows, score_rows
 from tps_tracer.online.trajectory_score import TrajectoryScore
+from tps_tracer.open_runs import OpenRuns
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
-from tps_tracer.scoring.rules import ScoreRule
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, ScoreRule, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 
+RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
+
+
+@dataclass
+class _Live:
+    steps: list[dict[str, float | None]] = field(default_factory=list)
+    last_seen: float = 0.0
+    outcome: int | None = None
+    q_z: float | None = None
+    reason: StopReason = StopReason.OTHER  # set at stop
+    horizon: int = 0
+    written: bool = False  # its record is in the sink: later resolutions are appended as lines
+    repeat: bool = False  # a new run under a stopped id: written, never scored
+
+
+_NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step of a live run evicts nothing
+
+
+class LiveStore:
+    """Live runs, least recently active first, and the reserved ones. When a run is finished early is
+    OpenRuns' rule (idle; remembered as gone, so a late step is rejected); its own rule is the
+    count bound: past `max_live` the least recently active is evicted (unless an adapter owns the
+    lifetimes: `evict=False`)."""
+
+    def __init__(
+        self, idle_timeout: float | None, max_live: int, row_of: dict[str, int], folded: Container[str] | None = None
+    ):
+        self.lifetimes: OpenRuns[_Live] = OpenRuns(idle_timeout)
+        self.max_live = max_live
+        self.live: OrderedDict[str, _Live] = OrderedDict()
+        self.finishing: dict[str, _Live] = {}  # reserved: stopped, not yet a row
+        self._row_of = row_of  # the row store's (shared)
+        self._folded = folded  # summary mode: the ids folded away (no longer in row_of)
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def stopped(self, tid: str) -> bool:
+        """A row, reserved, folded, or finished early and still remembered as gone."""
+        return tid in self._row_of or self.lifetimes.is_gone(tid) or (self._folded is not None and tid in self._folded)
+
+    def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]] | None:
+        """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live. None, and
+        nothing appended, when `tid` is `stopped`."""
+        live = self.live.get(tid)
+        if live is None:
+            if self.stopped(tid):  # only a run's first step pays this call
+                return None
+            live = self.live[tid] = _Live()
+            evicted: list[tuple[str, _Live]] = []
+            while evict and len(self.live) > self.max_live:
+                evicted.append(self.take_oldest(now))
+            live.steps.append(step)
+            live.last_seen = now
+            return evicted
+        self.live.move_to_end(tid)
+        live.steps.append(step)
+        live.last_seen = now
+        return _NONE_EVICTED
+
+    def begin_repeat(self, tid: str, now: float) -> bool:
+        """Open a repeat of `tid` if it is stopped and not live; True when one was opened."""
+        if tid in self.live or not self.stopped(tid):
+            return False
+        self.live[tid] = _Live(last_seen=now, repeat=True)
+        return True
+
+    def reserve(self, tid: str, live: _Live) -> _Live:
+        """Take `live` out of the live ones for finishing (a repeat just leaves: never scored)."""
+        self.live.pop(tid, None)
+        if live.repeat:
+            return live
+        self._row_of[tid] = RESERVED
+        self.finishing[tid] = live
+        return live
+
+    def take_oldest(self, now: float) -> tuple[str, _Live]:
+        """Reserve the least recently active run, finished early: its late steps are rejected."""
+        tid, live = self.live.popitem(last=False)
+        self.lifetimes.remember_gone((tid,), now)
+        return tid, self.reserve(tid, live)
+
+    def take_idle(self, now: float) -> list[tuple[str, _Live]]:
+        """Reserve every run idle at `now` by OpenRuns' rule."""
+        idle = []
+        while self.live and self.lifetimes.idle(next(iter(self.live.values())).last_seen, now):
+            idle.append(self.take_oldest(now))
+        self.lifetimes.expire(now)
+        return idle
+
+    def take_all(self, now: float) -> list[tuple[str, _Live]]:
+        return [self.take_oldest(now) for _ in range(len(self.live))]
+
+    def target(self, tid: str) -> _Live | None:
+        """Where a resolution of `tid` lands before it is a row: live or finishing."""
+        if self._row_of.get(tid) == RESERVED:
+            return self.finishing[tid]
+        return self.live.get(tid)
+
+
+# -- scoring a batch
+
+_MAX_CACHED_SHAPES = 4096
+
+
+class BatchScorer:
+    """Step dicts -> `score_rows` over one batch (numpy's fixed cost shared by the batch), with the
+    per-(T, Z) weights cached: agents have few step budgets."""
+
+    def __init__(self, rules: Sequence[ScoreRule], schedules: Sequence[WeightSchedule], missing: str = DEFAULT_MISSING):
+        self.rules = list(rules)
+        self.schedules = list(schedules)
+        self.missing = missing
+        self._shapes: OrderedDict[tuple[int, int], FloatArray] = OrderedDict()
+
+    def _weights(self, horizon: int, n_steps: int) -> FloatArray:
+        """(S + 1, Z): each schedule's w_1..w_Z for horizon T (O(Z): closed-form totals), then Phi_w's."""
+        key = (horizon, n_steps)
+        w = self._shapes.get(key)
+        if w is None:
+            scheds = [*self.schedules, DEFAULT_SCHEDULE]
+            t = np.arange(1.0, n_steps + 1.0)
+            w = np.stack([s.step_weights(t, np.full_like(t, float(horizon))) for s in scheds]).reshape(len(scheds), -1)
+            self._shapes[key] = w
+            if len(self._shapes) > _MAX_CACHED_SHAPES:
+                self._shapes.popitem(last=False)
+        return w
+
+    def score(
+        self,
+        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
+        horizons: Sequence[int],
+        names: Sequence[str],
+    ) -> ScoredRows:
+        k = len(step_lists)
+        lens = np.array([len(steps) for steps in step_lists], dtype=np.int64)
+        flat_steps = [step for steps in step_lists for step in steps]
+        # dtype=float turns None (no forecast) into NaN: a gap, scored by the missing-forecast policy.
+        values = [np.array([step.get(name) for step in flat_steps], dtype=np.float64) for name in names]
+        if flat_steps:
+            w = np.concatenate([self._weights(int(horizons[i]), int(lens[i])) for i in range(k) if lens[i]], axis=1)
+        else:
+            w = np.zeros((len(self.schedules) + 1, 0))
+        return score_rows(values, lens, w, self.rules, len(self.schedules), missing=self.missing)
+
+    def score_safely(
+        self,
+        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
+        horizons: Sequence[int],
+        names: Sequence[str],
+        on_error: Callable[[str, BaseException], None],
+    ) -> ScoredRows:
+        """`score`, else one by one: a run that cannot be scored still gets its row (no usable
+        predictor, so it stays in the audit); each failure goes to `on_error`."""
+        try:
+            return self.score(step_lists, horizons, names)
+        except Exception as exc:
+            on_error("score", exc)
+        parts = []
+        for steps, horizon in zip(step_lists, horizons, strict=True):
+            try:
+                parts.append(self.score([steps], [horizon], names))
+            except Exception as exc:
+                on_error("score", exc)
+                parts.append(self.score([[]], [0], names))
+        return ScoredRows(
+            **{
+                f.name: np.concatenate([getattr(p, f.name) for p in parts], axis=0 if f.name == "weight_mass" else 1)
+                for f in fields(ScoredRows)
+            }
+        )
+
+
+# -- finished rows
+
 _INITIAL_CAPACITY = 256
-_GROWTH = 1.25
+_GROWTH = 1.25  # arrays grow by 25 %: little slack
 _NAN = float("nan")
 _CLEAN_CODE = STOP_REASONS.index(StopReason.CLEAN)
+# Per-row arrays and their fills (`seq`: arrival number; `key`: the bootstrap key, the canonical order).
+_ROW_FILLS = dict(stop_code=0, n_steps=0, horizon=0, seq=0, key=0, outcome=_NAN, q_z=_NAN, weight_mass=0.0)
+# Per predictor; `written`: rows whose batch scored it (others never mention it).
+_COLUMN_FILLS = dict(usable=False, pairs=_NAN, aggregates=_NAN, clipped=0, missing=0.0, written=False)
 
 
 @dataclass
@@ -48,28 +222,33 @@ class _PredictorColumns:
     usable: NDArray[np.bool_]
     pairs: FloatArray
     aggregates: FloatArray
-    clipped: NDArray[np.int64]  # forecasts the log rule clipped, per row
-    missing: FloatArray  # (n, 4) steps without / with a forecast, cost of missingness (PredictorPairs.missing)
-    written: NDArray[np.bool_]  # rows whose batch scored this predictor (others never mention it)
+    clipped: NDArray[np.int64]  # forecasts the log rule clipped
+    missing: FloatArray  # (n, 4): PredictorPairs.missing
+    written: NDArray[np.bool_]
 
 
 class RowStore:
+    """Finished runs as columns of the pair table; predictors first seen late get new columns (older
+    rows never stated them). An outcome on a non-clean stop is kept only to detect a conflict
+    (`unscored_outcome`). Summary mode takes settled rows out in O(rows taken)."""
+
     def __init__(self, rules: list[ScoreRule], schedules: list[WeightSchedule], missing: str = DEFAULT_MISSING):
         self.rules = rules
         self.schedules = schedules
         self.missing = missing
         self.n = 0
+        self._keyed = 0  # rows [0, _keyed) have their key
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
-        self.unscored_outcome: dict[str, int] = {}  # outcomes of non-clean stops: ignored, counted
+        self.unscored_outcome: dict[str, int] = {}
         self._cap = 0
         self.stop_code = np.zeros(0, dtype=np.int8)
         self.outcome = np.zeros(0)
         self.q_z = np.zeros(0)
         self.n_steps = np.zeros(0, dtype=np.int64)
         self.horizon = np.zeros(0)
-        self.seq = np.zeros(0, dtype=np.int64)  # arrival number of each row
-        self.key = np.zeros(0, dtype=np.uint64)  # id-derived bootstrap key: a snapshot's canonical order
+        self.seq = np.zeros(0, dtype=np.int64)
+        self.key = np.zeros(0, dtype=np.uint64)
         self._next_seq = 0
         self.weight_mass = np.zeros((0, len(schedules)))
         self.predictors: dict[str, _PredictorColumns] = {}
@@ -79,56 +258,34 @@ class RowStore:
     def outcome_on_unscored(self) -> int:
         return len(self.unscored_outcome)
 
-    def _pair_shape(self) -> tuple[int, int, int]:
-        return (len(self.rules), len(self.schedules), 2)
-
-    def _columns(self) -> list[NDArray[np.generic]]:
-        """Every per-row array (the ids and their index are kept apart)."""
-        arrays: list[NDArray[np.generic]] = [
-            self.stop_code,
-            self.outcome,
-            self.q_z,
-            self.n_steps,
-            self.horizon,
-            self.seq,
-            self.key,
-            self.weight_mass,
-        ]
+    def _columns(self) -> list[NDArray[Any]]:
+        arrays: list[NDArray[Any]] = [getattr(self, name) for name in _ROW_FILLS]
         for col in self.predictors.values():
-            arrays += [col.usable, col.pairs, col.aggregates, col.clipped, col.missing, col.written]
+            arrays += [getattr(col, name) for name in _COLUMN_FILLS]
         return arrays
 
     def _grow(self, cap: int) -> None:
-        def grown(a: NDArray[np.generic], fill: float | bool) -> NDArray[np.generic]:
+        def grown(a: NDArray[Any], fill: float) -> NDArray[Any]:
             out = np.full((cap, *a.shape[1:]), fill, dtype=a.dtype)
             out[: self.n] = a[: self.n]
             return out
 
-        self.stop_code = grown(self.stop_code, 0)  # type: ignore[assignment]
-        self.outcome = grown(self.outcome, np.nan)  # type: ignore[assignment]
-        self.q_z = grown(self.q_z, np.nan)  # type: ignore[assignment]
-        self.n_steps = grown(self.n_steps, 0)  # type: ignore[assignment]
-        self.horizon = grown(self.horizon, 0)  # type: ignore[assignment]
-        self.seq = grown(self.seq, 0)  # type: ignore[assignment]
-        self.key = grown(self.key, 0)  # type: ignore[assignment]
-        self.weight_mass = grown(self.weight_mass, 0.0)  # type: ignore[assignment]
+        for name, fill in _ROW_FILLS.items():
+            setattr(self, name, grown(getattr(self, name), fill))
         for col in self.predictors.values():
-            col.usable = grown(col.usable, False)  # type: ignore[assignment]
-            col.pairs = grown(col.pairs, np.nan)  # type: ignore[assignment]
-            col.aggregates = grown(col.aggregates, np.nan)  # type: ignore[assignment]
-            col.clipped = grown(col.clipped, 0)  # type: ignore[assignment]
-            col.missing = grown(col.missing, 0.0)  # type: ignore[assignment]
-            col.written = grown(col.written, False)  # type: ignore[assignment]
+            for name, fill in _COLUMN_FILLS.items():
+                setattr(col, name, grown(getattr(col, name), fill))
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
+        cap, n_aggs = self._cap, len(AGGREGATOR_NAMES)
         col = _PredictorColumns(
-            np.zeros(self._cap, dtype=bool),
-            np.full((self._cap, *self._pair_shape()), np.nan),
-            np.full((self._cap, len(AGGREGATOR_NAMES)), np.nan),
-            np.zeros(self._cap, dtype=np.int64),
-            np.zeros((self._cap, 4)),
-            np.zeros(self._cap, dtype=bool),
+            np.zeros(cap, dtype=bool),
+            np.full((cap, len(self.rules), len(self.schedules), 2), np.nan),
+            np.full((cap, n_aggs), np.nan),
+            np.zeros(cap, dtype=np.int64),
+            np.zeros((cap, 4)),
+            np.zeros(cap, dtype=bool),
         )
         self.predictors[name] = col
         return col
@@ -136,7 +293,6 @@ class RowStore:
     def append_many(
         self,
         ids: list[str],
-        keys: Sequence[int] | NDArray[np.uint64],
         stop_code: Sequence[int] | NDArray[np.int8],
         outcome: Sequence[float] | FloatArray,
         q_z: Sequence[float] | FloatArray,
@@ -147,8 +303,8 @@ class RowStore:
             str, tuple[NDArray[np.bool_], FloatArray, FloatArray, NDArray[np.int64] | None, FloatArray | None]
         ],
     ) -> None:
-        """Store k finished trajectories; predictors maps name -> (usable (k,), pairs (k,R,S,2), aggregates (k,4),
-        clipped forecasts (k,), missing (k, 4); None for a state that did not carry them: 0)."""
+        """Store k finished runs; predictors: name -> (usable, pairs, aggregates, clipped, missing), the
+        last two None (zeros) from a state that did not carry them."""
         k = len(ids)
         while self.n + k > self._cap:
             self._grow(max(self.n + k, int(self._cap * _GROWTH)))
@@ -156,7 +312,6 @@ class RowStore:
         for j, tid in enumerate(ids):
             self.row_of[tid] = self.n + j
         self.ids.extend(ids)
-        self.key[sl] = keys
         self.stop_code[sl] = stop_code
         self.outcome[sl] = outcome
         self.q_z[sl] = q_z
@@ -175,21 +330,18 @@ class RowStore:
             col.written[sl] = True
         self.n += k
 
-    def add_scored(
-        self, ids: list[str], keys: list[int], lives: Sequence[_Live], scored: ScoredBatch, names: Sequence[str]
-    ) -> None:
-        """Stopped trajectories (reserved in `row_of`), their steps scored as `scored`, as rows."""
+    def add_scored(self, ids: list[str], lives: Sequence[_Live], scored: ScoredRows, names: Sequence[str]) -> None:
+        """Reserved runs, their steps scored as `scored`, as rows."""
         outcome, q_z = [], []
         for tid, lv in zip(ids, lives, strict=True):
             del self.row_of[tid]
             clean = lv.reason is StopReason.CLEAN
-            if lv.outcome is not None and not clean:  # ignored by scoring, counted as in batch
+            if lv.outcome is not None and not clean:
                 self.unscored_outcome[tid] = lv.outcome
             outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
             q_z.append(_NAN if lv.q_z is None else lv.q_z)
         self.append_many(
             ids,
-            keys,
             [STOP_REASONS.index(lv.reason) for lv in lives],
             outcome,
             q_z,
@@ -197,25 +349,15 @@ class RowStore:
             [lv.horizon for lv in lives],
             scored.weight_mass,
             {
-                name: (
-                    scored.usable[:, j],
-                    scored.pairs[:, j],
-                    scored.aggregates[:, j],
-                    scored.clipped[:, j],
-                    scored.missing[:, j],
-                )
+                name: (scored.usable[j], scored.pairs[j], scored.aggregates[j], scored.clipped[j], scored.missing[j])
                 for j, name in enumerate(names)
             },
         )
 
-    def append_table(
-        self, table: PairTable, keys: Sequence[int] | NDArray[np.uint64], unscored: Mapping[str, int]
-    ) -> None:
-        """Store a pair table's rows (another accumulator's, a state's, a failed fold's), with their
-        bootstrap keys and the outcomes given on their non-clean stops."""
+    def append_table(self, table: PairTable, unscored: Mapping[str, int]) -> None:
+        """Store a pair table's rows (another accumulator's, a state's, a failed fold's)."""
         self.append_many(
             table.ids,
-            keys,
             table.stop_code,
             table.outcome,
             table.q_z,
@@ -247,8 +389,8 @@ class RowStore:
         )
 
     def _column(self, col: _PredictorColumns, pick: Any, n_steps: Any, weight_mass: FloatArray) -> PredictorPairs:
-        """One predictor's rows; rows whose batch never mentioned it are all gaps, as the batch path
-        scores a record that lacks the predictor (`PredictorPairs.never_stated`)."""
+        """One predictor's rows; rows that never mentioned it are all gaps, as the batch path scores a
+        record that lacks it (`PredictorPairs.never_stated`)."""
         out = PredictorPairs(pick(col.usable), pick(col.pairs), pick(col.aggregates), {}, pick(col.clipped))
         out.missing = pick(col.missing)
         unwritten = ~pick(col.written)
@@ -268,13 +410,17 @@ class RowStore:
         return self._table(slice(0, self.n), self.outcome_on_unscored)
 
     def keys(self) -> NDArray[np.uint64]:
+        """The rows' bootstrap keys, hashed here for the rows stored since the last call."""
+        if self._keyed < self.n:
+            self.key[self._keyed : self.n] = trajectory_keys(self.ids[self._keyed : self.n])
+            self._keyed = self.n
         return self.key[: self.n].copy()
 
     def take_out(self, rows: NDArray[np.bool_]) -> tuple[PairTable, NDArray[np.uint64], dict[str, int]]:
-        """Remove the selected rows (a mask over the n stored ones) and return them as a pair table
-        with their keys and unscored outcomes (summary mode folds them into its partial state).
-        Costs O(rows removed): each hole below the new end is filled with a kept row from above it."""
+        """Remove the selected rows (a mask over the n stored) and return them with their keys and
+        unscored outcomes. O(rows removed): each hole below the new end takes a kept row from above."""
         n = self.n
+        keys = self.keys()
         idx = np.flatnonzero(rows[:n])
         new_n = n - idx.size
         unscored = {}
@@ -283,7 +429,6 @@ class RowStore:
             if y is not None:
                 unscored[self.ids[i]] = y
         taken = self._table(idx, len(unscored))
-        keys = self.key[idx]
         holes = idx[idx < new_n]
         movers = np.flatnonzero(~rows[new_n:n]) + new_n  # kept rows above the new end, as many as holes
         for a in self._columns():
@@ -295,24 +440,18 @@ class RowStore:
             self.ids[h] = tid
             self.row_of[tid] = h
         del self.ids[new_n:]
-        # Freed slots back to their fill values: append_many writes only the predictors a batch
-        # mentions and relies on unwritten slots being unusable.
-        freed = slice(new_n, n)
-        self.outcome[freed] = np.nan
-        self.q_z[freed] = np.nan
+        # Freed slots back to their fills: append_many writes only the predictors a batch mentions.
+        for name, fill in _ROW_FILLS.items():
+            getattr(self, name)[new_n:n] = fill
         for col in self.predictors.values():
-            col.usable[freed] = False
-            col.pairs[freed] = np.nan
-            col.aggregates[freed] = np.nan
-            col.clipped[freed] = 0
-            col.missing[freed] = 0.0
-            col.written[freed] = False
-        self.n = new_n
-        return taken, keys, unscored
+            for name, fill in _COLUMN_FILLS.items():
+                getattr(col, name)[new_n:n] = fill
+        self.n = self._keyed = new_n
+        return taken, keys[idx], unscored
 
     def resolve(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """A late outcome / q_Z for a stored row: (status, fields newly set). The same value twice is
-        a no-op, a different one a conflict."""
+        """A late outcome / q_Z for a stored row: (status, fields newly set); the same value twice is a
+        no-op, a different one a conflict."""
         clean = self.stop_code[row] == _CLEAN_CODE
         old_y = self.outcome[row] if clean else self.unscored_outcome.get(tid, _NAN)
         old_q = self.q_z[row]
@@ -325,7 +464,7 @@ class RowStore:
             written["outcome"] = y
             if clean:
                 self.outcome[row] = y
-            else:  # kept only to detect conflicts; ignored by scoring, counted as in batch
+            else:  # kept only to detect a conflict
                 self.unscored_outcome[tid] = y
         if q is not None and math.isnan(old_q):
             written["q_z"] = q
@@ -359,5 +498,5 @@ class RowStore:
         )
 
     def nbytes(self) -> int:
-        """Bytes held by the arrays (capacity included), for memory reporting."""
+        """Bytes held by the arrays, capacity included."""
         return sum(a.nbytes for a in self._columns())

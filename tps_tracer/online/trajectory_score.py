@@ -1,20 +1,7 @@
-"""One finished trajectory's scores, as handed to exporters when they become known.
-
-The accumulator stores each finished trajectory as branch pairs (s1, s0) per predictor x
-rule x schedule (docs/design.md, "the branch pair"). A `TrajectoryScore` is a copy of that row
-with what picks eta: the stop reason's role under the accumulator's policy, the outcome,
-q_Z. `values()` mixes them with the same formula and eta as the report's score matrix
-(`evaluation/censoring_mix.py`), so an exported per-trajectory score is exactly the number the
-snapshot averages:
-
-    complete (clean, outcome Y)   complete-only = simple = exact = Y s1 + (1 - Y) s0
-    censored (max_steps)          simple = s0;  exact = q_Z s1 + (1 - q_Z) s0 when q_Z is known
-    excluded (informative stop)   no score (counted in the termination audit)
-
-Listeners receive one when a trajectory is scored and its role allows a score (a clean
-stop waits for its outcome), and again when a late resolution changes what is known (an
-outcome arrives, or a censored run gets q_Z).
-"""
+"""One finished run's scores, as exporters get them: its branch pairs and what picks eta, mixed by
+`values()` exactly as the snapshot's score matrix does (evaluation/censoring_mix.py); listeners get
+one when a run is scored (a clean stop once its outcome is known) and again when a resolution
+changes it."""
 
 from __future__ import annotations
 
@@ -57,11 +44,10 @@ class TrajectoryScore:
 
     @property
     def scored(self) -> bool:
-        """Whether any score exists: complete with an outcome, or censored, with a usable predictor."""
         return bool(self.pairs) and bool(self._etas())
 
     def _etas(self) -> list[tuple[str, float]]:
-        """(mode, eta) for each censoring mode that scores this trajectory: the report's own table."""
+        """(mode, eta) for each censoring mode that scores this run: the report's own table."""
         nan = float("nan")
         table = eta_by_mode(
             np.array([self.role is Role.COMPLETE]),
@@ -85,10 +71,8 @@ class TrajectoryScore:
         weights: str | None = None,
         censoring: str = SIMPLE,
     ) -> ScoreValue | None:
-        """The headline score: `predictor` (fixed, never the run's first usable one: an exported name
-        must mean one predictor on every run; None when this run cannot use it), `rule` / `weights`
-        else the first of each (the accumulator's configured order, the same on every run), under
-        `censoring` (for complete runs every mode is equal)."""
+        """The headline score: `predictor` (fixed, so an exported name means one predictor on every run;
+        None when this run cannot use it), `rule` / `weights` else the first configured."""
         for v in self.values():
             if (
                 (predictor is None or v.predictor == predictor)
@@ -101,7 +85,6 @@ class TrajectoryScore:
 
     @property
     def label(self) -> str:
-        """A short verdict for backends: success / failure / censored / excluded / pending."""
         if self.role is Role.COMPLETE:
             return "pending" if self.outcome is None else ("success" if self.outcome else "failure")
         return self.role.value

@@ -2,20 +2,18 @@
 
 from tps_tracer.scoring.branch_pairs import StepLayout, branch_pairs, mix
 from tps_tracer.scoring.rules import (
+    BUILTIN_SCHEDULES,
     BetaRule,
     BrierRule,
     LogRule,
     ScoreRule,
-    get_rule,
-    parse_rules,
-    score,
-)
-from tps_tracer.scoring.schedules import (
-    BUILTIN_SCHEDULES,
     WeightSchedule,
     custom_schedule,
+    get_rule,
     get_schedule,
+    parse_rules,
     parse_schedules,
+    score,
     weights,
 )
 

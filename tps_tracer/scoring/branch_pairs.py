@@ -1,17 +1,6 @@
-"""Per-trajectory branch pairs (s1, s0) over flat arrays.
-
-For a trajectory with forecasts F_1..F_Z, horizon T, rule S and schedule w:
-
-    s1 = sum_{t<=Z} w_t S(F_t, 1)      s0 = sum_{t<=Z} w_t S(F_t, 0)
-
-and every TPS variant is eta * s1 + (1 - eta) * s0 (eta = Y, 0, q_Z, ...).
-
-Steps of all trajectories live in one flat float64 array; `offsets` (length n+1) marks
-where each trajectory starts, as in CSR matrices. Segment sums use np.add.reduceat, so
-no Python object per step is ever created. Weighted segment sums multiply by the cached
-flat weights and reduce per segment: plain numpy, so scoring a small file does not import
-scipy.sparse (which pulls numpy.f2py, ~0.5 s of a 40-run report's start-up).
-"""
+"""Branch pairs (s1, s0) = (sum_{t<=Z} w_t S(F_t, 1), sum_{t<=Z} w_t S(F_t, 0)) over flat arrays: every
+TPS variant is eta s1 + (1 - eta) s0. Steps of all trajectories sit in one flat array, `offsets`
+marking where each starts (as in CSR); segment sums are np.add.reduceat, no object per step."""
 
 from __future__ import annotations
 
@@ -21,25 +10,19 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule, weights
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, weights
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
-# Weight look-up tables larger than this (sum of distinct horizons) fall back to direct evaluation.
-_MAX_LUT = 5_000_000
+_MAX_LUT = 5_000_000  # weight tables larger than this (sum of distinct horizons): direct evaluation
 
 
 @dataclass
 class StepLayout:
-    """Where each trajectory's steps sit in a flat array, and its integer horizon T.
-
-    Every trajectory must have at least one step (segment sums cannot express empty
-    segments; callers drop empty trajectories first and count them). Per-schedule weights
-    are cached, so many rules share one construction.
-    """
+    """Where each trajectory's steps sit in a flat array, and its integer horizon T; every trajectory has
+    >= 1 step (reduceat cannot express empty segments). Weights are cached per schedule."""
 
     offsets: IntArray
     horizon: FloatArray
@@ -81,7 +64,6 @@ class StepLayout:
         return np.diff(self.offsets)
 
     def step_index(self) -> FloatArray:
-        """1-based position t of every flat step within its trajectory."""
         t = np.arange(self.n_steps, dtype=np.float64) + 1.0
         return t - np.repeat(self.starts.astype(np.float64), self.lengths)
 
@@ -97,12 +79,9 @@ class StepLayout:
     def _build_weights(self, sched: WeightSchedule) -> FloatArray:
         if self.n_steps == 0:
             return np.zeros(0)
-        # w depends only on (t, T), and agents have few distinct horizons: evaluate the schedule
-        # once per distinct T into a small table, then gather. Far cheaper than evaluating the
-        # formula on (t, T) arrays of the full flat length.
+        # w depends only on (t, T) and agents have few distinct T: a table per T, then a gather.
         h = self.horizon.astype(np.int64)
         largest = int(h.max())
-        # Check the largest horizon first: `present` below is sized by it.
         if largest > _MAX_LUT:
             return self._direct_weights(sched)
         present = np.zeros(largest + 1, dtype=bool)
@@ -117,20 +96,12 @@ class StepLayout:
         return table[gather]
 
     def _direct_weights(self, sched: WeightSchedule) -> FloatArray:
-        """Evaluate the schedule on full-length (t, T) arrays: slower, but no table to build."""
         return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
 
     def weighted_sum(self, flat: FloatArray, schedule: str | WeightSchedule) -> FloatArray:
-        """sum_t w_t x_t within each trajectory."""
         if self.n_trajectories == 0:
             return np.zeros(0)
         return np.add.reduceat(self.weights(schedule) * flat, self.starts)
-
-    def segment_sum(self, flat: FloatArray) -> FloatArray:
-        """Sum a flat per-step array within each trajectory."""
-        if self.n_trajectories == 0:
-            return np.zeros(0)
-        return np.add.reduceat(flat, self.starts)
 
 
 def branch_pairs(
@@ -147,12 +118,12 @@ def branch_pairs(
 def branch_pairs_from_branches(
     b1: FloatArray, b0: FloatArray, layout: StepLayout, schedule: str | WeightSchedule
 ) -> tuple[FloatArray, FloatArray]:
-    """Weight and sum precomputed per-step branches; lets callers reuse S(F,1), S(F,0) across schedules."""
+    """Weight and sum precomputed branches (reused across schedules)."""
     return layout.weighted_sum(b1, schedule), layout.weighted_sum(b0, schedule)
 
 
 def mix(s1: ArrayLike, s0: ArrayLike, eta: ArrayLike) -> FloatArray:
-    """eta * s1 + (1 - eta) * s0: the one formula behind complete, cen-simple and cen-exact TPS."""
+    """eta * s1 + (1 - eta) * s0: the one formula behind every TPS variant."""
     e = np.asarray(eta, dtype=np.float64)
     a1 = np.asarray(s1, dtype=np.float64)
     a0 = np.asarray(s0, dtype=np.float64)

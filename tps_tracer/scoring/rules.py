@@ -1,28 +1,29 @@
-"""Strictly proper binary scoring rules, reward-oriented (higher is better).
+"""Score rules and step weights: strictly proper binary rules (reward-oriented) and weight schedules.
 
-Every rule is represented by its two branches, S(p, 1) and S(p, 0): the score of
-forecast p if the task succeeds and if it fails. A score against a (possibly soft)
-label eta in [0, 1] is then eta * S(p, 1) + (1 - eta) * S(p, 0), which is the single
-mechanism behind complete, censored-simple and censored-exact TPS (see docs/design.md).
-
-Formulas (paper, Appendix "Beta-family Scoring Rules"):
+A rule is its two branches S(p, 1), S(p, 0); a score against a (soft) label eta is
+eta S(p,1) + (1 - eta) S(p,0), the one mechanism behind every TPS variant (docs/design.md).
+Rules (paper, Appendix "Beta-family Scoring Rules"):
 
     log:        S(p,1) = log p,                 S(p,0) = log(1-p)        (p clipped to [1e-6, 1-1e-6])
     brier:      S(p,1) = -(1-p)^2,              S(p,0) = -p^2
     beta(a,b):  S(p,1) = -int_p^1 c^(a-1) (1-c)^b dc = -B(a, b+1) * I_{1-p}(b+1, a)
                 S(p,0) = -int_0^p c^a (1-c)^(b-1) dc = -B(a+1, b) * I_p(a+1, b)
 
-with I the regularised incomplete beta function. beta(1,1) is Brier/2. For integer a, b
-(beta(2,4), the report's default, among them) both integrals are polynomials, evaluated here
-in closed form: scipy.special (~0.35 s to import, with numpy.f2py) is loaded only for other
-parameters.
+Integer beta rules use the closed form, so scipy.special loads only for other parameters.
+Schedules are normalised over the horizon T and truncated at Z without renormalisation (paper,
+Section 3.1):
+
+    linear-front       w_t = 2 (T - t + 1) / (T (T + 1))      (the default)
+    uniform            w_t = 1 / T
+    exponential-front  w_t = 2^-(t-1) / (2 (1 - 2^-T))
+    linear-back        w_t = 2 t / (T (T + 1))
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -30,6 +31,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.errors import InputError
 
 LOG_CLIP_EPS = 1e-6
@@ -38,14 +40,11 @@ FloatArray = NDArray[np.float64]
 
 
 class ScoreRule(Protocol):
-    """A binary scoring rule given by its success and failure branches."""
-
     @property
     def name(self) -> str: ...
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Return (S(p, 1), S(p, 0)) elementwise; p is assumed already validated."""
-        ...
+        """(S(p, 1), S(p, 0)) elementwise; p already validated."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,6 @@ def parse_rules(text: str) -> list[ScoreRule]:
 
 
 def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
-    """Return p as a float64 array, raising ValueError on NaN or values outside [0, 1]."""
     arr = np.asarray(p, dtype=np.float64)
     bad = ~((arr >= 0.0) & (arr <= 1.0))  # also catches NaN
     if bad.any():
@@ -173,15 +171,10 @@ def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
 
 
 def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArray:
-    """Score forecasts p against outcomes y with a reward-oriented proper rule.
+    """Score forecasts p against outcomes y (0/1 or a soft label eta in [0, 1]).
 
-    y may be binary (0/1) or a soft label in [0, 1]; a soft label eta scores
-    eta * S(p,1) + (1-eta) * S(p,0), as the censored-exact score does with q_Z.
-    Two 1-D sequences must have the same length: a list of 3 forecasts against a list of 1
-    outcome is a mistake, not a request to reuse the outcome. A scalar pairs with every
-    element of the other; arrays of 2+ dimensions broadcast as in numpy (e.g. forecasts (1, n)
-    against branch outcomes (m, 1)).
-    """
+    Two 1-D sequences must have equal lengths (3 forecasts against 1 outcome is a mistake); a
+    scalar pairs with every element, and 2+ dimensions broadcast as in numpy."""
     r = get_rule(rule)
     pa = validate_probabilities(p, "forecast")
     ya = validate_probabilities(y, "outcome")
@@ -194,7 +187,106 @@ def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArr
 
 
 def branches_at(rules: Sequence[ScoreRule], p: float) -> FloatArray:
-    """(R, 2): S(p, 1), S(p, 0) per rule for one constant forecast p (the base rate; the missing-forecast
-    prior, whose runs score these times their weight mass on every path, so equal to the bit)."""
+    """(R, 2): S(p, 1), S(p, 0) per rule for one constant forecast p (the base rate, the missing-forecast prior)."""
     at = np.array([p], dtype=np.float64)
     return np.array([[float(b[0]) for b in rule.branches(at)] for rule in rules]).reshape(len(rules), 2)
+
+
+# -- weight schedules
+
+RawWeightFn = Callable[[FloatArray, FloatArray], ArrayLike]
+_TOTAL_BLOCK = 1 << 20  # steps per block when a custom schedule is normalised numerically
+
+
+@dataclass(frozen=True)
+class WeightSchedule:
+    """A named schedule: raw positive weights of (t, T), plus the closed-form sum over t=1..T if known."""
+
+    name: str
+    raw: RawWeightFn
+    total: Callable[[FloatArray], FloatArray] | None = None
+
+    def step_weights(self, t: ArrayLike, horizon: ArrayLike) -> FloatArray:
+        """Normalised weights w_t for 1-based steps t of trajectories with horizon T (elementwise)."""
+        ta = np.asarray(t, dtype=np.float64)
+        ha = np.asarray(horizon, dtype=np.float64)
+        raw = np.asarray(self.raw(ta, ha), dtype=np.float64)
+        if self.total is not None:
+            return raw / self.total(ha)
+        return raw / self._numeric_totals(ha)
+
+    def _numeric_totals(self, horizon: FloatArray) -> FloatArray:
+        uniq, inverse = np.unique(horizon, return_inverse=True)
+        if uniq.size and not uniq[-1] <= MAX_HORIZON:  # the numeric total costs O(T) (NaN sorts last)
+            raise InputError(
+                f"schedule {self.name!r}: horizon must be at most MAX_HORIZON = {MAX_HORIZON}, got {uniq[-1]!r}"
+            )
+        totals = np.empty(uniq.shape, dtype=np.float64)
+        for i, big_t in enumerate(uniq):
+            # One pass for usual horizons; in blocks beyond, so memory stays bounded for any T.
+            total = 0.0
+            for lo in range(1, int(big_t) + 1, _TOTAL_BLOCK):
+                steps = np.arange(float(lo), min(float(lo + _TOTAL_BLOCK), big_t + 1.0))
+                raw = np.asarray(self.raw(steps, np.full_like(steps, big_t)), dtype=np.float64)
+                if raw.shape != steps.shape or not np.all(np.isfinite(raw) & (raw > 0)):
+                    raise InputError(
+                        f"schedule {self.name!r} must give finite positive weights for t=1..T (T={int(big_t)})"
+                    )
+                total += raw.sum()
+            totals[i] = total
+        return totals[inverse].reshape(horizon.shape)
+
+
+def _tri(h: FloatArray) -> FloatArray:
+    return h * (h + 1.0) / 2.0
+
+
+LINEAR_FRONT = WeightSchedule("linear-front", lambda t, h: h - t + 1.0, _tri)
+UNIFORM = WeightSchedule("uniform", lambda t, h: np.ones_like(t), lambda h: h)
+EXPONENTIAL_FRONT = WeightSchedule(
+    "exponential-front", lambda t, h: np.exp2(-(t - 1.0)), lambda h: 2.0 * (1.0 - np.exp2(-h))
+)
+LINEAR_BACK = WeightSchedule("linear-back", lambda t, h: t, _tri)
+
+BUILTIN_SCHEDULES: dict[str, WeightSchedule] = {
+    s.name: s for s in (LINEAR_FRONT, UNIFORM, EXPONENTIAL_FRONT, LINEAR_BACK)
+}
+DEFAULT_SCHEDULE = LINEAR_FRONT
+
+
+def custom_schedule(name: str, raw: RawWeightFn) -> WeightSchedule:
+    """A user schedule from raw positive weights raw(t, T); normalisation is done for you."""
+    if name in BUILTIN_SCHEDULES:
+        raise InputError(f"{name!r} is a built-in schedule name; choose another name")
+    return WeightSchedule(name, raw)
+
+
+def get_schedule(schedule: str | WeightSchedule) -> WeightSchedule:
+    if isinstance(schedule, WeightSchedule):
+        return schedule
+    key = schedule.strip().lower()
+    try:
+        return BUILTIN_SCHEDULES[key]
+    except KeyError:
+        known = ", ".join(BUILTIN_SCHEDULES)
+        raise InputError(f"unknown weight schedule {schedule!r}; known: {known}") from None
+
+
+def parse_schedules(text: str) -> list[WeightSchedule]:
+    """Parse "linear-front,uniform" or "all"."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if names == ["all"]:
+        return list(BUILTIN_SCHEDULES.values())
+    if not names:
+        raise InputError("no weight schedule given")
+    return [get_schedule(n) for n in names]
+
+
+def weights(schedule: str | WeightSchedule = "linear-front", horizon: int = 1) -> FloatArray:
+    """The normalised weight vector (w_1, ..., w_T) of a schedule for horizon T."""
+    # The range first: int() of NaN or infinity would raise its own, less helpful error.
+    number = isinstance(horizon, (int, float, np.integer, np.floating)) and not isinstance(horizon, bool)
+    if not number or not 1 <= horizon <= MAX_HORIZON or int(horizon) != horizon:
+        raise InputError(f"horizon must be an integer in [1, MAX_HORIZON = {MAX_HORIZON}], got {horizon!r}")
+    steps = np.arange(1.0, int(horizon) + 1.0)
+    return get_schedule(schedule).step_weights(steps, np.full_like(steps, float(horizon)))

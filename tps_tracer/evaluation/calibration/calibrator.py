@@ -39,7 +39,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 )
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import WeightSchedule, get_schedule
 
 ARTIFACT_KIND = "tps-tracer.calibrator"
 ARTIFACT_VERSION = 1

@@ -29,7 +29,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import WeightSchedule, get_schedule
 
 FloatArray = NDArray[np.float64]
 

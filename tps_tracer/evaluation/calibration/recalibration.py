@@ -20,7 +20,7 @@ from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable
 from tps_tracer.evaluation.skipped_predictors import PLATT_SUFFIX, check_no_recalibrated_collision
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.schedules import WeightSchedule
+from tps_tracer.scoring.rules import WeightSchedule
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration.calibrator import Calibrator

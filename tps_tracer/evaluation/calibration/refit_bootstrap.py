@@ -23,8 +23,7 @@ from tps_tracer.evaluation.calibration.paired import PairedDelta, delta_from_rep
 from tps_tracer.evaluation.censoring_mix import score_columns
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.scoring.rules import get_rule
-from tps_tracer.scoring.schedules import get_schedule
+from tps_tracer.scoring.rules import get_rule, get_schedule
 
 _REFIT = "+refit"
 

@@ -29,8 +29,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_matrix
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -20,8 +20,7 @@ from tps_tracer.evaluation.censoring_mix import SIMPLE, score_columns
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import ScoreRule, get_rule
-from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 
 def informative_censoring_shift(
