@@ -84,23 +84,18 @@ SpanLocator = Callable[[str], Span | None]
 
 def tag_span(tag: str = "action") -> SpanLocator:
     """The inner text of the last `<tag>...</tag>` (the paper's format); an unclosed tag gives None."""
-    if not tag.isascii():  # a non-ASCII tag name cannot be matched on the folded text
-        last_opening_s = re.compile(rf"(?s:.*)<{re.escape(tag)}>", re.IGNORECASE)
-        closing_s = re.compile(rf"</{re.escape(tag)}>", re.IGNORECASE)
-
-        def locate_unicode(text: str) -> Span | None:
-            start = last_opening_s.match(text)
-            end = closing_s.search(text, start.end()) if start else None
-            return (start.end(), end.start()) if start and end else None
-
-        return locate_unicode
-
-    name = re.escape(tag.lower()).encode("ascii")
-    last_opening = re.compile(rb"(?s:.*)<" + name + rb">")
-    closing = re.compile(rb"</" + name + rb">")
+    ascii_only = tag.isascii()  # a non-ASCII tag name cannot be matched on the folded text
+    last_opening: re.Pattern[Any]
+    closing: re.Pattern[Any]
+    if ascii_only:
+        name = re.escape(tag.lower()).encode("ascii")
+        last_opening, closing = re.compile(rb"(?s:.*)<" + name + rb">"), re.compile(rb"</" + name + rb">")
+    else:
+        last_opening = re.compile(rf"(?s:.*)<{re.escape(tag)}>", re.IGNORECASE)
+        closing = re.compile(rf"</{re.escape(tag)}>", re.IGNORECASE)
 
     def locate(text: str) -> Span | None:
-        subject = folded(text)
+        subject = folded(text) if ascii_only else text
         start = last_opening.match(subject)
         end = closing.search(subject, start.end()) if start else None
         return (start.end(), end.start()) if start and end else None
@@ -148,12 +143,8 @@ def react_span(text: str) -> Span | None:
     if pair is not None:
         return pair
     label = _FINAL.search(low)
-    if label is None:
-        return None
-    first = _NON_SPACE.search(low, label.end())
-    if first is None:
-        return None
-    return (first.start(), len(low.rstrip()))
+    first = _NON_SPACE.search(low, label.end()) if label else None
+    return (first.start(), len(low.rstrip())) if first else None
 
 
 def substring_span(needle: str) -> SpanLocator:
@@ -168,18 +159,14 @@ def substring_span(needle: str) -> SpanLocator:
     return locate
 
 
-def first_of(*locators: SpanLocator) -> SpanLocator:
-    def locate(text: str) -> Span | None:
-        for loc in locators:
-            span = loc(text)
-            if span is not None:
-                return span
-        return None
-
-    return locate
+_ACTION_TAG = tag_span("action")
 
 
-DEFAULT_ACTION_SPAN: SpanLocator = first_of(tag_span("action"), react_span)
+def _tag_or_react(text: str) -> Span | None:
+    return _ACTION_TAG(text) or react_span(text)
+
+
+DEFAULT_ACTION_SPAN: SpanLocator = _tag_or_react
 
 
 def token_mask(lp: TokenLogprobs, span: Span) -> NDArray[np.bool_]:

@@ -74,12 +74,16 @@ def _check_logprobs(values: FloatArray, what: str) -> FloatArray:
     return np.minimum(values, 0.0)
 
 
+def _positions(counts: list[int]) -> tuple[IntArray, IntArray, IntArray]:
+    """(counts, token, rank within the token) of each flat candidate, counts[i] of them for token i."""
+    cnt = np.asarray(counts, dtype=np.int64)
+    return cnt, np.repeat(np.arange(cnt.size), cnt), np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+
+
 def _highest(flat: FloatArray, counts: list[int], keep: int) -> tuple[FloatArray, list[int]]:
     """The `keep` highest candidates of each token (rows longer than that are cut)."""
-    cnt = np.asarray(counts, dtype=np.int64)
-    rows = np.repeat(np.arange(cnt.size), cnt)
+    cnt, rows, rank = _positions(counts)
     order = np.lexsort((-flat, rows))  # by token, then highest first
-    rank = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     return flat[order][rank < keep], np.minimum(cnt, keep).tolist()
 
 
@@ -92,9 +96,7 @@ def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
         arr = flat.reshape(n, k)
     else:
         arr = np.full((n, k), -np.inf)
-        cnt = np.asarray(counts, dtype=np.int64)
-        rows = np.repeat(np.arange(n), cnt)
-        cols = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        _, rows, cols = _positions(counts)
         arr[rows, cols] = flat
     arr = _check_logprobs(arr, "top_logprobs")
     if k > 1 and not (arr[:, 1:] <= arr[:, :-1]).all():  # APIs send them sorted; sort only if not

@@ -98,9 +98,12 @@ def on_scale(x: float, point: bool, scale: str | None) -> Confidence:
 
 # ---------------------------------------------------------------- reading a VALUE
 
-_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
-_APPROX_SIGNS = dict.fromkeys(map(ord, "\u2248\u223c\u2243\u2245"), "~")
-_PERCENT_SIGNS = {0x066A: "%"}  # the Arabic percent sign (NFKC keeps it)
+# Dashes as `-`, approximately-signs as `~`, the Arabic percent sign (NFKC keeps it) as `%`.
+_SIGNS = {
+    **dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-"),
+    **dict.fromkeys(map(ord, "\u2248\u223c\u2243\u2245"), "~"),
+    0x066A: "%",
+}
 
 _NUM = r"(?P<{g}>[-+]?(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)(?:e[-+]?[0-9]+)?)(?:\s?(?P<{g}pct>%|percent\b|pct\b))?"
 _PRE_CHARS = " \t\r\n\"'`*_(["  # quotes and markdown before a number
@@ -124,7 +127,7 @@ _IN_BRACKETS = re.compile(r"\s*(?:[(\[]\s*|[-:,=]\s+|\s)")
 
 def normalise(raw: str) -> str:
     """NFKC, every Unicode decimal digit as ASCII (`0.٨` is 0.8), dashes as `-`, `≈` as `~`, lower case."""
-    s = unicodedata.normalize("NFKC", raw).translate(_DASHES).translate(_APPROX_SIGNS).translate(_PERCENT_SIGNS)
+    s = unicodedata.normalize("NFKC", raw).translate(_SIGNS)
     if not s.isascii():  # digits of any script; format characters (zero-width space, RTL marks) dropped
         s = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in s if unicodedata.category(c) != "Cf")
     return s.lower()
