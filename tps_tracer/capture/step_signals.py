@@ -279,20 +279,17 @@ class SignalExtractor:
         """`forecasts` of each (text, logprobs, tool_arguments, verbal_scale), the same to the bit, the
         per-token arrays of same-shaped steps computed in one numpy pass (`batched_per_token`)."""
         parsed = [self._parse_guarded(logprobs) for _, logprobs, _, _ in steps]
-        arrays = self._batched_arrays(parsed)
+        try:
+            from tps_tracer.capture.token_logprobs import batched_per_token
+
+            arrays = batched_per_token(parsed, self.top_k)
+        except Exception as exc:  # the steps are then computed one by one
+            self._internal_error("batched token signals", exc)
+            arrays = {}
         return [
             self._finish(lp, text, tool_arguments, None, verbal_scale, arrays.get(i))
             for i, (lp, (text, _, tool_arguments, verbal_scale)) in enumerate(zip(parsed, steps, strict=True))
         ]
-
-    def _batched_arrays(self, parsed: list[TokenLogprobs | None]) -> dict[int, tuple[Any, Any]]:
-        try:
-            from tps_tracer.capture.token_logprobs import batched_per_token
-
-            return batched_per_token(parsed, self.top_k)
-        except Exception as exc:  # the steps are then computed one by one
-            self._internal_error("batched token signals", exc)
-            return {}
 
     def _parse_guarded(self, logprobs: Any) -> TokenLogprobs | None:
         try:
@@ -315,36 +312,23 @@ class SignalExtractor:
         if lp is None:
             return out
         try:
-            self._token_signals(lp, action_text, out, arrays)
+            import tps_tracer.capture.token_logprobs as tl
+
+            if lp.n == 0:
+                self._count("no_tokens")
+            prob, ent = arrays or (tl.per_token_probability(lp), tl.per_token_entropy_confidence(lp, self.top_k))
+            out[TOKEN_PROB] = tl.masked_mean(prob)
+            out[ENTROPY_CONF] = tl.masked_mean(ent)
+            if out[ENTROPY_CONF] is None and lp.n:
+                self._count("no_top_logprobs")
+            span = (substring_span(action_text) if action_text is not None else self.action_span)(lp.text)
+            if span is None:
+                self._count("no_action_span")
+            else:
+                mask = token_mask(lp, span)
+                out[ACTION_TOKEN_PROB] = tl.masked_mean(prob, mask)
+                out[ACTION_ENTROPY_CONF] = tl.masked_mean(ent, mask)
         except Exception as exc:
             self._internal_error("token signals", exc)
             out.update(dict.fromkeys(PREDICTORS[1:]))
         return out
-
-    def _token_signals(
-        self,
-        lp: TokenLogprobs,
-        action_text: str | None,
-        out: dict[str, float | None],
-        arrays: tuple[Any, Any] | None = None,
-    ) -> None:
-        from tps_tracer.capture.token_logprobs import masked_mean, per_token_entropy_confidence, per_token_probability
-
-        if lp.n == 0:
-            self._count("no_tokens")
-        if arrays is None:
-            prob, ent = per_token_probability(lp), per_token_entropy_confidence(lp, self.top_k)
-        else:
-            prob, ent = arrays
-        out[TOKEN_PROB] = masked_mean(prob)
-        out[ENTROPY_CONF] = masked_mean(ent)
-        if out[ENTROPY_CONF] is None and lp.n:
-            self._count("no_top_logprobs")
-        locate = substring_span(action_text) if action_text is not None else self.action_span
-        span = locate(lp.text)
-        if span is None:
-            self._count("no_action_span")
-        else:
-            mask = token_mask(lp, span)
-            out[ACTION_TOKEN_PROB] = masked_mean(prob, mask)
-            out[ACTION_ENTROPY_CONF] = masked_mean(ent, mask)

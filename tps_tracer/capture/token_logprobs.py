@@ -259,24 +259,16 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
             raise
         raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
     offsets, text = _offsets_from_strings(tokens)
-    given = _text_offsets(logprobs.get("text_offset"), len(tokens))
-    if given is not None and tokens:
-        rel = given - given[0]
-        # Use the API's offsets only if they describe the same text the tokens spell.
-        if np.array_equal(rel, offsets[:-1]):
+    given, n = logprobs.get("text_offset"), len(tokens)
+    if given is not None:
+        if not isinstance(given, (list, tuple)) or len(given) != n:
+            raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
+        if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
+            raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
+        rel = np.fromiter(given, dtype=np.int64, count=n) - (given[0] if n else 0)
+        if n and np.array_equal(rel, offsets[:-1]):  # the API's offsets only if they spell the same text
             offsets = np.append(rel, len(text))
     return TokenLogprobs(tokens, chosen, top, offsets, text)
-
-
-def _text_offsets(given: Any, n: int) -> IntArray | None:
-    """The legacy `text_offset` list, None if absent; malformed unless n integers in [0, 2^53)."""
-    if given is None:
-        return None
-    if not isinstance(given, (list, tuple)) or len(given) != n:
-        raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
-    if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
-        raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
-    return np.fromiter(given, dtype=np.int64, count=n)
 
 
 def parse_logprobs(logprobs: Any) -> TokenLogprobs:
