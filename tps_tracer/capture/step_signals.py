@@ -220,20 +220,17 @@ class SignalExtractor:
         return found.value
 
     def _record(self, found: Confidence) -> None:
-        if found.status == "ok":
+        status, why = found.status, found.reason
+        if status == "ok":
             return
-        self._count(f"verbal_{found.status}")
-        if found.status == "malformed":
+        self._count(f"verbal_{status}")
+        if status == "malformed":
             self.health.count(
-                "malformed",
-                "confidence",
-                f"a confidence statement that is not a number ({found.reason}); verbal is None",
+                "malformed", "confidence", f"a confidence statement that is not a number ({why}); verbal is None"
             )
-        elif found.status == "ambiguous":
-            self.health.count(
-                "rejected", f"confidence_{found.reason}", f"an ambiguous confidence ({found.reason}); verbal is None"
-            )
-        elif found.status == "clipped":
+        elif status == "ambiguous":
+            self.health.count("rejected", f"confidence_{why}", f"an ambiguous confidence ({why}); verbal is None")
+        elif status == "clipped":
             self.health.count(
                 "malformed", "confidence_clipped", f"a stated confidence outside [0, 1] was clipped to {found.value}"
             )
@@ -244,8 +241,7 @@ class SignalExtractor:
             self._count("no_logprobs")
             return None
         if isinstance(logprobs, Mapping) and "content" in logprobs and logprobs["content"] is None:
-            # OpenAI's shape for a tool-call-only message: no logprobs for the call's arguments, a gap
-            # for the token predictors.
+            # OpenAI's tool-call-only message: no logprobs for the call's arguments, a gap for the token predictors.
             self._count("no_content_logprobs")
             return None
         from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
