@@ -9,7 +9,7 @@ issue 32 (prose percents, `is` forms, prose after labels, table cells, full-widt
 
 `verbal` is the value the grammar of tps_tracer/capture/verbal_confidence.py gives (None:
 no statement, or the last one is malformed); `action` is the text of the action span
-(tps_tracer/capture/action_span.py, DEFAULT_ACTION_SPAN), or None.
+(tps_tracer/capture/step_signals.py, DEFAULT_ACTION_SPAN), or None.
 """
 
 from __future__ import annotations

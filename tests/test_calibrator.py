@@ -215,7 +215,7 @@ def test_with_predictor_skips_trajectories_with_missing_steps(arrays):
 
 
 def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
-    from tps_tracer.capture.raw_step import RawStep
+    from tps_tracer.capture.step_signals import RawStep
     from tps_tracer.tracking.worker import CaptureWorker as Feeder
 
     cal = fit_calibrator(arrays, [PRED])

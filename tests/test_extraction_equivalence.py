@@ -25,9 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tps_tracer.capture import LogprobsFormatError, SignalExtractor, parse_logprobs
-from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN
-from tps_tracer.capture.token_logprobs import _read_common
-from tps_tracer.capture.token_signals import masked_mean, per_token_entropy_confidence
+from tps_tracer.capture.step_signals import DEFAULT_ACTION_SPAN
+from tps_tracer.capture.token_logprobs import _read_common, masked_mean, per_token_entropy_confidence
 
 TOLERANCE = 1e-6
 MAX_CANDIDATES = 20

@@ -21,8 +21,13 @@ import numpy as np
 import pytest
 
 from tps_tracer.capture import LogprobsFormatError, SignalExtractor, from_openai_chat
-from tps_tracer.capture.token_logprobs import _checked_common, _read_common
-from tps_tracer.capture.token_signals import _by_columns, masked_mean, per_token_entropy_confidence
+from tps_tracer.capture.token_logprobs import (
+    _by_columns,
+    _checked_common,
+    _read_common,
+    masked_mean,
+    per_token_entropy_confidence,
+)
 
 
 def row_wise(top: np.ndarray, k: int) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The span processor's reading of a large `output.value` (issue 28, cost): decoded with the cyclic
-GC paused and its logprobs turned into arrays before the pause ends (capture/gc_pause.py).
+GC paused and its logprobs turned into arrays before the pause ends (capture/step_signals.py).
 
 What must hold: no collection runs while a 300-token top-5 output is read (on the old reading
 the ~2,600 decoded containers set off several: the test fails there); the collector's state is
@@ -20,7 +20,7 @@ import pytest
 
 from tests.test_extraction_equivalence import ADVERSARIAL
 from tps_tracer.capture import SignalExtractor
-from tps_tracer.capture.gc_pause import gc_paused
+from tps_tracer.capture.step_signals import gc_paused
 from tps_tracer.capture.token_logprobs import TokenLogprobs
 from tps_tracer.otel import span_reading as sr
 

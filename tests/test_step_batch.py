@@ -14,8 +14,8 @@ import pytest
 from tests.test_extraction_equivalence import ADVERSARIAL
 from tps_tracer import Accumulator
 from tps_tracer.capture import SignalExtractor, parse_logprobs
-from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture.token_signals import batched_per_token
+from tps_tracer.capture.step_signals import RawStep
+from tps_tracer.capture.token_logprobs import batched_per_token
 from tps_tracer.records import read_trajectories
 from tps_tracer.tracking.trajectory import TrajectoryState
 from tps_tracer.tracking.worker import STEP_BATCH, CaptureWorker
@@ -82,7 +82,7 @@ def test_full_steps_of_one_width_are_computed_together() -> None:
     parsed.append(None)
     arrays = batched_per_token(parsed, 5)
     assert sorted(arrays) == [0, 1, 3]  # width 5 (top-20 cut to 5): three steps; the top-3 one alone
-    from tps_tracer.capture.token_signals import per_token_entropy_confidence, per_token_probability
+    from tps_tracer.capture.token_logprobs import per_token_entropy_confidence, per_token_probability
 
     for i, (prob, ent) in arrays.items():
         assert prob.tobytes() == per_token_probability(parsed[i]).tobytes()

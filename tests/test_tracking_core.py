@@ -35,7 +35,7 @@ from otel_support import instrumented
 from world_check import new_accumulator, sink_records
 
 from tps_tracer import Accumulator
-from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.step_signals import RawStep
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 from verbal_corpus import CORPUS, ISSUE_32
 
 from tps_tracer.capture import DEFAULT_ACTION_SPAN, SignalExtractor, VerbalConfidenceExtractor
-from tps_tracer.capture.confidence_value import SCALES
-from tps_tracer.capture.verbal_confidence import DEFAULT_PATTERNS
+from tps_tracer.capture.verbal_confidence import DEFAULT_PATTERNS, SCALES
 from tps_tracer.health import HealthLedger
 
 IDS = [f"{i}:{f.text[:40]!r}:{f.scale}" for i, f in enumerate(CORPUS)]

@@ -9,7 +9,7 @@ Capture side.
 
 Every capture-side check calls these (tracking/trajectory.py's step budgets, tracking/tracker.py's
 default horizon, the accumulator's InputChecks: steps, q_Z and stop horizons; the sink's resolution
-lines, capture/confidence_value.py's qualitative levels), so the path `on_llm_end -> line on disk`
+lines, capture/verbal_confidence.py's qualitative levels), so the path `on_llm_end -> line on disk`
 cannot decide a rule twice with small differences (NaN, bool, numpy scalars, integral floats); the
 read side's rules follow below.
 No numpy import: this sits on the capture path (start-up cost).

@@ -1,47 +1,28 @@
-"""One LLM step -> its five forecasts, the per-step predictors of the paper.
-
-    extractor = SignalExtractor()
-    forecasts = extractor.forecasts(text, logprobs)      # feed to Accumulator.observe
-    # {"verbal": 0.85, "token_prob": 0.91, "entropy_conf": 0.77,
-    #  "action_token_prob": 0.83, "action_entropy_conf": 0.64}
-
-A signal that cannot be computed is None (never a default), and the reason is counted
-in `extractor.counts` (thread-safe): no stated confidence, a malformed one, no logprobs,
-no content logprobs (a tool-call-only message), malformed logprobs, no top-k candidates, no action span.
-
-`forecasts` never raises, whatever the text, tool arguments or logprobs: unreadable input
-gives None for the signals it feeds and is counted in the shared `HealthLedger`
-(`extractor.health`, logged once per kind):
-
-| category  | kind                | when                                                         |
-|-----------|---------------------|--------------------------------------------------------------|
-| malformed | confidence          | the last confidence statement is not a number                |
-| rejected  | confidence_<reason> | an ambiguous statement, refused (undeclared_scale, wide_range, |
-|           |                     | qualitative, comma, bound, odds, revised, conflicting_keys)   |
-| malformed | confidence_clipped  | a stated confidence outside [0, 1] (clipped, still used)     |
-| malformed | logprobs            | parse_logprobs rejects the payload (token signals None, the  |
-|           |                     | verbal confidence kept)                                      |
-| error     | signal_extraction   | an unexpected failure inside the extractor (that signal None) |
-"""
+"""One LLM step -> its five forecasts (the paper's per-step predictors): the raw step, where its action
+sits, and the extractor, which never raises: a signal it cannot compute is None, its reason counted in
+`counts` and unreadable input in the shared `HealthLedger` (docs/capture.md, "Counts")."""
 
 from __future__ import annotations
 
+import gc
+import re
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.capture.action_span import DEFAULT_ACTION_SPAN, SpanLocator, substring_span, token_mask
-from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
+from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor, folded
 from tps_tracer.constants import DEFAULT_TOP_K
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 
-if TYPE_CHECKING:
-    from tps_tracer.capture.token_logprobs import TokenLogprobs
+if TYPE_CHECKING:  # numpy (logprobs) is imported on the first step that carries logprobs
+    import numpy as np
+    from numpy.typing import NDArray
 
-# The numpy parts (logprob parsing, token signals) are imported on the first step that carries
-# logprobs, not with the adapters: importing the handler or the span processor stays light.
+    from tps_tracer.capture.token_logprobs import TokenLogprobs
 
 VERBAL = "verbal"
 TOKEN_PROB = "token_prob"
@@ -49,6 +30,152 @@ ENTROPY_CONF = "entropy_conf"
 ACTION_TOKEN_PROB = "action_token_prob"
 ACTION_ENTROPY_CONF = "action_entropy_conf"
 PREDICTORS = (VERBAL, TOKEN_PROB, ENTROPY_CONF, ACTION_TOKEN_PROB, ACTION_ENTROPY_CONF)
+
+# One tool call's arguments (a mapping or its JSON text), or all of a message's parallel calls.
+ToolArguments = Mapping[str, Any] | str | Sequence[Mapping[str, Any] | str]
+
+
+@dataclass(frozen=True)
+class RawStep:
+    """What one model call returned, untouched. `forecasts`: computed by the caller (a span's
+    `tps.forecasts`), used instead of extracting; `verbal_scale`: the run's `tps_verbal_scale`."""
+
+    text: str | None
+    logprobs: Any = None
+    tool_arguments: ToolArguments | None = None
+    forecasts: Mapping[str, Any] | None = None
+    verbal_scale: str | None = None
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_reenable = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while a large acyclic tree (a decoded output with logprobs) is built: every 700
+    allocations it would rescan the growing tree (4.5x the decoding, docs/benchmarks.md). Process-wide:
+    nested or concurrent pauses share a counter; the last one restores the state the first one found."""
+    global _gc_depth, _gc_reenable
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_reenable = gc.isenabled()
+            if _gc_reenable:
+                gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_reenable:
+                gc.enable()
+
+
+# ---------------------------------------------------------------- action spans
+
+# A locator maps the completion text to the action's character span [start, end), or None. Labels are
+# matched on the ASCII-folded text (offsets kept), the last one by `(?s:.*)label` backtracking from
+# the end, every pattern bounded: linear in the text (docs/capture.md, "Time").
+Span = tuple[int, int]
+SpanLocator = Callable[[str], Span | None]
+
+
+def tag_span(tag: str = "action") -> SpanLocator:
+    """The inner text of the last `<tag>...</tag>` (the paper's format); an unclosed tag gives None."""
+    ascii_only = tag.isascii()  # a non-ASCII tag name cannot be matched on the folded text
+    last_opening: re.Pattern[Any]
+    closing: re.Pattern[Any]
+    if ascii_only:
+        name = re.escape(tag.lower()).encode("ascii")
+        last_opening, closing = re.compile(rb"(?s:.*)<" + name + rb">"), re.compile(rb"</" + name + rb">")
+    else:
+        last_opening = re.compile(rf"(?s:.*)<{re.escape(tag)}>", re.IGNORECASE)
+        closing = re.compile(rf"</{re.escape(tag)}>", re.IGNORECASE)
+
+    def locate(text: str) -> Span | None:
+        subject = folded(text) if ascii_only else text
+        start = last_opening.match(subject)
+        end = closing.search(subject, start.end()) if start else None
+        return (start.end(), end.start()) if start and end else None
+
+    return locate
+
+
+MAX_ACTION_LABELS = 16
+# "action:" and "action input:", not inside a word ("transaction:"); each starts with its literal (the
+# engine's fast scan) and looks behind afterwards.
+_LAST_ACTION = re.compile(rb"(?s:.*)action(?<!\waction)[ \t]{0,8}:")
+_INPUT = re.compile(rb"action(?<!\waction)[ \t]{0,8}input[ \t]{0,8}:[ \t]*")
+_FINAL = re.compile(rb"final[ \t]{0,8}answer[ \t]{0,8}:")
+_NON_SPACE = re.compile(rb"\S")
+
+
+def _react_pair(low: bytes) -> Span | None:
+    """The last `Action:` / `Action Input:` pair with only a one-line tool name between them (the tool
+    may also sit on the input's line), spanning the tool name to the input line's end. Earlier
+    `Action:` labels are tried, MAX_ACTION_LABELS at most, each searching only up to the last one."""
+    end = len(low)
+    for _ in range(MAX_ACTION_LABELS):
+        action = _LAST_ACTION.match(low, 0, end)
+        if action is None:
+            return None
+        inp = _INPUT.search(low, action.end(), end)
+        if inp is not None:
+            between = low[action.end() : inp.start()]
+            tool = between.strip()
+            if b"\n" not in tool:
+                start = action.end() + len(between) - len(between.lstrip()) if tool else inp.end()
+                line_end = low.find(b"\n", inp.end())
+                line_end = len(low) if line_end < 0 else line_end
+                stop = inp.end() + len(low[inp.end() : line_end].rstrip())
+                return (start, max(start, stop))
+        end = low.rfind(b"action", 0, action.end())
+    return None
+
+
+def react_span(text: str) -> Span | None:
+    """LangChain's text ReAct action (`_react_pair`), else the answer after the first `Final Answer:`
+    (the finishing action, so a clean run's last step has a span too)."""
+    low = folded(text)
+    pair = _react_pair(low)
+    if pair is not None:
+        return pair
+    label = _FINAL.search(low)
+    first = _NON_SPACE.search(low, label.end()) if label else None
+    return (first.start(), len(low.rstrip())) if first else None
+
+
+def substring_span(needle: str) -> SpanLocator:
+    """The last occurrence of `needle` (a tool call's arguments, for servers with logprobs over them)."""
+
+    def locate(text: str) -> Span | None:
+        if not needle:
+            return None
+        i = text.rfind(needle)
+        return None if i < 0 else (i, i + len(needle))
+
+    return locate
+
+
+_ACTION_TAG = tag_span("action")
+
+
+def _tag_or_react(text: str) -> Span | None:
+    return _ACTION_TAG(text) or react_span(text)
+
+
+DEFAULT_ACTION_SPAN: SpanLocator = _tag_or_react
+
+
+def token_mask(lp: TokenLogprobs, span: Span) -> NDArray[np.bool_]:
+    """Tokens overlapping the character span [start, end): an action split across tokens is covered whole."""
+    start, end = span
+    return (lp.offsets[:-1] < end) & (lp.offsets[1:] > start)
+
+
+# ---------------------------------------------------------------- the extractor
 
 
 class SignalExtractor:
@@ -60,9 +187,8 @@ class SignalExtractor:
         health: HealthLedger | None = None,
         verbal_scale: str | None = None,
     ):
-        """verbal_scale: the scale of bare numbers in stated confidences ("percent", "0-1",
-        "1-10", "1-5"; None: only numbers that fit one scale are read), for the default
-        `confidence` extractor; give one or the other."""
+        """verbal_scale: the scale of bare numbers in stated confidences ("percent", "0-1", "1-10",
+        "1-5"; None: only numbers that fit one scale), for the default `confidence` extractor."""
         if confidence is not None and verbal_scale is not None:
             raise InputError("give verbal_scale to the VerbalConfidenceExtractor passed as `confidence`, not both")
         self.confidence = confidence or VerbalConfidenceExtractor(verbal_scale=verbal_scale)
@@ -81,11 +207,8 @@ class SignalExtractor:
         self.health.count("error", "signal_extraction", f"{where} failed ({type(exc).__name__}: {exc}); signal is None")
 
     def verbal(self, text: str | None, tool_arguments: Any = None, verbal_scale: str | None = None) -> float | None:
-        """Stated confidence from the text, else from the tool calls' arguments.
-
-        tool_arguments: one call's arguments (a mapping or its JSON string) or a sequence of
-        them, one per parallel tool call; the last call that states a confidence wins.
-        verbal_scale: this call's scale of bare numbers (None: the extractor's)."""
+        """Stated confidence from the text, else from the tool calls' arguments (one call's, or a
+        sequence of parallel calls': the last that states one wins); verbal_scale: this call's."""
         try:
             found = self.confidence.from_text(text, verbal_scale)
             if found.status == "missing" and tool_arguments is not None:
@@ -97,20 +220,17 @@ class SignalExtractor:
         return found.value
 
     def _record(self, found: Confidence) -> None:
-        if found.status == "ok":
+        status, why = found.status, found.reason
+        if status == "ok":
             return
-        self._count(f"verbal_{found.status}")
-        if found.status == "malformed":
+        self._count(f"verbal_{status}")
+        if status == "malformed":
             self.health.count(
-                "malformed",
-                "confidence",
-                f"a confidence statement that is not a number ({found.reason}); verbal is None",
+                "malformed", "confidence", f"a confidence statement that is not a number ({why}); verbal is None"
             )
-        elif found.status == "ambiguous":  # refused, under its own reason (undeclared_scale, wide_range, ...)
-            self.health.count(
-                "rejected", f"confidence_{found.reason}", f"an ambiguous confidence ({found.reason}); verbal is None"
-            )
-        elif found.status == "clipped":
+        elif status == "ambiguous":
+            self.health.count("rejected", f"confidence_{why}", f"an ambiguous confidence ({why}); verbal is None")
+        elif status == "clipped":
             self.health.count(
                 "malformed", "confidence_clipped", f"a stated confidence outside [0, 1] was clipped to {found.value}"
             )
@@ -121,9 +241,7 @@ class SignalExtractor:
             self._count("no_logprobs")
             return None
         if isinstance(logprobs, Mapping) and "content" in logprobs and logprobs["content"] is None:
-            # OpenAI's shape for a message that is only a tool call: chat completions give no logprobs
-            # for the call's arguments. A provider that does puts the call's tokens in "content" and
-            # they are scored like text; without them the step is a gap for the token predictors.
+            # OpenAI's tool-call-only message: no logprobs for the call's arguments, a gap for the token predictors.
             self._count("no_content_logprobs")
             return None
         from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
@@ -145,40 +263,29 @@ class SignalExtractor:
     ) -> dict[str, float | None]:
         """The five per-step forecasts; never raises.
 
-        text: the step's completion (for the verbal confidence; defaults to the tokens' text).
-        logprobs: any format `parse_logprobs` accepts (or None).
-        tool_arguments: tool calls' arguments (one mapping / JSON string, or a sequence of
-          them, one per parallel call), read for a `confidence` when the text has none.
-        action_text: locate the action as this exact string instead of with `action_span`.
-        verbal_scale: this call's scale of bare numbers in the stated confidence (None: the
-          extractor's; a run's `tps_verbal_scale` metadata arrives here).
+        text: the completion (defaults to the tokens' text); logprobs: any format `parse_logprobs`
+        accepts; tool_arguments: read for a confidence when the text has none; action_text: the
+        action as this exact string instead of `action_span`; verbal_scale: this call's scale.
         """
         return self._finish(self._parse_guarded(logprobs), text, tool_arguments, action_text, verbal_scale, None)
 
     def forecasts_batch(
         self, steps: Sequence[tuple[str | None, Any, Any, str | None]]
     ) -> list[dict[str, float | None]]:
-        """`forecasts(text, logprobs, tool_arguments, verbal_scale=...)` of each (text, logprobs,
-        tool_arguments, verbal_scale), the same to the bit, with the per-token arrays of steps whose
-        candidate rows are full and of one width computed in one numpy pass (token_signals.py:
-        elementwise and row-wise operations give each element what the step alone gives it;
-        each step's means are still taken over its own slice). Never raises."""
+        """`forecasts` of each (text, logprobs, tool_arguments, verbal_scale), the same to the bit, the
+        per-token arrays of same-shaped steps computed in one numpy pass (`batched_per_token`)."""
         parsed = [self._parse_guarded(logprobs) for _, logprobs, _, _ in steps]
-        arrays = self._batched_arrays(parsed)
+        try:
+            from tps_tracer.capture.token_logprobs import batched_per_token
+
+            arrays = batched_per_token(parsed, self.top_k)
+        except Exception as exc:  # the steps are then computed one by one
+            self._internal_error("batched token signals", exc)
+            arrays = {}
         return [
             self._finish(lp, text, tool_arguments, None, verbal_scale, arrays.get(i))
             for i, (lp, (text, _, tool_arguments, verbal_scale)) in enumerate(zip(parsed, steps, strict=True))
         ]
-
-    def _batched_arrays(self, parsed: list[TokenLogprobs | None]) -> dict[int, tuple[Any, Any]]:
-        """{step index: (per-token probability, entropy confidence)} for the steps one pass can serve."""
-        try:
-            from tps_tracer.capture.token_signals import batched_per_token
-
-            return batched_per_token(parsed, self.top_k)
-        except Exception as exc:  # the steps are then computed one by one, as forecasts() does
-            self._internal_error("batched token signals", exc)
-            return {}
 
     def _parse_guarded(self, logprobs: Any) -> TokenLogprobs | None:
         try:
@@ -201,36 +308,23 @@ class SignalExtractor:
         if lp is None:
             return out
         try:
-            self._token_signals(lp, action_text, out, arrays)
+            import tps_tracer.capture.token_logprobs as tl
+
+            if lp.n == 0:
+                self._count("no_tokens")
+            prob, ent = arrays or (tl.per_token_probability(lp), tl.per_token_entropy_confidence(lp, self.top_k))
+            out[TOKEN_PROB] = tl.masked_mean(prob)
+            out[ENTROPY_CONF] = tl.masked_mean(ent)
+            if out[ENTROPY_CONF] is None and lp.n:
+                self._count("no_top_logprobs")
+            span = (substring_span(action_text) if action_text is not None else self.action_span)(lp.text)
+            if span is None:
+                self._count("no_action_span")
+            else:
+                mask = token_mask(lp, span)
+                out[ACTION_TOKEN_PROB] = tl.masked_mean(prob, mask)
+                out[ACTION_ENTROPY_CONF] = tl.masked_mean(ent, mask)
         except Exception as exc:
             self._internal_error("token signals", exc)
             out.update(dict.fromkeys(PREDICTORS[1:]))
         return out
-
-    def _token_signals(
-        self,
-        lp: TokenLogprobs,
-        action_text: str | None,
-        out: dict[str, float | None],
-        arrays: tuple[Any, Any] | None = None,
-    ) -> None:
-        from tps_tracer.capture.token_signals import masked_mean, per_token_entropy_confidence, per_token_probability
-
-        if lp.n == 0:
-            self._count("no_tokens")
-        if arrays is None:
-            prob, ent = per_token_probability(lp), per_token_entropy_confidence(lp, self.top_k)
-        else:
-            prob, ent = arrays
-        out[TOKEN_PROB] = masked_mean(prob)
-        out[ENTROPY_CONF] = masked_mean(ent)
-        if out[ENTROPY_CONF] is None and lp.n:
-            self._count("no_top_logprobs")
-        locate = substring_span(action_text) if action_text is not None else self.action_span
-        span = locate(lp.text)
-        if span is None:
-            self._count("no_action_span")
-        else:
-            mask = token_mask(lp, span)
-            out[ACTION_TOKEN_PROB] = masked_mean(prob, mask)
-            out[ACTION_ENTROPY_CONF] = masked_mean(ent, mask)

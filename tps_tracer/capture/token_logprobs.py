@@ -1,31 +1,6 @@
-"""Token logprobs from the formats LLM APIs return, as flat numpy arrays.
-
-Accepted inputs:
-
-- OpenAI chat completions (also what ChatOpenAI puts in `generation_info["logprobs"]` /
-  `response_metadata["logprobs"]`): `{"content": [{"token", "logprob", "bytes",
-  "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...]}`, or the bare list;
-- streamed chat chunks, one (or a few) entries each: feed them to `LogprobsStream`;
-- legacy completions: `{"tokens": [...], "token_logprobs": [...], "top_logprobs":
-  [{token: logprob, ...}, ...], "text_offset": [...]}`.
-
-Character offsets: each token's start in the completion text, so action spans found in
-the text map back to tokens. Token strings do not always concatenate to the text (a
-multi-byte character split across tokens shows up as partial bytes), so when every
-entry carries `bytes` the offsets are computed from the UTF-8 bytes; otherwise from the
-token strings; legacy completions use `text_offset` when it is consistent.
-
-Anything else raises LogprobsFormatError with the reason, and nothing else: a malformed
-entry (a token that is not a string, a logprob that is not a finite number <= 0 or is too
-large for a float, `bytes` outside 0..255, `top_logprobs` that is not a list of
-{token, logprob}, a `text_offset` that is not a list of non-negative integers, lists of
-different lengths...) is reported by its reason, and any other exception raised while
-reading a payload is re-raised as LogprobsFormatError naming it. Callers turn it into
-missing token signals and a counted warning; the step itself is kept.
-
-Candidates: at most MAX_CANDIDATES (20, the OpenAI API's maximum) per token are kept, the
-highest ones, so one entry with a million candidates cannot allocate n x 10^6 floats.
-"""
+"""Token logprobs from the formats LLM APIs return (OpenAI chat, streamed chunks, legacy completions),
+as flat numpy arrays, and the per-step signals computed from them. A malformed payload raises
+LogprobsFormatError and nothing else: the caller counts it and keeps the step without token signals."""
 
 from __future__ import annotations
 
@@ -39,14 +14,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_TOP_K
 from tps_tracer.errors import InputError
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
 
 # Logprobs are <= 0; APIs sometimes round a near-certain token to a tiny positive value.
 _POSITIVE_TOLERANCE = 1e-6
-MAX_CANDIDATES = 20
+MAX_CANDIDATES = 20  # per token, the highest kept (the OpenAI API's maximum): no n x 10^6 arrays
 _MAX_OFFSET = 1 << 53
 _TOKEN = itemgetter("token")
 _LOGPROB = itemgetter("logprob")
@@ -57,12 +34,9 @@ class LogprobsFormatError(InputError):
 
 
 class TokenLogprobs:
-    """tokens; logprob (n,) chosen-token logprobs, NaN where the API gave none (legacy echo);
-    top_logprobs (n, k) candidate logprobs, highest first, -inf padding, k may be 0; offsets
-    (n + 1,) character offsets of token starts in `text`, then len(text); text.
-
-    `offsets=None` means "from the token strings", computed on first use: only an action span
-    (action_span.token_mask) needs them, and most steps have none (~20-130 us per 300 tokens)."""
+    """logprob (n,): chosen-token logprobs, NaN where the API gave none (legacy echo); top_logprobs
+    (n, k): candidates, highest first, -inf padded; offsets (n + 1,): token starts in `text`, then
+    len(text), from the token strings on first use when None (only an action span needs them)."""
 
     __slots__ = ("_offsets", "logprob", "text", "tokens", "top_logprobs")
 
@@ -100,12 +74,16 @@ def _check_logprobs(values: FloatArray, what: str) -> FloatArray:
     return np.minimum(values, 0.0)
 
 
+def _positions(counts: list[int]) -> tuple[IntArray, IntArray, IntArray]:
+    """(counts, token, rank within the token) of each flat candidate, counts[i] of them for token i."""
+    cnt = np.asarray(counts, dtype=np.int64)
+    return cnt, np.repeat(np.arange(cnt.size), cnt), np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+
+
 def _highest(flat: FloatArray, counts: list[int], keep: int) -> tuple[FloatArray, list[int]]:
     """The `keep` highest candidates of each token (rows longer than that are cut)."""
-    cnt = np.asarray(counts, dtype=np.int64)
-    rows = np.repeat(np.arange(cnt.size), cnt)
+    cnt, rows, rank = _positions(counts)
     order = np.lexsort((-flat, rows))  # by token, then highest first
-    rank = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     return flat[order][rank < keep], np.minimum(cnt, keep).tolist()
 
 
@@ -118,9 +96,7 @@ def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
         arr = flat.reshape(n, k)
     else:
         arr = np.full((n, k), -np.inf)
-        cnt = np.asarray(counts, dtype=np.int64)
-        rows = np.repeat(np.arange(n), cnt)
-        cols = np.arange(flat.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        _, rows, cols = _positions(counts)
         arr[rows, cols] = flat
     arr = _check_logprobs(arr, "top_logprobs")
     if k > 1 and not (arr[:, 1:] <= arr[:, :-1]).all():  # APIs send them sorted; sort only if not
@@ -157,8 +133,7 @@ def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
 
 
 def _floats(n: int, values: Any) -> FloatArray:
-    """`n` Python numbers as float64. struct converts each with PyFloat_AsDouble, as np.fromiter
-    does for a number, ~5x faster; anything else (a string, None, a count that differs) raises.
+    """`n` Python numbers as float64, as np.fromiter converts them but ~5x faster; anything else raises.
     Packed into a bytearray so the array is writable, as every other parsed array is."""
     buf = bytearray(8 * n)
     struct.pack_into(f"{n}d", buf, 0, *values)
@@ -166,14 +141,9 @@ def _floats(n: int, values: Any) -> FloatArray:
 
 
 def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[int]] | None:
-    """(tokens, text, values, counts) of a payload of plain dict entries, read with C-level maps
-    only (no Python bytecode per token or candidate): `values` holds the n chosen logprobs, then
-    the candidates' (counts[i] for token i), converted in one call. None when the payload holds
-    anything else (a non-dict entry, a value that is not a number...): the general reading in
-    `from_openai_chat` then decides, so both give the same result or the same error.
-
-    Per 300-token top-5 payload this is ~1,800 dict lookups, the floor of reading Python dicts;
-    the old per-value np.fromiter over a chain of generators cost ~3x that."""
+    """(tokens, text, values, counts) of a payload of plain dict entries, read with C-level maps only
+    (no bytecode per token): `values` holds the n chosen logprobs, then the candidates' (counts[i]
+    for token i). None for anything else: the general reading then gives the result or the error."""
     try:
         tokens = list(map(_TOKEN, content))
         text = "".join(tokens)
@@ -192,15 +162,9 @@ def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[i
 
 
 def _checked_common(values: FloatArray, counts: list[int]) -> tuple[FloatArray, FloatArray] | None:
-    """(chosen, top) of `_read_common`'s values exactly as `_check_logprobs` and `_candidates` give
-    them, for the usual payload only: every logprob <= the tolerance, every token with the same
-    number (<= MAX_CANDIDATES) of candidates, sorted. None otherwise: the general checks then
-    sort, pad, cut, or name the error.
-
-    One max checks both parts (NaN propagates, so NaN and +inf fail `<=`); the clip to 0 is
-    skipped when every value is below it (np.minimum would return them unchanged, -0.0 included
-    only when clipped); sortedness is compared on the contiguous transpose (the (n, k) strided
-    slices cost ~3x more)."""
+    """(chosen, top) exactly as `_check_logprobs` and `_candidates` give them, for the usual payload
+    only (logprobs <= the tolerance, the same number of sorted candidates per token); else None and
+    the general checks sort, pad, cut or name the error. One max checks all (NaN propagates)."""
     n = len(counts)
     k = counts[0] if n else 0
     if k > MAX_CANDIDATES or counts.count(k) != n:
@@ -213,7 +177,7 @@ def _checked_common(values: FloatArray, counts: list[int]) -> tuple[FloatArray, 
             values = np.minimum(values, 0.0)
     top = values[n:].reshape(n, k)
     if k > 1:
-        cols = top.T.copy()
+        cols = top.T.copy()  # contiguous: the strided (n, k) slices cost ~3x more
         if not (cols[1:] <= cols[:-1]).all():
             return None
     return values[:n], top
@@ -224,8 +188,7 @@ def _read_general(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, F
         tokens = list(map(_TOKEN, content))
         text = "".join(tokens)  # TypeError unless every token is a string
         chosen = np.fromiter(map(_LOGPROB, content), dtype=np.float64, count=len(tokens))
-        # A top_logprobs that is not a list of {token, logprob} (a dict, a string) fails in
-        # _LOGPROB (TypeError), so no separate type check is spent on every entry.
+        # A top_logprobs that is not a list of {token, logprob} fails in _LOGPROB (TypeError).
         cand_lists = [e.get("top_logprobs") or () for e in content]
         counts = list(map(len, cand_lists))
         flat = np.fromiter(map(_LOGPROB, chain.from_iterable(cand_lists)), dtype=np.float64, count=sum(counts))
@@ -235,8 +198,7 @@ def _read_general(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, F
 
 
 def _arrays(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, FloatArray]:
-    """(tokens, text, chosen, top) of the entries: the usual payload by the fast reading and
-    checks, anything else (or a payload they decline) by the general ones."""
+    """(tokens, text, chosen, top): the usual payload by the fast reading, anything else the general one."""
     read = _read_common(content) if type(content) is list else None
     if read is not None:
         tokens, text, values, counts = read
@@ -260,9 +222,9 @@ def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) 
     if not isinstance(content, Sequence) or isinstance(content, (str, bytes)):
         raise LogprobsFormatError(f"'content' must be a list of token entries, got {type(content).__name__}")
     tokens, text, chosen, top = _arrays(content)
-    # Token strings spell the text unless a character was split across tokens (the API then
-    # shows partial bytes as "bytes:\\x.." or U+FFFD); only then rebuild from the raw bytes.
-    offsets: IntArray | None = None  # from the token strings, when first needed
+    # Token strings spell the text unless a character was split across tokens (shown as "bytes:\\x.."
+    # or U+FFFD): only then are text and offsets rebuilt from the UTF-8 bytes.
+    offsets: IntArray | None = None
     if ("bytes:" in text or "\ufffd" in text) and content and all(isinstance(e.get("bytes"), list) for e in content):
         offsets, text = _offsets_from_bytes([e["bytes"] for e in content])
     return TokenLogprobs(tokens, chosen, top, offsets, text)
@@ -275,7 +237,7 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
         given_lp = logprobs["token_logprobs"]
         if not isinstance(given_lp, (list, tuple)):
             raise TypeError("token_logprobs must be a list")
-        # None marks "no logprob" (the echoed prompt's first token); a NaN value is malformed.
+        # None marks "no logprob" (the echoed prompt's first token); NaN is malformed.
         if any(isinstance(v, float) and math.isnan(v) for v in given_lp):
             raise InputError("token_logprobs holds NaN")
         chosen = np.fromiter((math.nan if v is None else v for v in given_lp), dtype=np.float64, count=len(given_lp))
@@ -297,24 +259,16 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
             raise
         raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
     offsets, text = _offsets_from_strings(tokens)
-    given = _text_offsets(logprobs.get("text_offset"), len(tokens))
-    if given is not None and tokens:
-        rel = given - given[0]
-        # Use the API's offsets only if they describe the same text the tokens spell.
-        if np.array_equal(rel, offsets[:-1]):
+    given, n = logprobs.get("text_offset"), len(tokens)
+    if given is not None:
+        if not isinstance(given, (list, tuple)) or len(given) != n:
+            raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
+        if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
+            raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
+        rel = np.fromiter(given, dtype=np.int64, count=n) - (given[0] if n else 0)
+        if n and np.array_equal(rel, offsets[:-1]):  # the API's offsets only if they spell the same text
             offsets = np.append(rel, len(text))
     return TokenLogprobs(tokens, chosen, top, offsets, text)
-
-
-def _text_offsets(given: Any, n: int) -> IntArray | None:
-    """The legacy `text_offset` list as integers, None if absent; malformed unless n integers in [0, 2^53)."""
-    if given is None:
-        return None
-    if not isinstance(given, (list, tuple)) or len(given) != n:
-        raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
-    if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
-        raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
-    return np.fromiter(given, dtype=np.int64, count=n)
 
 
 def parse_logprobs(logprobs: Any) -> TokenLogprobs:
@@ -359,3 +313,117 @@ class LogprobsStream:
         if self._malformed is not None:
             raise LogprobsFormatError(self._malformed)
         return parse_logprobs(self._entries)
+
+
+# ---------------------------------------------------------------- token signals
+# The paper's appendix "Predictor Transparency Tables", over a token mask (all tokens, or the action's):
+#     TP = (1/n) sum_i exp(logprob_i)
+#     q_ij = exp(l_ij) / sum_{j<=k} exp(l_ij)   (top-k mass renormalised to 1; the rest dropped)
+#     H_i = -sum_j q_ij ln q_ij,   EC = 1 - (1/n) sum_i H_i / ln k   (k = 5: the paper's 1 - H/ln 5)
+# A token with fewer than k candidates is scored over those, still divided by ln k, so EC stays in
+# [0, 1]; tokens with no candidates or no chosen logprob (legacy echo) are left out; none left: None.
+
+
+def per_token_probability(lp: TokenLogprobs) -> FloatArray:
+    """exp(chosen logprob) per token; NaN where the API gave none."""
+    return np.exp(lp.logprob)
+
+
+def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> FloatArray:
+    """1 - H_i / ln k per token over its top-k candidates (renormalised); NaN where it has none."""
+    if k < 2:
+        raise InputError("entropy confidence needs k >= 2 candidates")
+    top = lp.top_logprobs[:, :k]
+    if top.shape[1] == 0:
+        return np.full(lp.n, np.nan)
+    if top.size and top[:, -1].min() > -np.inf:
+        return _full_rows_entropy_confidence(top, k)
+    has = np.isfinite(top[:, 0])
+    # Shift by each row's max before exponentiating (stable for very negative logprobs).
+    shifted = top - np.where(has, top[:, 0], 0.0)[:, None]
+    p = np.exp(shifted)  # -inf padding -> 0
+    total = p.sum(axis=1)
+    q = p / np.where(total > 0, total, 1.0)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(q > 0, q * np.log(q), 0.0)
+    conf = 1.0 + terms.sum(axis=1) / math.log(k)
+    return np.where(has, np.clip(conf, 0.0, 1.0), np.nan)
+
+
+def _full_rows_entropy_confidence(top: FloatArray, k: int) -> FloatArray:
+    """The computation above when no row is padded (the usual payload), in half the numpy calls and
+    to the same bits: the row max is the first column, every total >= 1, an underflowed q adds 0."""
+    if top.shape[1] <= _COLUMNS_MAX_WIDTH:
+        return _by_columns(np.ascontiguousarray(top.T), k)
+    p = np.exp(top - top[:, :1])
+    q = p / p.sum(axis=1)[:, None]
+    positive = q > 0
+    log_q = np.log(q, out=np.zeros_like(q), where=positive)
+    conf = 1.0 + (q * log_q).sum(axis=1) / math.log(k)
+    return np.minimum(np.maximum(conf, 0.0), 1.0)  # np.clip, without its Python-level wrapper
+
+
+# numpy sums fewer than 8 values left to right, as adding columns does: up to this width rows are
+# processed as contiguous columns, the same bits in ~1/3 of the time (test_extraction_equivalence.py).
+_COLUMNS_MAX_WIDTH = 7
+
+
+def _by_columns(cols: FloatArray, k: int) -> FloatArray:
+    """`_full_rows_entropy_confidence` of top = cols.T, cols (width, n) C-contiguous, width <= 7."""
+    p = np.exp(cols - cols[0])
+    q = p / p.sum(axis=0)
+    log_q = np.log(q) if q.size and q.min() > 0 else np.log(q, out=np.zeros_like(q), where=q > 0)
+    conf = 1.0 + (q * log_q).sum(axis=0) / math.log(k)
+    return np.minimum(np.maximum(conf, 0.0), 1.0)
+
+
+def batched_per_token(
+    parsed: Sequence[TokenLogprobs | None], k: int = DEFAULT_TOP_K
+) -> dict[int, tuple[FloatArray, FloatArray]]:
+    """{index: (per-token probability, entropy confidence)} of the steps with full candidate rows of
+    the most common width, in one pass over their concatenation: the operations are elementwise or
+    row-wise, so each element gets the bits its step alone gives. Other steps are left out."""
+    if k < 2:
+        raise InputError("entropy confidence needs k >= 2 candidates")
+    full: dict[int, list[int]] = {}
+    for i, lp in enumerate(parsed):
+        if lp is None or lp.n == 0:
+            continue
+        top = lp.top_logprobs
+        width = min(top.shape[1], k)
+        if width and top[:, width - 1].min() > -np.inf:
+            full.setdefault(width, []).append(i)
+    if not full:
+        return {}
+    width, group = max(full.items(), key=lambda item: len(item[1]))
+    if len(group) < 2:
+        return {}
+    steps = [parsed[i] for i in group]
+    prob = np.exp(np.concatenate([lp.logprob for lp in steps]))  # type: ignore[union-attr]
+    ent = _full_rows_entropy_confidence(np.concatenate([lp.top_logprobs[:, :width] for lp in steps]), k)  # type: ignore[union-attr]
+    ends = np.cumsum([lp.n for lp in steps]).tolist()  # type: ignore[union-attr]
+    starts = [0, *ends[:-1]]
+    return {i: (prob[a:b], ent[a:b]) for i, a, b in zip(group, starts, ends, strict=True)}
+
+
+def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | None:
+    """Mean over the masked tokens that have a value; None if there are none."""
+    sel = values if mask is None else values[mask]
+    if sel.size:
+        # A finite sum means no NaN: the mean is that sum over the count, as np.mean computes it.
+
+        total = float(sel.sum())
+        if math.isfinite(total):
+            return min(1.0, max(0.0, total / sel.size))
+    sel = sel[~np.isnan(sel)]
+    if sel.size == 0:
+        return None
+    return float(min(1.0, max(0.0, sel.mean())))
+
+
+def token_probability(lp: TokenLogprobs, mask: BoolArray | None = None) -> float | None:
+    return masked_mean(per_token_probability(lp), mask)
+
+
+def entropy_confidence(lp: TokenLogprobs, mask: BoolArray | None = None, k: int = DEFAULT_TOP_K) -> float | None:
+    return masked_mean(per_token_entropy_confidence(lp, k), mask)

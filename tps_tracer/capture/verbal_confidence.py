@@ -1,133 +1,284 @@
-"""Verbal confidence: the probability of success the model states at a step.
-
-The grammar (docs/capture.md's "Verbal confidence" section is the user's description)
-=====================================================================================
-
-Statements. Matching is case-insensitive; `confidence` is the keyword of every form but the
-last. The keyword must not be glued to a word before it: `overconfidence`, `self-confidence`,
-`low_confidence` are not statements.
-
-- tag:   `<confidence>VALUE</confidence>`. The inner text runs to the next `<`; an unclosed
-  tag (truncated output) is not a statement.
-- key:   `"confidence": VALUE` (JSON, or `'...'` in a Python dict), also `confidence_score`,
-  `confidence_level`, `confidence_value`, `confidenceScore`, `confidence-score`. VALUE is a
-  quoted string or runs to whitespace or one of `, ; < } ]`.
-- label: `confidence`, optionally followed by `level` / `score` / `value` / `estimate` /
-  `rating` (separated by a space, `_` or `-`), optionally a scale in brackets (`(1-10)`,
-  `[0-100]`, `(out of 5)`, `(%)`: the statement's own scale, over any declared one),
-  optionally in markdown emphasis, then `:`, `=`
-  or `|` (a markdown table row), then VALUE: `Confidence: 85%`, `**Confidence:** 0.7`,
-  `| Confidence | 0.85 |`, `confidence_score=0.4`. VALUE must START like a value (a digit, a
-  sign, a point, an approximation or bound word, a quote or markdown before them, a
-  qualitative level): otherwise the label is prose (`Note on confidence: rough`, `Confidence:
-  unknown`) and not a statement.
-- spaced label: the label (keyword, suffix, scale in brackets, emphasis as above) then, in
-  place of `:`, whitespace, a dash (`-` or `--` before whitespace, `–`, `—`), or a line end
-  (the label alone on its line, only markdown before it: `## Confidence`, `**Confidence**`,
-  `- Confidence`; the VALUE on the next non-empty line, at most 8 blank lines on, after an
-  optional list bullet), when VALUE is unambiguous by its own form: a percent (`70%`, `70
-  percent`, `70-80%`), a fraction (`7/10`, `3 out of 4`), a decimal with a point or comma in
-  [0, 1] (`0.7`, `.7`, `0,7`, `1.0`), optionally signed, after `~` or a bound sign, in
-  markdown or a bracket: `Confidence 70%`, `Confidence — 0.7`, `confidence 7/10`, `## Confidence`
-  + newline + `70%`. A bare integer is not (`Confidence 8`, `confidence 2 tools` are prose), nor
-  a word (`Confidence - high`). `Confidence -0.2` is the number -0.2 (a hyphen separates only
-  before whitespace). Another non-ASCII character in the dash's place starts VALUE: `Confidence
-  ≈ 0.7` is 0.7, `Confidence → 70%` is refused (malformed), not missing. Prose of this shape
-  is a statement (`I have confidence 90% of the time` is 0.9): the last statement wins, and a
-  model asked to state its confidence writes it last.
-- is:    `confidence [level|score] is|was|of|at NUMBER`: `My confidence is 0.9`, `a
-  confidence of 80%` (a number must follow; `confidence is high` is not a statement).
-- prose: a whole percent before `sure`, `confident` or `certain`: `I'm 90% sure`; not when
-  negated or bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure`).
-
-The last statement wins: of all statements, the one that starts last (a keyword, or the
-number of a prose percent) is the step's confidence, even when it is refused (then the step
-has None, counted): `<confidence>0.6</confidence> ... Confidence: 80%` is 0.8. No statement:
-None ("missing").
-
-VALUE is read from the original text (`confidence_value.py`): NFKC, every Unicode decimal
-digit as ASCII (`0.８`, `0.٨`, `0.८` are 0.8), dashes as `-`, `≈` as `~`. Leading quotes,
-backticks, markdown and brackets are skipped; the expression at the start is read and must
-end at a boundary (end, whitespace, punctuation): `0.8 because ...` is 0.8, `0.8abc` is
-malformed. Numbers: `[+-]digits[.digits][e[+-]digits]` or `.digits`, a decimal comma (`0,8`,
-`85,5%`) unless it could be a thousands separator (`1,000`: ambiguous).
-
-Scales are declared, not guessed (`confidence_value.py`). What each VALUE reads as, with its
-status and reason, is the table in docs/capture.md ("Verbal confidence: what is read").
-
-Tool calls. `from_arguments` reads the `argument_keys` (any case, `_`/`-`/spaces ignored:
-`confidence`, `Confidence`, `confidence_score`, `confidenceLevel`...) of one call's arguments
-(a mapping, or its JSON string; a string that is not JSON is read as text), or of a sequence
-of calls (parallel tool calls): the last call that states one wins, as in text. Two keys of
-one call that disagree are refused (ambiguous / conflicting_keys). A JSON int is a bare
-integer, a float a decimal (same table); a bool, a NaN or a non-scalar is malformed.
-`SignalExtractor` reads the arguments only when the text has no statement.
-
-Time. Linear in the text, a bounded amount of work per position. The statements are found on
-an ASCII-folded copy (`confidence_value.folded`, one byte per character, ~1 ms per MB), so an
-offset there is an offset in the text, from which VALUE is then read. Two regular
-expressions, each `(?s:.*)` followed by a literal (the keyword; the prose form's `%`), find
-the LAST statement of their family by backtracking from the end, the engine jumping between
-the literal's occurrences; every quantifier that could meet another is bounded or over a
-disjoint class, and VALUE is at most 128 characters, so the search stops at the first
-statement from the end and never collects all of them. A keyword that starts no statement
-costs a bounded number of the engine's steps, kept few (`_keyword_regex`): what follows the
-keyword up to the separator is matched once (atomic), the forms are a branch the engine
-rules out by their first character, and the own-line form's line-start lookbehinds run only
-with a line end near. The whole text is read (no truncation): 1 MB of adversarial text takes
-at most ~50 ms (tests/benchmarks/bench_verbal_grammar.py; the worst are 30,000 labels alone on
-their line with no value and 69,000 spaced labels before bare integers; docs/benchmarks.md).
-Custom `patterns` are the user's: they run with `finditer` (re.IGNORECASE | re.DOTALL) on
-the text as given, the match that starts last wins.
-"""
+"""Verbal confidence: the probability of success a model states at a step. One written grammar
+(docs/capture.md, "Verbal confidence: what is read"): the last statement in the text wins, its VALUE
+is read from the original text on a declared scale, never a guessed one, in time linear in the text."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from tps_tracer.capture.confidence_value import (
-    DEFAULT_LEVELS,
-    MISSING,
-    SCALES,
-    UNDECLARED,
-    Confidence,
-    Status,
-    ambiguous,
-    check_levels,
-    check_scale,
-    folded,
-    from_json_number,
-    normalise,
-    read_value,
+from tps_tracer.errors import InputError
+from tps_tracer.validity import probability
+
+
+def folded(text: str) -> bytes:
+    """ASCII-folded lower case, one byte per character (non-ASCII is `?`), so an offset in it is one in
+    `text`: ~1 ms per MB in any script, where str.lower() can shift offsets and re.IGNORECASE is ~30x
+    slower. It only locates statements; a VALUE is read from the original text (`normalise`)."""
+    return text.encode("ascii", "replace").lower()
+
+
+Status = Literal["ok", "clipped", "missing", "malformed", "ambiguous"]
+
+# The scales a user may declare (verbal_scale=...), each with the number its top is written as.
+SCALES: dict[str, float] = {"percent": 100.0, "0-1": 1.0, "1-10": 10.0, "1-5": 5.0}
+# An explicit "no scale", overriding the extractor's for a run (after an invalid one in its metadata).
+UNDECLARED = "undeclared"
+
+MAX_NUMBER_CHARS = 64  # a longer number is malformed ("too_long"), as a 1 MB digit run
+MAX_VALUE_CHARS = 256  # a longer VALUE (tag inner text) is not read at all ("too_long")
+WIDEST_RANGE = 0.2  # a range `lo-hi` reads its midpoint when hi - lo <= this, else ambiguous
+
+# Known by default, so that `Confidence: high` is a statement (refused unless the user maps levels).
+DEFAULT_LEVELS: tuple[str, ...] = ("very high", "very low", "high", "medium", "moderate", "low")
+
+
+@dataclass(frozen=True)
+class Confidence:
+    value: float | None
+    status: Status
+    reason: str = ""  # why a refusal (malformed / ambiguous) or a missing value
+
+
+MISSING = Confidence(None, "missing")
+
+
+def malformed(reason: str) -> Confidence:
+    return Confidence(None, "malformed", reason)
+
+
+def ambiguous(reason: str) -> Confidence:
+    return Confidence(None, "ambiguous", reason)
+
+
+def check_scale(scale: str | None) -> str | None:
+    if scale is None or scale == UNDECLARED or (isinstance(scale, str) and scale in SCALES):
+        return scale
+    raise InputError(f"verbal_scale must be one of {sorted(SCALES)} or None, got {scale!r}")
+
+
+def check_levels(levels: Mapping[str, float] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in (levels or {}).items():
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z]+(?:[ -][a-z]+)*", key.lower()):
+            raise InputError(f"qualitative levels: a level must be ASCII words, got {key!r}")
+        if probability(value) is None:
+            raise InputError(f"qualitative levels: {key!r} must map to a number in [0, 1], got {value!r}")
+        out[key.lower()] = float(value)
+    return out
+
+
+def _clip(value: float) -> Confidence:
+    if 0.0 <= value <= 1.0:
+        return Confidence(value + 0.0, "ok")  # + 0.0: -0.0 reads as 0.0
+    return Confidence(1.0 if value > 1.0 else 0.0, "clipped")
+
+
+def on_scale(x: float, point: bool, scale: str | None) -> Confidence:
+    """A plain number `x` >= 0 (no %, no fraction), `point`: written with a point or exponent. A point
+    and at most 1, or 0, is a probability on every scale; else x / the declared scale's top, and
+    undeclared only when a single scale fits (10 < x <= 100: percent)."""
+    if x == 0.0 or (point and x <= 1.0):
+        return Confidence(x + 0.0, "ok")
+    if scale is None or scale == UNDECLARED:
+        if x > 100.0:
+            return Confidence(1.0, "clipped")  # above every scale
+        if x > 10.0:
+            return Confidence(x / 100.0, "ok")  # only percent fits
+        return ambiguous("undeclared_scale")
+    top = SCALES[scale]
+    return Confidence(x / top, "ok") if x <= top else Confidence(1.0, "clipped")
+
+
+# ---------------------------------------------------------------- reading a VALUE
+
+# Dashes as `-`, approximately-signs as `~`, the Arabic percent sign (NFKC keeps it) as `%`.
+_SIGNS = {
+    **dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-"),
+    **dict.fromkeys(map(ord, "\u2248\u223c\u2243\u2245"), "~"),
+    0x066A: "%",
+}
+
+_NUM = r"(?P<{g}>[-+]?(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)(?:e[-+]?[0-9]+)?)(?:\s?(?P<{g}pct>%|percent\b|pct\b))?"
+_PRE_CHARS = " \t\r\n\"'`*_(["  # quotes and markdown before a number
+_APPROX = re.compile(
+    r"(?:~|about|around|approximately|approx\.?|roughly|circa|ca\.|nearly|almost|close to|maybe|perhaps)(?![a-z])\s*"
 )
+_BOUND = re.compile(r"(?:>=?|=>|<=?|at least|at most|more than|less than|over|under|above|below)(?![a-z])\s*")
+_BETWEEN = re.compile(r"between\s+" + _NUM.format(g="a") + r"\s+and\s+" + _NUM.format(g="b"))
+# A fraction `8/10`, `8 out of 10`, `9 of 10`, `1 in 3`, `4 (out of 5)`; a range `80-90%`, `0.7 to 0.8`.
+_EXPR = re.compile(
+    _NUM.format(g="a")
+    + r"(?:(?P<op>\s*(?:/|out of|of|in)\s*|\s*\(\s*(?:out of|/)\s*|\s*(?:-|to)\s*)"
+    + _NUM.format(g="b")
+    + r"(?P<close>\s*\))?)?"
+)
+_ODDS = re.compile(r"\s*:\s*[0-9]")  # `3:1` after a number: odds, not a probability
+_REVISED = re.compile(r"\s*(?:-+>|=>|\u2192)")  # `0.9 -> 0.7`: which one is meant is not written
+_END = re.compile(r"$|[\s.,;:!?)\]}*_\"'`|]")
+_IN_BRACKETS = re.compile(r"\s*(?:[(\[]\s*|[-:,=]\s+|\s)")
 
-__all__ = [
-    "DEFAULT_PATTERNS",
-    "SCALES",
-    "UNDECLARED",
-    "Confidence",
-    "Status",
-    "VerbalConfidenceExtractor",
-    "statement_patterns",
-]
+
+def normalise(raw: str) -> str:
+    """NFKC, every Unicode decimal digit as ASCII (`0.٨` is 0.8), dashes as `-`, `≈` as `~`, lower case."""
+    s = unicodedata.normalize("NFKC", raw).translate(_SIGNS)
+    if not s.isascii():  # digits of any script; format characters (zero-width space, RTL marks) dropped
+        s = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in s if unicodedata.category(c) != "Cf")
+    return s.lower()
+
+
+class _Number:
+    """One number, and how it was written (which decides its scale)."""
+
+    def __init__(self, text: str, percent: bool):
+        self.text = text
+        self.percent = percent
+        self.comma = "," in text
+        digits = text.replace(",", ".")
+        self.value = float(digits)  # the grammar admits only what float() reads
+        self.point = "." in digits or "e" in digits
+        self.negative = text.startswith("-")
+
+    def comma_ambiguous(self) -> bool:
+        # `0,85` and `85,5` are decimal commas; `1,000` could be a thousands separator.
+        if not self.comma:
+            return False
+        whole, frac = self.text.lstrip("+-").split(",", 1)
+        return whole.strip("0") != "" and len(frac.split("e")[0]) == 3
+
+    def read(self, scale: str | None) -> Confidence:
+        if len(self.text) > MAX_NUMBER_CHARS:
+            return malformed("too_long")
+        if self.comma_ambiguous():
+            return ambiguous("comma")
+        if self.percent:
+            return _clip(self.value / 100.0)
+        if self.negative or math.isinf(self.value):
+            return _clip(self.value)
+        return on_scale(self.value, self.point, scale)
+
+
+def _number(m: re.Match[str], g: str) -> _Number:
+    return _Number(m.group(g), m.group(g + "pct") is not None)
+
+
+def _fraction(a: _Number, b: _Number) -> Confidence:
+    for n in (a, b):
+        if len(n.text) > MAX_NUMBER_CHARS:
+            return malformed("too_long")
+        if n.comma_ambiguous():
+            return ambiguous("comma")
+    if a.percent or b.percent or a.negative or b.negative:
+        return malformed("not_a_number")
+    if b.value == 0.0:
+        return malformed("zero_denominator")
+    if math.isinf(a.value) or math.isinf(b.value):
+        return malformed("too_long")
+    return _clip(a.value / b.value)
+
+
+def _range(a: _Number, b: _Number, scale: str | None) -> Confidence:
+    if a.percent != b.percent:  # `80-90%`: the sign written once covers both ends
+        a.percent = b.percent = True
+    lo, hi = a.read(scale), b.read(scale)
+    for end in (lo, hi):
+        if end.status == "clipped":
+            return malformed("range_outside")  # `95-105%`: no midpoint of a range that leaves [0, 1]
+        if end.status != "ok":
+            return end
+    assert lo.value is not None and hi.value is not None
+    if lo.value > hi.value:
+        return malformed("range_order")
+    if hi.value - lo.value > WIDEST_RANGE + 1e-12:
+        return ambiguous("wide_range")
+    return Confidence((lo.value + hi.value) / 2.0, "ok")
+
+
+def _expression(s: str, pos: int, scale: str | None) -> tuple[Confidence, int] | None:
+    """The number, fraction or range at `pos` and where it ends; None if there is none."""
+    m = _BETWEEN.match(s, pos)
+    if m is not None:
+        return _range(_number(m, "a"), _number(m, "b"), scale), m.end()
+    m = _EXPR.match(s, pos)
+    if m is None:
+        return None
+    a = _number(m, "a")
+    op = m.group("op")
+    a_end = m.end("apct") if m.group("apct") is not None else m.end("a")
+    if op is None or ("(" in op and m.group("close") is None):
+        return a.read(scale), a_end  # `4 (out of` with no closing bracket: the number alone
+    b = _number(m, "b")
+    end = m.end() if "(" in op else (m.end("bpct") if m.group("bpct") is not None else m.end("b"))
+    if "-" in op or "to" in op:
+        return _range(a, b, scale), end
+    if op.strip() in ("of", "in") and (a.point or b.point or a.percent or b.percent):
+        return a.read(scale), a_end  # `0.9 in 2 sources`: only whole numbers make `1 in 3`
+    if a.text == b.text == "50" and "/" in op:
+        return ambiguous("odds"), end  # `50/50`: even odds (0.5), not 50 over 50
+    return _fraction(a, b), end
+
+
+def _level(s: str, pos: int, levels: Mapping[str, float]) -> tuple[str, int] | None:
+    for word in sorted(set(DEFAULT_LEVELS) | set(levels), key=len, reverse=True):
+        if s.startswith(word, pos) and not s[pos + len(word) : pos + len(word) + 1].isalpha():
+            return word, pos + len(word)
+    return None
+
+
+def read_value(raw: str, scale: str | None, levels: Mapping[str, float]) -> Confidence:
+    """One VALUE: the expression at its start, which must end at a boundary (`0.8abc` is malformed)."""
+
+    if len(raw) > MAX_VALUE_CHARS:
+        return malformed("too_long")
+    s = normalise(raw)
+    pos = len(s) - len(s.lstrip(_PRE_CHARS))
+    bound = _BOUND.match(s, pos)
+    if bound is not None and bound.end() > pos:
+        after = _APPROX.match(s, bound.end())  # `at least about 80%`
+        start = after.end() if after is not None else bound.end()
+        return ambiguous("bound") if _expression(s, start, scale) is not None else malformed("not_a_number")
+    approx = _APPROX.match(s, pos)
+    if approx is not None:
+        pos = approx.end()
+    found = _expression(s, pos, scale)
+    if found is None:
+        word = _level(s, pos, levels)
+        if word is None:
+            return malformed("not_a_number")
+        # `High (0.85)`, `high - 85%`: the number written with the level is the reading.
+        after = _IN_BRACKETS.match(s, word[1])
+        if after is not None:
+            inner = _APPROX.match(s, after.end())
+            found = _expression(s, inner.end() if inner else after.end(), scale)
+        if found is None:
+            return Confidence(levels[word[0]], "ok") if word[0] in levels else ambiguous("qualitative")
+    reading, end = found
+    if _ODDS.match(s, end):
+        return ambiguous("odds")
+    if _REVISED.match(s, end):
+        return ambiguous("revised")
+    if not _END.match(s, end):
+        return malformed("not_a_number")  # `0.8abc`, `8/10ths`
+    return reading
+
+
+# ---------------------------------------------------------------- finding the statement
 
 WINDOW = 128  # characters of VALUE read after a label or key (the expression at its start is read)
 
-# The keyword, not glued to a word before it: `overconfidence`, `self-confidence`,
-# `low_confidence` are not statements (the lookbehinds include the keyword so the engine
-# meets the literal first).
+# The keyword, not glued to a word (`overconfidence`, `self-confidence`); the lookbehinds include it so
+# the engine meets the literal first.
 _KW = r"confidence(?<![a-z0-9]confidence)(?<![a-z0-9][-_]confidence)"
-# An optional group is written `(?:X|)`, not `(?:X)?`: the same tries in the same order, but a
-# branch, which the engine runs several times faster than its generic repeat.
+# An optional group is `(?:X|)`, not `(?:X)?`: the same tries, as a branch the engine runs faster.
 _SUFFIX = r"(?:[ \t_-]{1,3}(?:level|score|value|estimate|rating)|)"
 _SEP = r"(?:\*\*?|__?|)"  # optional markdown emphasis around the label or its colon
-# A scale written in the label, `Confidence (1-10): 8`, `Confidence [0-100]:`, `(out of 5)`, `(%)`:
-# the statement declares its own scale (`?` on the folded text: an en dash).
+# A scale written in the label, `Confidence (1-10): 8`, `(out of 5)`, `(%)` (`?`: an en dash, folded).
 _ANNOTATION = (
     r"(?:[ \t]{0,3}[(\[][ \t]{0,2}(?:[01][ \t]{0,2}(?:-|to|\?)[ \t]{0,2}(?:100|10|5|1)|%|percent"
     r"|(?:out of|/)[ \t]{0,2}(?:100|10|5))[ \t]{0,2}[)\]]|)"
@@ -138,10 +289,8 @@ _READ_ANNOTATION = re.compile(
 _TOP_SCALES = {"100": "percent", "10": "1-10", "5": "1-5", "1": "0-1"}
 _APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
 _BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
-# Where a number can start. `?` is any non-ASCII character on the folded text (a full-width
-# or Arabic-Indic digit, `≈`, a no-break space): the VALUE is read from the original text.
-# One flat branch, each alternative starting with a literal or a class, so the engine rules
-# most of them out by their first character (a word is followed by its number).
+# Where a number can start (`?`: any non-ASCII character, folded, such as a full-width digit or `≈`),
+# one flat branch whose alternatives the engine rules out by their first character.
 _DIGIT_START = r"(?:[0-9?]|[-+.][0-9])"
 _NUMBER_WORDS = (*_APPROX_WORDS[3:-1].split("|"), *_BOUND_WORDS[3:-1].split("|"), "between")
 _NUMBER_START = (
@@ -152,20 +301,15 @@ _NUMBER_START = (
 _WINDOW = r"(?=([^\n<]{0," + str(WINDOW) + r"}))"  # a lookahead: the next statement stays findable
 _NEGATIONS = ("not", "than", "least", "most", "over", "under", "above", "below")
 
-# The label without `:` (`Confidence 70%`, `Confidence — 0.7`, `## Confidence` then `70%` on the
-# next non-empty line). `?` on the folded text is a non-ASCII character (an en or em dash, a
-# no-break space, `≈`): from_text reads one that is not a dash or a space as the start of VALUE.
-# An ASCII hyphen separates only before whitespace: `Confidence -0.2` is the number -0.2.
+# The label without `:` (`Confidence 70%`, `Confidence — 0.7`); a hyphen separates only before
+# whitespace (`Confidence -0.2` is -0.2); `?` (non-ASCII) other than a dash or space starts VALUE.
 _GAP = r"(?:[ \t]{1,8}|[ \t]{0,8}(?:-{1,2}[ \t]|\?)[ \t]{0,8})"
-# A VALUE unambiguous by its own form: a percent (`70%`, `70 percent`, `70-80%`), a fraction
-# (`7/10`, `3 out of 4`), a decimal with a point or comma in [0, 1] (`0.7`, `.7`, `0,7`, `1.0`),
-# optionally signed, approximate (`~`) or bounded (`>`, `<=`: then refused as a bound), in
-# markdown or a bracket. Never a bare integer (`Confidence 8`, `confidence 2 tools`).
+# A VALUE unambiguous by its own form: a percent, a fraction, a decimal in [0, 1], never a bare
+# integer (`Confidence 8`, `confidence 2 tools` stay prose).
 _DIGITS = r"[0-9]{1,8}(?:[.,][0-9]{1,8}|)"
 _PERCENT_TAIL = r"(?:[ \t]{0,2}(?:-|to)[ \t]{0,2}" + _DIGITS + r"|)[ \t]?(?:%|percent(?![a-z]))"  # after the number
 _FRACTION_TAIL = r"[ \t]{0,2}(?:/|out of)[ \t]{0,2}[0-9]"
-# Written as: a decimal in [0, 1]; else an integer part then its tail (a percent or a fraction,
-# the fraction's number with a point only), which a bare integer followed by a word fails at once.
+# A decimal in [0, 1], else an integer part then its tail, which a bare integer then a word fails at once.
 _TAILS = (
     r"\.[0-9]{1,8}(?:" + _PERCENT_TAIL + "|" + _FRACTION_TAIL + ")",
     ",[0-9]{1,8}" + _PERCENT_TAIL,
@@ -178,16 +322,13 @@ _PLAIN_VALUE = (
     r"(?=[.,]?[0-9]{0,8}[ \t]{0,2}[-t%p/o])"  # what every tail starts with
     "(?:" + "|".join(_TAILS) + ")))"
 )
-# The label alone on its line: only markdown before it (`## `, `**`, `- `, `> `) and after it,
-# then the VALUE on the next non-empty line (at most 8 blank lines), after an optional list
-# bullet. Line start: for each length k (0-8) of the markup run before the keyword, no other
-# character than a line end right before it (fixed-width negative lookbehinds, the keyword
-# included, tried in order of k: prose is rejected at its run's length, `my confidence` at 1).
+# The label alone on its line (only markdown around it), VALUE on the next non-empty line. Line start:
+# for each length k of the markup run before the keyword, only a line end before it (fixed-width
+# lookbehinds, so prose is rejected at its run's length, `my confidence` at 1).
 _MARKUP = r"[#*_ \t>+-]"
 _LINE_START = "".join(f"(?<![^\\n#*_ \\t>+-]{_MARKUP}{{{k}}}confidence)" for k in range(9))
 _LINE_START += f"(?<!{_MARKUP}{{9}}confidence)"
 _LINE_END = r"[ \t]{0,8}\r?\n"
-# `(?![ \t\r\n])`: after the blank lines, so fewer of them fail at once when VALUE is not there.
 _BLANK_LINES = r"(?:[ \t]{0,8}\r?\n){0,8}[ \t]{0,8}(?![ \t\r\n])"
 _BULLET = r"(?:[-*+][ \t]{1,3}|)(?![ \t])"
 _NEXT_LINE = _BLANK_LINES + _BULLET
@@ -199,7 +340,7 @@ _IS_TAIL = r"[ \t]{1,3}(?![ \t])(?=" + _NUMBER_START + ")"  # after `is` / `was`
 
 
 def _label_value(levels: Sequence[str]) -> str:
-    """After a label's `:`, `=` or `|`: emphasis, whitespace, then the start of a VALUE (a lookahead)."""
+    """After a label's `:`, `=` or `|`: emphasis, whitespace, then a lookahead for the start of a VALUE."""
     words = "|".join(re.escape(w) for w in sorted(set(levels), key=len, reverse=True))
     value_start = r"(?=" + _NUMBER_START + r"|[\"'`*_(\[]{0,4}(?:" + words + r")(?![a-z]))"
     # `(?!\s)` after a whitespace run: backing off into it would only retry the same VALUE.
@@ -207,8 +348,8 @@ def _label_value(levels: Sequence[str]) -> str:
 
 
 def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
-    """What follows the keyword in each keyword form: tag, key, label (`:`), spaced label,
-    `is`/`of`, and the label on its own line (a lookahead, a line-start check, the form)."""
+    """What follows the keyword in the tag, key, label, spaced label, `is`/`of` and own-line forms."""
+
     tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
     key = (
         r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value)|)[\"'][ \t]{0,8}:\s{0,64}"
@@ -225,8 +366,7 @@ def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
 def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...]:
     """The statement forms (lower case, one group each: the raw VALUE); `levels`: the qualitative words."""
     tag, key, label, spaced, prose_is, own_line = _forms(levels)
-    # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or
-    # bounded (`not 90% sure`, `less than 90% sure`, `at least 90% sure` are not statements).
+    # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or bounded.
     behind = r"(?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS)
     prose_pct = r"([0-9]" + behind + r"[0-9]{0,2}[ \t]?%)" + _PROSE_TAIL
     return (
@@ -249,10 +389,8 @@ def _percent_behind(width: int, space: str) -> str:
     return "(?:(?<=" + num + ")(?<![0-9.,/-]" + num + ")" + "".join(f"(?<!{w} {num})" for w in _NEGATIONS) + ")"
 
 
-# The prose form as the one-pass search runs it: anchored on its `%` (a literal, so the engine
-# skips to the candidates), the words after it checked first (most `%` are not before `sure`),
-# then the number by fixed-width lookbehinds. Reads what
-# DEFAULT_PATTERNS' prose form reads (tests/test_capture_fuzz.py checks both paths alike).
+# The prose form for the one-pass search: anchored on its `%` (a literal the engine skips to), the
+# words after it first, the number by lookbehinds (tests/test_capture_fuzz.py: reads as the pattern).
 _PERCENT_FAST = re.compile(
     (
         "(?s:.*)%(?="
@@ -266,35 +404,22 @@ _PERCENT_NUMBER = re.compile(rb"[0-9]{1,3}[ \t]?$")
 
 
 def _atomic(name: str, body: str) -> str:
-    """`body` matched once and never backed into (Python 3.10 has no `(?>...)`): a lookahead
-    is atomic, and the backreference consumes what it matched."""
+    """`body` matched once, never backed into (no `(?>...)` in 3.10): the lookahead is atomic."""
     return f"(?=(?P<{name}>{body}))(?P={name})"
 
 
-# The most characters from a keyword to the line end of a label alone on its line: a suffix
-# (3 + 8), a scale in brackets (3 + 1 + 2 + 11 + 2 + 1), emphasis (2), whitespace (8), `\r` (1).
-_OWN_LINE_REACH = 42
+_OWN_LINE_REACH = 42  # keyword to line end of a lone label: suffix 11, scale 20, emphasis 2, spaces 8, `\r`
 
 
 @functools.lru_cache(maxsize=32)
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
-    # The last keyword statement of any form: greedy `.*` backtracks from the end, so the first
-    # match is the one whose keyword comes last; the keyword is a literal right after `.*`,
-    # so the engine jumps between its candidates. The same forms as statement_patterns, laid
-    # out so that a keyword that starts no statement (30,000 to 70,000 of them in 1 MB of
-    # adversarial text) costs few steps of the engine:
-    # - the suffix, scale, emphasis and whitespace after the keyword are matched once, as one
-    #   atomic run: a shorter one leaves a character no form accepts next (a letter, `*`, `_`,
-    #   `(`, whitespace), so backing into it could only fail again;
-    # - then one branch whose alternatives start with a literal or a class (the engine skips
-    #   them by their first character): `:=|` (label), whitespace then VALUE (spaced label),
-    #   a dash then VALUE, `is`/`was`/`of`/`at` (only after 1-3 spaces right after the keyword
-    #   or its suffix: a letter before the whitespace);
-    # - the label alone on its line is tried only when a line end is near (its line-start
-    #   lookbehinds are the costly part), and its blank lines once, as an atomic run;
-    # - VALUE groups are consumed (the match ends there); named groups are not VALUE.
+    """The last keyword statement of any form (statement_patterns' forms), `(?s:.*)` backtracking from
+    the end to the keyword literal. Laid out so that a keyword starting no statement costs few engine
+    steps: what follows it up to the separator is matched once (atomic); the forms are one branch
+    ruled out by their first character; the own-line form runs only with a line end near. VALUE
+    groups are the unnamed ones."""
     tag, key, *_ = _forms(levels)
-    # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which of them).
+    # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
     assert tag.startswith("(?<=<confidence)") and key.startswith("(?<=[\\\"']confidence)")
     tag_or_key = (
         r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)"
@@ -337,13 +462,8 @@ _SPACED_LABEL = re.compile((_KW + _SUFFIX + _ANNOTATION + _SEP + _GAP).encode("a
 
 
 def _separator_kept(label: str) -> str:
-    """The character a spaced label ends with when it is not a separator but may begin VALUE.
-
-    On the folded text `?` stands for any non-ASCII character between a label and its VALUE
-    (`Confidence — 70%`). A dash or a space is a separator; anything else (`≈`, `→`, a literal
-    `?`) is read as the start of VALUE, so `Confidence ≈ 0.7` is 0.7 and `Confidence → 70%`
-    is refused (malformed), never read as if the character were not there.
-    """
+    """The non-ASCII character a spaced label ends with when it is no dash or space: the start of VALUE
+    (`Confidence ≈ 0.7` is 0.7, `Confidence → 70%` malformed, never read as if it were not there)."""
     end = len(label.rstrip(" \t"))
     if end == 0 or (label[end - 1].isascii() and label[end - 1] != "?") or len(label) > 96:
         return ""  # 96: longer than any spaced label (a prose percent's "label" runs from an earlier keyword)
@@ -359,13 +479,8 @@ def _normal_key(key: str) -> str:
 
 @dataclass
 class VerbalConfidenceExtractor:
-    """Configurable parser of stated confidences (see the module docstring for the grammar).
-
-    verbal_scale: the scale of bare numbers ("percent", "0-1", "1-10", "1-5"); None: only
-      numbers that fit a single scale are read, the others are refused as ambiguous.
-    levels: optional mapping of qualitative levels to numbers ({"high": 0.9, ...}); None:
-      `Confidence: high` is refused (ambiguous / qualitative).
-    """
+    """verbal_scale: the scale of bare numbers ("percent", "0-1", "1-10", "1-5"; None: only numbers
+    that fit one scale); levels: qualitative levels as numbers ({"high": 0.9}; else refused)."""
 
     patterns: Sequence[str] | None = None
     argument_keys: Sequence[str] = ("confidence", "confidence_score", "confidence_level", "confidence_value")
@@ -380,27 +495,36 @@ class VerbalConfidenceExtractor:
         self._levels = check_levels(self.levels)
         levels = tuple(DEFAULT_LEVELS) + tuple(self._levels)
         self._keys = {_normal_key(k) for k in self.argument_keys}
-        # The default grammar takes the one-pass path on the folded text; other patterns run
-        # one by one as given (so does a list holding the default patterns, which the tests
-        # use to check that both paths read alike).
+        # The default grammar takes the one-pass path; given patterns (even the default ones) run one by one.
         if self.patterns is None:
             self._fast, self._compiled = _keyword_regex(levels), []
         else:
             self._fast = None
             self._compiled = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
 
-    # ---------------------------------------------------------------- values
-
     def _scale(self, scale: str | None) -> str | None:
         return self.verbal_scale if scale is None else check_scale(scale)
 
     def scale(self, raw: str, verbal_scale: str | None = None) -> Confidence:
-        """One VALUE (the text of a statement) read with the grammar of the module docstring."""
+        """One VALUE (the text after a statement's label)."""
         return read_value(raw, self._scale(verbal_scale), self._levels)
 
     def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
         """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
-        return from_json_number(value, self._scale(verbal_scale))
+        scale = self._scale(verbal_scale)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return malformed("not_a_number")
+        if isinstance(value, int):  # compared, never converted: float(10**400) would raise
+            if value < 0:
+                return Confidence(0.0, "clipped")
+            if value > 100:
+                return Confidence(1.0, "clipped")
+            return on_scale(float(value), False, scale)
+        if math.isnan(value):
+            return malformed("not_a_number")
+        if value < 0:
+            return Confidence(0.0, "clipped")
+        return on_scale(value, True, scale)
 
     # ---------------------------------------------------------------- text
 

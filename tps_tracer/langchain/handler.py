@@ -53,8 +53,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.outputs import LLMResult
 
 from tps_tracer import at_exit
-from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.capture.stop_signals import (
     NOT_TOOL_FAILURES,
     classify_failed_call,

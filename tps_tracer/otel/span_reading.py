@@ -35,8 +35,7 @@ from typing import Any, TypeGuard
 import orjson
 
 from tps_tracer.capture import stop_signals
-from tps_tracer.capture.gc_pause import gc_paused
-from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.step_signals import RawStep, gc_paused
 from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.otel import span_fields
@@ -109,7 +108,7 @@ def _json(value: Any) -> Any:
         return None
 
 
-# Outputs at least this long (characters) are decoded with the cyclic GC paused (capture/gc_pause.py):
+# Outputs at least this long (characters) are decoded with the cyclic GC paused (capture/step_signals.py):
 # below it, a decode allocates fewer containers than one collection's threshold (700).
 _PAUSE_GC_ABOVE = 8192
 
@@ -292,7 +291,7 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
     A large `output.value` (a response with logprobs) is decoded with the cyclic GC paused and
     its logprobs are turned into arrays (`parse_logprobs`) before the pause ends, so the ~2,600
     decoded dicts are freed by reference counting without a collection ever scanning them
-    (capture/gc_pause.py). Logprobs the parser rejects are kept as they are: the extractor then
+    (capture/step_signals.py). Logprobs the parser rejects are kept as they are: the extractor then
     rejects and counts them as it always did."""
     value = attributes.get(OI_OUTPUT_VALUE)
     if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):

@@ -24,9 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.capture.confidence_value import UNDECLARED, check_scale
-from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.capture.step_signals import RawStep, SignalExtractor
+from tps_tracer.capture.verbal_confidence import UNDECLARED, check_scale
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.open_runs import OpenRuns, check_timeout, tighter

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tps_tracer.capture.raw_step import RawStep
+from tps_tracer.capture.step_signals import RawStep
 from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import id_problem

@@ -47,8 +47,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture.step_signals import SignalExtractor
+from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
