@@ -17,9 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.text import fmt, fmt_ci, render_skipped, render_table, wrap
+from tps_tracer import output
+from tps_tracer.cli.main import (
+    CliError,
+    check_replicates,
+    flag,
+    fmt,
+    fmt_ci,
+    render_skipped,
+    render_table,
+    wrap,
+    writing,
+)
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
 from tps_tracer.evaluation.censoring.continuations import (
@@ -162,7 +171,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
             arrays, predictors, reasons, rules[0], weights[0], args.bootstrap, args.seed
         )
     if args.json:
-        sys.stdout.write(strict_json.dumps(report))
+        sys.stdout.write(output.dumps(report))
     else:
         sys.stdout.write(render_censoring(report, args.file))
     return 0

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, check_replicates, writing
-from tps_tracer.cli.text import render_report, wrap
+from tps_tracer import output
+from tps_tracer.cli.main import CliError, check_replicates, wrap, writing
+from tps_tracer.cli.report_cmd import render_report
 from tps_tracer.errors import missing_extra
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
@@ -379,7 +379,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     f["platt"] = platt.diagnostics()
     f["files"] = {k: str(v) for k, v in paths.items()}
     if args.json:
-        sys.stdout.write(strict_json.dumps(f))
+        sys.stdout.write(output.dumps(f))
         return 0
     _say("Wrote " + ", ".join(str(p) for p in paths.values()))
     opts = ReportOptions(rules=("log", "brier"), bootstrap=args.bootstrap, seed=args.seed)
