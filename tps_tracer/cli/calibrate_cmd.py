@@ -1,9 +1,5 @@
-"""`tps-tracer calibrate`: fit a Platt calibrator artifact, with its cross-fitted evaluation.
-
-The saved maps are fitted on every complete trajectory (what a live agent should apply).
-How much they help is estimated honestly by the paper's cross-fitted procedure on the same
-data: raw vs Platt TPS (log rule, the fitting schedule) and AUROC, paired, per predictor.
-`--fixed-rank` adds the fixed-rank sensitivity table for one predictor.
+"""`tps-tracer calibrate`: Platt maps fitted on every complete trajectory (what a live agent applies),
+saved with the paper's cross-fitted estimate of how much they help (raw vs Platt TPS_log and AUROC, paired).
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Run every task of a simulated world through a real LangGraph agent with the handler attached.
-
-    summary = run_campaign(AgentWorld(300, config=WorldConfig(forecaster="overconfident")),
-                           sink="overconfident.jsonl", recursion_limit=16)
-
-The agent is LangGraph's prebuilt tool-calling ReAct agent over `ScriptedReActModel` (or
-any chat model you pass, e.g. `ChatOpenAI(logprobs=True, top_logprobs=5)` on a real
-endpoint). Each run is a trajectory named "<label>/<task id>"; the world's outcome Y is
-attached as the `tps_outcome` label (as a benchmark harness that knows its answers would),
-so only clean runs are resolved and censored ones stay censored.
-
-With a `checkpointer` (e.g. `InMemorySaver()`), each run gets its own LangGraph thread
-(its trajectory id), the handler records it in the record's metadata, and the censored
-runs can be resumed from their checkpoints: `resume_continuations(result.agent, ...)`
-(the tool then also plays continuation branches, see `tools.search_tool`).
+"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler
+attached; each run is trajectory "<label>/<task id>" with the world's outcome as its `tps_outcome`.
+With a `checkpointer`, each run gets its own thread so censored runs can be resumed.
 """
 
 from __future__ import annotations

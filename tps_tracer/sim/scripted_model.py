@@ -1,25 +1,10 @@
-"""A real LangChain chat model that plays a ReAct agent in the simulated world.
+"""A real LangChain chat model that plays a ReAct agent in the simulated world (no LLM reachable).
 
-No LLM is reachable here, so the model's outputs are scripted by `AgentWorld`, but it is a
-genuine `BaseChatModel`: agents bind tools to it, call it through the normal callback
-machinery, stream from it, and get `AIMessage`s with tool calls, invalid tool calls and
-OpenAI-format logprobs in `generation_info` (hence `response_metadata["logprobs"]`),
-exactly where `ChatOpenAI(logprobs=True, top_logprobs=5)` puts them.
-
-The model finds its task from a `[task:ID]` marker in the prompt and keeps a per-task call
-counter (thread-safe), so it plays the same script under any runtime: the n-th call of a
-task emits the task's n-th scripted output (malformed ones included).
-
-Continuation branches (a censored run resumed from its LangGraph checkpoint by
-`tps_tracer.langchain.resume`) are recognised by the `tps_branch_of` key in the run's
-metadata: there the model plays no script but draws each call from the world's law given
-the prefix it reads from the messages (the clues seen so far), seeded by the branch's
-thread id (`world.continuation_step`). Only the "tool_calls" style plays branches.
-
-Styles: "tool_calls" (tagged text plus a `search` tool call; for `create_agent` and
-LangGraph's prebuilt agent), "tagged" (the paper's `<think>/<action>/<confidence>/
-<explanation>` text, for a hand-built text loop), "react" (LangChain's
-`Thought/Action/Action Input` text, for AgentExecutor).
+Outputs are scripted by `AgentWorld` but delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s:
+tool calls, invalid tool calls, OpenAI logprobs in `generation_info`. The model finds its task from the
+`[task:ID]` marker and plays the task's n-th scripted output on its n-th call; in a continuation branch
+(`tps_branch_of` metadata) it draws each call from the world's law given the clues in the messages.
+Styles: "tool_calls" (prebuilt / create_agent), "tagged" (the paper's text), "react" (AgentExecutor).
 """
 
 from __future__ import annotations
@@ -60,7 +45,6 @@ Style = Literal["tool_calls", "tagged", "react"]
 
 
 def task_prompt(task_id: str) -> str:
-    """The user message that starts a task (carries the marker the model keys on)."""
     return f"[task:{task_id}] Decide whether the claim of this task holds. Search for clues, then answer."
 
 
@@ -84,9 +68,8 @@ _ACTION = re.compile(r"<action>\s*finish\[(?P<answer>[^\]]*)\]\s*</action>")
 
 
 def grade_final_state(state: Any) -> int:
-    """The world's grader: 1 if the run's last message answers ANSWER, 0 for another answer.
-
-    Raises ValueError when the last message gives no answer (a grader failure)."""
+    """The world's grader: 1 if the run's last message answers ANSWER, 0 for another answer; an
+    InputError (a grader failure) when it gives none."""
     messages = state.get("messages") if isinstance(state, dict) else None
     if not messages:
         raise InputError("no messages in the final state")
@@ -114,10 +97,7 @@ class ScriptedReActModel(BaseChatModel):
         return "tps-tracer-scripted-react"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:
-        # The script already knows the one tool (`search`); binding changes nothing.
         return self
-
-    # ------------------------------------------------------------------ script
 
     def _task_id(self, messages: list[BaseMessage]) -> str:
         for m in messages:
@@ -174,8 +154,6 @@ class ScriptedReActModel(BaseChatModel):
             return AIMessage(content=r.text, tool_calls=[call]), lp
         return AIMessage(content=r.text), lp
 
-    # ------------------------------------------------------------------ BaseChatModel
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -207,7 +185,7 @@ class ScriptedReActModel(BaseChatModel):
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
         valid = [
-            {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": i}
+            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
             for i, c in enumerate(message.tool_calls)
         ]
         invalid = [
@@ -218,7 +196,3 @@ class ScriptedReActModel(BaseChatModel):
         tail = AIMessageChunk(content="", tool_call_chunks=chunks, chunk_position="last")
         finish = {"finish_reason": "tool_calls" if message.tool_calls else "stop"}
         yield ChatGenerationChunk(message=tail, generation_info=finish)
-
-
-def _json(args: dict[str, Any]) -> str:
-    return json.dumps(args)

@@ -1,15 +1,6 @@
-"""The world's tool, as a real LangChain tool: `search("TASK clue t")` reveals evidence s_t.
-
-A scripted tool failure raises `ToolException`. LangChain tools re-raise it unless
-`handle_tool_error` is set, so by default a failing tool ends the run (the paper's harness
-treats tool errors as terminal); pass `handle_errors=True` to turn failures into error
-`ToolMessage`s the agent sees instead.
-
-`search_tool(world, branches=True)` also plays continuation branches (runs whose metadata
-has `tps_branch_of`, see `scripted_model.branch_thread`): there the clue is drawn from the
-world's law given the clues already in the graph state (`world.continuation_clue`), which
-the tool reads through LangGraph's `InjectedState` (so that variant runs in LangGraph's
-ToolNode only; original runs still get the script's clues).
+"""The world's `search` tool as a real LangChain tool. A scripted failure raises `ToolException`,
+which ends the run unless `handle_errors`; with `branches=True` a continuation branch's clue is drawn
+from the world's law given the clues in the graph state (`InjectedState`: LangGraph's ToolNode only).
 """
 
 from __future__ import annotations
