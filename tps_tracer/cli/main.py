@@ -243,11 +243,7 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
     p.add_argument("--missing", choices=list(MISSING_POLICIES), default=DEFAULT_MISSING, help=MISSING_HELP)
-    p.add_argument(
-        "--no-base-rate",
-        action="store_true",
-        help="omit the constant base-rate reference predictor",
-    )
+    p.add_argument("--no-base-rate", action="store_true", help="omit the constant base-rate reference predictor")
     p.add_argument(
         "--treat-as-censored",
         default="",
@@ -414,8 +410,7 @@ def add_plot_parser(sub: Any) -> None:
 
 def add_convert_parser(sub: Any) -> None:
     c = sub.add_parser(
-        "convert",
-        help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)",
+        "convert", help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)"
     )
     c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
     c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")

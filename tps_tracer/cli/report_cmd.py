@@ -32,19 +32,6 @@ from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
-# ReportOptions fields -> the flags that set them (an OptionError names the field).
-_FLAG_OF = {
-    "predictors": "--predictors",
-    "rules": "--rules",
-    "schedules": "--weights",
-    "bootstrap": "--bootstrap",
-    "seed": "--seed",
-    "ece_bins": "--ece-bins",
-    "calibrate": "--calibrate",
-    "calibrator": "--calibrator",
-    "missing": "--missing",
-}
-
 
 def _options(args: argparse.Namespace) -> ReportOptions:
     reasons = [r.strip() for r in args.treat_as_censored.split(",") if r.strip()]
@@ -77,10 +64,12 @@ def _options(args: argparse.Namespace) -> ReportOptions:
             missing=args.missing,
         )
     except OptionError as exc:
-        raise CliError(f"{_FLAG_OF.get(exc.field, exc.field)}: {exc.detail}") from None
+        option = "--weights" if exc.field == "schedules" else "--" + exc.field.replace("_", "-")  # the flag that set it
+        raise CliError(f"{option}: {exc.detail}") from None
 
 
-def _report(path: str, args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
+    path = args.file
     options = _options(args)
     if args.by is not None:
         return _report_by(path, args.by, options, args)
@@ -144,10 +133,6 @@ def _report_on_ray(path: str, options: ReportOptions, address: str | None) -> di
         return report_from_path_ray(path, options, address)
     except ImportError as exc:
         raise CliError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    return _report(args.file, args)
 
 
 _RULES = {

@@ -18,8 +18,7 @@ from tps_tracer.langchain.handler import TPSCallbackHandler
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.agents import prebuilt_react_agent
-from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
-from tps_tracer.sim.tools import search_tool
+from tps_tracer.sim.scripted_model import ScriptedReActModel, search_tool, task_prompt
 from tps_tracer.sim.world import AgentWorld
 from tps_tracer.tracking.keys import OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 

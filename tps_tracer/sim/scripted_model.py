@@ -5,6 +5,10 @@ tool calls, invalid tool calls, OpenAI logprobs in `generation_info`. The model 
 `[task:ID]` marker and plays the task's n-th scripted output on its n-th call; in a continuation branch
 (`tps_branch_of` metadata) it draws each call from the world's law given the clues in the messages.
 Styles: "tool_calls" (prebuilt / create_agent), "tagged" (the paper's text), "react" (AgentExecutor).
+
+`search_tool` is the world's tool: a scripted failure raises `ToolException` (ending the run unless
+`handle_errors`); with `branches=True` a branch's clue is drawn from the law given the clues in the graph
+state (`InjectedState`: LangGraph's ToolNode only).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -21,6 +25,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import ensure_config
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.prebuilt import InjectedState
 from pydantic import PrivateAttr
 
 from tps_tracer.errors import InputError
@@ -30,6 +36,8 @@ from tps_tracer.sim.world import (
     WRONG_ANSWER,
     AgentWorld,
     StepScript,
+    clue_text,
+    continuation_clue,
     continuation_step,
     openai_logprobs,
     query_of,
@@ -196,3 +204,41 @@ class ScriptedReActModel(BaseChatModel):
         tail = AIMessageChunk(content="", tool_call_chunks=chunks, chunk_position="last")
         finish = {"finish_reason": "tool_calls" if message.tool_calls else "stop"}
         yield ChatGenerationChunk(message=tail, generation_info=finish)
+
+
+_QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
+
+
+def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
+    def search(query: str) -> str:
+        """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
+        m = _QUERY.match(query)
+        if not m or m.group("task") not in world.tasks:
+            raise ToolException(f"no such clue: {query!r}")
+        script = world[m.group("task")]
+        t = int(m.group("t"))
+        if not 1 <= t <= len(script.steps):
+            raise ToolException(f"no such clue: {query!r}")
+        step = script.steps[t - 1]
+        if step.tool_fails:
+            raise ToolException("search backend unavailable")
+        return clue_text(t, step.evidence)
+
+    if not branches:
+        return StructuredTool.from_function(search, name="search", handle_tool_error=handle_errors)
+
+    def search_or_branch(query: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
+        thread = branch_thread()
+        if thread is None:
+            return search(query)
+        seen = clues_seen(state.get("messages", []))
+        m = _QUERY.match(query)
+        if not m or m.group("task") not in world.tasks or int(m.group("t")) != len(seen) + 1:
+            raise ToolException(f"no such clue: {query!r} (clue {len(seen) + 1} is next)")
+        fails, evidence = continuation_clue(world.config, world.seed, thread, seen)
+        if fails:
+            raise ToolException("search backend unavailable")
+        return clue_text(len(seen) + 1, evidence)
+
+    return StructuredTool.from_function(search_or_branch, name="search", handle_tool_error=handle_errors)
