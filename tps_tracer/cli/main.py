@@ -266,13 +266,16 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="one report per value of this record metadata key (e.g. agent, model; records without it: '(missing)')",
     )
-    p.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local (this process, chunked) or ray (Ray Data reads the shards; needs the 'ray' extra)",
+    add_engine(
+        p,
+        "local (this process, chunked) or ray (Ray Data reads the shards; needs the 'ray' extra)",
+        "with --engine ray: the Ray cluster to join (default: a local one, 127.0.0.1)",
     )
-    p.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one, 127.0.0.1)")
+
+
+def add_engine(p: argparse.ArgumentParser, engine_help: str, address_help: str) -> None:
+    p.add_argument("--engine", choices=["local", "ray"], default="local", help=engine_help)
+    p.add_argument("--address", help=address_help)
 
 
 def add_demo_parser(sub: Any) -> None:
@@ -337,13 +340,11 @@ def add_gate_parser(sub: Any) -> None:
     g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
-    g.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="ray: score one file or directory on Ray and gate on its report (--min and assumption checks only)",
+    add_engine(
+        g,
+        "ray: score one file or directory on Ray and gate on its report (--min and assumption checks only)",
+        "with --engine ray: the Ray cluster to join (default: a local one)",
     )
-    g.add_argument("--address", help="with --engine ray: the Ray cluster to join (default: a local one)")
 
 
 def add_calibrate_parser(sub: Any) -> None:
