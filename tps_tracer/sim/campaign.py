@@ -80,8 +80,7 @@ def run_campaign(
                 q_z_lines.append((metadata[TRAJECTORY_ID_KEY], task.steps[expected.n_steps - 1].q))
         if progress is not None:
             progress(1)
-    # q_Z after every record is written: sent right after its run, it was folded into the record or
-    # appended as a resolution line depending on the worker's timing, so equal campaigns wrote unequal files.
+    # q_Z only after every record is written, so it always lands as a resolution line: equal campaigns, equal files.
     handler.flush()
     for trajectory_id, q_z in q_z_lines:
         handler.record_outcome(trajectory_id, q_z=q_z)
