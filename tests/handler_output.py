@@ -18,8 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from tps_tracer import Accumulator
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.sim.agents import tool_calling_agent
-from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
-from tps_tracer.sim.tools import search_tool
+from tps_tracer.sim.scripted_model import ScriptedReActModel, search_tool, task_prompt
 from tps_tracer.sim.world import AgentWorld, StepScript, WorldConfig, openai_logprobs, query_of, tokenize
 
 ACTION_PREDICTORS = ("action_token_prob", "action_entropy_conf")

@@ -17,8 +17,7 @@ from tps_tracer.sim.agents import (
     text_react_inputs,
     tool_calling_agent,
 )
-from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
-from tps_tracer.sim.tools import search_tool
+from tps_tracer.sim.scripted_model import ScriptedReActModel, search_tool, task_prompt
 from tps_tracer.sim.world import AgentWorld
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from handler_output import write_handler_output
 
-from tps_tracer import strict_json
-from tps_tracer.atomic_write import append_text, atomic_write, write_text
+from tps_tracer import output
 from tps_tracer.cli.main import main
+from tps_tracer.output import append_text, atomic_write, write_text
 from tps_tracer.records import read_trajectories, write_trajectories
 from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 
@@ -80,7 +80,7 @@ def test_a_killed_writer_leaves_the_old_file(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        from tps_tracer.atomic_write import atomic_write
+        from tps_tracer.output import atomic_write
         with atomic_write({str(target)!r}) as fh:
             fh.write("x" * 1_000_000)
             fh.flush()
@@ -192,6 +192,6 @@ def test_plot_replaces_its_files_atomically_and_writes_nothing_on_failure(ones_f
 
 def test_strict_json_writes_undefined_numbers_as_null():
     obj = {"a": float("nan"), "b": [np.float64("inf"), np.int64(3), np.bool_(True)], "c": np.array([1.0, np.nan])}
-    text = strict_json.dumps(obj, indent=None)
+    text = output.dumps(obj, indent=None)
     assert json.loads(text) == {"a": None, "b": [None, 3, True], "c": [1.0, None]}
     assert "NaN" not in text and "Infinity" not in text

@@ -15,7 +15,7 @@ import pytest
 from cli_support import call
 
 import tps_tracer
-from tps_tracer.cli.parsers import build_parser
+from tps_tracer.cli.main import build_parser
 
 
 def rows(n: int = 40) -> list[dict]:
@@ -121,7 +121,7 @@ def test_a_gate_config_without_its_table_is_an_error(inputs, tmp_path, capsys):
 def test_help_stays_light():
     """--help must not import numpy/scipy (the parsers import only names and defaults)."""
     code = (
-        "import sys; from tps_tracer.cli.parsers import build_parser; build_parser(); "
+        "import sys; from tps_tracer.cli.main import build_parser; build_parser(); "
         "print(sorted(m for m in ('numpy', 'scipy', 'pydantic') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -189,7 +189,7 @@ def test_duplicate_ids_across_parquet_shards_are_an_error(jsonl, tmp_path):
 
 
 def test_progress_line_only_on_a_terminal(jsonl, monkeypatch):
-    import tps_tracer.cli.text as progress
+    import tps_tracer.cli.main as progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tps_tracer
-from tps_tracer.cli.errors import expected_message
+from tps_tracer.cli.main import expected_message
 from tps_tracer.errors import InputError
 
 PACKAGE = Path(tps_tracer.__file__).parent
@@ -37,7 +37,7 @@ def test_every_value_error_class_of_the_package_is_an_input_error():
         if cls.__module__.startswith("tps_tracer.") and issubclass(cls, ValueError)
     }
     assert "tps_tracer.records.errors.TrajectoryFileError" in value_errors  # the walk found the classes
-    assert "tps_tracer.cli.errors.CliError" in value_errors
+    assert "tps_tracer.cli.main.CliError" in value_errors
     not_input = sorted(
         name
         for name in value_errors

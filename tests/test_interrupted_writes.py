@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tps_tracer.atomic_write import atomic_write, write_text
+from tps_tracer.output import atomic_write, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "old content\n"
@@ -38,8 +38,8 @@ def _writer(target: Path, through_cli: bool) -> subprocess.Popen[str]:
     script = textwrap.dedent(
         """
         import argparse, sys, time
-        from tps_tracer.atomic_write import atomic_write
-        from tps_tracer.cli.errors import run_guarded
+        from tps_tracer.output import atomic_write
+        from tps_tracer.cli.main import run_guarded
 
         def command(args):
         """

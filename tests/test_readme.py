@@ -187,8 +187,7 @@ def _clean_task(world, horizon: int = 8) -> str:
 
 def _agent(ctx: dict[str, Any]) -> Any:
     from tps_tracer.sim.agents import prebuilt_react_agent
-    from tps_tracer.sim.scripted_model import ScriptedReActModel
-    from tps_tracer.sim.tools import search_tool
+    from tps_tracer.sim.scripted_model import ScriptedReActModel, search_tool
 
     world = ctx.setdefault("world", _world())
     return prebuilt_react_agent(ScriptedReActModel(world=world), [search_tool(world)])

@@ -252,8 +252,7 @@ def test_a_run_cut_by_graph_recursion_error_resumes_its_pending_tool_call(tmp_pa
 
     from tps_tracer.langchain.handler import TPSCallbackHandler
     from tps_tracer.online.accumulator import Accumulator
-    from tps_tracer.sim.scripted_model import task_prompt
-    from tps_tracer.sim.tools import search_tool
+    from tps_tracer.sim.scripted_model import search_tool, task_prompt
 
     world = AgentWorld(16, seed=5, config=CONFIG)
     model = ScriptedReActModel(world=world, logprobs=False)

@@ -9,8 +9,7 @@ Public entry points:
     tps_tracer.Accumulator(...)             online TPS: observe / stop / resolve / snapshot / merge
     tps_tracer.SignalExtractor()            one LLM step (text, logprobs) -> the five forecasts
 
-These names are imported on first use (PEP 562): `import tps_tracer` and the command line's
-`--help` do not pay for numpy, scipy and pydantic until something needs them.
+Names are imported on first use (PEP 562), so `import tps_tracer` and `--help` load no numpy.
 """
 
 from __future__ import annotations
@@ -65,10 +64,7 @@ _HOME = {
 
 
 def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None = None) -> dict[str, Any]:
-    """Evaluate trajectory records; returns the report dict documented in docs/report.md.
-
-    `records` are `TrajectoryRecord` objects (from `read_trajectories(path)`), each id once.
-    """
+    """The report dict (docs/report.md) of `TrajectoryRecord`s, each id once."""
     from tps_tracer.evaluation.report import build_report
     from tps_tracer.records.arrays import to_arrays
     from tps_tracer.records.schema import TrajectoryRecord

@@ -1,33 +1,10 @@
-"""At normal interpreter exit, what was captured reaches the file.
+"""At normal interpreter exit, what was captured reaches the file: every adapter and accumulator with a
+sink registers here (weakly); one `atexit` function drains the adapters (open runs recorded `capture_lost`,
+`tps_abandoned: exit`), then closes the accumulators, on a helper thread bounded by `set_timeout` (30 s).
 
-Without it, a script that runs its agent and ends without `handler.close()` / `acc.close()` loses
-its last runs without a word: the capture worker is a daemon thread, and the interpreter stops it
-with the last steps and stops still in its queue. So every
-adapter (the LangChain handler, the span processor) and every accumulator with a sink registers
-here when it is built, held weakly (registering keeps nothing alive), and one `atexit` function:
-
-1. for every adapter not closed: applies what its worker holds, records the runs still open as
-   `capture_lost` (`tps_abandoned: exit`, as a run cut short by `close()` is `closed`), and stops
-   the worker. Adapters go first, so their last events reach the accumulator before it closes;
-2. for every accumulator with a sink not closed: closes it (trajectories it holds live are
-   `capture_lost`, `tps_abandoned: exit`; the sink is closed).
-
-An object the user closed is skipped, so nothing is written twice. Exit never hangs: the work
-runs on a helper thread joined for at most `set_timeout(seconds)` (default 30 s: a grader on the
-worker may need time); past it, a warning names the sinks that may lack records, and the
-interpreter exits. Only a normal exit runs this: `os._exit`, SIGKILL or an unhandled SIGTERM do not.
-
-**A forked child owns only its own runs.** A child made by `os.fork` (or multiprocessing's
-"fork" start method) inherits copies of every adapter and accumulator with the runs open at the
-fork: the parent's, which the parent goes on to finish. Recorded again at the child's exit (or
-by its `close()`), each would land in the file a second time, as `capture_lost`, a repeat the
-readers set aside. So right after a fork, in the child, every registered adapter and
-accumulator forgets the runs open at the fork (`_forget_at_fork`; counted under ignored:
-`open_at_fork` for an adapter's runs, `live_at_fork` for an accumulator's trajectories) and gets
-fresh locks (one a parent thread held at the fork would stay held forever); the capture worker
-starts with an empty queue and no thread (tracking/worker.py). The child's copies then capture
-the child's own runs, and its exit pass, or its `close()`, records those, once. The sink writes
-each line unbuffered (online/jsonl_sink.py), so the child holds no parent bytes to write again.
+A child made by `os.fork` owns only its own runs: right after the fork every registered object forgets
+the runs open at the fork (counted as ignored `open_at_fork` / `live_at_fork`) and gets fresh locks, so
+the parent's runs are never written twice.
 """
 
 from __future__ import annotations
@@ -56,7 +33,6 @@ _timeout = DEFAULT_TIMEOUT
 
 
 def set_timeout(seconds: float) -> None:
-    """How long interpreter exit may wait for capture to reach the files (default 30 s)."""
     global _timeout
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (0 <= seconds < math.inf):
         raise InputError(f"the exit timeout must be a number of seconds >= 0, got {seconds!r}")
@@ -64,19 +40,16 @@ def set_timeout(seconds: float) -> None:
 
 
 def register_adapter(adapter: Any) -> None:
-    """Drain and close `adapter` (`_close_at_exit(timeout)`: runs recorded as abandoned) at exit."""
     _arm()
     _adapters.add(adapter)
 
 
 def register_accumulator(accumulator: Any) -> None:
-    """Close `accumulator` (`_close_at_exit()`, after every adapter) at exit, unless closed by then."""
     _arm()
     _accumulators.add(accumulator)
 
 
 def _after_fork_in_child() -> None:
-    """In a forked child: the adapters' and accumulators' copies forget the parent's open runs."""
     global _arm_lock
     _arm_lock = threading.Lock()
     for obj in (*list(_adapters), *list(_accumulators)):

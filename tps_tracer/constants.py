@@ -1,16 +1,10 @@
-"""Names and defaults shared by the library and the command line.
-
-This module imports nothing: the CLI builds every parser (and answers `--help`) from it
-without loading numpy or scipy. The library modules that use these names import them from
-here, so each is defined once (and stays importable from its old module).
-"""
+"""Names and defaults shared by the library and the command line; it imports nothing, so the CLI
+builds its parsers (and answers `--help`) without numpy."""
 
 # Bootstrap (evaluation/bootstrap.py).
 DEFAULT_REPLICATES = 1000
 DEFAULT_SEED = 0
-# Upper bound on bootstrap replicates (every command and the Python API): the replicate matrix
-# is replicates x score columns of float64, so 100,000 replicates already cost 0.8 MB per
-# column (a full report has hundreds of columns); percentile CIs are stable long before that.
+# Replicates x score columns of float64: 0.8 MB per column at this bound; CIs are stable long before.
 MAX_REPLICATES = 100_000
 
 # Censoring modes of the TPS (evaluation/censoring_mix.py).
@@ -37,8 +31,7 @@ UNRESOLVED_POLICIES = ("exclude", "failure", "success")
 DEMO_TASKS = 300
 DEMO_SEED = 7
 
-# The capture path (tracking/keys.py, capture/) reads these without importing numpy.
-# Largest step budget accepted by the capture path: far above any agent's; weights cost O(steps) below it.
+# Largest step budget accepted: far above any agent's; weights cost O(T).
 MAX_HORIZON = 10_000_000
 # Bounds of the record file readers (records/limits.py; docs/records-limits.md says why each is where it is).
 # Distinct predictor names in one input: the readers build one float column per name and trajectory step.
@@ -51,8 +44,7 @@ MAX_DEPTH = 253
 MAX_INT_DIGITS = 4_300
 DEFAULT_TOP_K = 5  # candidates per token in the entropy confidence (the paper's 1 - H / ln 5)
 
-# Steps without a forecast (evaluation/rows.py decides what they score; docs/report.md).
-# Here so the CLI's option parsing names the policies without importing numpy.
+# Steps without a forecast (evaluation/rows.py decides what they score).
 CARRY_FORWARD = "carry-forward"
 FILL_BACKWARDS = "fill-backwards"
 SKIP_RENORMALISE = "skip-renormalise"

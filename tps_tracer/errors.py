@@ -1,14 +1,6 @@
-"""The one error base class of the package: bad input versus a bug.
-
-`InputError` is raised wherever tps-tracer checks what a caller gave it (records, options, forecasts,
-settings) and finds it invalid. Every error class of the package that reports bad input subclasses it,
-so the command line maps exit codes by class: an `InputError` is exit 2 ("bad input", one line naming
-what and where); any other exception, including a plain `ValueError` from numpy or the standard library
-inside a command, is exit 3 ("internal error, please report it"), never mistaken for the user's fault.
-
-It subclasses `ValueError` so code that caught `ValueError` from the library keeps working.
-A missing optional dependency is a `MissingExtra` naming the install that adds it, also where a
-package imports its names on first use (`lazy_names`).
+"""The one error base class: bad input versus a bug. Every check of what a caller gave raises an
+`InputError` (a ValueError, so old `except ValueError` keeps working): the CLI exits 2 on it and 3 on any
+other exception. A missing optional dependency is a `MissingExtra` naming the install that adds it.
 """
 
 from __future__ import annotations
@@ -24,11 +16,8 @@ class InputError(ValueError):
 
 
 def install_hint(extra: str) -> str:
-    """The pip command that adds `extra` to this installation of tps-tracer, from where it came.
-
-    tps-tracer is not on a package index, so `pip install 'tps-tracer[extra]'` fails: the hint names
-    the checkout, wheel or git URL pinned to a commit that pip recorded at install time (PEP 610's
-    direct_url.json), or this source tree when the package runs uninstalled."""
+    """The pip command that adds `extra` to this installation: tps-tracer is on no package index, so it
+    names the checkout, wheel or pinned git URL pip recorded (PEP 610's direct_url.json), or this tree."""
     import json
     from importlib import metadata
     from pathlib import Path
@@ -53,7 +42,6 @@ def install_hint(extra: str) -> str:
     return f"pip install 'tps-tracer[{extra}] @ git+URL@COMMIT' (the URL and commit you installed tps-tracer from)"
 
 
-# The optional dependencies by top-level module, and the extra that installs each.
 EXTRA_OF_MODULE = {
     "langchain_core": "langchain",
     "langgraph": "demo",
@@ -71,15 +59,12 @@ EXTRA_OF_MODULE = {
 
 
 class MissingExtra(ModuleNotFoundError, InputError):
-    """An optional dependency is not installed; the message says what needs it and the pip command.
-
-    A ModuleNotFoundError for Python callers; an InputError too, so the command line reports it as one
-    line with exit 2 (the installation lacks a part, which is not a bug of tps-tracer)."""
+    """An optional dependency is not installed (an InputError too: a missing part is no bug, exit 2)."""
 
 
 def missing_extra(exc: ImportError, what: str = "this", extra: str | None = None) -> MissingExtra | None:
     """The error to raise instead of `exc` when it is a missing optional dependency, else None; `extra`
-    names the extra that has all of `what`'s needs when the module's own extra would not be enough."""
+    overrides the module's own extra when `what` needs more."""
     import importlib.util
 
     top = (exc.name or "").split(".")[0]
@@ -95,10 +80,8 @@ def missing_extra(exc: ImportError, what: str = "this", extra: str | None = None
 def lazy_names(
     package: str, home: dict[str, str], extra: bool = False
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The PEP 562 `__getattr__` and `__dir__` of a package whose names are imported on first use
-    (this one and its subpackages): `home` maps each name to its module, relative to `package`.
-    `extra`: the modules need an optional dependency, whose absence is `errors.MissingExtra`
-    naming the install."""
+    """The PEP 562 `__getattr__` and `__dir__` of a package whose names (`home`: name -> module) are
+    imported on first use; `extra`: their absence is a `MissingExtra`."""
 
     def getattr_(name: str) -> Any:
         module = home.get(name)

@@ -1,14 +1,8 @@
-"""Synthetic trajectories with a known truthful success process q_t.
+"""Synthetic trajectories with a known truthful success process q_t (demo, tests, benchmarks).
 
-A task has a latent success rate theta ~ Beta(a, b). Each step reveals one Bernoulli(theta)
-signal, and the outcome is Y ~ Bernoulli(theta), independent of the signals given theta.
-Then q_t = P(Y = 1 | H_t) = (a + sum of signals up to t) / (a + b + t) exactly: a
-martingale in t, the target TPS strictly elicits.
-
-Runs stop at their natural length L (clean, Y observed), at the step budget (max_steps,
-censored, with the exact q_Z recorded), or earlier at an informative parse error whose
-hazard rises as q_t falls. Forecasters distort q_t in known ways, so every evaluator can
-be checked against ground truth. Used by the demo, the tests and the benchmarks.
+theta ~ Beta(a, b); each step reveals a Bernoulli(theta) signal; Y ~ Bernoulli(theta), so
+q_t = (a + signals up to t) / (a + b + t) exactly. Runs stop clean at their natural length, at the
+budget (censored, exact q_Z recorded) or at a parse error whose hazard rises as q_t falls.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""What a valid forecast (probability) and a valid horizon are: every rule in this one file.
-
-Two sides ask, with the same bounds ([0, 1]; [1, MAX_HORIZON]) and different consequences:
-the capture side (what an adapter or the accumulator is given: refused and counted) and the
-read side (what a trajectory file holds: a non-numeric forecast is a counted per-predictor skip,
-an out-of-range one an error naming the line), further down.
-
-Capture side.
-
-Every capture-side check calls these (tracking/trajectory.py's step budgets, tracking/tracker.py's
-default horizon, the accumulator's InputChecks: steps, q_Z and stop horizons; the sink's resolution
-lines, capture/verbal_confidence.py's qualitative levels), so the path `on_llm_end -> line on disk`
-cannot decide a rule twice with small differences (NaN, bool, numpy scalars, integral floats); the
-read side's rules follow below.
-No numpy import: this sits on the capture path (start-up cost).
+"""What a valid forecast (probability) and a valid horizon are, for both sides that ask: the capture
+side (an adapter's or the accumulator's input: refused and counted) and the read side (a file: a
+non-numeric forecast is a counted skip, an out-of-range one an error naming the line). No numpy import:
+this is on the capture path.
 """
 
 from __future__ import annotations
@@ -25,8 +14,7 @@ from tps_tracer.constants import MAX_HORIZON
 
 
 def probability(value: Any) -> float | None:
-    """`value` as a probability: a real number (Python or numpy, not bool) in [0, 1]; else None
-    (NaN, infinities, strings, None)."""
+    """`value` as a probability: a real number (Python or numpy, not bool) in [0, 1]; else None."""
     if type(value) is float:  # the common case first: this runs on every forecast
         return value if 0.0 <= value <= 1.0 else None
     if isinstance(value, bool) or not isinstance(value, Real):
@@ -36,10 +24,8 @@ def probability(value: Any) -> float | None:
 
 
 def horizon(value: Any, at_least: int = 1, labels: bool = False) -> int | None:
-    """`value` as a step budget T: an integer in [max(at_least, 1), MAX_HORIZON], else None.
-
-    labels: the value was read from metadata or a span attribute, where an integral float (8.0)
-    or a digit string ("8") is how the budget arrives; an API argument must be an integer."""
+    """`value` as a step budget T: an integer in [max(at_least, 1), MAX_HORIZON], else None. labels: read
+    from metadata or a span attribute, where an integral float (8.0) or digit string ("8") is accepted."""
     if isinstance(value, bool):
         return None
     if labels and isinstance(value, str):
@@ -57,19 +43,12 @@ def horizon(value: Any, at_least: int = 1, labels: bool = False) -> int | None:
     return t if max(at_least, 1) <= t <= MAX_HORIZON else None
 
 
-# -- Read side -----------------------------------------------------------------------------------
-# What a forecast and a horizon may be when a file is read: each rule decided in one function here.
-#
-# Every reader asks these: the exact per-record path (`schema.py`, `jsonl.py`, `arrays.py`), the
-# columnar value check of the fast paths (`arrays.validated_arrays`, over numpy arrays: the range
-# functions take a number or an array alike) and the converter (`parquet.py`). The fast readers never
-# see a NaN *value* (orjson and the Arrow readers refuse it, `errors.NotFast`): there NaN means
-# "absent", and only the exact path names a NaN forecast.
+# -- Read side: the range functions take a number or a numpy array alike (the columnar check); in the
+# fast readers' arrays NaN means "absent", so only the exact path names a NaN forecast.
 
 
 def classify_forecast(value: Any) -> float | str:
-    """A numeric forecast as float, or why the step has none: "missing" (null) or "non_numeric"
-    (a string, a bool, an object: a per-predictor skip, counted, not an error)."""
+    """A numeric forecast as float, or why the step has none: "missing" (null) or "non_numeric" (a counted skip)."""
     if value is None:
         return "missing"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -78,16 +57,12 @@ def classify_forecast(value: Any) -> float | str:
 
 
 def forecast_outside(value: Any) -> Any:
-    """True where a forecast is outside [0, 1] (a number, or elementwise over an array; NaN is not)."""
+    """True where a forecast is outside [0, 1] (NaN is not)."""
     return (value < 0.0) | (value > 1.0)
 
 
 def forecast_problem(value: Any) -> str | None:
-    """Why a numeric forecast value is an error (NaN, infinite, outside [0, 1]), or None.
-
-    Missing (None) and non-numeric values are not problems here: they are per-predictor
-    skips, counted when arrays are built (`classify_forecast`).
-    """
+    """Why a numeric forecast value is an error (NaN, infinite, outside [0, 1]), or None (also for skips)."""
     number = classify_forecast(value)
     if isinstance(number, str):
         return None
@@ -99,8 +74,7 @@ def forecast_problem(value: Any) -> str | None:
 
 
 def horizon_range_problem(horizon: int) -> str | None:
-    """Why a given horizon is out of range (the words pydantic's ge/le bounds used), or None. The
-    capture path's bound (constants.MAX_HORIZON): a schedule over a larger T costs O(T) memory."""
+    """Why a given horizon is out of range (in the words of pydantic's ge/le bounds), or None."""
     if not horizon_outside(horizon):
         return None
     if horizon < 1:
@@ -109,11 +83,9 @@ def horizon_range_problem(horizon: int) -> str | None:
 
 
 def horizon_outside(horizon: Any) -> Any:
-    """True where a given horizon is outside [1, MAX_HORIZON] (elementwise over an array; NaN, "not
-    given", is not): `horizon_range_problem`'s rule for the columnar check."""
+    """True where a given horizon is outside [1, MAX_HORIZON] (NaN, "not given", is not)."""
     return (horizon < 1) | (horizon > MAX_HORIZON)
 
 
 def horizon_below_steps(horizon: Any, n_steps: Any) -> Any:
-    """True where a given horizon is smaller than the number of observed steps (NaN: not given)."""
     return horizon < n_steps

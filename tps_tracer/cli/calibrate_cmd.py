@@ -1,9 +1,5 @@
-"""`tps-tracer calibrate`: fit a Platt calibrator artifact, with its cross-fitted evaluation.
-
-The saved maps are fitted on every complete trajectory (what a live agent should apply).
-How much they help is estimated honestly by the paper's cross-fitted procedure on the same
-data: raw vs Platt TPS (log rule, the fitting schedule) and AUROC, paired, per predictor.
-`--fixed-rank` adds the fixed-rank sensitivity table for one predictor.
+"""`tps-tracer calibrate`: Platt maps fitted on every complete trajectory (what a live agent applies),
+saved with the paper's cross-fitted estimate of how much they help (raw vs Platt TPS_log and AUROC, paired).
 """
 
 from __future__ import annotations
@@ -12,9 +8,18 @@ import argparse
 import sys
 from typing import Any
 
-from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.text import fmt, fmt_ci, progress_for, render_skipped, render_table
+from tps_tracer import output
+from tps_tracer.cli.main import (
+    CliError,
+    check_replicates,
+    flag,
+    fmt,
+    fmt_ci,
+    progress_for,
+    render_skipped,
+    render_table,
+    writing,
+)
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
 from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
@@ -90,7 +95,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         out = calibrator.as_dict()
         if fixed is not None:
             out["fixed_rank"] = {"predictor": args.fixed_rank, "rows": fixed}
-        sys.stdout.write(strict_json.dumps(out))
+        sys.stdout.write(output.dumps(out))
     else:
         sys.stdout.write(render_calibration(calibrator, args.output, args.fixed_rank, fixed))
     return 0

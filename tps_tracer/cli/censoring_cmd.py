@@ -1,12 +1,6 @@
-"""`tps-tracer censoring`: the censoring toolkit on a record file.
-
-1. q_Z source: the q_z in the file, Monte Carlo continuations (`--continuations`), a plug-in
-   nuisance model (`--q-z-model FEATURES`), or the hybrid audit (both, with `--hybrid`).
-   `--write-records` saves the records with the estimated q_z for `report` and `gate`.
-2. Exact vs simple on the censored prefixes (Delta = q_hat (s1 - s0)), with the
-   conditional-projection identity check when continuations are given.
-3. Artificial-censoring validation on complete trajectories (decomposition vs direct).
-4. Informative-censoring sensitivity (informative stops re-scored as censored).
+"""`tps-tracer censoring`: the censoring toolkit on a record file: the q_Z source (the file, Monte Carlo
+continuations, a plug-in model, or the hybrid audit; `--write-records` saves them), exact vs simple on
+the censored prefixes, artificial-censoring validation, informative-censoring sensitivity.
 """
 
 from __future__ import annotations
@@ -17,17 +11,21 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, check_replicates, flag, writing
-from tps_tracer.cli.text import fmt, fmt_ci, render_skipped, render_table, wrap
+from tps_tracer import output
+from tps_tracer.cli.main import (
+    CliError,
+    check_replicates,
+    flag,
+    fmt,
+    fmt_ci,
+    render_skipped,
+    render_table,
+    wrap,
+    writing,
+)
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
-from tps_tracer.evaluation.censoring.continuations import (
-    McEstimates,
-    attach_q_z,
-    mc_q_z,
-    read_continuations,
-)
+from tps_tracer.evaluation.censoring.continuations import McEstimates, attach_q_z, mc_q_z, read_continuations
 from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
 from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
@@ -86,8 +84,7 @@ def _q_z_source(
 def records_with_estimates(
     records: list[TrajectoryRecord], estimated: TrajectoryArrays | None
 ) -> tuple[list[TrajectoryRecord], dict[str, int]]:
-    """The records with the estimated q_z where an estimate was attached; every other record,
-    including a q_z it already carries, is kept as it is. Returns the counts of what changed."""
+    """The records with the estimated q_z where one was attached (the others as they are), and the counts."""
     counts = {"records": len(records), "q_z_added": 0, "q_z_replaced": 0, "q_z_unchanged": 0, "q_z_kept": 0}
     if estimated is None:  # the q_z of the file itself: nothing to change
         counts["q_z_kept"] = sum(r.q_z is not None for r in records)
@@ -162,7 +159,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
             arrays, predictors, reasons, rules[0], weights[0], args.bootstrap, args.seed
         )
     if args.json:
-        sys.stdout.write(strict_json.dumps(report))
+        sys.stdout.write(output.dumps(report))
     else:
         sys.stdout.write(render_censoring(report, args.file))
     return 0

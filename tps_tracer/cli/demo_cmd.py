@@ -1,29 +1,11 @@
-"""`tps-tracer demo`: the main job, end to end on embedded defaults (no network, no API keys).
+"""`tps-tracer demo`: the main job end to end on embedded defaults (no network, no API keys).
 
-Runs a few hundred tasks of the simulated world through LangGraph's prebuilt ReAct agent
-with `TPSCallbackHandler` attached, once per agent: one states truthful confidences, one is
-saturated-overconfident like the paper's Tau2 verbal stream. Writes the JSON Lines records
-the accumulators' sinks produce, adds the cross-fitted Platt recalibration of the
-overconfident verbal stream, prints the report, and computes the paper's two findings on
-this data (nothing in the findings is hard-coded: they are read off the scores):
-
-1. recalibration barely moves AUROC but moves TPS_log by many standard errors;
-2. which stream each evaluator (complete-only, cen-simple, cen-exact with an estimated q)
-   ranks first, checked against the ground truth the simulator has: cen-exact with the
-   world's exact q_Z, whose expectation is the score over the full horizon. Whether an
-   evaluator agrees is computed on each run, never assumed (on the default demo, cen-simple
-   picks a stream the ground truth ranks second, and says so).
-
-Censored runs carry the world's exact q_Z (the simulator knows it), so the report also has
-cen-exact rows next to the simple (q_Z ~ 0) form.
-
-`--q-z resume` estimates q_Z the way a deployment would: the runs keep LangGraph
-checkpoints (InMemorySaver), every censored run of the overconfident agent is resumed
-`--branches` times from its last checkpoint (`tps_tracer.langchain.resume`), and the
-cen-exact rows use q_hat = the share of successful branches. The JSON then has
-`q_z_resume`: mean |q_hat - q_Z| against the world's exact q_Z (next to the mean a
-binomial estimate with the same branch counts would have), and the cen-exact scores with
-q_hat next to those with the exact q_Z.
+Two agents (truthful and saturated-overconfident verbal confidence) run the simulated tasks through
+LangGraph's prebuilt ReAct agent with `TPSCallbackHandler` attached; the overconfident stream gets a
+cross-fitted Platt recalibration; the report follows, then the paper's two findings read off the scores
+(recalibration moves TPS_log, not AUROC; which stream each evaluator ranks first, checked against the
+ground truth: cen-exact with the world's exact q_Z). `--q-z resume` estimates q_Z instead by resuming
+every censored run's LangGraph checkpoint `--branches` times and compares q_hat with the exact q_Z.
 """
 
 from __future__ import annotations
@@ -37,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer import strict_json
-from tps_tracer.cli.errors import CliError, check_replicates, writing
-from tps_tracer.cli.text import render_report, wrap
+from tps_tracer import output
+from tps_tracer.cli.main import CliError, check_replicates, wrap, writing
+from tps_tracer.cli.report_cmd import render_report
 from tps_tracer.errors import missing_extra
 from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt
 from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta
@@ -104,11 +86,8 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
 def _resume_q_z(
     args: argparse.Namespace, graph: Any, world: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
 ) -> tuple[Any, dict[str, Any]]:
-    """Resume the censored runs from their checkpoints; arrays with q_hat, and the comparison with q_Z.
-
-    The returned arrays carry q_hat as q_z (NaN for prefixes with fewer than the minimum
-    valid branches: half the branches, at most 5 as in the paper). The exact q_Z of a
-    censored prefix is the world's q_t at its last recorded step, P(Y=1 | s_1..s_{Z-1})."""
+    """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
+    valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
     from tps_tracer.langchain.resume import resume_continuations
     from tps_tracer.sim.scripted_model import grade_final_state
 
@@ -132,8 +111,7 @@ def _resume_q_z(
     mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, max(1, args.branches // 2)))
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)
-    world_q = [world[r.metadata["task_id"]].steps[len(r.steps) - 1].q if r.steps else np.nan for r in records]
-    exact = np.where(has, np.array(world_q, dtype=float), np.nan)  # the world's q_Z on the same prefixes
+    exact = np.where(has, world_q_z(world, records), np.nan)  # the world's q_Z on the same prefixes
     err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
@@ -174,8 +152,7 @@ def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
 
 
 def _progress(total: int, quiet: bool) -> Any:
-    """A progress bar on stderr, only for a person watching: off a terminal (a CI log, `2> file`)
-    its carriage-return redraws are noise in the captured stderr."""
+    """A progress bar on stderr, only on a terminal (in a CI log its redraws are noise)."""
     from tqdm import tqdm
 
     interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
@@ -188,8 +165,7 @@ def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarr
 
 
 def world_q_z(world: Any, records: list[TrajectoryRecord]) -> np.ndarray:
-    """The world's exact q_Z of every censored run (NaN for the others): q_t at its last recorded
-    step, P(Y=1 | s_1..s_{Z-1}), what a perfect continuation estimate would converge to."""
+    """The world's exact q_Z of every censored run (NaN for the others): q_t at its last recorded step."""
     return np.array(
         [
             world[r.metadata["task_id"]].steps[len(r.steps) - 1].q
@@ -204,8 +180,8 @@ def world_q_z(world: Any, records: list[TrajectoryRecord]) -> np.ndarray:
 def _against_truth(
     means: dict[str, dict[str, float]], truth: dict[str, np.ndarray], ids: Any, bootstrap: int, seed: int
 ) -> dict[str, Any]:
-    """Each evaluator's pick checked against the ground truth: its rank there and, when it is not
-    the truth's best, the paired difference (pick minus best) under the ground truth's scores."""
+    """Each evaluator's pick checked against the ground truth: its rank there and, when not the best,
+    the paired difference (pick minus best) under the ground truth's scores."""
     t_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
     ranking = sorted(t_means, key=lambda p: -t_means[p])
     best = ranking[0]
@@ -221,10 +197,8 @@ def _against_truth(
 
 
 def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -> dict[str, Any]:
-    """The paper's two findings, computed on the overconfident agent's records (raw + Platt).
-
-    truth_arrays: the same records with the world's exact q_Z (default: `arrays`, when their
-    q_z is the world's); the ground truth is cen-exact on them."""
+    """The paper's two findings on the overconfident agent's records (raw + Platt); the ground truth is
+    cen-exact on `truth_arrays` (the same records with the world's exact q_Z; default `arrays`)."""
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     simple = _scores(arrays, predictors, SIMPLE)
     complete = _scores(arrays, predictors, COMPLETE_ONLY)
@@ -378,7 +352,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     f["platt"] = platt.diagnostics()
     f["files"] = {k: str(v) for k, v in paths.items()}
     if args.json:
-        sys.stdout.write(strict_json.dumps(f))
+        sys.stdout.write(output.dumps(f))
         return 0
     _say("Wrote " + ", ".join(str(p) for p in paths.values()))
     opts = ReportOptions(rules=("log", "brier"), bootstrap=args.bootstrap, seed=args.seed)

@@ -1,13 +1,7 @@
-"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto their traces.
-
-The library side is `tps_tracer.otel.score_export` (what is exported, what is counted); this
-builds the backend's exporter from the options, runs it, waits for delivery and reports.
-Exit 0 when every linked run was delivered, 1 when some writes are still pending or were
-given up (the summary says how many), 2 for bad input (the error boundary's codes). A file
-whose runs name no trace is bad input for an export: with none linked, nothing can be
-exported (exit 2, saying how records get trace ids); with some unlinked, nothing is sent
-unless `--allow-unlinked` accepts a partial export (a CI step must not read "exported" when
-runs were left behind).
+"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto
+their traces (the library side: `otel/score_export.py`). Exit 0 when every linked run was delivered, 1
+when some writes are pending or given up; a file with runs that name no trace exports nothing (exit 2)
+unless `--allow-unlinked`: a CI step must not read "exported" when runs were left behind.
 """
 
 from __future__ import annotations
@@ -47,14 +41,12 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     resource = Resource.create({"service.name": "tps-tracer", **_resource(args.resource)})
     provider = TracerProvider(resource=resource)
     counted = DeliveryCount(OTLPSpanExporter(endpoint=url))
-    # The batch processor drops spans once its queue (2,048 by default) is full; a file's export
-    # is bounded by the file, so the queue holds all of it and nothing is dropped unseen.
+    # The default queue (2,048) drops spans when full; a file's export is bounded, so the queue holds it all.
     provider.add_span_processor(BatchSpanProcessor(counted, max_queue_size=1 << 30))
     spans = EvaluationSpanExporter(provider, TraceLinks(), **options)  # span ids derived: idempotent
 
     def flush(timeout: float) -> bool:
-        # Every span created must have reached the endpoint: a flush that emptied the queue in
-        # time is not enough (see DeliveryCount).
+        # Every span created must have reached the endpoint, not just left the queue (DeliveryCount).
         flushed = bool(provider.force_flush(int(timeout * 1000)))
         return flushed and counted.delivered == spans.counts["spans"]
 
@@ -163,9 +155,7 @@ def check_linked(records: list[Any], allow_unlinked: bool, link: tuple[str, ...]
             f"none of the {len(records)} runs can be exported: {pending} clean runs still wait for their outcome "
             f"(grade them with JsonlSink(path).resolve(run_id, outcome=...)) and {len(unlinked)} name no trace"
         )
-    if not unlinked:
-        return
-    if not allow_unlinked:
+    if unlinked and not allow_unlinked:
         raise InputError(
             f"{len(unlinked)} of {len(records)} runs name no trace ({_ids(unlinked)}); nothing exported. "
             f"Pass --allow-unlinked to export the other {len(records) - len(unlinked)} and count these; {how}"

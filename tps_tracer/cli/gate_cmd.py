@@ -24,10 +24,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from tps_tracer import strict_json
-from tps_tracer.atomic_write import append_text
-from tps_tracer.cli.errors import CliError, writing
-from tps_tracer.cli.text import WIDTH, fit_table, fmt, progress_for
+from tps_tracer import output
+from tps_tracer.cli.main import WIDTH, CliError, fit_table, fmt, progress_for, writing
 from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateInputError,
@@ -39,6 +37,7 @@ from tps_tracer.evaluation.gate import (
     set_aside_lines,
 )
 from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
+from tps_tracer.output import append_text
 from tps_tracer.records import CensoringPolicy
 
 # flag -> (type, GateCriteria field or None)
@@ -183,7 +182,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         with writing("--markdown", args.markdown):
             append_text(args.markdown, render_gate_markdown(result, source))
     if args.json:
-        sys.stdout.write(strict_json.dumps(result))
+        sys.stdout.write(output.dumps(result))
     else:
         sys.stdout.write(render_gate_text(result, source))
     return int(result["exit_code"])

@@ -1,9 +1,4 @@
-"""`tps-tracer import TRACES... -o records.jsonl`: stored traces into trajectory records.
-
-The work is `tps_tracer.otel.trace_import` (the span processor's own code reads the spans);
-this opens the files, tells their format apart, writes the records and prints what could
-not be read.
-"""
+"""`tps-tracer import TRACES... -o records.jsonl`: stored traces into records (`otel/trace_import.py`)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tps_tracer import strict_json
-from tps_tracer.atomic_write import atomic_write, write_text
-from tps_tracer.cli.errors import CliError, flag, writing
-from tps_tracer.cli.text import progress_for, render_skipped
+from tps_tracer import output
+from tps_tracer.cli.main import CliError, flag, progress_for, render_skipped, writing
 from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.plot_data import (
@@ -29,6 +27,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     platt_fit_reason,
     split_usable,
 )
+from tps_tracer.output import atomic_write, write_text
 from tps_tracer.scoring.rules import get_rule, get_schedule
 
 
@@ -85,7 +84,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         "note": "step scores of longer trajectories are grouped in bins (bin_width), long traces are drawn "
         "at evenly spaced steps (t); every number here is what the figures show",
     }
-    text = strict_json.dumps(data, indent=1)  # before any file is touched: a failure writes nothing
+    text = output.dumps(data, indent=1)  # before any file is touched: a failure writes nothing
     out = Path(args.out)
     written = []
     with writing("-o", out):

@@ -43,7 +43,7 @@ class GateInputError(InputError):
 @dataclass
 class GateSample:
     """One run: its pair table, for pairing with a baseline each trajectory's task id, and the
-    lines its files held but the gate does not judge (records/set_aside.py; shown in its output)."""
+    lines its files held but the gate does not judge (records/limits.py; shown in its output)."""
 
     table: PairTable
     task_ids: list[str]

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tps_tracer.atomic_write import write_text
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel.otlp_json import OtlpRead, span_events
 from tps_tracer.otel.span_processor import TPSSpanProcessor
+from tps_tracer.output import write_text
 
 UNREADABLE_KEY = "import_unreadable"
 

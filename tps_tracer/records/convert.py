@@ -140,7 +140,7 @@ def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> 
 
 def _atomic_target(dst: Path) -> tuple[int, str]:
     """A temp file beside `dst`, with the permissions of a new file."""
-    from tps_tracer.atomic_write import remove_stale, temp_path
+    from tps_tracer.output import remove_stale, temp_path
 
     remove_stale(dst)  # a killed earlier conversion's temp file
     tmp = str(temp_path(dst))

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from tps_tracer.atomic_write import atomic_write
+from tps_tracer.output import atomic_write
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import (
     JsonRuleError,

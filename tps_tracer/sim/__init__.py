@@ -1,8 +1,4 @@
-"""The simulated agent world: ground-truth tasks, a scripted chat model and real tools.
-
-`world` has no framework imports; `scripted_model`, `tools` and `agents` need LangGraph
-(the `demo` extra).
-"""
+"""The simulated agent world; `world` has no framework imports, the rest needs the `demo` extra."""
 
 from tps_tracer.sim.world import FORECASTERS, AgentWorld, Expected, TaskScript, WorldConfig
 

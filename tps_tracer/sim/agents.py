@@ -1,19 +1,7 @@
-"""Real agent loops over the simulated world, one per runtime the handler supports.
-
-- `prebuilt_react_agent`: LangGraph's prebuilt tool-calling ReAct agent
-  (budget: `recursion_limit`; an even limit 2B allows B model calls and ends with "Sorry,
-  need more steps...", an odd one 2B-1 raises GraphRecursionError at the B-th call).
-- `tool_calling_agent`: `langchain.agents.create_agent`, optionally with middleware
-  (model/tool call limits).
-- `text_react_graph`: a hand-built LangGraph loop in the paper's format: the model writes
-  `<think>/<action>/<confidence>/<explanation>`, a parser runnable reads `<action>`, a
-  malformed output gets up to `repair_budget` repair prompts before the parser's
-  OutputParserException ends the run (budget: `recursion_limit` 2B allows B model calls).
-- `classic_react_executor`: langchain-classic `AgentExecutor` over a text ReAct agent
-  (budget: `max_iterations`; parsing errors retried through `_Exception`).
-
-Each takes any chat model: the scripted one, or `ChatOpenAI(logprobs=True, top_logprobs=5)`
-pointed at a real endpoint.
+"""Real agent loops over the simulated world, one per runtime the handler supports; each takes any
+chat model. Budgets: LangGraph's `recursion_limit` 2B allows B model calls (the prebuilt agent ends
+with "Sorry, need more steps..."; an odd limit raises GraphRecursionError); AgentExecutor's
+`max_iterations`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Run every task of a simulated world through a real LangGraph agent with the handler attached.
-
-    summary = run_campaign(AgentWorld(300, config=WorldConfig(forecaster="overconfident")),
-                           sink="overconfident.jsonl", recursion_limit=16)
-
-The agent is LangGraph's prebuilt tool-calling ReAct agent over `ScriptedReActModel` (or
-any chat model you pass, e.g. `ChatOpenAI(logprobs=True, top_logprobs=5)` on a real
-endpoint). Each run is a trajectory named "<label>/<task id>"; the world's outcome Y is
-attached as the `tps_outcome` label (as a benchmark harness that knows its answers would),
-so only clean runs are resolved and censored ones stay censored.
-
-With a `checkpointer` (e.g. `InMemorySaver()`), each run gets its own LangGraph thread
-(its trajectory id), the handler records it in the record's metadata, and the censored
-runs can be resumed from their checkpoints: `resume_continuations(result.agent, ...)`
-(the tool then also plays continuation branches, see `tools.search_tool`).
+"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler
+attached; each run is trajectory "<label>/<task id>" with the world's outcome as its `tps_outcome`.
+With a `checkpointer`, each run gets its own thread so censored runs can be resumed.
 """
 
 from __future__ import annotations
@@ -30,8 +18,7 @@ from tps_tracer.langchain.handler import TPSCallbackHandler
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.agents import prebuilt_react_agent
-from tps_tracer.sim.scripted_model import ScriptedReActModel, task_prompt
-from tps_tracer.sim.tools import search_tool
+from tps_tracer.sim.scripted_model import ScriptedReActModel, search_tool, task_prompt
 from tps_tracer.sim.world import AgentWorld
 from tps_tracer.tracking.keys import OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 
@@ -93,8 +80,7 @@ def run_campaign(
                 q_z_lines.append((metadata[TRAJECTORY_ID_KEY], task.steps[expected.n_steps - 1].q))
         if progress is not None:
             progress(1)
-    # q_Z after every record is written: sent right after its run, it was folded into the record or
-    # appended as a resolution line depending on the worker's timing, so equal campaigns wrote unequal files.
+    # q_Z only after every record is written, so it always lands as a resolution line: equal campaigns, equal files.
     handler.flush()
     for trajectory_id, q_z in q_z_lines:
         handler.record_outcome(trajectory_id, q_z=q_z)

@@ -1,25 +1,14 @@
-"""A real LangChain chat model that plays a ReAct agent in the simulated world.
+"""A real LangChain chat model that plays a ReAct agent in the simulated world (no LLM reachable).
 
-No LLM is reachable here, so the model's outputs are scripted by `AgentWorld`, but it is a
-genuine `BaseChatModel`: agents bind tools to it, call it through the normal callback
-machinery, stream from it, and get `AIMessage`s with tool calls, invalid tool calls and
-OpenAI-format logprobs in `generation_info` (hence `response_metadata["logprobs"]`),
-exactly where `ChatOpenAI(logprobs=True, top_logprobs=5)` puts them.
+Outputs are scripted by `AgentWorld` but delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s:
+tool calls, invalid tool calls, OpenAI logprobs in `generation_info`. The model finds its task from the
+`[task:ID]` marker and plays the task's n-th scripted output on its n-th call; in a continuation branch
+(`tps_branch_of` metadata) it draws each call from the world's law given the clues in the messages.
+Styles: "tool_calls" (prebuilt / create_agent), "tagged" (the paper's text), "react" (AgentExecutor).
 
-The model finds its task from a `[task:ID]` marker in the prompt and keeps a per-task call
-counter (thread-safe), so it plays the same script under any runtime: the n-th call of a
-task emits the task's n-th scripted output (malformed ones included).
-
-Continuation branches (a censored run resumed from its LangGraph checkpoint by
-`tps_tracer.langchain.resume`) are recognised by the `tps_branch_of` key in the run's
-metadata: there the model plays no script but draws each call from the world's law given
-the prefix it reads from the messages (the clues seen so far), seeded by the branch's
-thread id (`world.continuation_step`). Only the "tool_calls" style plays branches.
-
-Styles: "tool_calls" (tagged text plus a `search` tool call; for `create_agent` and
-LangGraph's prebuilt agent), "tagged" (the paper's `<think>/<action>/<confidence>/
-<explanation>` text, for a hand-built text loop), "react" (LangChain's
-`Thought/Action/Action Input` text, for AgentExecutor).
+`search_tool` is the world's tool: a scripted failure raises `ToolException` (ending the run unless
+`handle_errors`); with `branches=True` a branch's clue is drawn from the law given the clues in the graph
+state (`InjectedState`: LangGraph's ToolNode only).
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -36,6 +25,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import ensure_config
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.prebuilt import InjectedState
 from pydantic import PrivateAttr
 
 from tps_tracer.errors import InputError
@@ -45,6 +36,8 @@ from tps_tracer.sim.world import (
     WRONG_ANSWER,
     AgentWorld,
     StepScript,
+    clue_text,
+    continuation_clue,
     continuation_step,
     openai_logprobs,
     query_of,
@@ -60,7 +53,6 @@ Style = Literal["tool_calls", "tagged", "react"]
 
 
 def task_prompt(task_id: str) -> str:
-    """The user message that starts a task (carries the marker the model keys on)."""
     return f"[task:{task_id}] Decide whether the claim of this task holds. Search for clues, then answer."
 
 
@@ -84,9 +76,8 @@ _ACTION = re.compile(r"<action>\s*finish\[(?P<answer>[^\]]*)\]\s*</action>")
 
 
 def grade_final_state(state: Any) -> int:
-    """The world's grader: 1 if the run's last message answers ANSWER, 0 for another answer.
-
-    Raises ValueError when the last message gives no answer (a grader failure)."""
+    """The world's grader: 1 if the run's last message answers ANSWER, 0 for another answer; an
+    InputError (a grader failure) when it gives none."""
     messages = state.get("messages") if isinstance(state, dict) else None
     if not messages:
         raise InputError("no messages in the final state")
@@ -114,10 +105,7 @@ class ScriptedReActModel(BaseChatModel):
         return "tps-tracer-scripted-react"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:
-        # The script already knows the one tool (`search`); binding changes nothing.
         return self
-
-    # ------------------------------------------------------------------ script
 
     def _task_id(self, messages: list[BaseMessage]) -> str:
         for m in messages:
@@ -174,8 +162,6 @@ class ScriptedReActModel(BaseChatModel):
             return AIMessage(content=r.text, tool_calls=[call]), lp
         return AIMessage(content=r.text), lp
 
-    # ------------------------------------------------------------------ BaseChatModel
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -207,7 +193,7 @@ class ScriptedReActModel(BaseChatModel):
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
         valid = [
-            {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": i}
+            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
             for i, c in enumerate(message.tool_calls)
         ]
         invalid = [
@@ -220,5 +206,39 @@ class ScriptedReActModel(BaseChatModel):
         yield ChatGenerationChunk(message=tail, generation_info=finish)
 
 
-def _json(args: dict[str, Any]) -> str:
-    return json.dumps(args)
+_QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
+
+
+def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
+    def search(query: str) -> str:
+        """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
+        m = _QUERY.match(query)
+        if not m or m.group("task") not in world.tasks:
+            raise ToolException(f"no such clue: {query!r}")
+        script = world[m.group("task")]
+        t = int(m.group("t"))
+        if not 1 <= t <= len(script.steps):
+            raise ToolException(f"no such clue: {query!r}")
+        step = script.steps[t - 1]
+        if step.tool_fails:
+            raise ToolException("search backend unavailable")
+        return clue_text(t, step.evidence)
+
+    if not branches:
+        return StructuredTool.from_function(search, name="search", handle_tool_error=handle_errors)
+
+    def search_or_branch(query: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
+        thread = branch_thread()
+        if thread is None:
+            return search(query)
+        seen = clues_seen(state.get("messages", []))
+        m = _QUERY.match(query)
+        if not m or m.group("task") not in world.tasks or int(m.group("t")) != len(seen) + 1:
+            raise ToolException(f"no such clue: {query!r} (clue {len(seen) + 1} is next)")
+        fails, evidence = continuation_clue(world.config, world.seed, thread, seen)
+        if fails:
+            raise ToolException("search backend unavailable")
+        return clue_text(len(seen) + 1, evidence)
+
+    return StructuredTool.from_function(search_or_branch, name="search", handle_tool_error=handle_errors)

@@ -1,28 +1,14 @@
 """A ground-truth world for ReAct agents: every task's success process q_t is known exactly.
 
-A task has a latent success rate theta ~ Beta(a, b) and an outcome Y ~ Bernoulli(theta).
-The agent's `search` tool reveals one piece of evidence per step, s_t ~ Bernoulli(theta),
-independent of Y given theta. At LLM call t the agent has seen s_1..s_{t-1}, so
+A task has theta ~ Beta(a, b), Y ~ Bernoulli(theta); its `search` tool reveals s_t ~ Bernoulli(theta)
+per step, so at call t, q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1) (a
+martingale). A task ends at its natural length L unless the budget, malformed outputs beyond the repair
+budget or a failing tool stop it first. Draws are fixed by (seed, task index), so a `TaskScript` is the
+ground truth a test compares a captured trajectory with.
 
-    q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1)
-
-exactly (a martingale in t, the target a strictly proper TPS elicits). The task finishes at
-its natural length L (the L-th call answers), unless the runtime's step budget, a run of
-malformed outputs beyond the repair budget, or a failing tool stops it first.
-
-Every random draw is fixed by (seed, task index), so a `TaskScript` is the ground truth a
-test compares the captured trajectory with: the stated confidence of each step (the
-forecaster applied to q_t, rounded as the model writes it), the token probabilities of the
-text it emits, the malformed outputs before each step, and whether its tool call fails.
-Nothing here imports LangChain; `scripted_model.py` and `tools.py` play it in a real agent.
-
-Continuations (a censored run resumed from its checkpoint, M times) are drawn from the
-world's law given the prefix, not from the script: with s_1..s_{t-1} seen, the next clue is
-s_t ~ Bernoulli(q_t) (the posterior predictive), the step answers with probability
-P(L = t | L >= t), and an answering step succeeds with probability q_t. By the martingale
-property a branch forked with Z-1 clues seen succeeds with probability exactly q_Z, the
-q_Z the exact censored score needs. Each branch's draws are seeded by (world seed, its
-thread id, step), so branches are independent and a rerun branch replays itself.
+Continuation branches (a censored run resumed M times) draw from the law given the prefix: the next
+clue ~ Bernoulli(q_t), the step answers w.p. P(L = t | L >= t) and succeeds w.p. q_t, so a branch
+forked after Z-1 clues succeeds w.p. exactly q_Z. Seeded by (seed, thread id, step).
 """
 
 from __future__ import annotations
@@ -117,24 +103,16 @@ class TaskScript:
     def expected(
         self, budget: int | None, repairs: bool = True, repair_budget: int = DEFAULT_REPAIR_BUDGET
     ) -> Expected:
-        """How a run of this task ends under an LLM-call budget.
-
-        budget: LLM calls the runtime allows (None: unlimited); malformed calls count, as they
-        do in AgentExecutor iterations and model-call limits.
-        repairs: whether the runtime retries malformed output (text ReAct loops) or ends the
-        run on it (tool-calling agents end on a message with only invalid tool calls).
-        """
+        """How a run of this task ends under an LLM-call budget (None: unlimited; malformed calls count).
+        repairs: the runtime retries malformed output (text loops) instead of ending the run on it."""
         calls = 0
         for step in self.steps[: self.length]:
-            for k in range(step.malformed_before):
+            for k in range(step.malformed_before + 1):  # the malformed attempts, then the good call (k == m)
                 if budget is not None and calls == budget:
                     return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
                 calls += 1
-                if not repairs or k + 1 > repair_budget:
+                if k < step.malformed_before and (not repairs or k + 1 > repair_budget):
                     return Expected(StopReason.PARSE_ERROR, step.t - 1, calls, None)
-            if budget is not None and calls == budget:
-                return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
-            calls += 1
             if step.final:
                 return Expected(StopReason.CLEAN, step.t, calls, self.outcome)
             if step.tool_fails:
@@ -347,11 +325,7 @@ def openai_logprobs(tokens: list[str], probs: FloatArray) -> dict[str, list[dict
 
 
 def expected_forecasts(rendered: Rendered, verbal: float) -> dict[str, float]:
-    """The five predictors of a rendered step, computed from the script in closed form.
-
-    token probability: mean chosen p; entropy confidence: mean of 1 - H/ln 5 over the five
-    candidates (p and the four shares of 1 - p, which sum to 1, so no renormalisation).
-    """
+    """The five predictors of a rendered step in closed form (the five candidates sum to 1: no renormalisation)."""
     p = rendered.probs
     shares = np.asarray(ALTERNATIVE_SHARES)
     cand = np.column_stack([p, (1.0 - p)[:, None] * shares[None, :]])

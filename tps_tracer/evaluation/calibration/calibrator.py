@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tps_tracer import strict_json
-from tps_tracer.atomic_write import write_text
+from tps_tracer import output
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY, EPS, PlattMap, fit_platt, step_weights
 from tps_tracer.evaluation.skipped_predictors import (
@@ -37,6 +36,7 @@ from tps_tracer.evaluation.skipped_predictors import (
     platt_fit_reason,
     split_usable,
 )
+from tps_tracer.output import write_text
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.rules import WeightSchedule, get_schedule
@@ -112,7 +112,7 @@ class Calibrator:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the artifact as strict JSON (undefined statistics as null), atomically: a failure
         leaves the previous file, or none, never a truncated one."""
-        text = strict_json.dumps(self.as_dict())  # serialise fully before touching the file
+        text = output.dumps(self.as_dict())  # serialise fully before touching the file
         write_text(path, text)
 
     @classmethod

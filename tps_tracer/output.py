@@ -1,19 +1,10 @@
-"""Write a file so that readers see the old content or the new, never a torn one.
+"""What tps-tracer writes: files replaced atomically, and strict JSON (no NaN or Infinity tokens).
 
-Every artifact the CLI writes (calibrator JSON, plots, record files, Markdown summaries,
-JSON data) goes through `atomic_write`: the content is written to a temporary file in the
-target's directory and renamed over the target with `os.replace` only after it was
-written, flushed and fsynced completely. An exception (a serialisation error, a full disk)
-or a kill before the rename leaves the old file, or none, in place; the temporary file is
-removed on exceptions (the CLI turns SIGTERM into one, `cli/errors.py`). A SIGKILL can leave
-the temporary file behind, never a torn target; its name, `.NAME.tps<host>p<pid>.<random>.tmp`,
-says which process on which machine wrote it, and the next atomic write of the same target
-removes it once that process is gone (only files this naming proves are a dead writer's own).
-The new file gets the old file's permission bits, or the usual ones a plain
-`open(path, "w")` would give (0666 minus the umask).
-
-Targets that are not regular files (`/dev/stdout`, a FIFO) cannot be renamed over; they
-are written directly.
+A file is written to a temporary beside it (`.NAME.tps<host>p<pid>.<random>.tmp`), flushed, fsynced
+and renamed over the target, so readers see the old content or the new, never a torn one; an exception
+(the CLI turns SIGTERM into one) removes the temporary, and the next write of the same target removes
+one a dead writer of this host left. The new file keeps the old one's permission bits (else 0666 minus
+the umask). Targets that are not regular files (`/dev/stdout`, a FIFO) are written directly.
 """
 
 from __future__ import annotations
@@ -21,21 +12,37 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
+import math
 import os
 import re
 import socket
 import stat
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 
-def _is_special(path: Path) -> bool:
-    try:
-        return not stat.S_ISREG(path.stat().st_mode)
-    except FileNotFoundError:
-        return False
+def json_safe(obj: Any) -> Any:
+    """A copy of `obj` with NaN / +-inf as None (a number that cannot be computed is `null`) and numpy
+    values as Python values."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    np = sys.modules.get("numpy")  # no numpy value exists unless numpy was imported: the capture path skips it
+    if np is not None and isinstance(obj, (np.ndarray, np.bool_, np.integer, np.floating)):
+        return json_safe(obj.tolist())
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of `obj` ending with a newline; anything non-finite that slipped through fails loudly."""
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False) + "\n"
 
 
 # Which machine wrote a temp file: a pid is only meaningful on its own host (a shared NFS directory).
@@ -44,7 +51,6 @@ _TEMP = re.compile(r"\.tps(?P<host>[0-9a-f]{8})p(?P<pid>[0-9]+)\.[0-9a-f]{12}\.t
 
 
 def temp_path(target: Path) -> Path:
-    """A new temp file name beside `target`, naming this host and process (see the module docstring)."""
     return target.parent / f".{target.name}.tps{_HOST}p{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
 
 
@@ -59,8 +65,7 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale(target: Path) -> list[Path]:
-    """Remove the temp files an atomic write of `target` left behind when its process died (this
-    host, pid no longer running); returns them. A live writer's file, or another host's, is kept."""
+    """Remove (and return) the temp files of `target` whose writer, on this host, is gone."""
     prefix = f".{target.name}."
     removed: list[Path] = []
     try:
@@ -78,12 +83,14 @@ def remove_stale(target: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: bool = False) -> Iterator[IO[Any]]:
-    """Yield a file handle; its content replaces `path` when the block exits without an exception.
-
-    append=True starts the new file with the old file's bytes (an atomic append).
-    """
+    """A file handle whose content replaces `path` when the block exits without an exception;
+    append=True starts it with the old file's bytes."""
     target = Path(path)
-    if _is_special(target):
+    try:
+        special = not stat.S_ISREG(target.stat().st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
         with open(target, "ab" if append else "wb") as raw:
             yield from _handle(raw, binary)
         return
@@ -107,8 +114,7 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: boo
 
 
 def _handle(raw: IO[bytes], binary: bool) -> Iterator[IO[Any]]:
-    """`raw`, or a UTF-8 text handle over it, flushed and detached after use (the raw file is closed
-    by its own `with`)."""
+    """`raw`, or a UTF-8 text handle over it, detached after use (`raw` is closed by its own `with`)."""
     if binary:
         yield raw
         return
@@ -119,7 +125,6 @@ def _handle(raw: IO[bytes], binary: bool) -> Iterator[IO[Any]]:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Atomically replace `path` with `text` (UTF-8)."""
     with atomic_write(path) as fh:
         fh.write(text)
 
