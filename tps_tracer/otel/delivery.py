@@ -1,24 +1,11 @@
-"""Backend writes (annotations, assessments) delivered off the agent's threads, retried, never silently lost.
+"""Backend writes delivered off the agent's threads, retried with backoff, never silently lost.
 
-An exporter subclasses `RetryingDelivery`: `items(score, link)` turns a trajectory's score
-into backend records, `_send(batch)` writes them (and returns why records the backend refused
-for good were refused: counted in `gave_up`, logged, not retried). The link is where the score
-goes: a `SpanLink` found by `__call__`, or what an exporter's own `__call__` finds (a LangChain
-run id). The base class owns the rest:
-
-- a queue filled by the accumulator's listener call, drained by one worker thread;
-- when the backend is down or answers with an error, the batch goes back to the front and
-  is retried with exponential backoff (`retry_initial` doubling to `retry_max`), with one
-  log line per outage and one on recovery;
-- when the backend answers that the trace is not stored yet (`_not_stored_yet(exc)`: spans
-  travel by another exporter, so a score can outrun its trace), only that record waits
-  and is retried on its own schedule, so it does not hold up the others; after
-  `not_stored_timeout` seconds it is given up, logged and counted in `status()["gave_up"]`
-  (a trace can be lost on the way: the SDK's span exporter drops spans after its retries);
-- nothing is dropped unless more than `max_pending` records wait; then the oldest go,
-  counted in `status()["dropped"]`.
-
-The durable record of every score is the accumulator's JSON Lines sink, not this queue.
+A backend exporter subclasses `RetryingDelivery`: `items(score, link)` turns a score into backend
+records, `_send(batch)` writes them and returns why records the backend refused for good were refused
+(counted in `gave_up`, logged, not retried). A record whose trace the backend has not stored yet
+(`_not_stored_yet(exc)`: spans travel by another exporter) waits on its own schedule, up to
+`not_stored_timeout`. Nothing is dropped unless more than `max_pending` records wait. The durable
+record of every score is the accumulator's JSON Lines sink, not this queue.
 """
 
 from __future__ import annotations
@@ -31,16 +18,31 @@ import time
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.otel.score_names import SentScores
+from tps_tracer.otel.score_names import Row, SentScores, backend_rows
 from tps_tracer.otel.trace_links import TraceLinks
 
 logger = logging.getLogger("tps_tracer")
 
 DEFAULT_MAX_PENDING = 100_000
 DEFAULT_NOT_STORED_TIMEOUT = 120.0
+
+
+class Options(TypedDict, total=False):
+    """What every backend exporter takes: which scores (score_names.py) and how they are retried."""
+
+    predictor: str  # the headline, fixed: a name means one predictor on every run
+    weights: str | None  # default: the accumulator's first schedule
+    censoring: str | Sequence[str]  # ("simple", "exact") sends both, the exact one once q_Z is known
+    retry_initial: float  # backoff doubling up to retry_max while the backend is down
+    retry_max: float
+    max_pending: int
 
 
 @dataclass(order=True)
@@ -61,6 +63,9 @@ class RetryingDelivery:
         self,
         links: TraceLinks | None = None,
         *,
+        predictor: str = HEADLINE_PREDICTOR,
+        weights: str | None = None,
+        censoring: str | Sequence[str] = SIMPLE,
         batch_size: int = 200,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
@@ -68,7 +73,8 @@ class RetryingDelivery:
         not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
     ):
         self.links = links if links is not None else TraceLinks()
-        self.sent_scores = SentScores()  # one record per run and name (see identity)
+        self.predictor, self.weights, self.censoring = predictor, weights, censoring
+        self.sent_scores = SentScores()
         self.batch_size = batch_size
         self.retry_initial, self.retry_max = retry_initial, retry_max
         self.max_pending = max_pending
@@ -88,7 +94,8 @@ class RetryingDelivery:
         self._thread = threading.Thread(target=self._run, name=f"tps-tracer-{self.backend.lower()}", daemon=True)
         self._thread.start()
 
-    # ------------------------------------------------------------------ subclass hooks
+    def rows(self, score: TrajectoryScore) -> list[Row]:
+        return backend_rows(score, self.predictor, self.weights, self.censoring)
 
     def items(self, score: TrajectoryScore, link: Any) -> list[Any]:
         raise NotImplementedError
@@ -97,26 +104,17 @@ class RetryingDelivery:
         raise NotImplementedError
 
     def _not_stored_yet(self, exc: Exception) -> bool:
-        """True when `exc` says the backend does not have the record's trace (yet)."""
         return False
-
-    # ------------------------------------------------------------------ listener
 
     def __call__(self, score: TrajectoryScore) -> None:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self._enqueue(score, link))
 
-    def identity(self, record: Any) -> tuple[Hashable, Hashable] | None:
-        """(name, signature) of a backend record: a notification re-sends a record only when its
-        signature changed since it was last queued for this trajectory (None: always send)."""
-        return None
+    def identity(self, record: Any) -> tuple[Hashable, Hashable]:
+        """(name, signature): a later notification re-sends a record only when its signature changed."""
+        raise NotImplementedError
 
     def new_records(self, score: TrajectoryScore, link: Any) -> list[Any]:
-        """`items(score, link)` less those already queued for this trajectory with the same signature."""
-        return [
-            r
-            for r in self.items(score, link)
-            if (key := self.identity(r)) is None or self.sent_scores.is_new(score.trajectory_id, *key)
-        ]
+        return [r for r in self.items(score, link) if self.sent_scores.is_new(score.trajectory_id, *self.identity(r))]
 
     def _enqueue(self, score: TrajectoryScore, link: Any) -> None:
         records = self.new_records(score, link)
@@ -129,10 +127,8 @@ class RetryingDelivery:
                 self.dropped += 1
             self._cond.notify_all()
 
-    # ------------------------------------------------------------------ delivery
-
     def _next_batch(self) -> tuple[list[Any], _Waiting | None] | None:
-        """Block until something is due; None when closed and nothing is left to try now."""
+        """Block until something is due; None when closed and nothing is due."""
         with self._cond:
             while True:
                 now = time.monotonic()
@@ -226,8 +222,6 @@ class RetryingDelivery:
                 self.last_error,
             )
 
-    # ------------------------------------------------------------------ control
-
     def status(self) -> dict[str, Any]:
         with self._cond:
             return {
@@ -259,3 +253,27 @@ class RetryingDelivery:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+
+
+class DeliveryCount(SpanExporter):
+    """Counts what an OTLP endpoint took (`export --to otlp`): the batch processor's `force_flush`
+    returns True also when the endpoint refused an export or it failed after its retries."""
+
+    def __init__(self, inner: SpanExporter):
+        self.inner = inner
+        self.delivered = 0
+        self.gave_up = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.delivered += len(spans)
+        else:
+            self.gave_up += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))

@@ -1,20 +1,7 @@
-"""TPS as OpenTelemetry metrics: running means and counts, for Prometheus or OTLP readers.
+"""TPS as OpenTelemetry metrics (instruments and Prometheus names: docs/otel.md).
 
-Instruments (Prometheus names in brackets, as the OpenTelemetry Prometheus reader writes them):
-
-    tps.score.mean          observable gauge   [tps_score_mean]
-        running mean of the per-trajectory TPS, by predictor x rule x weights x censoring;
-        censoring="exact" only once a censored run carrying q_Z is in it (before that it would
-        be the complete-only mean under another name)
-    tps.scored              observable counter [tps_scored_total]
-        trajectories in that mean
-    tps.trajectories        counter            [tps_trajectories_total]
-        finished trajectories by stop_reason and role (complete runs once their outcome is known)
-
-TPS is a reward (<= 0 for the log rule), and histograms reject negative values, so means
-are gauges computed from exact running sums. The mean over a censoring mode is the mean
-over that mode's sample, the number the accumulator's snapshot reports (without its
-bootstrap CI; for intervals use the snapshot or `tps-tracer report` on the sink).
+TPS is a reward (<= 0 for the log rule) and histograms reject negative values, so the means are
+gauges over exact running sums: the snapshot's means, without its bootstrap CI.
 """
 
 from __future__ import annotations
@@ -42,9 +29,9 @@ class TPSMetrics:
         meter = meter_provider.get_meter(SCOPE_NAME, __version__)
         self._lock = threading.Lock()
         self._sums: dict[Key, list[float]] = {}  # key -> [sum, n]
-        self._exact_with_q_z: set[Key] = set()  # "exact" keys that hold a censored run with its q_Z
-        # Modes already counted per trajectory: a late q_Z re-sends the run with "exact" added,
-        # and its other values must not be counted twice. Bounded: oldest trajectories forgotten.
+        # "exact" keys holding a censored run with its q_Z: before one, the mean would be the complete-only one.
+        self._exact_with_q_z: set[Key] = set()
+        # Modes counted per trajectory (bounded): a late q_Z re-sends the run with "exact" added.
         self._seen: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._max_tracked = max_tracked
         meter.create_observable_gauge(

@@ -1,26 +1,8 @@
 """Scores of a records file pushed to the traces they belong to, after the fact (`tps-tracer export`).
 
-Scores known later never reached the backend live: a grade appended by a grading job
-(`JsonlSink(...).resolve`), a q_z written by `tps-tracer censoring --write-records`. This
-reads the records with their resolution lines applied, scores each run on the same
-accumulator the live exporters listen to (so a number is the one the live path would have
-sent), and hands each score to the same exporters, linked by the `otel_trace_id` /
-`otel_span_id` the span processor and the LangChain handler write into every record (or, for
-LangSmith and Langfuse, by the handler's `langchain_run_id`).
-
-Runs are accounted for, never silently skipped:
-
-    exported          scored or excluded runs handed to the backend (an excluded run gets its
-                      stop reason, as live)
-    without_trace     runs whose record names no trace (ids listed): nothing to attach to
-    pending_outcome   clean runs still waiting for their grade (ids listed): no score yet
-
-Re-running is idempotent: Phoenix keeps one annotation per span and name (a second write
-replaces it), MLflow assessments are looked up and updated in place (`MlflowUpsert`), and
-OTLP evaluation spans get span ids derived from the run and its score (span_ids.py), the
-same ids the live `EvaluationSpanExporter` gives them, so a backend that keys spans by id
-(Phoenix, any store that deduplicates) stores one, also after a live export. LangSmith feedback
-and Langfuse scores get ids derived from the run and name (feedback_scores.py).
+Each run is scored on the accumulator the live exporters listen to and handed to the same
+exporters, so a number is the one the live path would have sent. Runs are accounted for, never
+silently skipped (`ExportSummary`: exported, without_trace, pending_outcome).
 """
 
 from __future__ import annotations
@@ -83,7 +65,7 @@ def export_records(
     weights: Sequence[str] = ("linear-front",),
     link: Sequence[str] = OTEL_LINK,
 ) -> ExportSummary:
-    """Hand every linked run's score to `exporter` (a live exporter: a listener); see the module docstring."""
+    """Hand every linked run's score to `exporter` (a live exporter: a listener)."""
     summary = ExportSummary()
     linked = []
     for rec in records:

@@ -1,41 +1,32 @@
-"""Scores next to the trace: a `tps.evaluation` span under each trajectory's agent root span.
+"""Scores as OpenTelemetry signals in the agent's own trace, in the GenAI evaluation conventions.
 
-Spans cannot be changed after they end, and a run's score is known only at its end or
-later (a grader, user feedback), so the score travels as a new span in the same trace,
-child of the agent root, in the shape of the OpenTelemetry GenAI evaluation conventions:
+Spans cannot change after they end and a score is known at the run's end or later, so a score
+travels as something new under the agent root span:
 
-    span  tps.evaluation          (parent: the agent root; scope "tps_tracer")
-      gen_ai.evaluation.name          "tps"
-      gen_ai.evaluation.score.value   the headline TPS (the exporter's fixed predictor, default "verbal",
-                                      rule / schedule / censoring); absent when the run cannot use it
-      gen_ai.evaluation.score.label   success | failure | censored | excluded
-      gen_ai.evaluation.explanation   what the number is, in words
-      tps.*                           trajectory id, predictor, rule, weights, censoring, stop reason,
-                                      role, horizon, steps, outcome, q_z, branch pair s1 / s0
-      event gen_ai.evaluation.result  one per predictor x rule x schedule x censoring mode
+    EvaluationSpanExporter   a `tps.evaluation` child span: the headline score as
+                             gen_ai.evaluation.score.value (absent when the run cannot use it),
+                             every other score as a `gen_ai.evaluation.result` event on it
+    EvaluationEventExporter  one `gen_ai.evaluation.result` log record per score (span events are
+                             deprecated, OTEP 4430); needs opentelemetry-sdk 1.35+
 
-The span's id is derived from its trace, the exporter's headline predictor / censoring and
-what the span reports (stop reason, label, headline score; span_ids.py): the same score sent
-live and again by `tps-tracer export --to otlp` is the same span, which a store keyed by span
-id (Phoenix) keeps once.
-
-An excluded run (informative stop) gets the span with its stop reason and no score, so the
-trace says why it was not scored. Register with `accumulator.add_listener(...)`; the span
-processor skips these spans (scope name), so they never become trajectories themselves.
+Both carry label (success | failure | censored | excluded), explanation and `tps.*` facts; an
+excluded run gets its stop reason and no score. The span processor skips these spans (scope name).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from typing import Any
 
+from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
+from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 
-from tps_tracer.constants import HEADLINE_PREDICTOR
-from tps_tracer.evaluation.censoring_mix import SIMPLE
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
-from tps_tracer.otel.score_names import SentScores
+from tps_tracer.otel.score_names import SentScores, explanation
 from tps_tracer.otel.span_ids import install
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
@@ -74,35 +65,6 @@ def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
     return attrs
 
 
-def score_facts(score: TrajectoryScore) -> dict[str, Any]:
-    """The trajectory's facts for a backend annotation's metadata (names without the `tps.` prefix)."""
-    return {
-        "trajectory_id": score.trajectory_id,
-        "stop_reason": score.stop_reason.value,
-        "role": score.role.value,
-        "horizon": score.horizon,
-        "n_steps": score.n_steps,
-        "outcome": score.outcome,
-        "q_z": score.q_z,
-    }
-
-
-def value_facts(v: ScoreValue) -> dict[str, Any]:
-    """Which score a backend annotation carries, and the branch pair it was mixed from."""
-    return {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
-
-
-def explanation(score: TrajectoryScore, v: ScoreValue | None, headline: str | None = None) -> str:
-    if v is None:
-        if headline is not None and next(score.values(), None) is not None:
-            return f"no score for predictor {headline} on this run; stop reason {score.stop_reason.value}"
-        return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
-    return (
-        f"TPS, {v.rule} rule, {v.weights} weights, {v.censoring} censoring, predictor {v.predictor}, "
-        f"over {score.n_steps} of T={score.horizon} steps; stop reason {score.stop_reason.value}"
-    )
-
-
 class EvaluationSpanExporter:
     def __init__(
         self,
@@ -115,10 +77,9 @@ class EvaluationSpanExporter:
         censoring: str = SIMPLE,
         sent_scores: SentScores | None = None,
     ):
-        """The headline score is `predictor` (fixed: the span's value means one predictor on every
-        run) / rule / weights (default: the accumulator's first of each, the same on every run)
-        under `censoring`; every other combination is an event on the span. One span per run: a
-        later notification emits another only when the headline value or label changed."""
+        """The headline is `predictor` (fixed, so the span's value means one predictor on every run)
+        / rule / weights (default: the accumulator's first, the same on every run) under
+        `censoring`. A later notification emits another span only when headline value or label changed."""
         from tps_tracer import __version__
 
         self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
@@ -155,10 +116,56 @@ class EvaluationSpanExporter:
     def _derived_id(
         self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
     ) -> contextlib.AbstractContextManager[None]:
-        """The id follows what the span says (the signature emit() deduplicates on), with the
-        headline resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
+        """The span id follows what the span says (span_ids.py), so the same score sent live and by
+        `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
+        resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
         if self.ids is None:
             return contextlib.nullcontext()
         headline = None if head is None else (head.rule, head.weights, head.value)
         facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
         return self.ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts)
+
+
+class EvaluationEventExporter:
+    def __init__(self, logger_provider: LoggerProvider, links: TraceLinks):
+        """logger_provider: an SDK LoggerProvider with your exporters; links: `processor.links`."""
+        from tps_tracer import __version__
+
+        self.logger = logger_provider.get_logger(SCOPE_NAME, __version__)
+        self.links = links
+        self.sent_scores = SentScores()
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
+
+    def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
+        context = link.context()
+        common = {
+            **trajectory_attributes(score),
+            "gen_ai.evaluation.name": EVALUATION_NAME,
+            "gen_ai.evaluation.score.label": score.label,
+        }
+        values = list(score.values())
+        if not values:  # excluded: no score, but the reason is on the record
+            if self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):
+                self._emit(context, {**common, "gen_ai.evaluation.explanation": explanation(score, None)})
+            return
+        for v in values:
+            if self.sent_scores.is_new(
+                score.trajectory_id, (v.predictor, v.rule, v.weights, v.censoring), (v.value, score.label)
+            ):
+                explained = {"gen_ai.evaluation.explanation": explanation(score, v)}
+                self._emit(context, {**common, **value_attributes(v), **explained})
+
+    def _emit(self, context: Context, attributes: dict[str, Any]) -> None:
+        record = LogRecord(
+            timestamp=time.time_ns(),
+            context=context,  # the record's trace id and span id: the agent root's
+            event_name=EVALUATION_EVENT,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            attributes=attributes,
+        )
+        self.logger.emit(record)
+        self.counts["records"] += 1
