@@ -18,24 +18,15 @@ if TYPE_CHECKING:
         PhoenixAnnotations,
         langfuse_trace_id,
     )
-    from tps_tracer.otel.evaluations import EvaluationEventExporter, EvaluationSpanExporter
-    from tps_tracer.otel.metrics import TPSMetrics
+    from tps_tracer.otel.evaluations import EvaluationEventExporter, EvaluationSpanExporter, TPSMetrics
     from tps_tracer.otel.span_processor import SCOPE_NAME, TPSSpanProcessor
     from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 
 _WHERE = {
-    "SCOPE_NAME": "span_processor",
-    "EvaluationEventExporter": "evaluations",
-    "EvaluationSpanExporter": "evaluations",
-    "LangfuseScores": "backends",
-    "LangSmithFeedback": "backends",
-    "langfuse_trace_id": "backends",
-    "MlflowAssessments": "backends",
-    "PhoenixAnnotations": "backends",
-    "SpanLink": "trace_links",
-    "TPSMetrics": "metrics",
-    "TPSSpanProcessor": "span_processor",
-    "TraceLinks": "trace_links",
+    "backends": ("LangSmithFeedback", "LangfuseScores", "MlflowAssessments", "PhoenixAnnotations", "langfuse_trace_id"),
+    "evaluations": ("EvaluationEventExporter", "EvaluationSpanExporter", "TPSMetrics"),
+    "span_processor": ("SCOPE_NAME", "TPSSpanProcessor"),
+    "trace_links": ("SpanLink", "TraceLinks"),
 }
 
 __all__ = [
@@ -54,4 +45,4 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _WHERE, extra=True)
+__getattr__, __dir__ = lazy_names(__name__, {n: m for m, names in _WHERE.items() for n in names}, extra=True)

@@ -128,15 +128,9 @@ def _add_span(
 # ---------------------------------------------------------------- OTLP JSON: one ExportTraceServiceRequest a line
 
 _STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
-_STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_STATUS_NAMES = {f"STATUS_CODE_{code.name}": n for n, code in _STATUS.items()}
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
-_KIND_NAMES = {
-    "SPAN_KIND_INTERNAL": 1,
-    "SPAN_KIND_SERVER": 2,
-    "SPAN_KIND_CLIENT": 3,
-    "SPAN_KIND_PRODUCER": 4,
-    "SPAN_KIND_CONSUMER": 5,
-}
+_KIND_NAMES = {f"SPAN_KIND_{kind.name}": n for n, kind in _KINDS.items()}
 
 
 def _nanos(value: Any) -> int | None:
@@ -251,7 +245,7 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
 
 OI_KIND = "openinference.span.kind"
 METADATA = "metadata"
-_PHOENIX_STATUS = {"OK": StatusCode.OK, "ERROR": StatusCode.ERROR, "UNSET": StatusCode.UNSET}
+_PHOENIX_STATUS = {code.name: code for code in StatusCode}
 _PHOENIX_SCOPE = InstrumentationScope("phoenix-export")  # Phoenix keeps neither the scope
 _EMPTY = Resource({})  # nor the resource
 
@@ -385,8 +379,8 @@ def read_phoenix_spans(texts: Iterable[str]) -> OtlpRead:
 def span_events(spans: list[ReadableSpan]) -> Iterator[tuple[bool, ReadableSpan]]:
     """(is_start, span) in the order a live processor would have seen them: by time, a parent
     starting before its children and ending after them when the clock cannot tell them apart."""
-    depth: dict[tuple[int, int], int] = {}
-    parent_of = {(s.context.trace_id, s.context.span_id): s.parent for s in spans}
+    keys = [(s.context.trace_id, s.context.span_id) for s in spans]
+    parent_of = {key: s.parent for key, s in zip(keys, spans, strict=True)}
 
     def depth_of(key: tuple[int, int]) -> int:
         d, seen = 0, set()
@@ -398,14 +392,9 @@ def span_events(spans: list[ReadableSpan]) -> Iterator[tuple[bool, ReadableSpan]
             d += 1
         return d
 
-    for s in spans:
-        depth[(s.context.trace_id, s.context.span_id)] = depth_of((s.context.trace_id, s.context.span_id))
-    events = [
-        (s.start_time or 0, 0, depth[(s.context.trace_id, s.context.span_id)], i, True, s) for i, s in enumerate(spans)
-    ]
-    events += [
-        (s.end_time or 0, 1, -depth[(s.context.trace_id, s.context.span_id)], i, False, s) for i, s in enumerate(spans)
-    ]
+    depth = {key: depth_of(key) for key in parent_of}
+    events = [(s.start_time or 0, 0, depth[k], i, True, s) for i, (k, s) in enumerate(zip(keys, spans, strict=True))]
+    events += [(s.end_time or 0, 1, -depth[k], i, False, s) for i, (k, s) in enumerate(zip(keys, spans, strict=True))]
     events.sort(key=lambda e: e[:4])
     for *_, is_start, span in events:
         yield is_start, span
