@@ -38,8 +38,7 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from tps_tracer.otel.delivery import DeliveryCount
-    from tps_tracer.otel.evaluations import EvaluationSpanExporter
+    from tps_tracer.otel.evaluations import DeliveryCount, EvaluationSpanExporter
     from tps_tracer.otel.trace_links import TraceLinks
 
     endpoint = args.endpoint or "http://127.0.0.1:4318"

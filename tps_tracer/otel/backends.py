@@ -1,18 +1,25 @@
 """Scores written to tracing backends' own APIs: Phoenix span annotations, MLflow assessments,
-LangSmith feedback, Langfuse scores. Each gets `backend_rows` (score_names.py) in its own shape and
-delivers them through `RetryingDelivery`; usage and guarantees: docs/otel.md, docs/traces.md.
+LangSmith feedback, Langfuse scores (usage: docs/otel.md, docs/traces.md). Each turns `backend_rows`
+(score_names.py) into its records; `RetryingDelivery` writes them off the agent's threads, retried,
+never silently lost (the durable record of every score is still the accumulator's sink).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import threading
+import time
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.otel.delivery import DEFAULT_NOT_STORED_TIMEOUT, Options, RetryingDelivery
-from tps_tracer.otel.score_names import STOP_NAME
+from tps_tracer.otel.score_names import STOP_NAME, Row, SentScores, backend_rows
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.tracking.keys import RUN_ID_KEY
 
@@ -23,6 +30,229 @@ logger = logging.getLogger("tps_tracer")
 
 SOURCE = "tps-tracer"  # the source every backend records our writes under
 _IDS = uuid.UUID("6f1d3c2a-7e0b-5c4d-9a8e-2b7f4e1c0d35")  # the uuid5 namespace of LangSmith / Langfuse ids
+DEFAULT_MAX_PENDING = 100_000
+DEFAULT_NOT_STORED_TIMEOUT = 120.0
+
+
+class Options(TypedDict, total=False):
+    """What every backend exporter takes: which scores (score_names.py) and how they are retried."""
+
+    predictor: str  # the headline, fixed: a name means one predictor on every run
+    weights: str | None  # default: the accumulator's first schedule
+    censoring: str | Sequence[str]  # ("simple", "exact") sends both, the exact one once q_Z is known
+    retry_initial: float  # backoff doubling up to retry_max while the backend is down
+    retry_max: float
+    max_pending: int
+
+
+@dataclass(order=True)
+class _Waiting:
+    """A record whose trace the backend has not stored yet, due for another try at `due`."""
+
+    due: float
+    seq: int
+    first_failed: float = field(compare=False)
+    delay: float = field(compare=False)
+    item: Any = field(compare=False)
+
+
+class RetryingDelivery:
+    """A backend exporter: `items(score, link)` are its records, `_send(batch)` writes them and returns
+    why records refused for good were refused (counted in `gave_up`, not retried). While the backend
+    is down a batch is retried with backoff; a record whose trace the backend has not stored yet
+    (`_not_stored_yet`: spans travel by another exporter) waits on its own, up to `not_stored_timeout`.
+    Only past `max_pending` waiting records are the oldest dropped (counted)."""
+
+    backend = "backend"  # in log lines and the worker thread's name
+
+    def __init__(
+        self,
+        links: TraceLinks | None = None,
+        *,
+        predictor: str = HEADLINE_PREDICTOR,
+        weights: str | None = None,
+        censoring: str | Sequence[str] = SIMPLE,
+        batch_size: int = 200,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
+    ):
+        self.links = links if links is not None else TraceLinks()
+        self.predictor, self.weights, self.censoring = predictor, weights, censoring
+        self.sent_scores = SentScores()
+        self.batch_size, self.max_pending, self.not_stored_timeout = batch_size, max_pending, not_stored_timeout
+        self.retry_initial, self.retry_max = retry_initial, retry_max
+        self._queue: deque[Any] = deque()
+        self._waiting: list[_Waiting] = []  # heap by due time
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self.sent = self.failed_attempts = self.dropped = self.gave_up = self.outages = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tps-tracer-{self.backend.lower()}", daemon=True)
+        self._thread.start()
+
+    def rows(self, score: TrajectoryScore) -> list[Row]:
+        return backend_rows(score, self.predictor, self.weights, self.censoring)
+
+    def items(self, score: TrajectoryScore, link: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def _send(self, batch: Sequence[Any]) -> list[str] | None:
+        raise NotImplementedError
+
+    def _not_stored_yet(self, exc: Exception) -> bool:
+        return False
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self._enqueue(score, link))
+
+    def identity(self, record: Any) -> tuple[Hashable, Hashable]:
+        """(name, signature): a later notification re-sends a record only when its signature changed."""
+        raise NotImplementedError
+
+    def new_records(self, score: TrajectoryScore, link: Any) -> list[Any]:
+        return [r for r in self.items(score, link) if self.sent_scores.is_new(score.trajectory_id, *self.identity(r))]
+
+    def _enqueue(self, score: TrajectoryScore, link: Any) -> None:
+        records = self.new_records(score, link)
+        if not records:
+            return
+        with self._cond:
+            self._queue.extend(records)
+            while len(self._queue) > self.max_pending:
+                self._queue.popleft()
+                self.dropped += 1
+            self._cond.notify_all()
+
+    def _next_batch(self) -> tuple[list[Any], _Waiting | None] | None:
+        """Block until something is due; None when closed and nothing is due."""
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                if self._waiting and self._waiting[0].due <= now:
+                    waiting = heapq.heappop(self._waiting)
+                    self._in_flight = 1
+                    return [waiting.item], waiting
+                if self._queue:
+                    n = min(self.batch_size, len(self._queue))
+                    batch = [self._queue.popleft() for _ in range(n)]
+                    self._in_flight = n
+                    return batch, None
+                if self._closed:
+                    return None
+                self._cond.wait(timeout=self._waiting[0].due - now if self._waiting else None)
+
+    def _run(self) -> None:
+        delay = self.retry_initial
+        while (taken := self._next_batch()) is not None:
+            batch, waiting = taken
+            try:
+                refused = self._send(batch) or []
+            except Exception as exc:
+                if len(batch) == 1 and self._not_stored_yet(exc):
+                    self._wait_for_trace(batch[0], waiting, exc)
+                    continue
+                if not self._outage(batch, waiting, exc, first=delay == self.retry_initial):
+                    return  # closing: what is left stays counted as pending
+                time.sleep(delay)
+                delay = min(delay * 2, self.retry_max)
+                continue
+            if refused:  # logged before flush() can return
+                logger.warning("tps-tracer: %s refused %d records: %s", self.backend, len(refused), "; ".join(refused))
+            with self._cond:
+                self.sent += len(batch) - len(refused)
+                self.gave_up += len(refused)
+                self.last_error = "; ".join(refused) if refused else self.last_error
+                self._in_flight = 0
+                self._cond.notify_all()
+            if delay != self.retry_initial:
+                logger.warning(
+                    "tps-tracer: %s delivered again after %d failed attempts", self.backend, self.failed_attempts
+                )
+            delay = self.retry_initial
+
+    def _outage(self, batch: list[Any], waiting: _Waiting | None, exc: Exception, *, first: bool) -> bool:
+        """Keep a failed batch for the next try; False when closing."""
+        with self._cond:
+            if waiting is not None:
+                heapq.heappush(self._waiting, waiting)  # still due: tried first when the backend is back
+            else:
+                self._queue.extendleft(reversed(batch))  # back at the front, in order
+            self._in_flight = 0
+            self.failed_attempts += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            if first:
+                self.outages += 1
+            pending = len(self._queue) + len(self._waiting)
+            closed = self._closed
+        if first:
+            logger.warning(
+                "tps-tracer: %s writes failed (%s); %d pending, retrying with backoff",
+                self.backend,
+                self.last_error,
+                pending,
+            )
+        return not closed
+
+    def _wait_for_trace(self, item: Any, waiting: _Waiting | None, exc: Exception) -> None:
+        now = time.monotonic()
+        if waiting is None:
+            waiting = _Waiting(0.0, 0, now, self.retry_initial / 2, item)
+        with self._cond:
+            self._in_flight = 0
+            if now - waiting.first_failed >= self.not_stored_timeout:
+                self.gave_up += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._cond.notify_all()
+                give_up = True
+            else:
+                waiting.delay = min(waiting.delay * 2, self.retry_max)
+                waiting.due, waiting.seq = now + waiting.delay, next(self._seq)
+                heapq.heappush(self._waiting, waiting)
+                give_up = False
+        if give_up and self.gave_up & (self.gave_up - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: no log flood
+            logger.warning(
+                "tps-tracer: %s never stored the trace of a score after %.0f s; %d given up so far (%s)",
+                self.backend,
+                self.not_stored_timeout,
+                self.gave_up,
+                self.last_error,
+            )
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "sent": self.sent,
+                "pending": len(self._queue) + len(self._waiting) + self._in_flight,
+                "waiting_for_trace": len(self._waiting),
+                "failed_attempts": self.failed_attempts,
+                "outages": self.outages,
+                "dropped": self.dropped,
+                "gave_up": self.gave_up,
+                "last_error": self.last_error,
+                "waiting_for_link": self.links.n_waiting,
+            }
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued record is delivered (or given up); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._waiting or self._in_flight:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(timeout=0.05 if left is None else min(0.05, left))
+        return True
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
 
 
 class PhoenixAnnotations(RetryingDelivery):

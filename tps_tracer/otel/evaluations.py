@@ -9,6 +9,7 @@ travels as something new under the agent root span:
     EvaluationEventExporter  one `gen_ai.evaluation.result` log record per score (span events are
                              deprecated, OTEP 4430); needs opentelemetry-sdk 1.35+
     TPSMetrics               running means and counts (instruments and Prometheus names: docs/otel.md)
+    DeliveryCount            what an OTLP endpoint took of the spans `tps-tracer export --to otlp` sent
 
 Both carry label (success | failure | censored | excluded), explanation and `tps.*` facts; an
 excluded run gets its stop reason and no score. The span processor skips these spans (scope name).
@@ -20,12 +21,14 @@ import contextlib
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
@@ -240,3 +243,27 @@ class TPSMetrics:
 
     def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, self._attributes(k)) for k, (_, n) in self.means().items()]
+
+
+class DeliveryCount(SpanExporter):
+    """Counts what an OTLP endpoint took (`export --to otlp`): the batch processor's `force_flush`
+    returns True also when the endpoint refused an export or it failed after its retries."""
+
+    def __init__(self, inner: SpanExporter):
+        self.inner = inner
+        self.delivered = 0
+        self.gave_up = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.delivered += len(spans)
+        else:
+            self.gave_up += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))

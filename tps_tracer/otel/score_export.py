@@ -7,7 +7,7 @@ silently skipped (`ExportSummary`: exported, without_trace, pending_outcome).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,21 +43,6 @@ def has_trace(record: TrajectoryRecord, link: Sequence[str] = OTEL_LINK) -> bool
     return all(isinstance(record.metadata.get(key), str) for key in link)
 
 
-def scores_of(
-    records: Iterable[TrajectoryRecord], rules: Sequence[str | ScoreRule], weights: Sequence[str]
-) -> tuple[list[TrajectoryScore], dict[str, int]]:
-    """Each run's TrajectoryScore as the live accumulator notifies it (clean runs without a grade: none)."""
-    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
-    scores: list[TrajectoryScore] = []
-    acc.add_listener(scores.append)
-    for rec in records:
-        for step in rec.steps:
-            acc.observe(rec.trajectory_id, dict(step.forecasts))
-        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
-    acc.close()
-    return scores, dict(acc.rejected)
-
-
 def export_records(
     records: Sequence[TrajectoryRecord],
     exporter: Callable[[TrajectoryScore], None],
@@ -75,7 +60,16 @@ def export_records(
             summary.pending_outcome.append(rec.trajectory_id)
         else:
             linked.append(rec)
-    scores, summary.rejected = scores_of(linked, rules, weights)
+    # Scored on the accumulator the live exporters listen to (clean runs without a grade: no score).
+    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
+    scores: list[TrajectoryScore] = []
+    acc.add_listener(scores.append)
+    for rec in linked:
+        for step in rec.steps:
+            acc.observe(rec.trajectory_id, dict(step.forecasts))
+        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
+    acc.close()
+    summary.rejected = dict(acc.rejected)
     for score in scores:
         exporter(score)
         summary.exported.append(score.trajectory_id)

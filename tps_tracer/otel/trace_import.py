@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from tps_tracer.atomic_write import write_text
 from tps_tracer.online.accumulator import Accumulator
+from tps_tracer.otel.agent_frameworks import OI_KIND
 from tps_tracer.otel.span_processor import TPSSpanProcessor
 
 UNREADABLE_KEY = "import_unreadable"
@@ -243,7 +244,6 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
 # (a metadata key containing a dot comes back nested; the `tps_*` keys the processor reads have
 # none). Times are ISO 8601 at microsecond precision; the span kind is not kept (read as INTERNAL).
 
-OI_KIND = "openinference.span.kind"
 METADATA = "metadata"
 _PHOENIX_STATUS = {code.name: code for code in StatusCode}
 _PHOENIX_SCOPE = InstrumentationScope("phoenix-export")  # Phoenix keeps neither the scope
