@@ -20,7 +20,7 @@ from otel_support import agent_for, instrumented, run_tasks
 
 from tps_tracer import Accumulator
 from tps_tracer.otel import EvaluationSpanExporter, TPSSpanProcessor
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
 from tps_tracer.otel.score_export import export_records
 from tps_tracer.otel.trace_links import TraceLinks
 from tps_tracer.records.jsonl import read_trajectories

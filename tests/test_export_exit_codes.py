@@ -19,7 +19,7 @@ import pytest
 from cli_support import call, ok_records
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
 
 
 class _Receiver(http.server.BaseHTTPRequestHandler):

@@ -27,8 +27,9 @@ from world_check import sink_records
 
 from tps_tracer import Accumulator
 from tps_tracer.otel import MlflowAssessments, TPSSpanProcessor
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
-from tps_tracer.otel.mlflow_assessments import STOP_ASSESSMENT, mlflow_trace_id
+from tps_tracer.otel.backends import mlflow_trace_id
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
+from tps_tracer.otel.score_names import STOP_NAME
 from tps_tracer.otel.trace_links import SpanLink
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 
@@ -93,14 +94,14 @@ def check_assessments(info, root_span_id: str, record, outcomes) -> int:
     (computed independently); each is written once. Returns the number of score assessments."""
     names = sorted(a.name for a in info.assessments)
     meaning = expected_score_names(record, RULES)
-    assert names == sorted([STOP_ASSESSMENT, *meaning]), names  # retries included, nothing written twice
+    assert names == sorted([STOP_NAME, *meaning]), names  # retries included, nothing written twice
     scores = 0
     for a in info.assessments:
         assert a.span_id == root_span_id
         assert a.source.source_type == "CODE" and a.source.source_id == "tps-tracer"
         assert a.metadata["trajectory_id"] == record.trajectory_id
         assert a.metadata["stop_reason"] == record.stop_reason.value
-        if a.name == STOP_ASSESSMENT:
+        if a.name == STOP_NAME:
             assert a.value == record.stop_reason.value
             continue
         predictor, rule = meaning[a.name]  # one name, one predictor

@@ -23,7 +23,7 @@ from world_check import new_accumulator, sink_records
 
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import EvaluationSpanExporter, TPSMetrics, TPSSpanProcessor
-from tps_tracer.otel.evaluation_spans import EVALUATION_EVENT, EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_EVENT, EVALUATION_SPAN
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import score as rule_score
 from tps_tracer.sim.world import AgentWorld, WorldConfig

@@ -21,7 +21,7 @@ from otel_support import agent_for, instrumented
 from recipe_support import RecipeRun, Subset, expected_score, expected_score_names, load_recipe
 from world_check import sink_records
 
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 

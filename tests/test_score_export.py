@@ -31,7 +31,7 @@ from tps_tracer import Accumulator
 from tps_tracer.cli.main import main
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.online.jsonl_sink import JsonlSink
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 

@@ -25,7 +25,8 @@ from world_check import sink_records
 
 from tps_tracer.cli.main import main
 from tps_tracer.online.jsonl_sink import JsonlSink
-from tps_tracer.otel.mlflow_assessments import STOP_ASSESSMENT, mlflow_trace_id
+from tps_tracer.otel.backends import mlflow_trace_id
+from tps_tracer.otel.score_names import STOP_NAME
 from tps_tracer.otel.trace_links import SpanLink
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
@@ -94,14 +95,14 @@ def test_late_grades_and_q_z_exported_to_mlflow_once_each(mlflow_server, tmp_pat
         info = client.get_trace_info(mlflow_trace_id(link))
         names = [a.name for a in info.assessments]
         simple = expected_score_names(rec, RULES)
-        want = {STOP_ASSESSMENT: None, **simple, **{f"{n}.exact": m for n, m in simple.items()}}
+        want = {STOP_NAME: None, **simple, **{f"{n}.exact": m for n, m in simple.items()}}
         if rec.stop_reason is StopReason.MAX_STEPS or rec.stop_reason is StopReason.CLEAN:
             assert sorted(names) == sorted(want), (tid, names)  # each once: live, then exported three times
         else:
-            assert names == [STOP_ASSESSMENT]
+            assert names == [STOP_NAME]
         for a in info.assessments:
             assert a.span_id == link.span_hex
-            if a.name == STOP_ASSESSMENT:
+            if a.name == STOP_NAME:
                 assert a.value == rec.stop_reason.value
                 continue
             predictor, rule = want[a.name]

@@ -27,7 +27,7 @@ from tps_tracer.otel import (
     PhoenixAnnotations,
     TraceLinks,
 )
-from tps_tracer.otel.evaluation_spans import EVALUATION_SPAN
+from tps_tracer.otel.evaluations import EVALUATION_SPAN
 from tps_tracer.otel.trace_links import SpanLink
 
 # run id -> (forecasts per step, stop reason, horizon, late outcome, late q_z)

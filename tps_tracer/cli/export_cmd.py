@@ -32,8 +32,7 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from tps_tracer.otel.delivery_count import DeliveryCount
-    from tps_tracer.otel.evaluation_spans import EvaluationSpanExporter
+    from tps_tracer.otel.evaluations import DeliveryCount, EvaluationSpanExporter
     from tps_tracer.otel.trace_links import TraceLinks
 
     endpoint = args.endpoint or "http://127.0.0.1:4318"
@@ -61,7 +60,7 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
 
 def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     """LangSmith feedback / Langfuse scores, clients from the SDKs' own settings (API keys, project)."""
-    from tps_tracer.otel.feedback_scores import LangfuseScores, LangSmithFeedback
+    from tps_tracer.otel.backends import LangfuseScores, LangSmithFeedback
 
     if args.to == "langsmith":
         from langsmith import Client
@@ -98,12 +97,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         listener, flush, status = _otlp(args, options)
         closer = None
     elif args.to == "phoenix":
-        from tps_tracer.otel.phoenix import PhoenixAnnotations
+        from tps_tracer.otel.backends import PhoenixAnnotations
 
         exporter: Any = PhoenixAnnotations(args.endpoint or "http://127.0.0.1:6006", **options)
         listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
     else:
-        from tps_tracer.otel.mlflow_upsert import MlflowUpsert
+        from tps_tracer.otel.backends import MlflowUpsert
 
         if args.to in BY_RUN_ID:
             exporter = _by_run_id(args, options)

@@ -34,9 +34,7 @@ def format_of(text: str) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tps_tracer.otel.otlp_json import read_otlp_json
-    from tps_tracer.otel.phoenix_spans import read_phoenix_spans
-    from tps_tracer.otel.trace_import import import_spans
+    from tps_tracer.otel.trace_import import import_spans, read_otlp_json, read_phoenix_spans
 
     texts = [Path(path).read_text(encoding="utf-8-sig") for path in args.traces]
     formats = {format_of(t) for t in texts} if args.format == "auto" else {args.format}

@@ -1,28 +1,13 @@
-"""Span shapes of agent frameworks beyond LangChain: pure functions over span attributes.
+"""Span shapes of agent frameworks beyond LangChain (versions: docs/otel.md "Agent frameworks").
 
-What each framework's instrumentation writes (versions tested: docs/otel.md "Agent frameworks"):
-
-- smolagents (openinference-instrumentation-smolagents): the LLM span's text only in
-  `llm.output_messages.0.message.contents.N.message_content.text` (no flat
-  `message.content`); `output.value` is the ChatMessage as a dict (role, content,
-  tool_calls with `function.arguments`). The agent span carries `smolagents.max_steps`.
-- OpenAI Agents SDK (openinference-instrumentation-openai-agents): generation spans
-  (Chat Completions models) put a list of chat message dicts in `output.value`, or, on
-  the streamed path, a list holding one Responses-API response; response spans
-  (Responses models) put the response object itself. A response's `output` holds
-  `message` items whose `output_text` parts carry the text and, when requested,
-  `logprobs` (OpenAI's token entries), and `function_call` items with the arguments.
-- smolagents' budget stop without `return_full_result`: the run returns the answer of one
-  more model call (`provide_final_answer`) made directly under the agent span, after the
-  last "Step N" span; every other model call runs inside a step span, or, for planning,
-  directly under the agent span but always before a step. So a smolagents run whose last
-  model call is a direct child of its agent span stopped on max_steps
-  (`forced_final_answer`).
-- Budget stops that only a span other than the root shows (the Agents SDK leaves its
-  workflow root OK and sets ERROR on the agent span): `budget_stop` reads any span's
-  exception events and status description.
-
-The recognisers of budget names and texts live in `capture/stop_signals.py`.
+- smolagents: the LLM text only in `llm.output_messages.0.message.contents.N...`; `output.value` a
+  ChatMessage dict. Stopped by max_steps without `return_full_result`, it makes one more model call
+  (`provide_final_answer`) directly under the agent span, after the last step: the only call there
+  after a step, so a run whose last call is a direct child of its agent span was cut by its budget.
+- OpenAI Agents SDK: generation spans hold chat message dicts (or, streamed, [one Responses-API
+  response]); response spans the response itself (`message` items with `output_text` parts and
+  their `logprobs`, `function_call` items). It leaves the workflow root OK and sets ERROR on the
+  agent span, so `budget_stop` reads any span.
 """
 
 from __future__ import annotations
@@ -38,12 +23,8 @@ MAX_CONTENTS = 64  # content parts read per message (a bound, not a limit any fr
 OI_KIND = "openinference.span.kind"
 GENAI_OPERATION = "gen_ai.operation.name"
 
-# Attributes stating the run's step budget, per framework.
-STEP_BUDGET_ATTRIBUTES = ("smolagents.max_steps",)
-# Agent spans of frameworks that answer a run cut by its budget with one more model call
-# made directly under the agent span (smolagents' provide_final_answer).
-FORCED_FINAL_ANSWER_ATTRIBUTES = ("smolagents.max_steps",)
-# smolagents' RunResult stating a run that finished (return_full_result=True): no forced answer.
+MAX_STEPS = "smolagents.max_steps"  # on the agent span: the run's step budget
+# smolagents' RunResult of a run that finished (return_full_result=True): no forced answer.
 _RUN_SUCCEEDED = re.compile(r"^\s*RunResult\(.*\bstate=['\"]success['\"]", re.DOTALL)
 
 
@@ -82,12 +63,10 @@ def _message_text(content: Any) -> str | None:
 
 
 def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
-    """(text, logprobs, tool args) of an assistant message dict (smolagents ChatMessage, Agents SDK generation)."""
     return _message_text(message.get("content")), None, _first_arguments(message.get("tool_calls"))
 
 
 def is_response(obj: Any) -> bool:
-    """A Responses-API response (its `output` is a list of typed items)."""
     return (
         isinstance(obj, Mapping)
         and _is_list(obj.get("output"))
@@ -96,7 +75,6 @@ def is_response(obj: Any) -> bool:
 
 
 def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
-    """(text, logprobs, tool args) of a Responses-API response: its message items' output_text parts."""
     texts: list[str] = []
     logprobs: list[Any] = []
     has_logprobs = False
@@ -135,9 +113,6 @@ def from_output_value(output: Any) -> tuple[str | None, Any, Any] | None:
     return None
 
 
-# ---------------------------------------------------------------- budget stops on any span
-
-
 def is_agent_span(attributes: Mapping[str, Any]) -> bool:
     return attributes.get(OI_KIND) == "AGENT" or attributes.get(GENAI_OPERATION) == "invoke_agent"
 
@@ -145,8 +120,7 @@ def is_agent_span(attributes: Mapping[str, Any]) -> bool:
 def budget_stop(
     attributes: Mapping[str, Any], events: Sequence[Any], description: str | None
 ) -> tuple[str, int | None] | None:
-    """(detail, stated limit) when a span records a budget stop: a budget exception among its
-    exception events, or a budget text as its status description; else None."""
+    """(detail, stated limit) when a span's exception events or status description say budget stop."""
     for e in events:
         if e.name != "exception" or not e.attributes:
             continue
@@ -160,18 +134,14 @@ def budget_stop(
 
 
 def step_budget_attribute(attributes: Mapping[str, Any]) -> Any:
-    """The run's step budget as a framework's agent span states it (smolagents.max_steps), unchecked."""
-    for key in STEP_BUDGET_ATTRIBUTES:
-        value = attributes.get(key)
-        if value is not None:
-            return value
-    return None
+    """As the agent span states it, unchecked."""
+    return attributes.get(MAX_STEPS)
 
 
 def forced_final_answer(attributes: Mapping[str, Any], last_call_under_root: bool) -> bool:
-    """The run's last model call, made directly under a smolagents agent span, is the final
-    answer smolagents forces once max_steps is reached (see the module docstring)."""
-    if not last_call_under_root or all(attributes.get(k) is None for k in FORCED_FINAL_ANSWER_ATTRIBUTES):
+    """The run's last model call, directly under a smolagents agent span, is the answer smolagents
+    forces at max_steps (module docstring)."""
+    if not last_call_under_root or attributes.get(MAX_STEPS) is None:
         return False
     output = attributes.get("output.value")
     return not (isinstance(output, str) and _RUN_SUCCEEDED.search(output))

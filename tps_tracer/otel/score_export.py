@@ -1,31 +1,13 @@
 """Scores of a records file pushed to the traces they belong to, after the fact (`tps-tracer export`).
 
-Scores known later never reached the backend live: a grade appended by a grading job
-(`JsonlSink(...).resolve`), a q_z written by `tps-tracer censoring --write-records`. This
-reads the records with their resolution lines applied, scores each run on the same
-accumulator the live exporters listen to (so a number is the one the live path would have
-sent), and hands each score to the same exporters, linked by the `otel_trace_id` /
-`otel_span_id` the span processor and the LangChain handler write into every record (or, for
-LangSmith and Langfuse, by the handler's `langchain_run_id`).
-
-Runs are accounted for, never silently skipped:
-
-    exported          scored or excluded runs handed to the backend (an excluded run gets its
-                      stop reason, as live)
-    without_trace     runs whose record names no trace (ids listed): nothing to attach to
-    pending_outcome   clean runs still waiting for their grade (ids listed): no score yet
-
-Re-running is idempotent: Phoenix keeps one annotation per span and name (a second write
-replaces it), MLflow assessments are looked up and updated in place (`MlflowUpsert`), and
-OTLP evaluation spans get span ids derived from the run and its score (span_ids.py), the
-same ids the live `EvaluationSpanExporter` gives them, so a backend that keys spans by id
-(Phoenix, any store that deduplicates) stores one, also after a live export. LangSmith feedback
-and Langfuse scores get ids derived from the run and name (feedback_scores.py).
+Each run is scored on the accumulator the live exporters listen to and handed to the same
+exporters, so a number is the one the live path would have sent. Runs are accounted for, never
+silently skipped (`ExportSummary`: exported, without_trace, pending_outcome).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,21 +43,6 @@ def has_trace(record: TrajectoryRecord, link: Sequence[str] = OTEL_LINK) -> bool
     return all(isinstance(record.metadata.get(key), str) for key in link)
 
 
-def scores_of(
-    records: Iterable[TrajectoryRecord], rules: Sequence[str | ScoreRule], weights: Sequence[str]
-) -> tuple[list[TrajectoryScore], dict[str, int]]:
-    """Each run's TrajectoryScore as the live accumulator notifies it (clean runs without a grade: none)."""
-    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
-    scores: list[TrajectoryScore] = []
-    acc.add_listener(scores.append)
-    for rec in records:
-        for step in rec.steps:
-            acc.observe(rec.trajectory_id, dict(step.forecasts))
-        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
-    acc.close()
-    return scores, dict(acc.rejected)
-
-
 def export_records(
     records: Sequence[TrajectoryRecord],
     exporter: Callable[[TrajectoryScore], None],
@@ -83,7 +50,7 @@ def export_records(
     weights: Sequence[str] = ("linear-front",),
     link: Sequence[str] = OTEL_LINK,
 ) -> ExportSummary:
-    """Hand every linked run's score to `exporter` (a live exporter: a listener); see the module docstring."""
+    """Hand every linked run's score to `exporter` (a live exporter: a listener)."""
     summary = ExportSummary()
     linked = []
     for rec in records:
@@ -93,7 +60,16 @@ def export_records(
             summary.pending_outcome.append(rec.trajectory_id)
         else:
             linked.append(rec)
-    scores, summary.rejected = scores_of(linked, rules, weights)
+    # Scored on the accumulator the live exporters listen to (clean runs without a grade: no score).
+    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
+    scores: list[TrajectoryScore] = []
+    acc.add_listener(scores.append)
+    for rec in linked:
+        for step in rec.steps:
+            acc.observe(rec.trajectory_id, dict(step.forecasts))
+        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
+    acc.close()
+    summary.rejected = dict(acc.rejected)
     for score in scores:
         exporter(score)
         summary.exported.append(score.trajectory_id)

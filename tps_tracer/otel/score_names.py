@@ -1,24 +1,11 @@
-"""One exported name, one meaning: how exporters name a trajectory's scores, and send each once.
+"""How every exporter names and describes a trajectory's scores, and sends each name once per run.
 
-A backend averages and filters by name, so a name must mean the same quantity on every run.
-The headline predictor is therefore fixed per exporter (`HEADLINE_PREDICTOR`, "verbal", unless
-configured), never the first predictor a run happens to have:
+A backend averages and filters by name, so a name means one quantity on every run:
 
-    tps.log                 the headline predictor's TPS, log rule
+    tps.log                 the headline predictor's TPS, log rule (headline fixed per exporter, "verbal")
     tps.log.token_prob      another predictor's, named after it
-    tps.brier, ...          one name per rule
     tps.log.exact           exact censoring (q_Z known), when the exporter is set to it
     tps.log.uniform         another weight schedule than linear-front, likewise
-
-all at the exporter's one schedule and its censoring mode(s) (which the metadata states too).
-A run on which the headline predictor is unusable simply has no `tps.log`. An annotation
-exporter given censoring=("simple", "exact") sends both: `tps.log` at the stop, and
-`tps.log.exact` once q_Z is known (a budget stop resolved later; at once for a complete run,
-whose exact score is its simple one).
-
-The accumulator calls its listeners again when a late outcome or q_Z arrives; `SentScores`
-remembers what each exporter already sent per trajectory, so a value that did not change is
-not sent twice (one annotation / evaluation span per run and name).
 """
 
 from __future__ import annotations
@@ -26,21 +13,23 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from tps_tracer.constants import SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 
-STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped (a label, no score)
+STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped
 DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
 DEFAULT_MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
+
+Row = tuple[str, "float | str", str, dict[str, Any]]  # name, value, comment, metadata
 
 
 def score_name(
     rule: str, predictor: str, headline: str, weights: str = DEFAULT_WEIGHTS, censoring: str = SIMPLE
 ) -> str:
-    """tps.<rule>, then .<predictor> unless it is the headline, .<censoring> unless simple, .<weights>
-    unless linear-front: an exporter configured otherwise (`export --censoring exact`) never writes
-    another quantity under a name already in use."""
+    """An exporter configured otherwise (`export --censoring exact`) never writes another quantity
+    under a name already in use."""
     parts = [f"tps.{rule}"]
     if predictor != headline:
         parts.append(predictor)
@@ -51,17 +40,13 @@ def score_name(
     return ".".join(parts)
 
 
-def first_weights(score: TrajectoryScore) -> str | None:
-    """The accumulator's first schedule: every usable predictor has every schedule, so it is the same on every run."""
-    return next((w for (_, _, w) in score.pairs), None)
-
-
 def named_values(
     score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
 ) -> list[tuple[str, ScoreValue]]:
-    """(name, value) for every usable predictor x rule at one schedule, in each of the censoring
-    modes (one, or several: ("simple", "exact") names both; none when excluded)."""
-    weights = weights if weights is not None else first_weights(score)
+    """Every usable predictor x rule at one schedule (default the accumulator's first, the same on
+    every run), in each censoring mode asked for."""
+    if weights is None:
+        weights = next((w for (_, _, w) in score.pairs), None)
     modes = (censoring,) if isinstance(censoring, str) else tuple(censoring)
     return [
         (score_name(v.rule, v.predictor, headline, v.weights, v.censoring), v)
@@ -70,8 +55,50 @@ def named_values(
     ]
 
 
+def score_facts(score: TrajectoryScore) -> dict[str, Any]:
+    """The trajectory's facts for a backend record's metadata."""
+    return {
+        "trajectory_id": score.trajectory_id,
+        "stop_reason": score.stop_reason.value,
+        "role": score.role.value,
+        "horizon": score.horizon,
+        "n_steps": score.n_steps,
+        "outcome": score.outcome,
+        "q_z": score.q_z,
+    }
+
+
+def value_facts(v: ScoreValue) -> dict[str, Any]:
+    return {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
+
+
+def explanation(score: TrajectoryScore, v: ScoreValue | None, headline: str | None = None) -> str:
+    if v is None:
+        if headline is not None and next(score.values(), None) is not None:
+            return f"no score for predictor {headline} on this run; stop reason {score.stop_reason.value}"
+        return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
+    return (
+        f"TPS, {v.rule} rule, {v.weights} weights, {v.censoring} censoring, predictor {v.predictor}, "
+        f"over {score.n_steps} of T={score.horizon} steps; stop reason {score.stop_reason.value}"
+    )
+
+
+def backend_rows(
+    score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
+) -> list[Row]:
+    """What every backend gets per run: `tps.stop_reason` (so runs can be filtered by why they
+    stopped), then one row per named value."""
+    facts = score_facts(score)
+    stop = score.stop_reason.value
+    out: list[Row] = [(STOP_NAME, stop, f"stop reason {stop} ({score.role.value})", facts)]
+    for name, v in named_values(score, headline, weights, censoring):
+        out.append((name, v.value, explanation(score, v), {**facts, "label": score.label, **value_facts(v)}))
+    return out
+
+
 class SentScores:
-    """What an exporter already sent, per trajectory and name; thread-safe, bounded."""
+    """What an exporter already sent, per trajectory and name, so that the accumulator's later
+    notifications (a late outcome, a q_Z) re-send only what changed; thread-safe, bounded."""
 
     def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED):
         self.max_remembered = max_remembered

@@ -1,11 +1,8 @@
 """Where each trajectory lives in the tracing backend: trajectory id -> its agent root span.
 
-The span processor records a link when an agent root span ends. Exporters use it to put a
-score next to the run it belongs to (a child span of the root, an annotation on it). When
-capture is done by the LangChain handler instead, the score may be ready before the root
-span has ended, so an exporter can wait for the link: `when_known` calls back as soon as
-it is added. Both maps are bounded (oldest first out); callbacks that never got a link are
-counted as `expired` when pushed out.
+The span processor adds a link when an agent root span ends. Under the LangChain handler a score
+may be ready before that, so an exporter can wait for the link (`when_known`). Both maps are
+bounded; callbacks pushed out before their link came are counted as `expired`.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ class SpanLink:
         return cls(int(trace_hex, 16), int(span_hex, 16))
 
     def context(self) -> Any:
-        """An OpenTelemetry context whose current span is this agent root: what is emitted in it
-        (an evaluation span, a log record) belongs to the root's trace, under the root."""
+        """A context whose current span is this agent root: what is emitted in it goes under the root."""
         from opentelemetry import trace
         from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
@@ -83,7 +79,7 @@ class TraceLinks:
     def for_metadata(
         self, trajectory_id: str, metadata: Mapping[str, Any], callback: Callable[[SpanLink], None]
     ) -> None:
-        """Like when_known, but use the span ids the span processor put in the stop metadata when present."""
+        """Like when_known, but the span ids in the stop metadata win when present."""
         trace_hex, span_hex = metadata.get("otel_trace_id"), metadata.get("otel_span_id")
         if isinstance(trace_hex, str) and isinstance(span_hex, str):
             callback(SpanLink.from_hex(trace_hex, span_hex))

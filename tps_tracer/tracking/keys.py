@@ -38,7 +38,7 @@ HORIZON_KEY = "tps_horizon"
 OUTCOME_KEY = "tps_outcome"
 VERBAL_SCALE_KEY = "tps_verbal_scale"
 # Written by the LangChain handler into the record: the root run id LangChain gave every handler,
-# which is LangSmith's run and trace id and seeds the Langfuse trace id (otel/feedback_scores.py).
+# which is LangSmith's run and trace id and seeds the Langfuse trace id (otel/backends.py).
 RUN_ID_KEY = "langchain_run_id"
 
 # The paper's harness: up to two repair attempts per step, one more malformed output stops the run.

@@ -1,0 +1,541 @@
+"""Scores written to tracing backends' own APIs: Phoenix span annotations, MLflow assessments,
+LangSmith feedback, Langfuse scores (usage: docs/otel.md, docs/traces.md). Each turns `backend_rows`
+(score_names.py) into its records; `RetryingDelivery` writes them off the agent's threads, retried,
+never silently lost (the durable record of every score is still the accumulator's sink).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
+from tps_tracer.online.trajectory_score import TrajectoryScore
+from tps_tracer.otel.score_names import STOP_NAME, Row, SentScores, backend_rows
+from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from tps_tracer.tracking.keys import RUN_ID_KEY
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+logger = logging.getLogger("tps_tracer")
+
+SOURCE = "tps-tracer"  # the source every backend records our writes under
+_IDS = uuid.UUID("6f1d3c2a-7e0b-5c4d-9a8e-2b7f4e1c0d35")  # the uuid5 namespace of LangSmith / Langfuse ids
+DEFAULT_MAX_PENDING = 100_000
+DEFAULT_NOT_STORED_TIMEOUT = 120.0
+
+
+class Options(TypedDict, total=False):
+    """What every backend exporter takes: which scores (score_names.py) and how they are retried."""
+
+    predictor: str  # the headline, fixed: a name means one predictor on every run
+    weights: str | None  # default: the accumulator's first schedule
+    censoring: str | Sequence[str]  # ("simple", "exact") sends both, the exact one once q_Z is known
+    retry_initial: float  # backoff doubling up to retry_max while the backend is down
+    retry_max: float
+    max_pending: int
+
+
+@dataclass(order=True)
+class _Waiting:
+    """A record whose trace the backend has not stored yet, due for another try at `due`."""
+
+    due: float
+    seq: int
+    first_failed: float = field(compare=False)
+    delay: float = field(compare=False)
+    item: Any = field(compare=False)
+
+
+class RetryingDelivery:
+    """A backend exporter: `items(score, link)` are its records, `_send(batch)` writes them and returns
+    why records refused for good were refused (counted in `gave_up`, not retried). While the backend
+    is down a batch is retried with backoff; a record whose trace the backend has not stored yet
+    (`_not_stored_yet`: spans travel by another exporter) waits on its own, up to `not_stored_timeout`.
+    Only past `max_pending` waiting records are the oldest dropped (counted)."""
+
+    backend = "backend"  # in log lines and the worker thread's name
+
+    def __init__(
+        self,
+        links: TraceLinks | None = None,
+        *,
+        predictor: str = HEADLINE_PREDICTOR,
+        weights: str | None = None,
+        censoring: str | Sequence[str] = SIMPLE,
+        batch_size: int = 200,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
+    ):
+        self.links = links if links is not None else TraceLinks()
+        self.predictor, self.weights, self.censoring = predictor, weights, censoring
+        self.sent_scores = SentScores()
+        self.batch_size, self.max_pending, self.not_stored_timeout = batch_size, max_pending, not_stored_timeout
+        self.retry_initial, self.retry_max = retry_initial, retry_max
+        self._queue: deque[Any] = deque()
+        self._waiting: list[_Waiting] = []  # heap by due time
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self.sent = self.failed_attempts = self.dropped = self.gave_up = self.outages = 0
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tps-tracer-{self.backend.lower()}", daemon=True)
+        self._thread.start()
+
+    def rows(self, score: TrajectoryScore) -> list[Row]:
+        return backend_rows(score, self.predictor, self.weights, self.censoring)
+
+    def items(self, score: TrajectoryScore, link: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def _send(self, batch: Sequence[Any]) -> list[str] | None:
+        raise NotImplementedError
+
+    def _not_stored_yet(self, exc: Exception) -> bool:
+        return False
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self._enqueue(score, link))
+
+    def identity(self, record: Any) -> tuple[Hashable, Hashable]:
+        """(name, signature): a later notification re-sends a record only when its signature changed."""
+        raise NotImplementedError
+
+    def new_records(self, score: TrajectoryScore, link: Any) -> list[Any]:
+        return [r for r in self.items(score, link) if self.sent_scores.is_new(score.trajectory_id, *self.identity(r))]
+
+    def _enqueue(self, score: TrajectoryScore, link: Any) -> None:
+        records = self.new_records(score, link)
+        if not records:
+            return
+        with self._cond:
+            self._queue.extend(records)
+            while len(self._queue) > self.max_pending:
+                self._queue.popleft()
+                self.dropped += 1
+            self._cond.notify_all()
+
+    def _next_batch(self) -> tuple[list[Any], _Waiting | None] | None:
+        """Block until something is due; None when closed and nothing is due."""
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                if self._waiting and self._waiting[0].due <= now:
+                    waiting = heapq.heappop(self._waiting)
+                    self._in_flight = 1
+                    return [waiting.item], waiting
+                if self._queue:
+                    n = min(self.batch_size, len(self._queue))
+                    batch = [self._queue.popleft() for _ in range(n)]
+                    self._in_flight = n
+                    return batch, None
+                if self._closed:
+                    return None
+                self._cond.wait(timeout=self._waiting[0].due - now if self._waiting else None)
+
+    def _run(self) -> None:
+        delay = self.retry_initial
+        while (taken := self._next_batch()) is not None:
+            batch, waiting = taken
+            try:
+                refused = self._send(batch) or []
+            except Exception as exc:
+                if len(batch) == 1 and self._not_stored_yet(exc):
+                    self._wait_for_trace(batch[0], waiting, exc)
+                    continue
+                if not self._outage(batch, waiting, exc, first=delay == self.retry_initial):
+                    return  # closing: what is left stays counted as pending
+                time.sleep(delay)
+                delay = min(delay * 2, self.retry_max)
+                continue
+            if refused:  # logged before flush() can return
+                logger.warning("tps-tracer: %s refused %d records: %s", self.backend, len(refused), "; ".join(refused))
+            with self._cond:
+                self.sent += len(batch) - len(refused)
+                self.gave_up += len(refused)
+                self.last_error = "; ".join(refused) if refused else self.last_error
+                self._in_flight = 0
+                self._cond.notify_all()
+            if delay != self.retry_initial:
+                logger.warning(
+                    "tps-tracer: %s delivered again after %d failed attempts", self.backend, self.failed_attempts
+                )
+            delay = self.retry_initial
+
+    def _outage(self, batch: list[Any], waiting: _Waiting | None, exc: Exception, *, first: bool) -> bool:
+        """Keep a failed batch for the next try; False when closing."""
+        with self._cond:
+            if waiting is not None:
+                heapq.heappush(self._waiting, waiting)  # still due: tried first when the backend is back
+            else:
+                self._queue.extendleft(reversed(batch))  # back at the front, in order
+            self._in_flight = 0
+            self.failed_attempts += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            if first:
+                self.outages += 1
+            pending = len(self._queue) + len(self._waiting)
+            closed = self._closed
+        if first:
+            logger.warning(
+                "tps-tracer: %s writes failed (%s); %d pending, retrying with backoff",
+                self.backend,
+                self.last_error,
+                pending,
+            )
+        return not closed
+
+    def _wait_for_trace(self, item: Any, waiting: _Waiting | None, exc: Exception) -> None:
+        now = time.monotonic()
+        if waiting is None:
+            waiting = _Waiting(0.0, 0, now, self.retry_initial / 2, item)
+        with self._cond:
+            self._in_flight = 0
+            if now - waiting.first_failed >= self.not_stored_timeout:
+                self.gave_up += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._cond.notify_all()
+                give_up = True
+            else:
+                waiting.delay = min(waiting.delay * 2, self.retry_max)
+                waiting.due, waiting.seq = now + waiting.delay, next(self._seq)
+                heapq.heappush(self._waiting, waiting)
+                give_up = False
+        if give_up and self.gave_up & (self.gave_up - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: no log flood
+            logger.warning(
+                "tps-tracer: %s never stored the trace of a score after %.0f s; %d given up so far (%s)",
+                self.backend,
+                self.not_stored_timeout,
+                self.gave_up,
+                self.last_error,
+            )
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "sent": self.sent,
+                "pending": len(self._queue) + len(self._waiting) + self._in_flight,
+                "waiting_for_trace": len(self._waiting),
+                "failed_attempts": self.failed_attempts,
+                "outages": self.outages,
+                "dropped": self.dropped,
+                "gave_up": self.gave_up,
+                "last_error": self.last_error,
+                "waiting_for_link": self.links.n_waiting,
+            }
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued record is delivered (or given up); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._waiting or self._in_flight:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(timeout=0.05 if left is None else min(0.05, left))
+        return True
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+
+class PhoenixAnnotations(RetryingDelivery):
+    backend = "Phoenix"
+
+    def __init__(
+        self,
+        endpoint: str = "http://127.0.0.1:6006",
+        links: TraceLinks | None = None,
+        *,
+        client: Any = None,
+        batch_size: int = 200,
+        **options: Unpack[Options],
+    ):
+        if client is None:
+            from phoenix.client import Client  # the optional `phoenix` extra
+
+            client = Client(base_url=endpoint)
+        self.client = client
+        super().__init__(links, batch_size=batch_size, **options)
+
+    def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
+        out = []
+        for name, value, comment, metadata in self.rows(score):
+            if name == STOP_NAME:
+                result = {"label": value, "explanation": score.role.value}
+            else:  # the label goes in the result, not the metadata
+                metadata = {k: v for k, v in metadata.items() if k != "label"}
+                result = {"score": value, "label": score.label, "explanation": comment}
+            out.append(
+                {
+                    "name": name,
+                    "annotator_kind": "CODE",
+                    "span_id": link.span_hex,
+                    "result": result,
+                    "metadata": metadata,
+                }
+            )
+        return out
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        result = record["result"]
+        return record["name"], (result.get("score"), result.get("label"))
+
+    def _send(self, batch: Sequence[dict[str, Any]]) -> None:
+        # sync=False: Phoenix queues an annotation whose span it has not stored yet.
+        self.client.spans.log_span_annotations(span_annotations=list(batch), sync=False)
+
+
+def mlflow_trace_id(link: SpanLink) -> str:
+    """The id MLflow gives a trace it ingested over OTLP."""
+    return f"tr-{link.trace_hex}"
+
+
+class MlflowAssessments(RetryingDelivery):
+    """The MLflow client retries each request itself first (MLFLOW_HTTP_REQUEST_MAX_RETRIES, default
+    7: minutes); lower it and MLFLOW_HTTP_REQUEST_TIMEOUT for `status()` to show an outage promptly."""
+
+    backend = "MLflow"
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        links: TraceLinks | None = None,
+        *,
+        client: Any = None,
+        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
+        **options: Unpack[Options],
+    ):
+        """`tracking_uri` None: the one MLflow is configured with (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri)."""
+        if client is None:
+            # TracingClient takes its own tracking URI: no change to the process-wide MLflow setting.
+            from mlflow.tracing.client import TracingClient  # the optional `mlflow` extra
+
+            client = TracingClient(tracking_uri)
+        self.client = client
+        # One assessment per request (MLflow has no batch write): a failure never re-sends a written one.
+        super().__init__(links, batch_size=1, not_stored_timeout=not_stored_timeout, **options)
+
+    def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
+        where = {"trace_id": mlflow_trace_id(link), "span_id": link.span_hex}
+        return [
+            {
+                **where,
+                "name": name,
+                "value": value,
+                "rationale": comment,
+                # MLflow stores metadata as strings; absent facts are left out, not "None".
+                "metadata": {k: str(v) for k, v in metadata.items() if v is not None},
+            }
+            for name, value, comment, metadata in self.rows(score)
+        ]
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        return record["name"], (record["value"], record["metadata"].get("label"))
+
+    def _send(self, batch: Sequence[dict[str, Any]]) -> None:
+        for item in batch:
+            self.client.log_assessment(item["trace_id"], _feedback(item))
+
+    def _not_stored_yet(self, exc: Exception) -> bool:
+        return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
+
+
+def _feedback(item: dict[str, Any]) -> Any:
+    from mlflow.entities import AssessmentSource, AssessmentSourceType, Feedback
+
+    return Feedback(
+        name=item["name"],
+        value=item["value"],
+        source=AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=SOURCE),
+        rationale=item["rationale"],
+        metadata=item["metadata"],
+        span_id=item["span_id"],
+    )
+
+
+class MlflowUpsert(MlflowAssessments):
+    """For `tps-tracer export`: `log_assessment` always adds one, so each trace's own assessments
+    (source tps-tracer) are read once and an equal one is left alone (`unchanged`), another value
+    updated in place: exporting again changes nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._existing: dict[str, dict[tuple[str, str | None], Any]] = {}  # trace id -> (name, span) -> assessment
+        self.unchanged = 0
+        self.updated = 0
+        super().__init__(*args, **kwargs)
+
+    def _ours(self, trace_id: str) -> dict[tuple[str, str | None], Any]:
+        if trace_id not in self._existing:
+            info = self.client.get_trace_info(trace_id)
+            self._existing[trace_id] = {
+                (a.name, a.span_id): a for a in info.assessments or [] if getattr(a.source, "source_id", None) == SOURCE
+            }
+        return self._existing[trace_id]
+
+    def _send(self, batch: Sequence[dict[str, Any]]) -> None:
+        for item in batch:
+            ours = self._ours(item["trace_id"])
+            key = (item["name"], item["span_id"])
+            old = ours.get(key)
+            if old is not None and old.value == item["value"] and dict(old.metadata or {}) == item["metadata"]:
+                self.unchanged += 1
+                continue
+            if old is None:
+                ours[key] = self.client.log_assessment(item["trace_id"], _feedback(item))
+            else:
+                ours[key] = self.client.update_assessment(item["trace_id"], old.assessment_id, _feedback(item))
+                self.updated += 1
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "unchanged": self.unchanged, "updated": self.updated}
+
+
+def record_id(run_id: str, name: str) -> str:
+    """The same id on every export: a second write updates the record rather than adding one."""
+    return str(uuid.uuid5(_IDS, f"{run_id}/{name}"))
+
+
+def langfuse_trace_id(run_id: object) -> str:
+    """The Langfuse trace id seeded from a LangChain run id (give it to Langfuse's CallbackHandler)."""
+    from langfuse import Langfuse  # the optional `langfuse` extra
+
+    return Langfuse.create_trace_id(seed=str(run_id))
+
+
+class _ByRunId(RetryingDelivery):
+    """Linked by the record's LangChain run id: neither platform takes scores over OTLP."""
+
+    def __init__(self, **options: Any):
+        self.without_run_id = 0
+        super().__init__(None, **options)
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        run_id = score.metadata.get(RUN_ID_KEY)
+        if isinstance(run_id, str):
+            self._enqueue(score, run_id)
+            return
+        self.without_run_id += 1
+        if self.without_run_id & (self.without_run_id - 1) == 0:  # the 1st, 2nd, 4th, ...: no log flood
+            logger.warning(
+                "tps-tracer: %s: %d runs have no LangChain run id to attach scores to (latest %r)",
+                self.backend,
+                self.without_run_id,
+                score.trajectory_id,
+            )
+
+    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
+        return record["id"], (record["value"], record["comment"])
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "without_run_id": self.without_run_id}
+
+
+class LangSmithFeedback(_ByRunId):
+    backend = "LangSmith"
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        project_name: str | None = None,
+        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
+        **options: Unpack[Options],
+    ):
+        """`project_name`: the tracer's project (default LANGSMITH_PROJECT, else "default")."""
+        from langsmith import Client, utils  # the optional `langsmith` extra
+
+        self.client = client if client is not None else Client()
+        self.project_name = project_name or utils.get_tracer_project()
+        self._session_id: Any = None
+        self._errors = utils
+        # One feedback per request (LangSmith has no batch write): a failure never re-sends a written one.
+        super().__init__(batch_size=1, not_stored_timeout=not_stored_timeout, **options)
+
+    def items(self, score: TrajectoryScore, link: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": record_id(link, name),
+                "run_id": link,
+                "key": name,
+                "score": value if isinstance(value, float) else None,  # the SDK rounds it to 4 decimals
+                "value": value,  # exact
+                "comment": comment,
+                "extra": metadata,
+            }
+            for name, value, comment, metadata in self.rows(score)
+        ]
+
+    def _send(self, batch: Sequence[dict[str, Any]]) -> None:
+        if self._session_id is None:
+            self._session_id = self.client.read_project(project_name=self.project_name).id
+        for item in batch:
+            fields = {"score": item["score"], "value": item["value"], "comment": item["comment"]}
+            try:
+                self.client.create_feedback(
+                    item["run_id"],
+                    item["key"],
+                    **fields,
+                    feedback_id=item["id"],
+                    extra=item["extra"],
+                    source_info={"source": SOURCE},
+                    session_id=self._session_id,
+                    stop_after_attempt=1,  # retried here, with the other records' backoff
+                )
+            except self._errors.LangSmithConflictError:  # a feedback with this id exists: update it
+                self.client.update_feedback(item["id"], **fields)
+
+    def _not_stored_yet(self, exc: Exception) -> bool:
+        # LangSmith answers 404 until the tracer's batch with the run has been ingested.
+        return isinstance(exc, self._errors.LangSmithNotFoundError)
+
+
+class LangfuseScores(_ByRunId):
+    backend = "Langfuse"
+
+    def __init__(self, client: Any = None, *, batch_size: int = 100, **options: Unpack[Options]):
+        """`client`: a `langfuse.Langfuse`; default `get_client()` (LANGFUSE_* settings)."""
+        if client is None:
+            from langfuse import get_client  # the optional `langfuse` extra
+
+            client = get_client()
+        self.client = client
+        super().__init__(batch_size=batch_size, **options)
+
+    def items(self, score: TrajectoryScore, link: str) -> list[dict[str, Any]]:
+        trace_id = langfuse_trace_id(link)
+        return [
+            {
+                "id": record_id(link, name),
+                "traceId": trace_id,
+                "name": name,
+                "value": value,
+                "dataType": "NUMERIC" if isinstance(value, float) else "CATEGORICAL",
+                "comment": comment,
+                "metadata": metadata,
+            }
+            for name, value, comment, metadata in self.rows(score)
+        ]
+
+    def _send(self, batch: Sequence[dict[str, Any]]) -> list[str]:
+        # The SDK's create_score drops a failed write with a log line; the API call raises, so a
+        # failed batch is retried. 207: some scores refused, not to be re-sent.
+        result = self.client.api.scores.create(request=list(batch), request_options={"max_retries": 0})
+        rejected = int(getattr(result, "rejected", 0))
+        return ([e.message for e in result.errors] + ["refused"] * rejected)[:rejected] if rejected else []

@@ -1,0 +1,269 @@
+"""Scores as OpenTelemetry signals in the agent's own trace, in the GenAI evaluation conventions.
+
+Spans cannot change after they end and a score is known at the run's end or later, so a score
+travels as something new under the agent root span:
+
+    EvaluationSpanExporter   a `tps.evaluation` child span: the headline score as
+                             gen_ai.evaluation.score.value (absent when the run cannot use it),
+                             every other score as a `gen_ai.evaluation.result` event on it
+    EvaluationEventExporter  one `gen_ai.evaluation.result` log record per score (span events are
+                             deprecated, OTEP 4430); needs opentelemetry-sdk 1.35+
+    TPSMetrics               running means and counts (instruments and Prometheus names: docs/otel.md)
+    DeliveryCount            what an OTLP endpoint took of the spans `tps-tracer export --to otlp` sent
+
+Both carry label (success | failure | censored | excluded), explanation and `tps.*` facts; an
+excluded run gets its stop reason and no score. The span processor skips these spans (scope name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import TracerProvider
+
+from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
+from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
+from tps_tracer.otel.score_names import SentScores, explanation
+from tps_tracer.otel.span_ids import install
+from tps_tracer.otel.span_processor import SCOPE_NAME
+from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from tps_tracer.records.stop_reasons import Role
+
+EVALUATION_SPAN = "tps.evaluation"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+EVALUATION_NAME = "tps"
+
+
+def value_attributes(v: ScoreValue) -> dict[str, Any]:
+    return {
+        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "gen_ai.evaluation.score.value": v.value,
+        "tps.predictor": v.predictor,
+        "tps.rule": v.rule,
+        "tps.weights": v.weights,
+        "tps.censoring": v.censoring,
+        "tps.s1": v.s1,
+        "tps.s0": v.s0,
+        "tps.eta": v.eta,
+    }
+
+
+def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "tps.trajectory_id": score.trajectory_id,
+        "tps.stop_reason": score.stop_reason.value,
+        "tps.role": score.role.value,
+        "tps.horizon": score.horizon,
+        "tps.n_steps": score.n_steps,
+    }
+    if score.outcome is not None:
+        attrs["tps.outcome"] = score.outcome
+    if score.q_z is not None:
+        attrs["tps.q_z"] = score.q_z
+    return attrs
+
+
+class EvaluationSpanExporter:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        links: TraceLinks,
+        *,
+        predictor: str = HEADLINE_PREDICTOR,
+        rule: str | None = None,
+        weights: str | None = None,
+        censoring: str = SIMPLE,
+        sent_scores: SentScores | None = None,
+    ):
+        """The headline is `predictor` (fixed, so the span's value means one predictor on every run)
+        / rule / weights (default: the accumulator's first, the same on every run) under
+        `censoring`. A later notification emits another span only when headline value or label changed."""
+        from tps_tracer import __version__
+
+        self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        self.ids = install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
+        self.links = links
+        self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
+        self.sent_scores = sent_scores if sent_scores is not None else SentScores()
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
+
+    def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
+        context = link.context()
+        head = score.primary(self.predictor, self.rule, self.weights, self.censoring)
+        signature = (score.label, None if head is None else head.value)
+        if not self.sent_scores.is_new(score.trajectory_id, EVALUATION_SPAN, signature):
+            self.counts["unchanged"] += 1  # e.g. an outcome recorded for an excluded run
+            return
+        attrs = trajectory_attributes(score)
+        attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
+        attrs["gen_ai.evaluation.score.label"] = score.label
+        attrs["gen_ai.evaluation.explanation"] = explanation(score, head, self.predictor)
+        attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
+        if head is not None:
+            attrs.update(value_attributes(head))
+        with self._derived_id(score, link, head):
+            span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
+        for v in score.values():
+            span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
+        span.end()
+        self.counts["spans"] += 1
+
+    def _derived_id(
+        self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """The span id follows what the span says (span_ids.py), so the same score sent live and by
+        `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
+        resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
+        if self.ids is None:
+            return contextlib.nullcontext()
+        headline = None if head is None else (head.rule, head.weights, head.value)
+        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
+        return self.ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts)
+
+
+class EvaluationEventExporter:
+    def __init__(self, logger_provider: LoggerProvider, links: TraceLinks):
+        """logger_provider: an SDK LoggerProvider with your exporters; links: `processor.links`."""
+        from tps_tracer import __version__
+
+        self.logger = logger_provider.get_logger(SCOPE_NAME, __version__)
+        self.links = links
+        self.sent_scores = SentScores()
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
+
+    def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
+        context = link.context()
+        common = {
+            **trajectory_attributes(score),
+            "gen_ai.evaluation.name": EVALUATION_NAME,
+            "gen_ai.evaluation.score.label": score.label,
+        }
+        values = list(score.values())
+        if not values:  # excluded: no score, but the reason is on the record
+            if self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):
+                self._emit(context, {**common, "gen_ai.evaluation.explanation": explanation(score, None)})
+            return
+        for v in values:
+            if self.sent_scores.is_new(
+                score.trajectory_id, (v.predictor, v.rule, v.weights, v.censoring), (v.value, score.label)
+            ):
+                explained = {"gen_ai.evaluation.explanation": explanation(score, v)}
+                self._emit(context, {**common, **value_attributes(v), **explained})
+
+    def _emit(self, context: Context, attributes: dict[str, Any]) -> None:
+        record = LogRecord(
+            timestamp=time.time_ns(),
+            context=context,  # the record's trace id and span id: the agent root's
+            event_name=EVALUATION_EVENT,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            attributes=attributes,
+        )
+        self.logger.emit(record)
+        self.counts["records"] += 1
+
+
+Key = tuple[str, str, str, str]  # predictor, rule, weights, censoring
+
+
+class TPSMetrics:
+    """TPS is a reward (<= 0 for the log rule) and histograms reject negative values, so the means are
+    gauges over exact running sums: the snapshot's means, without its bootstrap CI."""
+
+    def __init__(self, meter_provider: MeterProvider, max_tracked: int = 100_000):
+        from tps_tracer import __version__
+
+        meter = meter_provider.get_meter(SCOPE_NAME, __version__)
+        self._lock = threading.Lock()
+        self._sums: dict[Key, list[float]] = {}  # key -> [sum, n]
+        # "exact" keys holding a censored run with its q_Z: before one, the mean would be the complete-only one.
+        self._exact_with_q_z: set[Key] = set()
+        # Modes counted per trajectory (bounded): a late q_Z re-sends the run with "exact" added.
+        self._seen: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._max_tracked = max_tracked
+        meter.create_observable_gauge(
+            "tps.score.mean",
+            callbacks=[self._observe_means],
+            description="Running mean of per-trajectory TPS (reward orientation: higher is better)",
+        )
+        meter.create_observable_counter(
+            "tps.scored", callbacks=[self._observe_counts], description="Trajectories in tps.score.mean"
+        )
+        self._trajectories = meter.create_counter(
+            "tps.trajectories", description="Finished trajectories by stop reason and scoring role"
+        )
+
+    def __call__(self, score: TrajectoryScore) -> None:
+        with self._lock:
+            before = self._seen.get(score.trajectory_id)
+            values = [v for v in score.values() if before is None or v.censoring not in before]
+            for v in values:
+                key = (v.predictor, v.rule, v.weights, v.censoring)
+                acc = self._sums.setdefault(key, [0.0, 0.0])
+                acc[0] += v.value
+                acc[1] += 1
+                if v.censoring == EXACT and score.role is Role.CENSORED:
+                    self._exact_with_q_z.add(key)
+            self._seen[score.trajectory_id] = (before or frozenset()) | {v.censoring for v in values}
+            self._seen.move_to_end(score.trajectory_id)
+            while len(self._seen) > self._max_tracked:
+                self._seen.popitem(last=False)
+        if before is None:
+            self._trajectories.add(1, {"stop_reason": score.stop_reason.value, "role": score.role.value})
+
+    def means(self) -> dict[Key, tuple[float, int]]:
+        with self._lock:
+            return {
+                k: (s / n, int(n))
+                for k, (s, n) in self._sums.items()
+                if n and (k[3] != EXACT or k in self._exact_with_q_z)
+            }
+
+    def _attributes(self, key: Key) -> dict[str, str]:
+        return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
+
+    def _observe_means(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(mean, self._attributes(k)) for k, (mean, _) in self.means().items()]
+
+    def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(n, self._attributes(k)) for k, (_, n) in self.means().items()]
+
+
+class DeliveryCount(SpanExporter):
+    """Counts what an OTLP endpoint took (`export --to otlp`): the batch processor's `force_flush`
+    returns True also when the endpoint refused an export or it failed after its retries."""
+
+    def __init__(self, inner: SpanExporter):
+        self.inner = inner
+        self.delivered = 0
+        self.gave_up = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.delivered += len(spans)
+        else:
+            self.gave_up += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
