@@ -1,5 +1,5 @@
 """Every error the package raises for bad input is an InputError, so the CLI can tell bad input (exit 2)
-from a bug (exit 3) by class alone (tps_tracer/errors.py, tps_tracer/cli/errors.py)."""
+from a bug (exit 3) by class alone (tps_tracer/errors.py, tps_tracer/cli/main.py)."""
 
 from __future__ import annotations
 

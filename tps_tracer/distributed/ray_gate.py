@@ -9,7 +9,7 @@ and turned into its `PairTable` by the same function as the single-process gate
 row per trajectory, as the local gate holds them).
 
 Task ids (metadata.task_id) for the pairing are read on the driver by the same streaming pass as
-the local engine (`records/task_ids.py`). An input a block cannot be read alone (an error to
+the local engine (`records/reading.py`). An input a block cannot be read alone (an error to
 report with its line, resolution lines, a repeated id) is gated by the local engine on the driver,
 so the error or result is exactly `tps-tracer gate`'s.
 """

@@ -139,7 +139,7 @@ def sample_from_paths(
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         # A grading job's resolution lines may sit in a file of their own: the files are one input
-        # then (records/shards.py), as the shards of a directory are.
+        # then (records/reading.py), as the shards of a directory are.
         inputs = [inputs]
     for k, path in enumerate(inputs):
         tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)
