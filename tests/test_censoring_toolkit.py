@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from tps_tracer.cli.main import main
+from tps_tracer.constants import COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring, censoring_plan
 from tps_tracer.evaluation.censoring.continuations import attach_q_z, mc_q_z, parse_continuations
 from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
 from tps_tracer.evaluation.censoring.q_z_model import hybrid_q_z, plug_in_q_z, prefix_features
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
+from tps_tracer.evaluation.pairs import score_matrix
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason

@@ -11,7 +11,7 @@ from tps_tracer import strict_json
 from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.text import progress_for, render_skipped
-from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
+from tps_tracer.evaluation.calibration import with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.plot_data import (
     MAX_STEP_BINS,
@@ -22,6 +22,7 @@ from tps_tracer.evaluation.plot_data import (
     step_contributions,
 )
 from tps_tracer.evaluation.skipped_predictors import (
+    PLATT_SUFFIX,
     Skipped,
     as_dicts,
     check_known_predictors,

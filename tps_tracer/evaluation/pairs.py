@@ -1,27 +1,26 @@
-"""The pair table: everything the report needs about a set of finished trajectories.
+"""The pair table: per finished trajectory and predictor, the branch pairs (s1, s0) of every rule x
+schedule, the four scalar summaries and the truncated weight mass (which scores any constant forecast);
+the termination audit of its rows; and the censoring-mode mixing of its pairs with eta.
 
-A finished trajectory reduces, per predictor, to its branch pairs (s1, s0) for every
-rule x schedule, plus four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) for the
-rank/calibration diagnostics, plus the truncated weight mass sum_{t<=Z} w_t per schedule
-(which scores any constant forecast, e.g. the base rate, without revisiting the steps).
-That is a fixed-size record, whatever the trajectory's length.
-
-Batch evaluation builds the table from flat arrays (`pair_table_from_arrays`); the
-online accumulator builds the same table row by row as trajectories stop. The report is
+Batch evaluation builds it from flat arrays, the online accumulator row by row: the report is
 assembled from the table alone, so both paths give the same numbers by construction.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, flat_weights, score_rows
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
 from tps_tracer.scoring.rules import ScoreRule, branches_at
 from tps_tracer.scoring.schedules import WeightSchedule
@@ -30,7 +29,21 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-__all__ = ["AGGREGATOR_NAMES", "PairTable", "PredictorPairs", "pair_table_from_arrays", "skip_counts"]
+__all__ = [
+    "AGGREGATOR_NAMES",
+    "ColumnKey",
+    "PairTable",
+    "PredictorPairs",
+    "ScoreMatrix",
+    "audit_of_counts",
+    "audit_of_table",
+    "eta_by_mode",
+    "pair_table_from_arrays",
+    "score_columns",
+    "score_matrix",
+    "skip_counts",
+]
+
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 
@@ -200,3 +213,144 @@ def pair_table_from_arrays(
         predictors=out,
         outcome_on_unscored=arrays.outcome_on_unscored,
     )
+
+
+# -- the termination audit (the paper reports it before any score, Section 4.2) -----------------
+
+
+def _ratio(num: int, den: int) -> float | None:
+    if not den:
+        return None
+    v = num / den
+    return v if math.isfinite(v) else None
+
+
+def audit_of_counts(
+    stop_counts: Sequence[int] | IntArray,
+    q_z_counts: Sequence[int] | IntArray,
+    pending: int,
+    outcome_on_unscored: int,
+    policy: CensoringPolicy,
+) -> dict[str, Any]:
+    """The audit object of the report's JSON, from counts per `STOP_REASONS` (runs, runs carrying q_Z)
+    and the clean stops still waiting for their outcome: every form of data reduces to these."""
+    n = int(np.sum(stop_counts))
+    by_reason = {r.value: int(stop_counts[i]) for i, r in enumerate(STOP_REASONS)}
+    roles = {role.value: 0 for role in Role}
+    censored_with_q = 0
+    for i, r in enumerate(STOP_REASONS):
+        roles[policy.role(r).value] += int(stop_counts[i])
+        if policy.role(r) is Role.CENSORED:
+            censored_with_q += int(q_z_counts[i])
+    roles[Role.COMPLETE.value] -= pending  # clean stops without their outcome are neither scored nor censored
+    working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
+    return {
+        "n_trajectories": n,
+        "stop_reasons": by_reason,
+        "roles": roles,
+        "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
+        "pending_outcome": pending,
+        "working_sample": working,
+        "censoring_rate": _ratio(roles[Role.CENSORED.value], working),
+        "excluded_share": _ratio(roles[Role.EXCLUDED.value], n),
+        "censored_with_q_z": censored_with_q,
+        "outcome_ignored_on_unscored": outcome_on_unscored,
+        "default_policy": policy.is_default,
+    }
+
+
+def stop_counts_of(table: PairTable) -> tuple[IntArray, IntArray]:
+    """(runs, runs carrying q_Z) per `STOP_REASONS`."""
+    k = len(STOP_REASONS)
+    q_rows = table.stop_code[~np.isnan(table.q_z)]
+    return (
+        np.bincount(table.stop_code, minlength=k).astype(np.int64),
+        np.bincount(q_rows, minlength=k).astype(np.int64),
+    )
+
+
+def audit_of_table(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
+    return audit_of_counts(*stop_counts_of(table), int(table.pending.sum()), table.outcome_on_unscored, policy)
+
+
+# -- censoring-mode mixing: score = eta s1 + (1 - eta) s0 per mode -------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnKey:
+    predictor: str
+    rule: str
+    weights: str
+    censoring: str
+
+
+@dataclass
+class ScoreMatrix:
+    keys: list[ColumnKey] = field(default_factory=list)
+    columns: list[FloatArray] = field(default_factory=list)  # over all n rows, NaN outside the sample
+    # Censored trajectories usable for the predictor but lacking q_z (left out of "exact").
+    missing_q_z: dict[str, int] = field(default_factory=dict)
+
+    def matrix(self, n: int) -> FloatArray:
+        return np.column_stack(self.columns) if self.columns else np.zeros((n, 0))
+
+    def index(self) -> dict[ColumnKey, int]:
+        return {k: i for i, k in enumerate(self.keys)}
+
+
+def eta_by_mode(
+    complete: BoolArray, censored: BoolArray, outcome: FloatArray, q_z: FloatArray
+) -> dict[str, tuple[BoolArray, FloatArray]]:
+    """The eta table (docs/design.md, "the branch pair"), the one definition: per mode, its rows and eta.
+
+        complete-only   complete rows                  eta = Y
+        simple          complete + censored            eta = Y, or 0 if censored   (q_Z ~ 0)
+        exact           complete + censored with q_z   eta = Y, or q_z if censored
+
+    A complete row with a NaN outcome is pending: in no mode."""
+    has_y = complete & ~np.isnan(outcome)
+    has_q = censored & ~np.isnan(q_z)
+    y = np.where(has_y, outcome, 0.0)
+    return {
+        COMPLETE_ONLY: (has_y, y),
+        SIMPLE: (has_y | censored, y),
+        EXACT: (has_y | has_q, np.where(has_y, y, np.nan_to_num(q_z))),
+    }
+
+
+def score_columns(
+    table: PairTable,
+    predictors: Sequence[str],
+    policy: CensoringPolicy | None = None,
+    modes: Sequence[str] = CENSORING_MODES,
+) -> ScoreMatrix:
+    """Mix each row's branch pairs with its eta per censoring mode, one column per combination."""
+    complete, censored = table.role_masks(policy or CensoringPolicy())
+    has_q = ~np.isnan(table.q_z)
+    eta = eta_by_mode(complete, censored, table.outcome, table.q_z)
+    out = ScoreMatrix()
+    for name in predictors:
+        col = table.predictors[name]
+        out.missing_q_z[name] = int(np.sum(col.usable & censored & ~has_q))
+        for i, rule in enumerate(table.rules):
+            for j, sched in enumerate(table.schedules):
+                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
+                for mode in modes:
+                    member, e = eta[mode]
+                    rows = member & col.usable
+                    column = np.full(table.n, np.nan)
+                    column[rows] = mix(s1[rows], s0[rows], e[rows])
+                    out.keys.append(ColumnKey(name, rule.name, sched.name, mode))
+                    out.columns.append(column)
+    return out
+
+
+def score_matrix(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    rules: Sequence[ScoreRule],
+    schedules: Sequence[WeightSchedule],
+    policy: CensoringPolicy | None = None,
+    modes: Sequence[str] = CENSORING_MODES,
+) -> ScoreMatrix:
+    return score_columns(pair_table_from_arrays(arrays, predictors, rules, schedules), predictors, policy, modes)

@@ -36,11 +36,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
-from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, SIMPLE, eta_by_mode, score_columns
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, pair_table_from_arrays
+from tps_tracer.evaluation.pairs import (
+    AGGREGATOR_NAMES,
+    PairTable,
+    PredictorPairs,
+    audit_of_counts,
+    eta_by_mode,
+    pair_table_from_arrays,
+    score_columns,
+)
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role

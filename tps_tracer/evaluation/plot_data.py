@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS, quantile_bins
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.constants import HEADLINE_PREDICTOR
-from tps_tracer.evaluation.censoring_mix import SIMPLE, eta_by_mode
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
+from tps_tracer.evaluation.pairs import eta_by_mode
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import mix
 

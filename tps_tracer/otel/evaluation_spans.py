@@ -32,8 +32,7 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 
-from tps_tracer.constants import HEADLINE_PREDICTOR
-from tps_tracer.evaluation.censoring_mix import SIMPLE
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.score_names import SentScores
 from tps_tracer.otel.span_ids import install

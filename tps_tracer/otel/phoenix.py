@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tps_tracer.constants import HEADLINE_PREDICTOR
-from tps_tracer.evaluation.censoring_mix import SIMPLE
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.otel.delivery import DEFAULT_MAX_PENDING, RetryingDelivery
 from tps_tracer.otel.evaluation_spans import explanation, score_facts, value_facts

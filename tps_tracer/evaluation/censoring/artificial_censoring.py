@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_matrix
+from tps_tracer.evaluation.pairs import score_matrix
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.rules import ScoreRule, get_rule

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import SIMPLE
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.calibration.paired import paired_mean_delta
-from tps_tracer.evaluation.censoring_mix import SIMPLE, score_columns
-from tps_tracer.evaluation.pairs import pair_table_from_arrays
+from tps_tracer.evaluation.calibration import paired_mean_delta
+from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, get_rule

@@ -30,8 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration.cross_fit import split_halves
-from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
+from tps_tracer.evaluation.calibration import fit_logistic, sigmoid, split_halves
 from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
