@@ -1,6 +1,6 @@
 """Issue 36: an unknown predictor, a repeated trajectory id and the report object are each decided
 in one place (skipped_predictors.check_known_predictors, records/duplicate_ids.py,
-report_builder.report_from_state), so every entry point says the same thing."""
+report.report_from_state), so every entry point says the same thing."""
 
 from __future__ import annotations
 

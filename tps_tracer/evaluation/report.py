@@ -450,15 +450,7 @@ def report_from_table(
     paired AUROC deltas of `recalibrated` pairs need the rows' ranks, so they are computed here."""
     opts = options or ReportOptions()
     check_known_predictors([] if opts.predictors is None else opts.predictors, table.predictors)
-    spec = StateSpec(
-        rules=tuple(table.rules),
-        schedules=tuple(table.schedules),
-        policy=opts.policy,
-        bootstrap=opts.bootstrap,
-        seed=opts.seed,
-        predictors=None if opts.predictors is None else tuple(opts.predictors),
-        missing=opts.missing,
-    )
+    spec = StateSpec.from_options(opts, table.rules, table.schedules)
     state = PartialState.from_table(table, spec)
     aurocs = {}
     if recalibrated:

@@ -4,7 +4,7 @@ The accumulator stores each finished trajectory as branch pairs (s1, s0) per pre
 rule x schedule (docs/design.md, "the branch pair"). A `TrajectoryScore` is a copy of that row
 with what picks eta: the stop reason's role under the accumulator's policy, the outcome,
 q_Z. `values()` mixes them with the same formula and eta as the report's score matrix
-(`evaluation/censoring_mix.py`), so an exported per-trajectory score is exactly the number the
+(`evaluation/pairs.py`), so an exported per-trajectory score is exactly the number the
 snapshot averages:
 
     complete (clean, outcome Y)   complete-only = simple = exact = Y s1 + (1 - Y) s0
