@@ -7,20 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tps_tracer import strict_json
+from tps_tracer import plots, strict_json
 from tps_tracer.atomic_write import atomic_write, write_text
 from tps_tracer.cli.errors import CliError, flag, writing
 from tps_tracer.cli.text import progress_for, render_skipped
 from tps_tracer.evaluation.calibration import with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
-from tps_tracer.evaluation.plot_data import (
-    MAX_STEP_BINS,
-    MAX_TRACE_POINTS,
-    forecast_traces,
-    plot_reason,
-    reliability_bins,
-    step_contributions,
-)
 from tps_tracer.evaluation.skipped_predictors import (
     PLATT_SUFFIX,
     Skipped,
@@ -30,13 +22,19 @@ from tps_tracer.evaluation.skipped_predictors import (
     platt_fit_reason,
     split_usable,
 )
+from tps_tracer.plots import (
+    MAX_STEP_BINS,
+    MAX_TRACE_POINTS,
+    forecast_traces,
+    plot_reason,
+    reliability_bins,
+    step_contributions,
+)
 from tps_tracer.scoring.rules import get_rule
 from tps_tracer.scoring.schedules import get_schedule
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from tps_tracer import plots
-
     if args.bins < 1:
         raise CliError(f"--bins must be >= 1, got {args.bins}")
     if args.traces < 0:

@@ -39,7 +39,7 @@ from langchain_core.runnables import ensure_config
 from pydantic import PrivateAttr
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring.continuation_log import BRANCH_OF_KEY
+from tps_tracer.evaluation.censoring.continuations import BRANCH_OF_KEY
 from tps_tracer.sim.world import (
     ANSWER,
     WRONG_ANSWER,

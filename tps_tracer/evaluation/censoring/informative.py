@@ -1,10 +1,6 @@
-"""Informative-censoring sensitivity (paper, Appendix "Parse-error sensitivity analysis").
-
-The default working sample excludes informative stops (parse errors, tool errors, ...). The
-contra-assumption check re-scores with those stops treated as administratively censored at
-the step where they failed, and reports the shift of cen-simple TPS. The shift is computed
-on shared Poisson replicates (trajectories present in both samples move together), so its
-standard error reflects only the trajectories that changed role.
+"""Informative-censoring sensitivity (paper, Appendix "Parse-error sensitivity analysis"): the shift
+of cen-simple TPS when informative stops are treated as censored, on shared Poisson replicates (so
+its SE reflects only the trajectories that changed role).
 """
 
 from __future__ import annotations
