@@ -64,7 +64,7 @@ from tps_tracer.evaluation.gate_stats import (
 )
 from tps_tracer.evaluation.pairs import audit_of_table, score_columns
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
-from tps_tracer.evaluation.report import NO_WORKING_SAMPLE, base_rate_pairs
+from tps_tracer.evaluation.report import NO_WORKING_SAMPLE
 from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
@@ -597,7 +597,7 @@ class _Run:
         self.base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
         columns = {predictor: table.predictors[predictor]}
         if self.base_rate is not None:
-            columns[BASE_RATE] = base_rate_pairs(table, self.base_rate)
+            columns[BASE_RATE] = table.constant_pairs(self.base_rate)
         gated = dataclasses.replace(table, predictors=columns)
         sm = score_columns(gated, list(columns), crit.policy, (crit.censoring,))
         self.score = sm.columns[0]

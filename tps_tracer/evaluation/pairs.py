@@ -8,6 +8,7 @@ assembled from the table alone, so both paths give the same numbers by construct
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,28 +68,36 @@ class PredictorPairs:
         return self.usable if self.missing is None else self.usable & (self.missing[:, 1] > 0)
 
     @classmethod
+    def constant(
+        cls,
+        n_steps: IntArray,
+        weight_mass: FloatArray,
+        rules: Sequence[ScoreRule],
+        p: float,
+        usable: BoolArray,
+        n_aggs: int = len(AGGREGATOR_NAMES),
+    ) -> PredictorPairs:
+        """The forecast p on every step of the `usable` rows: sum_t w_t S(p, y) = S(p, y) times the weight mass."""
+        branches = branches_at(rules, p)[None, :, None, :]
+        pairs = np.where(usable[:, None, None, None], branches * weight_mass[:, None, :, None], np.nan)
+        aggs = np.where(usable[:, None], p, np.nan) * np.ones((n_steps.size, n_aggs))
+        return cls(usable, pairs, aggs, skip_counts(usable, n_steps))
+
+    @classmethod
     def never_stated(
         cls, n_steps: IntArray, weight_mass: FloatArray, rules: Sequence[ScoreRule], n_aggs: int, missing: str
     ) -> PredictorPairs:
         """The rows of a predictor that a batch or chunk never mentions: every step is a gap, so under a
-        fill policy each row with steps forecasts PRIOR throughout (sum_t w_t S(PRIOR, y) = S(PRIOR, y)
-        times the weight mass); under skip-renormalise and drop-run no row is scored."""
+        fill policy each row with steps forecasts PRIOR throughout; under skip-renormalise and drop-run
+        no row is scored."""
         n = n_steps.size
         has = n_steps > 0
         usable = has if missing not in (SKIP_RENORMALISE, DROP_RUN) else np.zeros(n, dtype=bool)
-        branches = branches_at(rules, PRIOR)[None, :, None, :]
-        pairs = np.where(usable[:, None, None, None], branches * weight_mass[:, None, :, None], np.nan)
         gaps = np.zeros((n, 4))
         gaps[:, 0] = n_steps
         gaps[has, 2:] = np.nan
-        return cls(
-            usable,
-            pairs,
-            np.where(usable[:, None], PRIOR, np.nan) * np.ones((n, n_aggs)),
-            skip_counts(usable, n_steps),
-            np.zeros(n, dtype=np.int64),
-            gaps,
-        )
+        out = cls.constant(n_steps, weight_mass, rules, PRIOR, usable, n_aggs)
+        return dataclasses.replace(out, clipped=np.zeros(n, dtype=np.int64), missing=gaps)
 
     def clipped_in(self, rows: BoolArray) -> int:
         """Forecasts the log rule clipped in the selected usable rows."""
@@ -124,6 +133,10 @@ class PairTable:
         roles = table[self.stop_code]
         complete = (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(self.outcome)
         return complete, roles == ROLES.index(Role.CENSORED)
+
+    def constant_pairs(self, p: float) -> PredictorPairs:
+        """The pairs of the constant forecast p (the base rate) on every row with steps."""
+        return PredictorPairs.constant(self.n_steps, self.weight_mass, self.rules, p, self.n_steps > 0)
 
     def reordered(self, order: IntArray) -> PairTable:
         """The same rows in another order (a permutation of range(n))."""
@@ -290,12 +303,6 @@ class ScoreMatrix:
     columns: list[FloatArray] = field(default_factory=list)  # over all n rows, NaN outside the sample
     # Censored trajectories usable for the predictor but lacking q_z (left out of "exact").
     missing_q_z: dict[str, int] = field(default_factory=dict)
-
-    def matrix(self, n: int) -> FloatArray:
-        return np.column_stack(self.columns) if self.columns else np.zeros((n, 0))
-
-    def index(self) -> dict[ColumnKey, int]:
-        return {k: i for i, k in enumerate(self.keys)}
 
 
 def eta_by_mode(

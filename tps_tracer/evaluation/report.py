@@ -23,9 +23,7 @@ from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
     ColumnKey,
     PairTable,
-    PredictorPairs,
     pair_table_from_arrays,
-    skip_counts,
 )
 from tps_tracer.evaluation.partial_state import PartialState, PredictorState, StateSpec, gap_summary, states_nothing
 from tps_tracer.evaluation.report_options import ReportOptions
@@ -157,25 +155,13 @@ def _bootstrapped_columns(
 def _no_data_reason(st: PredictorState) -> str | None:
     """`no_data_reason` from counts: the working sample's usable runs are the simple mode's members; a
     predictor no run states has no data either (a fill policy would score the constant PRIOR)."""
+    note = skip_detail(st.skipped)
     if states_nothing(st.gaps):
-        return "no trajectory states a forecast" + _skip_note(st.skipped)
+        return "no trajectory states a forecast" + note
+    if not st.usable:
+        return "no trajectory has a forecast at every step" + note  # a state written before the gap counts
     in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
-    return no_data_reason(_Coverage(np.array([st.usable > 0]), st.skipped), np.array([in_working > 0]))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Coverage:
-    usable: np.ndarray
-    skipped: dict[str, int]
-    no_data = "no trajectory has a forecast at every step"  # a state written before the gap counts
-
-    @property
-    def stated(self) -> np.ndarray:
-        return self.usable
-
-
-def _skip_note(skipped: dict[str, int]) -> str:
-    return skip_detail(_Coverage(np.zeros(0, dtype=bool), skipped))
+    return None if in_working else "no usable trajectory in the working sample" + note
 
 
 def recalibration_rows(
@@ -425,18 +411,6 @@ def _recalibrate(
         "splits": {p: fit.diagnostics() for p, fit in fits.items()},
     }
     return out, info, [Skipped(s.predictor, "not recalibrated: " + s.reason) for s in skipped]
-
-
-def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
-    """Pairs of the constant forecast p on every step: S(p, y) times the truncated weight mass."""
-    usable = table.n_steps > 0
-    pairs = np.full((table.n, len(table.rules), len(table.schedules), 2), np.nan)
-    for i, rule in enumerate(table.rules):
-        b1, b0 = rule.branches(np.array([p]))
-        pairs[usable, i, :, 0] = b1[0] * table.weight_mass[usable]
-        pairs[usable, i, :, 1] = b0[0] * table.weight_mass[usable]
-    aggs = np.where(usable[:, None], p, np.nan) * np.ones((1, len(AGGREGATOR_NAMES)))
-    return PredictorPairs(usable, pairs, aggs, skip_counts(usable, table.n_steps))
 
 
 def report_from_table(

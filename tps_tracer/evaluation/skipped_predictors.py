@@ -75,8 +75,8 @@ class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair tab
     def no_data(self) -> str: ...  # what "no row has data" means for it
 
 
-def skip_detail(col: HasCoverage) -> str:
-    counts = ", ".join(f"{k} {v}" for k, v in col.skipped.items() if v)
+def skip_detail(skipped: dict[str, int]) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in skipped.items() if v)
     return f" (trajectories skipped: {counts})" if counts else ""
 
 
@@ -95,8 +95,8 @@ def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "work
     if usable.any():
         return None
     if not np.asarray(col.stated).any():
-        return col.no_data + skip_detail(col)
-    return f"no usable trajectory in the {sample_name}" + skip_detail(col)
+        return col.no_data + skip_detail(col.skipped)
+    return f"no usable trajectory in the {sample_name}" + skip_detail(col.skipped)
 
 
 def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:

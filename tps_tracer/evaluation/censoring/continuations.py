@@ -232,7 +232,6 @@ class ContinuationLog:
         self.health = health if health is not None else HealthLedger()
         self._lock = threading.Lock()
         self.done: set[tuple[str, str]] = set()
-        self.truncated_tail = 0
         if self.path.exists():
             self._read_existing()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +241,6 @@ class ContinuationLog:
         data = self.path.read_bytes()
         cut = data.rfind(b"\n") + 1
         if cut < len(data):  # a line the interrupted writer never finished
-            self.truncated_tail = 1
             self.health.count(
                 "malformed",
                 "continuation_line_truncated",
