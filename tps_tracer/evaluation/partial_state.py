@@ -13,6 +13,7 @@ trajectories at once (<= 1e-12).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import weakref
@@ -244,15 +245,20 @@ _ROWS = ("summaries", "outcomes")  # per-trajectory arrays: concatenated; every 
 
 def _merged(a: Any, b: Any) -> Any:
     out = {}
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name in _ROWS:
-            out[f.name] = concat_rows(x, y)
-        elif f.name == "skipped":
-            out[f.name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
+    for name in _field_names(type(a)):
+        x, y = getattr(a, name), getattr(b, name)
+        if name in _ROWS:
+            out[name] = concat_rows(x, y)
+        elif name == "skipped":
+            out[name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
         else:
-            out[f.name] = x + y
+            out[name] = x + y
     return type(a)(**out)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _per_stop_reason(counts: Sequence[int]) -> IntArray:
@@ -265,6 +271,9 @@ def _per_stop_reason(counts: Sequence[int]) -> IntArray:
         )
     out[: len(values)] = values
     return out
+
+
+_COUNTS = ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")  # outcome_sum last
 
 
 @dataclass
@@ -421,14 +430,7 @@ class PartialState:
             predictors[name] = a.merged(b)
         return PartialState(
             spec=self.spec,
-            n=self.n + other.n,
-            n_empty=self.n_empty + other.n_empty,
-            stop_counts=self.stop_counts + other.stop_counts,
-            q_z_counts=self.q_z_counts + other.q_z_counts,
-            pending=self.pending + other.pending,
-            outcome_on_unscored=self.outcome_on_unscored + other.outcome_on_unscored,
-            n_complete=self.n_complete + other.n_complete,
-            outcome_sum=self.outcome_sum + other.outcome_sum,
+            **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, "stop_counts", "q_z_counts")},
             first_seen=first_seen,
             predictors=predictors,
             base=self.base.merged(other.base),
@@ -472,10 +474,7 @@ class PartialState:
                 "predictors": None if spec.predictors is None else list(spec.predictors),
                 "missing": spec.missing,
             },
-            "counts": {
-                k: getattr(self, k)
-                for k in ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")
-            },
+            "counts": {k: getattr(self, k) for k in _COUNTS},
             "stop_counts": self.stop_counts.tolist(),
             "q_z_counts": self.q_z_counts.tolist(),
             "first_seen": {k: list(v) for k, v in self.first_seen.items()},
@@ -499,14 +498,10 @@ class PartialState:
         )
         return cls(
             spec=spec,
-            n=int(c["n"]),
-            n_empty=int(c["n_empty"]),
+            **{k: int(c[k]) for k in _COUNTS[:-1]},
+            outcome_sum=float(c["outcome_sum"]),
             stop_counts=_per_stop_reason(obj["stop_counts"]),
             q_z_counts=_per_stop_reason(obj["q_z_counts"]),
-            pending=int(c["pending"]),
-            outcome_on_unscored=int(c["outcome_on_unscored"]),
-            n_complete=int(c["n_complete"]),
-            outcome_sum=float(c["outcome_sum"]),
             first_seen={k: tuple(v) for k, v in obj["first_seen"].items()},
             predictors={k: _decode(PredictorState, v) for k, v in obj["predictors"].items()},
             base=_decode(BaseRateState, obj["base"]),
