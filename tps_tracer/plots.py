@@ -36,6 +36,10 @@ MAX_STEP_BINS = 200
 MAX_TRACE_POINTS = 2000
 
 
+def _plain(obj: Any) -> dict[str, Any]:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(obj).items()}
+
+
 @dataclass
 class ReliabilityBins:
     predictor: str
@@ -49,13 +53,7 @@ class ReliabilityBins:
         return float(np.sum(self.count * np.abs(self.observed_rate - self.mean_forecast)) / n) if n else float("nan")
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "predictor": self.predictor,
-            "mean_forecast": self.mean_forecast.tolist(),
-            "observed_rate": self.observed_rate.tolist(),
-            "count": self.count.tolist(),
-            "t_ece": self.ece,
-        }
+        return {**_plain(self), "t_ece": self.ece}
 
 
 def reliability_bins(
@@ -114,19 +112,9 @@ class StepContributions:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "predictor": self.predictor,
-            "rule": self.rule,
-            "weights": self.weights,
-            "censoring": self.censoring,
-            "t": self.t.tolist(),
-            "contribution": self.contribution.tolist(),
-            "mean_score": self.mean_score.tolist(),
-            "reached": self.reached.tolist(),
-            "n": self.n,
-            "tps": self.total,
-            "bin_width": self.bin_width,
-        }
+        out = _plain(self)
+        bin_width = out.pop("bin_width")
+        return {**out, "tps": self.total, "bin_width": bin_width}
 
 
 def step_contributions(

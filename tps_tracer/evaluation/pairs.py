@@ -142,28 +142,19 @@ class PairTable:
         """The same rows in another order (a permutation of range(n))."""
         idx = np.asarray(order, dtype=np.int64)
         return PairTable(
+            **_rows_at(self, idx),
             ids=[self.ids[i] for i in idx.tolist()],
-            stop_code=self.stop_code[idx],
-            outcome=self.outcome[idx],
-            q_z=self.q_z[idx],
-            n_steps=self.n_steps[idx],
-            horizon=self.horizon[idx],
-            rules=self.rules,
-            schedules=self.schedules,
-            weight_mass=self.weight_mass[idx],
-            predictors={
-                name: PredictorPairs(
-                    p.usable[idx],
-                    p.pairs[idx],
-                    p.aggregates[idx],
-                    dict(p.skipped),
-                    None if p.clipped is None else p.clipped[idx],
-                    None if p.missing is None else p.missing[idx],
-                )
-                for name, p in self.predictors.items()
-            },
-            outcome_on_unscored=self.outcome_on_unscored,
+            predictors={name: PredictorPairs(**_rows_at(p, idx)) for name, p in self.predictors.items()},
         )
+
+
+def _rows_at(obj: PairTable | PredictorPairs, idx: IntArray) -> dict[str, Any]:
+    """The fields of `obj` with its per-row arrays taken at `idx` (ids and predictors: the caller's)."""
+    out = {}
+    for k, v in vars(obj).items():
+        if k not in ("ids", "predictors"):
+            out[k] = v[idx] if isinstance(v, np.ndarray) else dict(v) if isinstance(v, dict) else v
+    return out
 
 
 def skip_counts(usable: BoolArray, n_steps: IntArray) -> dict[str, int]:

@@ -13,7 +13,6 @@ trajectories at once (<= 1e-12).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import time
 import weakref
@@ -244,8 +243,10 @@ _ROWS = ("summaries", "outcomes")  # per-trajectory arrays: concatenated; every 
 
 
 def _merged(a: Any, b: Any) -> Any:
-    out = {}
-    for name in _field_names(type(a)):
+    cls = type(a)
+    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(cls)))
+    out: dict[str, Any] = {}
+    for name in names:
         x, y = getattr(a, name), getattr(b, name)
         if name in _ROWS:
             out[name] = concat_rows(x, y)
@@ -253,12 +254,10 @@ def _merged(a: Any, b: Any) -> Any:
             out[name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
         else:
             out[name] = x + y
-    return type(a)(**out)
+    return cls(**out)
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _per_stop_reason(counts: Sequence[int]) -> IntArray:

@@ -61,6 +61,7 @@ BASE_RATE_SKIPPED = Skipped(
     BASE_RATE, "needs at least one complete trajectory (a clean stop with an outcome) for its value; none yet"
 )
 _M = len(CENSORING_MODES)
+_DELTA_STATS = ("delta", "se", "z", "ci_low", "ci_high")
 _TABLES = ("scores", "deltas", "diagnostics", "scalar_predictors", "recalibration")
 
 
@@ -183,16 +184,7 @@ def recalibration_rows(
             if k.predictor == raw
         ]
         au = aurocs[(raw, cal)]
-        rows.append(
-            {
-                "statistic": "auroc phi_w",
-                "delta": _num(au.delta),
-                "se": _num(au.se),
-                "z": _num(au.z),
-                "ci_low": _num(au.ci_low),
-                "ci_high": _num(au.ci_high),
-            }
-        )
+        rows.append({"statistic": "auroc phi_w", **{k: _num(getattr(au, k)) for k in _DELTA_STATS}})
         out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
     return out
 
@@ -211,10 +203,7 @@ def score_and_delta_rows(
     scores = []
     for i, k in enumerate(keys):
         row: dict[str, Any] = {
-            "predictor": k.predictor,
-            "rule": k.rule,
-            "weights": k.weights,
-            "censoring": k.censoring,
+            **vars(k),
             "n": int(boot.n[i]),
             "mean": _num(boot.point[i]),
             "se": _num(se[i]),
@@ -248,13 +237,8 @@ def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     d = boot.point[j] - boot.point[i]
     d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
     d_lo, d_hi = percentile_ci(rep[:, None])
-    return {
-        "delta": _num(d),
-        "se": _num(d_se),
-        "z": _num(d / d_se) if d_se > 0 else None,
-        "ci_low": _num(d_lo[0]),
-        "ci_high": _num(d_hi[0]),
-    }
+    z = _num(d / d_se) if d_se > 0 else None
+    return dict(zip(_DELTA_STATS, (_num(d), _num(d_se), z, _num(d_lo[0]), _num(d_hi[0])), strict=True))
 
 
 def diagnostic_rows(
