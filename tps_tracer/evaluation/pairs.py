@@ -19,7 +19,8 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, flat_weights, score_rows
-from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
+from tps_tracer.evaluation.skipped_predictors import role_masks
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING, DROP_RUN, PRIOR, SKIP_RENORMALISE
@@ -129,10 +130,7 @@ class PairTable:
 
     def role_masks(self, policy: CensoringPolicy) -> tuple[BoolArray, BoolArray]:
         """(complete, censored) under the policy; pending clean stops are in neither."""
-        table = np.array([ROLES.index(policy.role(r)) for r in STOP_REASONS], dtype=np.int8)
-        roles = table[self.stop_code]
-        complete = (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(self.outcome)
-        return complete, roles == ROLES.index(Role.CENSORED)
+        return role_masks(self.stop_code, self.outcome, policy)
 
     def constant_pairs(self, p: float) -> PredictorPairs:
         """The pairs of the constant forecast p (the base rate) on every row with steps."""
