@@ -1,13 +1,7 @@
-"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale").
-
-A chunk (a slice of a file, a Parquet shard, a Ray block, an accumulator's finished runs) reduces to
-sums whose size does not depend on its number of trajectories: the audit counts; per predictor x
-rule x schedule x censoring mode the count, the score sum and the bootstrap replicate sums
-sum_i W_bi x_i (W_bi a pure function of trajectory id, replicate and seed); for the base rate, whose
-forecast p is known only at the end, the sums of eta m and (1 - eta) m (m the truncated weight mass);
-and the per-trajectory scalar summaries and outcomes the rank diagnostics need. States merge by
-addition and concatenation in any order, so the report of merged states equals the report of all
-trajectories at once (<= 1e-12).
+"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): sums whose size
+does not depend on the chunk's size (audit counts, per column the score sum and bootstrap replicate
+sums, the base rate's eta-mass sums) plus the per-trajectory scalars the rank diagnostics need.
+States merge by addition and concatenation in any order, equal to the report of all at once.
 """
 
 from __future__ import annotations
@@ -50,18 +44,9 @@ STATE_VERSION = 1
 _M = len(CENSORING_MODES)  # all three are kept; exact is shown if any run carries q_z
 # Per predictor, over the working sample's runs with steps: how much is missing and what it costs.
 # cost_*: carry-forward minus skip-renormalise (first rule x schedule, simple censoring eta).
-GAP_STATS = (
-    "steps",
-    "missing_steps",
-    "runs",
-    "runs_affected",
-    "runs_stated",
-    "complete_affected",
-    "success_affected",
-    "complete_unaffected",
-    "success_unaffected",
-    "cost_sum",
-    "cost_n",
+GAP_STATS = tuple(
+    "steps missing_steps runs runs_affected runs_stated complete_affected success_affected complete_unaffected"
+    " success_unaffected cost_sum cost_n".split()
 )
 
 
