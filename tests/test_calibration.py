@@ -8,8 +8,16 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from tps_tracer.evaluation.calibration.cross_fit import EPS, cross_fit_platt, fit_platt, split_halves, step_weights
-from tps_tracer.evaluation.calibration.paired import paired_auroc_delta, paired_mean_delta, weighted_auroc_failure
+from tps_tracer.evaluation.calibration import (
+    EPS,
+    cross_fit_platt,
+    fit_platt,
+    paired_auroc_delta,
+    paired_mean_delta,
+    split_halves,
+    step_weights,
+    weighted_auroc_failure,
+)
 from tps_tracer.evaluation.diagnostics import auroc_failure
 from tps_tracer.records import to_arrays
 from tps_tracer.synthetic import simulate_runs, to_records
@@ -128,7 +136,8 @@ def test_weighted_auroc_reduces_to_sklearn_and_handles_ties():
 def test_paired_deltas_recalibration_finding_on_a_saturated_stream():
     arrays = _arrays(n=600, seed=9)
     res = cross_fit_platt(arrays, "overconfident")
-    from tps_tracer.evaluation.censoring_mix import SIMPLE, score_matrix
+    from tps_tracer.constants import SIMPLE
+    from tps_tracer.evaluation.pairs import score_matrix
     from tps_tracer.records.arrays import PredictorColumn
     from tps_tracer.scoring import parse_rules, parse_schedules
 

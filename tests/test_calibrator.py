@@ -11,13 +11,19 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.calibration.calibrator import Calibrator, ScheduleMismatch, fit_calibrator
-from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt, step_weights
-from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_matrix
+from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
+from tps_tracer.evaluation.calibration import (
+    Calibrator,
+    ScheduleMismatch,
+    cross_fit_platt,
+    fit_calibrator,
+    fixed_rank_sensitivity,
+    step_weights,
+)
 from tps_tracer.evaluation.diagnostics import auroc_failure
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays
-from tps_tracer.evaluation.report import ReportOptions, build_report
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, pair_table_from_arrays, score_matrix
+from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import to_arrays, write_trajectories
 from tps_tracer.scoring import parse_rules, parse_schedules
 from tps_tracer.synthetic import simulate_runs, to_records
@@ -227,8 +233,7 @@ def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
 
 
 def _one_map_calibrator():
-    from tps_tracer.evaluation.calibration.calibrator import Calibrator
-    from tps_tracer.evaluation.calibration.cross_fit import PlattMap
+    from tps_tracer.evaluation.calibration import Calibrator, PlattMap
 
     m = PlattMap(a=0.3, b=1.5, mu=0.1, sigma=2.0, fallback=False, n_steps=10, n_trajectories=5)
     return Calibrator(schedule="linear-front", penalty=1.0, maps={"verbal": m})

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from tps_tracer.cli.main import main
+from tps_tracer.constants import COMPLETE_ONLY, EXACT, SIMPLE
 from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring, censoring_plan
 from tps_tracer.evaluation.censoring.continuations import attach_q_z, mc_q_z, parse_continuations
 from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
-from tps_tracer.evaluation.censoring.q_z_model import hybrid_q_z, plug_in_q_z, prefix_features
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, EXACT, SIMPLE, score_matrix
+from tps_tracer.evaluation.censoring.q_z_model import fit_q_z_model, prefix_features
+from tps_tracer.evaluation.pairs import score_matrix
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
@@ -202,11 +203,11 @@ def test_cen_exact_with_mc_estimates_ranks_the_truthful_stream_first(runs):
 
 
 def test_plug_in_model_recovers_q_z_from_an_informative_prefix_feature(arrays, runs):
-    res = plug_in_q_z(arrays, ["logit:truthful", "step_share"])
+    res = fit_q_z_model(arrays, ["logit:truthful", "step_share"])
     censored = _censored_index(runs)
     got = np.array([res.q_hat[f"sim-{i:05d}"] for i in censored])
     err = np.mean(np.abs(got - runs.q_z()[censored]))
-    blind = plug_in_q_z(arrays, ["step"])
+    blind = fit_q_z_model(arrays, ["step"])
     err_blind = np.mean(np.abs(np.array([blind.q_hat[f"sim-{i:05d}"] for i in censored]) - runs.q_z()[censored]))
     assert err < 0.05 < err_blind
     assert not res.separated_from("truthful") and not res.separated_from("truthful+platt")
@@ -246,7 +247,7 @@ def test_hybrid_audit_trains_on_audited_prefixes_and_scores_them_out_of_fold(arr
     censored = _censored_index(runs)
     audited = censored[::3]
     mc = mc_q_z(simulate_continuations(runs, 30, seed=4, only=audited), min_valid=5)
-    res = hybrid_q_z(arrays, mc, ["logit:truthful"])
+    res = fit_q_z_model(arrays, ["logit:truthful"], mc)
     assert set(res.q_hat) == {f"sim-{i:05d}" for i in censored}
     assert res.audit["audited"] == len(audited)
     assert res.audit["mean_abs_difference"] < 0.25 and res.audit["correlation"] > 0.5

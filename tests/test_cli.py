@@ -162,7 +162,8 @@ def test_demo_json_findings_match_an_independent_computation(tmp_path):
     f = json.loads(proc.stdout)
     records = read_trajectories(tmp_path / "overconfident+platt.jsonl")
     arrays = to_arrays(records)
-    from tps_tracer.evaluation.censoring_mix import SIMPLE, score_matrix
+    from tps_tracer.constants import SIMPLE
+    from tps_tracer.evaluation.pairs import score_matrix
     from tps_tracer.scoring import parse_rules, parse_schedules
 
     sm = score_matrix(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.plot_data import MAX_STEP_BINS, MAX_TRACE_POINTS, step_contributions
+from tps_tracer.plots import MAX_STEP_BINS, MAX_TRACE_POINTS, step_contributions
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.synthetic import simulate_continuations, simulate_runs, to_records
@@ -152,7 +152,7 @@ def test_plot_on_a_long_trajectory_bins_and_samples_and_says_so(long_file, tmp_p
 
 def test_binned_mean_score_is_the_step_weighted_mean():
     """Checked by hand on a small decomposition: bins of 2 over 5 steps."""
-    from tps_tracer.evaluation.plot_data import StepContributions
+    from tps_tracer.plots import StepContributions
 
     c = StepContributions(
         "p",

@@ -1,6 +1,6 @@
 """Issue 36: an unknown predictor, a repeated trajectory id and the report object are each decided
 in one place (skipped_predictors.check_known_predictors, records/limits.py,
-report_builder.report_from_state), so every entry point says the same thing."""
+report.report_from_state), so every entry point says the same thing."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from cli_support import call
 
-from tps_tracer.evaluation.calibration.calibrator import fit_calibrator
+from tps_tracer.evaluation.calibration import fit_calibrator
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report import ReportOptions, build_report, report_from_table
-from tps_tracer.evaluation.report_builder import report_from_state
+from tps_tracer.evaluation.report import build_report, report_from_state, report_from_table
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import UnknownPredictorError
 from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories

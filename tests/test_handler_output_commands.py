@@ -16,7 +16,7 @@ import pytest
 from handler_output import ACTION_PREDICTORS, write_handler_output
 
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.calibration.calibrator import Calibrator
+from tps_tracer.evaluation.calibration import Calibrator
 
 KEPT = ("verbal", "token_prob", "entropy_conf")
 BOOT = ["--bootstrap", "200", "--seed", "5"]

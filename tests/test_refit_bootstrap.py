@@ -13,8 +13,7 @@ import pytest
 from cli_support import call
 
 from tps_tracer.evaluation.bootstrap import replicate_weights, trajectory_keys
-from tps_tracer.evaluation.calibration.cross_fit import cross_fit_platt, fit_platt, step_weights
-from tps_tracer.evaluation.calibration.refit_bootstrap import refit_tps_deltas
+from tps_tracer.evaluation.calibration import cross_fit_platt, fit_platt, refit_tps_deltas, step_weights
 from tps_tracer.records import write_trajectories
 from tps_tracer.records.arrays import STOP_REASONS, to_arrays
 from tps_tracer.records.stop_reasons import StopReason

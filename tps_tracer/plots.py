@@ -1,16 +1,185 @@
-"""Figures for `tps-tracer plot` (matplotlib, optional: the `plot` extra).
+"""`tps-tracer plot`: the numbers the figures draw (tested and exported as plot-data.json) and the
+figures (matplotlib, optional: the `plot` extra, imported only to draw).
 
-Every figure draws numbers computed in `tps_tracer.evaluation.plot_data`, the same ones the
-report prints, so a plot never disagrees with the table next to it.
+- `reliability_bins`: the report's T-ECE bins of the Phi_w summary on complete trajectories; their
+  count-weighted mean |gap| is exactly the report's T-ECE.
+- `step_contributions`: per step t, the mean over scored trajectories of w_t S(F_t, eta); summed
+  over t they give the report's TPS for that censoring mode.
+- `forecast_traces`: F_1..F_Z per trajectory with its outcome and stop reason.
+
+Big inputs stay drawable: at most `MAX_STEP_BINS` groups of consecutive steps (contributions still
+sum to the TPS) and `MAX_TRACE_POINTS` evenly spaced steps of a long trace; the figures say so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.constants import DEFAULT_ECE_BINS, SIMPLE
 from tps_tracer.errors import InputError, install_hint
-from tps_tracer.evaluation.plot_data import ReliabilityBins, StepContributions
+from tps_tracer.evaluation.diagnostics import quantile_bins
+from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, eta_by_mode, pair_table_from_arrays
+from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+
+FloatArray = NDArray[np.float64]
+
+MAX_STEP_BINS = 200
+MAX_TRACE_POINTS = 2000
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(obj).items()}
+
+
+@dataclass
+class ReliabilityBins:
+    predictor: str
+    mean_forecast: FloatArray
+    observed_rate: FloatArray
+    count: NDArray[np.int64]
+
+    @property
+    def ece(self) -> float:
+        n = self.count.sum()
+        return float(np.sum(self.count * np.abs(self.observed_rate - self.mean_forecast)) / n) if n else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**_plain(self), "t_ece": self.ece}
+
+
+def reliability_bins(
+    arrays: TrajectoryArrays, predictor: str, n_bins: int = DEFAULT_ECE_BINS, summary: str = "phi_w"
+) -> ReliabilityBins:
+    table = pair_table_from_arrays(arrays, [predictor], [get_rule("log")], [get_schedule("linear-front")])
+    complete, _ = table.role_masks(CensoringPolicy())
+    sel = complete & table.predictors[predictor].usable
+    c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(summary)]
+    y = table.outcome[sel]
+    b = quantile_bins(c, n_bins)
+    counts = np.bincount(b, minlength=int(b.max()) + 1 if b.size else 0)
+    used = counts > 0
+    mean_c = np.bincount(b, weights=c)[used] / counts[used]
+    mean_y = np.bincount(b, weights=y)[used] / counts[used]
+    return ReliabilityBins(predictor, mean_c, mean_y, counts[used].astype(np.int64))
+
+
+@dataclass
+class StepContributions:
+    predictor: str
+    rule: str
+    weights: str
+    censoring: str
+    t: NDArray[np.int64]  # 1..max Z
+    contribution: FloatArray  # mean over scored trajectories of w_t S(F_t, eta) (0 if no step t)
+    mean_score: FloatArray  # mean S(F_t, eta) over trajectories that reached step t
+    reached: NDArray[np.int64]
+    n: int
+    bin_width: int = 1  # steps per entry of t (1: every step; see `binned`)
+
+    @property
+    def total(self) -> float:
+        return float(self.contribution.sum())
+
+    def binned(self, max_bins: int = MAX_STEP_BINS) -> StepContributions:
+        """At most `max_bins` entries: consecutive steps grouped (t = the first step of each group)."""
+        size = len(self.t)
+        width = max(1, -(-size // max_bins))
+        if width == 1 and self.bin_width == 1:
+            return self
+        group = np.arange(size) // width
+        reached = np.bincount(group, weights=self.reached).astype(np.int64)
+        score_sum = np.bincount(group, weights=self.mean_score * self.reached)
+        return StepContributions(
+            self.predictor,
+            self.rule,
+            self.weights,
+            self.censoring,
+            self.t[::width].copy(),
+            np.bincount(group, weights=self.contribution).astype(np.float64),
+            score_sum / np.maximum(reached, 1),
+            reached,
+            self.n,
+            width * self.bin_width,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = _plain(self)
+        bin_width = out.pop("bin_width")
+        return {**out, "tps": self.total, "bin_width": bin_width}
+
+
+def step_contributions(
+    arrays: TrajectoryArrays,
+    predictor: str,
+    rule: str | ScoreRule = "log",
+    schedule: str | WeightSchedule = "linear-front",
+    censoring: str = SIMPLE,
+) -> StepContributions:
+    """Per-step decomposition of TPS; eta as in the report's modes."""
+    rule_, sched = get_rule(rule), get_schedule(schedule)
+    col = arrays.predictors[predictor]
+    table = pair_table_from_arrays(arrays, [predictor], [rule_], [sched])
+    member, eta = eta_by_mode(*table.role_masks(CensoringPolicy()), table.outcome, table.q_z)[censoring]
+    member = member & col.usable
+    if not member.any():
+        raise InputError(f"no trajectory of {predictor!r} in the {censoring} sample")
+    values, layout = arrays.subset(member, predictor)
+    b1, b0 = rule_.branches(values)
+    e = np.repeat(eta[member], layout.lengths)
+    s = e * b1 + (1 - e) * b0
+    w = layout.weights(sched)
+    t = layout.step_index().astype(np.int64)
+    n = int(member.sum())
+    size = int(t.max())
+    contribution = np.bincount(t - 1, weights=w * s, minlength=size) / n
+    reached = np.bincount(t - 1, minlength=size)
+    mean_score = np.bincount(t - 1, weights=s, minlength=size) / np.maximum(reached, 1)
+    return StepContributions(
+        predictor, rule_.name, sched.name, censoring, np.arange(1, size + 1), contribution, mean_score, reached, n
+    )
+
+
+def forecast_traces(
+    arrays: TrajectoryArrays, predictor: str, limit: int = 200, max_points: int = MAX_TRACE_POINTS
+) -> list[dict[str, Any]]:
+    """Up to `limit` usable trajectories (in file order): forecasts at steps t (all steps, or
+    `max_points` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
+    col = arrays.predictors[predictor]
+    out = []
+    for i in np.flatnonzero(col.usable)[:limit].tolist():
+        y = arrays.outcome[i]
+        values = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
+        z = len(values)
+        t = np.arange(z) if z <= max_points else np.unique(np.linspace(0, z - 1, max_points).round().astype(np.int64))
+        out.append(
+            {
+                "trajectory_id": arrays.ids[i],
+                "t": (t + 1).tolist(),
+                "forecasts": values[t].tolist(),
+                "n_steps": z,
+                "outcome": None if np.isnan(y) else int(y),
+                "stop_reason": STOP_REASONS[arrays.stop_code[i]].value,
+            }
+        )
+    return out
+
+
+def plot_reason(arrays: TrajectoryArrays, predictor: str, censoring: str = SIMPLE) -> str | None:
+    """Why `predictor` cannot be plotted for this censoring mode (None if it can)."""
+    complete, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
+    sample = eta_by_mode(complete, censored, arrays.outcome, arrays.q_z)[censoring][0]
+    return no_data_reason(arrays.predictors[predictor], sample, f"{censoring} sample")
+
+
+# -- figures ------------------------------------------------------------------------------------
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
 # One marker per StopReason value (the legend lists those drawn); an unknown value falls back to "*".
@@ -38,7 +207,7 @@ def _pyplot() -> Any:
 
 
 def check_available() -> None:
-    """Raise ValueError (a clear message, exit 2 in the CLI) when matplotlib is not installed."""
+    """InputError (exit 2 in the CLI) when matplotlib is not installed."""
     _pyplot()
 
 

@@ -20,16 +20,20 @@ from tps_tracer.cli.main import (
     render_table,
     writing,
 )
+from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration.calibrator import Calibrator, fit_calibrator
-from tps_tracer.evaluation.calibration.fixed_rank import fixed_rank_sensitivity
-from tps_tracer.evaluation.calibration.paired import paired_mean_delta
-from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, auroc_deltas, with_platt_streams
-from tps_tracer.evaluation.calibration.refit_bootstrap import refit_tps_deltas
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_columns
+from tps_tracer.evaluation.calibration import (
+    Calibrator,
+    auroc_deltas,
+    fit_calibrator,
+    fixed_rank_sensitivity,
+    paired_mean_delta,
+    refit_tps_deltas,
+    with_platt_streams,
+)
 from tps_tracer.evaluation.chunked import read_arrays
-from tps_tracer.evaluation.pairs import pair_table_from_arrays
-from tps_tracer.evaluation.skipped_predictors import check_known_predictors, platt_fit_reason
+from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.skipped_predictors import PLATT_SUFFIX, check_known_predictors, platt_fit_reason
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.scoring.rules import get_rule, get_schedule

@@ -28,7 +28,7 @@ from tps_tracer.evaluation.censoring.artificial_censoring import artificial_cens
 from tps_tracer.evaluation.censoring.continuations import McEstimates, attach_q_z, mc_q_z, read_continuations
 from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
 from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
-from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, hybrid_q_z, plug_in_q_z
+from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, fit_q_z_model
 from tps_tracer.evaluation.skipped_predictors import (
     as_dicts,
     check_known_predictors,
@@ -59,7 +59,7 @@ def _q_z_source(
     model = None
     if features:
         with flag("--q-z-model"):
-            model = hybrid_q_z(arrays, mc, features) if args.hybrid and mc else plug_in_q_z(arrays, features)
+            model = fit_q_z_model(arrays, features, mc if args.hybrid else None)
         estimates, info = model.q_hat, model.summary()
     elif mc is not None:
         estimates, info = mc.as_mapping(), mc.summary()

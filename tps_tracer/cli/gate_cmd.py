@@ -122,7 +122,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
         return result
     crit.validate(False)
     from tps_tracer.distributed.ray_engine import report_from_path_ray
-    from tps_tracer.evaluation.report import ReportOptions
+    from tps_tracer.evaluation.report_options import ReportOptions
 
     options = ReportOptions(
         predictors=[crit.predictor] if crit.predictor else None,

@@ -7,19 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tps_tracer import output
+from tps_tracer import output, plots
 from tps_tracer.cli.main import CliError, flag, progress_for, render_skipped, writing
-from tps_tracer.evaluation.calibration.recalibration import PLATT_SUFFIX, with_platt_streams
+from tps_tracer.evaluation.calibration import with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
-from tps_tracer.evaluation.plot_data import (
-    MAX_STEP_BINS,
-    MAX_TRACE_POINTS,
-    forecast_traces,
-    plot_reason,
-    reliability_bins,
-    step_contributions,
-)
 from tps_tracer.evaluation.skipped_predictors import (
+    PLATT_SUFFIX,
     Skipped,
     as_dicts,
     check_known_predictors,
@@ -28,12 +21,18 @@ from tps_tracer.evaluation.skipped_predictors import (
     split_usable,
 )
 from tps_tracer.output import atomic_write, write_text
+from tps_tracer.plots import (
+    MAX_STEP_BINS,
+    MAX_TRACE_POINTS,
+    forecast_traces,
+    plot_reason,
+    reliability_bins,
+    step_contributions,
+)
 from tps_tracer.scoring.rules import get_rule, get_schedule
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from tps_tracer import plots
-
     if args.bins < 1:
         raise CliError(f"--bins must be >= 1, got {args.bins}")
     if args.traces < 0:

@@ -25,10 +25,9 @@ from tps_tracer.cli.main import (
     render_table,
     wrap,
 )
-from tps_tracer.evaluation.calibration.calibrator import Calibrator
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.report import ReportOptions
-from tps_tracer.evaluation.report_options import OptionError
+from tps_tracer.evaluation.report import TooManyGroups, reports_by
+from tps_tracer.evaluation.report_options import OptionError, ReportOptions
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
@@ -43,6 +42,8 @@ def _options(args: argparse.Namespace) -> ReportOptions:
         raise CliError("use either --calibrate (cross-fitted refit) or --calibrator FILE (saved maps), not both")
     calibrator = None
     if args.calibrator:
+        from tps_tracer.evaluation.calibration import Calibrator  # a plain report never loads it
+
         with reading("--calibrator", args.calibrator):
             calibrator = Calibrator.load(args.calibrator)
     with flag("--rules"):
@@ -87,14 +88,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Namespace) -> int:
-    """`--by KEY`: one report per value of a metadata key (evaluation/split_report.py)."""
+    """`--by KEY`: one report per value of a metadata key (evaluation/report.py, `reports_by`)."""
     if args.engine == "ray":
         raise CliError("--by reads the records whole: not available with --engine ray")
     if not key.strip():
         raise CliError("--by: give a metadata key, e.g. --by agent")
-    # Imported here: --by reads records whole (pydantic, ~0.3 s) that a plain report never loads.
-    from tps_tracer.evaluation.split_report import TooManyGroups, reports_by
-
     try:
         split = reports_by(path, key, options)
     except TooManyGroups as exc:

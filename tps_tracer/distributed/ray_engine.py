@@ -32,8 +32,8 @@ import numpy as np
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
-from tps_tracer.evaluation.report import ReportOptions
-from tps_tracer.evaluation.report_builder import report_from_state
+from tps_tracer.evaluation.report import report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.limits import repeated_keys
 
 LOCAL_NUM_CPUS = 2

@@ -1,13 +1,7 @@
-"""Evaluate a trajectory file (JSON Lines, Parquet, a directory of shards) chunk by chunk.
-
-Each chunk of whole trajectories is reduced to its `PartialState` and merged, so memory is
-bounded by the chunk size plus a few scalars per trajectory, whatever the file size. The
-result equals `build_report` on the whole file (<= 1e-12). Files that need the whole-file
-view (an error to report with its line numbers, resolution lines) are read the exact way,
-`read_trajectories`, so messages and results are today's (`records/reading.py` decides).
-
-Recalibration (`--calibrate`, `--calibrator`) fits on the whole sample: it reads all chunks
-into one set of arrays (still through the fast reader) and runs `build_report`.
+"""Evaluate a trajectory file (JSON Lines, Parquet, a directory of shards) chunk by chunk, each
+reduced to its `PartialState` and merged: memory is bounded by the chunk size plus a few scalars per
+trajectory, and the result equals `build_report` on the whole file. Files that need the whole-file
+view (errors by line, resolution lines) are read the exact way (`records/reading.py` decides).
 """
 
 from __future__ import annotations
@@ -22,11 +16,11 @@ import numpy as np
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report import ReportOptions, build_report
-from tps_tracer.evaluation.report_builder import report_from_state
+from tps_tracer.evaluation.report import build_report, report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
-from tps_tracer.records.errors import RecordError, TrajectoryFileError, whole_file
+from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import SetAside, duplicate_message, repeated_keys
 from tps_tracer.records.reading import (
     DEFAULT_CHUNK_BYTES,
@@ -36,6 +30,7 @@ from tps_tracer.records.reading import (
     input_name,
     iter_chunks,
     source_files,
+    whole_file,
 )
 
 Progress = Callable[[Chunk], None]
@@ -45,9 +40,8 @@ T = TypeVar("T")
 def _chunks(
     path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None, set_aside: SetAside | None = None
 ) -> Iterator[Chunk]:
-    """The file's chunks, the next one read in a background thread while the caller reduces this one
-    (the reader and the bootstrap's weight hashing each leave a core idle otherwise). Lines a shard's
-    whole-file read set aside are added to `set_aside`."""
+    """The file's chunks, the next one read in a background thread while the caller reduces this one;
+    lines set aside are added to `set_aside`."""
     chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
@@ -64,7 +58,6 @@ def _chunks(
 
 
 def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_bytes: int) -> None:
-    """Duplicate trajectory ids (by their 64-bit key) across the whole input are an error."""
     dup = repeated_keys(keys)
     if not dup.size:
         return
@@ -79,9 +72,7 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
         for tid, key in zip(chunk.arrays.ids, trajectory_keys(chunk.arrays.ids).tolist(), strict=True):
             if key in wanted:
                 if key in where and where[key] == chunk.source:
-                    # A repeat inside one shard is set aside, as in a file read alone (a re-run
-                    # appended to it): the exact whole-input read names both lines.
-                    within_a_shard = True
+                    within_a_shard = True  # set aside, as in a file read alone: the exact read names both lines
                 elif key in where:
                     errors.append(
                         RecordError(
@@ -103,8 +94,7 @@ def state_from_path(
     progress: Progress | None = None,
     set_aside: SetAside | None = None,
 ) -> PartialState:
-    """The merged partial state of every trajectory in the file(s); raises a whole-file NotFast (see module).
-    Lines read but not scored (records/limits.py) are added to `set_aside`."""
+    """The merged partial state of every trajectory in the file(s), or a whole-file NotFast."""
     state: PartialState | None = None
     keys: list[np.ndarray] = []
     for chunk in _chunks(path, chunk_bytes, progress, set_aside):
@@ -125,15 +115,13 @@ def map_chunks(
     progress: Progress | None = None,
     set_aside: SetAside | None = None,
 ) -> list[T]:
-    """`fn` of every chunk's arrays, in file order (one result from the exact reader when the file
-    needs the whole-file view: resolution lines, duplicate ids, an error to report by line).
-    Lines read but not scored (records/limits.py) are added to `set_aside`, either way."""
+    """`fn` of every chunk's arrays in file order (one result from the exact reader when the file needs
+    the whole-file view); lines read but not scored are added to `set_aside` either way."""
 
     def chunked() -> list[T]:
         out: list[T] = []
         keys = []
-        # Collected apart and merged only on success: a chunked read that falls back to the whole
-        # file has already counted some lines, which the exact read counts again.
+        # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
         found = SetAside()
         for chunk in _chunks(path, chunk_bytes, progress, found):
             keys.append(trajectory_keys(chunk.arrays.ids))
@@ -146,7 +134,7 @@ def map_chunks(
         return out
 
     def whole() -> list[T]:
-        records = exact_records(path)  # pydantic (~0.3 s): only on the exact path
+        records = exact_records(path)
         if set_aside is not None:
             set_aside.merge(records.set_aside)
         return [fn(to_arrays(records))]
@@ -157,7 +145,7 @@ def map_chunks(
 def read_arrays(
     path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None
 ) -> TrajectoryArrays:
-    """All trajectories of the file(s) as one set of flat arrays (what `to_arrays(read_trajectories())` gives)."""
+    """All trajectories of the file(s) as one set of flat arrays."""
     return concat_arrays(map_chunks(path, lambda arrays: arrays, chunk_bytes, progress))
 
 
@@ -167,7 +155,8 @@ def report_from_path(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """`build_report` of a trajectory file, directory of shards or Parquet file, in bounded memory."""
+    """`build_report` of a trajectory file, directory of shards or Parquet file, in bounded memory;
+    recalibration fits on the whole sample, so it reads all chunks into one set of arrays."""
     opts = options or ReportOptions()
     if opts.calibrate is not None or opts.calibrator is not None:
         return build_report(read_arrays(path, chunk_bytes, progress), opts)
@@ -175,22 +164,20 @@ def report_from_path(
 
     def chunked() -> dict[str, Any]:
         state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress, set_aside)
-        # (build_report checks the other paths)
         if opts.predictors is None and not state.predictors:
             raise InputError(NO_PREDICTOR)
         check_no_base_rate(state.predictors)
         return with_set_aside(report_from_state(state, opts), set_aside)
 
     def whole() -> dict[str, Any]:
-        records = exact_records(path)  # pydantic (~0.3 s): only on the exact path
+        records = exact_records(path)
         return with_set_aside(build_report(to_arrays(records), opts), records.set_aside)
 
     return fast_else_whole_file(chunked, whole)
 
 
 def with_set_aside(report: dict[str, Any], set_aside: SetAside) -> dict[str, Any]:
-    """The report with an "input" section counting the lines read but not scored (only when there are
-    some, so a clean file's report is unchanged, and equal to the accumulator's snapshot)."""
+    """The report with an "input" section counting the lines read but not scored, when there are any."""
     if set_aside:
         report["input"] = {"set_aside": set_aside.as_dict()}
     return report

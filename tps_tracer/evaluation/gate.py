@@ -46,11 +46,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.constants import DEFAULT_MISSING, MAX_REPLICATES, MISSING_POLICIES
+from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_REPLICATES, MISSING_POLICIES, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.audit import audit_of_table
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, EXACT, SIMPLE, score_columns
 from tps_tracer.evaluation.chunked import Progress
 from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
 from tps_tracer.evaluation.gate_stats import (
@@ -64,14 +62,12 @@ from tps_tracer.evaluation.gate_stats import (
     decision,
     unpaired_text,
 )
+from tps_tracer.evaluation.pairs import audit_of_table, score_columns
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
-from tps_tracer.evaluation.report import (
-    BASE_RATE,
-    NO_WORKING_SAMPLE,
-    base_rate_pairs,
-)
+from tps_tracer.evaluation.report import NO_WORKING_SAMPLE
 from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.evaluation.skipped_predictors import (
+    BASE_RATE,
     NO_PREDICTOR,
     Skipped,
     as_dicts,
@@ -598,7 +594,7 @@ class _Run:
         self.base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
         columns = {predictor: table.predictors[predictor]}
         if self.base_rate is not None:
-            columns[BASE_RATE] = base_rate_pairs(table, self.base_rate)
+            columns[BASE_RATE] = table.constant_pairs(self.base_rate)
         gated = dataclasses.replace(table, predictors=columns)
         sm = score_columns(gated, list(columns), crit.policy, (crit.censoring,))
         self.score = sm.columns[0]

@@ -1,35 +1,57 @@
-"""The pair table: everything the report needs about a set of finished trajectories.
+"""The pair table: per finished trajectory and predictor, the branch pairs (s1, s0) of every rule x
+schedule, the four scalar summaries and the truncated weight mass (which scores any constant forecast);
+the termination audit of its rows; and the censoring-mode mixing of its pairs with eta.
 
-A finished trajectory reduces, per predictor, to its branch pairs (s1, s0) for every
-rule x schedule, plus four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) for the
-rank/calibration diagnostics, plus the truncated weight mass sum_{t<=Z} w_t per schedule
-(which scores any constant forecast, e.g. the base rate, without revisiting the steps).
-That is a fixed-size record, whatever the trajectory's length.
-
-Batch evaluation builds the table from flat arrays (`pair_table_from_arrays`); the
-online accumulator builds the same table row by row as trajectories stop. The report is
+Batch evaluation builds it from flat arrays, the online accumulator row by row: the report is
 assembled from the table alone, so both paths give the same numbers by construction.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.constants import DEFAULT_MISSING, DROP_RUN, SKIP_RENORMALISE
+from tps_tracer.constants import (
+    CENSORING_MODES,
+    COMPLETE_ONLY,
+    DEFAULT_MISSING,
+    DROP_RUN,
+    EXACT,
+    SIMPLE,
+    SKIP_RENORMALISE,
+)
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR, flat_weights, score_rows
-from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
+from tps_tracer.evaluation.skipped_predictors import role_masks
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-__all__ = ["AGGREGATOR_NAMES", "PairTable", "PredictorPairs", "pair_table_from_arrays", "skip_counts"]
+__all__ = [
+    "AGGREGATOR_NAMES",
+    "ColumnKey",
+    "PairTable",
+    "PredictorPairs",
+    "ScoreMatrix",
+    "audit_of_counts",
+    "audit_of_table",
+    "eta_by_mode",
+    "pair_table_from_arrays",
+    "score_columns",
+    "score_matrix",
+    "skip_counts",
+]
+
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 
@@ -53,28 +75,36 @@ class PredictorPairs:
         return self.usable if self.missing is None else self.usable & (self.missing[:, 1] > 0)
 
     @classmethod
+    def constant(
+        cls,
+        n_steps: IntArray,
+        weight_mass: FloatArray,
+        rules: Sequence[ScoreRule],
+        p: float,
+        usable: BoolArray,
+        n_aggs: int = len(AGGREGATOR_NAMES),
+    ) -> PredictorPairs:
+        """The forecast p on every step of the `usable` rows: sum_t w_t S(p, y) = S(p, y) times the weight mass."""
+        branches = branches_at(rules, p)[None, :, None, :]
+        pairs = np.where(usable[:, None, None, None], branches * weight_mass[:, None, :, None], np.nan)
+        aggs = np.where(usable[:, None], p, np.nan) * np.ones((n_steps.size, n_aggs))
+        return cls(usable, pairs, aggs, skip_counts(usable, n_steps))
+
+    @classmethod
     def never_stated(
         cls, n_steps: IntArray, weight_mass: FloatArray, rules: Sequence[ScoreRule], n_aggs: int, missing: str
     ) -> PredictorPairs:
         """The rows of a predictor that a batch or chunk never mentions: every step is a gap, so under a
-        fill policy each row with steps forecasts PRIOR throughout (sum_t w_t S(PRIOR, y) = S(PRIOR, y)
-        times the weight mass); under skip-renormalise and drop-run no row is scored."""
+        fill policy each row with steps forecasts PRIOR throughout; under skip-renormalise and drop-run
+        no row is scored."""
         n = n_steps.size
         has = n_steps > 0
         usable = has if missing not in (SKIP_RENORMALISE, DROP_RUN) else np.zeros(n, dtype=bool)
-        branches = branches_at(rules, PRIOR)[None, :, None, :]
-        pairs = np.where(usable[:, None, None, None], branches * weight_mass[:, None, :, None], np.nan)
         gaps = np.zeros((n, 4))
         gaps[:, 0] = n_steps
         gaps[has, 2:] = np.nan
-        return cls(
-            usable,
-            pairs,
-            np.where(usable[:, None], PRIOR, np.nan) * np.ones((n, n_aggs)),
-            skip_counts(usable, n_steps),
-            np.zeros(n, dtype=np.int64),
-            gaps,
-        )
+        out = cls.constant(n_steps, weight_mass, rules, PRIOR, usable, n_aggs)
+        return dataclasses.replace(out, clipped=np.zeros(n, dtype=np.int64), missing=gaps)
 
     def clipped_in(self, rows: BoolArray) -> int:
         """Forecasts the log rule clipped in the selected usable rows."""
@@ -106,37 +136,29 @@ class PairTable:
 
     def role_masks(self, policy: CensoringPolicy) -> tuple[BoolArray, BoolArray]:
         """(complete, censored) under the policy; pending clean stops are in neither."""
-        table = np.array([ROLES.index(policy.role(r)) for r in STOP_REASONS], dtype=np.int8)
-        roles = table[self.stop_code]
-        complete = (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(self.outcome)
-        return complete, roles == ROLES.index(Role.CENSORED)
+        return role_masks(self.stop_code, self.outcome, policy)
+
+    def constant_pairs(self, p: float) -> PredictorPairs:
+        """The pairs of the constant forecast p (the base rate) on every row with steps."""
+        return PredictorPairs.constant(self.n_steps, self.weight_mass, self.rules, p, self.n_steps > 0)
 
     def reordered(self, order: IntArray) -> PairTable:
         """The same rows in another order (a permutation of range(n))."""
         idx = np.asarray(order, dtype=np.int64)
         return PairTable(
+            **_rows_at(self, idx),
             ids=[self.ids[i] for i in idx.tolist()],
-            stop_code=self.stop_code[idx],
-            outcome=self.outcome[idx],
-            q_z=self.q_z[idx],
-            n_steps=self.n_steps[idx],
-            horizon=self.horizon[idx],
-            rules=self.rules,
-            schedules=self.schedules,
-            weight_mass=self.weight_mass[idx],
-            predictors={
-                name: PredictorPairs(
-                    p.usable[idx],
-                    p.pairs[idx],
-                    p.aggregates[idx],
-                    dict(p.skipped),
-                    None if p.clipped is None else p.clipped[idx],
-                    None if p.missing is None else p.missing[idx],
-                )
-                for name, p in self.predictors.items()
-            },
-            outcome_on_unscored=self.outcome_on_unscored,
+            predictors={name: PredictorPairs(**_rows_at(p, idx)) for name, p in self.predictors.items()},
         )
+
+
+def _rows_at(obj: PairTable | PredictorPairs, idx: IntArray) -> dict[str, Any]:
+    """The fields of `obj` with its per-row arrays taken at `idx` (ids and predictors: the caller's)."""
+    out = {}
+    for k, v in vars(obj).items():
+        if k not in ("ids", "predictors"):
+            out[k] = v[idx] if isinstance(v, np.ndarray) else dict(v) if isinstance(v, dict) else v
+    return out
 
 
 def skip_counts(usable: BoolArray, n_steps: IntArray) -> dict[str, int]:
@@ -199,3 +221,138 @@ def pair_table_from_arrays(
         predictors=out,
         outcome_on_unscored=arrays.outcome_on_unscored,
     )
+
+
+# -- the termination audit (the paper reports it before any score, Section 4.2) -----------------
+
+
+def _ratio(num: int, den: int) -> float | None:
+    if not den:
+        return None
+    v = num / den
+    return v if math.isfinite(v) else None
+
+
+def audit_of_counts(
+    stop_counts: Sequence[int] | IntArray,
+    q_z_counts: Sequence[int] | IntArray,
+    pending: int,
+    outcome_on_unscored: int,
+    policy: CensoringPolicy,
+) -> dict[str, Any]:
+    """The audit object of the report's JSON, from counts per `STOP_REASONS` (runs, runs carrying q_Z)
+    and the clean stops still waiting for their outcome: every form of data reduces to these."""
+    n = int(np.sum(stop_counts))
+    by_reason = {r.value: int(stop_counts[i]) for i, r in enumerate(STOP_REASONS)}
+    roles = {role.value: 0 for role in Role}
+    censored_with_q = 0
+    for i, r in enumerate(STOP_REASONS):
+        roles[policy.role(r).value] += int(stop_counts[i])
+        if policy.role(r) is Role.CENSORED:
+            censored_with_q += int(q_z_counts[i])
+    roles[Role.COMPLETE.value] -= pending  # clean stops without their outcome are neither scored nor censored
+    working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
+    return {
+        "n_trajectories": n,
+        "stop_reasons": by_reason,
+        "roles": roles,
+        "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
+        "pending_outcome": pending,
+        "working_sample": working,
+        "censoring_rate": _ratio(roles[Role.CENSORED.value], working),
+        "excluded_share": _ratio(roles[Role.EXCLUDED.value], n),
+        "censored_with_q_z": censored_with_q,
+        "outcome_ignored_on_unscored": outcome_on_unscored,
+        "default_policy": policy.is_default,
+    }
+
+
+def stop_counts_of(table: PairTable) -> tuple[IntArray, IntArray]:
+    """(runs, runs carrying q_Z) per `STOP_REASONS`."""
+    k = len(STOP_REASONS)
+    q_rows = table.stop_code[~np.isnan(table.q_z)]
+    return (
+        np.bincount(table.stop_code, minlength=k).astype(np.int64),
+        np.bincount(q_rows, minlength=k).astype(np.int64),
+    )
+
+
+def audit_of_table(table: PairTable, policy: CensoringPolicy) -> dict[str, Any]:
+    return audit_of_counts(*stop_counts_of(table), int(table.pending.sum()), table.outcome_on_unscored, policy)
+
+
+# -- censoring-mode mixing: score = eta s1 + (1 - eta) s0 per mode -------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnKey:
+    predictor: str
+    rule: str
+    weights: str
+    censoring: str
+
+
+@dataclass
+class ScoreMatrix:
+    keys: list[ColumnKey] = field(default_factory=list)
+    columns: list[FloatArray] = field(default_factory=list)  # over all n rows, NaN outside the sample
+    # Censored trajectories usable for the predictor but lacking q_z (left out of "exact").
+    missing_q_z: dict[str, int] = field(default_factory=dict)
+
+
+def eta_by_mode(
+    complete: BoolArray, censored: BoolArray, outcome: FloatArray, q_z: FloatArray
+) -> dict[str, tuple[BoolArray, FloatArray]]:
+    """The eta table (docs/design.md, "the branch pair"), the one definition: per mode, its rows and eta.
+
+        complete-only   complete rows                  eta = Y
+        simple          complete + censored            eta = Y, or 0 if censored   (q_Z ~ 0)
+        exact           complete + censored with q_z   eta = Y, or q_z if censored
+
+    A complete row with a NaN outcome is pending: in no mode."""
+    has_y = complete & ~np.isnan(outcome)
+    has_q = censored & ~np.isnan(q_z)
+    y = np.where(has_y, outcome, 0.0)
+    return {
+        COMPLETE_ONLY: (has_y, y),
+        SIMPLE: (has_y | censored, y),
+        EXACT: (has_y | has_q, np.where(has_y, y, np.nan_to_num(q_z))),
+    }
+
+
+def score_columns(
+    table: PairTable,
+    predictors: Sequence[str],
+    policy: CensoringPolicy | None = None,
+    modes: Sequence[str] = CENSORING_MODES,
+) -> ScoreMatrix:
+    """Mix each row's branch pairs with its eta per censoring mode, one column per combination."""
+    complete, censored = table.role_masks(policy or CensoringPolicy())
+    has_q = ~np.isnan(table.q_z)
+    eta = eta_by_mode(complete, censored, table.outcome, table.q_z)
+    out = ScoreMatrix()
+    for name in predictors:
+        col = table.predictors[name]
+        out.missing_q_z[name] = int(np.sum(col.usable & censored & ~has_q))
+        for i, rule in enumerate(table.rules):
+            for j, sched in enumerate(table.schedules):
+                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
+                for mode in modes:
+                    member, e = eta[mode]
+                    rows = member & col.usable
+                    column = np.full(table.n, np.nan)
+                    column[rows] = mix(s1[rows], s0[rows], e[rows])
+                    out.keys.append(ColumnKey(name, rule.name, sched.name, mode))
+                    out.columns.append(column)
+    return out
+
+
+def score_matrix(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    rules: Sequence[ScoreRule],
+    schedules: Sequence[WeightSchedule],
+    policy: CensoringPolicy | None = None,
+    modes: Sequence[str] = CENSORING_MODES,
+) -> ScoreMatrix:
+    return score_columns(pair_table_from_arrays(arrays, predictors, rules, schedules), predictors, policy, modes)

@@ -1,26 +1,7 @@
-"""One mergeable partial state per chunk of trajectories, and the report of merged states.
-
-A chunk (a slice of a file, a Parquet shard, a Ray block, an accumulator's finished runs)
-reduces to sums whose size does not depend on the number of trajectories, plus the few
-per-trajectory scalars the rank diagnostics need:
-
-- the termination audit as counts per stop reason;
-- per predictor x rule x schedule x censoring mode: the count, the sum of the scores and the
-  bootstrap replicate sums sum_i W_bi x_i (W_bi is a pure function of trajectory id, replicate
-  and seed, see `bootstrap.py`), and per predictor x mode the replicate sums of W_bi;
-- for the base-rate reference, whose forecast p (the mean outcome) is known only at the end:
-  the sums of eta * m and (1 - eta) * m, m the truncated weight mass, so that its score
-  S(p, 1) * eta * m + S(p, 0) * (1 - eta) * m is summed once p is known;
-- per predictor, the four scalar summaries (Phi_last, Phi_avg, Phi_min, Phi_w) and the outcome
-  of each complete usable trajectory: AUROC, AUPRC, AURC, T-ECE are not sums.
-
-States merge by addition and concatenation, in any order; every report is built from a state
-(`report_builder.report_from_state`), so the report of merged states equals the report of all
-the trajectories at once: every count equal, every mean, CI and diagnostic equal up to
-floating-point summation order (<= 1e-12). Merging a small state
-into a big one costs what the small one holds: the per-trajectory arrays are appended in place
-(`concat_rows`, below), so a long-running accumulator folding batch after batch, or a reader merging
-chunk after chunk, does O(1) amortised work per trajectory.
+"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): sums whose size
+does not depend on the chunk's size (audit counts, per column the score sum and bootstrap replicate
+sums, the base rate's eta-mass sums) plus the per-trajectory scalars the rank diagnostics need.
+States merge by addition and concatenation in any order, equal to the report of all at once.
 """
 
 from __future__ import annotations
@@ -36,39 +17,35 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tps_tracer.constants import DEFAULT_MISSING, DROP_RUN, SKIP_RENORMALISE
+from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, DEFAULT_MISSING, DROP_RUN, SIMPLE, SKIP_RENORMALISE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.audit import audit_of_counts
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
-from tps_tracer.evaluation.censoring_mix import CENSORING_MODES, COMPLETE_ONLY, SIMPLE, eta_by_mode, score_columns
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, pair_table_from_arrays
+from tps_tracer.evaluation.pairs import (
+    AGGREGATOR_NAMES,
+    PairTable,
+    PredictorPairs,
+    audit_of_counts,
+    eta_by_mode,
+    pair_table_from_arrays,
+    score_columns,
+    stop_counts_of,
+)
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import PRIOR
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 STATE_VERSION = 1
-_M = len(CENSORING_MODES)  # complete-only, simple, exact: all three are kept, exact shown if any q_z
-# Per predictor, over the working sample's runs with steps: how much is missing and what it costs
-# (report and gate, "missing_forecasts"). cost_*: carry-forward minus skip-renormalise, first rule x
-# first schedule, mixed with the simple censoring eta (Y, or 0 for a censored run), over runs with a
-# statement. A state written before these sums has none: all zero.
-GAP_STATS = (
-    "steps",
-    "missing_steps",
-    "runs",
-    "runs_affected",
-    "runs_stated",
-    "complete_affected",
-    "success_affected",
-    "complete_unaffected",
-    "success_unaffected",
-    "cost_sum",
-    "cost_n",
+_M = len(CENSORING_MODES)  # all three are kept; exact is shown if any run carries q_z
+# Per predictor, over the working sample's runs with steps: how much is missing and what it costs.
+# cost_*: carry-forward minus skip-renormalise (first rule x schedule, simple censoring eta).
+GAP_STATS = tuple(
+    "steps missing_steps runs runs_affected runs_stated complete_affected success_affected complete_unaffected"
+    " success_unaffected cost_sum cost_n".split()
 )
 
 
@@ -85,10 +62,13 @@ class StateSpec:
     missing: str = DEFAULT_MISSING  # the policy for steps without a forecast
 
     @classmethod
-    def from_options(cls, opts: ReportOptions) -> StateSpec:
+    def from_options(
+        cls, opts: ReportOptions, rules: Sequence[ScoreRule] = (), schedules: Sequence[WeightSchedule] = ()
+    ) -> StateSpec:
+        """The spec of report options; `rules`, `schedules` (a table's) replace the options' when given."""
         return cls(
-            rules=tuple(get_rule(r) for r in opts.rules),
-            schedules=tuple(get_schedule(s) for s in opts.schedules),
+            rules=tuple(rules or (get_rule(r) for r in opts.rules)),
+            schedules=tuple(schedules or (get_schedule(s) for s in opts.schedules)),
             policy=opts.policy,
             bootstrap=opts.bootstrap,
             seed=opts.seed,
@@ -114,7 +94,7 @@ _G = {name: i for i, name in enumerate(GAP_STATS)}
 
 
 def gap_summary(g: FloatArray) -> dict[str, Any]:
-    """What report and gate show per predictor about steps without a forecast (from GAP_STATS)."""
+    """What report and gate show per predictor about steps without a forecast."""
 
     def share(a: str, b: str) -> float | None:
         return float(g[_G[a]] / g[_G[b]]) if g[_G[b]] else None
@@ -126,7 +106,6 @@ def gap_summary(g: FloatArray) -> dict[str, Any]:
         "runs_affected": int(g[_G["runs_affected"]]),
         "runs": int(g[_G["runs"]]),
         "runs_affected_share": share("runs_affected", "runs"),
-        # Runs that never state the predictor: scored by the policy's prior under carry-forward.
         "runs_silent": int(g[_G["runs"]] - g[_G["runs_stated"]]),
         "cost": share("cost_sum", "cost_n"),
         "success_rate_affected": share("success_affected", "complete_affected"),
@@ -135,12 +114,11 @@ def gap_summary(g: FloatArray) -> dict[str, Any]:
 
 
 def states_nothing(g: FloatArray) -> bool:
-    """The working sample has runs and none states the predictor once (a state with GAP_STATS)."""
+    """The working sample has runs and none states the predictor once."""
     return bool(g[_G["runs"]] > 0 and g[_G["runs_stated"]] == 0)
 
 
 def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censored: BoolArray) -> FloatArray:
-    """GAP_STATS of one predictor's rows (the table's own, or the gate's)."""
     out = np.zeros(len(GAP_STATS))
     if col.missing is None:
         return out
@@ -170,7 +148,7 @@ def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censor
 
 @dataclass
 class PredictorState:
-    """One predictor's sums over a set of trajectories (shapes: R rules, S schedules, M modes, B replicates)."""
+    """One predictor's sums (shapes: R rules, S schedules, M modes, B replicates)."""
 
     usable: int
     skipped: dict[str, int]
@@ -186,9 +164,8 @@ class PredictorState:
 
     @classmethod
     def absent(cls, spec: StateSpec, n: int, n_empty: int, base: BaseRateState) -> PredictorState:
-        """A predictor a chunk never mentions: every step of it is a gap. Under a fill policy each run
-        forecasts PRIOR throughout, whose sums are the base-rate reference's with p = PRIOR (as
-        `PredictorPairs.never_stated` for tables); otherwise all its runs are skipped."""
+        """A predictor a chunk never mentions (as `PredictorPairs.never_stated`): under a fill policy
+        every run forecasts PRIOR throughout, otherwise all its runs are skipped."""
         r, s, b = len(spec.rules), len(spec.schedules), spec.bootstrap
         runs, complete = int(base.count[CENSORING_MODES.index(SIMPLE)]), int(base.count[_COMPLETE])
         gaps = np.array([base.steps, base.steps, runs, runs, 0, complete, base.outcomes.sum(), 0, 0, 0, 0], dtype=float)
@@ -209,8 +186,7 @@ class PredictorState:
 
     @classmethod
     def constant(cls, spec: StateSpec, base: BaseRateState, n: int, n_empty: int, p: float) -> PredictorState:
-        """The forecast p on every step of every run with steps, scored from the mass sums:
-        S(p,1) sum eta m + S(p,0) sum (1-eta) m (the base-rate reference; a predictor never met)."""
+        """The forecast p on every step of every run with steps: S(p,1) sum eta m + S(p,0) sum (1-eta) m."""
         branches = branches_at(spec.rules, p)
         s1, s0 = branches[:, 0, None, None], branches[:, 1, None, None]
         return cls(
@@ -226,25 +202,12 @@ class PredictorState:
         )
 
     def merged(self, other: PredictorState) -> PredictorState:
-        skipped = {k: self.skipped.get(k, 0) + other.skipped.get(k, 0) for k in SKIP_REASONS}
-        return PredictorState(
-            usable=self.usable + other.usable,
-            skipped={k: v for k, v in skipped.items() if v},
-            missing_q_z=self.missing_q_z + other.missing_q_z,
-            count=self.count + other.count,
-            total=self.total + other.total,
-            rep_total=self.rep_total + other.rep_total,
-            rep_count=self.rep_count + other.rep_count,
-            summaries=concat_rows(self.summaries, other.summaries),
-            outcomes=concat_rows(self.outcomes, other.outcomes),
-            clipped=self.clipped + other.clipped,
-            gaps=self.gaps + other.gaps,
-        )
+        return _merged(self, other)
 
 
 @dataclass
 class BaseRateState:
-    """Sums that score the constant base-rate forecast once its value is known (see the module docstring)."""
+    """Sums that score the constant base-rate forecast once its value is known."""
 
     count: IntArray  # (M,) trajectories with steps in each mode's sample
     eta_mass: FloatArray  # (S, M) sum eta * m
@@ -257,17 +220,28 @@ class BaseRateState:
     steps: int = 0  # steps of the working sample's trajectories (a predictor never met misses them all)
 
     def merged(self, other: BaseRateState) -> BaseRateState:
-        return BaseRateState(
-            self.count + other.count,
-            self.eta_mass + other.eta_mass,
-            self.rest_mass + other.rest_mass,
-            self.rep_eta_mass + other.rep_eta_mass,
-            self.rep_rest_mass + other.rep_rest_mass,
-            self.rep_count + other.rep_count,
-            concat_rows(self.outcomes, other.outcomes),
-            self.missing_q_z + other.missing_q_z,
-            self.steps + other.steps,
-        )
+        return _merged(self, other)
+
+
+_ROWS = ("summaries", "outcomes")  # per-trajectory arrays: concatenated; every other field is a sum
+
+
+def _merged(a: Any, b: Any) -> Any:
+    cls = type(a)
+    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(cls)))
+    out: dict[str, Any] = {}
+    for name in names:
+        x, y = getattr(a, name), getattr(b, name)
+        if name in _ROWS:
+            out[name] = concat_rows(x, y)
+        elif name == "skipped":
+            out[name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
+        else:
+            out[name] = x + y
+    return cls(**out)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _per_stop_reason(counts: Sequence[int]) -> IntArray:
@@ -282,9 +256,12 @@ def _per_stop_reason(counts: Sequence[int]) -> IntArray:
     return out
 
 
+_COUNTS = ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")  # outcome_sum last
+
+
 @dataclass
 class PartialState:
-    """The mergeable summary of a set of trajectories (see the module docstring)."""
+    """The mergeable summary of a set of trajectories."""
 
     spec: StateSpec
     n: int
@@ -300,8 +277,6 @@ class PartialState:
     first_seen: dict[str, tuple[Any, ...]]
     predictors: dict[str, PredictorState]
     base: BaseRateState
-
-    # -- building -----------------------------------------------------------------------------
 
     @classmethod
     def from_arrays(
@@ -404,13 +379,13 @@ class PartialState:
             missing_q_z=int(np.sum(has_steps & censored & ~has_q)),
             steps=int(table.n_steps[(complete | censored) & has_steps].sum()),
         )
-        stop_counts = np.bincount(table.stop_code, minlength=len(STOP_REASONS)).astype(np.int64)
+        stop_counts, q_z_counts = stop_counts_of(table)
         state = cls(
             spec=spec,
             n=n,
             n_empty=int(np.sum(~has_steps)),
             stop_counts=stop_counts,
-            q_z_counts=np.bincount(table.stop_code[has_q], minlength=len(STOP_REASONS)).astype(np.int64),
+            q_z_counts=q_z_counts,
             pending=int(table.pending.sum()),
             outcome_on_unscored=table.outcome_on_unscored,
             n_complete=int(complete.sum()),
@@ -423,8 +398,6 @@ class PartialState:
             for name in spec.predictors:
                 state.predictors.setdefault(name, PredictorState.absent(spec, n, state.n_empty, base))
         return state
-
-    # -- merging ------------------------------------------------------------------------------
 
     def merge(self, other: PartialState) -> PartialState:
         """The state of both sets of trajectories (they must be disjoint; ids are not checked here)."""
@@ -440,23 +413,15 @@ class PartialState:
             predictors[name] = a.merged(b)
         return PartialState(
             spec=self.spec,
-            n=self.n + other.n,
-            n_empty=self.n_empty + other.n_empty,
-            stop_counts=self.stop_counts + other.stop_counts,
-            q_z_counts=self.q_z_counts + other.q_z_counts,
-            pending=self.pending + other.pending,
-            outcome_on_unscored=self.outcome_on_unscored + other.outcome_on_unscored,
-            n_complete=self.n_complete + other.n_complete,
-            outcome_sum=self.outcome_sum + other.outcome_sum,
+            **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, "stop_counts", "q_z_counts")},
             first_seen=first_seen,
             predictors=predictors,
             base=self.base.merged(other.base),
         )
 
     def with_room_for(self, other: PartialState) -> PartialState:
-        """This state, its per-trajectory arrays in buffers with room for `other`'s rows, so that
-        `self.with_room_for(other).merge(other)` appends without reallocating. The copy a full
-        buffer needs happens here: a caller merging under a lock calls this before taking it."""
+        """This state with its per-trajectory arrays in buffers with room for `other`'s rows: a caller
+        merging under a lock makes the copy a full buffer needs here, before taking it."""
         predictors = {
             name: dataclasses.replace(
                 st,
@@ -470,32 +435,16 @@ class PartialState:
         base = dataclasses.replace(self.base, outcomes=reserve_rows(self.base.outcomes, other.base.outcomes.shape[0]))
         return dataclasses.replace(self, predictors=predictors, base=base)
 
-    # -- reporting ----------------------------------------------------------------------------
-
-    def predictor_names(self) -> list[str]:
-        """Every predictor met, in first-seen order."""
+    def predictor_names(self) -> list[str]:  # in first-seen order
         return sorted(self.first_seen, key=lambda p: self.first_seen[p])
 
     def audit(self) -> dict[str, Any]:
-        """The termination audit, from the state's counts (evaluation/audit.py)."""
         return audit_of_counts(
             self.stop_counts, self.q_z_counts, self.pending, self.outcome_on_unscored, self.spec.policy
         )
 
-    # -- plain data (to ship between processes) -------------------------------------------------
-
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and numbers; rules and schedules by name (custom schedules do not round-trip)."""
-
-        def arr(a: NDArray[Any]) -> dict[str, Any]:
-            return {"shape": list(a.shape), "data": a.ravel().tolist()}
-
-        def pstate(p: PredictorState) -> dict[str, Any]:
-            return {
-                f.name: arr(getattr(p, f.name)) if isinstance(getattr(p, f.name), np.ndarray) else getattr(p, f.name)
-                for f in dataclasses.fields(p)
-            }
-
         spec = self.spec
         return {
             "version": STATE_VERSION,
@@ -508,31 +457,19 @@ class PartialState:
                 "predictors": None if spec.predictors is None else list(spec.predictors),
                 "missing": spec.missing,
             },
-            "counts": {
-                k: getattr(self, k)
-                for k in ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")
-            },
+            "counts": {k: getattr(self, k) for k in _COUNTS},
             "stop_counts": self.stop_counts.tolist(),
             "q_z_counts": self.q_z_counts.tolist(),
             "first_seen": {k: list(v) for k, v in self.first_seen.items()},
-            "predictors": {k: pstate(v) for k, v in self.predictors.items()},
-            "base": {
-                f.name: arr(v) if isinstance(v := getattr(self.base, f.name), np.ndarray) else v
-                for f in dataclasses.fields(self.base)
-            },
+            "predictors": {k: _encode(v) for k, v in self.predictors.items()},
+            "base": _encode(self.base),
         }
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> PartialState:
         if obj.get("version") != STATE_VERSION:
             raise InputError(f"unsupported partial state version {obj.get('version')!r}")
-
-        def arr(d: dict[str, Any], dtype: Any = np.float64) -> NDArray[Any]:
-            return np.asarray(d["data"], dtype=dtype).reshape(d["shape"])
-
-        s = obj["spec"]
-        from tps_tracer.records.stop_reasons import StopReason
-
+        s, c = obj["spec"], obj["counts"]
         spec = StateSpec(
             rules=tuple(get_rule(r) for r in s["rules"]),
             schedules=tuple(get_schedule(x) for x in s["schedules"]),
@@ -542,48 +479,42 @@ class PartialState:
             predictors=None if s["predictors"] is None else tuple(s["predictors"]),
             missing=s.get("missing", DROP_RUN),  # a state written before the policy: runs with a gap dropped
         )
-
-        def pstate(d: dict[str, Any]) -> PredictorState:
-            return PredictorState(
-                usable=int(d["usable"]),
-                skipped={k: int(v) for k, v in d["skipped"].items()},
-                missing_q_z=int(d["missing_q_z"]),
-                count=arr(d["count"], np.int64),
-                total=arr(d["total"]),
-                rep_total=arr(d["rep_total"]),
-                rep_count=arr(d["rep_count"]),
-                summaries=arr(d["summaries"]),
-                outcomes=arr(d["outcomes"]),
-                clipped=int(d.get("clipped", 0)),  # a state written before the count: none
-                gaps=arr(d["gaps"]) if "gaps" in d else np.zeros(len(GAP_STATS)),
-            )
-
-        b = obj["base"]
-        c = obj["counts"]
         return cls(
             spec=spec,
-            n=int(c["n"]),
-            n_empty=int(c["n_empty"]),
+            **{k: int(c[k]) for k in _COUNTS[:-1]},
+            outcome_sum=float(c["outcome_sum"]),
             stop_counts=_per_stop_reason(obj["stop_counts"]),
             q_z_counts=_per_stop_reason(obj["q_z_counts"]),
-            pending=int(c["pending"]),
-            outcome_on_unscored=int(c["outcome_on_unscored"]),
-            n_complete=int(c["n_complete"]),
-            outcome_sum=float(c["outcome_sum"]),
             first_seen={k: tuple(v) for k, v in obj["first_seen"].items()},
-            predictors={k: pstate(v) for k, v in obj["predictors"].items()},
-            base=BaseRateState(
-                count=arr(b["count"], np.int64),
-                eta_mass=arr(b["eta_mass"]),
-                rest_mass=arr(b["rest_mass"]),
-                rep_eta_mass=arr(b["rep_eta_mass"]),
-                rep_rest_mass=arr(b["rep_rest_mass"]),
-                rep_count=arr(b["rep_count"]),
-                outcomes=arr(b["outcomes"]),
-                missing_q_z=int(b["missing_q_z"]),
-                steps=int(b.get("steps", 0)),  # a state written before the count: none
-            ),
+            predictors={k: _decode(PredictorState, v) for k, v in obj["predictors"].items()},
+            base=_decode(BaseRateState, obj["base"]),
         )
+
+
+def _encode(obj: PredictorState | BaseRateState) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        out[f.name] = {"shape": list(v.shape), "data": v.ravel().tolist()} if isinstance(v, np.ndarray) else v
+    return out
+
+
+def _decode(cls: Any, d: dict[str, Any]) -> Any:
+    """A PredictorState or BaseRateState of `_encode`'s dict; a field a state was written without
+    (`clipped`, `gaps`, `steps`: added later) takes its default."""
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        if f.name == "skipped":
+            kw[f.name] = {k: int(x) for k, x in v.items()}
+        elif isinstance(v, dict):
+            dtype = np.int64 if f.name == "count" else np.float64
+            kw[f.name] = np.asarray(v["data"], dtype=dtype).reshape(v["shape"])
+        else:
+            kw[f.name] = int(v)
+    return cls(**kw)
 
 
 def _mode_split_replicate_sums(
@@ -595,12 +526,8 @@ def _mode_split_replicate_sums(
     n_replicates: int,
     seed: int,
 ) -> FloatArray:
-    """replicate_sums(x) for columns in censoring-mode groups, on a fraction of the work.
-
-    Columns of the three modes come in aligned groups (the k-th column of each mode scores the
-    same thing). On complete trajectories the three agree, so they are summed once; on censored
-    ones only the simple and exact columns are non-zero; excluded trajectories are in no column.
-    """
+    """replicate_sums(x) for columns in aligned censoring-mode groups, on a fraction of the work: on
+    complete trajectories the three modes agree (summed once), on censored ones complete-only is zero."""
     groups = [np.flatnonzero(mode_of == m) for m in range(_M)]
     out = np.zeros((n_replicates, x.shape[1]))
     if n_replicates == 0 or x.shape[0] == 0:
@@ -616,7 +543,7 @@ def _mode_split_replicate_sums(
 
 
 def merge_states(states: Iterable[PartialState]) -> PartialState:
-    """Merge any number of states (at least one); the order does not matter beyond rounding."""
+    """Merge any number of states (at least one), in any order."""
     out: PartialState | None = None
     for s in states:
         out = s if out is None else out.merge(s)
@@ -625,22 +552,11 @@ def merge_states(states: Iterable[PartialState]) -> PartialState:
     return out
 
 
-# -- appending in place ------------------------------------------------------------------------
-#
-# Concatenation that appends in place, so merging a small state into a big one copies only the small one.
-#
-# `PartialState.merge` keeps, per predictor, the four summaries and the outcome of every complete
-# trajectory merged so far (the rank diagnostics are not sums). Concatenating those afresh copies
-# everything merged so far on every merge: over the life of a long-running summary-mode
-# accumulator, or a chunked read of a large file, the copying is quadratic in the number of
-# trajectories (10M folded runs: ~400 MB copied per fold).
-#
-# `concat_rows(a, b)` returns what `np.concatenate([a, b])` returns, as a read-only view of a
-# buffer with spare capacity. When `a` is the newest prefix of such a buffer, `b`'s rows are
-# written after it and the longer prefix is returned: O(len(b)), and O(1) amortised per row as
-# the capacity grows by half when full. `a` itself never changes (rows below a prefix's end are
-# never written again), so merge keeps its value semantics; a second append onto the same `a`
-# (a branch: `s.merge(x)` and `s.merge(y)`) finds the tail taken and copies, as before.
+# -- appending in place -------------------------------------------------------------------------
+# `concat_rows(a, b)` is `np.concatenate([a, b])` as a read-only view of a buffer with spare room:
+# when `a` is the newest prefix of such a buffer, b's rows are written after it (O(len(b)), capacity
+# grown by half when full), so merging chunk after chunk is not quadratic. `a` never changes; a
+# second append onto the same `a` finds the tail taken and copies.
 
 GROWTH = 1.5  # capacity factor when a buffer is full: at most a third of a buffer is slack
 MIN_CAPACITY = 64
@@ -688,9 +604,8 @@ def _forget(key: int) -> None:
 
 
 def _copy_yielding(buf: NDArray[Any], a: NDArray[Any]) -> None:
-    """buf[:len(a)] = a, in slices of COPY_SLICE_BYTES with the GIL released between them: numpy
-    holds the GIL through a copy, and a 10M-row buffer takes ~100 ms to copy, which would stall
-    every other thread of the host (the agent's) for as long."""
+    """buf[:len(a)] = a in slices, releasing the GIL between them: a 10M-row copy (~100 ms) would
+    otherwise stall the host agent's threads."""
     m = a.shape[0]
     step = max(1, COPY_SLICE_BYTES // max(1, a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))))
     if m <= step:
@@ -703,8 +618,7 @@ def _copy_yielding(buf: NDArray[Any], a: NDArray[Any]) -> None:
 
 
 def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> NDArray[Any]:
-    """A new buffer holding a (and b), with room; private until registered, so the O(len(a))
-    copy runs without the lock."""
+    """A new buffer holding a (and b), with room; private until registered, so copied without the lock."""
     m, k = a.shape[0], 0 if b is None else b.shape[0]
     cap = max(MIN_CAPACITY, int((m + max(k, extra)) * GROWTH))
     buf = np.empty((cap, *a.shape[1:]), dtype=dtype)
@@ -718,8 +632,7 @@ def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> N
 
 
 def reserve_rows(a: NDArray[Any], extra: int) -> NDArray[Any]:
-    """`a` itself if `extra` rows can be appended to it in place, else a copy of `a` in a buffer with
-    room: a caller that must append under a lock does the possibly O(len(a)) part here, before."""
+    """`a` itself if `extra` rows can be appended to it in place, else a copy of `a` with room."""
     with _lock:
         tail = _tail_of(a)
         if tail is not None and tail.used == a.shape[0]:
@@ -730,7 +643,7 @@ def reserve_rows(a: NDArray[Any], extra: int) -> NDArray[Any]:
 
 
 def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
-    """`np.concatenate([a, b])` along the first axis, appending in place when `a` allows it (see module)."""
+    """`np.concatenate([a, b])` along the first axis, appending in place when `a` allows it."""
     if a.shape[1:] != b.shape[1:] or a.ndim == 0:
         return np.concatenate([a, b])  # raises as concatenate does
     m, k = a.shape[0], b.shape[0]

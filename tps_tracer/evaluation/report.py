@@ -1,72 +1,330 @@
-"""Assemble the evaluation report (the object behind `tps-tracer report --json`).
-
-Follows the paper's reporting convention (Section 4.2): the termination audit first, TPS
-per predictor x rule x schedule for complete-only, cen-simple and (where q_z is present)
-cen-exact with bootstrap CIs, Delta_practice, then rank/calibration diagnostics.
+"""The evaluation report (`tps-tracer report --json`, `Accumulator.snapshot()`), after the paper's
+reporting convention (Section 4.2): the termination audit first, TPS per predictor x rule x schedule
+for complete-only, cen-simple and (with q_z) cen-exact with bootstrap CIs, Delta_practice, then
+rank/calibration diagnostics. Every report is built by `report_from_state` from a `PartialState`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, DEFAULT_PENALTY, EXACT, MISSING_POLICIES, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration.cross_fit import DEFAULT_PENALTY
-from tps_tracer.evaluation.calibration.recalibration import (
-    PLATT_SUFFIX,
-    auroc_deltas,
-    with_calibrator_streams,
-    with_platt_streams,
-)
+from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentile_ci, replicate_means
+from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     AGGREGATOR_NAMES,
+    ColumnKey,
     PairTable,
-    PredictorPairs,
     pair_table_from_arrays,
-    skip_counts,
 )
-from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report_builder import (  # re-exported: the report's constants, as before
-    BASE_RATE_SKIPPED,
-    NO_WORKING_SAMPLE,
-    REPORT_VERSION,
-    report_from_state,
-)
+from tps_tracer.evaluation.partial_state import PartialState, PredictorState, StateSpec, gap_summary, states_nothing
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
     NO_PREDICTOR,
+    PLATT_SUFFIX,
     Skipped,
+    as_dicts,
     check_known_predictors,
     check_no_base_rate,
     no_data_reason,
     nothing_left,
     platt_fit_reason,
     role_masks,
+    skip_detail,
     split_usable,
 )
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.limits import check_unique_ids
-from tps_tracer.scoring.rules import WeightSchedule, get_rule, get_schedule
+from tps_tracer.records.stop_reasons import Role
+from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule, WeightSchedule, get_rule, get_schedule
 
-__all__ = [
-    "BASE_RATE",
-    "BASE_RATE_SKIPPED",
-    "NO_WORKING_SAMPLE",
-    "REPORT_VERSION",
-    "ReportOptions",
-    "base_rate_pairs",
-    "build_report",
-    "check_unique_ids",
-    "report_from_table",
-]
+if TYPE_CHECKING:
+    from tps_tracer.evaluation.calibration import PairedDelta
+    from tps_tracer.records.schema import TrajectoryRecord
+
+REPORT_VERSION = 1
+NO_WORKING_SAMPLE = "no complete trajectory (stop_reason 'clean' with an outcome) and no censored one: nothing to score"
+# With censored runs only, the predictors are scored (cen-simple, cen-exact) and the base rate,
+# whose forecast is the mean complete outcome, is listed as skipped with this reason.
+BASE_RATE_SKIPPED = Skipped(
+    BASE_RATE, "needs at least one complete trajectory (a clean stop with an outcome) for its value; none yet"
+)
+_M = len(CENSORING_MODES)
+_DELTA_STATS = ("delta", "se", "z", "ci_low", "ci_high")
+_TABLES = ("scores", "deltas", "diagnostics", "scalar_predictors", "recalibration")
+
+
+def report_from_state(
+    state: PartialState,
+    opts: ReportOptions,
+    allow_empty: bool = False,
+    skipped: Sequence[Skipped] = (),
+    recalibrated: Sequence[tuple[str, str]] = (),
+    aurocs: Mapping[tuple[str, str], PairedDelta] | None = None,
+) -> dict[str, Any]:
+    """The report object of a state; `opts.predictors` selects among its predictors (None: all, first-seen order).
+
+    Censored runs alone are scored (complete-only columns with n=0, the base rate skipped). With no
+    complete and no censored run this raises, or with `allow_empty` (a live monitor before its first
+    finished run) returns the audit with empty tables. Predictors without data are listed in
+    "skipped_predictors" after the caller's `skipped`. `recalibrated` (raw, recalibrated) pairs fill
+    the "recalibration" section, with their paired AUROC deltas `aurocs` computed on the rows.
+    """
+    if opts.calibrate is not None or opts.calibrator is not None:
+        raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
+    seen = state.predictor_names()
+    wanted = list(seen) if opts.predictors is None else list(opts.predictors)
+    check_known_predictors(wanted, seen)
+    missing = [p for p in wanted if p not in state.predictors]
+    if missing:
+        raise InputError(f"the state was built without predictor(s) {', '.join(missing)}")
+    audit = state.audit()
+    if state.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
+        if allow_empty:
+            return {**_header(state, opts, wanted, None, audit, list(skipped)), **{k: [] for k in _TABLES}}
+        raise InputError(NO_WORKING_SAMPLE)
+    covered = list(wanted)
+    predictors, no_data = split_usable(wanted, lambda p: _no_data_reason(state.predictors[p]))
+    if covered and not predictors and not allow_empty:
+        raise nothing_left("score", no_data)
+    skipped = [*skipped, *no_data]
+    base_rate = state.outcome_sum / state.n_complete if state.n_complete else None
+    states = {name: state.predictors[name] for name in covered}
+    if opts.base_rate and base_rate is None and BASE_RATE not in state.predictors:
+        skipped.append(BASE_RATE_SKIPPED)
+    if opts.base_rate and base_rate is not None and BASE_RATE not in state.predictors:
+        states[BASE_RATE] = PredictorState.constant(state.spec, state.base, state.n, state.n_empty, base_rate)
+        predictors.append(BASE_RATE)
+        covered.append(BASE_RATE)
+    modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
+    keys, boot = _bootstrapped_columns(state, states, predictors, modes)
+    scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
+    diagnostics, scalar_rows = diagnostic_rows(
+        [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
+    )
+    return {
+        **_header(state, opts, covered, base_rate, audit, skipped, states),
+        "scores": scores,
+        "deltas": deltas,
+        "diagnostics": diagnostics,
+        "scalar_predictors": scalar_rows,
+        "recalibration": recalibration_rows(keys, boot, recalibrated, aurocs or {}),
+    }
+
+
+def _bootstrapped_columns(
+    state: PartialState, states: dict[str, PredictorState], predictors: list[str], modes: Sequence[str]
+) -> tuple[list[ColumnKey], BootstrapResult]:
+    """One column per predictor x rule x schedule x mode: point means from the sums, replicate means
+    from the replicate sums."""
+    mode_idx = [CENSORING_MODES.index(m) for m in modes]
+    keys: list[ColumnKey] = []
+    point, n, rep_sum, rep_den = [], [], [], []
+    for name in predictors:
+        st = states[name]
+        for i, rule in enumerate(state.spec.rules):
+            for j, sched in enumerate(state.spec.schedules):
+                for m, mode in zip(mode_idx, modes, strict=True):
+                    keys.append(ColumnKey(name, rule.name, sched.name, mode))
+                    n.append(int(st.count[i, j, m]))
+                    point.append(st.total[i, j, m] / st.count[i, j, m] if st.count[i, j, m] else np.nan)
+                    rep_sum.append(st.rep_total[:, i, j, m])
+                    rep_den.append(st.rep_count[:, m])
+    b = state.spec.bootstrap
+    boot = BootstrapResult(
+        point=np.array(point, dtype=np.float64),
+        n=np.array(n, dtype=np.int64),
+        replicates=replicate_means(
+            np.column_stack(rep_sum) if keys else np.zeros((b, 0)),
+            np.column_stack(rep_den) if keys else np.zeros((b, 0)),
+        ),
+    )
+    return keys, boot
+
+
+def _no_data_reason(st: PredictorState) -> str | None:
+    """`no_data_reason` from counts: the working sample's usable runs are the simple mode's members; a
+    predictor no run states has no data either (a fill policy would score the constant PRIOR)."""
+    note = skip_detail(st.skipped)
+    if states_nothing(st.gaps):
+        return "no trajectory states a forecast" + note
+    if not st.usable:
+        return "no trajectory has a forecast at every step" + note  # a state written before the gap counts
+    in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
+    return None if in_working else "no usable trajectory in the working sample" + note
+
+
+def recalibration_rows(
+    keys: Sequence[ColumnKey],
+    boot: BootstrapResult,
+    recalibrated: Sequence[tuple[str, str]],
+    aurocs: Mapping[tuple[str, str], PairedDelta],
+) -> list[dict[str, Any]]:
+    """Per (raw, recalibrated) pair: the paired TPS delta of each raw column and the AUROC delta of Phi_w."""
+    index = {k: i for i, k in enumerate(keys)}
+    out = []
+    for raw, cal in recalibrated:
+        rows = [
+            {
+                "statistic": f"tps {k.rule} {k.weights} {k.censoring}",
+                **paired_delta_row(boot, index[k], index[dataclasses.replace(k, predictor=cal)]),
+            }
+            for k in keys
+            if k.predictor == raw
+        ]
+        au = aurocs[(raw, cal)]
+        rows.append({"statistic": "auroc phi_w", **{k: _num(getattr(au, k)) for k in _DELTA_STATS}})
+        out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
+    return out
+
+
+def _num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
+    v = float(x)
+    return v if math.isfinite(v) else None
+
+
+def score_and_delta_rows(
+    keys: Sequence[ColumnKey], boot: BootstrapResult, missing_q_z: dict[str, int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The "scores" rows and the "deltas" rows (each censored mode minus complete-only, paired)."""
+    se = boot.se()
+    lo, hi = boot.ci()
+    scores = []
+    for i, k in enumerate(keys):
+        row: dict[str, Any] = {
+            **vars(k),
+            "n": int(boot.n[i]),
+            "mean": _num(boot.point[i]),
+            "se": _num(se[i]),
+            "ci_low": _num(lo[i]),
+            "ci_high": _num(hi[i]),
+        }
+        if k.censoring == EXACT:
+            row["n_missing_q_z"] = missing_q_z[k.predictor]
+        scores.append(row)
+    index = {k: i for i, k in enumerate(keys)}
+    deltas = []
+    for k in keys:
+        if k.censoring == COMPLETE_ONLY:
+            continue
+        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
+        deltas.append(
+            {
+                "predictor": k.predictor,
+                "rule": k.rule,
+                "weights": k.weights,
+                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
+                **paired_delta_row(boot, index[ref], index[k]),
+            }
+        )
+    return scores, deltas
+
+
+def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
+    """mean(column j) - mean(column i) on the same replicates."""
+    rep = boot.replicates[:, j] - boot.replicates[:, i]
+    d = boot.point[j] - boot.point[i]
+    d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
+    d_lo, d_hi = percentile_ci(rep[:, None])
+    z = _num(d / d_se) if d_se > 0 else None
+    return dict(zip(_DELTA_STATS, (_num(d), _num(d_se), z, _num(d_lo[0]), _num(d_hi[0])), strict=True))
+
+
+def diagnostic_rows(
+    items: Sequence[tuple[str, np.ndarray, np.ndarray]], ece_bins: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """("diagnostics", "scalar_predictors") rows of (predictor, (m, 4) summaries, (m,) outcomes)."""
+    diagnostics, scalar_rows = [], []
+    for name, summaries, y in items:
+        for a, agg_name in enumerate(AGGREGATOR_NAMES):
+            diag = {key: _num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
+            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
+            if agg_name == "phi_w":
+                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
+    return diagnostics, scalar_rows
+
+
+def _header(
+    state: PartialState,
+    opts: ReportOptions,
+    covered: list[str],
+    base_rate: float | None,
+    audit: dict[str, Any],
+    skipped: Sequence[Skipped],
+    states: Mapping[str, PredictorState] | None = None,
+) -> dict[str, Any]:
+    """The parts every report has, scored or not."""
+    states = state.predictors if states is None else states
+    coverage = [
+        {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)} for name in covered
+    ]
+    return {
+        "version": REPORT_VERSION,
+        "settings": {
+            "rules": [r.name for r in state.spec.rules],
+            "weights": [s.name for s in state.spec.schedules],
+            "bootstrap": opts.bootstrap,
+            "seed": opts.seed,
+            "ci_level": CI_LEVEL,
+            "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
+            "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
+            "ece_bins": opts.ece_bins,
+            "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
+            "calibration": {"method": "raw"},
+        },
+        "audit": audit,
+        "coverage": coverage,
+        "log_clipped": _log_clipped(state, covered, states),
+        "missing_forecasts": _missing_forecasts(state, covered, states),
+        "skipped_predictors": as_dicts(skipped),
+    }
+
+
+def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[str, PredictorState]) -> dict[str, Any]:
+    """Steps without a forecast over the working sample: the policy, and per predictor the gaps' share,
+    cost and the success rates of runs with and without one."""
+    spec = state.spec
+    return {
+        "policy": spec.missing,
+        "policy_note": MISSING_POLICIES[spec.missing],
+        "cost": (
+            f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
+            f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
+        ),
+        # A predictor no run states is a skipped one (without data), not one with gaps.
+        "predictors": {
+            name: gap_summary(states[name].gaps)
+            for name in covered
+            if name != BASE_RATE and not states_nothing(states[name].gaps)
+        },
+    }
+
+
+def _log_clipped(
+    state: PartialState, covered: list[str], states: Mapping[str, PredictorState]
+) -> dict[str, Any] | None:
+    """Forecasts the log rule clipped to [eps, 1 - eps] per predictor (None without a log rule): a
+    forecast of 0 or 1 on a run that went the other way scores log(eps) = -13.8 per unit weight."""
+    eps = next((r.eps for r in state.spec.rules if isinstance(r, LogRule)), None)
+    if eps is None:
+        return None
+    # The base rate is the share of complete runs that succeeded: 0 or 1 only if all went one way.
+    counts = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
+    return {"eps": eps, "forecasts": counts, "total": sum(counts.values())}
 
 
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
-    """The report of flat trajectory arrays (see `report_from_table`)."""
+    """The report of flat trajectory arrays; recalibration (`opts.calibrate`, `opts.calibrator`) fits
+    "<p>+platt" streams on the whole sample first."""
     opts = options or ReportOptions()
     check_unique_ids(arrays.ids)
     if opts.predictors is None and not arrays.predictors:
@@ -81,7 +339,7 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     skipped: list[Skipped] = []
     if opts.calibrate is not None or opts.calibrator is not None:
         complete, censored = role_masks(arrays.stop_code, arrays.outcome, opts.policy)
-        raw = [  # predictors without data are skipped (once) by report_from_table
+        raw = [  # predictors without data are skipped (once) by report_from_state
             p
             for p in predictors
             if p != BASE_RATE
@@ -94,7 +352,6 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
         predictors = list(dict.fromkeys(n for p in predictors for n in (p, cal_of.get(p)) if n is not None))
     report = report_from_table(
         pair_table_from_arrays(arrays, predictors, rules, schedules, missing=opts.missing),
-        # the streams are fitted above; the builder reports them like any other predictor
         dataclasses.replace(opts, predictors=predictors, calibrate=None, calibrator=None),
         recalibrated=recalibrated,
         skipped=skipped,
@@ -107,6 +364,8 @@ def _recalibrate(
     arrays: TrajectoryArrays, predictors: list[str], schedule: WeightSchedule, opts: ReportOptions
 ) -> tuple[TrajectoryArrays, dict[str, Any], list[Skipped]]:
     """Arrays with "<p>+platt" streams, the disclosure of how they were made, and what was not recalibrated."""
+    from tps_tracer.evaluation.calibration import with_calibrator_streams, with_platt_streams
+
     if opts.calibrator is not None:
         cal = opts.calibrator
         matches = cal.check_schedule(schedule)
@@ -136,18 +395,6 @@ def _recalibrate(
     return out, info, [Skipped(s.predictor, "not recalibrated: " + s.reason) for s in skipped]
 
 
-def base_rate_pairs(table: PairTable, p: float) -> PredictorPairs:
-    """Pairs of the constant forecast p on every step: S(p, y) times the truncated weight mass."""
-    usable = table.n_steps > 0
-    pairs = np.full((table.n, len(table.rules), len(table.schedules), 2), np.nan)
-    for i, rule in enumerate(table.rules):
-        b1, b0 = rule.branches(np.array([p]))
-        pairs[usable, i, :, 0] = b1[0] * table.weight_mass[usable]
-        pairs[usable, i, :, 1] = b0[0] * table.weight_mass[usable]
-    aggs = np.where(usable[:, None], p, np.nan) * np.ones((1, len(AGGREGATOR_NAMES)))
-    return PredictorPairs(usable, pairs, aggs, skip_counts(usable, table.n_steps))
-
-
 def report_from_table(
     table: PairTable,
     options: ReportOptions | None = None,
@@ -155,23 +402,67 @@ def report_from_table(
     recalibrated: Sequence[tuple[str, str]] = (),
     skipped: Sequence[Skipped] = (),
 ) -> dict[str, Any]:
-    """The report of one pair table: the partial state of its rows, reported by the one builder
-    (`report_builder.report_from_state`; see it for `allow_empty`, `recalibrated`, `skipped`).
-
-    Rules and schedules are the table's; `options.predictors` selects among its predictors. The
-    paired AUROC deltas of `recalibrated` pairs need the rows' ranks, so they are computed here.
-    """
+    """The report of the partial state of one pair table (rules and schedules are the table's); the
+    paired AUROC deltas of `recalibrated` pairs need the rows' ranks, so they are computed here."""
     opts = options or ReportOptions()
     check_known_predictors([] if opts.predictors is None else opts.predictors, table.predictors)
-    spec = StateSpec(
-        rules=tuple(table.rules),
-        schedules=tuple(table.schedules),
-        policy=opts.policy,
-        bootstrap=opts.bootstrap,
-        seed=opts.seed,
-        predictors=None if opts.predictors is None else tuple(opts.predictors),
-        missing=opts.missing,
-    )
+    spec = StateSpec.from_options(opts, table.rules, table.schedules)
     state = PartialState.from_table(table, spec)
-    aurocs = auroc_deltas(table, recalibrated, opts.policy, opts.bootstrap, opts.seed) if recalibrated else {}
+    aurocs = {}
+    if recalibrated:
+        from tps_tracer.evaluation.calibration import auroc_deltas
+
+        aurocs = auroc_deltas(table, recalibrated, opts.policy, opts.bootstrap, opts.seed)
     return report_from_state(state, opts, allow_empty, skipped, recalibrated, aurocs)
+
+
+# -- `report --by KEY`: one report per value of a record metadata key ----------------------------
+
+MISSING = "(missing)"
+MAX_GROUPS = 100  # more distinct values is almost certainly a per-run key (an id), not a slice
+
+
+class TooManyGroups(InputError):
+    pass
+
+
+def group_label(value: Any) -> str:
+    """Strings as they are, other values as JSON; records without the key form the group `(missing)`."""
+    if value is None:
+        return MISSING
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def split_records(records: list[TrajectoryRecord], key: str) -> dict[str, list[TrajectoryRecord]]:
+    """The records grouped by `metadata[key]`, groups in the order their value first occurs."""
+    groups: dict[str, list[TrajectoryRecord]] = {}
+    for rec in records:
+        groups.setdefault(group_label(rec.metadata.get(key)), []).append(rec)
+        if len(groups) > MAX_GROUPS:
+            raise TooManyGroups(
+                f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "
+                "split by a key that names a group (agent, model), not a run"
+            )
+    return groups
+
+
+def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | None = None) -> dict[str, Any]:
+    """{"by": key, "groups": [{"value", "n", "report" or "error"}], "input"?}: each group scored on its
+    own, as `report` of a file holding only its records. The records are read whole (the columnar
+    readers keep no metadata), so memory grows with the file."""
+    from tps_tracer.records.arrays import to_arrays
+    from tps_tracer.records.reading import exact_records
+
+    opts = options or ReportOptions()
+    read = exact_records(path)
+    set_aside, records = read.set_aside, read
+    groups = []
+    for value, recs in split_records(records, key).items():
+        try:
+            groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
+        except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored
+            groups.append({"value": value, "n": len(recs), "error": str(exc)})
+    out: dict[str, Any] = {"by": key, "groups": groups}
+    if set_aside:
+        out["input"] = {"set_aside": set_aside.as_dict()}
+    return out

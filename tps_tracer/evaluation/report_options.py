@@ -1,9 +1,6 @@
-"""The report's options (`ReportOptions`), checked on construction: a bad field fails at once, by name.
-
-Without the check a bad value fails far from where it was given (`bootstrap=-1` deep inside numpy)
-or silently (`rules=[]` returns a report without a single TPS row). `OptionError.field` names the
-field, so the CLI can translate it back to its flag. A module of its own: the report, its builder
-and the partial states all read the options, and none of them may import another for it.
+"""The report's options, checked on construction so that a bad field fails at once, by name (the CLI
+maps `OptionError.field` back to its flag), not deep inside numpy or silently. A module of its own:
+the report and the partial states both read it.
 """
 
 from __future__ import annotations
@@ -14,15 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tps_tracer.constants import DEFAULT_MISSING, MAX_REPLICATES, MISSING_POLICIES
+from tps_tracer.constants import (
+    DEFAULT_ECE_BINS,
+    DEFAULT_MISSING,
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    MAX_REPLICATES,
+    MISSING_POLICIES,
+)
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 if TYPE_CHECKING:
-    from tps_tracer.evaluation.calibration.calibrator import Calibrator
+    from tps_tracer.evaluation.calibration import Calibrator
 
 CALIBRATION_METHODS = ("platt",)
 
@@ -39,7 +41,7 @@ class ReportOptions:
     ece_bins: int = DEFAULT_ECE_BINS
     calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
     calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
-    missing: str = DEFAULT_MISSING  # steps without a forecast (evaluation/rows.py)
+    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
 
     def __post_init__(self) -> None:
         check_report_options(self)  # OptionError (a ValueError naming the field)
@@ -69,7 +71,6 @@ def _names(field: str, value: Any, allow_empty: bool) -> None:
 
 
 def check_report_options(opts: ReportOptions) -> None:
-    """Raise OptionError for the first invalid field (see the module docstring)."""
     if opts.predictors is not None:
         _names("predictors", opts.predictors, allow_empty=True)  # [] : a live monitor before any forecast
         bad = [p for p in opts.predictors if not isinstance(p, str) or not p]
@@ -104,7 +105,7 @@ def check_report_options(opts: ReportOptions) -> None:
             "calibrate", f"unknown method {opts.calibrate!r} (supported: {', '.join(CALIBRATION_METHODS)})"
         )
     if opts.calibrator is not None:
-        from tps_tracer.evaluation.calibration.calibrator import Calibrator
+        from tps_tracer.evaluation.calibration import Calibrator
 
         if not isinstance(opts.calibrator, Calibrator):
             raise OptionError("calibrator", f"must be a Calibrator, got {type(opts.calibrator).__name__}")

@@ -1,19 +1,8 @@
-"""Which predictors a command scores: the ones asked for by name must exist, two names are
-reserved, and predictors without usable data are skipped with a reason, never a failure.
-
-The handler writes every predictor it knows on every step, and some are null for a whole
-run by design (a native tool-calling agent has no action text, so `action_token_prob` and
-`action_entropy_conf` are null on every step). Each command decides once, here, which
-predictors have data for what it does, and reports the others as
-`{"predictor": name, "reason": why}` in its JSON (`skipped_predictors`) and text. A command
-fails (exit 2) only when nothing at all is left to do.
-
-The evaluation creates two names itself, which a user's predictor may not take: `base_rate`
-(the constant reference row of every report and the gate's `--vs-base-rate`) and `<p>+platt`
-(the recalibrated stream of `p`; rejected only when recalibrating, so files that already hold
-recalibrated forecasts stay readable). A user column of either name would silently replace
-or be overwritten by the evaluation's own; rejecting it, rather than renaming it, keeps every
-row's name meaning one thing, and the error names the predictor so the file can be fixed.
+"""Which predictors a command scores: the ones asked for by name must exist, predictors without
+usable data are skipped with a reason (some are null by design, e.g. action predictors of a native
+tool-calling agent), and a command fails only when nothing is left. Two names are the evaluation's
+own, `base_rate` and `<p>+platt` (checked only when recalibrating, so recalibrated files stay
+readable): a user column of either name is rejected, so that every row's name means one thing.
 """
 
 from __future__ import annotations
@@ -36,7 +25,7 @@ PLATT_SUFFIX = "+platt"
 
 
 class ReservedNameError(InputError):
-    """A user predictor takes a name the evaluation creates itself."""
+    pass
 
 
 def check_no_base_rate(names: Iterable[str]) -> None:
@@ -72,9 +61,7 @@ class Skipped:
         return {"predictor": self.predictor, "reason": self.reason}
 
 
-class HasCoverage(Protocol):
-    """A predictor column (PredictorColumn, or PredictorPairs of a pair table)."""
-
+class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair table
     @property
     def usable(self) -> BoolArray: ...
 
@@ -88,8 +75,8 @@ class HasCoverage(Protocol):
     def no_data(self) -> str: ...  # what "no row has data" means for it
 
 
-def skip_detail(col: HasCoverage) -> str:
-    counts = ", ".join(f"{k} {v}" for k, v in col.skipped.items() if v)
+def skip_detail(skipped: dict[str, int]) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in skipped.items() if v)
     return f" (trajectories skipped: {counts})" if counts else ""
 
 
@@ -108,8 +95,8 @@ def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "work
     if usable.any():
         return None
     if not np.asarray(col.stated).any():
-        return col.no_data + skip_detail(col)
-    return f"no usable trajectory in the {sample_name}" + skip_detail(col)
+        return col.no_data + skip_detail(col.skipped)
+    return f"no usable trajectory in the {sample_name}" + skip_detail(col.skipped)
 
 
 def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
@@ -143,8 +130,7 @@ def split_usable(names: Sequence[str], reason_of: Callable[[str], str | None]) -
     return kept, skipped
 
 
-# A file whose steps carry no forecast at all (e.g. every step says "forecast" for "forecasts"):
-# report and gate fail on it as calibrate and plot do, rather than scoring the base rate alone.
+# Report and gate fail on a file without any forecast rather than score the base rate alone.
 NO_PREDICTOR = (
     "no predictor in the file: no step has a forecast under 'forecasts' "
     "(is the key misspelled, e.g. 'forecast'? see the JSON Lines format in docs/records.md)"
@@ -152,13 +138,11 @@ NO_PREDICTOR = (
 
 
 class UnknownPredictorError(InputError):
-    """A predictor was asked for by name and the data has none of that name."""
+    pass
 
 
 def check_known_predictors(wanted: Iterable[str], known: Iterable[str], option: str = "") -> None:
-    """The one check of predictors asked for by name (report, snapshot, engines, calibrate, plot,
-    censoring, gate): raises naming each unknown one and what the data holds; `option` prefixes
-    the message with the flag that asked (e.g. "--predictors: ")."""
+    """The one check of predictors asked for by name; `option` prefixes the message with the flag that asked."""
     names = list(known)
     unknown = [p for p in wanted if p not in names]
     if unknown:
@@ -168,7 +152,6 @@ def check_known_predictors(wanted: Iterable[str], known: Iterable[str], option: 
 
 
 def nothing_left(what: str, skipped: Sequence[Skipped]) -> InputError:
-    """The error when every predictor was skipped: names each one and why."""
     reasons = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
     return InputError(f"no predictor to {what}: {reasons}")
 

@@ -69,8 +69,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
-from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
+from tps_tracer.evaluation.censoring.continuations import BRANCH_KEY, BRANCH_OF_KEY, DEFAULT_MIN_VALID, ContinuationLog
 from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
 from tps_tracer.records.jsonl import read_trajectories

@@ -29,7 +29,8 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
-from tps_tracer.evaluation.report import ReportOptions, report_from_table
+from tps_tracer.evaluation.report import report_from_table
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import check_missing_policy
 from tps_tracer.health import HealthLedger
 from tps_tracer.online import accumulator_state

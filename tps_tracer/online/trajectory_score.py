@@ -1,5 +1,5 @@
 """One finished run's scores, as exporters get them: its branch pairs and what picks eta, mixed by
-`values()` exactly as the snapshot's score matrix does (evaluation/censoring_mix.py); listeners get
+`values()` exactly as the snapshot's score matrix does (evaluation/pairs.py); listeners get
 one when a run is scored (a clean stop once its outcome is known) and again when a resolution
 changes it."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.constants import HEADLINE_PREDICTOR
-from tps_tracer.evaluation.censoring_mix import SIMPLE, eta_by_mode
+from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
+from tps_tracer.evaluation.pairs import eta_by_mode
 from tps_tracer.records.stop_reasons import Role, StopReason
 from tps_tracer.scoring.branch_pairs import mix
 

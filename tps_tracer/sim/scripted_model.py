@@ -30,7 +30,7 @@ from langgraph.prebuilt import InjectedState
 from pydantic import PrivateAttr
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring.continuation_log import BRANCH_OF_KEY
+from tps_tracer.evaluation.censoring.continuations import BRANCH_OF_KEY
 from tps_tracer.sim.world import (
     ANSWER,
     WRONG_ANSWER,

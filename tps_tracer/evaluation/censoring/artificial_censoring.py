@@ -1,19 +1,14 @@
-"""Artificial-censoring validation (paper, Section "Controlled censoring validation" and
-Appendix "Artificial-Censoring Validation").
+"""Artificial-censoring validation (paper, Appendix "Artificial-Censoring Validation").
 
-On complete trajectories, hide outcomes at length-stratified rates r: within each length
-stratum, a share r of trajectories (chosen by a seeded draw, in id order) is cut at a
-prefix length Z uniform on 1..T-1 and scored with cen-simple, keeping the T-normalised
-weights truncated at Z. The score change against the complete-data score decomposes as
+Within each length stratum of the complete trajectories, a share r (a seeded draw in id order) is
+cut at Z uniform on 1..T-1 and scored cen-simple (T-normalised weights truncated at Z). Then
 
     TPS_simple - TPS_complete = prefix-swap + tail-omission
     prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
     tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
 
-The direct difference runs through the real scoring path (censored records built and scored
-like any file); the decomposition is computed step by step from the closed form. They must
-agree to ~1e-12 for every rule x schedule x rate; the per-Y means are the paper's
-robustness-table columns.
+The direct difference runs through the real scoring path, the decomposition step by step from
+the closed form: they agree to ~1e-12.
 """
 
 from __future__ import annotations
@@ -25,8 +20,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring_mix import COMPLETE_ONLY, SIMPLE, score_matrix
+from tps_tracer.evaluation.pairs import score_matrix
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule

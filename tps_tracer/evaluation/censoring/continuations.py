@@ -1,26 +1,20 @@
 """Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC).
 
-A censored prefix is resumed M times under the same model, harness and stopping rule; each
-continuation branch is one JSON line:
-
-    {"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}
-
-q_hat_MC = mean of the valid branch outcomes. Valid = resolved (clean, with an outcome).
-Parse-error branches are always excluded (informative, as for the source runs) and counted.
-Other unresolved branches (max_steps, tool_error, ...) are excluded by default, or counted
-as failures / successes for the paper's unresolved-branch sensitivity analysis. A prefix
-with fewer than `min_valid` valid branches gets no estimate (the paper keeps >= 5).
-
-The scored forecast stream of a prefix is always the source record's: branches only
-supply outcomes, so the branch forecasts cannot disagree with the scored prefix.
+A censored prefix is resumed M times; each branch is one JSON line
+`{"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}`, and
+q_hat_MC is the mean of the valid (clean) branch outcomes. Parse-error branches are excluded and
+counted; other unresolved ones are excluded, or counted as failures / successes (the paper's
+sensitivity analysis). Branches supply outcomes only: the scored forecasts are the source record's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +22,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
+from tps_tracer.health import HealthLedger
 from tps_tracer.records.arrays import STOP_REASONS, FloatArray, TrajectoryArrays
 from tps_tracer.records.jsonl import (
     MAX_REPORTED_ERRORS,
@@ -49,7 +44,6 @@ class ContinuationBranch:
 
 
 def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[ContinuationBranch]:
-    """Validate continuation lines; every problem is reported with its line number."""
     out: list[ContinuationBranch] = []
     errors: list[RecordError] = []
     seen: set[tuple[str, str]] = set()
@@ -105,7 +99,6 @@ def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]:
-    """Read a continuation file (UTF-8, a byte-order mark and CRLF line ends accepted)."""
     try:
         with open(path, encoding="utf-8-sig") as fh:
             return parse_continuations(fh, str(path))
@@ -201,10 +194,7 @@ class AttachedQz:
 def attach_q_z(
     arrays: TrajectoryArrays, estimates: dict[str, float], policy: CensoringPolicy | None = None
 ) -> AttachedQz:
-    """Arrays whose censored trajectories carry the estimated q_z (replacing any given); others keep NaN.
-
-    Every estimate that could not be used is listed, never silently dropped.
-    """
+    """Arrays whose censored trajectories carry the estimated q_z (others NaN); unusable estimates are listed."""
     pol = policy or CensoringPolicy()
     censored = np.array([pol.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code], dtype=bool)
     index = {tid: i for i, tid in enumerate(arrays.ids)}
@@ -223,3 +213,82 @@ def attach_q_z(
     out = replace(arrays, q_z=q_z)
     attached = int(np.sum(censored & ~np.isnan(q_z)))
     return AttachedQz(out, attached, int(censored.sum()) - attached, unmatched, not_censored)
+
+
+# Run metadata that tells a continuation branch from an original run.
+BRANCH_OF_KEY = "tps_branch_of"  # the source trajectory id
+BRANCH_KEY = "tps_branch"  # the branch number, 0..M-1
+
+
+class ContinuationLog:
+    """The continuation file as a resumable log: one line per finished branch, flushed when the branch
+    ends, so an interrupted resume loses at most the branches in flight and the next call skips the
+    ones done. Opening an existing file checks its lines (a file that is not ours is never
+    overwritten); a last line cut short is removed and counted (malformed / continuation_line_truncated).
+    Lines carry provenance the reader ignores (thread id, checkpoint, wall time)."""
+
+    def __init__(self, path: str | os.PathLike[str], health: HealthLedger | None = None):
+        self.path = Path(path)
+        self.health = health if health is not None else HealthLedger()
+        self._lock = threading.Lock()
+        self.done: set[tuple[str, str]] = set()
+        if self.path.exists():
+            self._read_existing()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def _read_existing(self) -> None:
+        data = self.path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):  # a line the interrupted writer never finished
+            self.health.count(
+                "malformed",
+                "continuation_line_truncated",
+                f"{self.path}: dropped an unfinished last line ({len(data) - cut} bytes)",
+            )
+            with self.path.open("r+b") as fh:
+                fh.truncate(cut)
+        text = data[:cut].decode("utf-8")
+        for b in parse_continuations(text.splitlines(), str(self.path)):
+            self.done.add((b.source_trajectory_id, b.branch))
+
+    def is_done(self, source_trajectory_id: str, branch: int | str) -> bool:
+        return (source_trajectory_id, str(branch)) in self.done
+
+    def append(
+        self,
+        source_trajectory_id: str,
+        branch: int,
+        stop_reason: StopReason,
+        outcome: int | None,
+        **provenance: Any,
+    ) -> None:
+        """Write one finished branch and flush it (an interruption after this keeps it)."""
+        if stop_reason is StopReason.CLEAN and outcome not in (0, 1):
+            raise InputError(f"a clean branch needs outcome 0 or 1, got {outcome!r}")
+        line = {
+            "source_trajectory_id": source_trajectory_id,
+            "branch": branch,
+            "stop_reason": stop_reason.value,
+            "outcome": outcome if stop_reason is StopReason.CLEAN else None,
+            **provenance,
+        }
+        text = json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n"
+        with self._lock:
+            key = (source_trajectory_id, str(branch))
+            if key in self.done:
+                raise InputError(f"branch {branch} of {source_trajectory_id!r} is already in {self.path}")
+            self._fh.write(text)
+            self._fh.flush()
+            self.done.add(key)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    def __enter__(self) -> ContinuationLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,13 +1,9 @@
-"""Exact-minus-simple on censored prefixes, and the conditional-projection identity check.
-
-For a censored prefix with q_hat (paper, Appendix "q_Z Estimation", Eq. app_qz_delta):
+"""Exact-minus-simple on censored prefixes (paper, Appendix "q_Z Estimation", Eq. app_qz_delta):
 
     TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
 
-and for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)): the sign of the
-correction is the sign of the weighted prefix log-odds. With Monte Carlo branches the exact
-score must equal the branch average of complete-prefix scores (the conditional projection);
-`conditional_projection_check` verifies that numerically, through a separate per-step path.
+(for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)), the weighted prefix log-odds),
+and the check that the exact score equals the branch average of complete-prefix scores.
 """
 
 from __future__ import annotations
@@ -39,8 +35,7 @@ def exact_vs_simple(
     n_replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
-    """Per predictor x rule x schedule, on censored prefixes carrying q_z: simple, exact and their
-    paired difference (the paper's Tables "qz_headline" / "qz_predictor_robustness")."""
+    """Simple, exact and their paired difference on censored prefixes with q_z (Tables "qz_headline")."""
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)

@@ -1,10 +1,6 @@
-"""Informative-censoring sensitivity (paper, Appendix "Parse-error sensitivity analysis").
-
-The default working sample excludes informative stops (parse errors, tool errors, ...). The
-contra-assumption check re-scores with those stops treated as administratively censored at
-the step where they failed, and reports the shift of cen-simple TPS. The shift is computed
-on shared Poisson replicates (trajectories present in both samples move together), so its
-standard error reflects only the trajectories that changed role.
+"""Informative-censoring sensitivity (paper, Appendix "Parse-error sensitivity analysis"): the shift
+of cen-simple TPS when informative stops are treated as censored, on shared Poisson replicates (so
+its SE reflects only the trajectories that changed role).
 """
 
 from __future__ import annotations
@@ -14,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import SIMPLE
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED
-from tps_tracer.evaluation.calibration.paired import paired_mean_delta
-from tps_tracer.evaluation.censoring_mix import SIMPLE, score_columns
-from tps_tracer.evaluation.pairs import pair_table_from_arrays
+from tps_tracer.evaluation.calibration import paired_mean_delta
+from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule

@@ -1,16 +1,8 @@
 """Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3).
 
-A nuisance model g(H_Z, Z) ~ P(Y = 1 | H_Z): an L2-penalised logistic regression on prefix
-features, cross-fitted over two trajectory folds so that no prefix is predicted by a model
-that saw its own trajectory (sample splitting, as in double ML).
-
-- `plug_in_q_z`: trained on every prefix H_t (t = 1..T) of complete trajectories, label Y.
-- `hybrid_q_z`: trained on the Monte Carlo audited censored prefixes, label q_hat_MC (a soft
-  label), applied to every censored prefix; the audited ones get their out-of-fold
-  prediction, and the audit compares it with their MC estimate.
-
-Features describe the prefix, never the predictor under test (the paper: "the nuisance
-model must be kept separate from the uncertainty predictor being evaluated"):
+A nuisance model g(H_Z, Z) ~ P(Y = 1 | H_Z): an L2-penalised logistic regression on prefix features,
+cross-fitted over two trajectory folds so that no prefix is predicted by a model that saw its own
+trajectory. Features describe the prefix, kept separate from the predictor under test:
 
     step                 Z, the prefix length
     step_share           Z / T (T: the trajectory's horizon)
@@ -30,8 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration.cross_fit import split_halves
-from tps_tracer.evaluation.calibration.logistic import fit_logistic, sigmoid
+from tps_tracer.evaluation.calibration import fit_logistic, sigmoid, split_halves
 from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
@@ -166,64 +157,56 @@ def _predict_censored(
     return dict(zip(ids, pred.tolist(), strict=True)), [arrays.ids[i] for i in rows[~ok]]
 
 
-def plug_in_q_z(
+def fit_q_z_model(
     arrays: TrajectoryArrays,
     features: Sequence[str],
+    mc: McEstimates | None = None,
     penalty: float = DEFAULT_PENALTY,
     policy: CensoringPolicy | None = None,
 ) -> PlugInResult:
-    """g(H_Z, Z) trained on the prefixes of complete trajectories, applied to censored prefixes."""
+    """g(H_Z, Z) applied to every censored prefix. Plug-in (no `mc`): trained on every prefix of the
+    complete trajectories, label Y. Hybrid: trained on the MC-audited censored prefixes, soft label
+    q_hat_MC; an audited prefix gets the prediction of the fold model that did not see it."""
     pol = policy or CensoringPolicy()
-    complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
-    if complete.size < 4:
-        raise InputError("plug-in q_Z needs complete trajectories to learn from (found fewer than 4)")
-    lengths = arrays.lengths[complete]
-    rows = np.repeat(complete, lengths)
-    cuts = np.arange(rows.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
+    if mc is None:
+        complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
+        if complete.size < 4:
+            raise InputError("plug-in q_Z needs complete trajectories to learn from (found fewer than 4)")
+        lengths = arrays.lengths[complete]
+        rows = np.repeat(complete, lengths)
+        cuts = np.arange(rows.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
+        y = arrays.outcome[rows]
+        fold = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))[rows]
+    else:
+        index = {tid: i for i, tid in enumerate(arrays.ids)}
+        censored = set(_censored_rows(arrays, pol).tolist())
+        audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
+        if len(audited) < 4:
+            raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
+        rows = np.array([i for _, i in audited], dtype=np.int64)
+        cuts = arrays.lengths[rows]
+        by_id = mc.as_mapping()
+        y = np.array([by_id[tid] for tid, _ in audited])
+        order = sorted(range(len(audited)), key=lambda k: audited[k][0])
+        fold = np.zeros(len(audited), dtype=np.int8)
+        fold[order[1::2]] = 1  # alternate in id order
     x = prefix_features(arrays, rows, cuts, features)
-    y = arrays.outcome[rows]
     ok = ~np.isnan(x).any(axis=1)
-    half = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))
-    models, _ = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), half[rows[ok]], penalty)
+    models, oof = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), fold[ok], penalty)
     q_hat, without = _predict_censored(arrays, models, features, pol)
-    return PlugInResult(
-        "plug-in", list(features), q_hat, int(ok.sum()), int(np.unique(rows[ok]).size), without, None, models
-    )
-
-
-def hybrid_q_z(
-    arrays: TrajectoryArrays,
-    mc: McEstimates,
-    features: Sequence[str],
-    penalty: float = DEFAULT_PENALTY,
-    policy: CensoringPolicy | None = None,
-) -> PlugInResult:
-    """g trained on the MC-audited censored prefixes (soft labels q_hat_MC), applied to all censored prefixes."""
-    pol = policy or CensoringPolicy()
-    index = {tid: i for i, tid in enumerate(arrays.ids)}
-    censored = set(_censored_rows(arrays, pol).tolist())
-    audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
-    if len(audited) < 4:
-        raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
-    rows = np.array([i for _, i in audited], dtype=np.int64)
-    x = prefix_features(arrays, rows, arrays.lengths[rows], features)
-    by_id = mc.as_mapping()
-    q_mc = np.array([by_id[tid] for tid, _ in audited])
-    ok = ~np.isnan(x).any(axis=1)
-    order = sorted(range(len(audited)), key=lambda k: audited[k][0])
-    fold = np.zeros(len(audited), dtype=np.int8)
-    fold[order[1::2]] = 1  # alternate in id order
-    models, oof = _cross_fit(x[ok], q_mc[ok], np.ones(int(ok.sum())), fold[ok], penalty)
-    q_hat, without = _predict_censored(arrays, models, features, pol)
-    ok_ids = [audited[k][0] for k in np.flatnonzero(ok)]
-    for tid, v in zip(ok_ids, oof.tolist(), strict=True):
-        q_hat[tid] = v  # audited prefixes: the model that did not see them
-    diff = oof - q_mc[ok]
+    n_ok = int(ok.sum())
+    if mc is None:
+        return PlugInResult(
+            "plug-in", list(features), q_hat, n_ok, int(np.unique(rows[ok]).size), without, None, models
+        )
+    for k, v in zip(np.flatnonzero(ok).tolist(), oof.tolist(), strict=True):
+        q_hat[audited[k][0]] = v
+    q_mc = y[ok]
     audit = {
-        "audited": int(ok.sum()),
-        "mean_q_mc": float(q_mc[ok].mean()),
+        "audited": n_ok,
+        "mean_q_mc": float(q_mc.mean()),
         "mean_q_plug_in_out_of_fold": float(oof.mean()),
-        "mean_abs_difference": float(np.abs(diff).mean()),
-        "correlation": float(np.corrcoef(oof, q_mc[ok])[0, 1]) if ok.sum() > 2 and np.std(q_mc[ok]) > 0 else None,
+        "mean_abs_difference": float(np.abs(oof - q_mc).mean()),
+        "correlation": float(np.corrcoef(oof, q_mc)[0, 1]) if n_ok > 2 and np.std(q_mc) > 0 else None,
     }
-    return PlugInResult("hybrid", list(features), q_hat, int(ok.sum()), int(ok.sum()), without, audit, models)
+    return PlugInResult("hybrid", list(features), q_hat, n_ok, n_ok, without, audit, models)
