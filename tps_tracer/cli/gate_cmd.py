@@ -36,26 +36,16 @@ from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.set_aside import KINDS
 
-# flag -> (type, GateCriteria field or None)
+# [gate] key and flag -> (type, GateCriteria field or None)
 _SETTINGS: dict[str, tuple[type, str | None]] = {
-    "predictor": (str, "predictor"),
-    "rule": (str, "rule"),
-    "weights": (str, "weights"),
-    "censoring": (str, "censoring"),
-    "min": (float, "min_score"),
-    "vs_base_rate": (bool, "vs_base_rate"),
-    "margin": (float, "margin"),
-    "test": (str, "test"),
-    "min_n": (int, "min_n"),
-    "max_excluded_share": (float, "max_excluded_share"),
-    "allow_capture_loss": (bool, "allow_capture_loss"),
-    "max_skipped_share": (float, "max_skipped_share"),
-    "missing": (str, "missing"),
-    "max_flip": (float, "max_flip"),
-    "bootstrap": (int, "bootstrap"),
-    "seed": (int, "seed"),
-    "baseline": (str, None),
-    "treat_as_censored": (str, None),
+    key: (kind, {"min": "min_score", "baseline": None, "treat_as_censored": None}.get(key, key))
+    for kind, keys in (
+        (str, "predictor rule weights censoring test missing baseline treat_as_censored"),
+        (float, "min margin max_excluded_share max_skipped_share max_flip"),
+        (int, "min_n bootstrap seed"),
+        (bool, "vs_base_rate allow_capture_loss"),
+    )
+    for key in keys.split()
 }
 
 

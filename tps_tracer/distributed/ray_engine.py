@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,11 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.gate import (
     GateCriteria,
-    GateInputError,
     GateSample,
-    concat_tables,
     evaluate_gate,
     gate_paths,
     gate_rows,
+    sample_from_tables,
 )
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import ReportOptions
@@ -34,7 +33,6 @@ from tps_tracer.evaluation.report_builder import report_from_state
 from tps_tracer.records.chunks import is_parquet, source_files
 from tps_tracer.records.duplicate_ids import repeated_ids, repeated_keys
 from tps_tracer.records.shards import holds_nothing
-from tps_tracer.records.task_ids import read_task_ids
 from tps_tracer.scoring.missing_forecasts import DEFAULT_MISSING
 from tps_tracer.scoring.rules import ScoreRule, get_rule
 from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
@@ -238,19 +236,14 @@ def evaluate(
         except WholeInputNeeded as exc:
             raise InputError(f"the dataset cannot be evaluated block by block: {exc}") from None
     else:
-        states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in _as_list(source)]
+        items = [source] if isinstance(source, (PartialState, dict)) else list(source)
+        states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in items]
         for s in states:
             if s.spec.signature() != spec.signature():
                 raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
     if not states:
         raise InputError("no trajectories to evaluate")
     return report_from_state(merge_states(states), opts)
-
-
-def _as_list(source: Any) -> Sequence[Any]:
-    if isinstance(source, (PartialState, dict)):
-        return [source]
-    return list(source)
 
 
 # -- the gate: a PairTable per block, for the checks that resample trajectories (--baseline, ...) --
@@ -273,18 +266,9 @@ def sample_from_path_ray(
     [(_, ds, read)] = _datasets(path, num_blocks, one_kind=True)
     payloads = _map_blocks(ds, read, _table_of, rule, schedule, missing)
     tables = [dataclasses.replace(pickle.loads(p), rules=[rule], schedules=[schedule]) for p in payloads]
-    ids = [i for t in tables for i in t.ids]
-    if repeated_ids(ids):
+    if repeated_ids([i for t in tables for i in t.ids]):
         raise WholeInputNeeded("duplicate trajectory ids")
-    if not ids:
-        raise GateInputError("no trajectories")
-    table = concat_tables(tables, missing)
-    task_ids = list(table.ids)
-    if with_task_ids:  # read on the driver by the local engine's streaming pass
-        read_ids, task_ids = read_task_ids(path)
-        if read_ids != table.ids:
-            raise GateInputError("the trajectory files changed while the gate was reading them")
-    return GateSample(table, task_ids)
+    return sample_from_tables(tables, [path], with_task_ids, missing)  # task ids read on the driver
 
 
 def gate_path_ray(

@@ -60,7 +60,7 @@ from tps_tracer.scoring.schedules import WeightSchedule, get_schedule
 
 BoolArray = NDArray[np.bool_]
 
-GATE_VERSION = 4  # 4: the CANNOT DECIDE verdict
+GATE_VERSION = 4  # raised with each change of the result's fields (docs/gate.md: 3 coverage, 4 CANNOT DECIDE)
 PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
 EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
 # Every check names the side it is about; "both": the candidate-minus-baseline difference.
@@ -242,19 +242,6 @@ def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) ->
     )
 
 
-def sample_from_records(
-    records: Sequence[TrajectoryRecord], rule: ScoreRule, schedule: WeightSchedule, missing: str = DEFAULT_MISSING
-) -> GateSample:
-    if not records:
-        raise GateInputError("no trajectories")
-    set_aside = getattr(records, "set_aside", None)  # what `read_trajectories` set aside (ReadRecords)
-    return GateSample(
-        gate_rows(to_arrays(records), rule, schedule, missing),
-        [task_id_of(r) for r in records],
-        set_aside if isinstance(set_aside, SetAside) else SetAside(),
-    )
-
-
 def sample_from_paths(
     paths: Sequence[str | os.PathLike[str]],
     rule: ScoreRule,
@@ -264,8 +251,7 @@ def sample_from_paths(
     progress: Progress | None = None,
     missing: str = DEFAULT_MISSING,
 ) -> GateSample:
-    """The files (JSON Lines, Parquet, directories of shards) read chunk by chunk as one run; task ids
-    (a baseline comparison only) in one more streaming pass, else the trajectory ids."""
+    """The files (JSON Lines, Parquet, directories of shards) read chunk by chunk as one run."""
     parts: list[PairTable] = []
     seen: set[str] = set()  # ids of the earlier files (within one file, the reader checks duplicates)
     inputs: list[Any] = list(paths)
@@ -281,23 +267,30 @@ def sample_from_paths(
             if k < len(inputs) - 1:
                 seen.update(i for t in tables for i in t.ids)
         parts.extend(tables)
-    if not parts or sum(p.n for p in parts) == 0:
+    return sample_from_tables(parts, paths, with_task_ids, missing, set_aside)
+
+
+def sample_from_tables(
+    parts: Sequence[PairTable],
+    paths: Sequence[str | os.PathLike[str]],
+    with_task_ids: bool,
+    missing: str,
+    set_aside: SetAside | None = None,
+) -> GateSample:
+    """The run of the consecutive tables read from `paths`; task ids (a baseline comparison only) in one
+    more streaming pass, else the trajectory ids."""
+    if sum(p.n for p in parts) == 0:
         raise GateInputError("no trajectories")
     table = concat_tables(parts, missing)
     task_ids = list(table.ids)
+    set_aside = set_aside or SetAside()
     if with_task_ids:
-        ids: list[str] = []
-        task_ids = []
-        for path in paths:
-            more_ids, more_tasks = read_task_ids(path)
-            ids.extend(more_ids)
-            task_ids.extend(more_tasks)
+        pairs = [p for path in paths for p in zip(*read_task_ids(path), strict=True)]
         if set_aside.counts.get("duplicate_id"):  # the readers kept each repeated id's first record
             firsts: dict[str, str] = {}
-            for i, t in zip(ids, task_ids, strict=True):
-                firsts.setdefault(i, t)
-            ids, task_ids = list(firsts), list(firsts.values())
-        if ids != table.ids:  # both passes read the same files in the same order
+            pairs = [(i, firsts.setdefault(i, t)) for i, t in pairs if i not in firsts]
+        task_ids = [t for _, t in pairs]
+        if [i for i, _ in pairs] != table.ids:  # both passes read the same files in the same order
             raise GateInputError("the trajectory files changed while the gate was reading them")
     return GateSample(table, task_ids, set_aside)
 
@@ -309,24 +302,14 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
         check_unique_ids([r.trajectory_id for r in run])
     except InputError as exc:
         raise GateInputError(str(exc)) from None
-    return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights), crit.missing)
-
-
-def input_block(candidate: SetAside, baseline: SetAside | None = None) -> dict[str, Any] | None:
-    """The result's `input`: each side's lines set aside, only when it set some aside."""
-    block: dict[str, Any] = {}
-    if candidate:
-        block["set_aside"] = candidate.as_dict()
-    if baseline:
-        block["baseline"] = {"set_aside": baseline.as_dict()}
-    return block or None
-
-
-def _input_of_report(report: dict[str, Any]) -> dict[str, Any] | None:
-    section = report.get("input")
-    if isinstance(section, dict) and section.get("set_aside"):
-        return {"set_aside": section["set_aside"]}
-    return None
+    if not run:
+        raise GateInputError("no trajectories")
+    set_aside = getattr(run, "set_aside", None)  # what `read_trajectories` set aside (ReadRecords)
+    return GateSample(
+        gate_rows(to_arrays(run), get_rule(crit.rule), get_schedule(crit.weights), crit.missing),
+        [task_id_of(r) for r in run],
+        set_aside if isinstance(set_aside, SetAside) else SetAside(),
+    )
 
 
 # -- the gated column: chosen from the criteria or the baseline, never from the candidate's data --
@@ -582,11 +565,6 @@ def censoring_warnings(
     return warnings, notes
 
 
-def _missing_q_z(audit: dict[str, Any]) -> int:
-    roles = audit.get("roles") or {}
-    return max(0, int(roles.get("censored") or 0) - int(audit.get("censored_with_q_z") or 0))
-
-
 def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
     if not isinstance(rule, LogRule) or not clipped:
         return None
@@ -699,7 +677,7 @@ def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str
 # -- the verdict: one assembler for every route --
 
 
-def _settings(crit: GateCriteria) -> dict[str, Any]:
+def _result_settings(crit: GateCriteria) -> dict[str, Any]:
     return {
         "bootstrap": crit.bootstrap,
         "seed": crit.seed,
@@ -735,7 +713,7 @@ def _result(
     audit: dict[str, Any] | None = None,
     coverage: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
-    skipped: Sequence[Skipped] | None = None,
+    skipped_predictors: Sequence[Skipped] | None = None,
     comparison: dict[str, Any] | None = None,
     read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -765,12 +743,12 @@ def _result(
         "reasons": reasons,
         "warnings": warnings,
         "notes": notes,
-        "settings": settings or _settings(crit),
+        "settings": settings or _result_settings(crit),
         "audit": audit,
         "coverage": coverage,
     }
-    if skipped is not None:
-        result["skipped_predictors"] = as_dicts(skipped)
+    if skipped_predictors is not None:
+        result["skipped_predictors"] = as_dicts(skipped_predictors)
     if comparison is not None:
         result["comparison"] = comparison
     if read:
@@ -792,13 +770,16 @@ def evaluate_gate(
     cand_sample = _sample(candidate, crit)
     base_sample = None if baseline is None else _sample(baseline, crit)
     predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
-    read = input_block(cand_sample.set_aside, None if base_sample is None else base_sample.set_aside)
+    read: dict[str, Any] = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else {}
+    if base_sample is not None and base_sample.set_aside:
+        read["baseline"] = {"set_aside": base_sample.set_aside.as_dict()}
     try:
         run = _Run(cand_sample, crit, predictor, CANDIDATE)
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, BASELINE)
     except Unusable as u:
-        return _result(crit, _score(crit, predictor, source), [u.as_check()], [], [], skipped=skipped, read=read)
+        score, unusable = _score(crit, predictor, source), [u.as_check()]
+        return _result(crit, score, unusable, [], [], skipped_predictors=skipped, read=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
@@ -970,8 +951,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     if crit.min_score is None:
         raise GateInputError("a snapshot can only be gated with --min (and the assumption checks)")
     try:
-        rows = report["scores"]
-        audit = report["audit"]
+        rows, audit = report["scores"], report["audit"]
     except (KeyError, TypeError):
         raise GateInputError("not a tps-tracer report or snapshot (no 'scores' / 'audit')") from None
     rule, weights = get_rule(crit.rule).name, get_schedule(crit.weights).name
@@ -981,18 +961,22 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     name = str(predictor)
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
     coverage = coverage_of_report(report, name, rule, weights, crit.censoring)
-    warnings, notes = censoring_warnings(audit, crit, _missing_q_z(audit), coverage)
+    n_cens = int((audit.get("roles") or {}).get("censored") or 0)
+    missing_q_z = max(0, n_cens - int(audit.get("censored_with_q_z") or 0))
+    warnings, notes = censoring_warnings(audit, crit, missing_q_z, coverage)
     skipped = [s.get("predictor") for s in report.get("skipped_predictors") or [] if isinstance(s, dict)]
     if crit.predictor is None and skipped:
         warnings.append(
             f"default predictor {predictor}: the report skipped {', '.join(map(str, skipped))} (no data); "
             "name the gated predictor with --predictor so it cannot move"
         )
-    read = _input_of_report(report)
+    section = report.get("input")
+    read = {"set_aside": section["set_aside"]} if isinstance(section, dict) and section.get("set_aside") else None
     try:
         _check_exact(audit, crit)
     except Unusable as u:
-        return _result(crit, _score(crit, name, source), [u.as_check()], warnings, notes, skipped=[], read=read)
+        score, unusable = _score(crit, name, source), [u.as_check()]
+        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], read=read)
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
@@ -1020,21 +1004,10 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         p_pass = float(norm.sf((crit.min_score - lo) / se))
         flip = p_pass if lo < crit.min_score else 1.0 - p_pass
     detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
-    checks.append(
-        _check(
-            "absolute",
-            lo >= crit.min_score,
-            mean,
-            crit.min_score,
-            detail,
-            kind="decision",
-            ci_low=lo,
-            ci_high=row["ci_high"],
-            flip_probability=flip,
-        )
-    )
+    more = {"kind": "decision", "ci_low": lo, "ci_high": row["ci_high"], "flip_probability": flip}
+    checks.append(_check("absolute", lo >= crit.min_score, mean, crit.min_score, detail, **more))
     warnings.extend(fragile_warnings(checks))
-    settings = {**_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
+    settings = {**_result_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     score["predictor_source"] = source
     notes = ["gated from a saved report/snapshot", *notes]
