@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,39 +208,19 @@ def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) ->
             else PredictorPairs.never_stated(p.n_steps, p.weight_mass, p.rules, 0, missing)
             for p in parts
         ]
-        skipped: dict[str, int] = {}
-        for col in cols:
-            for k, v in col.skipped.items():
-                skipped[k] = skipped.get(k, 0) + v
+        both = list(zip(cols, parts, strict=True))
         predictors[name] = PredictorPairs(
             np.concatenate([c.usable for c in cols]),
             np.concatenate([c.pairs for c in cols]),
             np.empty((sum(p.n for p in parts), 0)),
-            {k: v for k, v in skipped.items() if v},
-            np.concatenate(
-                [np.zeros(p.n, np.int64) if c.clipped is None else c.clipped for c, p in zip(cols, parts, strict=True)]
-            ),
-            np.concatenate(
-                [np.zeros((p.n, 4)) if c.missing is None else c.missing for c, p in zip(cols, parts, strict=True)]
-            ),
+            dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
+            np.concatenate([np.zeros(p.n, np.int64) if c.clipped is None else c.clipped for c, p in both]),
+            np.concatenate([np.zeros((p.n, 4)) if c.missing is None else c.missing for c, p in both]),
         )
-
-    def cat(attr: str) -> Any:
-        return np.concatenate([getattr(p, attr) for p in parts])
-
-    return PairTable(
-        ids=[i for p in parts for i in p.ids],
-        stop_code=cat("stop_code"),
-        outcome=cat("outcome"),
-        q_z=cat("q_z"),
-        n_steps=cat("n_steps"),
-        horizon=cat("horizon"),
-        rules=parts[0].rules,
-        schedules=parts[0].schedules,
-        weight_mass=cat("weight_mass"),
-        predictors=predictors,
-        outcome_on_unscored=sum(p.outcome_on_unscored for p in parts),
-    )
+    rows = ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")
+    arrays: dict[str, Any] = {a: np.concatenate([getattr(p, a) for p in parts]) for a in rows}
+    ids, unscored = [i for p in parts for i in p.ids], sum(p.outcome_on_unscored for p in parts)
+    return dataclasses.replace(parts[0], ids=ids, predictors=predictors, outcome_on_unscored=unscored, **arrays)
 
 
 def sample_from_paths(
