@@ -1,13 +1,7 @@
 """`tps-tracer gate`: exit 0 pass, 1 fail, 2 bad input, an unusable sample or cannot decide.
 
-Settings come from flags, or from a TOML file checked into the user's repository
-(`--config gate.toml`, a `[gate]` table with the flag names, dashes as underscores);
-flags given on the command line win over the file.
-
-The result renders for a person as a terminal table or a Markdown summary for CI logs, both
-read in one pass: what was gated and under which test, a table whose "pass if" column states
-each check's condition, the failing checks by name, the power of the comparisons, warnings,
-notes, and a legend of every symbol. Terminal lines are at most WIDTH columns.
+Settings come from flags over a `--config` TOML `[gate]` table (flag names, dashes as underscores).
+The result renders as a terminal table (at most WIDTH columns) or a Markdown summary for CI logs.
 """
 
 from __future__ import annotations
@@ -27,39 +21,30 @@ else:  # pragma: no cover - Python 3.10
 from tps_tracer import output
 from tps_tracer.cli.main import WIDTH, CliError, fit_table, fmt, progress_for, writing
 from tps_tracer.evaluation.gate import (
+    SNAPSHOT_REPLICATES,
     GateCriteria,
     GateInputError,
     GateOptionError,
-    coverage_line,
     evaluate_gate_on_report,
     gate_paths,
-    missing_line,
-    set_aside_lines,
+    skip_reasons,
 )
 from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.output import append_text
 from tps_tracer.records import CensoringPolicy
+from tps_tracer.records.limits import KINDS
 
-# flag -> (type, GateCriteria field or None)
+# [gate] key and flag -> (type, GateCriteria field or None)
 _SETTINGS: dict[str, tuple[type, str | None]] = {
-    "predictor": (str, "predictor"),
-    "rule": (str, "rule"),
-    "weights": (str, "weights"),
-    "censoring": (str, "censoring"),
-    "min": (float, "min_score"),
-    "vs_base_rate": (bool, "vs_base_rate"),
-    "margin": (float, "margin"),
-    "test": (str, "test"),
-    "min_n": (int, "min_n"),
-    "max_excluded_share": (float, "max_excluded_share"),
-    "allow_capture_loss": (bool, "allow_capture_loss"),
-    "max_skipped_share": (float, "max_skipped_share"),
-    "missing": (str, "missing"),
-    "max_flip": (float, "max_flip"),
-    "bootstrap": (int, "bootstrap"),
-    "seed": (int, "seed"),
-    "baseline": (str, None),
-    "treat_as_censored": (str, None),
+    key: (kind, {"min": "min_score", "baseline": None, "treat_as_censored": None}.get(key, key))
+    for kind, keys in (
+        (str, "predictor rule weights censoring test missing baseline treat_as_censored"),
+        (float, "min margin max_excluded_share max_skipped_share max_flip"),
+        (int, "min_n bootstrap seed"),
+        (bool, "vs_base_rate allow_capture_loss"),
+    )
+    for key in keys.split()
 }
 
 
@@ -106,35 +91,28 @@ def _criteria(settings: dict[str, Any]) -> GateCriteria:
 
 
 def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateCriteria) -> dict[str, Any]:
-    """The report of one file or directory computed on Ray, gated like a snapshot: the paired
-    checks (--vs-base-rate, --baseline) and --max-flip need the per-trajectory replicates."""
+    """On Ray: per-trajectory rows for the checks that resample them (--baseline, --vs-base-rate,
+    --max-flip), else the report, gated like a snapshot."""
     if len(args.files) != 1:
         raise GateInputError("--engine ray gates one file or directory of shards")
-    if settings.get("baseline") or crit.vs_base_rate or crit.max_flip is not None:
-        # The paired checks need each trajectory's rows: computed per block on Ray (ray_gate.py).
-        from tps_tracer.distributed.ray_gate import gate_path_ray
+    from tps_tracer.distributed.ray_engine import gate_path_ray, report_from_path_ray  # imports Ray when called
 
-        try:
-            result = gate_path_ray(args.files[0], crit, settings.get("baseline"), args.address)
-        except ImportError as exc:
-            raise GateInputError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
-        result["notes"] = ["per-trajectory rows computed with --engine ray", *result["notes"]]
-        return result
-    crit.validate(False)
-    from tps_tracer.distributed.ray_engine import report_from_path_ray
-    from tps_tracer.evaluation.report_options import ReportOptions
-
-    options = ReportOptions(
-        predictors=[crit.predictor] if crit.predictor else None,
-        rules=[crit.rule],
-        schedules=[crit.weights],
-        bootstrap=crit.bootstrap,
-        seed=crit.seed,
-        policy=crit.policy,
-        base_rate=False,
-        missing=crit.missing,
-    )
     try:
+        if settings.get("baseline") or crit.vs_base_rate or crit.max_flip is not None:
+            result = gate_path_ray(args.files[0], crit, settings.get("baseline"), args.address)
+            result["notes"] = ["per-trajectory rows computed with --engine ray", *result["notes"]]
+            return result
+        crit.validate(False)
+        options = ReportOptions(
+            predictors=[crit.predictor] if crit.predictor else None,
+            rules=[crit.rule],
+            schedules=[crit.weights],
+            bootstrap=crit.bootstrap,
+            seed=crit.seed,
+            policy=crit.policy,
+            base_rate=False,
+            missing=crit.missing,
+        )
         report = report_from_path_ray(args.files[0], options, args.address)
     except ImportError as exc:
         raise GateInputError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
@@ -188,11 +166,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return int(result["exit_code"])
 
 
-# -- the human renderings ---------------------------------------------------------------------
+# -- the human renderings --
 
 _HEADERS = ["check", "result", "estimate", "95% CI", "pass if", "P(flip)"]
-SIDE = "side"  # a column of its own when a baseline is gated: which run each row is about
-
 CENSORING_TERMS = {
     "simple": "cen-simple: a run stopped by the step budget is scored as if it would fail "
     "(q_Z ~ 0; pessimistic when such runs could still succeed)",
@@ -208,9 +184,14 @@ LEGEND = [
     "P(flip): share of bootstrap replicates whose own verdict differs from this one (0: robust, "
     "0.5: a coin flip; above 0.2 the verdict is fragile; --max-flip makes it a check)",
 ]
+SIDE_TERM = "side: the run a row is about: candidate, baseline, both (the difference), all (every decision)"
+UNDECIDED = (
+    "undecided: no verdict either way at this sample: a FAIL here would hit an unchanged candidate more "
+    "often than the 5% false-alarm bound, or the verdict flips too often (CANNOT DECIDE, exit 2)"
+)
 
 
-def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
+def _pass_if(c: dict[str, Any]) -> str:
     name, thr = c["name"], c.get("threshold")
     if c.get("test") and thr is not None:
         return rule_text(c["test"], -float(thr))
@@ -226,21 +207,12 @@ def _pass_if(c: dict[str, Any], settings: dict[str, Any]) -> str:
 
 
 def _two_sided(result: dict[str, Any]) -> bool:
+    """A baseline is gated: a `side` column says which run each row is about."""
     return any(c.get("side") == "baseline" for c in result["checks"])
 
 
 def _headers(result: dict[str, Any]) -> list[str]:
-    return [_HEADERS[0], SIDE, *_HEADERS[1:]] if _two_sided(result) else _HEADERS
-
-
-def _failed(result: dict[str, Any]) -> str:
-    """The failing checks by name, and by side when a baseline is gated (both sides have a skipped_share)."""
-    side = _two_sided(result)
-    return ", ".join(
-        f"{c['name']} ({c['side']})" if side else c["name"]
-        for c in result["checks"]
-        if not c["passed"] and not c.get("undecided")
-    )
+    return [_HEADERS[0], "side", *_HEADERS[1:]] if _two_sided(result) else _HEADERS
 
 
 def _rows(result: dict[str, Any]) -> list[list[str]]:
@@ -248,8 +220,7 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
     side = _two_sided(result)
     for c in result["checks"]:
         ci = f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if c.get("ci_low") is not None else ""
-        flip = c.get("flip_probability")
-        est = c.get("estimate")
+        flip, est = c.get("flip_probability"), c.get("estimate")
         rows.append(
             [
                 c["name"],
@@ -257,52 +228,102 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
                 "pass" if c["passed"] else ("undecided" if c.get("undecided") else "FAIL"),
                 fmt(est) if isinstance(est, float) else ("" if est is None else str(est)),
                 ci,
-                _pass_if(c, result.get("settings") or {}),
+                _pass_if(c),
                 "" if flip is None else f"{flip:.3f}",
             ]
         )
     return rows
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
+    """Scored of working (the report's denominator, named alike), each exclusion, replicates."""
+    label = f"coverage ({side})" if side else "coverage"
+    parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
+    n_skipped = sum(block["skipped"].values())
+    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({skip_reasons(block)})" if n_skipped else ""))
+    if block["dropped_by_censoring_mode"]:
+        parts.append(f"dropped by the censoring mode: {block['dropped_by_censoring_mode']}")
+    parts.append(f"clean runs waiting for an outcome: {block['pending_outcome']}")
+    reps = block["replicates"]
+    whose = " (the snapshot's)" if block["replicates_source"] == SNAPSHOT_REPLICATES else ""
+    parts.append(f"CI from {reps if reps is not None else 'an unknown number of'} bootstrap replicates{whose}")
+    return "; ".join(parts)
+
+
+def missing_line(block: dict[str, Any], predictor: str) -> str | None:
+    """The gated predictor's steps without a forecast (None when the block has no counts)."""
+    g = block.get("missing_forecasts")
+    if not g or g.get("steps") is None:
+        return None
+    line = (
+        f"steps without a {predictor} forecast: {g['missing_steps']} of {g['steps']} "
+        f"({_pct(g['missing_step_share'])}), in {g['runs_affected']} of {g['runs']} runs "
+        f"({_pct(g['runs_affected_share'])}"
+        + (f", {g['runs_silent']} of them without any" if g.get("runs_silent") else "")
+        + f"); scored as {g['policy']}"
+    )
+    if g["runs_affected"]:
+        cost = "n/a" if g["cost"] is None else f"{g['cost']:+.4f}"
+        line += (
+            f"; cost of missingness {cost}; success rate with a gap "
+            f"{_pct(g['success_rate_affected'])}, without {_pct(g['success_rate_unaffected'])}"
+        )
+    return line
+
+
+def set_aside_lines(block: dict[str, Any] | None) -> list[str]:
+    """Per side, the lines the gate did not judge (a re-run, an empty shard)."""
+    lines = []
+    for who, side in (("", block or {}), ("baseline: ", (block or {}).get("baseline") or {})):
+        if side.get("set_aside"):
+            kinds = side["set_aside"]
+            text = "; ".join(f"{k} {kinds[k]['count']} (first: {kinds[k]['first']})" for k in KINDS if k in kinds)
+            lines.append(f"{who}set aside (not scored): {text}")
+    return lines
+
+
 def _headline(result: dict[str, Any]) -> list[str]:
     s = result["score"]
     source = s.get("predictor_source")
-    gated = f"gated: TPS cen-{s['censoring']} / {s['rule']} / {s['weights']} on {s['predictor']}"
-    if s.get("censoring") == "complete-only":
-        gated = f"gated: TPS complete-only / {s['rule']} / {s['weights']} on {s['predictor']}"
-    lines = [gated + (f" ({source})" if source else "")]
+    mode = "complete-only" if s.get("censoring") == "complete-only" else f"cen-{s['censoring']}"
+    lines = [
+        f"gated: TPS {mode} / {s['rule']} / {s['weights']} on {s['predictor']}" + (f" ({source})" if source else "")
+    ]
     if s.get("mean") is not None:
         lines.append(f"score: {fmt(s['mean'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] over {s['n']} scored runs")
     base = (result.get("comparison") or {}).get("baseline_coverage")
-    if result.get("coverage"):  # what the verdict rests on, in every output form, for each side
+    if result.get("coverage"):
         lines.append(coverage_line(result["coverage"], str(s["predictor"]), "candidate" if base else ""))
         gaps = missing_line(result["coverage"], str(s["predictor"]))
         lines += [gaps] if gaps else []
     if base:
         lines.append(coverage_line(base, str(s["predictor"]), "baseline"))
-    lines += set_aside_lines(result.get("input"))  # lines the gate did not judge (a re-run, an empty shard)
+    lines += set_aside_lines(result.get("input"))
     settings = result.get("settings") or {}
     if any(c.get("test") for c in result["checks"]):
         lines.append("test: " + describe_test(settings["test"], float(settings["margin"])))
     return lines
 
 
-def _power_lines(result: dict[str, Any]) -> list[str]:
-    out = []
+def _messages(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) of every line below the table."""
+    two_sided = _two_sided(result)
+    failed = [
+        f"{c['name']} ({c['side']})" if two_sided else c["name"]
+        for c in result["checks"]
+        if not c["passed"] and not c.get("undecided")
+    ]
+    out = [("failed", ", ".join(failed))] if result.get("failed_checks") else []
+    out += [(result["verdict"], r) for r in result.get("reasons") or []]
     margin = float((result.get("settings") or {}).get("margin") or 0.0)
-    for c in result["checks"]:
-        if c.get("power"):
-            text = power_text(c["name"], c["test"], margin, c["power"])
-            if text:
-                out.append(text)
-    return out
-
-
-SIDE_TERM = "side: the run a row is about: candidate, baseline, both (the difference), all (every decision)"
-UNDECIDED = (
-    "undecided: no verdict either way at this sample: a FAIL here would hit an unchanged candidate more "
-    "often than the 5% false-alarm bound, or the verdict flips too often (CANNOT DECIDE, exit 2)"
-)
+    powers = (power_text(c["name"], c["test"], margin, c["power"]) for c in result["checks"] if c.get("power"))
+    out += [("power", p) for p in powers if p]
+    out += [("warning", w) for w in result["warnings"]]
+    return out + [("note", n) for n in result["notes"]]
 
 
 def _legend(result: dict[str, Any]) -> list[str]:
@@ -316,22 +337,13 @@ def _wrap(prefix: str, text: str) -> list[str]:
 
 
 def render_gate_text(result: dict[str, Any], source: str) -> str:
-    verdict = result["verdict"].upper()
-    lines = _wrap("", f"tps-tracer gate: {verdict}  ({source})")
+    lines = _wrap("", f"tps-tracer gate: {result['verdict'].upper()}  ({source})")
     for h in _headline(result):
         lines += _wrap("  ", h)
     lines.append("")
     lines += fit_table(_headers(result), _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
-    if result.get("failed_checks"):
-        lines += _wrap("  ", f"failed: {_failed(result)}")
-    for r in result.get("reasons") or []:
-        lines += _wrap("  ", f"{result['verdict']}: {r}")
-    for p in _power_lines(result):
-        lines += _wrap("  ", f"power: {p}")
-    for w in result["warnings"]:
-        lines += _wrap("  ", f"warning: {w}")
-    for n in result["notes"]:
-        lines += _wrap("  ", f"note: {n}")
+    for label, text in _messages(result):
+        lines += _wrap("  ", f"{label}: {text}")
     if result["exit_code"] == 2:
         lines.append(f"  no verdict on this sample (exit 2): see the {result['verdict']} reasons above")
     lines.append("  legend:")
@@ -349,16 +361,10 @@ def render_gate_markdown(result: dict[str, Any], source: str) -> str:
     for row in _rows(result):
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
     out.append("")
-    if result.get("failed_checks"):
-        out.append(f"- **failed**: {_failed(result)}")
-    for r in result.get("reasons") or []:
-        out.append(f"- **{result['verdict']}**: {r}")
-    for p in _power_lines(result):
-        out.append(f"- power: {p}")
-    for w in result["warnings"]:
-        out.append(f"- **warning**: {w}")
-    for n in result["notes"]:
-        out.append(f"- {n}")
+    for label, text in _messages(result):
+        out.append(
+            f"- {text}" if label == "note" else f"- {label}: {text}" if label == "power" else f"- **{label}**: {text}"
+        )
     out += ["", "<details><summary>legend</summary>", ""]
     out += [f"- {item}" for item in _legend(result)]
     out += ["", "</details>"]

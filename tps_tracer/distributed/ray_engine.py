@@ -1,40 +1,39 @@
-"""The Ray engine: Ray Data reads trajectory shards, each block becomes a `PartialState`, the
-driver merges them into the report (the one mechanism of docs/design.md "Scale").
-
-The result equals `report_from_path` on the same input (every count equal, means, CIs and
-diagnostics <= 1e-12): bootstrap weights are a pure function of trajectory id, replicate
-and seed, so the replicate sums of the blocks add up to the whole sample's.
-
-- JSON Lines: `ray.data.read_text` gives lines; a block's lines are read by the same chunk
-  reader as the single-process path (`records/reading.py`).
-- Parquet: `ray.data.read_parquet`; a block is an Arrow table in the project's schema
-  (`records/parquet.py`), read by `records/arrays.py`.
-- Inputs that need the whole-file view (a record error to report with its line number,
-  resolution lines, duplicate ids across blocks) are evaluated by the single-process path
-  on the driver, so the error or result is exactly `tps-tracer report`'s.
-
-Blocks keep their order (`preserve_order`), so predictors are listed in first-seen order as
-in the single-process report. States travel as `PartialState.to_dict()` JSON, plus each
-block's trajectory keys (8 bytes per trajectory) for the duplicate-id check.
+"""The Ray engine: Ray Data reads trajectory shards and reduces each block where it lies, to a `PartialState`
+(the report, docs/design.md "Scale") or to the gate's `PairTable`; the driver merges them in block order.
+An input a block cannot be read alone (a line-numbered error, resolution lines, repeated ids) goes to the
+single-process path on the driver, so the error or result is exactly the local engine's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import pickle
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
+from tps_tracer.evaluation.gate import (
+    GateCriteria,
+    GateSample,
+    evaluate_gate,
+    gate_paths,
+    gate_rows,
+    sample_from_tables,
+)
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.records.limits import repeated_keys
+from tps_tracer.records.limits import repeated_ids, repeated_keys
+from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 LOCAL_NUM_CPUS = 2
 _NEEDS_WHOLE = "needs_whole_input"
@@ -44,36 +43,23 @@ class WholeInputNeeded(Exception):
     """A block could not be reduced on its own; the caller evaluates the input on the driver."""
 
 
-def _block_result(arrays: Any, spec: StateSpec) -> dict[str, list[Any]]:
-    keys = trajectory_keys(arrays.ids)
-    state = PartialState.from_arrays(arrays, spec, origin=(), keys=keys)
-    return {"state": [json.dumps(state.to_dict())], "keys": [keys.tobytes()], _NEEDS_WHOLE: [""]}
-
-
-def _whole(reason: str) -> dict[str, list[Any]]:
-    return {"state": [""], "keys": [b""], _NEEDS_WHOLE: [reason or "needs the whole input"]}
-
-
 def jsonl_block_arrays(batch: Any) -> Any:
-    """A block of JSON Lines (Ray Data's `text` column) read as the chunk reader reads it: its
-    arrays, None for a blank block, or WholeInputNeeded."""
+    """A block of JSON Lines (Ray Data's `text` column) read by the chunk reader: arrays, None if blank."""
     from tps_tracer.records.errors import NotFast
     from tps_tracer.records.jsonl import TrajectoryFileError
     from tps_tracer.records.reading import read_jsonl_chunk
 
-    lines = batch.column("text").to_pylist()
-    chunk = ("\n".join(lines) + "\n").encode("utf-8")
+    chunk = ("\n".join(batch.column("text").to_pylist()) + "\n").encode("utf-8")
     if not chunk.strip():
         return None
     try:
-        arrays, _ = read_jsonl_chunk(chunk, "ray block")
+        return read_jsonl_chunk(chunk, "ray block")[0]
     except (NotFast, TrajectoryFileError) as exc:
         raise WholeInputNeeded(str(exc)) from None
-    return arrays
 
 
 def arrow_block_arrays(batch: Any) -> Any:
-    """A block of trajectory rows in the Parquet schema: its arrays, None if empty, or WholeInputNeeded."""
+    """A block of trajectory rows in the Parquet schema: arrays, None if empty."""
     from tps_tracer.records.jsonl import TrajectoryFileError
     from tps_tracer.records.reading import read_arrow_batch
 
@@ -85,60 +71,63 @@ def arrow_block_arrays(batch: Any) -> Any:
         raise WholeInputNeeded(str(exc)) from None
 
 
-def _reduce(read: Any, batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
+def _reduce_block(batch: Any, read: Callable[[Any], Any], reduce: Callable[..., bytes], args: tuple[Any, ...]) -> Any:
+    """On a worker: one block's payload, or why it needs the whole input."""
     try:
         arrays = read(batch)
     except WholeInputNeeded as exc:
-        return _whole(str(exc))
+        return {"payload": [b""], _NEEDS_WHOLE: [str(exc) or "needs the whole input"]}
     if arrays is None:
-        return {"state": [], "keys": [], _NEEDS_WHOLE: []}
-    return _block_result(arrays, spec)
+        return {"payload": [], _NEEDS_WHOLE: []}
+    return {"payload": [reduce(arrays, *args)], _NEEDS_WHOLE: [""]}
 
 
-def _reduce_jsonl_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
-    """A block of JSON Lines -> its state, as the chunk reader reads it."""
-    return _reduce(jsonl_block_arrays, batch, spec)
-
-
-def _reduce_arrow_block(batch: Any, spec: StateSpec) -> dict[str, list[Any]]:
-    """A block of trajectory rows in the Parquet schema -> its state."""
-    return _reduce(arrow_block_arrays, batch, spec)
-
-
-def _collect(ds: Any, fn: Any, spec: StateSpec) -> list[PartialState]:
-    """Map every block to its state (in block order), check ids across blocks, parse on the driver."""
-    out = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs={"spec": spec}, zero_copy_batch=True)
+def _map_blocks(ds: Any, read: Callable[[Any], Any], reduce: Callable[..., bytes], *args: Any) -> list[bytes]:
+    out = ds.map_batches(
+        _reduce_block,
+        batch_format="pyarrow",
+        batch_size=None,
+        fn_kwargs={"read": read, "reduce": reduce, "args": args},
+        zero_copy_batch=True,
+    )
     rows = out.take_all()
     whole = [r[_NEEDS_WHOLE] for r in rows if r[_NEEDS_WHOLE]]
     if whole:
         raise WholeInputNeeded(whole[0])
-    keys = [np.frombuffer(r["keys"], dtype=np.uint64) for r in rows]
-    if repeated_keys(keys).size:  # the exact path confirms on the ids and names the lines
-        raise WholeInputNeeded("duplicate trajectory ids")
-    states = []
-    for i, r in enumerate(rows):
-        st = PartialState.from_dict(json.loads(r["state"]))
-        st.first_seen = {p: (i, *where) for p, where in st.first_seen.items()}  # block order = input order
-        states.append(st)
-    return states
+    return [r["payload"] for r in rows]
 
 
-def _spec_for(options: ReportOptions) -> StateSpec:
-    if options.calibrate is not None or options.calibrator is not None:
-        raise InputError("recalibration refits on the whole sample: not available with the Ray engine")
-    return StateSpec.from_options(options)
+def _datasets(
+    path: str | os.PathLike[str], num_blocks: int | None, one_kind: bool = False
+) -> list[tuple[int, Any, Any]]:
+    """(index of its first file, dataset, block reader) for the input's JSON Lines and its Parquet files,
+    in file order; num_blocks: Ray Data's `override_num_blocks` (default: Ray decides)."""
+    import ray.data
+
+    files = source_files(path)
+    if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader
+        raise WholeInputNeeded("an empty shard")
+    order = {str(f): i for i, f in enumerate(files)}
+    parquet = [str(f) for f in files if is_parquet(f)]
+    jsonl = [str(f) for f in files if not is_parquet(f)]
+    if one_kind and parquet and jsonl:  # the block order across the two kinds would not be the file order
+        raise WholeInputNeeded("a directory of both JSON Lines and Parquet shards")
+    groups = []
+    if jsonl:
+        groups.append((order[jsonl[0]], ray.data.read_text(jsonl, override_num_blocks=num_blocks), jsonl_block_arrays))
+    if parquet:
+        ds = ray.data.read_parquet(parquet, override_num_blocks=num_blocks)
+        groups.append((order[parquet[0]], ds, arrow_block_arrays))
+    if num_blocks is not None:  # Ray Data may still bundle small files into one read task
+        groups = [(first, ds.repartition(num_blocks), read) for first, ds, read in groups]
+    return sorted(groups, key=lambda g: g[0])
 
 
 def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
-    """Connect to a cluster at `address`, or start a local Ray bound to 127.0.0.1.
-
-    Locally, Ray >= 2.59 turns on token authentication and writes a token under ~/.ray (it
-    is generated, nothing to do). For a remote cluster with token auth, provide its token
-    as Ray documents (RAY_AUTH_TOKEN or the token file) before calling.
-    """
+    """Connect to a cluster at `address`, or start a local Ray bound to 127.0.0.1 (Ray >= 2.59 generates
+    its auth token under ~/.ray; a remote cluster's token is provided as Ray documents)."""
     if address is None:
-        # Ray resolves "127.0.0.1" to the machine's routable address unless clustering is off;
-        # read when ray is imported, so set before the import (workers inherit it).
+        # Ray resolves "127.0.0.1" to the routable address unless clustering is off (read at import, inherited).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
@@ -150,8 +139,7 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
         if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
             constants.ENABLE_RAY_CLUSTER = False
         ray.init(
-            # "local": always a new instance; with no address Ray joins a local cluster it finds (another
-            # process's), which refuses num_cpus.
+            # "local": always a new instance (with no address Ray joins another process's, which refuses num_cpus).
             address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
@@ -164,42 +152,46 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
-    ctx.execution_options.preserve_order = True
+    ctx.execution_options.preserve_order = True  # predictors in first-seen order, as the local report
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # per-dataset INFO lines on stderr otherwise
     return ray
 
 
+# -- the report: a PartialState per block (bootstrap weights depend on trajectory ids, so they add up) --
+
+
+def _state_of(arrays: Any, spec: StateSpec) -> bytes:
+    keys = trajectory_keys(arrays.ids)  # 8 bytes per trajectory, for the duplicate-id check
+    state = PartialState.from_arrays(arrays, spec, origin=(), keys=keys)
+    return pickle.dumps((json.dumps(state.to_dict()), keys.tobytes()))
+
+
+def _states(ds: Any, read: Callable[[Any], Any], spec: StateSpec) -> list[PartialState]:
+    payloads = [pickle.loads(p) for p in _map_blocks(ds, read, _state_of, spec)]
+    if repeated_keys([np.frombuffer(keys, dtype=np.uint64) for _, keys in payloads]).size:
+        raise WholeInputNeeded("duplicate trajectory ids")  # the exact path confirms on the ids and names the lines
+    states = []
+    for i, (state, _) in enumerate(payloads):
+        st = PartialState.from_dict(json.loads(state))
+        st.first_seen = {p: (i, *where) for p, where in st.first_seen.items()}  # block order = input order
+        states.append(st)
+    return states
+
+
+def _spec_for(options: ReportOptions) -> StateSpec:
+    if options.calibrate is not None or options.calibrator is not None:
+        raise InputError("recalibration refits on the whole sample: not available with the Ray engine")
+    return StateSpec.from_options(options)
+
+
 def states_from_path(
     path: str | os.PathLike[str], spec: StateSpec, num_blocks: int | None = None
 ) -> list[PartialState]:
-    """Partial states of every block of a file or directory of shards (JSON Lines and/or Parquet);
-    num_blocks: Ray Data's `override_num_blocks` (default: Ray decides from sizes and cores)."""
-    import ray.data
-
-    from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
-
-    files = source_files(path)
-    if len(files) > 1 and any(map(holds_nothing, files)):  # named and counted by the local reader
-        raise WholeInputNeeded("an empty shard")
-    parquet = [str(f) for f in files if is_parquet(f)]
-    jsonl = [str(f) for f in files if not is_parquet(f)]
+    """Partial states of every block of a file or directory of shards (JSON Lines and/or Parquet)."""
     states: list[PartialState] = []
-    # Files are read in name order, JSON Lines and Parquet each as one dataset; first-seen order
-    # across the two kinds follows the file order of the single-process reader.
-    order = {str(f): i for i, f in enumerate(files)}
-    groups: list[tuple[int, Any, Any]] = []
-    if jsonl:
-        ds = ray.data.read_text(jsonl, override_num_blocks=num_blocks)
-        groups.append((order[jsonl[0]], ds, _reduce_jsonl_block))
-    if parquet:
-        groups.append(
-            (order[parquet[0]], ray.data.read_parquet(parquet, override_num_blocks=num_blocks), _reduce_arrow_block)
-        )
-    for first, ds, fn in sorted(groups, key=lambda g: g[0]):
-        if num_blocks is not None:  # Ray Data may still bundle small files into one read task
-            ds = ds.repartition(num_blocks)
-        for st in _collect(ds, fn, spec):
+    for first, ds, read in _datasets(path, num_blocks):
+        for st in _states(ds, read, spec):
             st.first_seen = {p: (first, *where) for p, where in st.first_seen.items()}
             states.append(st)
     return states
@@ -211,7 +203,7 @@ def report_from_path_ray(
     address: str | None = None,
     num_blocks: int | None = None,
 ) -> dict[str, Any]:
-    """`report_from_path` computed on Ray (see the module docstring)."""
+    """`report_from_path` computed on Ray: the same report (counts equal, numbers within 1e-12)."""
     from tps_tracer.evaluation.chunked import report_from_path
 
     opts = options or ReportOptions()
@@ -231,24 +223,19 @@ def evaluate(
     source: Any | Iterable[PartialState | dict[str, Any]],
     options: ReportOptions | None = None,
 ) -> dict[str, Any]:
-    """The report of a Ray Dataset of trajectory rows, or of partial states computed elsewhere.
-
-    source: a `ray.data.Dataset` whose rows are trajectory records in the Parquet schema
-    (`trajectory_id`, `stop_reason`, `outcome`, `horizon`, `q_z`, `steps` as a list of
-    {t, forecasts: {predictor: p}}, ...), reduced block by block on the cluster; or an
-    iterable of `PartialState` objects / `PartialState.to_dict()` dicts (e.g. from
-    `Accumulator` replicas or your own tasks), merged here. Same report object as
-    `tps_tracer.evaluate` on all trajectories at once.
-    """
+    """The report of a Ray Dataset of trajectory rows in the Parquet schema (reduced block by block on the
+    cluster), or of partial states computed elsewhere (`PartialState`s or their `to_dict()`, e.g. from
+    `Accumulator` replicas): the report `tps_tracer.evaluate` gives on all trajectories at once."""
     opts = options or ReportOptions()
     spec = _spec_for(opts)
     if hasattr(source, "map_batches"):
         try:
-            states = _collect(source, _reduce_arrow_block, spec)
+            states = _states(source, arrow_block_arrays, spec)
         except WholeInputNeeded as exc:
             raise InputError(f"the dataset cannot be evaluated block by block: {exc}") from None
     else:
-        states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in _as_list(source)]
+        items = [source] if isinstance(source, (PartialState, dict)) else list(source)
+        states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in items]
         for s in states:
             if s.spec.signature() != spec.signature():
                 raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
@@ -257,7 +244,49 @@ def evaluate(
     return report_from_state(merge_states(states), opts)
 
 
-def _as_list(source: Any) -> Sequence[Any]:
-    if isinstance(source, (PartialState, dict)):
-        return [source]
-    return list(source)
+# -- the gate: a PairTable per block, for the checks that resample trajectories (--baseline, ...) --
+
+
+def _table_of(arrays: Any, rule: ScoreRule, schedule: WeightSchedule, missing: str) -> bytes:
+    # Pickled without its rule and schedule (they hold lambdas, which pickle refuses); the driver puts them back.
+    return pickle.dumps(dataclasses.replace(gate_rows(arrays, rule, schedule, missing), rules=[], schedules=[]))
+
+
+def sample_from_path_ray(
+    path: str | os.PathLike[str],
+    rule: ScoreRule,
+    schedule: WeightSchedule,
+    with_task_ids: bool,
+    num_blocks: int | None = None,
+    missing: str = DEFAULT_MISSING,
+) -> GateSample:
+    """The `GateSample` of a file or directory of shards, its blocks reduced on Ray (or WholeInputNeeded)."""
+    [(_, ds, read)] = _datasets(path, num_blocks, one_kind=True)
+    payloads = _map_blocks(ds, read, _table_of, rule, schedule, missing)
+    tables = [dataclasses.replace(pickle.loads(p), rules=[rule], schedules=[schedule]) for p in payloads]
+    if repeated_ids([i for t in tables for i in t.ids]):
+        raise WholeInputNeeded("duplicate trajectory ids")
+    return sample_from_tables(tables, [path], with_task_ids, missing)  # task ids read on the driver
+
+
+def gate_path_ray(
+    candidate: str | os.PathLike[str],
+    criteria: GateCriteria,
+    baseline: str | os.PathLike[str] | None = None,
+    address: str | None = None,
+    num_blocks: int | None = None,
+) -> dict[str, Any]:
+    """`gate_paths(candidate, criteria, baseline)` with both runs' rows computed on Ray."""
+    criteria.validate(baseline is not None)
+    rule, schedule = get_rule(criteria.rule), get_schedule(criteria.weights)
+    init_ray(address)
+    try:
+        cand = sample_from_path_ray(candidate, rule, schedule, baseline is not None, num_blocks, criteria.missing)
+        base = (
+            None
+            if baseline is None
+            else sample_from_path_ray(baseline, rule, schedule, True, num_blocks, criteria.missing)
+        )
+    except WholeInputNeeded:
+        return gate_paths([candidate], criteria, baseline)  # its error, or the result of the exact read
+    return evaluate_gate(cand, criteria, base)

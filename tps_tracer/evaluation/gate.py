@@ -1,37 +1,7 @@
-"""The deployment gate: may this agent ship, judged on censored TPS with confidence intervals?
+"""The deployment gate: may this agent ship, judged on censored TPS with confidence intervals (docs/gate.md).
 
-The gated quantity (predictor, rule, schedule, censoring mode) is fixed by the criteria or,
-for the predictor, by the baseline: never chosen from the candidate's data. Default: TPS
-cen-simple, log rule, linear-front weights; the predictor named by `predictor`, else the
-baseline's first predictor with data, else the first predictor declared in the candidate's
-file (the action predictors, null by design for native tool calls, passed over). A
-candidate that cannot score it (the predictor missing or without data; cen-exact without
-any q_z) is UNUSABLE (exit 2), with the reason.
-
-Decision checks, any combination:
-
-- absolute:      the CI lower bound of the score is at least `min_score`;
-- vs base rate:  candidate minus the constant base-rate forecast on the same trajectories
-                 (paired: both columns share the bootstrap weights);
-- vs baseline:   candidate minus a baseline run, paired on the tasks both sides scored
-                 (gate_stats.py), the asymmetries between the sides named.
-
-The two comparative checks run the hypothesis test named by `test` (gate_stats.py):
-regression detection (default; FAIL only on a significant drop beyond the margin) or
-non-inferiority (PASS only when a drop beyond the margin is ruled out), with their power.
-
-Assumption checks: at least `min_n` scored trajectories (else the sample is unusable,
-exit 2), at most `max_excluded_share` informative exclusions (parse/tool errors ...), at most
-`max_skipped_share` of the working sample without a forecast of the gated predictor (else
-unusable, like capture loss), and warnings when censoring is frequent among the gated runs
-and only the simple (q_Z ~ 0) form is available. What the verdict rests on (runs gated, left
-out by reason, pending outcomes, replicates) is the result's `coverage`; the lines its files held
-that it did not judge (records/limits.py) are its `input` block, present only when there are any.
-
-Verdict stability: for every decision check, the share of bootstrap replicates whose own
-verdict differs from the observed one, where a replicate's verdict compares (replicate
-estimate - the observed CI's half-width on the tested side) with the threshold. Near 0: the
-verdict is robust to resampling; near 0.5: a coin flip. `max_flip` turns it into a check.
+Every route (records, files, Ray rows, a saved snapshot) builds its checks and hands them to `_result`,
+which decides: UNUSABLE (the sample cannot be judged), FAIL, CANNOT DECIDE (gate_stats.FALSE_ALARM), PASS.
 """
 
 from __future__ import annotations
@@ -39,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +20,7 @@ from numpy.typing import NDArray
 from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_REPLICATES, MISSING_POLICIES, SIMPLE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.chunked import Progress
-from tps_tracer.evaluation.gate_input import GateInputError, GateSample, sample_from_paths, sample_from_records
+from tps_tracer.evaluation.chunked import Progress, map_chunks
 from tps_tracer.evaluation.gate_stats import (
     ALPHA,
     DEFAULT_TEST,
@@ -60,9 +30,10 @@ from tps_tracer.evaluation.gate_stats import (
     censoring_rates_differ,
     compare,
     decision,
+    finite_or_none,
     unpaired_text,
 )
-from tps_tracer.evaluation.pairs import audit_of_table, score_columns
+from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import NO_WORKING_SAMPLE
 from tps_tracer.evaluation.report_options import OptionError
@@ -75,278 +46,50 @@ from tps_tracer.evaluation.skipped_predictors import (
     check_no_base_rate,
     no_data_reason,
 )
-from tps_tracer.records.limits import KINDS, SetAside, check_unique_ids
-from tps_tracer.records.reading import DEFAULT_CHUNK_BYTES
+from tps_tracer.records.arrays import TrajectoryArrays, to_arrays
+from tps_tracer.records.limits import SetAside, check_unique_ids
+from tps_tracer.records.reading import (
+    DEFAULT_CHUNK_BYTES,
+    has_resolution_lines,
+    is_parquet,
+    read_task_ids,
+    source_files,
+    task_id_of,
+)
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule, get_schedule
-
-FloatArray = NDArray[np.float64]
-
-# 2: `test`, the predictor's source, UNUSABLE reasons, the baseline comparison block; 3: coverage;
-# 4: the CANNOT DECIDE verdict (checks' `undecided`, `decides_at`, `undecided_reason`; `undecided_checks`).
-GATE_VERSION = 4
-PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
-# Every check names the side it is about; the decisions not on one side alone, by name.
-CANDIDATE, BASELINE = "candidate", "baseline"
-SIDE_OF = {"vs_baseline": "both", "stability": "all"}  # both: the candidate-minus-baseline difference
-EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
-FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about (legend: "fragile")
-MIN_GATE_REPLICATES = 100  # fewer replicates make the 2.5% / 97.5% percentiles too coarse for a verdict
+from tps_tracer.scoring.rules import LogRule, ScoreRule, WeightSchedule, get_rule, get_schedule
 
 BoolArray = NDArray[np.bool_]
 
-# Above this share of left-out runs the gate warns. The left-out runs are not a random subset:
-# a run whose steps lack a "Confidence:" line, or whose grading is slow, is chosen by the agent's
-# own behaviour. If they score d lower than the gated runs, the gated mean is off by share * d;
-# with share 0.1 and d 0.5 (about the gap in mean log score between a failed and a succeeded run)
-# that is 0.05, the size of a typical --margin, so beyond 10% the subset alone can move a verdict.
+GATE_VERSION = 4  # raised with each change of the result's fields (docs/gate.md: 3 coverage, 4 CANNOT DECIDE)
+PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
+EXIT_CODES = {PASS: 0, FAIL: 1, UNUSABLE: 2, CANNOT_DECIDE: 2}
+# Every check names the side it is about; "both": the candidate-minus-baseline difference.
+CANDIDATE, BASELINE = "candidate", "baseline"
+SIDE_OF = {"vs_baseline": "both", "stability": "all"}
+# Failing one of these refuses the sample (exit 2): the runs they leave out have unknown scores.
+REFUSING_CHECKS = ("capture_loss", "skipped_share", "gated_predictor", "q_z_for_exact")
+FRAGILE_FLIP = 0.2  # a verdict that flips in more replicates than this is warned about
+MIN_GATE_REPLICATES = 100  # fewer make the 2.5% / 97.5% percentiles too coarse for a verdict
+# Left-out runs are chosen by the agent's behaviour: scoring d lower, they move the gated mean by
+# share * d. At 10% and d 0.5 (failed vs succeeded log score) that is 0.05, a typical margin: warn.
 WARN_SHARE = 0.1
-# Default of GateCriteria.max_skipped_share: above it the sample is refused (exit 2) unless the
-# user raises the limit. At 20% a gap of only 0.25 (half the failed/succeeded gap) moves the mean
-# by that margin, so the verdict describes a different population from the one deployed: the
-# same reasoning as refusing capture loss, with room for the occasional unparsed step.
+# Above 20% even d 0.25 moves the mean by a margin: the verdict would describe another population.
 DEFAULT_MAX_SKIPPED_SHARE = 0.2
-
-
+# Null on every step by design for a native tool-calling agent: the default choice passes over them.
+BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
 SNAPSHOT_REPLICATES = "the snapshot's own bootstrap (its settings.bootstrap; --bootstrap does not apply)"
 
 
-def _share(num: int, den: int) -> float | None:
-    return num / den if den else None
+class GateInputError(InputError):
+    """The gate cannot run on this input (the message says why)."""
 
 
-def coverage_of_rows(
-    working: BoolArray,
-    censored: BoolArray,
-    usable: BoolArray,
-    n_steps: NDArray[np.int64],
-    scored: BoolArray,
-    pending: int,
-    replicates: int,
-) -> dict[str, Any]:
-    """The coverage block of one run's rows: masks over its trajectories (working sample,
-    censored, the gated predictor usable, scored under the gated mode)."""
-    skipped = {
-        "missing": int(np.sum(working & ~usable & (n_steps > 0))),  # some step has no forecast
-        "no_steps": int(np.sum(working & ~usable & (n_steps == 0))),
-    }
-    return _block(
-        int(working.sum()),
-        int(scored.sum()),
-        {k: v for k, v in skipped.items() if v},
-        int(np.sum(working & usable & ~scored)),
-        pending,
-        int(np.sum(censored & scored)),
-        replicates,
-        "this gate's bootstrap (--bootstrap)",
-    )
+class GateOptionError(OptionError, GateInputError):
+    """A GateCriteria field is invalid (the CLI maps `field` to its flag)."""
 
-
-def coverage_of_report(
-    report: dict[str, Any], predictor: str, rule: str, weights: str, censoring: str
-) -> dict[str, Any]:
-    """The coverage block from a saved report / snapshot: its score rows give the counts per
-    censoring mode (complete-only scores the complete runs alone, cen-simple every working-sample
-    run the predictor can score), its `coverage` the file-wide skip reasons."""
-    audit = report.get("audit") or {}
-    n_of = {
-        r.get("censoring"): int(r.get("n") or 0)
-        for r in report.get("scores") or []
-        if r.get("predictor") == predictor and r.get("rule") == rule and r.get("weights") == weights
-    }
-    working = int(audit.get("working_sample") or 0)
-    gated = n_of.get(censoring, 0)
-    reach = n_of.get(SIMPLE, gated)  # every working-sample run the predictor scores
-    skipped = {"unscored": working - reach} if working > reach else {}
-    complete = n_of.get("complete-only")
-    settings = report.get("settings") or {}
-    block = _block(
-        working,
-        gated,
-        skipped,
-        reach - gated,
-        int(audit.get("pending_outcome") or 0),
-        None if complete is None else gated - complete,
-        settings.get("bootstrap"),
-        SNAPSHOT_REPLICATES,
-    )
-    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
-    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
-    if skipped and file_wide:
-        block["skip_reasons_in_file"] = file_wide  # per reason over all runs; the report does not split them
-    gaps = report.get("missing_forecasts") or {}
-    if predictor in (gaps.get("predictors") or {}):
-        block["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][predictor]}
-    return block
-
-
-def _block(
-    working: int,
-    gated: int,
-    skipped: dict[str, int],
-    dropped_by_censoring: int,
-    pending: int,
-    censored_gated: int | None,
-    replicates: int | None,
-    replicates_source: str,
-) -> dict[str, Any]:
-    return {
-        "working_sample": working,
-        "gated": gated,
-        "skipped": skipped,
-        "skipped_share": _share(sum(skipped.values()), working),
-        "dropped_by_censoring_mode": dropped_by_censoring,
-        "pending_outcome": pending,
-        "censored_gated": censored_gated,
-        "censoring_rate_gated": None if censored_gated is None else _share(censored_gated, gated),
-        "replicates": replicates,
-        "replicates_source": replicates_source,
-    }
-
-
-def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
-    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
-    return {
-        "name": name,
-        "kind": "assumption",
-        "passed": bool(passed),
-        "estimate": estimate,
-        "threshold": threshold,
-        "detail": detail,
-        **more,
-    }
-
-
-def skipped_check(block: dict[str, Any], predictor: str, limit: float, side: str = "") -> dict[str, Any]:
-    """The assumption check on the gated predictor's skipped share; failing it refuses the sample."""
-    share = block["skipped_share"] or 0.0
-    n = sum(block["skipped"].values())
-    verdict = (
-        "gated on the rest"
-        if share <= limit
-        else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
-    )
-    return _check(
-        "skipped_share",
-        share <= limit,
-        share,
-        limit,
-        f"{side}{n} of {block['working_sample']} working-sample runs have no {predictor} forecast to score "
-        f"({_why(block)}); {verdict}",
-    )
-
-
-def _reasons(skipped: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
-
-
-def _why(block: dict[str, Any]) -> str:
-    """The skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
-    if block.get("skip_reasons_in_file"):
-        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
-    return _reasons(block["skipped"])
-
-
-def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
-    """A warning for each large exclusion (above WARN_SHARE)."""
-    out = []
-    share = block["skipped_share"]
-    if share is not None and share > WARN_SHARE:
-        n = sum(block["skipped"].values())
-        out.append(
-            f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
-            f"forecast ({_why(block)}); the verdict covers the other {block['gated']} runs only"
-        )
-    pending = block["pending_outcome"]
-    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
-    p_share = _share(pending, clean)  # clean runs still waiting for an outcome, of all clean runs
-    if p_share is not None and p_share > WARN_SHARE:
-        out.append(
-            f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
-            "gate again once they are graded"
-        )
-    return out
-
-
-def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
-    """One line for the text and Markdown headlines: scored of working (the report's and the score
-    table's denominator, named alike), each exclusion, replicates; `side` labels it in baseline mode."""
-    label = f"coverage ({side})" if side else "coverage"
-    parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
-    n_skipped = sum(block["skipped"].values())
-    parts.append(f"no {predictor} forecast: {n_skipped}" + (f" ({_why(block)})" if n_skipped else ""))
-    if block["dropped_by_censoring_mode"]:
-        parts.append(f"dropped by the censoring mode: {block['dropped_by_censoring_mode']}")
-    parts.append(f"clean runs waiting for an outcome: {block['pending_outcome']}")
-    reps = block["replicates"]
-    whose = " (the snapshot's)" if block["replicates_source"] == SNAPSHOT_REPLICATES else ""
-    parts.append(f"CI from {reps if reps is not None else 'an unknown number of'} bootstrap replicates{whose}")
-    return "; ".join(parts)
-
-
-def missing_line(block: dict[str, Any], predictor: str) -> str | None:
-    """One line on the gated predictor's steps without a forecast (None when the block has no counts)."""
-    g = block.get("missing_forecasts")
-    if not g or g.get("steps") is None:
-        return None
-    line = (
-        f"steps without a {predictor} forecast: {g['missing_steps']} of {g['steps']} "
-        f"({_pct(g['missing_step_share'])}), in {g['runs_affected']} of {g['runs']} runs "
-        f"({_pct(g['runs_affected_share'])}"
-        + (f", {g['runs_silent']} of them without any" if g.get("runs_silent") else "")
-        + f"); scored as {g['policy']}"
-    )
-    if g["runs_affected"]:
-        line += (
-            f"; cost of missingness {_num_text(g['cost'])}; success rate with a gap "
-            f"{_pct(g['success_rate_affected'])}, without {_pct(g['success_rate_unaffected'])}"
-        )
-    return line
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
-
-
-def _num_text(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.4f}"
-
-
-def input_block(candidate: SetAside, baseline: SetAside | None = None) -> dict[str, Any] | None:
-    """`{"set_aside": ..., "baseline": {"set_aside": ...}}`, each side only when it set lines aside."""
-    block: dict[str, Any] = {}
-    if candidate:
-        block["set_aside"] = candidate.as_dict()
-    if baseline:
-        block["baseline"] = {"set_aside": baseline.as_dict()}
-    return block or None
-
-
-def from_report(report: dict[str, Any]) -> dict[str, Any] | None:
-    """A saved report's own `input` block (a snapshot gate has no files to read)."""
-    section = report.get("input")
-    if isinstance(section, dict) and section.get("set_aside"):
-        return {"set_aside": section["set_aside"]}
-    return None
-
-
-def _line(set_aside: dict[str, Any]) -> str:
-    return "; ".join(
-        f"{kind} {set_aside[kind]['count']} (first: {set_aside[kind]['first']})" for kind in KINDS if kind in set_aside
-    )
-
-
-def set_aside_lines(block: dict[str, Any] | None) -> list[str]:
-    """One line per side that set lines aside, for the text and Markdown headlines."""
-    if not block:
-        return []
-    lines = []
-    if block.get("set_aside"):
-        lines.append("set aside (not scored): " + _line(block["set_aside"]))
-    if (block.get("baseline") or {}).get("set_aside"):
-        lines.append("baseline: set aside (not scored): " + _line(block["baseline"]["set_aside"]))
-    return lines
+    owner = "GateCriteria"
 
 
 @dataclass
@@ -358,11 +101,10 @@ class GateCriteria:
     min_score: float | None = None
     vs_base_rate: bool = False
     margin: float = 0.0
-    test: str = DEFAULT_TEST  # the comparative checks' hypothesis test (gate_stats.TESTS)
+    test: str = DEFAULT_TEST
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
-    # Largest share of the working sample the gated predictor may leave unscored (DEFAULT_MAX_SKIPPED_SHARE: why 0.2).
     max_skipped_share: float = DEFAULT_MAX_SKIPPED_SHARE
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
@@ -372,14 +114,12 @@ class GateCriteria:
     missing: str = DEFAULT_MISSING  # steps without a forecast (evaluation/rows.py)
 
     def validate(self, has_baseline: bool) -> None:
-        """Raise GateOptionError naming the first invalid field (the CLI maps it to its flag)."""
         self.check_values()
         if self.min_score is None and not self.vs_base_rate and not has_baseline:
             raise GateInputError("no decision criterion: give --min, --vs-base-rate and/or --baseline")
 
     def check_values(self) -> None:
-        """Each field's own range, before any data is read: a NaN threshold, a probability
-        outside [0, 1] or a replicate count beyond MAX_REPLICATES fails here, by field name."""
+        """Each field's own range, before any data is read (a NaN threshold would fail every check)."""
         if self.missing not in MISSING_POLICIES:
             raise GateOptionError(
                 "missing", f"unknown policy {self.missing!r} (choose from {', '.join(MISSING_POLICIES)})"
@@ -422,18 +162,11 @@ class GateCriteria:
             raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
 
 
-class GateOptionError(OptionError, GateInputError):
-    """A GateCriteria field is invalid (the CLI maps `field` to its flag)."""
-
-    owner = "GateCriteria"
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _finite(name: str, value: Any) -> float:
-    """value as a finite float, else GateOptionError naming the field (NaN would make every check fail)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise GateOptionError(name, f"must be a number, got {value!r}")
     if not math.isfinite(value):
@@ -441,71 +174,130 @@ def _finite(name: str, value: Any) -> float:
     return float(value)
 
 
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+# -- what the gate reads: per run, a fixed-size row per trajectory (never the records or their steps) --
 
 
-# Assumption checks whose failure refuses the sample (exit 2) rather than failing the candidate:
-# the runs they leave out have unknown scores, so no verdict on the rest is one on the agent; and
-# the two an `Unusable` sample fails (it cannot score the gated quantity at all).
-REFUSING_CHECKS = ("capture_loss", "skipped_share", "gated_predictor", "q_z_for_exact")
+@dataclass
+class GateSample:
+    """One run's pair table (the gated rule and schedule, every predictor), its task ids for pairing
+    with a baseline, and the lines its files held that the gate does not judge."""
+
+    table: PairTable
+    task_ids: list[str]
+    set_aside: SetAside = field(default_factory=SetAside)
 
 
-def _assumption_checks(
-    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
-) -> list[dict[str, Any]]:
-    """The checks on one side's sample, each naming its `side` (the baseline's details say so too)."""
-    who = "" if side == CANDIDATE else f"{side}: "
-    # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
-    size = "sample_size" if side == CANDIDATE else "baseline_size"
-    detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
-    checks = [_check(size, n >= crit.min_n, n, crit.min_n, detail)]
-    lost = int(audit.get("roles", {}).get("lost", 0))
-    if lost:
-        # Runs whose end tps-tracer lost are not a random subset (bursts lose the slow ones):
-        # gating the rest would judge survivors. Refused unless the user accepts it.
-        verdict = (
-            "gated anyway (allow_capture_loss)"
-            if crit.allow_capture_loss
-            else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
+def gate_rows(
+    arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule, missing: str = DEFAULT_MISSING
+) -> PairTable:
+    return pair_table_from_arrays(
+        arrays, list(arrays.predictors), [rule], [schedule], with_summaries=False, missing=missing
+    )
+
+
+def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) -> PairTable:
+    """One table from consecutive parts; a predictor a part lacks is all gaps there, scored by `missing`."""
+    if not parts:
+        raise InputError("no tables to concatenate")
+    if len(parts) == 1:
+        return parts[0]
+    predictors: dict[str, PredictorPairs] = {}
+    for name in dict.fromkeys(name for p in parts for name in p.predictors):
+        cols = [
+            p.predictors[name]
+            if name in p.predictors
+            else PredictorPairs.never_stated(p.n_steps, p.weight_mass, p.rules, 0, missing)
+            for p in parts
+        ]
+        both = list(zip(cols, parts, strict=True))
+        predictors[name] = PredictorPairs(
+            np.concatenate([c.usable for c in cols]),
+            np.concatenate([c.pairs for c in cols]),
+            np.empty((sum(p.n for p in parts), 0)),
+            dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
+            np.concatenate([np.zeros(p.n, np.int64) if c.clipped is None else c.clipped for c, p in both]),
+            np.concatenate([np.zeros((p.n, 4)) if c.missing is None else c.missing for c, p in both]),
         )
-        detail = f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
-        checks.append(
-            _check(
-                "capture_loss",
-                crit.allow_capture_loss,
-                lost,
-                0,
-                detail + f"metadata.tps_abandoned says why) are not scored; {verdict}",
-            )
-        )
-    if crit.max_excluded_share is not None:
-        share = audit.get("excluded_share") or 0.0
-        detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
-        checks.append(
-            _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
-        )
-    if coverage["skipped"]:
-        checks.append(skipped_check(coverage, predictor, crit.max_skipped_share, who))
-    for c in checks:
-        c["side"] = side
-    return checks
+    rows = ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")
+    arrays: dict[str, Any] = {a: np.concatenate([getattr(p, a) for p in parts]) for a in rows}
+    ids, unscored = [i for p in parts for i in p.ids], sum(p.outcome_on_unscored for p in parts)
+    return dataclasses.replace(parts[0], ids=ids, predictors=predictors, outcome_on_unscored=unscored, **arrays)
 
 
-class Unusable(Exception):
-    """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
+def sample_from_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    rule: ScoreRule,
+    schedule: WeightSchedule,
+    with_task_ids: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Progress | None = None,
+    missing: str = DEFAULT_MISSING,
+) -> GateSample:
+    """The files (JSON Lines, Parquet, directories of shards) read chunk by chunk as one run."""
+    parts: list[PairTable] = []
+    seen: set[str] = set()  # ids of the earlier files (within one file, the reader checks duplicates)
+    inputs: list[Any] = list(paths)
+    set_aside = SetAside()
+    if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
+        inputs = [inputs]  # a grading job's resolution lines in a file of their own: one input (records/shards.py)
+    for k, path in enumerate(inputs):
+        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)
+        if len(inputs) > 1:
+            dup = next((i for t in tables for i in t.ids if i in seen), None)
+            if dup is not None:
+                raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
+            if k < len(inputs) - 1:
+                seen.update(i for t in tables for i in t.ids)
+        parts.extend(tables)
+    return sample_from_tables(parts, paths, with_task_ids, missing, set_aside)
 
-    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
-        self.check = check
-        self.reason = reason
-        self.side = side
-        super().__init__(reason)
 
-    def as_check(self) -> dict[str, Any]:
-        return _check(self.check, False, None, None, self.reason, side=self.side)
+def sample_from_tables(
+    parts: Sequence[PairTable],
+    paths: Sequence[str | os.PathLike[str]],
+    with_task_ids: bool,
+    missing: str,
+    set_aside: SetAside | None = None,
+) -> GateSample:
+    """The run of the consecutive tables read from `paths`; task ids (a baseline comparison only) in one
+    more streaming pass, else the trajectory ids."""
+    if sum(p.n for p in parts) == 0:
+        raise GateInputError("no trajectories")
+    table = concat_tables(parts, missing)
+    task_ids = list(table.ids)
+    set_aside = set_aside or SetAside()
+    if with_task_ids:
+        pairs = [p for path in paths for p in zip(*read_task_ids(path), strict=True)]
+        if set_aside.counts.get("duplicate_id"):  # the readers kept each repeated id's first record
+            firsts: dict[str, str] = {}
+            pairs = [(i, firsts.setdefault(i, t)) for i, t in pairs if i not in firsts]
+        task_ids = [t for _, t in pairs]
+        if [i for i, _ in pairs] != table.ids:  # both passes read the same files in the same order
+            raise GateInputError("the trajectory files changed while the gate was reading them")
+    return GateSample(table, task_ids, set_aside)
 
 
-def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
+def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) -> GateSample:
+    if isinstance(run, GateSample):
+        return run
+    try:
+        check_unique_ids([r.trajectory_id for r in run])
+    except InputError as exc:
+        raise GateInputError(str(exc)) from None
+    if not run:
+        raise GateInputError("no trajectories")
+    set_aside = getattr(run, "set_aside", None)  # what `read_trajectories` set aside (ReadRecords)
+    return GateSample(
+        gate_rows(to_arrays(run), get_rule(crit.rule), get_schedule(crit.weights), crit.missing),
+        [task_id_of(r) for r in run],
+        set_aside if isinstance(set_aside, SetAside) else SetAside(),
+    )
+
+
+# -- the gated column: chosen from the criteria or the baseline, never from the candidate's data --
+
+
+def _scorable(sample: GateSample, crit: GateCriteria) -> BoolArray:
     table = sample.table
     if table.n == 0:
         raise GateInputError("no trajectories")
@@ -515,19 +307,11 @@ def _scorable(sample: GateSample, crit: GateCriteria) -> NDArray[np.bool_]:
     return complete | censored
 
 
-# Null on every step by design for a native tool-calling agent (no action text: capture/step_signals.py):
-# the only predictors a default choice passes over when they have no data.
-BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
-
-
 def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | None) -> tuple[str, str, list[Skipped]]:
     """(predictor, where the choice came from, predictors passed over with the reason).
 
-    Never from the candidate's data: a prompt change that nulls the candidate's `verbal`
-    must not move the gate to `token_prob` on both sides. A named predictor found in neither
-    file is a usage error (a typo); one the baseline has and the candidate lacks makes the
-    candidate unusable (`_Run`).
-    """
+    Never from the candidate's data: a prompt change that nulls the candidate's `verbal` must not
+    move the gate to `token_prob` on both sides."""
     if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
         try:
             for sample in (cand, base):
@@ -536,8 +320,7 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
         except InputError as exc:
             raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
-        in_base = base is not None and crit.predictor in base.table.predictors
-        if not in_base:
+        if base is None or crit.predictor not in base.table.predictors:  # in neither file: a typo
             try:
                 check_known_predictors([crit.predictor], [p for p in cand.table.predictors if p != BASE_RATE])
             except InputError as exc:
@@ -565,13 +348,24 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
     raise GateInputError(f"no predictor to gate on: {why}")
 
 
+class Unusable(Exception):
+    """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
+
+    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
+        super().__init__(reason)
+        self.check, self.reason, self.side = check, reason, side
+
+    def as_check(self) -> dict[str, Any]:
+        return _check(self.check, False, None, None, self.reason, side=self.side)
+
+
 class _Run:
     """One run's scores for the gated column (and the base-rate reference), per trajectory."""
 
     def __init__(self, sample: GateSample, crit: GateCriteria, predictor: str, side: str):
         table = sample.table
         working = _scorable(sample, crit)
-        complete = table.role_masks(crit.policy)[0]
+        complete, censored = table.role_masks(crit.policy)
         names = [p for p in table.predictors if p != BASE_RATE]
         if predictor not in table.predictors:
             raise Unusable(
@@ -579,9 +373,10 @@ class _Run:
                 f"the {side} has no predictor {predictor!r} (found: {', '.join(names) or 'none'})",
                 side,
             )
-        reason = no_data_reason(table.predictors[predictor], working)
+        with_data = [p for p in names if no_data_reason(table.predictors[p], working) is None]
+        col = table.predictors[predictor]
+        reason = no_data_reason(col, working)
         if reason is not None:
-            with_data = [p for p in names if no_data_reason(table.predictors[p], working) is None]
             raise Unusable(
                 "gated_predictor",
                 f"the {side} cannot score predictor {predictor!r}: {reason}; predictors with data: "
@@ -589,10 +384,10 @@ class _Run:
                 "name one with --predictor on both runs)",
                 side,
             )
-        self.predictor = predictor
+        self.predictor, self.ids, self.task_ids, self.with_data = predictor, table.ids, sample.task_ids, set(with_data)
         # Censored runs alone are scored (as in the report); the base-rate reference needs a complete outcome.
         self.base_rate = float(np.mean(table.outcome[complete])) if complete.any() else None
-        columns = {predictor: table.predictors[predictor]}
+        columns = {predictor: col}
         if self.base_rate is not None:
             columns[BASE_RATE] = table.constant_pairs(self.base_rate)
         gated = dataclasses.replace(table, predictors=columns)
@@ -601,35 +396,131 @@ class _Run:
         self.reference = sm.columns[1] if self.base_rate is not None else np.full(table.n, np.nan)
         self.missing_q_z = sm.missing_q_z[predictor]
         self.audit = audit_of_table(gated, crit.policy)
-        self.coverage = coverage_of_rows(
-            working,
-            table.role_masks(crit.policy)[1],
-            table.predictors[predictor].usable,
-            table.n_steps,
-            ~np.isnan(self.score),
+        scored = ~np.isnan(self.score)
+        skipped = {
+            "missing": int(np.sum(working & ~col.usable & (table.n_steps > 0))),  # some step has no forecast
+            "no_steps": int(np.sum(working & ~col.usable & (table.n_steps == 0))),
+        }
+        self.coverage = _coverage(
+            int(working.sum()),
+            int(scored.sum()),
+            {k: v for k, v in skipped.items() if v},
+            int(np.sum(working & col.usable & ~scored)),
             self.audit["pending_outcome"],
+            int(np.sum(censored & scored)),
             crit.bootstrap,
+            "this gate's bootstrap (--bootstrap)",
         )
-        complete, censored = table.role_masks(crit.policy)
-        gaps = gap_stats(table.predictors[predictor], table, complete, censored)
+        gaps = gap_stats(col, table, complete, censored)
         self.coverage["missing_forecasts"] = {"policy": crit.missing, **gap_summary(gaps)}
-        self.ids = table.ids
-        # Forecasts the log rule clipped in the runs the gated score covers (0 under another rule).
-        self.clipped = table.predictors[predictor].clipped_in(~np.isnan(self.score))
-        self.task_ids = sample.task_ids
-        self.with_data = {p for p in names if no_data_reason(table.predictors[p], working) is None}
+        self.clipped = col.clipped_in(scored)  # forecasts the log rule clipped in the gated runs
 
     def side(self) -> Side:
         return Side(self.score, self.task_ids, self.ids)
 
 
+# -- coverage: what the verdict rests on --
+
+
+def _share(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _coverage(
+    working: int,
+    gated: int,
+    skipped: dict[str, int],
+    dropped_by_censoring: int,
+    pending: int,
+    censored_gated: int | None,
+    replicates: int | None,
+    replicates_source: str,
+) -> dict[str, Any]:
+    return {
+        "working_sample": working,
+        "gated": gated,
+        "skipped": skipped,
+        "skipped_share": _share(sum(skipped.values()), working),
+        "dropped_by_censoring_mode": dropped_by_censoring,
+        "pending_outcome": pending,
+        "censored_gated": censored_gated,
+        "censoring_rate_gated": None if censored_gated is None else _share(censored_gated, gated),
+        "replicates": replicates,
+        "replicates_source": replicates_source,
+    }
+
+
+def coverage_of_report(
+    report: dict[str, Any], predictor: str, rule: str, weights: str, censoring: str
+) -> dict[str, Any]:
+    """From a saved report: its score rows count per censoring mode (cen-simple: every working-sample
+    run the predictor scores), its `coverage` the skip reasons over the whole file."""
+    audit = report.get("audit") or {}
+    n_of = {
+        r.get("censoring"): int(r.get("n") or 0)
+        for r in report.get("scores") or []
+        if r.get("predictor") == predictor and r.get("rule") == rule and r.get("weights") == weights
+    }
+    working = int(audit.get("working_sample") or 0)
+    gated = n_of.get(censoring, 0)
+    reach = n_of.get(SIMPLE, gated)
+    skipped = {"unscored": working - reach} if working > reach else {}
+    complete = n_of.get("complete-only")
+    block = _coverage(
+        working,
+        gated,
+        skipped,
+        reach - gated,
+        int(audit.get("pending_outcome") or 0),
+        None if complete is None else gated - complete,
+        (report.get("settings") or {}).get("bootstrap"),
+        SNAPSHOT_REPLICATES,
+    )
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
+    if skipped and file_wide:
+        block["skip_reasons_in_file"] = file_wide
+    gaps = report.get("missing_forecasts") or {}
+    if predictor in (gaps.get("predictors") or {}):
+        block["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][predictor]}
+    return block
+
+
+def skip_reasons(block: dict[str, Any]) -> str:
+    """The coverage's skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
+    if block.get("skip_reasons_in_file"):
+        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
+    return _reasons(block["skipped"])
+
+
+def _reasons(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+
+
+def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
+    out = []
+    share = block["skipped_share"]
+    if share is not None and share > WARN_SHARE:
+        n = sum(block["skipped"].values())
+        out.append(
+            f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
+            f"forecast ({skip_reasons(block)}); the verdict covers the other {block['gated']} runs only"
+        )
+    pending = block["pending_outcome"]
+    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+    p_share = _share(pending, clean)
+    if p_share is not None and p_share > WARN_SHARE:
+        out.append(
+            f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
+            "gate again once they are graded"
+        )
+    return out
+
+
 def censoring_warnings(
     audit: dict[str, Any], crit: GateCriteria, missing_q_z: int, coverage: dict[str, Any] | None = None
 ) -> tuple[list[str], list[str]]:
-    """(warnings, notes) on what the censored score rests on; the same for records, Ray and snapshots.
-
-    The rate is the one among the trajectories gated (`coverage`), when known: the runs the gated
-    predictor skips are not scored, so the whole sample's rate says little about the score."""
+    """(warnings, notes) on what the censored score rests on; the rate is the gated runs' when known."""
     warnings: list[str] = []
     notes: list[str] = []
     rate = audit.get("censoring_rate")
@@ -656,8 +547,87 @@ def censoring_warnings(
     return warnings, notes
 
 
+def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
+    if not isinstance(rule, LogRule) or not clipped:
+        return None
+    return (
+        f"log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
+        f"one on a run that went the other way scores log({rule.eps:g}) = {math.log(rule.eps):.1f} "
+        "times its step weight"
+    )
+
+
+# -- the checks --
+
+
+def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
+    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
+    return {
+        "name": name,
+        "kind": "assumption",
+        "passed": bool(passed),
+        "estimate": estimate,
+        "threshold": threshold,
+        "detail": detail,
+        **more,
+    }
+
+
+def _assumption_checks(
+    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
+) -> list[dict[str, Any]]:
+    who = "" if side == CANDIDATE else f"{side}: "
+    # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
+    size = "sample_size" if side == CANDIDATE else "baseline_size"
+    detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
+    checks = [_check(size, n >= crit.min_n, n, crit.min_n, detail)]
+    lost = int(audit.get("roles", {}).get("lost", 0))
+    if lost:  # bursts lose the slow runs: gating the rest would judge survivors
+        verdict = (
+            "gated anyway (allow_capture_loss)"
+            if crit.allow_capture_loss
+            else "the gate refuses such a sample (exit 2) unless --allow-capture-loss"
+        )
+        detail = (
+            f"{who}{lost} runs whose end tps-tracer did not see (stop reason capture_lost, "
+            f"metadata.tps_abandoned says why) are not scored; {verdict}"
+        )
+        checks.append(_check("capture_loss", crit.allow_capture_loss, lost, 0, detail))
+    if crit.max_excluded_share is not None:
+        share = audit.get("excluded_share") or 0.0
+        detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
+        checks.append(
+            _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
+        )
+    if coverage["skipped"]:
+        share, limit = coverage["skipped_share"] or 0.0, crit.max_skipped_share
+        verdict = (
+            "gated on the rest"
+            if share <= limit
+            else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
+        )
+        detail = (
+            f"{who}{sum(coverage['skipped'].values())} of {coverage['working_sample']} working-sample runs have no "
+            f"{predictor} forecast to score ({skip_reasons(coverage)}); {verdict}"
+        )
+        checks.append(_check("skipped_share", share <= limit, share, limit, detail))
+    for c in checks:
+        c["side"] = side
+    return checks
+
+
+def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
+    """cen-exact without any q_z scores the complete runs alone: another quantity, not gated."""
+    n_cens = (audit.get("roles") or {}).get("censored") or 0
+    if crit.censoring == EXACT and n_cens and not audit.get("censored_with_q_z"):
+        raise Unusable(
+            "q_z_for_exact",
+            f"--censoring exact needs q_z, and none of the candidate's {n_cens} censored runs carries one "
+            "(estimate it with `tps-tracer censoring --write-records`, or gate with --censoring simple)",
+        )
+
+
 def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
-    """A verdict that resampling reverses often is not evidence either way: say so on every PASS or FAIL."""
     out = []
     for c in checks:
         flip = c.get("flip_probability")
@@ -670,30 +640,26 @@ def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
-    """The note saying how many forecasts the gated log rule clipped (None for another rule, or none)."""
-    if not isinstance(rule, LogRule) or not clipped:
-        return None
-    return (
-        f"log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
-        f"one on a run that went the other way scores log({rule.eps:g}) = {math.log(rule.eps):.1f} "
-        "times its step weight"
-    )
-
-
-def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
-    """cen-exact on a candidate with censored runs and no q_z at all scores only its complete runs:
-    a different quantity, so the sample cannot be gated on it."""
-    n_cens = (audit.get("roles") or {}).get("censored") or 0
-    if crit.censoring == EXACT and n_cens and not audit.get("censored_with_q_z"):
-        raise Unusable(
-            "q_z_for_exact",
-            f"--censoring exact needs q_z, and none of the candidate's {n_cens} censored runs carries one "
-            "(estimate it with `tps-tracer censoring --write-records`, or gate with --censoring simple)",
+def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str, Any]:
+    """--max-flip: a verdict that resampling reverses this often is evidence neither way (no FAIL)."""
+    flips = [c["flip_probability"] for c in checks if c["kind"] == "decision" and c["flip_probability"] is not None]
+    worst = max(flips) if flips else float("nan")
+    stable = bool(flips) and worst <= limit
+    fragile: dict[str, Any] = {}
+    if not stable:
+        reason = (
+            f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+            "sample of the same size could reverse it"
         )
+        fragile = {"undecided": True, "undecided_reason": reason}
+    detail = "largest verdict-flip probability under resampling"
+    return _check("stability", stable, finite_or_none(worst), limit, detail, kind="decision", **fragile)
 
 
-def _settings(crit: GateCriteria) -> dict[str, Any]:
+# -- the verdict: one assembler for every route --
+
+
+def _result_settings(crit: GateCriteria) -> dict[str, Any]:
     return {
         "bootstrap": crit.bootstrap,
         "seed": crit.seed,
@@ -704,8 +670,9 @@ def _settings(crit: GateCriteria) -> dict[str, Any]:
     }
 
 
-def _score(crit: GateCriteria, predictor: str, source: str, n: int, mean: Any, lo: Any, hi: Any) -> dict[str, Any]:
-    """The result's `score`: what was gated, from where, and its estimate."""
+def _score(
+    crit: GateCriteria, predictor: str, source: str, n: int = 0, mean: Any = None, lo: Any = None, hi: Any = None
+) -> dict[str, Any]:
     return {
         "predictor": predictor,
         "predictor_source": source,
@@ -725,21 +692,25 @@ def _result(
     checks: list[dict[str, Any]],
     warnings: list[str],
     notes: list[str],
-    audit: dict[str, Any] | None,
-    coverage: dict[str, Any] | None,
+    audit: dict[str, Any] | None = None,
+    coverage: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
-    skipped: Sequence[Skipped] | None = None,
+    skipped_predictors: Sequence[Skipped] | None = None,
     comparison: dict[str, Any] | None = None,
     read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The one gate result of every route (records, Ray rows, snapshot): the verdict follows from
-    the checks (a failed sample-size or refusing check: UNUSABLE; else any other failed check:
-    FAIL; else an undecided check: CANNOT DECIDE, with its reason)."""
+    """The verdict follows from the checks: a failed sample-size or refusing check, UNUSABLE; else
+    any other failed check, FAIL; else an undecided check, CANNOT DECIDE (with its reason); else PASS."""
     for c in checks:
         c.setdefault("side", SIDE_OF.get(c["name"], CANDIDATE))
     undecided = [c["name"] for c in checks if c.get("undecided")]
     failed = [c["name"] for c in checks if not c["passed"] and not c.get("undecided")]
-    reasons = _unusable_reasons(checks)
+    reasons = [
+        f"{c['name']}: {c['estimate']} scored trajectories, fewer than min_n {c['threshold']}: too small for a "
+        "CI-based verdict"
+        for c in checks
+        if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
+    ] + [f"{c['name']}: {c['detail']}" for c in checks if c["name"] in REFUSING_CHECKS and not c["passed"]]
     verdict = UNUSABLE if reasons else FAIL if failed else CANNOT_DECIDE if undecided else PASS
     if verdict == CANNOT_DECIDE:
         reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
@@ -754,17 +725,20 @@ def _result(
         "reasons": reasons,
         "warnings": warnings,
         "notes": notes,
-        "settings": settings or _settings(crit),
+        "settings": settings or _result_settings(crit),
         "audit": audit,
         "coverage": coverage,
     }
-    if skipped is not None:
-        result["skipped_predictors"] = as_dicts(skipped)
+    if skipped_predictors is not None:
+        result["skipped_predictors"] = as_dicts(skipped_predictors)
     if comparison is not None:
         result["comparison"] = comparison
-    if read:  # only when lines were set aside
+    if read:
         result["input"] = read
     return result
+
+
+# -- the routes --
 
 
 def evaluate_gate(
@@ -772,29 +746,30 @@ def evaluate_gate(
     criteria: GateCriteria | None = None,
     baseline: Sequence[TrajectoryRecord] | GateSample | None = None,
 ) -> dict[str, Any]:
-    """Run the gate on records (or samples read by `gate_paths`); returns the result object
-    behind `tps-tracer gate --json`."""
+    """Gate records (or samples read by `gate_paths`): the result behind `tps-tracer gate --json`."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
     cand_sample = _sample(candidate, crit)
     base_sample = None if baseline is None else _sample(baseline, crit)
     predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
-    read = input_block(cand_sample.set_aside, None if base_sample is None else base_sample.set_aside)
+    read: dict[str, Any] = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else {}
+    if base_sample is not None and base_sample.set_aside:
+        read["baseline"] = {"set_aside": base_sample.set_aside.as_dict()}
     try:
-        run = _Run(cand_sample, crit, predictor, "candidate")
+        run = _Run(cand_sample, crit, predictor, CANDIDATE)
         _check_exact(run.audit, crit)
-        base = None if base_sample is None else _Run(base_sample, crit, predictor, "baseline")
+        base = None if base_sample is None else _Run(base_sample, crit, predictor, BASELINE)
     except Unusable as u:
-        score = _score(crit, predictor, source, 0, None, None, None)
-        return _result(crit, score, [u.as_check()], [], [], None, None, skipped=skipped, read=read)
+        score, unusable = _score(crit, predictor, source), [u.as_check()]
+        return _result(crit, score, unusable, [], [], skipped_predictors=skipped, read=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
-    notes: list[str] = []
     scored = ~np.isnan(run.score)
     n = int(scored.sum())
     both = scored & ~np.isnan(run.reference)
+    # One bootstrap for the score and the paired (score, base-rate) columns: they share the weights.
     boot = bootstrap_means(
         np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)]),
         trajectory_keys(run.ids),
@@ -802,7 +777,9 @@ def evaluate_gate(
         crit.seed,
     )
     lo, hi = boot.ci()
-    selected = _score(crit, run.predictor, source, n, _num(boot.point[0]), _num(lo[0]), _num(hi[0]))
+    score = _score(
+        crit, run.predictor, source, n, finite_or_none(boot.point[0]), finite_or_none(lo[0]), finite_or_none(hi[0])
+    )
     checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
     if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
         n_base = int(np.sum(~np.isnan(base.score)))
@@ -811,27 +788,17 @@ def evaluate_gate(
             for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, BASELINE)
             if c["name"] != "excluded_share"
         ]
-
     if crit.min_score is not None:
-        checks.append(
-            decision(
-                "absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, "CI lower bound of the score"
-            )
-        )
+        detail = "CI lower bound of the score"
+        checks.append(decision("absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, detail))
     if crit.vs_base_rate:
-        delta_reps = boot.replicates[:, 2] - boot.replicates[:, 1]
+        detail = f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired"
         delta = float(boot.point[2] - boot.point[1])
+        delta_reps = boot.replicates[:, 2] - boot.replicates[:, 1]
         checks.append(
-            decision(
-                "vs_base_rate",
-                delta,
-                delta_reps,
-                -crit.margin + 0.0,  # + 0.0: no "-0" in reports
-                f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired",
-                crit.test,
-                int(both.sum()),
-            )
+            decision("vs_base_rate", delta, delta_reps, -crit.margin + 0.0, detail, crit.test, int(both.sum()))
         )
+    notes: list[str] = []
     warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
     warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
@@ -841,25 +808,15 @@ def evaluate_gate(
         checks.append(check)
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
-    rule = get_rule(crit.rule)
     for who, r in (("", run), ("baseline: ", base)):
-        note = clipped_note(rule, r.predictor, r.clipped) if r is not None else None
+        note = clipped_note(get_rule(crit.rule), r.predictor, r.clipped) if r is not None else None
         if note:
             notes.append(who + note)
-    for s in skipped:
-        notes.append(f"default predictor: skipped {s.predictor} ({s.reason})")
-
+    notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
     warnings.extend(fragile_warnings(checks))
-    decisions = [c for c in checks if c["kind"] == "decision"]
-    flips = [c["flip_probability"] for c in decisions if c["flip_probability"] is not None]
     if crit.max_flip is not None:
-        worst = max(flips) if flips else float("nan")
-        stable = bool(flips) and worst <= crit.max_flip
-        # A verdict that resampling reverses this often is evidence neither way: no FAIL.
-        fragile = {} if stable else {"undecided": True, "undecided_reason": _fragile_reason(worst, crit.max_flip)}
-        detail = "largest verdict-flip probability under resampling"
-        checks.append(_check("stability", stable, _num(worst), crit.max_flip, detail, kind="decision", **fragile))
-    return _result(crit, selected, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
+        checks.append(_stability_check(checks, crit.max_flip))
+    return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
 
 
 def gate_paths(
@@ -869,8 +826,7 @@ def gate_paths(
     progress: Progress | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> dict[str, Any]:
-    """`evaluate_gate` on trajectory files (JSON Lines, Parquet, directories of shards), read
-    chunk by chunk: memory holds a fixed-size row per trajectory, never the records."""
+    """`evaluate_gate` on trajectory files (JSON Lines, Parquet, directories of shards), in bounded memory."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
     if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
@@ -886,21 +842,10 @@ def gate_paths(
     return evaluate_gate(cand, crit, base)
 
 
-def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) -> GateSample:
-    if isinstance(run, GateSample):
-        return run
-    try:
-        check_unique_ids([r.trajectory_id for r in run])
-    except InputError as exc:
-        raise GateInputError(str(exc)) from None
-    return sample_from_records(run, get_rule(crit.rule), get_schedule(crit.weights), crit.missing)
-
-
 def _pairing(cand: _Run, base: _Run, n: int) -> str:
-    """Say what paired the runs: task ids come from metadata.task_id, else the trajectory id."""
+    """What paired the runs: metadata.task_id, else the trajectory id."""
     from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
-    if not any(from_metadata):
-        # A metadata.task_id equal to its trajectory id pairs the same runs: say what paired them, not a lack.
+    if not any(from_metadata):  # task ids equal to the trajectory ids pair the same runs
         return f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)"
     if all(from_metadata):
         return f"paired by task id over {n} tasks (metadata.task_id)"
@@ -908,7 +853,7 @@ def _pairing(cand: _Run, base: _Run, n: int) -> str:
 
 
 def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]) -> list[str]:
-    """Name every difference between the sides that changes what is compared."""
+    """Every difference between the sides that changes what is compared."""
     found: list[str] = []
     ca, ba = cand.audit, base.audit
     cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
@@ -951,8 +896,8 @@ def _baseline_check(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     asym = _asymmetries(cand, base, crit, warnings, notes)
     cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed)
-    how = _pairing(cand, base, cmp.counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     counts = cmp.counts
+    how = _pairing(cand, base, counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
         notes.append(unpaired_text(counts))
     elif not cmp.paired and counts["common_tasks"]:
@@ -965,34 +910,22 @@ def _baseline_check(
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
     units = "tasks both sides score" if cmp.paired else "scored runs on each side"
     n_units = counts["common_tasks"] if cmp.paired else min(int(np.sum(~np.isnan(cand.score))), int(b_ok.sum()))
-    check = decision(
-        "vs_baseline",
-        cmp.point,
-        cmp.replicates,
-        -crit.margin + 0.0,
-        f"candidate minus baseline, {how}",
-        crit.test,
-        n_units,
-        units,
-    )
+    detail = f"candidate minus baseline, {how}"
+    check = decision("vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, detail, crit.test, n_units, units)
     comparison = {
         "paired": cmp.paired,
         "how": how,
         **counts,
         "asymmetries": asym,
-        "baseline_mean": _num(base_mean),
+        "baseline_mean": finite_or_none(base_mean),
         "baseline_coverage": base.coverage,
     }
     return check, comparison
 
 
 def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | None = None) -> dict[str, Any]:
-    """Gate a saved report / `Accumulator.snapshot()` (no per-trajectory data).
-
-    Only the absolute check and the assumption checks can be evaluated from a report; the
-    flip probability uses a normal approximation with the report's bootstrap SE. The
-    censoring warnings come from the report's audit, as on records.
-    """
+    """Gate a saved report / `Accumulator.snapshot()`: the absolute and assumption checks only (no
+    per-trajectory data), the flip probability from a normal approximation with the report's SE."""
     crit = criteria or GateCriteria()
     crit.check_values()
     if crit.vs_base_rate:
@@ -1000,47 +933,47 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     if crit.min_score is None:
         raise GateInputError("a snapshot can only be gated with --min (and the assumption checks)")
     try:
-        rows = report["scores"]
-        audit = report["audit"]
+        rows, audit = report["scores"], report["audit"]
     except (KeyError, TypeError):
         raise GateInputError("not a tps-tracer report or snapshot (no 'scores' / 'audit')") from None
     rule, weights = get_rule(crit.rule).name, get_schedule(crit.weights).name
     candidates = [r for r in rows if r["rule"] == rule and r["weights"] == weights and r["censoring"] == crit.censoring]
     names = [r["predictor"] for r in candidates if r["predictor"] != BASE_RATE]
-    predictor = crit.predictor or (names[0] if names else None)
+    predictor = crit.predictor or (names[0] if names else None)  # None: no row, fails below
+    name = str(predictor)
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
-    coverage = coverage_of_report(report, str(predictor), rule, weights, crit.censoring)  # no row: fails below
-    warnings, notes = censoring_warnings(audit, crit, _missing_q_z(audit), coverage)
+    coverage = coverage_of_report(report, name, rule, weights, crit.censoring)
+    n_cens = int((audit.get("roles") or {}).get("censored") or 0)
+    missing_q_z = max(0, n_cens - int(audit.get("censored_with_q_z") or 0))
+    warnings, notes = censoring_warnings(audit, crit, missing_q_z, coverage)
     skipped = [s.get("predictor") for s in report.get("skipped_predictors") or [] if isinstance(s, dict)]
     if crit.predictor is None and skipped:
         warnings.append(
             f"default predictor {predictor}: the report skipped {', '.join(map(str, skipped))} (no data); "
             "name the gated predictor with --predictor so it cannot move"
         )
+    section = report.get("input")
+    read = {"set_aside": section["set_aside"]} if isinstance(section, dict) and section.get("set_aside") else None
     try:
         _check_exact(audit, crit)
     except Unusable as u:
-        score = _score(crit, str(predictor), source, 0, None, None, None)
-        return _result(crit, score, [u.as_check()], warnings, notes, None, None, skipped=[], read=from_report(report))
+        score, unusable = _score(crit, name, source), [u.as_check()]
+        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], read=read)
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
-    n = int(row["n"])
-    checks = _assumption_checks(n, audit, coverage, str(predictor), crit)
-    warnings.extend(coverage_warnings(coverage, audit, str(predictor)))
-    if coverage["replicates"] != crit.bootstrap:
-        # The records route would draw crit.bootstrap replicates: near the threshold the two
-        # percentile intervals can give different verdicts (the P(flip) column says how near).
-        # Replicate weights derive from (trajectory id, replicate, seed): the same count and seed on
-        # the records give this interval again.
-        reps, seed = coverage["replicates"], report.get("settings", {}).get("seed")
+    checks = _assumption_checks(int(row["n"]), audit, coverage, name, crit)
+    warnings.extend(coverage_warnings(coverage, audit, name))
+    saved = report.get("settings") or {}
+    if coverage["replicates"] != crit.bootstrap:  # near the threshold the records route's CI may decide otherwise
+        reps, seed = coverage["replicates"], saved.get("seed")
         notes.append(
             f"the interval rests on the snapshot's {reps} bootstrap replicates (seed {seed}); gating the records "
             f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
         )
     clipped = (report.get("log_clipped") or {}).get("forecasts", {}).get(predictor, 0)
-    note = clipped_note(get_rule(crit.rule), str(predictor), int(clipped))
-    if note:  # the report counts its working sample, complete and censored runs alike
+    note = clipped_note(get_rule(crit.rule), name, int(clipped))
+    if note:
         notes.append(note + " (the report's count, over its working sample)")
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
@@ -1053,45 +986,11 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         p_pass = float(norm.sf((crit.min_score - lo) / se))
         flip = p_pass if lo < crit.min_score else 1.0 - p_pass
     detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
-    checks.append(
-        _check(
-            "absolute",
-            lo >= crit.min_score,
-            mean,
-            crit.min_score,
-            detail,
-            kind="decision",
-            ci_low=lo,
-            ci_high=row["ci_high"],
-            flip_probability=flip,
-        )
-    )
+    more = {"kind": "decision", "ci_low": lo, "ci_high": row["ci_high"], "flip_probability": flip}
+    checks.append(_check("absolute", lo >= crit.min_score, mean, crit.min_score, detail, **more))
     warnings.extend(fragile_warnings(checks))
-    settings = _settings(crit)
-    settings.update(bootstrap=report.get("settings", {}).get("bootstrap"), seed=report.get("settings", {}).get("seed"))
+    settings = {**_result_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
-    score["predictor_source"] = source  # the saved row's own fields first
+    score["predictor_source"] = source
     notes = ["gated from a saved report/snapshot", *notes]
-    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=from_report(report))
-
-
-def _fragile_reason(flip: float, limit: float) -> str:
-    return (
-        f"the verdict flips in {flip:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
-        "sample of the same size could reverse it"
-    )
-
-
-def _unusable_reasons(checks: Sequence[dict[str, Any]]) -> list[str]:
-    """Why there is no verdict: every failed sample-size check (too small for a CI-based verdict)."""
-    return [
-        f"{c['name']}: {c['estimate']} scored trajectories, fewer than min_n {c['threshold']}: too small for a "
-        "CI-based verdict"
-        for c in checks
-        if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
-    ] + [f"{c['name']}: {c['detail']}" for c in checks if c["name"] in REFUSING_CHECKS and not c["passed"]]
-
-
-def _missing_q_z(audit: dict[str, Any]) -> int:
-    roles = audit.get("roles") or {}
-    return max(0, int(roles.get("censored") or 0) - int(audit.get("censored_with_q_z") or 0))
+    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=read)

@@ -1,39 +1,13 @@
-"""The gate's comparative statistics: its hypothesis tests, their verdict stability and power, and
-the candidate-vs-baseline difference they test.
+"""The gate's comparative statistics: its two hypothesis tests, their power and verdict stability, and
+the candidate-vs-baseline difference D = candidate - reference they test (docs/gate.md).
 
-A comparative check (candidate vs base rate, candidate vs baseline) estimates the difference
-D = candidate - reference with a two-sided 95% percentile bootstrap CI [lo, hi], so each bound
-is a one-sided test at ALPHA = 2.5%. Two tests, named in the config (`test`) and the output:
-
-- regression (default): H0 "no drop beyond the margin" (D >= -margin). FAIL only when the CI
-  upper bound is below -margin: the data show a significant drop. An identical candidate
-  fails with probability ALPHA (2.5%); a small real drop may pass (see the power line).
-- non-inferiority: H0 "worse by more than the margin" (D <= -margin). PASS only when the CI
-  lower bound is >= -margin: the data rule the drop out. A candidate truly worse by the
-  margin passes with probability <= ALPHA; an identical one fails with probability
-  P0 = Phi(Z_ALPHA - margin / SE), which nears 1 when the margin is below the CI's half-width.
-
-Power uses the normal approximation with the bootstrap SE of D (sd of the replicates):
-the one-sided bound is ~ D_hat -/+ Z_ALPHA * SE.
-
-A FAIL is a verdict only when an identical candidate (D = 0) gets it at most FALSE_ALARM of the
-time. The regression test's FAIL has probability ALPHA; non-inferiority's P0 grows with the SE,
-so when P0 > FALSE_ALARM a check that does not pass is FAIL only if the data show a drop beyond
-the margin (CI upper bound < -margin, probability <= ALPHA for an identical candidate), and
-otherwise CANNOT DECIDE (exit 2), naming the margin (Z_ALPHA + Z_FALSE_ALARM) * SE, or the sample
-that shrinks the SE to it, at which a FAIL would be a verdict. An identical candidate thus fails
-at most FALSE_ALARM of the time at any sample size.
-
-Candidate vs baseline is compared on what both sides can score. Pairing is on the intersection of
-the task ids both sides scored (a task missing on one side, a parse error or a censored run the side
-cannot score under cen-exact, drops out of the comparison and is counted, never silently). Tasks may
-repeat (several runs per task): the bootstrap resamples tasks (a cluster bootstrap), both sides'
-runs of a task sharing its replicate weight, so the difference's replicates are paired (one row per
-task: the cost of a single run's bootstrap). Whether to pair is decided by the overlap alone, never by
-the sample-size threshold `min_n` (which once decided it: 98 common tasks with min_n 100 went unpaired
-and the standard error doubled): the runs are paired when the common tasks are at least
-`PAIRING_OVERLAP` of the smaller side's scored tasks, else compared unpaired (each side resampled
-independently), since pairing would then drop most of a side.
+D has a two-sided 95% percentile bootstrap CI [lo, hi], each bound a one-sided test at ALPHA:
+- regression (default): FAIL only when hi < -margin (an identical candidate fails with probability ALPHA);
+- non-inferiority: PASS only when lo >= -margin; an identical candidate fails with probability
+  P0 = Phi(Z_ALPHA - margin / SE). When P0 > FALSE_ALARM, a check that does not pass is FAIL only if
+  hi < -margin, else CANNOT DECIDE, naming the margin (Z_ALPHA + Z_FALSE_ALARM) * SE that would decide.
+The baseline is compared on the tasks both sides scored, resampled by task (a cluster bootstrap), when
+they overlap enough (PAIRING_OVERLAP, by task ids alone), else unpaired.
 """
 
 from __future__ import annotations
@@ -57,9 +31,8 @@ TESTS = (REGRESSION, NON_INFERIORITY)
 DEFAULT_TEST = REGRESSION
 ALPHA = 0.025  # one-sided level of each bound of the two-sided 95% CI
 POWER = 0.80  # the power at which the regression test's smallest detectable drop is quoted
-# Declared bound on false alarms: an identical candidate FAILs a comparative check at most this often.
-# 5%: a gate run on every pull request of an unchanged agent blocks one in twenty at worst, twice the
-# regression test's ALPHA; a FAIL more likely than that for an unchanged agent is no verdict.
+# An identical candidate FAILs a comparative check at most this often: a gate run on every pull
+# request of an unchanged agent blocks one in twenty at worst, twice the regression test's ALPHA.
 FALSE_ALARM = 0.05
 Z_ALPHA = float(norm.isf(ALPHA))
 Z_POWER = float(norm.isf(1.0 - POWER))
@@ -67,11 +40,8 @@ Z_FALSE_ALARM = float(norm.isf(FALSE_ALARM))
 
 
 def rule_text(test: str, margin: float) -> str:
-    """What must hold to PASS, in words a reviewer reads once."""
-    m = _fmt(-margin)
-    if test == NON_INFERIORITY:
-        return f"CI low >= {m}"
-    return f"CI high >= {m}"
+    """What must hold to PASS."""
+    return f"CI {'low' if test == NON_INFERIORITY else 'high'} >= {_fmt(-margin)}"
 
 
 def describe_test(test: str, margin: float) -> str:
@@ -92,7 +62,7 @@ def _fmt(x: float) -> str:
     return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
 
 
-def _num(x: float) -> float | None:
+def finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
@@ -102,35 +72,27 @@ def _se(reps: FloatArray) -> float:
 
 
 def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
-    """The test's power with this sample's SE.
-
-    non-inferiority: `smallest_margin` is the margin an identical candidate passes with
-    probability 1 - FALSE_ALARM; `p_fail_identical` the probability that an identical candidate
-    fails at the configured margin; `underpowered` when it exceeds FALSE_ALARM. regression:
-    `detectable_drop` is the true drop found (FAIL) with probability POWER; an identical
-    candidate fails with probability ALPHA.
-    """
+    """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
+    probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
+    (found with probability POWER)."""
     se = _se(reps)
-    out: dict[str, Any] = {"se": _num(se), "alpha": ALPHA, "power": POWER}
+    out: dict[str, Any] = {
+        "se": finite_or_none(se),
+        "alpha": ALPHA,
+        "power": POWER,
+        "smallest_margin": None,
+        "detectable_drop": None,
+        "p_fail_identical": None,
+        "underpowered": False,
+    }
     if not math.isfinite(se) or se <= 0:
-        out.update(smallest_margin=None, detectable_drop=None, p_fail_identical=None, underpowered=False)
         return out
     if test == NON_INFERIORITY:
         p_fail = float(norm.cdf(Z_ALPHA - margin / se))  # P(D_hat - Z*SE < -margin | D = 0)
         smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
-        out.update(
-            smallest_margin=smallest,
-            detectable_drop=None,
-            p_fail_identical=p_fail,
-            underpowered=bool(p_fail > FALSE_ALARM),
-        )
+        out.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
     else:
-        out.update(
-            smallest_margin=None,
-            detectable_drop=margin + (Z_ALPHA + Z_POWER) * se,
-            p_fail_identical=ALPHA,
-            underpowered=False,
-        )
+        out.update(detectable_drop=margin + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
     return out
 
 
@@ -153,8 +115,8 @@ def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str |
 
 
 def decides_at(check: dict[str, Any], n: int | None) -> dict[str, Any]:
-    """The margin at which this sample decides, and the sample (n: SE ~ 1/sqrt(n)) at which the
-    configured margin does (None at margin 0: no sample size decides a margin of 0)."""
+    """The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured
+    margin (None at margin 0)."""
     smallest, margin = check["power"]["smallest_margin"], -check["threshold"]
     return {"margin": smallest, "n": math.ceil(n * (smallest / margin) ** 2) if margin > 0 and n else None}
 
@@ -176,8 +138,8 @@ def undecided_reason(check: dict[str, Any], n: int | None, units: str) -> str:
 
 
 def _flip_probability(reps: FloatArray, point: float, bound: float, threshold: float) -> float | None:
-    """Share of replicates whose own verdict differs: a replicate's bound sits at the same
-    distance from its estimate as the observed bound from the observed estimate."""
+    """Share of replicates whose own verdict differs, a replicate's bound as far from its estimate as
+    the observed bound from the observed estimate."""
     r = reps[~np.isnan(reps)]
     if r.size == 0 or not math.isfinite(point) or not math.isfinite(bound):
         return None
@@ -195,9 +157,8 @@ def decision(
     n: int | None = None,
     units: str = "scored runs",
 ) -> dict[str, Any]:
-    """One decision check. test None: an absolute threshold on the CI lower bound; otherwise a
-    comparative test with threshold -margin, undecided where a FAIL would be a false alarm more
-    often than FALSE_ALARM (see the module docstring); `n` `units` are what its SE rests on."""
+    """One decision check: test None, the CI lower bound against an absolute threshold; else the
+    comparative test against -margin, undecided where a FAIL would break FALSE_ALARM (n units: its SE's sample)."""
     lo, hi = percentile_ci(reps[:, None])
     lo0, hi0 = float(lo[0]), float(hi[0])
     bound = hi0 if test == REGRESSION else lo0
@@ -205,9 +166,9 @@ def decision(
         "name": name,
         "kind": "decision",
         "passed": bool(math.isfinite(bound) and bound >= threshold),
-        "estimate": _num(point),
-        "ci_low": _num(lo0),
-        "ci_high": _num(hi0),
+        "estimate": finite_or_none(point),
+        "ci_low": finite_or_none(lo0),
+        "ci_high": finite_or_none(hi0),
         "threshold": threshold,
         "flip_probability": _flip_probability(reps, point, bound, threshold),
         "detail": detail,
@@ -249,8 +210,8 @@ def _scored_tasks(side: Side) -> tuple[list[str], FloatArray]:
     return [t for t, k in zip(side.task_ids, ok, strict=True) if k], side.score[ok]
 
 
-# Pair when the common tasks are at least this share of the smaller side's scored tasks (and at least 2,
-# for a variance): the two runs were made on one task set. It looks at task ids only, never at scores.
+# Pair when the common tasks are at least this share of the smaller side's scored tasks (and at least 2):
+# the runs were made on one task set. Task ids alone decide, never scores or min_n.
 PAIRING_OVERLAP = 0.5
 
 
@@ -299,12 +260,8 @@ def _paired(
     bootstrap: int,
     seed: int,
 ) -> tuple[float, FloatArray, bool]:
-    """(point, replicates, whether tasks repeat) of the task-clustered paired difference.
-
-    One row per common task, [sum and count of the candidate's runs, same for the baseline],
-    weighted by the task's replicate weight: each side's replicate mean is a ratio of weighted
-    sums, so both sides see the same resampled tasks at the cost of one row per task.
-    """
+    """(point, replicates, whether tasks repeat) of the task-clustered paired difference: one row per
+    common task (each side's score sum and run count) under the task's replicate weight."""
     order = {t: i for i, t in enumerate(dict.fromkeys(t for t, k in zip(c_tasks, c_in, strict=True) if k))}
     rows = np.zeros((len(order), 4))
     c_idx = np.array([order[t] for t, k in zip(c_tasks, c_in, strict=True) if k], dtype=np.int64)
