@@ -7,7 +7,7 @@ an out-of-range one an error naming the line), further down.
 
 Capture side.
 
-Every capture-side check calls these (tracking/trajectory.py's step budgets, tracking/tracker.py's
+Every capture-side check calls these (tracking/tracker.py's step budgets and
 default horizon, online/input_checks.py's steps, q_Z and stop horizons, the sink's resolution
 lines, capture/confidence_value.py's qualitative levels), so the path `on_llm_end -> line on disk`
 cannot decide a rule twice with small differences (NaN, bool, numpy scalars, integral floats); the

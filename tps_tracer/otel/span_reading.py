@@ -37,14 +37,21 @@ import orjson
 from tps_tracer.capture import stop_signals
 from tps_tracer.capture.gc_pause import gc_paused
 from tps_tracer.capture.raw_step import RawStep
-from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
+from tps_tracer.capture.stop_signals import (
+    NOT_TOOL_FAILURES,
+    PARSE_EXCEPTIONS,
+    classify_exception_names,
+    is_budget_text,
+    short_name,
+)
+from tps_tracer.open_runs import is_interrupt
 from tps_tracer.otel import agent_frameworks as fw
-from tps_tracer.otel import span_fields
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
     INTERNAL_CALL_KEY,
     OUTCOME_KEY,
+    PARSE_RETRY_TOOL,
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
     VERBAL_SCALE_KEY,
@@ -70,6 +77,33 @@ TPS_HORIZON = "tps.horizon"
 TPS_OUTCOME = "tps.outcome"
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def attrs_of(span: Any) -> Mapping[str, Any]:
+    """The span's attributes as the plain dict the SDK keeps (read only: the span's own storage), else
+    `span.attributes`, whose proxy raises and catches a KeyError per absent key and copies on iteration."""
+    inner = getattr(span, "_attributes", None)
+    if type(inner) is dict:
+        return inner
+    inner = getattr(inner, "_dict", None)
+    if type(inner) is dict:
+        return inner
+    return span.attributes or _EMPTY
+
+
+def events_of(span: Any) -> Sequence[Any]:
+    """An ended span's events (read only): the SDK's deque, a tuple or list as given, else `span.events`
+    (a new tuple per access)."""
+    inner = getattr(span, "_events", None)
+    if type(inner) is tuple or type(inner) is list:
+        return inner
+    dq = getattr(inner, "_dq", None)
+    if dq is not None and hasattr(dq, "maxlen"):
+        return dq
+    return span.events or ()
 
 
 def _is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
@@ -472,7 +506,7 @@ def classify_run(
     smolagents agent root (its final answer forced by max_steps, see
     `agent_frameworks.forced_final_answer`). The stated limit: the budget message's number,
     else a framework's budget attribute on the root (smolagents.max_steps)."""
-    root_events = span_fields.events(root)
+    root_events = events_of(root)
     observed = classify_root(attributes, root_events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
         return observed, attributes.get(TPS_HORIZON)
@@ -483,10 +517,10 @@ def classify_run(
     if observed[0] is StopReason.CLEAN:
         last_end = (last_call.end_time or 0) if last_call is not None else 0
         for span in failures:
-            span_attrs = span_fields.attributes(span)
+            span_attrs = attrs_of(span)
             if not fw.is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
                 continue
-            found = fw.budget_stop(span_attrs, span_fields.events(span), span.status.description)
+            found = fw.budget_stop(span_attrs, events_of(span), span.status.description)
             if found is not None:
                 limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
                 return (StopReason.MAX_STEPS, found[0]), limit
@@ -507,3 +541,92 @@ def outcome_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) ->
     """An outcome known up front (`tps.outcome`, else `tps_outcome` metadata), unchecked (see `as_outcome`)."""
     value = attributes.get(TPS_OUTCOME)
     return value if value is not None else metadata.get(OUTCOME_KEY)
+
+
+# ---------------------------------------------------------------- a trace's spans read together
+
+
+def tool_failure(span: Any) -> bool:
+    """A tool span that ended in error because the tool failed: not the parser's retry tool, nor a tool
+    cancelled with its run (CancelledError), which did not fail."""
+    attributes = attrs_of(span)
+    if span.name == PARSE_RETRY_TOOL or not is_tool_span(attributes):
+        return False
+    return not {short_name(n) for n in exception_names(events_of(span), attributes)} & NOT_TOOL_FAILURES
+
+
+def interrupted(span: Any) -> bool:
+    """The span recorded LangGraph's interrupt (an `exception` event; the node's status stays OK)."""
+    return any(
+        e.name == "exception" and is_interrupt((e.attributes or {}).get("exception.type")) for e in events_of(span)
+    )
+
+
+def root_attributes(root: Any, child: Any) -> Mapping[str, Any]:
+    """The root's attributes, completed by its last child's when the root records no output
+    (OpenLLMetry's `invoke_agent` root: the run's output and metadata are on `LangGraph.workflow`)."""
+    attrs = attrs_of(root) if root is not None else {}
+    if (
+        root is None
+        or child is None
+        or child.parent is None
+        or child.parent.span_id != root.context.span_id
+        or has_output(attrs)
+    ):
+        return attrs
+    return {**attrs_of(child), **attrs}
+
+
+def named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
+    """The trajectory id the attributes (and their run metadata) name; None for none, or a blank one."""
+    tid = trajectory_id_in(attributes, metadata)
+    return tid if tid is not None and tid.strip() else None
+
+
+def blank_id(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> bool:
+    """Whether the run names a trajectory id that is empty or blank."""
+    return any(trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps)))
+
+
+def parser_failures(steps: Sequence[Any], failures: Sequence[Any]) -> set[int]:
+    """Indices of model calls whose output a parser then rejected (OutputParserException, "_Exception"):
+    the last call to end before the failure did."""
+    marked: set[int] = set()
+    for f in failures:
+        names = {short_name(n) for n in exception_names(events_of(f), attrs_of(f))}
+        if not names & PARSE_EXCEPTIONS and f.name != PARSE_RETRY_TOOL:
+            continue
+        before = [i for i, s in enumerate(steps) if (s.end_time or 0) <= (f.end_time or 0)]
+        if before:
+            marked.add(before[-1])
+    return marked
+
+
+def enclosing_malformed(steps: Sequence[Any], callers: Mapping[int, Any]) -> set[int]:
+    """Indices of model calls whose enclosing span shows their output malformed or discarded: a parent
+    holding one call records its whole AIMessage (GenAI-semconv LLM spans drop `invalid_tool_calls`);
+    create_agent's model node keeps only its last call and may reject that one too."""
+    marked: set[int] = set()
+    if not callers:
+        return marked
+    per_parent: dict[int | None, list[int]] = {}
+    for i, s in enumerate(steps):
+        per_parent.setdefault(s.parent.span_id if s.parent is not None else None, []).append(i)
+    for pid, calls in per_parent.items():
+        caller = callers.get(pid) if pid is not None else None
+        if caller is None:
+            continue
+        attrs = attrs_of(caller)
+        if is_agent_model_node(attrs):
+            marked.update(calls[:-1])
+            if node_rejected_answer(attrs):
+                marked.add(calls[-1])
+        elif len(calls) == 1 and output_is_invalid_tool_calls(attrs):
+            marked.add(calls[0])
+    return marked
+
+
+def tool_failed_last(steps: Sequence[Any], failures: Sequence[Any]) -> bool:
+    """A tool span failed after the last model call (the run then ended on that failure)."""
+    last_call = max((s.end_time or 0 for s in steps), default=0)
+    return any(tool_failure(f) and (f.end_time or 0) > last_call for f in failures)

@@ -1,40 +1,11 @@
-"""The capture worker: raw model outputs in, forecasts into the accumulator, off the agent's path.
+"""The capture worker: raw model outputs in, forecasts onto the run's record, the finished run into
+the accumulator in one call (`Accumulator.finished`), on one background thread off the agent's path.
 
-Adapters keep references to what the model returned (`RawStep`) and submit them here in
-trajectory order, with the run's record (`TrajectoryState`). Signal extraction (~1 ms for a
-300-token response with top-5 logprobs) runs on one background thread, which appends each
-step's forecasts to the record; when the run's stop is applied, the accumulator receives the
-finished run in one call (`Accumulator.finished`). So a callback on the agent's path costs
-microseconds. Events are applied in the order submitted: a trajectory's steps, then its stop,
-then any outcome recorded later.
-
-Shaped like OpenTelemetry's batch processor:
-- **Bounded, with backpressure, never dropping.** Heavy events (steps, per-span work) wait in
-  a queue of at most `max_queue_size`. When it is full the caller waits (sleeping, so the
-  worker gets the GIL) until there is room: an event loop or a thread pool that outruns
-  the worker is slowed to its pace instead of losing runs, because an evaluator that drops
-  runs scores the survivors. Only if the worker makes no room for `max_block` seconds (it is
-  stuck, e.g. in a grader that hangs) is the event given up: counted (dropped / queue_full)
-  and marked on its run (`TrajectoryState.lose`), which is then recorded as capture_lost, never scored
-  with a hole in it. Control events (stop, outcome, flush) are one per trajectory and
-  are never bounded. `waits` / `waited_seconds` say how often callers were held back.
-- **A shutdown flag.** After `close()` every event is dropped with the reason
-  (dropped / after_close): nothing stays queued to run later.
-- **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
-  queued events are the parent's); the worker restarts on the child's first event, also one
-  put through `handoff` (whose put looks for no thread: its queue starts the worker once).
-
-**One line per run when the outcome is known in time.** A stop carries the outcome known
-when the run ended (a label, the grader's verdict, run on the worker just before the record
-is written), and `resolve()` for a run not yet handed to the accumulator (its first step
-submitted, its stop not yet applied) lands on its record: the record is written with its
-outcome, and no resolution line follows it. An outcome that arrives after the record is
-written is a resolution, as the accumulator defines it.
-
-`flush()` waits until everything submitted so far is applied (call it before a snapshot);
-`close()` flushes and stops the worker. With `background=False` every event is applied in
-the caller's thread (deterministic, for scripts and tests). Errors never reach the agent:
-a failed event is counted (health: error) and logged once.
+Bounded with backpressure, never dropping: when the queue holds `max_queue_size` heavy events the
+caller sleeps until there is room, because an evaluator that drops runs scores the survivors; only
+an event given up after `max_block` seconds is counted (dropped: queue_full) and marks its run
+capture_lost. After `close()` events are dropped (after_close). A forked child starts with an empty
+queue and no thread. An outcome recorded before the run's record is written lands on it (one line).
 """
 
 from __future__ import annotations
@@ -52,10 +23,10 @@ from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.outcome import InvalidOutcome, as_outcome
-from tps_tracer.tracking.trajectory import TrajectoryState
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
+    from tps_tracer.tracking.tracker import TrajectoryState
 
 # A live calibration map per predictor; its output is recorded as "<predictor>+cal".
 Calibration = Mapping[str, Callable[[float], float]]
