@@ -1,7 +1,8 @@
 """LangChain / LangGraph adapter (the `langchain` extra: langchain-core)."""
 
 try:
-    from tps_tracer.langchain.handler import TPSCallbackHandler, classify_error, classify_output
+    from tps_tracer.langchain.handler import TPSCallbackHandler
+    from tps_tracer.langchain.run_reading import classify_error, classify_output
 except ModuleNotFoundError as _exc:
     from tps_tracer.errors import missing_extra
 

@@ -14,34 +14,39 @@ decided when the next call starts or the run ends, since a parser may still reje
 
 from __future__ import annotations
 
-import sys
 import time
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.exceptions import OutputParserException
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langchain_core.outputs import LLMResult
-from langchain_core.tools import ToolException
 
 from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.step_signals import SignalExtractor
 from tps_tracer.capture.stop_signals import (
     NOT_TOOL_FAILURES,
-    PARSE_EXCEPTIONS,
-    classify_exception_names,
     classify_failed_call,
     is_agent_model_node,
-    is_budget_text,
     node_rejected_answer,
 )
-from tps_tracer.errors import InputError
+from tps_tracer.langchain.run_reading import (
+    StreamBudget,
+    budget_trajectory_id,
+    check_max_steps,
+    current_span_ids,
+    exception_names,
+    final_message,
+    instrumentor_span_ids,
+    is_parse_failure,
+    llm_output,
+    n_entries,
+    observed_stop,
+)
 from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
@@ -64,128 +69,6 @@ __all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TP
 DEFAULT_MAX_OPEN = 10_000  # open runs above which the handler warns (once) that runs may be leaking
 DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without any callback before a run is finished as capture_lost
 _STREAM_ENTRY_LIMIT = 100_000  # streamed logprob entries kept per model call
-TRACE_ID_KEY, SPAN_ID_KEY = "otel_trace_id", "otel_span_id"  # the span processor's names, so records join traces
-
-
-# ---------------------------------------------------------------- why a run stopped, from its root's end
-
-
-def exception_names(exc: BaseException) -> list[str]:
-    """Class names of an exception's chain (outermost first); subclasses of LangChain's parser / tool
-    exceptions are named as their base too."""
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain and len(chain) < 8:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    names = [type(e).__name__ for e in chain]
-    if any(isinstance(e, OutputParserException) for e in chain):
-        names.append("OutputParserException")
-    if any(isinstance(e, ToolException) for e in chain):
-        names.append("ToolException")
-    return names
-
-
-def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
-    """Stop reason of a root run that raised; `tool_failed`: a tool run errored just before."""
-    return classify_exception_names(exception_names(exc), tool_failed)
-
-
-def final_message(outputs: Any) -> Any:
-    """The last message (LangGraph state) or the output value (AgentExecutor) of a root run."""
-    if isinstance(outputs, Mapping):
-        messages = outputs.get("messages")
-        if isinstance(messages, Sequence) and not isinstance(messages, str) and messages:
-            return messages[-1]
-        return outputs["output"] if "output" in outputs else None
-    if isinstance(outputs, BaseMessage):
-        return outputs
-    if isinstance(outputs, Sequence) and not isinstance(outputs, str) and outputs:
-        return outputs[-1]
-    return outputs
-
-
-def classify_output(outputs: Any) -> tuple[StopReason | None, str]:
-    """Stop reason a root run's normal return signals (a budget text, a final message with only invalid
-    tool calls, a final error ToolMessage), or None when it looks clean."""
-    last = final_message(outputs)
-    text = last if isinstance(last, str) else None
-    if isinstance(last, BaseMessage):
-        text = last.text if isinstance(last.text, str) else str(last.content)
-    if text is not None and is_budget_text(text):
-        return StopReason.MAX_STEPS, "budget message"
-    if isinstance(last, AIMessage) and last.invalid_tool_calls and not last.tool_calls:
-        return StopReason.PARSE_ERROR, "invalid_tool_calls"
-    if isinstance(last, ToolMessage) and last.status == "error":
-        return StopReason.TOOL_ERROR, "error ToolMessage"
-    return None, ""
-
-
-# ---------------------------------------------------------------- the caller's own budget on a stream
-
-
-@dataclass
-class StreamBudget:
-    """What `handler.budget(...)` yields: the limit and the model calls started so far."""
-
-    trajectory_id: str
-    max_steps: int
-    calls: int = 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self.calls >= self.max_steps
-
-    @property
-    def detail(self) -> str:
-        return f"stream closed under handler.budget(max_steps={self.max_steps})"
-
-
-def _budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> str:
-    """The id a budget applies to: the string, or the config's metadata[key] (set when missing)."""
-    if isinstance(target, str):
-        if not target.strip():
-            raise InputError("budget: the trajectory id is empty")
-        return target
-    if not isinstance(target, MutableMapping):
-        raise TypeError(f"budget: give a trajectory id or the run config, got {type(target).__name__}")
-    metadata = target.get("metadata")
-    if metadata is None:
-        metadata = target["metadata"] = {}
-    if not isinstance(metadata, Mapping):
-        raise TypeError("budget: config['metadata'] is not a mapping")
-    tid = metadata.get(key)
-    if tid is None or not str(tid).strip():
-        tid = str(uuid.uuid4())
-        target["metadata"] = {**metadata, key: tid}
-    return str(tid)
-
-
-# ---------------------------------------------------------------- the OpenTelemetry span a run joins
-
-
-def _span_ids(span: Any) -> dict[str, str] | None:
-    context = span.get_span_context()
-    if not context.is_valid:
-        return None
-    return {TRACE_ID_KEY: f"{context.trace_id:032x}", SPAN_ID_KEY: f"{context.span_id:016x}"}
-
-
-def current_span_ids() -> dict[str, str] | None:
-    """The current span's ids; OpenTelemetry unloaded means no span can be current (never imported here)."""
-    trace = sys.modules.get("opentelemetry.trace")
-    return None if trace is None else _span_ids(trace.get_current_span())
-
-
-def instrumentor_span_ids(run_id: object) -> dict[str, str] | None:
-    """The span OpenInference's instrumentor opened for `run_id` (it never makes its spans current),
-    which the span processor links the run to; it exists by the run's first model call."""
-    module = sys.modules.get("openinference.instrumentation.langchain")
-    if module is None:
-        return None
-    tracer = getattr(module.LangChainInstrumentor(), "_tracer", None)  # a singleton; None when not instrumented
-    span = tracer.get_span(run_id) if tracer is not None else None
-    return None if span is None else _span_ids(span)
 
 
 # ---------------------------------------------------------------- the handler
@@ -205,30 +88,6 @@ class _Run:
     ended: bool = False  # finished (once: an idle sweep may race the run's own end)
     trace_ids: dict[str, str] | None = None  # the OpenTelemetry span current at the run's start
     instrumentor_checked: bool = False
-
-
-def _n_entries(logprobs: Any) -> int:
-    entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
-    return len(entries) if isinstance(entries, Sequence) and not isinstance(entries, (str, bytes)) else 0
-
-
-def _llm_output(response: LLMResult) -> tuple[RawStep, bool]:
-    """The call's raw output and whether it is malformed (only invalid tool calls)."""
-    gens = response.generations[0] if response.generations else []
-    if not gens:
-        return RawStep(None), True
-    gen = gens[0]
-    logprobs = (gen.generation_info or {}).get("logprobs")
-    message = getattr(gen, "message", None)
-    tool_args: Any = None
-    malformed = False
-    if message is not None:
-        if logprobs is None:
-            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
-        tool_calls = getattr(message, "tool_calls", None) or []
-        malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
-        tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
-    return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
 
 
 class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
@@ -333,10 +192,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         max_steps=N) as b:` and `if b.exhausted: break`; a run whose stream you close inside the block
         is recorded as max_steps with horizon N (censored), not `other` (LangGraph's GeneratorExit).
         target: the run config (its metadata's trajectory id, set when missing) or the trajectory id."""
-        tid = _budget_trajectory_id(target, self.trajectory_id_key)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
-        budget = StreamBudget(tid, max_steps)
+        budget = StreamBudget(budget_trajectory_id(target, self.trajectory_id_key), check_max_steps(max_steps))
         with self._lock:
             self._budgets[budget.trajectory_id] = budget
         try:
@@ -539,8 +395,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 inner = self._runs.get(run_id)
                 if inner is not None:
                     inner.model_nodes.discard(run_id)
-                # A chain rejected the model's output (a parser, create_agent's structured output).
-                if isinstance(error, OutputParserException) or type(error).__name__ in PARSE_EXCEPTIONS:
+                if is_parse_failure(error):
                     self._mark_malformed(run_id)
 
     @never_raises("on_agent_action")
@@ -635,8 +490,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if run is None:
             self._late(run_id)
             return
-        raw, malformed = _llm_output(response)
-        if streamed and len(streamed) > _n_entries(raw.logprobs):
+        raw, malformed = llm_output(response)
+        if streamed and len(streamed) > n_entries(raw.logprobs):
             raw = RawStep(raw.text, {"content": streamed}, raw.tool_arguments)
         with self._lock:
             self.tracker.returned(run.state, raw, malformed)
@@ -721,15 +576,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 while len(self._closed_streams) > 1024:  # only to explain a late declare_stop
                     self._closed_streams.popitem(last=False)
         md = state.metadata
-        stopped_by = None
-        if budget is not None and closed_by_caller:  # stopped under the caller's own budget: censored
-            observed = (StopReason.MAX_STEPS, budget.detail)
-            stopped_by = budget.max_steps
-        elif error is not None:
-            observed = classify_error(error, tool_failed)
-        else:
-            found, detail = classify_output(outputs)
-            observed = (found or StopReason.CLEAN, detail)
+        observed, stopped_by = observed_stop(outputs, error, tool_failed, budget)
         last = final_message(outputs) if self.tracker.capture_content else None
         text = last if isinstance(last, str) else getattr(last, "text", None)
         thread = md.get("thread_id")  # LangGraph's checkpointer thread: where the run can be resumed

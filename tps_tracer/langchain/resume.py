@@ -72,7 +72,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuation_log import BRANCH_KEY, BRANCH_OF_KEY, ContinuationLog
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
 from tps_tracer.health import HealthLedger
-from tps_tracer.langchain.handler import classify_error, classify_output, final_message
+from tps_tracer.langchain.run_reading import classify_error, classify_output, final_message
 from tps_tracer.records.jsonl import read_trajectories
 from tps_tracer.records.outcome import as_outcome
 from tps_tracer.records.schema import TrajectoryRecord
