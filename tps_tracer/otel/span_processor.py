@@ -351,19 +351,10 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         abandoned = abandoned or st.lost
         root = st.root
         root_attrs = sr.root_attributes(root, st.last_ended)
-        metadata = sr.run_metadata(root_attrs)
         steps = sorted(st.llm, key=lambda s: s.start_time or 0)
-        tid = sr.named_id(root_attrs, metadata)
-        if tid is None:
-            for span in steps:
-                span_attrs = attrs_of(span)
-                span_metadata = sr.run_metadata(span_attrs)
-                tid = sr.named_id(span_attrs, span_metadata)
-                if tid is not None:
-                    metadata = {**span_metadata, **metadata}
-                    break
-        if tid is None and sr.blank_id(root_attrs, steps):
-            self.health.count("ignored", "empty_trajectory_id")  # "" from an unfilled template: the trace id is used
+        tid, metadata, blank = sr.run_identity(root_attrs, steps)
+        if blank:
+            self.health.count("ignored", "empty_trajectory_id")
         if tid is not None and abandoned is None and root is not None and steps == [root]:
             self._add_to_group(tid, trace_id, root, metadata)  # a root-level model call of a plain loop
             return
@@ -384,13 +375,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         malformed = sr.parser_failures(steps, st.failures) | sr.enclosing_malformed(steps, st.callers)
         for i, span in enumerate(steps):
             self._model_call(state, span, i in malformed)
-        tool_failed = sr.tool_failed_last(steps, st.failures)
-        observed = (StopReason.OTHER, "")
+        observed: tuple[StopReason, str] = (StopReason.OTHER, "")
         stated_limit = None  # the framework's own step budget, as its spans state it
         if root is not None and abandoned is None:
             failed = root.status.status_code is StatusCode.ERROR
-            last = max(steps, key=lambda s: s.end_time or 0, default=None)
-            observed, stated_limit = sr.classify_run(root, root_attrs, failed, tool_failed, st.failures, last)
+            observed, stated_limit = sr.classify_run(root, root_attrs, failed, steps, st.failures)
             if st.open > 0 and observed[0] is StopReason.TIMEOUT:
                 # Cancelled: the model call in flight never ended its span; a call made, as the handler counts it.
                 state.calls_started = state.n_calls + st.open

@@ -1,28 +1,11 @@
-"""What an ended span says about an agent run: pure functions over span attributes and events.
+"""What ended spans say about an agent run: pure functions over span attributes and events, run on
+the capture worker (only `is_llm_span` runs in `on_end`).
 
-Three attribute dialects are read:
-
-- OpenInference (Arize: openinference-instrumentation-langchain / -openai ...): LLM spans
-  have `openinference.span.kind = "LLM"`, the text in `llm.output_messages.0.message.content`,
-  the first tool call's arguments in `...tool_calls.0.tool_call.function.arguments`, and the
-  raw result as JSON in `output.value` (a LangChain LLMResult with logprobs in
-  `generation_info` / `response_metadata`, or an OpenAI response with `choices[0].logprobs`).
-  Run metadata (e.g. `tps_trajectory_id`) is a JSON object in `metadata`.
-- OpenTelemetry GenAI semantic conventions (OpenLLMetry / Traceloop and others): LLM spans
-  have `gen_ai.operation.name` in {chat, text_completion, generate_content}, the output in
-  `gen_ai.output.messages` (JSON: role + parts) or, older, `gen_ai.completion.0.content`.
-  Run metadata is in `traceloop.association.properties.<key>`.
-- Shapes of other frameworks' LLM spans (see `agent_frameworks.py`): OpenInference's
-  structured contents (`llm.output_messages.0.message.contents.N.message_content.text`,
-  smolagents), `output.value` as a chat message dict or a list of them (smolagents, the
-  OpenAI Agents SDK), as a Responses-API response or a list of them (the Agents SDK's
-  response spans and streamed generation spans; logprobs on their `output_text` parts).
-- Our own: any span may carry `tps.forecasts` (a JSON object {predictor: p}) to report
-  precomputed forecasts for a step, and a root may carry `tps.trajectory_id`,
-  `tps.stop_reason`, `tps.horizon`, `tps.outcome` to override what is inferred.
-
-Only `is_llm_span` runs on the agent's path (in `on_end`); the rest runs on the capture
-worker, where decoding a few kilobytes of JSON costs nothing the agent waits for.
+Dialects read: OpenInference (`openinference.span.kind`, `llm.output_messages.*`, the raw result as
+JSON in `output.value`, run metadata as JSON in `metadata`); the OpenTelemetry GenAI conventions
+(`gen_ai.operation.name`, `gen_ai.output.messages`, Traceloop association properties); other
+frameworks' shapes (`agent_frameworks.py`); and our own `tps.forecasts`, `tps.trajectory_id`,
+`tps.stop_reason`, `tps.horizon`, `tps.outcome`, which override what is inferred.
 """
 
 from __future__ import annotations
@@ -107,13 +90,11 @@ def events_of(span: Any) -> Sequence[Any]:
 
 
 def _is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
-    """`isinstance(value, Mapping)`, with the plain dict that JSON decodes to decided without the
-    ABC machinery (~0.1 against ~0.3 us; a step's reading asks ~15 times)."""
+    """`isinstance(value, Mapping)`, a plain dict decided without the ABC machinery (asked ~15 times a step)."""
     return type(value) is dict or isinstance(value, Mapping)
 
 
 def _is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
-    """`isinstance(value, Sequence)`, a plain list decided first (as `_is_map`)."""
     return type(value) is list or isinstance(value, Sequence)
 
 
@@ -149,11 +130,8 @@ _PAUSE_GC_ABOVE = 8192
 
 
 def _output_json(value: Any) -> Any:
-    """`_json` for a model's output (up to ~100 KB with logprobs: its decoding is most of a step's
-    cost on this path). orjson decodes it ~2x faster; what orjson refuses (NaN, Infinity, numbers
-    beyond float range, lone surrogates) goes to `json`, as before. The one other difference, an
-    integer beyond 64 bits but within float range read as that float, gives the same logprobs
-    and confidences (both are read as floats there, correctly rounded either way)."""
+    """`_json` for a model's output (most of a step's cost): orjson, with what it refuses (NaN,
+    Infinity, lone surrogates) left to `json`."""
     if not isinstance(value, str):
         return value
     if len(value) < _PAUSE_GC_ABOVE:
@@ -321,13 +299,9 @@ def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
 
 
 def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
-    """One model call's raw output, from whichever dialect the span speaks.
-
-    A large `output.value` (a response with logprobs) is decoded with the cyclic GC paused and
-    its logprobs are turned into arrays (`parse_logprobs`) before the pause ends, so the ~2,600
-    decoded dicts are freed by reference counting without a collection ever scanning them
-    (capture/gc_pause.py). Logprobs the parser rejects are kept as they are: the extractor then
-    rejects and counts them as it always did."""
+    """One model call's raw output, from whichever dialect the span speaks. A large `output.value` is
+    decoded with the cyclic GC paused and its logprobs parsed before the pause ends, so its decoded
+    dicts are freed by reference counting, never scanned (capture/gc_pause.py)."""
     value = attributes.get(OI_OUTPUT_VALUE)
     if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):
         return _read_llm_step(attributes, parse=False)
@@ -488,24 +462,16 @@ def classify_root(
 
 
 def classify_run(
-    root: Any,
-    attributes: Mapping[str, Any],
-    failed: bool,
-    tool_failed: bool,
-    failures: Sequence[Any],
-    last_call: Any = None,
+    root: Any, attributes: Mapping[str, Any], failed: bool, steps: Sequence[Any], failures: Sequence[Any]
 ) -> tuple[tuple[StopReason, str], Any]:
     """(stop reason, detail) of a trajectory and the step budget its spans state (None if none).
 
-    root: the root span (attributes already completed, see the processor); failures: the
-    trace's other spans that ended in ERROR; last_call: the run's last model call to end.
-    A root that looks clean is still a budget stop when an agent span under it records one
-    and no model call ended after it (the OpenAI Agents SDK's workflow root stays OK while
-    its agent span ends with "Max turns exceeded"; a nested agent whose budget stop the run
-    survived is not the run's stop), or when the last model call is a direct child of a
-    smolagents agent root (its final answer forced by max_steps, see
-    `agent_frameworks.forced_final_answer`). The stated limit: the budget message's number,
-    else a framework's budget attribute on the root (smolagents.max_steps)."""
+    attributes: the root's, completed (`root_attributes`); failures: the trace's other spans that
+    ended in ERROR. A clean-looking root is still a budget stop when an agent span under it records
+    one after the last model call ended (the OpenAI Agents SDK's "Max turns exceeded"), or when the
+    last call is a direct child of a smolagents root (`agent_frameworks.forced_final_answer`)."""
+    tool_failed = tool_failed_last(steps, failures)
+    last_call: Any = max(steps, key=lambda s: s.end_time or 0, default=None)
     root_events = events_of(root)
     observed = classify_root(attributes, root_events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
@@ -577,15 +543,28 @@ def root_attributes(root: Any, child: Any) -> Mapping[str, Any]:
     return {**attrs_of(child), **attrs}
 
 
-def named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
-    """The trajectory id the attributes (and their run metadata) name; None for none, or a blank one."""
+def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[str | None, dict[str, Any], bool]:
+    """The trajectory id the run names (its root's, else its first model call's; a blank one is none),
+    its run metadata, and whether it named only a blank id ("" from an unfilled template)."""
+    metadata = run_metadata(root_attrs)  # decoded once: the id is read from it
+    tid = _named_id(root_attrs, metadata)
+    if tid is None:
+        for span in steps:
+            span_attrs = attrs_of(span)
+            span_metadata = run_metadata(span_attrs)
+            tid = _named_id(span_attrs, span_metadata)
+            if tid is not None:
+                metadata = {**span_metadata, **metadata}
+                break
+    blank = tid is None and any(
+        trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps))
+    )
+    return tid, metadata, blank
+
+
+def _named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
     tid = trajectory_id_in(attributes, metadata)
     return tid if tid is not None and tid.strip() else None
-
-
-def blank_id(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> bool:
-    """Whether the run names a trajectory id that is empty or blank."""
-    return any(trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps)))
 
 
 def parser_failures(steps: Sequence[Any], failures: Sequence[Any]) -> set[int]:
