@@ -71,9 +71,6 @@ DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without any callback before a run is fi
 _STREAM_ENTRY_LIMIT = 100_000  # streamed logprob entries kept per model call
 
 
-# ---------------------------------------------------------------- the handler
-
-
 @dataclass
 class _Run:
     """A trajectory's LangChain side: its run ids and the model output awaiting its verdict."""
@@ -153,8 +150,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         # Runs whose stream was closed without a budget: a declare_stop after the break names the fix.
         self._closed_streams: OrderedDict[str, None] = OrderedDict()
 
-    # ------------------------------------------------------------------ public API
-
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
         """Fix a trajectory's stop reason; a trajectory with no root run (a hand-written loop) is
         finished now. An unknown reason raises ValueError (your code calls this, not the agent)."""
@@ -217,7 +212,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             with self._lock:
                 still_open = self._open_runs()
             for run in still_open:
-                self._end(run, outputs=None, error=None, abandoned=why)
+                self._abandon(run, why)
             return len(still_open)
         except Exception as exc:
             self._fail("close", exc)
@@ -239,37 +234,23 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """Open trajectories, paused ones included."""
         return len(self._by_tid)
 
-    def sweep(self, now: float | None = None) -> int:
-        """Finish as capture_lost the runs idle for idle_timeout s (a paused run is not idle) and the runs
-        paused for pause_timeout s; how many. Called on its own at most every second as runs start."""
-        now = self._clock() if now is None else now
+    def _take_idle(self, now: float) -> list[_Run]:
         lifetimes = self._lifetimes
-        idle: list[_Run] = []
-        with self._lock:
-            self._last_sweep = now
-            if lifetimes.idle_timeout is not None:
-                idle = [
-                    r
-                    for r in self._open_runs()
-                    if lifetimes.idle(r.last_seen, now) and (r.root is not None or not lifetimes.is_paused(r.state.tid))
-                ]
-                lifetimes.expire(now)
-            expired = lifetimes.expired(now)
-        for run in idle:
-            self._end(run, outputs=None, error=None, abandoned="idle")
-        for run in expired:
-            self._end(run, outputs=None, error=None, abandoned="pause_timeout")
-        return len(idle) + len(expired)
+        if lifetimes.idle_timeout is None:
+            return []
+        return [
+            r
+            for r in self._open_runs()
+            if lifetimes.idle(r.last_seen, now) and (r.root is not None or not lifetimes.is_paused(r.state.tid))
+        ]
 
-    # ------------------------------------------------------------------ bookkeeping (under the lock)
+    def _abandon(self, run: _Run, why: str) -> None:
+        self._end(run, outputs=None, error=None, abandoned=why)
 
     def _trajectory_id(self, metadata: Mapping[str, Any] | None) -> str | None:
         """The id the run's metadata names; None for none, or an empty / blank one."""
         wanted = metadata.get(self.trajectory_id_key) if isinstance(metadata, Mapping) else None
-        if wanted is None:
-            return None
-        tid = str(wanted)
-        return tid if tid.strip() else None
+        return str(wanted) if wanted is not None and str(wanted).strip() else None
 
     def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None, now: float) -> None:
         """The trajectory a new chain run belongs to: its parent's, a paused one it resumes, or a new one."""
@@ -329,24 +310,13 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if run is not None and run.state.pending is not None:
             run.state.pending_malformed = True
 
-    # ------------------------------------------------------------------ chain events
-
     @never_raises("on_chain_start")
-    def on_chain_start(
-        self,
-        serialized: dict[str, Any] | None,
-        inputs: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_chain_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         if self._late(parent_run_id, child=run_id):
             return
         now = self._clock()
         with self._lock:
-            self._open(run_id, parent_run_id, metadata, now)
+            self._open(run_id, parent_run_id, kwargs.get("metadata"), now)
             crowded = len(self._by_tid) > self.max_open
         if crowded:
             self._warn_crowded(
@@ -404,8 +374,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             with self._lock:
                 self._mark_malformed(run_id)
 
-    # ------------------------------------------------------------------ model events
-
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         if self._late(parent_run_id, child=run_id):
             return  # a model call of a run finished early: never a new trajectory of its own
@@ -439,30 +407,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 budget.calls += 1
 
     @never_raises("on_chat_model_start")
-    def on_chat_model_start(
-        self,
-        serialized: dict[str, Any] | None,
-        messages: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._llm_start(run_id, parent_run_id, metadata)
+    def on_chat_model_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._llm_start(run_id, parent_run_id, kwargs.get("metadata"))
 
     @never_raises("on_llm_start")
-    def on_llm_start(
-        self,
-        serialized: dict[str, Any] | None,
-        prompts: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._llm_start(run_id, parent_run_id, metadata)
+    def on_llm_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._llm_start(run_id, parent_run_id, kwargs.get("metadata"))
 
     @never_raises("on_llm_new_token")
     def on_llm_new_token(self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
@@ -509,18 +459,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         if run is None:
             self._late(run_id)
 
-    # ------------------------------------------------------------------ tool events
-
     @never_raises("on_tool_start")
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any] | None,
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_tool_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         if self._late(parent_run_id, child=run_id):
             return
         with self._lock:
@@ -549,8 +489,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 run.state.tool_failed()
         if run is None:
             self._late(run_id)
-
-    # ------------------------------------------------------------------ the end of a trajectory
 
     def _end(self, run: _Run, outputs: Any, error: BaseException | None, abandoned: str | None = None) -> None:
         state = run.state

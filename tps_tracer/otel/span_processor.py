@@ -135,8 +135,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._start_job = self._track_start
         self._end_job = self._track_end
 
-    # ------------------------------------------------------------------ public API
-
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
         """End a trajectory of root-level model calls grouped by `tps_trajectory_id` (a plain loop), on the
         worker after every span handed off before. An unknown reason raises ValueError."""
@@ -165,11 +163,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             paused = self._lifetimes.paused()
             for state in paused:
                 self._lifetimes.unpause(state.tid)
-        self._finish_paused(paused, why)
-        for trace_id, st in leftover:
-            self._finish_early(trace_id, st, why)
-        for g in grouped:
-            self.feeder.call(functools.partial(self._end_grouped, g, abandoned=why), "finish")
+        for run in (*paused, *leftover, *grouped):
+            self._abandon(run, why)
         return len(paused) + len(leftover) + len(grouped)
 
     def _forget_open(self) -> int:
@@ -182,8 +177,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     def n_open(self) -> int:
         """Open traces and trajectories, paused ones included."""
         return len(self._traces) + len(self._grouped) + self._lifetimes.n_paused
-
-    # ------------------------------------------------------------------ the agent's path
 
     @never_raises("on_start")
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -204,8 +197,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
                 st = self._traces[trace_id] = _Trace(last_seen=self._clock())
             if st is not None:
                 st.lost = st.lost or "queue_full"
-
-    # ------------------------------------------------------------------ the worker: per-span bookkeeping
 
     @never_raises("on_start")
     def _track_start(self, span: ReadableSpan) -> None:
@@ -299,39 +290,30 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         st.generation += 1
         return done
 
-    # ------------------------------------------------------------------ bounded memory
-
-    def sweep(self, now: float | None = None) -> int:
-        """Finish traces and grouped trajectories idle for idle_timeout s and runs paused for pause_timeout
-        s (abandoned); a trace whose root ended is finished ROOT_ENDED_GRACE s after its last span event."""
-        now = self._clock() if now is None else now
-        idle: list[tuple[int, _Trace]] = []
-        idle_groups: list[_Grouped] = []
-        lifetimes = self._lifetimes  # paused runs are not in _traces: never idle
+    def _take_idle(self, now: float) -> list[Any]:
+        """Idle traces and grouped trajectories; a trace whose root ended, ROOT_ENDED_GRACE s after its
+        last span event (paused runs are not in _traces: never idle)."""
+        lifetimes = self._lifetimes
         grace = tighter(ROOT_ENDED_GRACE, lifetimes.idle_timeout) or ROOT_ENDED_GRACE
-        with self._lock:
-            self._last_sweep = now
-            for trace_id, st in list(self._traces.items()):
-                if lifetimes.idle(st.last_seen, now) or (st.root is not None and now - st.last_seen >= grace):
-                    idle.append((trace_id, self._traces.pop(trace_id)))
-                    lifetimes.remember_gone([trace_id], now)
-            if lifetimes.idle_timeout is not None:
-                lifetimes.expire(now)
-                for tid, g in list(self._grouped.items()):
-                    if lifetimes.idle(g.last_seen, now):
-                        idle_groups.append(self._grouped.pop(tid))
-            expired = lifetimes.expired(now)
-        for trace_id, st in idle:
-            self._finish_early(trace_id, st, "idle")
-        for g in idle_groups:
-            self.feeder.call(functools.partial(self._end_grouped, g, abandoned="idle"), "finish")
-        self._finish_paused(expired, "pause_timeout")
-        return len(idle) + len(idle_groups) + len(expired)
+        idle: list[Any] = []
+        for trace_id, st in list(self._traces.items()):
+            if lifetimes.idle(st.last_seen, now) or (st.root is not None and now - st.last_seen >= grace):
+                idle.append((trace_id, self._traces.pop(trace_id)))
+                lifetimes.remember_gone([trace_id], now)
+        if lifetimes.idle_timeout is not None:
+            idle += [
+                self._grouped.pop(tid) for tid, g in list(self._grouped.items()) if lifetimes.idle(g.last_seen, now)
+            ]
+        return idle
 
-    def _finish_paused(self, paused: list[TrajectoryState], why: str) -> None:
-        for state in paused:
+    def _abandon(self, run: Any, why: str) -> None:
+        if isinstance(run, tuple):
+            self._finish_early(run[0], run[1], why)
+        elif isinstance(run, _Grouped):
+            self.feeder.call(functools.partial(self._end_grouped, run, abandoned=why), "finish")
+        else:  # paused
             self.feeder.call(
-                functools.partial(self.tracker.finish, state, (StopReason.OTHER, "paused"), abandoned=why), "finish"
+                functools.partial(self.tracker.finish, run, (StopReason.OTHER, "paused"), abandoned=why), "finish"
             )
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
@@ -344,8 +326,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if abandoned is None and st.open > 0:
             self.health.count("ignored", "unended_spans", n=st.open)
         self.feeder.call(lambda: self._finish(trace_id, st, abandoned=abandoned), "finish")
-
-    # ------------------------------------------------------------------ the worker: spans -> a trajectory
 
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
         abandoned = abandoned or st.lost
@@ -415,8 +395,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             return
         step = sr.read_llm_step(attrs_of(span))
         self.tracker.model_call(state, step.raw, step.malformed or marked_malformed)
-
-    # ------------------------------------------------------------------ trajectories without an agent span
 
     def _add_to_group(self, tid: str, trace_id: int, span: ReadableSpan, metadata: Mapping[str, Any]) -> None:
         with self._lock:

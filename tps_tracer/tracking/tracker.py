@@ -480,6 +480,31 @@ class TrackedAdapter:
     def _forget_open(self) -> int:
         raise NotImplementedError
 
+    def _take_idle(self, now: float) -> list[Any]:
+        """Under the lock: take out the open (not paused) runs idle at `now`."""
+        raise NotImplementedError
+
+    def _abandon(self, run: Any, why: str) -> None:
+        """Finish a run taken out early (idle, or paused too long), abandoned (`why`)."""
+        raise NotImplementedError
+
+    def sweep(self, now: float | None = None) -> int:
+        """Finish the runs idle for idle_timeout s (a paused run is not idle) and the runs paused for
+        pause_timeout s, abandoned; how many. Called on its own at most every second as events come."""
+        now = self._clock() if now is None else now
+        lifetimes = self._lifetimes
+        with self._lock:
+            self._last_sweep = now
+            idle = self._take_idle(now)
+            if lifetimes.idle_timeout is not None:
+                lifetimes.expire(now)
+            expired = lifetimes.expired(now)
+        for run in idle:
+            self._abandon(run, "idle")
+        for run in expired:
+            self._abandon(run, "pause_timeout")
+        return len(idle) + len(expired)
+
     def _warn_crowded(self, message: str, limit: int) -> None:
         if not self._warned_open:
             self._warned_open = True
