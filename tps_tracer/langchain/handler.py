@@ -1,15 +1,10 @@
 """`TPSCallbackHandler`: LangChain's callbacks translated into the trajectory core's calls
-(`tps_tracer/tracking/tracker.py` decides steps, repairs, stops, horizons and outcomes).
+(`tracking/tracker.py`; what a run says: `run_reading.py`).
 
-    handler = TPSCallbackHandler(Accumulator(sink="runs.jsonl"))
-    agent.invoke(inputs, config={"callbacks": [handler], "metadata": {"tps_trajectory_id": "task-17"}})
-    handler.record_outcome("task-17", success=True)
-
-A trajectory is the root run of an invocation (id: its `tps_trajectory_id` metadata, else the root
-run id); a nested run naming another id is a trajectory of its own; model calls outside any run but
-naming an id (a hand-written loop) form one that `declare_stop` ends. A model call's output is
-decided when the next call starts or the run ends, since a parser may still reject it. Not
-`run_inline`: an inline handler changes what other callbacks receive (langchain issue 39633).
+A trajectory is the root run of an invocation (id: its `tps_trajectory_id` metadata, else the root run
+id); a nested run naming another id is one of its own; model calls outside any run naming an id (a
+hand-written loop) form one that `declare_stop` ends. Not `run_inline`: an inline handler changes
+what other callbacks receive (langchain issue 39633).
 """
 
 from __future__ import annotations
@@ -38,14 +33,17 @@ from tps_tracer.langchain.run_reading import (
     StreamBudget,
     budget_trajectory_id,
     check_max_steps,
+    chunk_logprobs,
     current_span_ids,
     exception_names,
     final_message,
+    final_text,
     instrumentor_span_ids,
     is_parse_failure,
     llm_output,
     n_entries,
     observed_stop,
+    record_extra,
 )
 from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
@@ -54,7 +52,6 @@ from tps_tracer.tracking.keys import (
     INTERNAL_CALL_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
-    RUN_ID_KEY,
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
@@ -111,33 +108,13 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         clock: Callable[[], float] = time.monotonic,
         verbal_scale: str | None = None,
     ):
-        """grader: called off the agent's path with a clean run's final output; its verdict is the
-        outcome. horizon: every run's step budget (a run's `tps_horizon` overrides it), the horizon
-        of a max_steps you declare. calibration: {predictor: map}, adding "<predictor>+cal".
-        repair_budget: None follows the agent's own retries; an integer imposes a harness budget.
-        verbal_scale: the scale of bare stated confidences ("percent", "0-1", "1-10", "1-5"; a run's
-        `tps_verbal_scale` overrides it). background=False applies everything in the callback thread.
-        A run paused by interrupt() waits for its resume (same thread or trajectory id) up to
-        `pause_timeout` s; a run with no callback for `idle_timeout` s is finished as capture_lost.
-        Open runs are never evicted: more than `max_open` only warns, as a run cut short biases
-        every score. A full capture queue holds the caller back up to `max_block` s."""
-        self._track(
-            accumulator,
-            idle_timeout,
-            pause_timeout,
-            clock,
-            source="langchain",
-            repair_budget=repair_budget,
-            horizon=horizon,
-            grader=grader,
-            extractor=extractor,
-            calibration=calibration,
-            capture_content=capture_content,
-            background=background,
-            max_queue_size=max_queue_size,
-            max_block=max_block,
-            verbal_scale=verbal_scale,
-        )
+        """grader: grades a clean run's final output off the agent's path. horizon: every run's step
+        budget (`tps_horizon` overrides it). calibration: {predictor: map}, adding "<predictor>+cal".
+        repair_budget: None follows the agent's own retries. verbal_scale: the scale of bare stated
+        confidences ("percent", "0-1", "1-10", "1-5"; `tps_verbal_scale` overrides it). A paused run
+        waits up to `pause_timeout` s, an idle one `idle_timeout` s; more than `max_open` open runs
+        only warns (a run cut short biases every score). A full queue holds the caller up to `max_block` s."""
+        self._track("langchain", locals())  # the constructor arguments, by name
         self.accumulator = accumulator
         self.max_open = max_open
         self._sweep_every = 1.0 if self.idle_timeout is None else min(1.0, self.idle_timeout / 4)
@@ -416,20 +393,11 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_llm_new_token")
     def on_llm_new_token(self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
-        # Streamed chunks carry one logprobs entry each: kept in case the final result has fewer tokens
-        # (none, or only the last chunk's, as LangGraph's v3 stream events do).
-        lp = kwargs.get("logprobs")
-        if lp is None and chunk is not None:
-            lp = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
-            if lp is None:
-                message = getattr(chunk, "message", None)
-                lp = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+        lp = chunk_logprobs(kwargs.get("logprobs"), chunk)
         if lp and run_id in self._runs:
-            entries = lp.get("content") if isinstance(lp, Mapping) else lp
-            if isinstance(entries, list) and entries:
-                kept = self._streamed.setdefault(run_id, [])
-                if len(kept) < _STREAM_ENTRY_LIMIT:
-                    kept.extend(entries)
+            kept = self._streamed.setdefault(run_id, [])
+            if len(kept) < _STREAM_ENTRY_LIMIT:
+                kept.extend(lp)
 
     @never_raises("on_llm_end")
     def on_llm_end(
@@ -515,9 +483,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     self._closed_streams.popitem(last=False)
         md = state.metadata
         observed, stopped_by = observed_stop(outputs, error, tool_failed, budget)
-        last = final_message(outputs) if self.tracker.capture_content else None
-        text = last if isinstance(last, str) else getattr(last, "text", None)
-        thread = md.get("thread_id")  # LangGraph's checkpointer thread: where the run can be resumed
         decision = self.tracker.finish(
             state,
             observed,
@@ -526,14 +491,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             stopped_by=stopped_by,
             outcome_label=md.get(OUTCOME_KEY),
             final_output=final_message(outputs) if self.tracker.grader is not None else None,
-            final_text=text if isinstance(text, str) else None,
-            extra={
-                **(run.trace_ids or {}),
-                # the root run of the invocation that ended the run (a resumed run's last one)
-                **({} if run.root is None else {RUN_ID_KEY: str(run.root)}),
-                **({} if thread is None else {"thread_id": str(thread)}),
-            }
-            or None,
+            final_text=final_text(outputs) if self.tracker.capture_content else None,
+            extra=record_extra(run.trace_ids, run.root, md.get("thread_id")),
         )
         if decision is not None:
             self.last_trajectory_id = state.tid

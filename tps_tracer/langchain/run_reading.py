@@ -18,6 +18,7 @@ from tps_tracer.capture.raw_step import RawStep
 from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, classify_exception_names, is_budget_text
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import RUN_ID_KEY
 
 TRACE_ID_KEY, SPAN_ID_KEY = "otel_trace_id", "otel_span_id"  # the span processor's names, so records join traces
 
@@ -191,3 +192,34 @@ def check_max_steps(max_steps: Any) -> int:
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
     return max_steps
+
+
+def final_text(outputs: Any) -> str | None:
+    last = final_message(outputs)
+    text = last if isinstance(last, str) else getattr(last, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
+    """A streamed chunk's logprob entries (one each), kept in case the final result has fewer tokens
+    (none, or only the last chunk's, as LangGraph's v3 stream events do)."""
+    if logprobs is None and chunk is not None:
+        logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
+        if logprobs is None:
+            message = getattr(chunk, "message", None)
+            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+    if not logprobs:
+        return None
+    entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
+    return entries if isinstance(entries, list) and entries else None
+
+
+def record_extra(trace_ids: dict[str, str] | None, root: Any, thread: Any) -> dict[str, Any] | None:
+    """What the handler adds to a record: the OTel span it joins, the root run of the invocation that
+    ended it (a resumed run's last one), LangGraph's checkpointer thread (where it can be resumed)."""
+    extra: dict[str, Any] = dict(trace_ids or {})
+    if root is not None:
+        extra[RUN_ID_KEY] = str(root)
+    if thread is not None:
+        extra["thread_id"] = str(thread)
+    return extra or None

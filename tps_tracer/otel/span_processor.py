@@ -1,15 +1,8 @@
-"""`TPSSpanProcessor`: OpenTelemetry spans translated into the trajectory core's calls
-(`tps_tracer/tracking/tracker.py`; what spans say is read by `span_reading.py`).
-
-    processor = TPSSpanProcessor(Accumulator(sink="runs.jsonl"))
-    provider.add_span_processor(processor)  # beside your exporter; instrument with OpenInference / GenAI semconv
-
-A trajectory is the spans under a local root (or the span `root_matcher` picks); its id is the run's
-`tps_trajectory_id` metadata or `tps.trajectory_id` attribute, else the trace id. Its steps are its LLM
-spans in start order; its stop comes from the root's end. Root-level model calls of a plain loop that
-name one id form one trajectory, ended by `declare_stop`. A root that ends before its children is
-finished when the last ends, or ROOT_ENDED_GRACE s after its last span event (asyncio cancellation
-leaves a model span open forever). on_start / on_end only hand the span to the capture worker.
+"""`TPSSpanProcessor`: OpenTelemetry spans translated into the trajectory core's calls (what spans say:
+`span_reading.py`). A trajectory is the spans under a local root (or the span `root_matcher` picks);
+root-level model calls naming one trajectory id form one, ended by `declare_stop`. A root that ends
+before its children is finished when the last ends, or ROOT_ENDED_GRACE s after its last span event
+(asyncio cancellation leaves a model span open forever). on_start / on_end only hand the span to the worker.
 """
 
 from __future__ import annotations
@@ -97,10 +90,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         max_block: float = DEFAULT_MAX_BLOCK,
         verbal_scale: str | None = None,
     ):
-        """capture=False only records where each trajectory's root span is (`links`), for exporters when
-        the LangChain handler captures. The other options are TPSCallbackHandler's (`tps.horizon`
-        overrides `horizon` too); a trace keeps at most `max_spans_per_trace` spans, and more than
-        `max_open_traces` open traces only warns."""
+        """capture=False only records where each root span is (`links`), for exporters when the handler
+        captures. The other options are TPSCallbackHandler's; more than `max_open_traces` only warns."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
         self.accumulator = accumulator
@@ -115,21 +106,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             accumulator = Accumulator(bootstrap=0)
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
-        self._track(
-            accumulator,
-            idle_timeout,
-            pause_timeout,
-            clock,
-            source="otel",
-            repair_budget=repair_budget,
-            horizon=horizon,
-            extractor=extractor,
-            calibration=calibration,
-            background=background,
-            max_queue_size=max_queue_size,
-            max_block=max_block,
-            verbal_scale=verbal_scale,
-        )
+        self._track("otel", locals())  # the constructor arguments, by name
         self._handoff = self.feeder.handoff(self._dropped)
         # Bound once: a bound method per span would be one more object for the cyclic GC while it waits.
         self._start_job = self._track_start

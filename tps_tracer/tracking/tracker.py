@@ -426,6 +426,10 @@ class TrajectoryTracker:
 
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
+TRACKER_OPTIONS = frozenset(
+    {"repair_budget", "horizon", "grader", "extractor", "calibration", "capture_content", "background"}
+    | {"max_queue_size", "max_block", "verbal_scale"}
+)
 
 
 def never_raises(where: str) -> Callable[[_Method], _Method]:
@@ -453,17 +457,13 @@ class TrackedAdapter:
     _lifetimes: OpenRuns[Any]
     _late_detail = "an event of a run finished early was dropped"
 
-    def _track(
-        self,
-        accumulator: Accumulator,
-        idle_timeout: float | None,
-        pause_timeout: float | None,
-        clock: Callable[[], float],
-        **tracker_options: Any,
-    ) -> None:
-        """Build the tracker and the lifetime rules. The accumulator's own `idle_timeout` still bounds
-        the runs (the tighter of the two): it left its idle sweep to the adapter, not its bound."""
-        self.tracker = TrajectoryTracker(accumulator, **tracker_options)
+    def _track(self, source: str, options: Mapping[str, Any]) -> None:
+        """Build the tracker and the lifetime rules from the adapter's constructor arguments (`options`).
+        The accumulator's own `idle_timeout` still bounds the runs (the tighter of the two)."""
+        accumulator, clock = options["accumulator"], options["clock"]
+        idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
+        names = TRACKER_OPTIONS.intersection(options)
+        self.tracker = TrajectoryTracker(accumulator, source=source, **{k: options[k] for k in names})
         idle = tighter(check_timeout("idle_timeout", idle_timeout), accumulator.idle_timeout)
         self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
         self.idle_timeout = idle
