@@ -22,7 +22,7 @@ import typing
 import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -72,27 +72,19 @@ class ResumeSummary:
 
     def as_dict(self) -> dict[str, Any]:
         ran = self.written + self.grader_errors
-        return {
-            "censored": self.censored,
-            "prefixes": self.prefixes,
-            "without_thread": len(self.without_thread),
-            "without_checkpoint": len(self.without_checkpoint),
-            "branches_per_prefix": self.branches_per_prefix,
-            "already_done": self.already_done,
-            "written": self.written,
-            "stop_reasons": dict(sorted(self.stop_reasons.items())),
-            "grader_errors": self.grader_errors,
-            "grader_error_example": self.grader_error_example,
-            "grader_given_message": self.grader_given_message,
-            "fork_errors": self.fork_errors,
-            "branch_budget": self.branch_budget,
-            "warnings": list(self.warnings),
-            "seconds": round(self.seconds, 3),
-            # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
-            # branches run concurrently; throughput: the call's wall time per branch run.
-            "seconds_per_branch": round(self.branch_seconds / ran, 4) if ran else None,
-            "wall_seconds_per_branch": round(self.seconds / ran, 4) if ran else None,
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "branch_seconds"}
+        out.update(
+            without_thread=len(self.without_thread),
+            without_checkpoint=len(self.without_checkpoint),
+            stop_reasons=dict(sorted(self.stop_reasons.items())),
+            warnings=list(self.warnings),
+            seconds=round(self.seconds, 3),
+        )
+        # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
+        # branches run concurrently; throughput: the call's wall time per branch run.
+        out["seconds_per_branch"] = round(self.branch_seconds / ran, 4) if ran else None
+        out["wall_seconds_per_branch"] = round(self.seconds / ran, 4) if ran else None
+        return out
 
 
 @dataclass(frozen=True)
