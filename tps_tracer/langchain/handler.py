@@ -52,7 +52,6 @@ from tps_tracer.tracking.keys import (
     INTERNAL_CALL_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
-    TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
 from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
@@ -60,8 +59,6 @@ from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
-
-__all__ = ["HORIZON_KEY", "OUTCOME_KEY", "TASK_ID_KEY", "TRAJECTORY_ID_KEY", "TPSCallbackHandler"]
 
 DEFAULT_MAX_OPEN = 10_000  # open runs above which the handler warns (once) that runs may be leaking
 DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without any callback before a run is finished as capture_lost

@@ -455,6 +455,12 @@ class TrackedAdapter:
 
     tracker: TrajectoryTracker
     _lifetimes: OpenRuns[Any]
+    # What each adapter names: finish every open run abandoned (`why`), how many; forget them (a
+    # forked child), how many; take out its open runs idle at `now` (under the lock); abandon one.
+    _finish_open: Callable[..., int]
+    _forget_open: Callable[[], int]
+    _take_idle: Callable[[float], list[Any]]
+    _abandon: Callable[[Any, str], None]
     _late_detail = "an event of a run finished early was dropped"
 
     def _track(self, source: str, options: Mapping[str, Any]) -> None:
@@ -473,20 +479,6 @@ class TrackedAdapter:
         self._lock = threading.Lock()
         at_exit.register_adapter(self)  # a script that never closes still gets its runs recorded
         accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
-
-    def _finish_open(self, why: str, timeout: float | None = None) -> int:
-        raise NotImplementedError
-
-    def _forget_open(self) -> int:
-        raise NotImplementedError
-
-    def _take_idle(self, now: float) -> list[Any]:
-        """Under the lock: take out the open (not paused) runs idle at `now`."""
-        raise NotImplementedError
-
-    def _abandon(self, run: Any, why: str) -> None:
-        """Finish a run taken out early (idle, or paused too long), abandoned (`why`)."""
-        raise NotImplementedError
 
     def sweep(self, now: float | None = None) -> int:
         """Finish the runs idle for idle_timeout s (a paused run is not idle) and the runs paused for
