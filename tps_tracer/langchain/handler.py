@@ -66,9 +66,7 @@ _STREAM_ENTRY_LIMIT = 100_000  # streamed logprob entries kept per model call
 
 
 @dataclass
-class _Run:
-    """A trajectory's LangChain side: its run ids and the model output awaiting its verdict."""
-
+class _Run:  # a trajectory's LangChain side: its run ids and the model output awaiting its verdict
     state: TrajectoryState
     root: UUID | None
     run_ids: list[UUID] = field(default_factory=list)

@@ -58,9 +58,7 @@ class _Trace:
 
 
 @dataclass
-class _Grouped:
-    """A trajectory of root-level model calls from several traces, grouped by their trajectory id."""
-
+class _Grouped:  # a trajectory of root-level model calls from several traces, grouped by their id
     state: TrajectoryState
     links: list[SpanLink] = field(default_factory=list)
     last_seen: float = 0.0
