@@ -1,4 +1,4 @@
-"""One guard for every callback an agent framework calls on an adapter (tracking/adapter.py
+"""One guard for every callback an agent framework calls on an adapter (tracking/tracker.py
 `never_raises`): a failure inside is counted in the adapter's health ledger and never reaches
 the agent."""
 

@@ -28,9 +28,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from tests.cli_support import call
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID
-from tps_tracer.langchain.handler import TPSCallbackHandler
+from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.langchain.resume import resume_continuations
-from tps_tracer.langchain.stream_budget import StreamBudget
+from tps_tracer.langchain.run_reading import StreamBudget
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.records import read_trajectories
 from tps_tracer.sim.agents import prebuilt_react_agent

@@ -1,4 +1,4 @@
-"""otel/span_fields.py: the capture worker reads ended spans through the SDK's own containers.
+"""otel/span_reading.py (attrs_of, events_of): the capture worker reads ended spans through the SDK's own containers.
 
 The SDK's public `attributes` (a mapping proxy whose `get` raises and catches a KeyError per
 absent key) and `events` (a new tuple per access) cost microseconds per question, and the
@@ -20,7 +20,8 @@ from opentelemetry.trace import Status, StatusCode
 from world_check import new_accumulator, sink_records
 
 from tps_tracer.capture.verbal_confidence import VerbalConfidenceExtractor
-from tps_tracer.otel import TPSSpanProcessor, span_fields
+from tps_tracer.otel import TPSSpanProcessor
+from tps_tracer.otel.span_reading import attrs_of, events_of
 
 
 def _ended_span(**attributes):
@@ -34,10 +35,10 @@ def _ended_span(**attributes):
 
 def test_an_sdk_spans_attributes_and_events_are_read_without_copies():
     span = _ended_span(a=1, b="two")
-    attrs = span_fields.attributes(span)
+    attrs = attrs_of(span)
     assert type(attrs) is dict and attrs == {"a": 1, "b": "two"} == dict(span.attributes)
-    assert span_fields.attributes(span) is attrs  # the span's own dict, not a copy per call
-    events = span_fields.events(span)
+    assert attrs_of(span) is attrs  # the span's own dict, not a copy per call
+    events = events_of(span)
     assert [e.name for e in events] == ["exception", "note"] == [e.name for e in span.events]
     assert events[0].attributes["exception.type"] == "ValueError"
 
@@ -45,13 +46,13 @@ def test_an_sdk_spans_attributes_and_events_are_read_without_copies():
 def test_other_span_implementations_are_read_through_their_public_properties():
     # A ReadableSpan built directly (as importers of exported traces do): a plain dict, a tuple.
     plain = ReadableSpan(name="r", attributes={"k": "v"}, events=())
-    assert dict(span_fields.attributes(plain)) == {"k": "v"}
-    assert list(span_fields.events(plain)) == []
+    assert dict(attrs_of(plain)) == {"k": "v"}
+    assert list(events_of(plain)) == []
     duck = SimpleNamespace(attributes={"x": 2}, events=[SimpleNamespace(name="e")])
-    assert span_fields.attributes(duck) == {"x": 2}
-    assert [e.name for e in span_fields.events(duck)] == ["e"]
+    assert attrs_of(duck) == {"x": 2}
+    assert [e.name for e in events_of(duck)] == ["e"]
     empty = SimpleNamespace(attributes=None, events=None)
-    assert span_fields.attributes(empty) == {} and list(span_fields.events(empty)) == []
+    assert attrs_of(empty) == {} and list(events_of(empty)) == []
 
 
 @pytest.fixture

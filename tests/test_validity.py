@@ -16,7 +16,7 @@ import pytest
 from tps_tracer.errors import InputError
 from tps_tracer.online.accumulator import InputChecks
 from tps_tracer.online.jsonl_sink import JsonlSink
-from tps_tracer.tracking.trajectory import whole_number
+from tps_tracer.tracking.tracker import whole_number
 from tps_tracer.validity import horizon, probability
 
 PROBABILITIES = [0.0, 1.0, 0.5, -0.0, 1, 0, np.float32(0.25), np.float64(1.0), np.int64(1), np.int8(0)]

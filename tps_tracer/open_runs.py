@@ -1,30 +1,13 @@
-"""`OpenRuns`: the lifetime rules of a run, shared by the LangChain handler and the span processor.
+"""`OpenRuns`: a run's lifetime rules, shared by the LangChain handler, the span processor and the
+accumulator's live store. Standard library only, below them all (the capture path's import stays light).
 
-What each adapter indexes its runs by is its own (LangChain run ids, OpenTelemetry trace ids);
-when a run stops being open, and what happens to its events afterwards, is decided here:
-
-- **Idle.** A run with no event for `idle_timeout` seconds is finished early (abandoned: idle,
-  capture_lost) by its adapter's sweep; `idle(last_seen, now)` is that test.
-- **Paused is not idle.** A run whose graph stopped at LangGraph's `interrupt()` (its root ended
-  with GraphInterrupt / NodeInterrupt, see `is_interrupt`) is paused: it leaves the adapter's
-  open runs for `paused` here, where no idle sweep looks, and stays until a later run resumes it
-  (`resume`: same trajectory id, else same LangGraph thread id) or the adapter closes. The idle
-  rule closes a run only when nothing can resume it; a paused run's later clean end continues
-  the same trajectory (its steps so far, one record). A pause that names neither a trajectory id
-  nor a thread cannot be resumed, so it is not kept (`pause` returns False: its adapter finishes it).
-- **Paused too long.** A pause nobody answers within `pause_timeout` seconds (default a week:
-  a human's answer may wait out a weekend) is taken out by `expired(now)` and its adapter
-  finishes it (abandoned: pause_timeout), so a service whose approvals are never given keeps
-  a bounded number of runs.
-- **Late events.** The keys of a run finished early are remembered (`remember_gone`, by age:
-  `GONE_MEMORY` idle timeouts, never by count, so a burst cannot push one out early): an event
-  for one is dropped and counted, never allowed to open a new run. `expire(now)` forgets them.
-
-- **Forks.** In a forked child the paused runs and the memory of runs finished early are the
-  parent's: `forget_all` (tps_tracer/at_exit.py) drops them from the child's copy.
-
-Not thread-safe on its own: every call is made under the adapter's lock (the handler's, or the
-span processor's), which also guards the adapter's own indexes.
+- Idle: a run with no event for `idle_timeout` s is finished early (abandoned: idle) by its owner's sweep.
+- Paused is not idle: a run stopped at LangGraph's `interrupt()` waits, out of the idle sweep, for a run
+  naming its trajectory id (else its thread) to resume it, up to `pause_timeout` s (a week by default:
+  an approval may wait out a weekend); one that nothing could resume is not kept.
+- Late events: the keys of runs finished early are remembered for GONE_MEMORY idle timeouts (by age,
+  never by count): an event for one is dropped and counted, never opening a new run.
+Not thread-safe: every call is made under the owner's lock.
 """
 
 from __future__ import annotations
@@ -43,8 +26,7 @@ R = TypeVar("R")
 
 
 def is_interrupt(exception_type: Any) -> bool:
-    """Whether an exception (its class, or the dotted name a span's exception event records) is
-    LangGraph's interrupt, which pauses a run instead of ending it. Anything else: False."""
+    """Whether an exception (its class, or the dotted name a span records) is LangGraph's interrupt."""
     if isinstance(exception_type, str):
         return exception_type.rpartition(".")[2] in INTERRUPTS
     if isinstance(exception_type, type):
@@ -65,8 +47,6 @@ def tighter(*timeouts: float | None) -> float | None:
 
 
 class OpenRuns(Generic[R]):
-    """Paused runs, the idle test and the memory of runs finished early (see the module docstring)."""
-
     def __init__(self, idle_timeout: float | None, pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT):
         self.idle_timeout = idle_timeout
         self.pause_timeout = pause_timeout
@@ -75,12 +55,9 @@ class OpenRuns(Generic[R]):
         self._thread_of: dict[str, str] = {}  # trajectory id -> its thread (to unindex it)
         self._gone: OrderedDict[Hashable, float] = OrderedDict()  # key -> when (oldest first)
 
-    # ------------------------------------------------------------------ paused runs
-
     def pause(self, tid: str, thread: Any, run: R, now: float, *, by_id: bool = True) -> bool:
-        """Keep `run` (trajectory `tid`, LangGraph thread `thread` or None) for its resume, paused at
-        `now`. by_id: whether a later run can name `tid` (False for an id made up from a trace id).
-        False when nothing could resume it (no id a run can name, no thread): the caller finishes it."""
+        """Keep `run` for its resume; by_id: whether a later run can name `tid` (not a trace id's). False
+        when nothing could resume it: the caller finishes it."""
         if not by_id and thread is None:
             return False
         self._paused.pop(tid, None)  # re-inserted: the oldest pause stays first
@@ -101,8 +78,7 @@ class OpenRuns(Generic[R]):
         return self.unpause(tid)
 
     def unpause(self, tid: str, run: R | None = None) -> R | None:
-        """Take trajectory `tid` out of the paused ones (it resumed, or it is being finished); with
-        `run`, only if that is the run paused under `tid` (another run may share its id)."""
+        """Take `tid` out of the paused ones; with `run`, only if that is the run paused under it."""
         kept = self._paused.get(tid)
         if kept is None or (run is not None and kept[0] is not run):
             return None
@@ -119,7 +95,7 @@ class OpenRuns(Generic[R]):
         return [run for run, _ in self._paused.values()]
 
     def expired(self, now: float) -> list[R]:
-        """The runs paused for `pause_timeout` or longer at `now`, taken out (their adapter finishes them)."""
+        """The runs paused for `pause_timeout` or longer, taken out (their owner finishes them)."""
         if self.pause_timeout is None:
             return []
         cutoff = now - self.pause_timeout
@@ -137,8 +113,7 @@ class OpenRuns(Generic[R]):
         return len(self._paused)
 
     def forget_all(self) -> int:
-        """Drop the paused runs and the memory of runs finished early (a forked child's copy: they
-        are the parent's); how many paused runs were dropped."""
+        """A forked child's copy: the paused and gone runs are the parent's; how many paused were dropped."""
         n = len(self._paused)
         self._paused.clear()
         self._threads.clear()
@@ -146,13 +121,8 @@ class OpenRuns(Generic[R]):
         self._gone.clear()
         return n
 
-    # ------------------------------------------------------------------ the idle rule
-
     def idle(self, last_seen: float, now: float) -> bool:
-        """Whether an open (not paused) run last seen at `last_seen` is idle at `now`."""
         return self.idle_timeout is not None and now - last_seen >= self.idle_timeout
-
-    # ------------------------------------------------------------------ late events of runs finished early
 
     def remember_gone(self, keys: Iterable[Hashable], now: float) -> None:
         for key in keys:

@@ -239,7 +239,7 @@ def sample_from_paths(
     inputs: list[Any] = list(paths)
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
-        inputs = [inputs]  # a grading job's resolution lines in a file of their own: one input (records/shards.py)
+        inputs = [inputs]  # a grading job's resolution lines in a file of their own: one input (records/reading.py)
     for k, path in enumerate(inputs):
         tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)
         if len(inputs) > 1:

@@ -41,7 +41,7 @@ class ReportOptions:
     ece_bins: int = DEFAULT_ECE_BINS
     calibrate: str | None = None  # "platt": add cross-fitted "<p>+platt" rows and paired deltas
     calibrator: Calibrator | None = None  # or apply a saved calibrator artifact instead
-    missing: str = DEFAULT_MISSING  # steps without a forecast (scoring/missing_forecasts.py)
+    missing: str = DEFAULT_MISSING  # steps without a forecast (evaluation/rows.py)
 
     def __post_init__(self) -> None:
         check_report_options(self)  # OptionError (a ValueError naming the field)

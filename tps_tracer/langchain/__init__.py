@@ -2,7 +2,7 @@
 
 try:
     from tps_tracer.langchain.handler import TPSCallbackHandler
-    from tps_tracer.langchain.stop_detection import classify_error, classify_output
+    from tps_tracer.langchain.run_reading import classify_error, classify_output
 except ModuleNotFoundError as _exc:
     from tps_tracer.errors import missing_extra
 

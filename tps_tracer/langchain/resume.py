@@ -1,52 +1,12 @@
-"""q_Z from real continuations: resume censored LangGraph runs from their checkpoints.
+"""q_Z from real continuations: resume censored LangGraph runs from their checkpoints M times and
+average the branch outcomes, the paper's direct estimator q_hat_MC = (1/M) sum_m Y^(m).
 
-The exact censored score needs q_Z = P(Y=1 | H_Z) for every run the step budget cut short;
-the paper's direct estimator resumes the stopped prefix M times under the same model,
-harness and stopping rule and averages the branch outcomes (Appendix "q_Z Estimation"):
-
-    q_hat_MC = (1/M) sum_m Y^(m).
-
-With a checkpointer, LangGraph keeps the state of every superstep of a run. For each
-censored record (stop reason max_steps; its thread id is in the record's metadata, put
-there by `TPSCallbackHandler` from the run config), `resume_continuations`:
-
-1. finds the fork point: the newest checkpoint of the run's thread that still had work
-   to do (`next` not empty). For a run that raised GraphRecursionError that is its last
-   checkpoint (the cut step's tool call is pending); for the prebuilt agent's graceful
-   "Sorry, need more steps" it is the checkpoint before that last model call, which the
-   branch makes again. Checkpoints tagged with another trajectory id are skipped, so a
-   thread reused by later runs still forks at this run's prefix;
-2. copies that checkpoint into M new threads (`<thread>#<trajectory id>#branch-<m>`)
-   through the checkpointer itself: the state is copied, nothing is shared. The fork's
-   pending writes are not copied: they are the outputs the cut superstep already produced
-   (e.g. the "Sorry" message), which the branch must produce afresh;
-3. continues each branch with `graph.invoke(None, ...)` under a fresh budget counted from
-   the fork, concurrently (at most `concurrency` at a time). By default (budget=None) the
-   budget is the original run's step limit, the record's `horizon` (model calls; the
-   handler writes it on every max_steps record), enforced by a callback that stops the
-   branch when it starts one model call more (BranchStepBudgetExceeded -> max_steps): a
-   stuck agent cannot run LangGraph's default recursion limit (10,000 supersteps) of paid
-   calls per branch. An explicit `budget` is the branches' `recursion_limit` instead;
-4. takes each branch's stop reason from how it ended (the handler's rules:
-   GraphRecursionError or the budget message is max_steps, malformed output parse_error,
-   ...), grades clean branches' final state with the user's grader, and appends one line
-   per branch to the continuation file `tps-tracer censoring --continuations` reads.
-
-The grader gets what its signature asks for: a first parameter annotated as a message
-(BaseMessage, AIMessage, str) gets the final message, as the handler's grader does;
-otherwise the final state values. An unannotated grader that raises on the state is called
-once more with the final message (the handler's grader reused here), and that is counted
-(`grader_given_message`). Fewer branches than `tps-tracer censoring` needs per prefix
-(DEFAULT_MIN_VALID) warn with the fix, and the warning is in the summary.
-
-The file is the bookkeeping: a branch already in it is never rerun, so an interrupted call
-continues where it stopped. A branch whose grader raised (or returned something that is
-not 0/1) gets no line, is counted, and runs again on the next call; a branch whose fork
-failed (checkpointer error) likewise. Nothing is raised for a branch: the summary counts.
-
-Branch runs carry `tps_branch_of` / `tps_branch` in their run metadata (a callback or a
-simulated model can tell a branch from an original run) and their own thread id, so
-anything seeded by the thread id draws fresh randomness per branch.
+Each branch forks at the newest checkpoint of the run's thread that still had work to do (skipping
+checkpoints tagged with another trajectory id), runs under the original step limit (the record's
+horizon) unless `budget` sets a recursion_limit, and is appended to the continuation file, which is
+the bookkeeping: a branch already in it is never rerun. A grader whose first parameter is annotated
+as a message gets the final message; an unannotated one that raises on the state gets it once more
+(counted: grader_given_message).
 """
 
 from __future__ import annotations
@@ -62,7 +22,7 @@ import typing
 import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -71,7 +31,7 @@ from langchain_core.messages import BaseMessage
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.censoring.continuations import BRANCH_KEY, BRANCH_OF_KEY, DEFAULT_MIN_VALID, ContinuationLog
 from tps_tracer.health import HealthLedger
-from tps_tracer.langchain.stop_detection import classify_error, classify_output, final_message
+from tps_tracer.langchain.run_reading import classify_error, classify_output, final_message
 from tps_tracer.records.jsonl import read_trajectories
 from tps_tracer.records.record_shape import as_outcome
 from tps_tracer.records.schema import TrajectoryRecord
@@ -111,27 +71,19 @@ class ResumeSummary:
 
     def as_dict(self) -> dict[str, Any]:
         ran = self.written + self.grader_errors
-        return {
-            "censored": self.censored,
-            "prefixes": self.prefixes,
-            "without_thread": len(self.without_thread),
-            "without_checkpoint": len(self.without_checkpoint),
-            "branches_per_prefix": self.branches_per_prefix,
-            "already_done": self.already_done,
-            "written": self.written,
-            "stop_reasons": dict(sorted(self.stop_reasons.items())),
-            "grader_errors": self.grader_errors,
-            "grader_error_example": self.grader_error_example,
-            "grader_given_message": self.grader_given_message,
-            "fork_errors": self.fork_errors,
-            "branch_budget": self.branch_budget,
-            "warnings": list(self.warnings),
-            "seconds": round(self.seconds, 3),
-            # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
-            # branches run concurrently; throughput: the call's wall time per branch run.
-            "seconds_per_branch": round(self.branch_seconds / ran, 4) if ran else None,
-            "wall_seconds_per_branch": round(self.seconds / ran, 4) if ran else None,
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "branch_seconds"}
+        out.update(
+            without_thread=len(self.without_thread),
+            without_checkpoint=len(self.without_checkpoint),
+            stop_reasons=dict(sorted(self.stop_reasons.items())),
+            warnings=list(self.warnings),
+            seconds=round(self.seconds, 3),
+        )
+        # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
+        # branches run concurrently; throughput: the call's wall time per branch run.
+        out["seconds_per_branch"] = round(self.branch_seconds / ran, 4) if ran else None
+        out["wall_seconds_per_branch"] = round(self.seconds / ran, 4) if ran else None
+        return out
 
 
 @dataclass(frozen=True)
@@ -208,11 +160,7 @@ def _wants_message(grader: Grader) -> bool | None:
 
 
 class _Saver:
-    """The checkpointer and graph calls, async when the saver supports it, else in threads.
-
-    SqliteSaver (and other sync-only savers) raise NotImplementedError from their async
-    methods; their sync methods are thread-safe, so those calls go through to_thread.
-    """
+    """The checkpointer and graph calls, async when the saver supports it, else (SqliteSaver) in threads."""
 
     def __init__(self, graph: Any, use_async: bool):
         self.graph = graph
@@ -220,12 +168,9 @@ class _Saver:
         self.use_async = use_async
 
     async def fork_point(self, thread: str, trajectory_id: str) -> Any | None:
-        """The newest checkpoint of this run that still had work to do (see the module docstring).
-
-        Walks the thread newest first, one checkpoint per `list(before=..., limit=1)` call,
-        and stops at the first hit: a checkpoint's values are deserialised only when reached
-        (messages with logprobs make that the costly part), and no listing is still open
-        when `get_state` runs (SqliteSaver holds its lock while a listing is iterated)."""
+        """The newest checkpoint of this run that still had work to do, one `list(limit=1)` call at a time:
+        values are deserialised only when reached, and no listing is open when `get_state` runs
+        (SqliteSaver holds its lock while a listing is iterated)."""
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         before = None
         while True:
@@ -493,8 +438,7 @@ T = TypeVar("T")
 
 
 def _sync(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
-    """`fn` (named `aNAME`) as NAME: the same signature and docstring, for a caller outside any
-    event loop."""
+    """`fn` (named `aNAME`) as NAME, for a caller outside any event loop."""
 
     @functools.wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -1,15 +1,7 @@
-"""Evaluation span ids derived from what the span says, so the same score sent twice is one span.
-
-A run's `tps.evaluation` span can be sent live and again later (`tps-tracer export --to otlp`
-after a grade or q_Z arrived, or a plain re-run of the export). A store that keys spans by
-id (Phoenix ignores a span whose id it already holds) keeps one span per id, so the id is
-a hash of the trace id, the exporter's headline settings and what the span reports (the
-run's stop reason, label and headline score): identical content, identical id,
-whichever process sends it; a changed score (a late grade) gets a new id and so a new span.
-
-`DerivedSpanIds` wraps the id generator of the SDK tracer the exporter was given: only a span
-started inside `derived(...)` on the same thread gets a derived id; every other span of that
-tracer keeps the provider's own generator.
+"""Evaluation span ids derived from what the span says (trace id, exporter settings, stop reason,
+label, headline score), so the same score sent twice is one span in a store that keys spans by id
+(Phoenix), and a changed score a new one. Only spans started inside `derived(...)` on the same thread
+get a derived id; every other span keeps the provider's own generator.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
-"""What an ended span says about an agent run: pure functions over span attributes and events.
+"""What ended spans say about an agent run: pure functions over span attributes and events, run on
+the capture worker (only `is_llm_span` runs in `on_end`).
 
-Three attribute dialects are read:
-
-- OpenInference (Arize: openinference-instrumentation-langchain / -openai ...): LLM spans
-  have `openinference.span.kind = "LLM"`, the text in `llm.output_messages.0.message.content`,
-  the first tool call's arguments in `...tool_calls.0.tool_call.function.arguments`, and the
-  raw result as JSON in `output.value` (a LangChain LLMResult with logprobs in
-  `generation_info` / `response_metadata`, or an OpenAI response with `choices[0].logprobs`).
-  Run metadata (e.g. `tps_trajectory_id`) is a JSON object in `metadata`.
-- OpenTelemetry GenAI semantic conventions (OpenLLMetry / Traceloop and others): LLM spans
-  have `gen_ai.operation.name` in {chat, text_completion, generate_content}, the output in
-  `gen_ai.output.messages` (JSON: role + parts) or, older, `gen_ai.completion.0.content`.
-  Run metadata is in `traceloop.association.properties.<key>`.
-- Shapes of other frameworks' LLM spans (see `agent_frameworks.py`): OpenInference's
-  structured contents (`llm.output_messages.0.message.contents.N.message_content.text`,
-  smolagents), `output.value` as a chat message dict or a list of them (smolagents, the
-  OpenAI Agents SDK), as a Responses-API response or a list of them (the Agents SDK's
-  response spans and streamed generation spans; logprobs on their `output_text` parts).
-- Our own: any span may carry `tps.forecasts` (a JSON object {predictor: p}) to report
-  precomputed forecasts for a step, and a root may carry `tps.trajectory_id`,
-  `tps.stop_reason`, `tps.horizon`, `tps.outcome` to override what is inferred.
-
-Only `is_llm_span` runs on the agent's path (in `on_end`); the rest runs on the capture
-worker, where decoding a few kilobytes of JSON costs nothing the agent waits for.
+Dialects read: OpenInference (`openinference.span.kind`, `llm.output_messages.*`, the raw result as
+JSON in `output.value`, run metadata as JSON in `metadata`); the OpenTelemetry GenAI conventions
+(`gen_ai.operation.name`, `gen_ai.output.messages`, Traceloop association properties); other
+frameworks' shapes (`agent_frameworks.py`); and our own `tps.forecasts`, `tps.trajectory_id`,
+`tps.stop_reason`, `tps.horizon`, `tps.outcome`, which override what is inferred.
 """
 
 from __future__ import annotations
@@ -36,14 +19,21 @@ import orjson
 
 from tps_tracer.capture import stop_signals
 from tps_tracer.capture.step_signals import RawStep, gc_paused
-from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
+from tps_tracer.capture.stop_signals import (
+    NOT_TOOL_FAILURES,
+    PARSE_EXCEPTIONS,
+    classify_exception_names,
+    is_budget_text,
+    short_name,
+)
+from tps_tracer.open_runs import is_interrupt
 from tps_tracer.otel import agent_frameworks as fw
-from tps_tracer.otel import span_fields
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
     INTERNAL_CALL_KEY,
     OUTCOME_KEY,
+    PARSE_RETRY_TOOL,
     TASK_ID_KEY,
     TRAJECTORY_ID_KEY,
     VERBAL_SCALE_KEY,
@@ -71,14 +61,39 @@ TPS_OUTCOME = "tps.outcome"
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
+def attrs_of(span: Any) -> Mapping[str, Any]:
+    """The span's attributes as the plain dict the SDK keeps (read only: the span's own storage), else
+    `span.attributes`, whose proxy raises and catches a KeyError per absent key and copies on iteration."""
+    inner = getattr(span, "_attributes", None)
+    if type(inner) is dict:
+        return inner
+    inner = getattr(inner, "_dict", None)
+    if type(inner) is dict:
+        return inner
+    return span.attributes or _EMPTY
+
+
+def events_of(span: Any) -> Sequence[Any]:
+    """An ended span's events (read only): the SDK's deque, a tuple or list as given, else `span.events`
+    (a new tuple per access)."""
+    inner = getattr(span, "_events", None)
+    if type(inner) is tuple or type(inner) is list:
+        return inner
+    dq = getattr(inner, "_dq", None)
+    if dq is not None and hasattr(dq, "maxlen"):
+        return dq
+    return span.events or ()
+
+
 def _is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
-    """`isinstance(value, Mapping)`, with the plain dict that JSON decodes to decided without the
-    ABC machinery (~0.1 against ~0.3 us; a step's reading asks ~15 times)."""
+    """`isinstance(value, Mapping)`, a plain dict decided without the ABC machinery (asked ~15 times a step)."""
     return type(value) is dict or isinstance(value, Mapping)
 
 
 def _is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
-    """`isinstance(value, Sequence)`, a plain list decided first (as `_is_map`)."""
     return type(value) is list or isinstance(value, Sequence)
 
 
@@ -114,11 +129,8 @@ _PAUSE_GC_ABOVE = 8192
 
 
 def _output_json(value: Any) -> Any:
-    """`_json` for a model's output (up to ~100 KB with logprobs: its decoding is most of a step's
-    cost on this path). orjson decodes it ~2x faster; what orjson refuses (NaN, Infinity, numbers
-    beyond float range, lone surrogates) goes to `json`, as before. The one other difference, an
-    integer beyond 64 bits but within float range read as that float, gives the same logprobs
-    and confidences (both are read as floats there, correctly rounded either way)."""
+    """`_json` for a model's output (most of a step's cost): orjson, with what it refuses (NaN,
+    Infinity, lone surrogates) left to `json`."""
     if not isinstance(value, str):
         return value
     if len(value) < _PAUSE_GC_ABOVE:
@@ -286,13 +298,9 @@ def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
 
 
 def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
-    """One model call's raw output, from whichever dialect the span speaks.
-
-    A large `output.value` (a response with logprobs) is decoded with the cyclic GC paused and
-    its logprobs are turned into arrays (`parse_logprobs`) before the pause ends, so the ~2,600
-    decoded dicts are freed by reference counting without a collection ever scanning them
-    (capture/step_signals.py). Logprobs the parser rejects are kept as they are: the extractor then
-    rejects and counts them as it always did."""
+    """One model call's raw output, from whichever dialect the span speaks. A large `output.value` is
+    decoded with the cyclic GC paused and its logprobs parsed before the pause ends, so its decoded
+    dicts are freed by reference counting, never scanned (capture/step_signals.py)."""
     value = attributes.get(OI_OUTPUT_VALUE)
     if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):
         return _read_llm_step(attributes, parse=False)
@@ -453,25 +461,17 @@ def classify_root(
 
 
 def classify_run(
-    root: Any,
-    attributes: Mapping[str, Any],
-    failed: bool,
-    tool_failed: bool,
-    failures: Sequence[Any],
-    last_call: Any = None,
+    root: Any, attributes: Mapping[str, Any], failed: bool, steps: Sequence[Any], failures: Sequence[Any]
 ) -> tuple[tuple[StopReason, str], Any]:
     """(stop reason, detail) of a trajectory and the step budget its spans state (None if none).
 
-    root: the root span (attributes already completed, see the processor); failures: the
-    trace's other spans that ended in ERROR; last_call: the run's last model call to end.
-    A root that looks clean is still a budget stop when an agent span under it records one
-    and no model call ended after it (the OpenAI Agents SDK's workflow root stays OK while
-    its agent span ends with "Max turns exceeded"; a nested agent whose budget stop the run
-    survived is not the run's stop), or when the last model call is a direct child of a
-    smolagents agent root (its final answer forced by max_steps, see
-    `agent_frameworks.forced_final_answer`). The stated limit: the budget message's number,
-    else a framework's budget attribute on the root (smolagents.max_steps)."""
-    root_events = span_fields.events(root)
+    attributes: the root's, completed (`root_attributes`); failures: the trace's other spans that
+    ended in ERROR. A clean-looking root is still a budget stop when an agent span under it records
+    one after the last model call ended (the OpenAI Agents SDK's "Max turns exceeded"), or when the
+    last call is a direct child of a smolagents root (`agent_frameworks.forced_final_answer`)."""
+    tool_failed = tool_failed_last(steps, failures)
+    last_call: Any = max(steps, key=lambda s: s.end_time or 0, default=None)
+    root_events = events_of(root)
     observed = classify_root(attributes, root_events, failed, tool_failed)
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
         return observed, attributes.get(TPS_HORIZON)
@@ -482,10 +482,10 @@ def classify_run(
     if observed[0] is StopReason.CLEAN:
         last_end = (last_call.end_time or 0) if last_call is not None else 0
         for span in failures:
-            span_attrs = span_fields.attributes(span)
+            span_attrs = attrs_of(span)
             if not fw.is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
                 continue
-            found = fw.budget_stop(span_attrs, span_fields.events(span), span.status.description)
+            found = fw.budget_stop(span_attrs, events_of(span), span.status.description)
             if found is not None:
                 limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
                 return (StopReason.MAX_STEPS, found[0]), limit
@@ -506,3 +506,105 @@ def outcome_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) ->
     """An outcome known up front (`tps.outcome`, else `tps_outcome` metadata), unchecked (see `as_outcome`)."""
     value = attributes.get(TPS_OUTCOME)
     return value if value is not None else metadata.get(OUTCOME_KEY)
+
+
+# ---------------------------------------------------------------- a trace's spans read together
+
+
+def tool_failure(span: Any) -> bool:
+    """A tool span that ended in error because the tool failed: not the parser's retry tool, nor a tool
+    cancelled with its run (CancelledError), which did not fail."""
+    attributes = attrs_of(span)
+    if span.name == PARSE_RETRY_TOOL or not is_tool_span(attributes):
+        return False
+    return not {short_name(n) for n in exception_names(events_of(span), attributes)} & NOT_TOOL_FAILURES
+
+
+def interrupted(span: Any) -> bool:
+    """The span recorded LangGraph's interrupt (an `exception` event; the node's status stays OK)."""
+    return any(
+        e.name == "exception" and is_interrupt((e.attributes or {}).get("exception.type")) for e in events_of(span)
+    )
+
+
+def root_attributes(root: Any, child: Any) -> Mapping[str, Any]:
+    """The root's attributes, completed by its last child's when the root records no output
+    (OpenLLMetry's `invoke_agent` root: the run's output and metadata are on `LangGraph.workflow`)."""
+    attrs = attrs_of(root) if root is not None else {}
+    if (
+        root is None
+        or child is None
+        or child.parent is None
+        or child.parent.span_id != root.context.span_id
+        or has_output(attrs)
+    ):
+        return attrs
+    return {**attrs_of(child), **attrs}
+
+
+def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[str | None, dict[str, Any], bool]:
+    """The trajectory id the run names (its root's, else its first model call's; a blank one is none),
+    its run metadata, and whether it named only a blank id ("" from an unfilled template)."""
+    metadata = run_metadata(root_attrs)  # decoded once: the id is read from it
+    tid = _named_id(root_attrs, metadata)
+    if tid is None:
+        for span in steps:
+            span_attrs = attrs_of(span)
+            span_metadata = run_metadata(span_attrs)
+            tid = _named_id(span_attrs, span_metadata)
+            if tid is not None:
+                metadata = {**span_metadata, **metadata}
+                break
+    blank = tid is None and any(
+        trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps))
+    )
+    return tid, metadata, blank
+
+
+def _named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
+    tid = trajectory_id_in(attributes, metadata)
+    return tid if tid is not None and tid.strip() else None
+
+
+def parser_failures(steps: Sequence[Any], failures: Sequence[Any]) -> set[int]:
+    """Indices of model calls whose output a parser then rejected (OutputParserException, "_Exception"):
+    the last call to end before the failure did."""
+    marked: set[int] = set()
+    for f in failures:
+        names = {short_name(n) for n in exception_names(events_of(f), attrs_of(f))}
+        if not names & PARSE_EXCEPTIONS and f.name != PARSE_RETRY_TOOL:
+            continue
+        before = [i for i, s in enumerate(steps) if (s.end_time or 0) <= (f.end_time or 0)]
+        if before:
+            marked.add(before[-1])
+    return marked
+
+
+def enclosing_malformed(steps: Sequence[Any], callers: Mapping[int, Any]) -> set[int]:
+    """Indices of model calls whose enclosing span shows their output malformed or discarded: a parent
+    holding one call records its whole AIMessage (GenAI-semconv LLM spans drop `invalid_tool_calls`);
+    create_agent's model node keeps only its last call and may reject that one too."""
+    marked: set[int] = set()
+    if not callers:
+        return marked
+    per_parent: dict[int | None, list[int]] = {}
+    for i, s in enumerate(steps):
+        per_parent.setdefault(s.parent.span_id if s.parent is not None else None, []).append(i)
+    for pid, calls in per_parent.items():
+        caller = callers.get(pid) if pid is not None else None
+        if caller is None:
+            continue
+        attrs = attrs_of(caller)
+        if is_agent_model_node(attrs):
+            marked.update(calls[:-1])
+            if node_rejected_answer(attrs):
+                marked.add(calls[-1])
+        elif len(calls) == 1 and output_is_invalid_tool_calls(attrs):
+            marked.add(calls[0])
+    return marked
+
+
+def tool_failed_last(steps: Sequence[Any], failures: Sequence[Any]) -> bool:
+    """A tool span failed after the last model call (the run then ended on that failure)."""
+    last_call = max((s.end_time or 0 for s in steps), default=0)
+    return any(tool_failure(f) and (f.end_time or 0) > last_call for f in failures)

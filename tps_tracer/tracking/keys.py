@@ -16,7 +16,7 @@ association properties) and span attributes that tps-tracer reads:
 | -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
 
 Every other JSON-safe scalar the user attaches (e.g. `agent`, `model`) is copied to the
-record's metadata, bounded by the limits below (`tracking/trajectory.py: user_metadata`);
+record's metadata, bounded by the limits below (`tracking/tracker.py: user_metadata`);
 `tps-tracer report --by KEY` splits a report by one of them, and the gate pairs runs on
 `task_id`.
 """

@@ -1,46 +1,53 @@
-"""`TrajectoryTracker`: the framework-free core under both adapters.
+"""The framework-free trajectory core under both adapters: one record per run (`TrajectoryState`),
+the rules that turn model calls into steps and a stop, and what every adapter shares (`TrackedAdapter`).
 
-The LangChain handler and the OpenTelemetry span processor translate their events (callbacks,
-spans) into these calls and nothing more:
-
-    tracker = TrajectoryTracker(accumulator, source="langchain", ...)
-    state = tracker.open("task-17", run_metadata)
-    tracker.model_call(state, raw_step, malformed=False)   # each model call that returned
-    tracker.returned(state, raw_step, malformed=False)     # ... or held until a parser had its say
-    tracker.failed_call(state, failure)                    # each model call that raised
-    tracker.finish(state, observed=(StopReason.CLEAN, ""), budget_label=..., outcome_label=...,
-                   final_output=..., extra={...})          # once, when the run's end is seen
-    tracker.record_outcome("task-17", success=True)        # any time later
-
-It owns the capture worker (extraction off the agent's path), the repair budget, the
-stop-reason precedence and the horizon rule (`trajectory.py`), the outcome rules
-(`records/record_shape.py`), and the health ledger shared with the accumulator.
+The rules:
+- **Steps and repairs** (`decide_call`): well-formed output is a step; malformed output (only invalid
+  tool calls, a parser that rejected it, AgentExecutor's `_Exception` retry, an answer create_agent
+  discarded) is a repair. Parse errors follow the agent's own retries (the paper: malformed output
+  *after the harness's retries*); a `repair_budget` imposes a harness budget: one more malformed output
+  in a row fixes parse_error ("repairs exhausted"). A failed call counts toward the calls made, never
+  as a step; one whose client could not parse the output (JSONDecodeError) is a repair.
+- **Stop precedence** (`decide_stop`): abandoned > a stop fixed during the run (declared, or repairs
+  exhausted) > what the run's end shows. A clean-looking end right after malformed output is
+  parse_error; right after a failed model call, that failure.
+- **The horizon rule** for max_steps: T = max(the budget, a declared horizon, the calls made). A stop
+  the run's end shows takes the budget that stopped it (its stated limit, else the calls it allowed);
+  a declared one takes `tps_horizon`, else the adapter's default. A label that is not a whole number
+  in [1, MAX_HORIZON] is ignored and counted (rejected: invalid_horizon_label).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import RawStep, SignalExtractor
+from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.capture.verbal_confidence import UNDECLARED, check_scale
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.open_runs import OpenRuns, check_timeout, tighter
-from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import VERBAL_SCALE_KEY
-from tps_tracer.tracking.trajectory import (
-    StopDecision,
-    TrajectoryState,
-    decide_stop,
-    record_metadata,
-    run_budget,
-    whole_number,
+from tps_tracer.tracking.keys import (
+    ABANDONED_KEY,
+    FRAMEWORK_PREFIXES,
+    MAX_HORIZON,
+    MAX_KEY_CHARS,
+    MAX_USER_KEYS,
+    MAX_VALUE_CHARS,
+    TASK_ID_KEY,
+    VERBAL_SCALE_KEY,
 )
 from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration, CaptureWorker
+from tps_tracer.validity import horizon as valid_horizon
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
@@ -50,7 +57,204 @@ logger = logging.getLogger("tps_tracer")
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 
 
+@dataclass(frozen=True)
+class FixedStop:
+    """A stop reason fixed before the run ends: declared by the user, or repairs exhausted."""
+
+    reason: StopReason
+    horizon: int | None = None
+    detail: str = "declared"
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    reason: StopReason
+    horizon: int | None  # set for max_steps only
+    detail: str
+    abandoned: str | None = None
+
+
+@dataclass
+class TrajectoryState:
+    """One run's record on the capture side: its calls, steps, stop and the outcomes known so far."""
+
+    tid: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
+    n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
+    calls_started: int = 0  # one still in flight when the run ends (cancelled) was made all the same
+    failed_calls: int = 0
+    repairs: int = 0
+    consecutive_malformed: int = 0
+    ignored_calls: int = 0
+    tool_errors: int = 0
+    last_tool_failed: bool = False  # a tool failed after the last model call
+    last_call_failed: tuple[StopReason, str] | None = None  # the last model call raised: what it said
+    fixed: FixedStop | None = None
+    # The last model call that returned, held until the next call or the run's end (a parser may
+    # still reject it): `TrajectoryTracker.commit`.
+    pending: RawStep | None = None
+    pending_malformed: bool = False
+    texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
+    capture_lost: str | None = None  # why an event of this run never reached the accumulator
+    steps: list[dict[str, float | None]] = field(default_factory=list)  # forecasts, appended on the worker
+    # Outcome / q_Z recorded before the stop, and those the stop carries; guarded by the worker's
+    # lock while `held` (CaptureWorker.resolve).
+    outcome: int | None = None
+    q_z: float | None = None
+    held: bool = False
+    stopping: bool = False
+    stop_outcome: int | None = None
+    stop_q_z: float | None = None
+
+    def lose(self, why: str) -> None:
+        if self.capture_lost is None:
+            self.capture_lost = why
+
+    def call_failed(self, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
+        self.n_calls += 1
+        self.failed_calls += 1
+        self.last_tool_failed = False
+        self.last_call_failed = failure
+
+    def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
+        """Decide a model call that returned; True when it is a step to score."""
+        self.n_calls += 1
+        self.last_tool_failed = False
+        self.last_call_failed = None
+        if self.fixed is not None:
+            self.ignored_calls += 1
+            return False
+        if malformed:
+            self.consecutive_malformed += 1
+            if repair_budget is not None and self.consecutive_malformed > repair_budget:
+                self.fixed = FixedStop(StopReason.PARSE_ERROR, None, "repairs exhausted")
+            else:
+                self.repairs += 1
+            return False
+        self.consecutive_malformed = 0
+        return True
+
+    def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
+        """Fix the stop reason now; the first fixed stop wins."""
+        if self.fixed is None:
+            self.fixed = FixedStop(reason, horizon, detail)
+
+    def tool_failed(self, ended_run: bool = True) -> None:
+        self.tool_errors += 1
+        if ended_run:
+            self.last_tool_failed = True
+
+
+def whole_number(value: Any) -> int | None:
+    """A step budget read from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
+    return valid_horizon(value, labels=True)
+
+
+def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) -> int | None:
+    """The run's step budget: its label if valid, else the default (a bad label counted)."""
+    if label is None:
+        return default
+    budget = whole_number(label)
+    if budget is None:
+        health.count(
+            "rejected",
+            "invalid_horizon_label",
+            f"{tid!r}: step budget {str(label)[:40]!r} is not a whole number in [1, {MAX_HORIZON}]; "
+            "using the calls made",
+        )
+        return default
+    return budget
+
+
+def decide_stop(
+    state: TrajectoryState, observed: tuple[StopReason, str], budget: int | None, abandoned: str | None = None
+) -> StopDecision:
+    """The stop reason and horizon of a finished trajectory (precedence: the module docstring)."""
+    if abandoned is not None:
+        return StopDecision(StopReason.CAPTURE_LOST, None, f"abandoned: {abandoned}", abandoned)
+    if state.fixed is not None:
+        reason, declared_horizon, detail = state.fixed.reason, state.fixed.horizon, state.fixed.detail
+    else:
+        reason, detail = observed
+        declared_horizon = None
+        failed = state.last_call_failed
+        ended_malformed = state.consecutive_malformed > 0 and failed is None
+        if reason is StopReason.CLEAN and failed is not None:
+            reason, detail = failed[0], f"last model call failed: {failed[1] or 'error'}"
+        elif reason is StopReason.CLEAN and ended_malformed:
+            reason, detail = StopReason.PARSE_ERROR, "ended on malformed output"
+        elif reason is StopReason.OTHER and ended_malformed and detail in MALFORMED_CALL_EXCEPTIONS:
+            reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
+    horizon = None
+    if reason is StopReason.MAX_STEPS:
+        horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
+    return StopDecision(reason, horizon, detail)
+
+
+def user_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """The JSON-safe scalars the user attached to the run (bounded), and how many entries were left
+    out; tps_* keys and the frameworks' own (FRAMEWORK_PREFIXES) are skipped silently."""
+    kept: dict[str, Any] = {}
+    dropped = 0
+    for key, value in metadata.items():
+        if isinstance(key, str) and key.startswith(FRAMEWORK_PREFIXES):
+            continue
+        if (
+            len(kept) < MAX_USER_KEYS
+            and isinstance(key, str)
+            and 0 < len(key) <= MAX_KEY_CHARS
+            and id_problem(key) is None
+            and _json_scalar(value)
+        ):
+            kept[key] = value
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def _json_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) < 2**53  # exact as a JSON number in every reader
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= MAX_VALUE_CHARS and id_problem(value or "x") is None
+
+
+def record_metadata(
+    state: TrajectoryState, decision: StopDecision, source: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The record's metadata: the user's scalars, then tps-tracer's keys, which win a clash."""
+    run_md = state.metadata if isinstance(state.metadata, Mapping) else {}
+    md, dropped = user_metadata(run_md)
+    if dropped:
+        md["tps_metadata_dropped"] = dropped
+    md.update(source=source, llm_calls=state.n_calls)
+    task = run_md.get(TASK_ID_KEY)
+    task = run_md.get("task_id") if task is None else task
+    if task is not None:
+        md["task_id"] = str(task)
+    if decision.detail:
+        md["stop_detail"] = decision.detail
+    if decision.abandoned is not None:
+        md[ABANDONED_KEY] = decision.abandoned
+    for key, n in (
+        ("parse_repairs", state.repairs),
+        ("failed_calls", state.failed_calls),
+        ("tool_errors", state.tool_errors),
+        ("ignored_calls", state.ignored_calls),
+    ):
+        if n:
+            md[key] = n
+    if extra:
+        md.update(extra)
+    return md
+
+
 class TrajectoryTracker:
+    """What adapters call: open, model_call / returned + commit, failed_call, finish, record_outcome."""
+
     def __init__(
         self,
         accumulator: Accumulator,
@@ -67,7 +271,6 @@ class TrajectoryTracker:
         max_block: float = DEFAULT_MAX_BLOCK,
         verbal_scale: str | None = None,
     ):
-        # None (the default): parse errors follow the agent's own retries (trajectory.py)
         if repair_budget is not None and (
             not isinstance(repair_budget, int) or isinstance(repair_budget, bool) or repair_budget < 0
         ):
@@ -81,7 +284,7 @@ class TrajectoryTracker:
         self.horizon = horizon
         self.grader = grader
         self.capture_content = capture_content
-        check_scale(verbal_scale)  # a bad scale is the caller's error, raised here
+        check_scale(verbal_scale)
         if verbal_scale is not None:
             if extractor is not None:
                 raise InputError("give verbal_scale to the SignalExtractor passed as `extractor`, not both")
@@ -94,17 +297,8 @@ class TrajectoryTracker:
             max_queue_size=max_queue_size,
             max_block=max_block,
         )
-        # The adapter above decides when its runs end; the accumulator drains this worker's queue
-        # before it snapshots or closes, so nothing that ended is closed as lost.
+        # The accumulator drains this worker's queue before it snapshots or closes: nothing that ended is lost.
         accumulator.leave_lifetimes_to(source, drain=self.worker.flush)
-
-    def lifetimes(self, idle_timeout: float | None, pause_timeout: float | None) -> OpenRuns[Any]:
-        """The adapter's lifetime rules. The accumulator's own `idle_timeout` still bounds the runs
-        (the tighter of the two applies): it left its idle sweep to the adapter, not the bound."""
-        idle = tighter(check_timeout("idle_timeout", idle_timeout), self.accumulator.idle_timeout)
-        return OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
-
-    # ------------------------------------------------------------------ a run's life
 
     def open(self, tid: str, metadata: Mapping[str, Any] | None = None) -> TrajectoryState:
         return TrajectoryState(tid, dict(metadata) if isinstance(metadata, Mapping) else {})
@@ -120,13 +314,11 @@ class TrajectoryTracker:
             self.worker.step(state, raw)
 
     def returned(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
-        """A model call returned that a parser may still reject: held on the run until its next
-        call or its end (`commit`); the one held before it is decided now."""
+        """Hold a returned call a parser may still reject, deciding the one held before it."""
         self.commit(state)
         state.pending, state.pending_malformed = raw, malformed
 
     def commit(self, state: TrajectoryState) -> None:
-        """Decide the held model call: a step, a repair, or the parse error that stops the run."""
         raw = state.pending
         if raw is not None:
             malformed = state.pending_malformed
@@ -134,8 +326,7 @@ class TrajectoryTracker:
             self.model_call(state, raw, malformed)
 
     def _run_scale(self, tid: str, declared: Any) -> str:
-        """The run's `tps_verbal_scale`; an unknown one is counted and reads as undeclared (never
-        as the adapter's scale, which the run meant to override)."""
+        """An unknown `tps_verbal_scale` is counted and reads as undeclared (never as the adapter's)."""
         try:
             return check_scale(declared) or UNDECLARED
         except ValueError as exc:
@@ -143,8 +334,6 @@ class TrajectoryTracker:
             return UNDECLARED
 
     def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
-        """A model call that raised; failure: what its exception says (`classify_failed_call`). One
-        whose output its client could not parse (parse_error) is malformed output: a repair."""
         if failure[0] is StopReason.PARSE_ERROR:
             self.model_call(state, RawStep(None), malformed=True)
         else:
@@ -163,28 +352,22 @@ class TrajectoryTracker:
         final_text: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> StopDecision | None:
-        """Record the finished trajectory; None when it is not one (no model call was made).
+        """Record the finished trajectory; None when no model call was made (not a trajectory).
 
-        observed: the adapter's reading of the run's end. budget_label: the run's step
-        budget as the run states it (metadata / attribute), validated here: the horizon of a
-        stop the user declares. stopped_by: the limit of the budget whose stop `observed` shows
-        (None: the calls it allowed), the horizon of that stop (trajectory.py). outcome_label:
-        an outcome known up front. final_output: what the grader grades (clean runs only)."""
+        budget_label: the step budget the run states (the horizon of a declared stop); stopped_by:
+        the limit of the budget whose stop `observed` shows; outcome_label: an outcome known up
+        front; final_output: what the grader grades (clean runs only)."""
         if state.capture_lost is not None and abandoned is None:
-            abandoned = state.capture_lost  # a step never reached the accumulator: never scored with a hole
+            abandoned = state.capture_lost  # never scored with a hole
         in_flight = state.calls_started - state.n_calls
-        if in_flight > 0:  # cancelled mid-call: a failed call, whose own error event arrives late or never
+        if in_flight > 0:  # cancelled mid-call: a failed call whose error arrives late or never
             state.n_calls += in_flight
             state.failed_calls += in_flight
         if state.n_calls == 0 and abandoned is None:
-            # A run that never called a model (a wrapper chain, a failing tool node, a web
-            # request) is not an agent trajectory: counted, never recorded.
             self.health.count("ignored", "runs_without_model_calls")
             return None
-        # A run finished early before its first model call returned is recorded all the same
-        # (capture_lost, no steps): every run the evaluator saw start leaves one record.
         decision = decide_stop(state, observed, None, abandoned)
-        if decision.reason is StopReason.MAX_STEPS:  # the budgets matter only here
+        if decision.reason is StopReason.MAX_STEPS:
             label = run_budget(budget_label, self.horizon, state.tid, self.health)
             if state.fixed is None:  # the run's own budget stopped it: what it allowed, never the label
                 decision = decide_stop(state, observed, run_budget(stopped_by, None, state.tid, self.health), abandoned)
@@ -199,8 +382,7 @@ class TrajectoryTracker:
             md["step_texts"] = state.texts
             if final_text is not None:
                 md["final_output"] = final_text[:CONTENT_LIMIT]
-        # An outcome known now (a label, or the grader's verdict on the worker) goes out with
-        # the record: one line, no resolution line after it.
+        # An outcome known now goes out with the record: one line, no resolution line after it.
         known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
         grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
         self.worker.stop(state, decision.reason.value, decision.horizon, md, known, grader, final_output)
@@ -213,13 +395,9 @@ class TrajectoryTracker:
             self.health.count("rejected", "invalid_outcome_label", f"{tid!r}: outcome label: {exc}")
             return None
 
-    # ------------------------------------------------------------------ after the run
-
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome (see `as_outcome`) and/or a censored run's q_Z, at any time after the run.
-
-        After the accumulator is closed the outcome can be kept nowhere: refused, counted
-        (rejected: resolve_after_close) and logged each time, never raised (adapters don't)."""
+        """The task's outcome and/or a censored run's q_Z, any time after the run; after the
+        accumulator is closed: refused, counted and logged, never raised."""
         if self.accumulator.closed:
             self.health.count("rejected", "resolve_after_close")
             logger.warning(
@@ -243,3 +421,126 @@ class TrajectoryTracker:
 
     def close(self, timeout: float | None = None) -> None:
         self.worker.close(timeout)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., None])
+TRACKER_OPTIONS = frozenset(
+    {"repair_budget", "horizon", "grader", "extractor", "calibration", "capture_content", "background"}
+    | {"max_queue_size", "max_block", "verbal_scale"}
+)
+
+
+def never_raises(where: str) -> Callable[[_Method], _Method]:
+    """The guard of every callback a framework calls on an adapter: an error inside is counted under
+    `where` and the callback returns None, so capture never breaks the agent it observes."""
+
+    def wrap(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def guarded(self: TrackedAdapter, *args: Any, **kwargs: Any) -> None:
+            try:
+                method(self, *args, **kwargs)
+            except Exception as exc:
+                self._fail(where, exc)
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
+
+
+class TrackedAdapter:
+    """What the LangChain handler and the span processor share: the tracker, the lifetime rules of
+    their runs (tps_tracer/open_runs.py), one lock over their indexes, closing and forking."""
+
+    tracker: TrajectoryTracker
+    _lifetimes: OpenRuns[Any]
+    # What each adapter names: finish every open run abandoned (`why`), how many; forget them (a
+    # forked child), how many; take out its open runs idle at `now` (under the lock); abandon one.
+    _finish_open: Callable[..., int]
+    _forget_open: Callable[[], int]
+    _take_idle: Callable[[float], list[Any]]
+    _abandon: Callable[[Any, str], None]
+    _late_detail = "an event of a run finished early was dropped"
+
+    def _track(self, source: str, options: Mapping[str, Any]) -> None:
+        """Build the tracker and the lifetime rules from the adapter's constructor arguments (`options`).
+        The accumulator's own `idle_timeout` still bounds the runs (the tighter of the two)."""
+        accumulator, clock = options["accumulator"], options["clock"]
+        idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
+        names = TRACKER_OPTIONS.intersection(options)
+        self.tracker = TrajectoryTracker(accumulator, source=source, **{k: options[k] for k in names})
+        idle = tighter(check_timeout("idle_timeout", idle_timeout), accumulator.idle_timeout)
+        self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
+        self.idle_timeout = idle
+        self._clock = clock
+        self._last_sweep = clock()
+        self._warned_open = False
+        self._lock = threading.Lock()
+        at_exit.register_adapter(self)  # a script that never closes still gets its runs recorded
+        accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
+
+    def sweep(self, now: float | None = None) -> int:
+        """Finish the runs idle for idle_timeout s (a paused run is not idle) and the runs paused for
+        pause_timeout s, abandoned; how many. Called on its own at most every second as events come."""
+        now = self._clock() if now is None else now
+        lifetimes = self._lifetimes
+        with self._lock:
+            self._last_sweep = now
+            idle = self._take_idle(now)
+            if lifetimes.idle_timeout is not None:
+                lifetimes.expire(now)
+            expired = lifetimes.expired(now)
+        for run in idle:
+            self._abandon(run, "idle")
+        for run in expired:
+            self._abandon(run, "pause_timeout")
+        return len(idle) + len(expired)
+
+    def _warn_crowded(self, message: str, limit: int) -> None:
+        if not self._warned_open:
+            self._warned_open = True
+            logger.warning(message, limit, self.idle_timeout)
+
+    def _count_late(self) -> None:
+        self.health.count("dropped", "abandoned_run_event", self._late_detail)
+
+    def _close_at_exit(self, timeout: float) -> int:
+        """At interpreter exit (tps_tracer/at_exit.py), unless closed: the open runs abandoned "exit"."""
+        if self.tracker.worker.closed:
+            return 0
+        # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
+        n = 0 if self.tracker.accumulator.closed else self._finish_open(at_exit.ABANDONED_AT_EXIT, timeout)
+        self.tracker.close(timeout)
+        return n
+
+    def _forget_at_fork(self) -> None:
+        """In a forked child: the runs open at the fork are the parent's; this copy forgets them (counted)."""
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+        n = self._forget_open()
+        if n:
+            self.health.count("ignored", "open_at_fork", n=n)
+
+    @property
+    def n_paused(self) -> int:
+        """Runs paused by LangGraph's interrupt, waiting to be resumed."""
+        return self._lifetimes.n_paused
+
+    @property
+    def health(self) -> HealthLedger:
+        """Counts of what was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
+        return self.tracker.health
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Internal errors caught on the agent's path or the worker, by where."""
+        return self.health.category("error")
+
+    @property
+    def feeder(self) -> CaptureWorker:
+        return self.tracker.worker
+
+    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
+        """The task's outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
+        self.tracker.record_outcome(trajectory_id, success, q_z)
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        self.health.count("error", where, f"{where} ({type(exc).__name__}: {exc}); the agent is unaffected")

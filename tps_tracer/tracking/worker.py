@@ -1,40 +1,11 @@
-"""The capture worker: raw model outputs in, forecasts into the accumulator, off the agent's path.
+"""The capture worker: raw model outputs in, forecasts onto the run's record, the finished run into
+the accumulator in one call (`Accumulator.finished`), on one background thread off the agent's path.
 
-Adapters keep references to what the model returned (`RawStep`) and submit them here in
-trajectory order, with the run's record (`TrajectoryState`). Signal extraction (~1 ms for a
-300-token response with top-5 logprobs) runs on one background thread, which appends each
-step's forecasts to the record; when the run's stop is applied, the accumulator receives the
-finished run in one call (`Accumulator.finished`). So a callback on the agent's path costs
-microseconds. Events are applied in the order submitted: a trajectory's steps, then its stop,
-then any outcome recorded later.
-
-Shaped like OpenTelemetry's batch processor:
-- **Bounded, with backpressure, never dropping.** Heavy events (steps, per-span work) wait in
-  a queue of at most `max_queue_size`. When it is full the caller waits (sleeping, so the
-  worker gets the GIL) until there is room: an event loop or a thread pool that outruns
-  the worker is slowed to its pace instead of losing runs, because an evaluator that drops
-  runs scores the survivors. Only if the worker makes no room for `max_block` seconds (it is
-  stuck, e.g. in a grader that hangs) is the event given up: counted (dropped / queue_full)
-  and marked on its run (`TrajectoryState.lose`), which is then recorded as capture_lost, never scored
-  with a hole in it. Control events (stop, outcome, flush) are one per trajectory and
-  are never bounded. `waits` / `waited_seconds` say how often callers were held back.
-- **A shutdown flag.** After `close()` every event is dropped with the reason
-  (dropped / after_close): nothing stays queued to run later.
-- **Fork safe.** A forked child starts with an empty queue and no thread (the parent's
-  queued events are the parent's); the worker restarts on the child's first event, also one
-  put through `handoff` (whose put looks for no thread: its queue starts the worker once).
-
-**One line per run when the outcome is known in time.** A stop carries the outcome known
-when the run ended (a label, the grader's verdict, run on the worker just before the record
-is written), and `resolve()` for a run not yet handed to the accumulator (its first step
-submitted, its stop not yet applied) lands on its record: the record is written with its
-outcome, and no resolution line follows it. An outcome that arrives after the record is
-written is a resolution, as the accumulator defines it.
-
-`flush()` waits until everything submitted so far is applied (call it before a snapshot);
-`close()` flushes and stops the worker. With `background=False` every event is applied in
-the caller's thread (deterministic, for scripts and tests). Errors never reach the agent:
-a failed event is counted (health: error) and logged once.
+Bounded with backpressure, never dropping: when the queue holds `max_queue_size` heavy events the
+caller sleeps until there is room, because an evaluator that drops runs scores the survivors; only
+an event given up after `max_block` seconds is counted (dropped: queue_full) and marks its run
+capture_lost. After `close()` events are dropped (after_close). A forked child starts with an empty
+queue and no thread. An outcome recorded before the run's record is written lands on it (one line).
 """
 
 from __future__ import annotations
@@ -51,10 +22,11 @@ from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
-from tps_tracer.tracking.trajectory import TrajectoryState
+from tps_tracer.tracking.tracker import TrajectoryState
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
+    from tps_tracer.tracking.tracker import TrajectoryState
 
 # A live calibration map per predictor; its output is recorded as "<predictor>+cal".
 Calibration = Mapping[str, Callable[[float], float]]
@@ -63,16 +35,14 @@ APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
 DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is given up (marked lost)
 _HEAVY = frozenset({"step", APPLY})
-# Steps extracted together at most (one numpy pass, ~35 us saved per 300-token step at 4); small,
-# because the worker hands the GIL back only between batches.
+# Steps extracted together at most (one numpy pass); small, as the GIL is handed back only between batches.
 STEP_BATCH = 4
 _NOTHING = object()  # the kinds bounded by the queue (their callers wait for room)
 
 
 class _StartsOnFirstPut(queue.SimpleQueue[Any]):
-    """A forked child's queue until its first event, which starts the child's worker. `handoff`'s
-    put checks no thread (the parent's hottest path stays a size check and a put), so without
-    this the child's spans would wait in the queue for a flush that finds no thread to wait for."""
+    """A forked child's queue until its first event, which starts the child's worker (`handoff`'s put
+    checks no thread: the hottest path stays a size check and a put)."""
 
     def __init__(self, worker: CaptureWorker):
         super().__init__()
@@ -95,7 +65,6 @@ class CaptureWorker:
         calibration: Calibration | None = None,
         background: bool = True,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
-        health: HealthLedger | None = None,
         max_block: float = DEFAULT_MAX_BLOCK,
     ):
         if max_queue_size < 1:
@@ -103,7 +72,7 @@ class CaptureWorker:
         if not max_block >= 0:
             raise InputError(f"max_block must be >= 0 seconds, got {max_block}")
         self.accumulator = accumulator
-        self.health = health if health is not None else getattr(accumulator, "health", None) or HealthLedger()
+        self.health = getattr(accumulator, "health", None) or HealthLedger()
         self.extractor = extractor or SignalExtractor(health=self.health)
         self.calibration = dict(calibration or {})
         self.background = background
@@ -125,7 +94,6 @@ class CaptureWorker:
 
     @property
     def closed(self) -> bool:
-        """Whether `close()` was called (every later event is dropped)."""
         return self._closed
 
     @property
@@ -135,7 +103,7 @@ class CaptureWorker:
     # ------------------------------------------------------------------ submission (any thread)
 
     def step(self, run: TrajectoryState, raw: RawStep) -> None:
-        """Queue a step of `run` (its forecasts are appended to `run.steps`); a step given up marks the run lost."""
+        """Queue a step of `run`; a step given up marks the run lost."""
         if not run.held:  # one dict store, atomic: the lock guards the record's outcome fields only
             run.held = True
             self._open[run.tid] = run
@@ -165,10 +133,8 @@ class CaptureWorker:
         self._submit(("resolve", trajectory_id, outcome, q_z))
 
     def _merge_into_run(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
-        """Give the values to the run's record if the accumulator has not received it (then one
-        record, no resolution line). Before its stop they are what the accumulator kept for a live
-        run (a differing value is a conflict, counted); once its stop is queued they go with the
-        stop, and a value differing from one the stop carries is a resolution after it."""
+        """Put the values on a run the accumulator has not received (one record, no resolution line); a
+        value differing from one the queued stop carries stays a resolution after it."""
         with self._open_lock:
             run = self._open.get(trajectory_id)
             if run is None:
@@ -201,12 +167,8 @@ class CaptureWorker:
         self._submit(("call", job, where))
 
     def handoff(self, on_drop: Callable[[tuple[Any, ...]], None] | None = None) -> Callable[[tuple[Any, ...]], None]:
-        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker.
-
-        A queue put behind a size check (~0.2 us), for callers on the hottest path (every
-        span of an instrumented app) that keep their bookkeeping on the worker. When the queue
-        is full the caller waits for room (backpressure); an event given up (closed, or no room
-        for `max_block` seconds) is counted and passed to `on_drop` (cheap work only)."""
+        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker, a
+        queue put behind a size check; an event given up is counted and passed to `on_drop`."""
         if not self.background:
             return self._apply_unless_closed
         self._start()
@@ -255,11 +217,8 @@ class CaptureWorker:
         self._queue.put(event)
 
     def _wait_for_room(self) -> bool:
-        """Backpressure: sleep (the GIL released, so the worker runs) until the queue has room.
-
-        False when the worker is closed, gone, or made no room for `max_block` seconds. On the
-        worker itself (a grader or listener that emits spans) it never waits: the worker cannot
-        drain its own queue while it sleeps, so its events go in past the bound."""
+        """Backpressure: sleep until the queue has room; False when closed, gone, or no room for
+        `max_block` s. The worker itself never waits (it could not drain its own queue)."""
         if threading.current_thread() is self._thread:
             return True
         if self._thread is None:

@@ -1,0 +1,225 @@
+"""What a LangChain run says: how its root ended (stop reason), the caller's budget on its stream,
+a model call's output, and the OpenTelemetry span it joins; the handler only translates events."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import LLMResult
+from langchain_core.tools import ToolException
+
+from tps_tracer.capture.step_signals import RawStep
+from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, classify_exception_names, is_budget_text
+from tps_tracer.errors import InputError
+from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking.keys import RUN_ID_KEY
+
+TRACE_ID_KEY, SPAN_ID_KEY = "otel_trace_id", "otel_span_id"  # the span processor's names, so records join traces
+
+
+# ---------------------------------------------------------------- why a run stopped, from its root's end
+
+
+def exception_names(exc: BaseException) -> list[str]:
+    """Class names of an exception's chain (outermost first); subclasses of LangChain's parser / tool
+    exceptions are named as their base too."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain and len(chain) < 8:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    names = [type(e).__name__ for e in chain]
+    if any(isinstance(e, OutputParserException) for e in chain):
+        names.append("OutputParserException")
+    if any(isinstance(e, ToolException) for e in chain):
+        names.append("ToolException")
+    return names
+
+
+def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
+    """Stop reason of a root run that raised; `tool_failed`: a tool run errored just before."""
+    return classify_exception_names(exception_names(exc), tool_failed)
+
+
+def final_message(outputs: Any) -> Any:
+    """The last message (LangGraph state) or the output value (AgentExecutor) of a root run."""
+    if isinstance(outputs, Mapping):
+        messages = outputs.get("messages")
+        if isinstance(messages, Sequence) and not isinstance(messages, str) and messages:
+            return messages[-1]
+        return outputs["output"] if "output" in outputs else None
+    if isinstance(outputs, BaseMessage):
+        return outputs
+    if isinstance(outputs, Sequence) and not isinstance(outputs, str) and outputs:
+        return outputs[-1]
+    return outputs
+
+
+def classify_output(outputs: Any) -> tuple[StopReason | None, str]:
+    """Stop reason a root run's normal return signals (a budget text, a final message with only invalid
+    tool calls, a final error ToolMessage), or None when it looks clean."""
+    last = final_message(outputs)
+    text = last if isinstance(last, str) else None
+    if isinstance(last, BaseMessage):
+        text = last.text if isinstance(last.text, str) else str(last.content)
+    if text is not None and is_budget_text(text):
+        return StopReason.MAX_STEPS, "budget message"
+    if isinstance(last, AIMessage) and last.invalid_tool_calls and not last.tool_calls:
+        return StopReason.PARSE_ERROR, "invalid_tool_calls"
+    if isinstance(last, ToolMessage) and last.status == "error":
+        return StopReason.TOOL_ERROR, "error ToolMessage"
+    return None, ""
+
+
+# ---------------------------------------------------------------- the caller's own budget on a stream
+
+
+@dataclass
+class StreamBudget:
+    """What `handler.budget(...)` yields: the limit and the model calls started so far."""
+
+    trajectory_id: str
+    max_steps: int
+    calls: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.calls >= self.max_steps
+
+    @property
+    def detail(self) -> str:
+        return f"stream closed under handler.budget(max_steps={self.max_steps})"
+
+
+def budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> str:
+    """The id a budget applies to: the string, or the config's metadata[key] (set when missing)."""
+    if isinstance(target, str):
+        if not target.strip():
+            raise InputError("budget: the trajectory id is empty")
+        return target
+    if not isinstance(target, MutableMapping):
+        raise TypeError(f"budget: give a trajectory id or the run config, got {type(target).__name__}")
+    metadata = target.get("metadata")
+    if metadata is None:
+        metadata = target["metadata"] = {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError("budget: config['metadata'] is not a mapping")
+    tid = metadata.get(key)
+    if tid is None or not str(tid).strip():
+        tid = str(uuid.uuid4())
+        target["metadata"] = {**metadata, key: tid}
+    return str(tid)
+
+
+# ---------------------------------------------------------------- the OpenTelemetry span a run joins
+
+
+def _span_ids(span: Any) -> dict[str, str] | None:
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    return {TRACE_ID_KEY: f"{context.trace_id:032x}", SPAN_ID_KEY: f"{context.span_id:016x}"}
+
+
+def current_span_ids() -> dict[str, str] | None:
+    """The current span's ids; OpenTelemetry unloaded means no span can be current (never imported here)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    return None if trace is None else _span_ids(trace.get_current_span())
+
+
+def instrumentor_span_ids(run_id: object) -> dict[str, str] | None:
+    """The span OpenInference's instrumentor opened for `run_id` (it never makes its spans current),
+    which the span processor links the run to; it exists by the run's first model call."""
+    module = sys.modules.get("openinference.instrumentation.langchain")
+    if module is None:
+        return None
+    tracer = getattr(module.LangChainInstrumentor(), "_tracer", None)  # a singleton; None when not instrumented
+    span = tracer.get_span(run_id) if tracer is not None else None
+    return None if span is None else _span_ids(span)
+
+
+# ---------------------------------------------------------------- a model call's output
+
+
+def n_entries(logprobs: Any) -> int:
+    entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
+    return len(entries) if isinstance(entries, Sequence) and not isinstance(entries, (str, bytes)) else 0
+
+
+def llm_output(response: LLMResult) -> tuple[RawStep, bool]:
+    """The call's raw output and whether it is malformed (only invalid tool calls)."""
+    gens = response.generations[0] if response.generations else []
+    if not gens:
+        return RawStep(None), True
+    gen = gens[0]
+    logprobs = (gen.generation_info or {}).get("logprobs")
+    message = getattr(gen, "message", None)
+    tool_args: Any = None
+    malformed = False
+    if message is not None:
+        if logprobs is None:
+            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+        tool_calls = getattr(message, "tool_calls", None) or []
+        malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
+        tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
+    return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
+
+
+def is_parse_failure(error: BaseException) -> bool:
+    """A chain rejected the model's output (a parser, create_agent's structured output)."""
+    return isinstance(error, OutputParserException) or type(error).__name__ in PARSE_EXCEPTIONS
+
+
+def observed_stop(
+    outputs: Any, error: BaseException | None, tool_failed: bool, budget: StreamBudget | None
+) -> tuple[tuple[StopReason, str], int | None]:
+    """What a root run's end shows, and the limit of the caller's budget that stopped it (else None)."""
+    if budget is not None and isinstance(error, GeneratorExit):  # stopped reading under its own budget: censored
+        return (StopReason.MAX_STEPS, budget.detail), budget.max_steps
+    if error is not None:
+        return classify_error(error, tool_failed), None
+    found, detail = classify_output(outputs)
+    return (found or StopReason.CLEAN, detail), None
+
+
+def check_max_steps(max_steps: Any) -> int:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
+    return max_steps
+
+
+def final_text(outputs: Any) -> str | None:
+    last = final_message(outputs)
+    text = last if isinstance(last, str) else getattr(last, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
+    """A streamed chunk's logprob entries (one each), kept in case the final result has fewer tokens
+    (none, or only the last chunk's, as LangGraph's v3 stream events do)."""
+    if logprobs is None and chunk is not None:
+        logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
+        if logprobs is None:
+            message = getattr(chunk, "message", None)
+            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+    if not logprobs:
+        return None
+    entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
+    return entries if isinstance(entries, list) and entries else None
+
+
+def record_extra(trace_ids: dict[str, str] | None, root: Any, thread: Any) -> dict[str, Any] | None:
+    """What the handler adds to a record: the OTel span it joins, the root run of the invocation that
+    ended it (a resumed run's last one), LangGraph's checkpointer thread (where it can be resumed)."""
+    extra: dict[str, Any] = dict(trace_ids or {})
+    if root is not None:
+        extra[RUN_ID_KEY] = str(root)
+    if thread is not None:
+        extra["thread_id"] = str(thread)
+    return extra or None
