@@ -22,7 +22,6 @@ from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
-from tps_tracer.tracking.tracker import TrajectoryState
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
