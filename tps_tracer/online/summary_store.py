@@ -150,10 +150,11 @@ class SummaryStore:
             self.health.count("ignored", "pending_folded", n=overflow)
         table, keys, unscored = rows.take_out(settled)
         self.folded_ids.add(keys.tolist())
-        return self._start(table, unscored, None)
+        return self.start(table, unscored, None)
 
-    def _start(self, table: PairTable | None, unscored: dict[str, int], part: PartialState | None) -> _Fold:
-        """Under the lock: a fold under way, counted as folded until it is merged."""
+    def start(self, table: PairTable | None, unscored: dict[str, int], part: PartialState | None) -> _Fold:
+        """Under the lock: a fold under way (taken rows, or another accumulator's `part`), counted as
+        folded until `finish` merges it."""
         self._fold_count += 1
         fold = _Fold(self._fold_count, table, unscored, self.first_seen(), part)
         self.folding[fold.token] = fold
@@ -168,10 +169,6 @@ class SummaryStore:
         twice = np.union1d(np.intersect1d(ours.keys(), other_folded), np.intersect1d(here, other_folded))
         ours.add(int(k) for k in other_folded.tolist())
         return int(twice.size)
-
-    def start_merge(self, part: PartialState) -> _Fold:
-        """Under the lock: another accumulator's folded state on its way in (`finish` merges it)."""
-        return self._start(None, {}, part)
 
     def finish(self, fold: _Fold) -> None:
         """Outside the lock: build the taken rows' state, then merge it; if building fails the rows go
