@@ -1,22 +1,7 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass, under
-the one missing-forecast policy; every scoring path calls `score_rows` (docs/design.md).
-
-Segments are (predictor, trajectory) pairs, predictor-major, over one flat array; every rule x
-branch x schedule weighted sum is one `np.add.reduceat`, in blocks of whole segments.
-
-A step without a forecast (NaN) scores under one declared policy (docs/report.md, "Steps without a
-forecast"):
-
-    carry-forward     (default, proper) the last stated forecast; PRIOR (0.5) before the first.
-                      An omission replaces F_t by a forecast measurable w.r.t. the same prefix, and
-                      the rule is strictly proper conditionally on it (paper, Theorem "Strict
-                      propriety under complete observation"): no omission pattern raises the score.
-    fill-backwards    estimate: the next stated forecast (the last one after the final statement,
-                      PRIOR if none). Uses later information: can be gamed.
-    skip-renormalise  estimate: stated steps only, weights scaled up to the run's truncated mass
-                      sum_{t<=Z} w_t; a run with no statement is not scored. Can be gamed.
-    drop-run          the run is not scored for the predictor if any step lacks a forecast. Not proper.
-"""
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (segments:
+(predictor, trajectory) pairs, predictor-major; each weighted sum one `np.add.reduceat`, in blocks);
+every scoring path calls `score_rows`. A step without a forecast (NaN) scores under one declared
+policy: carry-forward (default, proper), fill-backwards, skip-renormalise, drop-run (docs/report.md)."""
 
 from __future__ import annotations
 

@@ -498,7 +498,7 @@ class Accumulator:
                 live.written = True
                 # Taken before the lock is released: a resolve that sees `written` waits for this write.
                 self._writer.lock.acquire()
-            batch = None
+            batch: list[str] | None = None
             if live.repeat:  # written, never scored (see begin)
                 self._repeated.add(tid)
             else:  # queued; the batch to score now, if one is due
@@ -530,7 +530,7 @@ class Accumulator:
             )
         if batch and self._background is None:
             self._score(batch)
-        elif batch:
+        elif batch and self._background is not None:
             with self._scoring_done:
                 self._scoring += 1
             if not self._background.submit(self._score, batch, True):

@@ -1,13 +1,7 @@
-"""The accumulator's runs, by stage: live (`LiveStore`, on OpenRuns' rules), scored a batch at a time
-(evaluation/rows.py, `BatchScorer`), and finished (`RowStore`: the pair table, grown a row at a time).
-
-A stopped run is *reserved* (its id maps to RESERVED in `row_of`) until its row is stored;
-resolutions arriving meanwhile land on it. A new run under a stopped id (`begin_repeat`) is a
-*repeat*: live like any run, but never in `row_of`, and never scored (accumulator.py, "Repeated ids").
-A finished run costs a fixed number of bytes whatever its length; its bootstrap key is hashed
-from its id when first needed (a snapshot, a fold, a state), never on the stop. Not thread-safe:
-used under the accumulator's lock.
-"""
+"""The accumulator's runs by stage: live (`LiveStore`, on OpenRuns' rules), then *reserved* (its id maps
+to RESERVED in `row_of` while it is scored; resolutions land on it), then finished (`RowStore`: the
+pair table, a fixed number of bytes a run). A *repeat* (a new run under a stopped id) is live but
+never in `row_of`, never scored. Not thread-safe: used under the accumulator's lock."""
 
 from __future__ import annotations
 

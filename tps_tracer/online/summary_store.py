@@ -1,18 +1,7 @@
-"""The summary store: summary mode's folded state, which settled rows leave the row store for.
-
-A run is settled once its role cannot change: every non-clean stop, a clean stop with its
-outcome. Settled rows are folded into one `PartialState` (constant memory); a clean stop waiting
-for its outcome stays a row (at most `max_pending`; beyond, the oldest is folded as pending,
-counted as ignored/pending_folded). Folded rows are forgotten but for their ids' 64-bit keys
-(`FoldedIds`), so a new run under a folded id is a counted repeat, as in row mode. q_Z must
-arrive by the stop. The snapshot equals row mode's (<= 1e-12); policy, bootstrap and seed are
-fixed at construction.
-
-Folds never make the agent wait: under the lock only the settled rows are taken out
-(O(rows taken)); their state (bootstrap weights, B x rows) is built outside and swapped in under
-a short lock. Meanwhile the rows are in `folding`, which snapshots, `state()` and merges count
-as folded.
-"""
+"""Summary mode's folded state: settled runs (every non-clean stop, a clean stop with its outcome) leave
+the row store for one `PartialState`; a clean stop waiting for its outcome stays a row (at most
+`max_pending`). Folds are built outside the lock, counted meanwhile in `folding`; the snapshot equals
+row mode's (<= 1e-12), with the policy, bootstrap and seed fixed at construction."""
 
 from __future__ import annotations
 
