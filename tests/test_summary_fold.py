@@ -358,7 +358,7 @@ def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch)
 
 def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
     """Full: submit waits (blocked, no CPU) for a free place instead of running the job on the caller."""
-    from tps_tracer.online.background_work import BackgroundWork
+    from tps_tracer.online.summary_store import BackgroundWork
 
     work = BackgroundWork("bg-test", max_pending=2, linger=0.05)
     gate, done, ran_on = threading.Event(), [], []
@@ -391,7 +391,7 @@ def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
 def test_background_work_runs_a_job_where_submitted_only_when_waiting_could_be_forever():
     """From the background thread itself (a listener calling stop) or after `stall_timeout` seconds
     without progress, submit returns False (the caller runs it: never lost), counted."""
-    from tps_tracer.online.background_work import BackgroundWork
+    from tps_tracer.online.summary_store import BackgroundWork
 
     work = BackgroundWork("bg-stall", max_pending=1, linger=0.05, stall_timeout=0.2)
     gate = threading.Event()
@@ -410,8 +410,7 @@ def test_a_tight_stop_loop_never_scores_or_folds_on_the_caller_and_loses_no_run(
     wait instead of doing the work; every score, row take-out and fold runs on the background
     thread (thread ids recorded inside them), and every run ends up folded (counts equal)."""
     from tps_tracer.online.accumulator import Accumulator
-    from tps_tracer.online.background_work import BackgroundWork
-    from tps_tracer.online.summary_store import SummaryStore
+    from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 
     ran_on: dict[str, set[int]] = {"_score": set(), "take": set(), "finish": set()}
     folded = []

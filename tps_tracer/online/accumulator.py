@@ -33,10 +33,9 @@ from tps_tracer.evaluation.report import ReportOptions, report_from_table
 from tps_tracer.evaluation.rows import BatchScorer, check_missing_policy
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
-from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.jsonl_sink import JsonlSink, RecordWriter
 from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live
-from tps_tracer.online.summary_store import SummaryStore
+from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem, record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
