@@ -527,12 +527,13 @@ class Accumulator:
                 f"{tid!r}: a new run under an id already finished; its record is written, not scored "
                 "(the first run's is, as `tps-tracer report` keeps a file's first record of an id)",
             )
-        if batch and self._background is None:
+        background = self._background
+        if batch and background is None:
             self._score(batch)
-        elif batch and self._background is not None:
+        elif batch and background is not None:
             with self._scoring_done:
                 self._scoring += 1
-            if not self._background.submit(self._score, batch, True):
+            if not background.submit(self._score, batch, True):
                 self._score(batch, True)
 
     def _fold_settled(self) -> None:
