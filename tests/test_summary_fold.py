@@ -335,15 +335,15 @@ def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch)
     from tps_tracer.online.summary_store import SummaryStore
 
     threads: list[str] = []
-    calls: dict[str, int] = {"_score_rows": 0, "finish": 0}
-    for owner, name in ((Accumulator, "_score_rows"), (SummaryStore, "finish")):
+    calls: dict[str, int] = {"_score": 0, "finish": 0}
+    for owner, name in ((Accumulator, "_score"), (SummaryStore, "finish")):
         real = getattr(owner, name)
 
-        def spy(self, arg, _real=real, _name=name):
+        def spy(self, *args, _real=real, _name=name):
             if getattr(self, "mode", "summary") == "summary":  # a row-mode accumulator never folds
                 threads.append(threading.current_thread().name)
                 calls[_name] += 1
-            return _real(self, arg)
+            return _real(self, *args)
 
         monkeypatch.setattr(owner, name, spy)
     records = [r for r in example_records() if r.steps][:200]
@@ -351,14 +351,14 @@ def test_stop_and_resolve_never_score_or_fold_on_the_callers_thread(monkeypatch)
     feed(rows, records, late_outcomes=True)
     feed(summary, records, late_outcomes=True)  # late outcomes: resolves that fold
     summary._background.wait_idle()
-    assert calls["_score_rows"] == len(records) // 8 and calls["finish"] >= 5  # every batch, many folds
+    assert calls["_score"] == len(records) // 8 and calls["finish"] >= 5  # every batch, many folds
     assert set(threads) == {FOLD_THREAD_NAME}, set(threads)
     assert_same_report(summary.snapshot(), rows.snapshot())
 
 
 def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
     """Full: submit waits (blocked, no CPU) for a free place instead of running the job on the caller."""
-    from tps_tracer.online.background_work import BackgroundWork
+    from tps_tracer.online.summary_store import BackgroundWork
 
     work = BackgroundWork("bg-test", max_pending=2, linger=0.05)
     gate, done, ran_on = threading.Event(), [], []
@@ -391,7 +391,7 @@ def test_background_work_runs_in_order_and_holds_the_caller_back_when_full():
 def test_background_work_runs_a_job_where_submitted_only_when_waiting_could_be_forever():
     """From the background thread itself (a listener calling stop) or after `stall_timeout` seconds
     without progress, submit returns False (the caller runs it: never lost), counted."""
-    from tps_tracer.online.background_work import BackgroundWork
+    from tps_tracer.online.summary_store import BackgroundWork
 
     work = BackgroundWork("bg-stall", max_pending=1, linger=0.05, stall_timeout=0.2)
     gate = threading.Event()
@@ -410,12 +410,11 @@ def test_a_tight_stop_loop_never_scores_or_folds_on_the_caller_and_loses_no_run(
     wait instead of doing the work; every score, row take-out and fold runs on the background
     thread (thread ids recorded inside them), and every run ends up folded (counts equal)."""
     from tps_tracer.online.accumulator import Accumulator
-    from tps_tracer.online.background_work import BackgroundWork
-    from tps_tracer.online.summary_store import SummaryStore
+    from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 
-    ran_on: dict[str, set[int]] = {"_score_rows": set(), "take": set(), "finish": set()}
+    ran_on: dict[str, set[int]] = {"_score": set(), "take": set(), "finish": set()}
     folded = []
-    for owner, name in ((Accumulator, "_score_rows"), (SummaryStore, "take"), (SummaryStore, "finish")):
+    for owner, name in ((Accumulator, "_score"), (SummaryStore, "take"), (SummaryStore, "finish")):
         real = getattr(owner, name)
 
         def spy(self, *args, _real=real, _name=name):

@@ -19,7 +19,6 @@ import time
 import numpy as np
 
 from tps_tracer.scoring import StepLayout, get_rule, mix
-from tps_tracer.scoring.branch_pairs import branch_pairs_from_branches
 
 RULES = ("log", "brier")
 SCHEDULES = ("linear-front", "uniform", "exponential-front", "linear-back")
@@ -39,7 +38,7 @@ def vectorised_one(values, outcome, censored, rule_name="log", schedule="linear-
     n = outcome.size
     layout = StepLayout.from_lengths(np.full(n, STEPS))
     b1, b0 = get_rule(rule_name).branches(values)
-    s1, s0 = branch_pairs_from_branches(b1, b0, layout, schedule)
+    s1, s0 = layout.weighted_sum(b1, schedule), layout.weighted_sum(b0, schedule)
     complete = mix(s1[~censored], s0[~censored], outcome[~censored])
     simple = mix(s1, s0, np.where(censored, 0.0, outcome))
     return complete.mean(), simple.mean()
@@ -54,7 +53,7 @@ def vectorised_sweep(values, outcome, censored, rules=RULES):
     for rule_name in rules:
         b1, b0 = get_rule(rule_name).branches(values)
         for schedule in SCHEDULES:
-            s1, s0 = branch_pairs_from_branches(b1, b0, layout, schedule)
+            s1, s0 = layout.weighted_sum(b1, schedule), layout.weighted_sum(b0, schedule)
             out[(rule_name, schedule)] = (
                 mix(s1[~censored], s0[~censored], outcome[~censored]).mean(),
                 mix(s1, s0, eta_simple).mean(),

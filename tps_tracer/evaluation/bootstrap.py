@@ -69,22 +69,15 @@ def trajectory_keys(ids: Sequence[str]) -> U64:
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
-def _poisson_lut() -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
-    """Poisson(1) value per bucket j = bits >> 48 of u = (bits >> 11) / 2**53, and whether a CDF step
-    falls inside the bucket (at most 25 of 65536): elsewhere the table is the exact inverse CDF."""
-    j = np.arange(1 << 16, dtype=np.float64)
-    lo, hi = j / 65536.0, (j + 1.0) / 65536.0
-    value = np.searchsorted(_POISSON1_CDF, lo, side="right").astype(np.uint8)
-    straddles = np.searchsorted(_POISSON1_CDF, lo, side="right") != np.searchsorted(_POISSON1_CDF, hi, side="left")
-    return value, straddles
-
-
-_LUT_VALUE, _LUT_STRADDLES = _poisson_lut()
-
-
-# The table as uint8 (stays in cache), _STRADDLE where a CDF step falls inside the bucket.
+# Poisson(1) value per bucket j = bits >> 48 of u = (bits >> 11) / 2**53, as uint8 (stays in cache);
+# _STRADDLE where a CDF step falls inside the bucket (at most 25 of 65536): elsewhere the exact inverse CDF.
 _STRADDLE = 255
-_LUT = np.where(_LUT_STRADDLES, _STRADDLE, _LUT_VALUE).astype(np.uint8)
+_J = np.arange(1 << 16, dtype=np.float64)
+_LO = np.searchsorted(_POISSON1_CDF, _J / 65536.0, side="right")
+_LUT = np.where(
+    _LO != np.searchsorted(_POISSON1_CDF, (_J + 1.0) / 65536.0, side="left"), _STRADDLE, _LO.astype(np.uint8)
+).astype(np.uint8)
+del _J, _LO
 
 
 def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
@@ -171,19 +164,15 @@ class BootstrapResult:
     replicates: FloatArray  # (B, K); NaN where a replicate drew no trajectory of the column
 
     def se(self) -> FloatArray:
-        return _nanstd(self.replicates)
+        reps = self.replicates
+        out = np.full(reps.shape[1], np.nan)
+        cols = np.sum(~np.isnan(reps), axis=0) >= 2
+        if cols.any():
+            out[cols] = np.nanstd(reps[:, cols], axis=0, ddof=1)
+        return out
 
     def ci(self, level: float = CI_LEVEL) -> tuple[FloatArray, FloatArray]:
         return percentile_ci(self.replicates, level)
-
-
-def _nanstd(reps: FloatArray) -> FloatArray:
-    ok = np.sum(~np.isnan(reps), axis=0)
-    out = np.full(reps.shape[1], np.nan)
-    cols = ok >= 2
-    if cols.any():
-        out[cols] = np.nanstd(reps[:, cols], axis=0, ddof=1)
-    return out
 
 
 def percentile_ci(reps: FloatArray, level: float = CI_LEVEL) -> tuple[FloatArray, FloatArray]:

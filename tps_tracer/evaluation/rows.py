@@ -1,27 +1,13 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass, under
-the one missing-forecast policy; every scoring path calls `score_rows` (docs/design.md).
-
-Segments are (predictor, trajectory) pairs, predictor-major, over one flat array; every rule x
-branch x schedule weighted sum is one `np.add.reduceat`, in blocks of whole segments.
-
-A step without a forecast (NaN) scores under one declared policy (docs/report.md, "Steps without a
-forecast"):
-
-    carry-forward     (default, proper) the last stated forecast; PRIOR (0.5) before the first.
-                      An omission replaces F_t by a forecast measurable w.r.t. the same prefix, and
-                      the rule is strictly proper conditionally on it (paper, Theorem "Strict
-                      propriety under complete observation"): no omission pattern raises the score.
-    fill-backwards    estimate: the next stated forecast (the last one after the final statement,
-                      PRIOR if none). Uses later information: can be gamed.
-    skip-renormalise  estimate: stated steps only, weights scaled up to the run's truncated mass
-                      sum_{t<=Z} w_t; a run with no statement is not scored. Can be gamed.
-    drop-run          the run is not scored for the predictor if any step lacks a forecast. Not proper.
-"""
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (segments:
+(predictor, trajectory) pairs, predictor-major; each weighted sum one `np.add.reduceat`, in blocks);
+every scoring path calls `score_rows`. A step without a forecast (NaN) scores under one declared
+policy: carry-forward (default, proper), fill-backwards, skip-renormalise, drop-run (docs/report.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 from numpy.typing import NDArray
@@ -234,6 +220,79 @@ def _gap_cost(
     cost[n_gaps == 0] = 0.0
     cost[n_gaps == lengths] = np.nan
     return cost
+
+
+# -- the accumulator's micro-batches
+
+_MAX_CACHED_SHAPES = 4096
+
+
+class BatchScorer:
+    """Step dicts -> `score_rows` over one batch (numpy's fixed cost shared by the batch), with the
+    per-(T, Z) weights cached: agents have few step budgets."""
+
+    def __init__(self, rules: Sequence[ScoreRule], schedules: Sequence[WeightSchedule], missing: str = DEFAULT_MISSING):
+        self.rules = list(rules)
+        self.schedules = list(schedules)
+        self.missing = missing
+        self._shapes: OrderedDict[tuple[int, int], FloatArray] = OrderedDict()
+
+    def _weights(self, horizon: int, n_steps: int) -> FloatArray:
+        """(S + 1, Z): each schedule's w_1..w_Z for horizon T (O(Z): closed-form totals), then Phi_w's."""
+        key = (horizon, n_steps)
+        w = self._shapes.get(key)
+        if w is None:
+            scheds = [*self.schedules, DEFAULT_SCHEDULE]
+            t = np.arange(1.0, n_steps + 1.0)
+            w = np.stack([s.step_weights(t, np.full_like(t, float(horizon))) for s in scheds]).reshape(len(scheds), -1)
+            self._shapes[key] = w
+            if len(self._shapes) > _MAX_CACHED_SHAPES:
+                self._shapes.popitem(last=False)
+        return w
+
+    def score(
+        self,
+        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
+        horizons: Sequence[int],
+        names: Sequence[str],
+    ) -> ScoredRows:
+        k = len(step_lists)
+        lens = np.array([len(steps) for steps in step_lists], dtype=np.int64)
+        flat_steps = [step for steps in step_lists for step in steps]
+        # dtype=float turns None (no forecast) into NaN: a gap, scored by the missing-forecast policy.
+        values = [np.array([step.get(name) for step in flat_steps], dtype=np.float64) for name in names]
+        if flat_steps:
+            w = np.concatenate([self._weights(int(horizons[i]), int(lens[i])) for i in range(k) if lens[i]], axis=1)
+        else:
+            w = np.zeros((len(self.schedules) + 1, 0))
+        return score_rows(values, lens, w, self.rules, len(self.schedules), missing=self.missing)
+
+    def score_safely(
+        self,
+        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
+        horizons: Sequence[int],
+        names: Sequence[str],
+        on_error: Callable[[str, BaseException], None],
+    ) -> ScoredRows:
+        """`score`, else one by one: a run that cannot be scored still gets its row (no usable
+        predictor, so it stays in the audit); each failure goes to `on_error`."""
+        try:
+            return self.score(step_lists, horizons, names)
+        except Exception as exc:
+            on_error("score", exc)
+        parts = []
+        for steps, horizon in zip(step_lists, horizons, strict=True):
+            try:
+                parts.append(self.score([steps], [horizon], names))
+            except Exception as exc:
+                on_error("score", exc)
+                parts.append(self.score([[]], [0], names))
+        return ScoredRows(
+            **{
+                f.name: np.concatenate([getattr(p, f.name) for p in parts], axis=0 if f.name == "weight_mass" else 1)
+                for f in fields(ScoredRows)
+            }
+        )
 
 
 # -- the scalar summaries Phi(F_1..F_Z): inputs of the scalar diagnostics, not of TPS (paper,

@@ -31,13 +31,12 @@ from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import report_from_table
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.evaluation.rows import check_missing_policy
-from tps_tracer.health import HealthLedger
+from tps_tracer.evaluation.rows import BatchScorer, check_missing_policy
+from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
-from tps_tracer.online.background_work import BackgroundWork
 from tps_tracer.online.jsonl_sink import JsonlSink, RecordWriter
-from tps_tracer.online.row_store import RESERVED, BatchScorer, LiveStore, RowStore, _Live
-from tps_tracer.online.summary_store import SummaryStore, _Fold
+from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live
+from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem, record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
@@ -80,6 +79,8 @@ class InputChecks:
 
     def valid_id(self, trajectory_id: Any) -> bool:
         """The reader's rule (records/record_shape.py): an id written is an id read back."""
+        if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
+            return True  # id_problem's common case, without the call
         problem = id_problem(trajectory_id)
         if problem is None:
             return True
@@ -278,7 +279,7 @@ class Accumulator:
         if self._closed:
             return self._refuse_closed("observe", trajectory_id)
         try:
-            # Exact-type checks first: every step runs this, and ABC isinstance checks are slow.
+            # valid_id's first case inlined: every step runs this.
             if not (
                 type(trajectory_id) is str and trajectory_id and trajectory_id.isascii()
             ) and not self._checks.valid_id(trajectory_id):
@@ -455,7 +456,7 @@ class Accumulator:
         row = self._rows.row_of.get(tid)
         if row is not None and row != RESERVED:
             return self._rows.resolve(tid, row, y, q)
-        target = self._store.target(tid)
+        target = self._store.finishing[tid] if row == RESERVED else self._store.live.get(tid)
         if target is None:
             return "resolve_unknown", {}
         if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
@@ -497,11 +498,22 @@ class Accumulator:
                 live.written = True
                 # Taken before the lock is released: a resolve that sees `written` waits for this write.
                 self._writer.lock.acquire()
+            batch: list[str] | None = None
             if live.repeat:  # written, never scored (see begin)
                 self._repeated.add(tid)
-                batch = None
-            else:
-                batch = self._queue_stopped(tid, live, metadata)
+            else:  # queued; the batch to score now, if one is due
+                self._queue.append(tid)
+                if self.predictors is None:  # first-seen order is stop order, however batches are scored
+                    for step in live.steps:
+                        for name in step:
+                            if name not in self._known:
+                                self._known[name] = None
+                if self._listeners:
+                    self._listener_meta[tid] = dict(metadata or {})
+                    while len(self._listener_meta) > self.max_live:
+                        self._listener_meta.popitem(last=False)
+                if len(self._queue) >= self.batch_size or self._listeners:
+                    batch, self._queue = self._queue, []
         if record is not None:
             try:
                 self._writer.write_record(tid, record)
@@ -516,26 +528,14 @@ class Accumulator:
                 f"{tid!r}: a new run under an id already finished; its record is written, not scored "
                 "(the first run's is, as `tps-tracer report` keeps a file's first record of an id)",
             )
-        if batch:
-            self._score_off_caller(batch)
-
-    def _queue_stopped(self, tid: str, live: _Live, metadata: Mapping[str, Any] | None) -> list[str] | None:
-        """Under the lock: queue a stopped run; the batch to score now, if one is due."""
-        self._queue.append(tid)
-        if self.predictors is None:  # first-seen order is stop order, however batches are scored
-            for step in live.steps:
-                for name in step:
-                    if name not in self._known:
-                        self._known[name] = None
-        if self._listeners:
-            self._listener_meta[tid] = dict(metadata or {})
-            while len(self._listener_meta) > self.max_live:
-                self._listener_meta.popitem(last=False)
-        return self._take_queue() if len(self._queue) >= self.batch_size or self._listeners else None
-
-    def _take_queue(self) -> list[str]:
-        batch, self._queue = self._queue, []
-        return batch
+        background = self._background
+        if batch and background is None:
+            self._score(batch)
+        elif batch and background is not None:
+            with self._scoring_done:
+                self._scoring += 1
+            if not background.submit(self._score, batch, True):
+                self._score(batch, True)
 
     def _fold_settled(self) -> None:
         """Summary mode, a background job: fold the rows that resolves settled."""
@@ -544,21 +544,30 @@ class Accumulator:
         if fold is not None:
             self._summaries.finish(fold)
 
-    def _score_off_caller(self, batch: list[str]) -> None:
-        if self._background is None:
-            self._score(batch)
-            return
-        with self._scoring_done:
-            self._scoring += 1
-        if not self._background.submit(self._score, batch, True):
-            self._score(batch, True)
-
     def _score(self, batch: list[str], counted: bool = False) -> None:
         """Turn queued runs into rows outside the lock; in summary mode fold the settled ones. `counted`:
         a background job, counted in `_scoring` until its rows are stored (flush waits for that;
         a fold in flight is in the summary store's `folding`)."""
         try:
-            fold, scores = self._score_rows(batch)
+            with self._lock:
+                lives = [self._store.finishing[tid] for tid in batch]
+            if self.predictors is not None:
+                names = self.predictors
+            else:  # every name the steps mention (each in `_known` since its stop)
+                names = list({name: None for live in lives for step in live.steps for name in step})
+            scored = self._scorer.score_safely(
+                [lv.steps for lv in lives], [lv.horizon for lv in lives], names, self._internal
+            )
+            rows = self._rows
+            with self._lock:
+                for tid in batch:
+                    del self._store.finishing[tid]
+                rows.add_scored(batch, lives, scored, names)
+                scores = [
+                    rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {}))
+                    for tid in (batch if self._listeners else ())
+                ]
+                fold = self._summaries.take() if self.mode == "summary" else None
         finally:
             if counted:
                 with self._scoring_done:
@@ -567,39 +576,6 @@ class Accumulator:
         if fold is not None:
             self._summaries.finish(fold)
         self._notify(scores)
-
-    def _score_rows(self, batch: list[str]) -> tuple[_Fold | None, list[TrajectoryScore]]:
-        with self._lock:
-            lives = [self._store.finishing[tid] for tid in batch]
-        names = self._names_in(lives)
-        scored = self._scorer.score_safely(
-            [lv.steps for lv in lives], [lv.horizon for lv in lives], names, self._internal
-        )
-        rows = self._rows
-        with self._lock:
-            for tid in batch:
-                del self._store.finishing[tid]
-            rows.add_scored(batch, lives, scored, names)
-            scores = (
-                [rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {})) for tid in batch]
-                if self._listeners
-                else []
-            )
-            fold = self._summaries.take() if self.mode == "summary" else None
-        return fold, scores
-
-    def _names_in(self, lives: list[_Live]) -> list[str]:
-        """The configured predictors, or every name the steps mention."""
-        if self.predictors is not None:
-            return self.predictors
-        seen: dict[str, None] = {}
-        for live in lives:
-            for step in live.steps:
-                seen.update(dict.fromkeys(step))
-        with self._lock:
-            for name in seen:
-                self._known.setdefault(name, None)
-        return list(seen)
 
     def add_listener(self, listener: Callable[[TrajectoryScore], None]) -> None:
         """Call `listener(TrajectoryScore)` whenever a run's scores become known or change (scored, a
@@ -624,7 +600,7 @@ class Accumulator:
         scoring: snapshot, state, merge and close do this first."""
         self._call_adapters(self._drains, "drain")
         with self._lock:
-            batch = self._take_queue()
+            batch, self._queue = self._queue, []
         if batch:
             self._score(batch)
         if self._background is not None:
@@ -713,7 +689,8 @@ class Accumulator:
         leftover: list[tuple[str, _Live]] = []
         if stop_live:
             with self._lock:
-                leftover = self._store.take_all(self._clock())
+                now = self._clock()
+                leftover = [self._store.take_oldest(now) for _ in range(len(self._store.live))]
             for tid, live in leftover:
                 self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
         self.flush()
@@ -795,11 +772,16 @@ class Accumulator:
     def from_state(cls, data: bytes, **kwargs: Any) -> Accumulator:
         """A new accumulator holding a state (no sink, no idle sweep unless given in kwargs)."""
         body = accumulator_state.read(data)
-        with accumulator_state.corrupt_state():
-            kwargs.setdefault("idle_timeout", None)
+        kwargs.setdefault("idle_timeout", None)
+        try:
             acc = cls(**accumulator_state.settings(body), **kwargs)
             acc._add(accumulator_state.parts(body, acc.rules, acc.schedules, acc._clock()), fold=False)
-            accumulator_state.count_health(body, acc.health)
+            for cat, kinds in body["health"].items():
+                if cat in CATEGORIES:
+                    for kind, n in kinds.items():
+                        acc.health.count(cat, str(kind), n=int(n))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
         return acc
 
     def merge_state(self, data: bytes) -> None:
@@ -877,7 +859,7 @@ class Accumulator:
                     self._store.live[tid] = live
             self._repeated |= parts.repeated
             if parts.summary is not None:  # merged outside the lock
-                merging = summaries.start_merge(parts.summary)
+                merging = summaries.start(None, {}, parts.summary)
             if fold and self.mode == "summary":
                 settled = summaries.take()
         if merging is not None:

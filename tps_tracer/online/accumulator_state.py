@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,6 @@ from tps_tracer.constants import DROP_RUN
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs
 from tps_tracer.evaluation.partial_state import PartialState
-from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online.row_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
@@ -148,23 +146,6 @@ def parts(
         None if body["summary"] is None else PartialState.from_dict(body["summary"]),
         folded_ids,
     )
-
-
-def count_health(body: dict[str, Any], health: HealthLedger) -> None:
-    """Add a state's health counts to `health`."""
-    for cat, kinds in body["health"].items():
-        if cat in CATEGORIES:
-            for kind, n in kinds.items():
-                health.count(cat, str(kind), n=int(n))
-
-
-@contextmanager
-def corrupt_state() -> Iterator[None]:
-    """What does not hold together in a state's body raises a clear InputError."""
-    try:
-        yield
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise InputError(f"corrupt accumulator state: {type(exc).__name__}: {exc}") from None
 
 
 def encode_array(a: NDArray[Any]) -> dict[str, Any]:

@@ -73,32 +73,25 @@ class JsonlSink:
         if self.open_error is not None:
             logger.warning("tps_tracer sink: %s is open now", self.path)
         self._file, self._identity, self.open_error = fh, (st.st_dev, st.st_ino), None
-        if st.st_size and not self._ends_with_newline():
-            self._end_last_line(fh)
+        if st.st_size:  # a last line without its line end (an editor, a killed writer) is ended first,
+            try:  # so the next record is not glued onto it and both lost; read with a second handle
+                with self.path.open("rb") as r:
+                    r.seek(-1, os.SEEK_END)
+                    ended = r.read(1) == b"\n"
+            except OSError:
+                ended = True  # unreadable (write-only permissions): nothing to check, nothing changed
+            if not ended:
+                try:
+                    self._write_all(fh, b"\n")
+                    self.line_ends_added += 1
+                    logger.warning(
+                        "tps_tracer sink: the last line of %s had no line end; one was added "
+                        "(new records start on their own line)",
+                        self.path,
+                    )
+                except OSError as exc:
+                    logger.warning("tps_tracer sink: could not end the last line of %s (%s)", self.path, exc)
         return True
-
-    def _ends_with_newline(self) -> bool:
-        """Whether the last byte is a line end (read with a second handle: the appending one cannot)."""
-        try:
-            with self.path.open("rb") as r:
-                r.seek(-1, os.SEEK_END)
-                return r.read(1) == b"\n"
-        except OSError:
-            return True  # unreadable (write-only permissions): nothing to check, nothing changed
-
-    def _end_last_line(self, fh: BinaryIO) -> None:
-        """End a last line that lacks its line end (an editor, a killed writer), so the next record is
-        not glued onto it and both lost (counted in `line_ends_added`)."""
-        try:
-            self._write_all(fh, b"\n")
-        except OSError as exc:
-            logger.warning("tps_tracer sink: could not end the last line of %s (%s)", self.path, exc)
-            return
-        self.line_ends_added += 1
-        logger.warning(
-            "tps_tracer sink: the last line of %s had no line end; one was added (new records start on their own line)",
-            self.path,
-        )
 
     def _ready(self) -> BinaryIO:
         """Under the lock: the open file, reopened if its path now names another file or none (rotation)."""

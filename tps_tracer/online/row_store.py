@@ -1,20 +1,14 @@
-"""The accumulator's runs, by stage: live (`LiveStore`, on OpenRuns' rules), scored a batch at a time
-by the one kernel (`BatchScorer`), and finished (`RowStore`: the pair table, grown a row at a time).
-
-A stopped run is *reserved* (its id maps to RESERVED in `row_of`) until its row is stored;
-resolutions arriving meanwhile land on it. A new run under a stopped id (`begin_repeat`) is a
-*repeat*: live like any run, but never in `row_of`, and never scored (accumulator.py, "Repeated ids").
-A finished run costs a fixed number of bytes whatever its length; its bootstrap key is hashed
-from its id when first needed (a snapshot, a fold, a state), never on the stop. Not thread-safe:
-used under the accumulator's lock.
-"""
+"""The accumulator's runs by stage: live (`LiveStore`, on OpenRuns' rules), then *reserved* (its id maps
+to RESERVED in `row_of` while it is scored; resolutions land on it), then finished (`RowStore`: the
+pair table, a fixed number of bytes a run). A *repeat* (a new run under a stopped id) is live but
+never in `row_of`, never scored. Not thread-safe: used under the accumulator's lock."""
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,12 +17,12 @@ from numpy.typing import NDArray
 from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
-from tps_tracer.evaluation.rows import ScoredRows, score_rows
+from tps_tracer.evaluation.rows import ScoredRows
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.open_runs import OpenRuns
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, ScoreRule, WeightSchedule
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 
@@ -122,88 +116,6 @@ class LiveStore:
         self.lifetimes.expire(now)
         return idle
 
-    def take_all(self, now: float) -> list[tuple[str, _Live]]:
-        return [self.take_oldest(now) for _ in range(len(self.live))]
-
-    def target(self, tid: str) -> _Live | None:
-        """Where a resolution of `tid` lands before it is a row: live or finishing."""
-        if self._row_of.get(tid) == RESERVED:
-            return self.finishing[tid]
-        return self.live.get(tid)
-
-
-# -- scoring a batch
-
-_MAX_CACHED_SHAPES = 4096
-
-
-class BatchScorer:
-    """Step dicts -> `score_rows` over one batch (numpy's fixed cost shared by the batch), with the
-    per-(T, Z) weights cached: agents have few step budgets."""
-
-    def __init__(self, rules: Sequence[ScoreRule], schedules: Sequence[WeightSchedule], missing: str = DEFAULT_MISSING):
-        self.rules = list(rules)
-        self.schedules = list(schedules)
-        self.missing = missing
-        self._shapes: OrderedDict[tuple[int, int], FloatArray] = OrderedDict()
-
-    def _weights(self, horizon: int, n_steps: int) -> FloatArray:
-        """(S + 1, Z): each schedule's w_1..w_Z for horizon T (O(Z): closed-form totals), then Phi_w's."""
-        key = (horizon, n_steps)
-        w = self._shapes.get(key)
-        if w is None:
-            scheds = [*self.schedules, DEFAULT_SCHEDULE]
-            t = np.arange(1.0, n_steps + 1.0)
-            w = np.stack([s.step_weights(t, np.full_like(t, float(horizon))) for s in scheds]).reshape(len(scheds), -1)
-            self._shapes[key] = w
-            if len(self._shapes) > _MAX_CACHED_SHAPES:
-                self._shapes.popitem(last=False)
-        return w
-
-    def score(
-        self,
-        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
-        horizons: Sequence[int],
-        names: Sequence[str],
-    ) -> ScoredRows:
-        k = len(step_lists)
-        lens = np.array([len(steps) for steps in step_lists], dtype=np.int64)
-        flat_steps = [step for steps in step_lists for step in steps]
-        # dtype=float turns None (no forecast) into NaN: a gap, scored by the missing-forecast policy.
-        values = [np.array([step.get(name) for step in flat_steps], dtype=np.float64) for name in names]
-        if flat_steps:
-            w = np.concatenate([self._weights(int(horizons[i]), int(lens[i])) for i in range(k) if lens[i]], axis=1)
-        else:
-            w = np.zeros((len(self.schedules) + 1, 0))
-        return score_rows(values, lens, w, self.rules, len(self.schedules), missing=self.missing)
-
-    def score_safely(
-        self,
-        step_lists: Sequence[Sequence[Mapping[str, float | None]]],
-        horizons: Sequence[int],
-        names: Sequence[str],
-        on_error: Callable[[str, BaseException], None],
-    ) -> ScoredRows:
-        """`score`, else one by one: a run that cannot be scored still gets its row (no usable
-        predictor, so it stays in the audit); each failure goes to `on_error`."""
-        try:
-            return self.score(step_lists, horizons, names)
-        except Exception as exc:
-            on_error("score", exc)
-        parts = []
-        for steps, horizon in zip(step_lists, horizons, strict=True):
-            try:
-                parts.append(self.score([steps], [horizon], names))
-            except Exception as exc:
-                on_error("score", exc)
-                parts.append(self.score([[]], [0], names))
-        return ScoredRows(
-            **{
-                f.name: np.concatenate([getattr(p, f.name) for p in parts], axis=0 if f.name == "weight_mass" else 1)
-                for f in fields(ScoredRows)
-            }
-        )
-
 
 # -- finished rows
 
@@ -254,27 +166,19 @@ class RowStore:
         self.predictors: dict[str, _PredictorColumns] = {}
         self._grow(_INITIAL_CAPACITY)
 
-    @property
-    def outcome_on_unscored(self) -> int:
-        return len(self.unscored_outcome)
-
-    def _columns(self) -> list[NDArray[Any]]:
-        arrays: list[NDArray[Any]] = [getattr(self, name) for name in _ROW_FILLS]
+    def _arrays(self) -> list[tuple[Any, str, float]]:
+        """(owner, attribute, fill) of every per-row array."""
+        out: list[tuple[Any, str, float]] = [(self, name, fill) for name, fill in _ROW_FILLS.items()]
         for col in self.predictors.values():
-            arrays += [getattr(col, name) for name in _COLUMN_FILLS]
-        return arrays
+            out += [(col, name, fill) for name, fill in _COLUMN_FILLS.items()]
+        return out
 
     def _grow(self, cap: int) -> None:
-        def grown(a: NDArray[Any], fill: float) -> NDArray[Any]:
-            out = np.full((cap, *a.shape[1:]), fill, dtype=a.dtype)
-            out[: self.n] = a[: self.n]
-            return out
-
-        for name, fill in _ROW_FILLS.items():
-            setattr(self, name, grown(getattr(self, name), fill))
-        for col in self.predictors.values():
-            for name, fill in _COLUMN_FILLS.items():
-                setattr(col, name, grown(getattr(col, name), fill))
+        for owner, name, fill in self._arrays():
+            a = getattr(owner, name)
+            grown = np.full((cap, *a.shape[1:]), fill, dtype=a.dtype)
+            grown[: self.n] = a[: self.n]
+            setattr(owner, name, grown)
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
@@ -407,7 +311,7 @@ class RowStore:
 
     def table(self) -> PairTable:
         """A copy of the stored rows as a pair table, in arrival order."""
-        return self._table(slice(0, self.n), self.outcome_on_unscored)
+        return self._table(slice(0, self.n), len(self.unscored_outcome))
 
     def keys(self) -> NDArray[np.uint64]:
         """The rows' bootstrap keys, hashed here for the rows stored since the last call."""
@@ -431,7 +335,8 @@ class RowStore:
         taken = self._table(idx, len(unscored))
         holes = idx[idx < new_n]
         movers = np.flatnonzero(~rows[new_n:n]) + new_n  # kept rows above the new end, as many as holes
-        for a in self._columns():
+        for owner, name, _ in self._arrays():
+            a = getattr(owner, name)
             a[holes] = a[movers]
         for tid in taken.ids:
             del self.row_of[tid]
@@ -441,11 +346,8 @@ class RowStore:
             self.row_of[tid] = h
         del self.ids[new_n:]
         # Freed slots back to their fills: append_many writes only the predictors a batch mentions.
-        for name, fill in _ROW_FILLS.items():
-            getattr(self, name)[new_n:n] = fill
-        for col in self.predictors.values():
-            for name, fill in _COLUMN_FILLS.items():
-                getattr(col, name)[new_n:n] = fill
+        for owner, name, fill in self._arrays():
+            getattr(owner, name)[new_n:n] = fill
         self.n = self._keyed = new_n
         return taken, keys[idx], unscored
 
@@ -499,4 +401,4 @@ class RowStore:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays, capacity included."""
-        return sum(a.nbytes for a in self._columns())
+        return sum(getattr(owner, name).nbytes for owner, name, _ in self._arrays())

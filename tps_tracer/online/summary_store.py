@@ -1,23 +1,14 @@
-"""The summary store: summary mode's folded state, which settled rows leave the row store for.
-
-A run is settled once its role cannot change: every non-clean stop, a clean stop with its
-outcome. Settled rows are folded into one `PartialState` (constant memory); a clean stop waiting
-for its outcome stays a row (at most `max_pending`; beyond, the oldest is folded as pending,
-counted as ignored/pending_folded). Folded rows are forgotten but for their ids' 64-bit keys
-(`FoldedIds`), so a new run under a folded id is a counted repeat, as in row mode. q_Z must
-arrive by the stop. The snapshot equals row mode's (<= 1e-12); policy, bootstrap and seed are
-fixed at construction.
-
-Folds never make the agent wait: under the lock only the settled rows are taken out
-(O(rows taken)); their state (bootstrap weights, B x rows) is built outside and swapped in under
-a short lock. Meanwhile the rows are in `folding`, which snapshots, `state()` and merges count
-as folded.
-"""
+"""Summary mode's folded state: settled runs (every non-clean stop, a clean stop with its outcome) leave
+the row store for one `PartialState`; a clean stop waiting for its outcome stays a row (at most
+`max_pending`). Folds are built outside the lock, counted meanwhile in `folding`; the snapshot equals
+row mode's (<= 1e-12), with the policy, bootstrap and seed fixed at construction. Scoring and folds
+run on summary mode's own thread (`BackgroundWork`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -150,10 +141,11 @@ class SummaryStore:
             self.health.count("ignored", "pending_folded", n=overflow)
         table, keys, unscored = rows.take_out(settled)
         self.folded_ids.add(keys.tolist())
-        return self._start(table, unscored, None)
+        return self.start(table, unscored, None)
 
-    def _start(self, table: PairTable | None, unscored: dict[str, int], part: PartialState | None) -> _Fold:
-        """Under the lock: a fold under way, counted as folded until it is merged."""
+    def start(self, table: PairTable | None, unscored: dict[str, int], part: PartialState | None) -> _Fold:
+        """Under the lock: a fold under way (taken rows, or another accumulator's `part`), counted as
+        folded until `finish` merges it."""
         self._fold_count += 1
         fold = _Fold(self._fold_count, table, unscored, self.first_seen(), part)
         self.folding[fold.token] = fold
@@ -168,10 +160,6 @@ class SummaryStore:
         twice = np.union1d(np.intersect1d(ours.keys(), other_folded), np.intersect1d(here, other_folded))
         ours.add(int(k) for k in other_folded.tolist())
         return int(twice.size)
-
-    def start_merge(self, part: PartialState) -> _Fold:
-        """Under the lock: another accumulator's folded state on its way in (`finish` merges it)."""
-        return self._start(None, {}, part)
 
     def finish(self, fold: _Fold) -> None:
         """Outside the lock: build the taken rows' state, then merge it; if building fails the rows go
@@ -252,3 +240,119 @@ class SummaryStore:
         rows = PartialState.from_table(table, self.spec, seen[2])
         settled = self.settled_state(seen)
         return rows if settled is None else rows.merge(settled)
+
+
+# -- summary mode's background thread: scoring batches and folds never run on the caller of stop / resolve;
+# backpressure blocks, never loses work.
+
+DEFAULT_MAX_PENDING_JOBS = 64  # jobs of one batch (64 trajectories) each: ~4k trajectories waiting at most
+DEFAULT_LINGER = 1.0
+DEFAULT_STALL_TIMEOUT = 30.0  # seconds a full queue may make no progress before the caller does the job
+
+
+class BackgroundWork:
+    """Jobs run in order on a thread started on demand and ended after `linger` idle seconds; a job
+    runs on the caller only when waiting could be forever (see submit)."""
+
+    def __init__(
+        self,
+        name: str,
+        max_pending: int = DEFAULT_MAX_PENDING_JOBS,
+        linger: float = DEFAULT_LINGER,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    ):
+        self.name = name
+        self.max_pending = max(1, max_pending)
+        self.linger = linger
+        self.stall_timeout = stall_timeout
+        self._jobs: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)  # jobs queued, or all done
+        self._room = threading.Condition(lock)  # the queue is down to half
+        self._unfinished = 0
+        self._thread: threading.Thread | None = None
+        self._done = 0  # jobs run to the end (progress, for the stall test)
+        self.waits = 0  # submits that blocked because max_pending jobs were waiting (backpressure)
+        self.inline_runs = 0  # jobs run where submitted: from the thread itself, or after a stall
+        self.failures = 0  # jobs that raised past their own guard
+
+    def submit(self, job: Callable[..., Any], *args: Any) -> bool:
+        """Queue job(*args), first waiting (blocked, no CPU) while `max_pending` jobs wait. False when the
+        caller must run it: called from the thread itself, or no progress for `stall_timeout` seconds."""
+        with self._cv:
+            if self._unfinished >= self.max_pending:
+                if self.on_worker_thread():
+                    self.inline_runs += 1
+                    return False
+                self.waits += 1
+                # Wait down to half full, woken once: each wake costs the waiting thread CPU.
+                low = self.max_pending // 2
+                while self._unfinished > low:
+                    done = self._done
+                    self._room.wait(self.stall_timeout)
+                    if self._done == done and self._unfinished > low:
+                        if self._unfinished < self.max_pending:
+                            break  # a place is free after all: queue it
+                        self.inline_runs += 1  # stuck: waiting longer could be waiting forever
+                        return False
+            self._jobs.append((job, args))
+            self._unfinished += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            else:
+                self._cv.notify_all()  # all: a wait_idle waiter must not take the thread's wake
+        return True
+
+    def on_worker_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every job has run (True) or `timeout` passed; on the thread itself, at once."""
+        if self.on_worker_thread():
+            return self._unfinished == 0
+        with self._cv:
+            return self._cv.wait_for(lambda: self._unfinished == 0, timeout)
+
+    def run_queued_here(self) -> int:
+        """Run every job not started yet on the calling thread (a flush does its work itself)."""
+        ran = 0
+        while True:
+            with self._cv:
+                if not self._jobs:
+                    return ran
+                job, args = self._jobs.popleft()
+            self._run_one(job, args)
+            ran += 1
+
+    def _run_one(self, job: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        """Run a job; one that raises past its own guard is counted, and the thread goes on. Waiters
+        are woken only when what they wait for is true."""
+        try:
+            job(*args)
+        except BaseException:
+            with self._cv:
+                self.failures += 1
+        finally:
+            with self._cv:
+                self._unfinished -= 1
+                self._done += 1
+                if self._unfinished == self.max_pending // 2:
+                    self._room.notify_all()
+                if self._unfinished == 0:
+                    self._cv.notify_all()
+
+    @property
+    def unfinished(self) -> int:
+        return self._unfinished
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if not self._jobs:
+                    self._cv.wait_for(lambda: bool(self._jobs), self.linger)
+                if not self._jobs:  # idle for `linger` seconds: end; the next submit starts a thread
+                    self._thread = None
+                    return
+                job, args = self._jobs.popleft()
+            self._run_one(job, args)

@@ -48,10 +48,6 @@ class StepLayout:
         return cls(offsets, lens.astype(np.float64) if horizon is None else np.asarray(horizon))
 
     @property
-    def n_trajectories(self) -> int:
-        return int(self.offsets.size - 1)
-
-    @property
     def n_steps(self) -> int:
         return int(self.offsets[-1])
 
@@ -82,24 +78,21 @@ class StepLayout:
         # w depends only on (t, T) and agents have few distinct T: a table per T, then a gather.
         h = self.horizon.astype(np.int64)
         largest = int(h.max())
-        if largest > _MAX_LUT:
-            return self._direct_weights(sched)
-        present = np.zeros(largest + 1, dtype=bool)
-        present[h] = True
-        distinct = np.flatnonzero(present)
-        if int(distinct.sum()) > _MAX_LUT:
-            return self._direct_weights(sched)
+        distinct = np.zeros(0, dtype=np.int64)
+        if largest <= _MAX_LUT:
+            present = np.zeros(largest + 1, dtype=bool)
+            present[h] = True
+            distinct = np.flatnonzero(present)
+        if largest > _MAX_LUT or int(distinct.sum()) > _MAX_LUT:  # direct evaluation
+            return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
         base = np.zeros(present.size, dtype=np.int64)
         base[distinct] = np.concatenate(([0], np.cumsum(distinct)[:-1]))
         table = np.concatenate([weights(sched, int(big_t)) for big_t in distinct])
         gather = np.repeat(base[h] - self.starts, self.lengths) + np.arange(self.n_steps, dtype=np.int64)
         return table[gather]
 
-    def _direct_weights(self, sched: WeightSchedule) -> FloatArray:
-        return sched.step_weights(self.step_index(), np.repeat(self.horizon, self.lengths))
-
     def weighted_sum(self, flat: FloatArray, schedule: str | WeightSchedule) -> FloatArray:
-        if self.n_trajectories == 0:
+        if self.offsets.size == 1:
             return np.zeros(0)
         return np.add.reduceat(self.weights(schedule) * flat, self.starts)
 
@@ -112,13 +105,6 @@ def branch_pairs(
 ) -> tuple[FloatArray, FloatArray]:
     """(s1, s0) for every trajectory of `layout`; `values` are validated forecasts in [0, 1]."""
     b1, b0 = get_rule(rule).branches(values)
-    return branch_pairs_from_branches(b1, b0, layout, schedule)
-
-
-def branch_pairs_from_branches(
-    b1: FloatArray, b0: FloatArray, layout: StepLayout, schedule: str | WeightSchedule
-) -> tuple[FloatArray, FloatArray]:
-    """Weight and sum precomputed branches (reused across schedules)."""
     return layout.weighted_sum(b1, schedule), layout.weighted_sum(b0, schedule)
 
 
