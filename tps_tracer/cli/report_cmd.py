@@ -315,6 +315,10 @@ def _key_columns(rows: list[dict[str, Any]]) -> tuple[bool, bool, list[str]]:
     return show_rule, show_w, ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
 
 
+def _keys(row: dict[str, Any], show_rule: bool, show_w: bool) -> list[str]:
+    return [row["predictor"], *([row["rule"]] if show_rule else []), *([row["weights"]] if show_w else [])]
+
+
 def _ci(row: dict[str, Any]) -> str:
     return f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]" if row["ci_low"] is not None else "-"
 
@@ -338,8 +342,8 @@ def _scores_text(report: dict[str, Any], wide: bool) -> str:
     else:  # one row per evaluator keeps the table narrow; a stream's evaluators stay adjacent
         show_rule, show_w, headers = _key_columns(report["scores"])
         rows = []
-        for (pred, rule, weights), cells in by_key.items():
-            keys = [pred, *([rule] if show_rule else []), *([weights] if show_w else [])]
+        for cells in by_key.values():
+            keys = _keys(cells[modes[0]], show_rule, show_w)
             for m in modes:
                 c = cells[m]
                 rows.append([*keys, _MODE_SHORT[m], fmt(c["mean"]), _ci(c), str(c["n"])])
@@ -363,9 +367,7 @@ def _deltas_text(report: dict[str, Any], wide: bool) -> str:
     show_rule, show_w, headers = _key_columns(deltas)
     rows = [
         [
-            d["predictor"],
-            *([d["rule"]] if show_rule else []),
-            *([d["weights"]] if show_w else []),
+            *_keys(d, show_rule, show_w),
             "cen-" + d["comparison"].split(" - ")[0],
             fmt(d["delta"]),
             _ci(d),
@@ -483,17 +485,10 @@ def _missing_text(block: dict[str, Any] | None, wide: bool) -> str | None:
     if not block or not any(g["missing_steps"] for g in block["predictors"].values()):
         return None
     rows = [
-        [
-            name,
-            f"{g['missing_steps']} / {g['steps']}",
-            _share(g["missing_step_share"]),
-            f"{g['runs_affected']} / {g['runs']}",
-            _share(g["runs_affected_share"]),
-            str(g.get("runs_silent", 0)),
-            fmt(g["cost"]) if g["cost"] is not None else "n/a",
-            _share(g["success_rate_affected"]),
-            _share(g["success_rate_unaffected"]),
-        ]
+        [name, f"{g['missing_steps']} / {g['steps']}", _share(g["missing_step_share"])]
+        + [f"{g['runs_affected']} / {g['runs']}", _share(g["runs_affected_share"]), str(g.get("runs_silent", 0))]
+        + [fmt(g["cost"]) if g["cost"] is not None else "n/a"]
+        + [_share(g[k]) for k in ("success_rate_affected", "success_rate_unaffected")]
         for name, g in block["predictors"].items()
     ]
     head = ["predictor", "steps missing", "% steps", "runs hit", "% runs", "silent", "cost", "success hit", "rest"]
