@@ -154,6 +154,30 @@ _AGGREGATORS = {
 }
 
 
+_SAMPLE_TERMS = {
+    "working sample": "the runs scored: complete (clean stop, outcome known) plus censored (stopped by the budget)",
+    "censoring rate": "censored runs as a share of the working sample",
+    "excluded": "runs that stopped for an informative reason (parse error, tool error, ...): not scored",
+    "complete-only": "TPS over complete runs only; drops the budget-stopped runs (survivor bias)",
+    "cen-simple (q_Z~0)": "censored TPS that scores a budget-stopped run as if it would have failed (q_Z ~ 0); "
+    "pessimistic when such runs could still succeed",
+}
+_DELTA_TERMS = {
+    "Delta_practice": "censored extension minus complete-only for the same stream and rule, paired (same "
+    "resamples): how much dropping the budget-stopped runs moves the score; not a better/worse direction",
+    "delta/SE": "the difference over its bootstrap standard error; beyond about +-2 it is unlikely to be noise",
+}
+_DIAGNOSTIC_TERMS = {
+    "AUROC^ / AUPRC^": "how well a run's scalar confidence ranks failures above successes (failure is the "
+    "positive class); 0.5 / the failure rate is chance; higher is better (^)",
+    "AURC_v": "area under the risk-coverage curve: error rate when keeping the most confident runs; lower is "
+    "better (_v)",
+    "T-ECE_v": "trajectory expected calibration error over quantile bins of the scalar confidence; lower is "
+    "better (_v)",
+    "T-Brier_v": "mean (confidence - outcome)^2 per run; lower is better (_v)",
+}
+
+
 def _terms(report: dict[str, Any]) -> dict[str, str]:
     s = report["settings"]
     modes = {r["censoring"] for r in report["scores"]}
@@ -168,14 +192,7 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         t[rule] = _BETA if rule.startswith("beta") else _RULES.get(rule, "a user-supplied proper rule")
     for w in s["weights"]:
         t[w] = _SCHEDULES.get(w, "a user-supplied weight schedule")
-    t["working sample"] = "the runs scored: complete (clean stop, outcome known) plus censored (stopped by the budget)"
-    t["censoring rate"] = "censored runs as a share of the working sample"
-    t["excluded"] = "runs that stopped for an informative reason (parse error, tool error, ...): not scored"
-    t["complete-only"] = "TPS over complete runs only; drops the budget-stopped runs (survivor bias)"
-    t["cen-simple (q_Z~0)"] = (
-        "censored TPS that scores a budget-stopped run as if it would have failed (q_Z ~ 0); pessimistic "
-        "when such runs could still succeed"
-    )
+    t |= _SAMPLE_TERMS
     if "exact" in modes:
         t["cen-exact (q_z)"] = (
             "censored TPS that scores a budget-stopped run with its recorded q_z, the probability it would "
@@ -188,11 +205,7 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         f"bootstrap percentile interval (runs resampled with replacement; {s['bootstrap']} replicates; '-' when "
         "there are none)"
     )
-    t["Delta_practice"] = (
-        "censored extension minus complete-only for the same stream and rule, paired (same resamples): how "
-        "much dropping the budget-stopped runs moves the score; not a better/worse direction"
-    )
-    t["delta/SE"] = "the difference over its bootstrap standard error; beyond about +-2 it is unlikely to be noise"
+    t |= _DELTA_TERMS
     if "base_rate" in preds:
         t["base_rate"] = (
             "the constant forecast F_t = share of successes among complete runs: a stream below it "
@@ -202,25 +215,13 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         t["+platt"] = "a stream recalibrated by Platt scaling (the disclosure says where it was fitted)"
     if report.get("recalibration"):
         t["recalibrated minus raw"] = "paired difference of a statistic after and before recalibration"
-    t["AUROC^ / AUPRC^"] = (
-        "how well a run's scalar confidence ranks failures above successes (failure is the positive class); "
-        "0.5 / the failure rate is chance; higher is better (^)"
-    )
-    t["AURC_v"] = (
-        "area under the risk-coverage curve: error rate when keeping the most confident runs; lower is better (_v)"
-    )
-    t["T-ECE_v"] = (
-        "trajectory expected calibration error over quantile bins of the scalar confidence; lower is better (_v)"
-    )
-    t["T-Brier_v"] = "mean (confidence - outcome)^2 per run; lower is better (_v)"
+    t |= _DIAGNOSTIC_TERMS
     t["phi_w"] = (
         "the scalar confidence of a run used by the diagnostics: its forecasts averaged with step weights, "
         f"here {s['diagnostic_summary']}"
     )
     aggs = {a["aggregator"] for a in report.get("scalar_predictors", [])}
-    for name, text in _AGGREGATORS.items():
-        if name in aggs:
-            t[name] = text
+    t |= {name: text for name, text in _AGGREGATORS.items() if name in aggs}
     return t
 
 
