@@ -229,9 +229,9 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
             + [fmt_ci(r["shift"], r["ci_low"], r["ci_high"])]
             for r in report["informative"]
         ]
-        head = ["predictor", "treated as censored", "default", "sensitivity", "shift [95% CI]"]
+        cols = ["predictor", "treated as censored", "default", "sensitivity", "shift [95% CI]"]
         parts.append(
             "Informative-censoring sensitivity: cen-simple TPS with these stops treated as censored "
-            f"(contra-assumption check)\n{render_table(head, rows)}"
+            f"(contra-assumption check)\n{render_table(cols, rows)}"
         )
     return "\n\n".join(parts) + "\n"
