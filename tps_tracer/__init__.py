@@ -40,26 +40,16 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _HOME = {
-    "SignalExtractor": "capture",
-    "VerbalConfidenceExtractor": "capture",
-    "ReportOptions": "evaluation.report_options",
-    "Accumulator": "online",
-    "AccumulatorError": "online",
-    "JsonlSink": "online",
-    "CensoringPolicy": "records",
-    "Role": "records",
-    "StepRecord": "records",
-    "StopReason": "records",
-    "TrajectoryFileError": "records",
-    "TrajectoryRecord": "records",
-    "read_trajectories": "records",
-    "to_arrays": "records",
-    "write_trajectories": "records",
-    "custom_schedule": "scoring",
-    "get_rule": "scoring",
-    "get_schedule": "scoring",
-    "score": "scoring",
-    "weights": "scoring",
+    name: module
+    for module, names in {
+        "capture": "SignalExtractor VerbalConfidenceExtractor",
+        "evaluation.report_options": "ReportOptions",
+        "online": "Accumulator AccumulatorError JsonlSink",
+        "records": "CensoringPolicy Role StepRecord StopReason TrajectoryFileError TrajectoryRecord read_trajectories "
+        "to_arrays write_trajectories",
+        "scoring": "custom_schedule get_rule get_schedule score weights",
+    }.items()
+    for name in names.split()
 }
 
 

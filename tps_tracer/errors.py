@@ -42,19 +42,10 @@ def install_hint(extra: str) -> str:
     return f"pip install 'tps-tracer[{extra}] @ git+URL@COMMIT' (the URL and commit you installed tps-tracer from)"
 
 
-EXTRA_OF_MODULE = {
-    "langchain_core": "langchain",
-    "langgraph": "demo",
-    "tqdm": "demo",
-    "opentelemetry": "otel",
-    "prometheus_client": "otel",
-    "phoenix": "phoenix",
-    "mlflow": "mlflow",
-    "langsmith": "langsmith",
-    "langfuse": "langfuse",
-    "matplotlib": "plot",
-    "pyarrow": "parquet",
-    "ray": "ray",
+EXTRA_OF_MODULE = {  # import name -> the extra that installs it
+    **{"langchain_core": "langchain", "langgraph": "demo", "tqdm": "demo", "matplotlib": "plot", "pyarrow": "parquet"},
+    **{"opentelemetry": "otel", "prometheus_client": "otel"},
+    **{name: name for name in ("phoenix", "mlflow", "langsmith", "langfuse", "ray")},
 }
 
 

@@ -191,15 +191,8 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
     if skipped:
         parts.append(skipped)
     rows = [
-        [
-            r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"),
-            r["rule"],
-            r["weights"],
-            str(r["n"]),
-            fmt_ci(r["simple"], *r["simple_ci"]),
-            fmt_ci(r["exact"], *r["exact_ci"]),
-            fmt_ci(r["delta"], *r["delta_ci"]),
-        ]
+        [r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"), r["rule"], r["weights"], str(r["n"])]
+        + [fmt_ci(r[k], *r[f"{k}_ci"]) for k in ("simple", "exact", "delta")]
         for r in report["exact_vs_simple"]
     ]
     text = [
@@ -217,64 +210,28 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
         )
     if "artificial" in report:
         rows = [
-            [
-                r["predictor"],
-                r["rule"],
-                r["weights"],
-                f"{r['rate']:g}",
-                str(r["n_censored"]),
-                fmt(r["tps_complete"], 4),
-                fmt(r["delta_mean"], 4),
-                fmt(r["prefix_swap_mean"], 4),
-                fmt(r["tail_omission_mean"], 4),
-                f"({fmt(r['delta_y0'], 3)}, {fmt(r['delta_y1'], 3)})",
-            ]
+            [r["predictor"], r["rule"], r["weights"], f"{r['rate']:g}", str(r["n_censored"])]
+            + [fmt(r[k], 4) for k in ("tps_complete", "delta_mean", "prefix_swap_mean", "tail_omission_mean")]
+            + [f"({fmt(r['delta_y0'], 3)}, {fmt(r['delta_y1'], 3)})"]
             for r in report["artificial"]
         ]
         worst = max(r["max_abs_error"] for r in report["artificial"])
+        head = "predictor|rule|weights|r|cut|TPS complete|delta mean|prefix-swap|tail-omission|(delta Y=0, Y=1)"
         parts.append(
-            "\n".join(
-                [
-                    "Artificial censoring of complete trajectories (length-stratified): cen-simple minus complete",
-                    render_table(
-                        [
-                            "predictor",
-                            "rule",
-                            "weights",
-                            "r",
-                            "cut",
-                            "TPS complete",
-                            "delta mean",
-                            "prefix-swap",
-                            "tail-omission",
-                            "(delta Y=0, Y=1)",
-                        ],
-                        rows,
-                    ),
-                    f"  decomposition vs direct difference: max |error| = {worst:.1e} per trajectory",
-                ]
-            )
+            "Artificial censoring of complete trajectories (length-stratified): cen-simple minus complete\n"
+            f"{render_table(head.split('|'), rows)}\n"
+            f"  decomposition vs direct difference: max |error| = {worst:.1e} per trajectory"
         )
     if "informative" in report:
         rows = [
-            [
-                r["predictor"],
-                ",".join(r["treated_as_censored"]),
-                f"{fmt(r['default'], 4)} (n={r['n_default']})",
-                f"{fmt(r['sensitivity'], 4)} (n={r['n_sensitivity']})",
-                fmt_ci(r["shift"], r["ci_low"], r["ci_high"]),
-            ]
+            [r["predictor"], ",".join(r["treated_as_censored"])]
+            + [f"{fmt(r[k], 4)} (n={r['n_' + k]})" for k in ("default", "sensitivity")]
+            + [fmt_ci(r["shift"], r["ci_low"], r["ci_high"])]
             for r in report["informative"]
         ]
+        cols = ["predictor", "treated as censored", "default", "sensitivity", "shift [95% CI]"]
         parts.append(
-            "\n".join(
-                [
-                    "Informative-censoring sensitivity: cen-simple TPS with these stops treated as censored "
-                    "(contra-assumption check)",
-                    render_table(
-                        ["predictor", "treated as censored", "default", "sensitivity", "shift [95% CI]"], rows
-                    ),
-                ]
-            )
+            "Informative-censoring sensitivity: cen-simple TPS with these stops treated as censored "
+            f"(contra-assumption check)\n{render_table(cols, rows)}"
         )
     return "\n\n".join(parts) + "\n"

@@ -24,22 +24,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from tps_tracer.constants import (
-    CENSORING_MODES,
-    DEFAULT_ECE_BINS,
-    DEFAULT_MIN_VALID,
-    DEFAULT_MISSING,
-    DEFAULT_PENALTY,
-    DEFAULT_REPLICATES,
-    DEFAULT_SEED,
-    DEMO_SEED,
-    DEMO_TASKS,
-    HEADLINE_PREDICTOR,
-    MAX_REPLICATES,
-    MISSING_POLICIES,
-    SIMPLE,
-    UNRESOLVED_POLICIES,
-)
+from tps_tracer import constants as C
 from tps_tracer.errors import InputError, missing_extra
 from tps_tracer.records.errors import TrajectoryFileError
 
@@ -108,9 +93,9 @@ def flag(name: str) -> Iterator[None]:
 
 
 def check_replicates(value: int, minimum: int, why: str, name: str = "--bootstrap") -> None:
-    if not minimum <= value <= MAX_REPLICATES:
+    if not minimum <= value <= C.MAX_REPLICATES:
         raise CliError(
-            f"{name}: must be an integer in [{minimum}, {MAX_REPLICATES}] ({why}; memory grows as "
+            f"{name}: must be an integer in [{minimum}, {C.MAX_REPLICATES}] ({why}; memory grows as "
             f"replicates x score columns), got {value}"
         )
 
@@ -223,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-REPLICATES_HELP = f"bootstrap replicates (0: no CIs; at most {MAX_REPLICATES})"
+REPLICATES_HELP = f"bootstrap replicates (0: no CIs; at most {C.MAX_REPLICATES})"
 MISSING_HELP = (
     "steps without a forecast: carry-forward (default, proper: the last stated forecast, 0.5 before the first), "
     "or an estimate that can be gamed: fill-backwards, skip-renormalise; drop-run (the former rule, not proper: "
@@ -239,10 +224,10 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
         default="linear-front",
         help="weight schedules: linear-front, uniform, exponential-front, linear-back, or 'all'",
     )
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help=REPLICATES_HELP)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    p.add_argument("--bootstrap", type=int, default=C.DEFAULT_REPLICATES, help=REPLICATES_HELP)
+    p.add_argument("--seed", type=int, default=C.DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--ece-bins", type=int, default=10, help="quantile bins for T-ECE")
-    p.add_argument("--missing", choices=list(MISSING_POLICIES), default=DEFAULT_MISSING, help=MISSING_HELP)
+    p.add_argument("--missing", choices=list(C.MISSING_POLICIES), default=C.DEFAULT_MISSING, help=MISSING_HELP)
     p.add_argument("--no-base-rate", action="store_true", help="omit the constant base-rate reference predictor")
     p.add_argument(
         "--treat-as-censored",
@@ -281,8 +266,8 @@ def add_engine(p: argparse.ArgumentParser, engine_help: str, address_help: str) 
 def add_demo_parser(sub: Any) -> None:
     d = sub.add_parser("demo", help="end-to-end demo: simulated tasks through a real LangGraph agent (no network)")
     d.add_argument("--out", help="directory for the generated record files (default: a temp dir)")
-    d.add_argument("--tasks", type=int, default=DEMO_TASKS, help="tasks per agent")
-    d.add_argument("--seed", type=int, default=DEMO_SEED, help="world and bootstrap seed")
+    d.add_argument("--tasks", type=int, default=C.DEMO_TASKS, help="tasks per agent")
+    d.add_argument("--seed", type=int, default=C.DEMO_SEED, help="world and bootstrap seed")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     d.add_argument("--json", action="store_true", help="print the findings as JSON instead of the report")
     d.add_argument(
@@ -331,12 +316,12 @@ def add_gate_parser(sub: Any) -> None:
         help="largest share of the working sample without a forecast of the gated predictor (default 0.2; "
         "above it: exit 2, the rest is not gated alone; 1 accepts any)",
     )
-    g.add_argument("--missing", choices=list(MISSING_POLICIES), help=MISSING_HELP)
+    g.add_argument("--missing", choices=list(C.MISSING_POLICIES), help=MISSING_HELP)
     g.add_argument(
         "--max-flip", type=float, help="cannot decide (exit 2) if a verdict flips under resampling more often than this"
     )
     g.add_argument("--treat-as-censored", help="informative stop reasons to treat as censored (sensitivity)")
-    g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {MAX_REPLICATES})")
+    g.add_argument("--bootstrap", type=int, help=f"bootstrap replicates (default 2000; 100 to {C.MAX_REPLICATES})")
     g.add_argument("--seed", type=int, help="bootstrap seed (default 0)")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--markdown", help="also write a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY)")
@@ -353,9 +338,9 @@ def add_calibrate_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, help="where to write the calibrator JSON")
     p.add_argument("--predictors", help="comma-separated predictors to calibrate (default: all)")
     p.add_argument("--weights", default="linear-front", help="TPS schedule whose step weights the fit uses")
-    p.add_argument("--penalty", type=float, default=DEFAULT_PENALTY, help="L2 penalty on the slope (paper: 1.0)")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help="replicates for the paired deltas")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    p.add_argument("--penalty", type=float, default=C.DEFAULT_PENALTY, help="L2 penalty on the slope (paper: 1.0)")
+    p.add_argument("--bootstrap", type=int, default=C.DEFAULT_REPLICATES, help="replicates for the paired deltas")
+    p.add_argument("--seed", type=int, default=C.DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--fixed-rank", metavar="PREDICTOR", help="also print the fixed-rank sensitivity table")
     p.add_argument(
         "--refit-maps",
@@ -370,8 +355,10 @@ def add_censoring_parser(sub: Any) -> None:
     p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
     p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
-    p.add_argument("--min-valid", type=int, default=DEFAULT_MIN_VALID, help="valid branches needed per prefix")
-    p.add_argument("--unresolved", choices=UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as")
+    p.add_argument("--min-valid", type=int, default=C.DEFAULT_MIN_VALID, help="valid branches needed per prefix")
+    p.add_argument(
+        "--unresolved", choices=C.UNRESOLVED_POLICIES, default="exclude", help="unresolved branches count as"
+    )
     p.add_argument(
         "--q-z-model",
         metavar="FEATURES",
@@ -384,8 +371,8 @@ def add_censoring_parser(sub: Any) -> None:
     p.add_argument("--weights", default="linear-front", help="weight schedules, or 'all'")
     p.add_argument("--artificial", default="0.25,0.5,0.75", help="artificial censoring rates, or 'none'")
     p.add_argument("--informative", default="parse_error", help="informative stop reasons to re-score as censored")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_REPLICATES, help=REPLICATES_HELP)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap and artificial-censoring seed")
+    p.add_argument("--bootstrap", type=int, default=C.DEFAULT_REPLICATES, help=REPLICATES_HELP)
+    p.add_argument("--seed", type=int, default=C.DEFAULT_SEED, help="bootstrap and artificial-censoring seed")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
@@ -396,7 +383,7 @@ def add_plot_parser(sub: Any) -> None:
     p.add_argument("--predictors", help="comma-separated predictors (default: all); traces use the first")
     p.add_argument("--calibrate", choices=["platt"], help="also draw raw vs cross-fitted Platt per predictor")
     p.add_argument("--format", choices=["png", "svg"], default="png", help="image format of the plots")
-    p.add_argument("--bins", type=int, default=DEFAULT_ECE_BINS, help="quantile bins of the reliability diagram")
+    p.add_argument("--bins", type=int, default=C.DEFAULT_ECE_BINS, help="quantile bins of the reliability diagram")
     p.add_argument("--rule", default="log", help="score rule of the per-step score plot: log, brier or beta(a,b)")
     p.add_argument(
         "--weights",
@@ -404,7 +391,7 @@ def add_plot_parser(sub: Any) -> None:
         help="weight schedule of the per-step scores: linear-front, uniform, exponential-front, linear-back",
     )
     p.add_argument(
-        "--censoring", choices=CENSORING_MODES, default=SIMPLE, help="how budget-stopped runs enter the step scores"
+        "--censoring", choices=C.CENSORING_MODES, default=C.SIMPLE, help="how budget-stopped runs enter the step scores"
     )
     p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
 
@@ -440,10 +427,10 @@ def add_export_parser(sub: Any) -> None:
         "OTLP/HTTP endpoint (default http://127.0.0.1:4318), LangSmith API URL or Langfuse base URL (default: "
         "their SDKs' settings, LANGSMITH_ENDPOINT / LANGFUSE_BASE_URL, with their API keys and LANGSMITH_PROJECT)",
     )
-    e.add_argument("--predictor", default=HEADLINE_PREDICTOR, help="the headline predictor: scores named tps.<rule>")
+    e.add_argument("--predictor", default=C.HEADLINE_PREDICTOR, help="the headline predictor: scores named tps.<rule>")
     e.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules")
     e.add_argument("--weights", default="linear-front", help="the weight schedule of every exported score")
-    e.add_argument("--censoring", choices=CENSORING_MODES, default=SIMPLE, help="censoring mode of every score")
+    e.add_argument("--censoring", choices=C.CENSORING_MODES, default=C.SIMPLE, help="censoring mode of every score")
     e.add_argument(
         "--resource",
         action="append",

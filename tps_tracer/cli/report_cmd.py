@@ -154,6 +154,30 @@ _AGGREGATORS = {
 }
 
 
+_SAMPLE_TERMS = {
+    "working sample": "the runs scored: complete (clean stop, outcome known) plus censored (stopped by the budget)",
+    "censoring rate": "censored runs as a share of the working sample",
+    "excluded": "runs that stopped for an informative reason (parse error, tool error, ...): not scored",
+    "complete-only": "TPS over complete runs only; drops the budget-stopped runs (survivor bias)",
+    "cen-simple (q_Z~0)": "censored TPS that scores a budget-stopped run as if it would have failed (q_Z ~ 0); "
+    "pessimistic when such runs could still succeed",
+}
+_DELTA_TERMS = {
+    "Delta_practice": "censored extension minus complete-only for the same stream and rule, paired (same "
+    "resamples): how much dropping the budget-stopped runs moves the score; not a better/worse direction",
+    "delta/SE": "the difference over its bootstrap standard error; beyond about +-2 it is unlikely to be noise",
+}
+_DIAGNOSTIC_TERMS = {
+    "AUROC^ / AUPRC^": "how well a run's scalar confidence ranks failures above successes (failure is the "
+    "positive class); 0.5 / the failure rate is chance; higher is better (^)",
+    "AURC_v": "area under the risk-coverage curve: error rate when keeping the most confident runs; lower is "
+    "better (_v)",
+    "T-ECE_v": "trajectory expected calibration error over quantile bins of the scalar confidence; lower is "
+    "better (_v)",
+    "T-Brier_v": "mean (confidence - outcome)^2 per run; lower is better (_v)",
+}
+
+
 def _terms(report: dict[str, Any]) -> dict[str, str]:
     s = report["settings"]
     modes = {r["censoring"] for r in report["scores"]}
@@ -168,14 +192,7 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         t[rule] = _BETA if rule.startswith("beta") else _RULES.get(rule, "a user-supplied proper rule")
     for w in s["weights"]:
         t[w] = _SCHEDULES.get(w, "a user-supplied weight schedule")
-    t["working sample"] = "the runs scored: complete (clean stop, outcome known) plus censored (stopped by the budget)"
-    t["censoring rate"] = "censored runs as a share of the working sample"
-    t["excluded"] = "runs that stopped for an informative reason (parse error, tool error, ...): not scored"
-    t["complete-only"] = "TPS over complete runs only; drops the budget-stopped runs (survivor bias)"
-    t["cen-simple (q_Z~0)"] = (
-        "censored TPS that scores a budget-stopped run as if it would have failed (q_Z ~ 0); pessimistic "
-        "when such runs could still succeed"
-    )
+    t |= _SAMPLE_TERMS
     if "exact" in modes:
         t["cen-exact (q_z)"] = (
             "censored TPS that scores a budget-stopped run with its recorded q_z, the probability it would "
@@ -188,11 +205,7 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         f"bootstrap percentile interval (runs resampled with replacement; {s['bootstrap']} replicates; '-' when "
         "there are none)"
     )
-    t["Delta_practice"] = (
-        "censored extension minus complete-only for the same stream and rule, paired (same resamples): how "
-        "much dropping the budget-stopped runs moves the score; not a better/worse direction"
-    )
-    t["delta/SE"] = "the difference over its bootstrap standard error; beyond about +-2 it is unlikely to be noise"
+    t |= _DELTA_TERMS
     if "base_rate" in preds:
         t["base_rate"] = (
             "the constant forecast F_t = share of successes among complete runs: a stream below it "
@@ -202,25 +215,13 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
         t["+platt"] = "a stream recalibrated by Platt scaling (the disclosure says where it was fitted)"
     if report.get("recalibration"):
         t["recalibrated minus raw"] = "paired difference of a statistic after and before recalibration"
-    t["AUROC^ / AUPRC^"] = (
-        "how well a run's scalar confidence ranks failures above successes (failure is the positive class); "
-        "0.5 / the failure rate is chance; higher is better (^)"
-    )
-    t["AURC_v"] = (
-        "area under the risk-coverage curve: error rate when keeping the most confident runs; lower is better (_v)"
-    )
-    t["T-ECE_v"] = (
-        "trajectory expected calibration error over quantile bins of the scalar confidence; lower is better (_v)"
-    )
-    t["T-Brier_v"] = "mean (confidence - outcome)^2 per run; lower is better (_v)"
+    t |= _DIAGNOSTIC_TERMS
     t["phi_w"] = (
         "the scalar confidence of a run used by the diagnostics: its forecasts averaged with step weights, "
         f"here {s['diagnostic_summary']}"
     )
     aggs = {a["aggregator"] for a in report.get("scalar_predictors", [])}
-    for name, text in _AGGREGATORS.items():
-        if name in aggs:
-            t[name] = text
+    t |= {name: text for name, text in _AGGREGATORS.items() if name in aggs}
     return t
 
 
@@ -315,6 +316,10 @@ def _key_columns(rows: list[dict[str, Any]]) -> tuple[bool, bool, list[str]]:
     return show_rule, show_w, ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
 
 
+def _keys(row: dict[str, Any], show_rule: bool, show_w: bool) -> list[str]:
+    return [row["predictor"], *([row["rule"]] if show_rule else []), *([row["weights"]] if show_w else [])]
+
+
 def _ci(row: dict[str, Any]) -> str:
     return f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]" if row["ci_low"] is not None else "-"
 
@@ -338,8 +343,8 @@ def _scores_text(report: dict[str, Any], wide: bool) -> str:
     else:  # one row per evaluator keeps the table narrow; a stream's evaluators stay adjacent
         show_rule, show_w, headers = _key_columns(report["scores"])
         rows = []
-        for (pred, rule, weights), cells in by_key.items():
-            keys = [pred, *([rule] if show_rule else []), *([weights] if show_w else [])]
+        for cells in by_key.values():
+            keys = _keys(cells[modes[0]], show_rule, show_w)
             for m in modes:
                 c = cells[m]
                 rows.append([*keys, _MODE_SHORT[m], fmt(c["mean"]), _ci(c), str(c["n"])])
@@ -363,9 +368,7 @@ def _deltas_text(report: dict[str, Any], wide: bool) -> str:
     show_rule, show_w, headers = _key_columns(deltas)
     rows = [
         [
-            d["predictor"],
-            *([d["rule"]] if show_rule else []),
-            *([d["weights"]] if show_w else []),
+            *_keys(d, show_rule, show_w),
             "cen-" + d["comparison"].split(" - ")[0],
             fmt(d["delta"]),
             _ci(d),
@@ -483,17 +486,10 @@ def _missing_text(block: dict[str, Any] | None, wide: bool) -> str | None:
     if not block or not any(g["missing_steps"] for g in block["predictors"].values()):
         return None
     rows = [
-        [
-            name,
-            f"{g['missing_steps']} / {g['steps']}",
-            _share(g["missing_step_share"]),
-            f"{g['runs_affected']} / {g['runs']}",
-            _share(g["runs_affected_share"]),
-            str(g.get("runs_silent", 0)),
-            fmt(g["cost"]) if g["cost"] is not None else "n/a",
-            _share(g["success_rate_affected"]),
-            _share(g["success_rate_unaffected"]),
-        ]
+        [name, f"{g['missing_steps']} / {g['steps']}", _share(g["missing_step_share"])]
+        + [f"{g['runs_affected']} / {g['runs']}", _share(g["runs_affected_share"]), str(g.get("runs_silent", 0))]
+        + [fmt(g["cost"]) if g["cost"] is not None else "n/a"]
+        + [_share(g[k]) for k in ("success_rate_affected", "success_rate_unaffected")]
         for name, g in block["predictors"].items()
     ]
     head = ["predictor", "steps missing", "% steps", "runs hit", "% runs", "silent", "cost", "success hit", "rest"]
