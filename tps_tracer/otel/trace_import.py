@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from tps_tracer.errors import InputError
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel.agent_frameworks import OI_KIND
 from tps_tracer.otel.span_processor import TPSSpanProcessor
@@ -149,9 +150,9 @@ def _enum(value: Any, names: dict[str, int]) -> int:
 
 
 def _any_value(value: Any) -> Any:
-    """An OTLP AnyValue as an attribute value (arrays as tuples); ValueError for kvlist / bytes / empty."""
+    """An OTLP AnyValue as an attribute value (arrays as tuples); InputError for kvlist / bytes / empty."""
     if not isinstance(value, dict) or len(value) != 1:
-        raise ValueError("not an AnyValue")
+        raise InputError("not an AnyValue")
     kind, v = next(iter(value.items()))
     if kind == "stringValue" and isinstance(v, str):
         return v
@@ -163,7 +164,7 @@ def _any_value(value: Any) -> Any:
         return float(v)  # "NaN" / "Infinity" are written as strings
     if kind == "arrayValue" and isinstance(v, dict):
         return tuple(_any_value(item) for item in v.get("values", []))
-    raise ValueError(kind)
+    raise InputError(kind)
 
 
 def _attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
