@@ -182,12 +182,12 @@ def recalibration_rows(
             if k.predictor == raw
         ]
         au = aurocs[(raw, cal)]
-        rows.append({"statistic": "auroc phi_w", **{k: _num(getattr(au, k)) for k in _DELTA_STATS}})
+        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
         out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
     return out
 
 
-def _num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
+def json_num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
     v = float(x)
     return v if math.isfinite(v) else None
 
@@ -203,10 +203,10 @@ def score_and_delta_rows(
         row: dict[str, Any] = {
             **vars(k),
             "n": int(boot.n[i]),
-            "mean": _num(boot.point[i]),
-            "se": _num(se[i]),
-            "ci_low": _num(lo[i]),
-            "ci_high": _num(hi[i]),
+            "mean": json_num(boot.point[i]),
+            "se": json_num(se[i]),
+            "ci_low": json_num(lo[i]),
+            "ci_high": json_num(hi[i]),
         }
         if k.censoring == EXACT:
             row["n_missing_q_z"] = missing_q_z[k.predictor]
@@ -235,8 +235,8 @@ def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     d = boot.point[j] - boot.point[i]
     d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
     d_lo, d_hi = percentile_ci(rep[:, None])
-    z = _num(d / d_se) if d_se > 0 else None
-    return dict(zip(_DELTA_STATS, (_num(d), _num(d_se), z, _num(d_lo[0]), _num(d_hi[0])), strict=True))
+    z = json_num(d / d_se) if d_se > 0 else None
+    return dict(zip(_DELTA_STATS, (json_num(d), json_num(d_se), z, json_num(d_lo[0]), json_num(d_hi[0])), strict=True))
 
 
 def diagnostic_rows(
@@ -246,7 +246,7 @@ def diagnostic_rows(
     diagnostics, scalar_rows = [], []
     for name, summaries, y in items:
         for a, agg_name in enumerate(AGGREGATOR_NAMES):
-            diag = {key: _num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
+            diag = {key: json_num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
             scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
             if agg_name == "phi_w":
                 diagnostics.append({"predictor": name, "n": int(y.size), **diag})
@@ -278,7 +278,7 @@ def _header(
             "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
             "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
             "ece_bins": opts.ece_bins,
-            "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
+            "base_rate": json_num(base_rate) if opts.base_rate and base_rate is not None else None,
             "calibration": {"method": "raw"},
         },
         "audit": audit,

@@ -3,7 +3,8 @@
     TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
 
 (for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)), the weighted prefix log-odds),
-and the check that the exact score equals the branch average of complete-prefix scores.
+the check that the exact score equals the branch average of complete-prefix scores, and the
+informative-censoring sensitivity (Appendix "Parse-error sensitivity analysis").
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from tps_tracer.constants import SIMPLE
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, bootstrap_means, trajectory_keys
+from tps_tracer.evaluation.calibration import paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import McEstimates
-from tps_tracer.evaluation.pairs import pair_table_from_arrays
+from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.report import json_num
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.branch_pairs import mix
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, score
-
-
-def _num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 def exact_vs_simple(
@@ -61,13 +61,13 @@ def exact_vs_simple(
                         "rule": rule.name,
                         "weights": sched.name,
                         "n": int(sel.sum()),
-                        "simple": _num(boot.point[0]),
-                        "simple_ci": [_num(lo[0]), _num(hi[0])],
-                        "exact": _num(boot.point[1]),
-                        "exact_ci": [_num(lo[1]), _num(hi[1])],
-                        "delta": _num(boot.point[2]),
-                        "delta_ci": [_num(lo[2]), _num(hi[2])],
-                        "delta_se": _num(se[2]),
+                        "simple": json_num(boot.point[0]),
+                        "simple_ci": [json_num(lo[0]), json_num(hi[0])],
+                        "exact": json_num(boot.point[1]),
+                        "exact_ci": [json_num(lo[1]), json_num(hi[1])],
+                        "delta": json_num(boot.point[2]),
+                        "delta_ci": [json_num(lo[2]), json_num(hi[2])],
+                        "delta_se": json_num(se[2]),
                     }
                 )
     return rows
@@ -116,4 +116,42 @@ def conditional_projection_check(
                         "max_abs_error": worst,
                     }
                 )
+    return rows
+
+
+def informative_censoring_shift(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    reasons: Sequence[str] = ("parse_error",),
+    rule: str | ScoreRule = "log",
+    schedule: str | WeightSchedule = "linear-front",
+    n_replicates: int = DEFAULT_REPLICATES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Per predictor: cen-simple TPS under the default policy and with `reasons` treated as censored, on
+    shared Poisson replicates (so the SE reflects only the trajectories that changed role)."""
+    alt = CensoringPolicy.treating_as_censored(list(reasons))
+    table = pair_table_from_arrays(arrays, predictors, [get_rule(rule)], [get_schedule(schedule)])
+    base_cols = score_columns(table, predictors, CensoringPolicy(), modes=(SIMPLE,)).columns
+    alt_cols = score_columns(table, predictors, alt, modes=(SIMPLE,)).columns
+    rows = []
+    for name, a, b in zip(predictors, base_cols, alt_cols, strict=True):
+        d = paired_mean_delta(a, b, table.ids, max(n_replicates, 2), seed, "tps cen-simple")
+        rows.append(
+            {
+                "predictor": name,
+                "rule": get_rule(rule).name,
+                "weights": get_schedule(schedule).name,
+                "treated_as_censored": list(reasons),
+                "default": d.a,
+                "n_default": int(np.sum(~np.isnan(a))),
+                "sensitivity": d.b,
+                "n_sensitivity": int(np.sum(~np.isnan(b))),
+                "moved_into_sample": int(np.sum(np.isnan(a) & ~np.isnan(b))),
+                "shift": d.delta,
+                "se": d.se,
+                "ci_low": d.ci_low,
+                "ci_high": d.ci_high,
+            }
+        )
     return rows
