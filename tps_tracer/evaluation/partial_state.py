@@ -21,7 +21,6 @@ from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import replicate_sums, trajectory_keys
 from tps_tracer.evaluation.pairs import (
-    AGGREGATOR_NAMES,
     PairTable,
     PredictorPairs,
     audit_of_counts,
@@ -31,7 +30,7 @@ from tps_tracer.evaluation.pairs import (
     stop_counts_of,
 )
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.evaluation.rows import PRIOR
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule

@@ -20,13 +20,13 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentile_ci, replicate_means
 from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
-    AGGREGATOR_NAMES,
     ColumnKey,
     PairTable,
     pair_table_from_arrays,
 )
 from tps_tracer.evaluation.partial_state import PartialState, PredictorState, StateSpec, gap_summary, states_nothing
 from tps_tracer.evaluation.report_options import ReportOptions
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
     NO_PREDICTOR,
