@@ -22,7 +22,7 @@ from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
-    from tps_tracer.evaluation.report_options import ReportOptions
+    from tps_tracer.evaluation.partial_state import ReportOptions
     from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
     from tps_tracer.records import (
         CensoringPolicy,
@@ -42,7 +42,7 @@ __version__ = "0.1.0"
 _HOME = {
     "SignalExtractor": "capture",
     "VerbalConfidenceExtractor": "capture",
-    "ReportOptions": "evaluation.report_options",
+    "ReportOptions": "evaluation.partial_state",
     "Accumulator": "online",
     "AccumulatorError": "online",
     "JsonlSink": "online",
