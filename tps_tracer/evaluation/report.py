@@ -270,14 +270,20 @@ def _header(
 ) -> dict[str, Any]:
     """The parts every report has, scored or not."""
     states = state.predictors if states is None else states
+    spec = state.spec
     coverage = [
         {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)} for name in covered
     ]
+    # log_clipped: forecasts the log rule clipped to [eps, 1 - eps] (a 0 or 1 that went the other way
+    # scores log(eps) = -13.8 per unit weight); None without a log rule. The base rate is 0 or 1 only
+    # if all complete runs went one way.
+    eps = next((r.eps for r in spec.rules if isinstance(r, LogRule)), None)
+    clipped = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
     return {
         "version": REPORT_VERSION,
         "settings": {
-            "rules": [r.name for r in state.spec.rules],
-            "weights": [s.name for s in state.spec.schedules],
+            "rules": [r.name for r in spec.rules],
+            "weights": [s.name for s in spec.schedules],
             "bootstrap": opts.bootstrap,
             "seed": opts.seed,
             "ci_level": CI_LEVEL,
@@ -289,43 +295,23 @@ def _header(
         },
         "audit": audit,
         "coverage": coverage,
-        "log_clipped": _log_clipped(state, covered, states),
-        "missing_forecasts": _missing_forecasts(state, covered, states),
+        "log_clipped": None if eps is None else {"eps": eps, "forecasts": clipped, "total": sum(clipped.values())},
+        "missing_forecasts": {
+            "policy": spec.missing,
+            "policy_note": MISSING_POLICIES[spec.missing],
+            "cost": (
+                f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
+                f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
+            ),
+            # A predictor no run states is a skipped one (without data), not one with gaps.
+            "predictors": {
+                name: gap_summary(states[name].gaps)
+                for name in covered
+                if name != BASE_RATE and not states_nothing(states[name].gaps)
+            },
+        },
         "skipped_predictors": as_dicts(skipped),
     }
-
-
-def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[str, PredictorState]) -> dict[str, Any]:
-    """Steps without a forecast over the working sample: the policy, and per predictor the gaps' share,
-    cost and the success rates of runs with and without one."""
-    spec = state.spec
-    return {
-        "policy": spec.missing,
-        "policy_note": MISSING_POLICIES[spec.missing],
-        "cost": (
-            f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
-            f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
-        ),
-        # A predictor no run states is a skipped one (without data), not one with gaps.
-        "predictors": {
-            name: gap_summary(states[name].gaps)
-            for name in covered
-            if name != BASE_RATE and not states_nothing(states[name].gaps)
-        },
-    }
-
-
-def _log_clipped(
-    state: PartialState, covered: list[str], states: Mapping[str, PredictorState]
-) -> dict[str, Any] | None:
-    """Forecasts the log rule clipped to [eps, 1 - eps] per predictor (None without a log rule): a
-    forecast of 0 or 1 on a run that went the other way scores log(eps) = -13.8 per unit weight."""
-    eps = next((r.eps for r in state.spec.rules if isinstance(r, LogRule)), None)
-    if eps is None:
-        return None
-    # The base rate is the share of complete runs that succeeded: 0 or 1 only if all went one way.
-    counts = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
-    return {"eps": eps, "forecasts": counts, "total": sum(counts.values())}
 
 
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:
