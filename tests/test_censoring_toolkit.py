@@ -12,10 +12,14 @@ import pytest
 
 from tps_tracer.cli.main import main
 from tps_tracer.constants import COMPLETE_ONLY, EXACT, SIMPLE
-from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring, censoring_plan
+from tps_tracer.evaluation.censoring.checks import (
+    artificial_censoring,
+    censoring_plan,
+    conditional_projection_check,
+    exact_vs_simple,
+    informative_censoring_shift,
+)
 from tps_tracer.evaluation.censoring.continuations import attach_q_z, mc_q_z, parse_continuations
-from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
-from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
 from tps_tracer.evaluation.censoring.q_z_model import fit_q_z_model, prefix_features
 from tps_tracer.evaluation.pairs import score_matrix
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays, write_trajectories

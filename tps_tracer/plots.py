@@ -23,7 +23,8 @@ from numpy.typing import NDArray
 from tps_tracer.constants import DEFAULT_ECE_BINS, SIMPLE
 from tps_tracer.errors import InputError, install_hint
 from tps_tracer.evaluation.diagnostics import quantile_bins
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, eta_by_mode, pair_table_from_arrays
+from tps_tracer.evaluation.pairs import eta_by_mode, pair_table_from_arrays
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy

@@ -24,10 +24,13 @@ from tps_tracer.cli.main import (
     writing,
 )
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.censoring.artificial_censoring import artificial_censoring
+from tps_tracer.evaluation.censoring.checks import (
+    artificial_censoring,
+    conditional_projection_check,
+    exact_vs_simple,
+    informative_censoring_shift,
+)
 from tps_tracer.evaluation.censoring.continuations import McEstimates, attach_q_z, mc_q_z, read_continuations
-from tps_tracer.evaluation.censoring.exact_correction import conditional_projection_check, exact_vs_simple
-from tps_tracer.evaluation.censoring.informative import informative_censoring_shift
 from tps_tracer.evaluation.censoring.q_z_model import PlugInResult, fit_q_z_model
 from tps_tracer.evaluation.skipped_predictors import (
     as_dicts,

@@ -37,7 +37,8 @@ from tps_tracer.evaluation.bootstrap import (
     trajectory_keys,
 )
 from tps_tracer.evaluation.diagnostics import auprc_failure, aurc, auroc_failure
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.pairs import PairTable, pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import (
     PLATT_SUFFIX,
     as_dicts,

@@ -37,21 +37,6 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
-__all__ = [
-    "AGGREGATOR_NAMES",
-    "ColumnKey",
-    "PairTable",
-    "PredictorPairs",
-    "ScoreMatrix",
-    "audit_of_counts",
-    "audit_of_table",
-    "eta_by_mode",
-    "pair_table_from_arrays",
-    "score_columns",
-    "score_matrix",
-    "skip_counts",
-]
-
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 

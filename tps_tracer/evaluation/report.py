@@ -20,13 +20,19 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentile_ci, replicate_means
 from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
-    AGGREGATOR_NAMES,
     ColumnKey,
     PairTable,
     pair_table_from_arrays,
 )
-from tps_tracer.evaluation.partial_state import PartialState, PredictorState, StateSpec, gap_summary, states_nothing
-from tps_tracer.evaluation.report_options import ReportOptions
+from tps_tracer.evaluation.partial_state import (
+    PartialState,
+    PredictorState,
+    ReportOptions,
+    StateSpec,
+    gap_summary,
+    states_nothing,
+)
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
     NO_PREDICTOR,
@@ -182,12 +188,12 @@ def recalibration_rows(
             if k.predictor == raw
         ]
         au = aurocs[(raw, cal)]
-        rows.append({"statistic": "auroc phi_w", **{k: _num(getattr(au, k)) for k in _DELTA_STATS}})
+        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
         out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
     return out
 
 
-def _num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
+def json_num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
     v = float(x)
     return v if math.isfinite(v) else None
 
@@ -203,10 +209,10 @@ def score_and_delta_rows(
         row: dict[str, Any] = {
             **vars(k),
             "n": int(boot.n[i]),
-            "mean": _num(boot.point[i]),
-            "se": _num(se[i]),
-            "ci_low": _num(lo[i]),
-            "ci_high": _num(hi[i]),
+            "mean": json_num(boot.point[i]),
+            "se": json_num(se[i]),
+            "ci_low": json_num(lo[i]),
+            "ci_high": json_num(hi[i]),
         }
         if k.censoring == EXACT:
             row["n_missing_q_z"] = missing_q_z[k.predictor]
@@ -235,8 +241,8 @@ def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     d = boot.point[j] - boot.point[i]
     d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
     d_lo, d_hi = percentile_ci(rep[:, None])
-    z = _num(d / d_se) if d_se > 0 else None
-    return dict(zip(_DELTA_STATS, (_num(d), _num(d_se), z, _num(d_lo[0]), _num(d_hi[0])), strict=True))
+    z = json_num(d / d_se) if d_se > 0 else None
+    return dict(zip(_DELTA_STATS, (json_num(d), json_num(d_se), z, json_num(d_lo[0]), json_num(d_hi[0])), strict=True))
 
 
 def diagnostic_rows(
@@ -246,7 +252,7 @@ def diagnostic_rows(
     diagnostics, scalar_rows = [], []
     for name, summaries, y in items:
         for a, agg_name in enumerate(AGGREGATOR_NAMES):
-            diag = {key: _num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
+            diag = {key: json_num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
             scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
             if agg_name == "phi_w":
                 diagnostics.append({"predictor": name, "n": int(y.size), **diag})
@@ -264,62 +270,48 @@ def _header(
 ) -> dict[str, Any]:
     """The parts every report has, scored or not."""
     states = state.predictors if states is None else states
+    spec = state.spec
     coverage = [
         {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)} for name in covered
     ]
+    # log_clipped: forecasts the log rule clipped to [eps, 1 - eps] (a 0 or 1 that went the other way
+    # scores log(eps) = -13.8 per unit weight); None without a log rule. The base rate is 0 or 1 only
+    # if all complete runs went one way.
+    eps = next((r.eps for r in spec.rules if isinstance(r, LogRule)), None)
+    clipped = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
     return {
         "version": REPORT_VERSION,
         "settings": {
-            "rules": [r.name for r in state.spec.rules],
-            "weights": [s.name for s in state.spec.schedules],
+            "rules": [r.name for r in spec.rules],
+            "weights": [s.name for s in spec.schedules],
             "bootstrap": opts.bootstrap,
             "seed": opts.seed,
             "ci_level": CI_LEVEL,
             "bootstrap_method": "poisson, replicate weights derived from (trajectory_id, replicate, seed)",
             "diagnostic_summary": f"phi_w({DEFAULT_SCHEDULE.name}), normalised over observed steps",
             "ece_bins": opts.ece_bins,
-            "base_rate": _num(base_rate) if opts.base_rate and base_rate is not None else None,
+            "base_rate": json_num(base_rate) if opts.base_rate and base_rate is not None else None,
             "calibration": {"method": "raw"},
         },
         "audit": audit,
         "coverage": coverage,
-        "log_clipped": _log_clipped(state, covered, states),
-        "missing_forecasts": _missing_forecasts(state, covered, states),
+        "log_clipped": None if eps is None else {"eps": eps, "forecasts": clipped, "total": sum(clipped.values())},
+        "missing_forecasts": {
+            "policy": spec.missing,
+            "policy_note": MISSING_POLICIES[spec.missing],
+            "cost": (
+                f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
+                f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
+            ),
+            # A predictor no run states is a skipped one (without data), not one with gaps.
+            "predictors": {
+                name: gap_summary(states[name].gaps)
+                for name in covered
+                if name != BASE_RATE and not states_nothing(states[name].gaps)
+            },
+        },
         "skipped_predictors": as_dicts(skipped),
     }
-
-
-def _missing_forecasts(state: PartialState, covered: list[str], states: Mapping[str, PredictorState]) -> dict[str, Any]:
-    """Steps without a forecast over the working sample: the policy, and per predictor the gaps' share,
-    cost and the success rates of runs with and without one."""
-    spec = state.spec
-    return {
-        "policy": spec.missing,
-        "policy_note": MISSING_POLICIES[spec.missing],
-        "cost": (
-            f"mean over runs of carry-forward minus skip-renormalise TPS ({spec.rules[0].name}, "
-            f"{spec.schedules[0].name}, simple censoring): what the gaps cost the agent"
-        ),
-        # A predictor no run states is a skipped one (without data), not one with gaps.
-        "predictors": {
-            name: gap_summary(states[name].gaps)
-            for name in covered
-            if name != BASE_RATE and not states_nothing(states[name].gaps)
-        },
-    }
-
-
-def _log_clipped(
-    state: PartialState, covered: list[str], states: Mapping[str, PredictorState]
-) -> dict[str, Any] | None:
-    """Forecasts the log rule clipped to [eps, 1 - eps] per predictor (None without a log rule): a
-    forecast of 0 or 1 on a run that went the other way scores log(eps) = -13.8 per unit weight."""
-    eps = next((r.eps for r in state.spec.rules if isinstance(r, LogRule)), None)
-    if eps is None:
-        return None
-    # The base rate is the share of complete runs that succeeded: 0 or 1 only if all went one way.
-    counts = {name: int(states[name].clipped) for name in covered if name != BASE_RATE}
-    return {"eps": eps, "forecasts": counts, "total": sum(counts.values())}
 
 
 def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None) -> dict[str, Any]:

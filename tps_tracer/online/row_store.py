@@ -16,8 +16,8 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.evaluation.bootstrap import trajectory_keys
-from tps_tracer.evaluation.pairs import AGGREGATOR_NAMES, PairTable, PredictorPairs, skip_counts
-from tps_tracer.evaluation.rows import ScoredRows
+from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, skip_counts
+from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, ScoredRows
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.open_runs import OpenRuns
 from tps_tracer.records.arrays import STOP_REASONS

@@ -1,0 +1,292 @@
+"""The censoring checks. Exact-minus-simple on censored prefixes (paper, Appendix "q_Z Estimation",
+Eq. app_qz_delta):
+
+    TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
+
+(for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)), the weighted prefix log-odds),
+the check that the exact score equals the branch average of complete-prefix scores, the
+informative-censoring sensitivity (Appendix "Parse-error sensitivity analysis"), and the
+artificial-censoring validation (paper, Appendix "Artificial-Censoring Validation").
+
+Within each length stratum of the complete trajectories, a share r (a seeded draw in id order) is
+cut at Z uniform on 1..T-1 and scored cen-simple (T-normalised weights truncated at Z). Then
+
+    TPS_simple - TPS_complete = prefix-swap + tail-omission
+    prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
+    tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
+
+The direct difference runs through the real scoring path, the decomposition step by step from
+the closed form: they agree to ~1e-12.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
+from tps_tracer.errors import InputError
+from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, bootstrap_means, trajectory_keys
+from tps_tracer.evaluation.calibration import paired_mean_delta
+from tps_tracer.evaluation.censoring.continuations import McEstimates
+from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns, score_matrix
+from tps_tracer.evaluation.report import json_num
+from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.scoring.branch_pairs import mix
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, score
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+DEFAULT_RATES = (0.25, 0.5, 0.75)
+_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
+_MAX_STEPS = STOP_REASONS.index(StopReason.MAX_STEPS)
+
+
+def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int = 0) -> IntArray:
+    """Cut point Z per trajectory (0: left complete). Length-1 trajectories cannot be cut."""
+    if not 0.0 <= rate <= 1.0:
+        raise InputError(f"censoring rate must be in [0, 1], got {rate}")
+    rng = np.random.default_rng([seed, round(rate * 1_000_000)])
+    cuts = np.zeros(len(ids), dtype=np.int64)
+    for length in np.unique(lengths):
+        members = sorted(np.flatnonzero(lengths == length).tolist(), key=lambda i: ids[i])
+        k = round(rate * len(members))
+        if length < 2 or k == 0:
+            continue
+        chosen = rng.permutation(len(members))[:k]
+        for c in chosen.tolist():
+            cuts[members[c]] = rng.integers(1, length)  # Z in 1..T-1
+    return cuts
+
+
+def _censored_copy(arrays: TrajectoryArrays, predictor: str, cuts: IntArray) -> TrajectoryArrays:
+    """The same trajectories with those cut at Z > 0 turned into max_steps prefixes (horizon kept)."""
+    lengths = arrays.lengths
+    keep_len = np.where(cuts > 0, cuts, lengths)
+    t = np.arange(int(arrays.offsets[-1])) - np.repeat(arrays.offsets[:-1], lengths) + 1
+    keep = t <= np.repeat(keep_len, lengths)
+    col = arrays.predictors[predictor]
+    censored = cuts > 0
+    return replace(
+        arrays,
+        offsets=np.concatenate(([0], np.cumsum(keep_len))).astype(np.int64),
+        stop_code=np.where(censored, _MAX_STEPS, arrays.stop_code).astype(np.int8),
+        outcome=np.where(censored, np.nan, arrays.outcome),
+        q_z=np.full(arrays.n, np.nan),
+        predictors={predictor: PredictorColumn(predictor, col.values[keep], col.usable.copy(), dict(col.skipped))},
+    )
+
+
+def _decomposition(
+    f: FloatArray, owner: IntArray, t: FloatArray, horizon: FloatArray, y: FloatArray, cuts: IntArray, n: int,
+    rule: ScoreRule, schedule: WeightSchedule,
+) -> tuple[FloatArray, FloatArray]:  # fmt: skip
+    """(prefix-swap, tail-omission) per trajectory, from the closed form, step by step."""
+    b1, b0 = rule.branches(f)
+    w = schedule.step_weights(t, horizon[owner])
+    z = np.where(cuts > 0, cuts, np.iinfo(np.int64).max)[owner]
+    in_prefix = t <= z
+    cut = (cuts > 0)[owner]
+    y_s = y[owner]
+    swap = np.bincount(owner, weights=np.where(in_prefix & cut, y_s * w * (b0 - b1), 0.0), minlength=n)
+    tail = np.bincount(owner, weights=np.where(in_prefix, 0.0, -w * (y_s * b1 + (1 - y_s) * b0)), minlength=n)
+    return swap.astype(np.float64), tail.astype(np.float64)
+
+
+def artificial_censoring(
+    arrays: TrajectoryArrays,
+    predictor: str,
+    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)"),
+    schedules: Sequence[str | WeightSchedule] = ("linear-front", "uniform", "exponential-front", "linear-back"),
+    rates: Sequence[float] = DEFAULT_RATES,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per rate x rule x schedule (see the module docstring); means over all complete trajectories."""
+    col = arrays.predictors[predictor]
+    sample = (arrays.stop_code == _CLEAN) & ~np.isnan(arrays.outcome) & col.usable
+    if not sample.any():
+        raise InputError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
+    base = replace(
+        arrays,
+        ids=[tid for tid, s in zip(arrays.ids, sample, strict=True) if s],
+        offsets=np.concatenate(([0], np.cumsum(arrays.lengths[sample]))).astype(np.int64),
+        horizon=arrays.horizon[sample],
+        stop_code=arrays.stop_code[sample],
+        outcome=arrays.outcome[sample],
+        q_z=arrays.q_z[sample],
+        predictors={
+            predictor: PredictorColumn(predictor, arrays.subset(sample, predictor)[0], np.ones(int(sample.sum()), bool))
+        },
+    )
+    rules_ = [get_rule(r) for r in rules]
+    scheds = [get_schedule(s) for s in schedules]
+    n, lengths, y = base.n, base.lengths, base.outcome
+    owner = np.repeat(np.arange(n), lengths)
+    t = (np.arange(int(base.offsets[-1])) - np.repeat(base.offsets[:-1], lengths) + 1).astype(np.float64)
+    f = base.predictors[predictor].values
+    complete = score_matrix(base, [predictor], rules_, scheds, modes=(COMPLETE_ONLY,))
+    rows = []
+    for rate in rates:
+        cuts = censoring_plan(base.ids, lengths, rate, seed)
+        censored = cuts > 0
+        simple = score_matrix(_censored_copy(base, predictor, cuts), [predictor], rules_, scheds, modes=(SIMPLE,))
+        for (key, full), part in zip(zip(complete.keys, complete.columns, strict=True), simple.columns, strict=True):
+            rule, sched = get_rule(key.rule), get_schedule(key.weights)
+            direct = part - full
+            swap, tail = _decomposition(f, owner, t, base.horizon, y, cuts, n, rule, sched)
+            rows.append(
+                {
+                    "predictor": predictor,
+                    "rule": key.rule,
+                    "weights": key.weights,
+                    "rate": rate,
+                    "n": n,
+                    "n_censored": int(censored.sum()),
+                    "tps_complete": float(full.mean()),
+                    "delta_mean": float(direct.mean()),
+                    "prefix_swap_mean": float(swap.mean()),
+                    "tail_omission_mean": float(tail.mean()),
+                    "delta_y0": float(direct[y == 0].mean()) if np.any(y == 0) else None,
+                    "delta_y1": float(direct[y == 1].mean()) if np.any(y == 1) else None,
+                    "max_abs_error": float(np.max(np.abs(direct - (swap + tail)))),
+                    "min_tail_omission": float(tail.min()),
+                }
+            )
+    return rows
+
+
+def exact_vs_simple(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    rules: Sequence[str | ScoreRule] = ("log",),
+    schedules: Sequence[str | WeightSchedule] = ("linear-front",),
+    policy: CensoringPolicy | None = None,
+    n_replicates: int = DEFAULT_REPLICATES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Simple, exact and their paired difference on censored prefixes with q_z (Tables "qz_headline")."""
+    rules_ = [get_rule(r) for r in rules]
+    scheds = [get_schedule(s) for s in schedules]
+    table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
+    _, censored = table.role_masks(policy or CensoringPolicy())
+    with_q = censored & ~np.isnan(table.q_z)
+    keys = trajectory_keys(table.ids)
+    rows = []
+    for name in predictors:
+        col = table.predictors[name]
+        sel = with_q & col.usable
+        for i, rule in enumerate(rules_):
+            for j, sched in enumerate(scheds):
+                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
+                simple = np.where(sel, s0, np.nan)
+                exact = np.where(sel, mix(s1, s0, np.nan_to_num(table.q_z)), np.nan)
+                correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
+                boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
+                lo, hi = boot.ci()
+                se = boot.se()
+                rows.append(
+                    {
+                        "predictor": name,
+                        "rule": rule.name,
+                        "weights": sched.name,
+                        "n": int(sel.sum()),
+                        "simple": json_num(boot.point[0]),
+                        "simple_ci": [json_num(lo[0]), json_num(hi[0])],
+                        "exact": json_num(boot.point[1]),
+                        "exact_ci": [json_num(lo[1]), json_num(hi[1])],
+                        "delta": json_num(boot.point[2]),
+                        "delta_ci": [json_num(lo[2]), json_num(hi[2])],
+                        "delta_se": json_num(se[2]),
+                    }
+                )
+    return rows
+
+
+def conditional_projection_check(
+    arrays: TrajectoryArrays,
+    estimates: McEstimates,
+    predictors: Sequence[str],
+    rules: Sequence[str | ScoreRule] = ("log",),
+    schedules: Sequence[str | WeightSchedule] = ("linear-front",),
+) -> list[dict[str, Any]]:
+    """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`.
+
+    The left side goes through the branch pairs (s1, s0) mixed with q_hat; the right side
+    scores every branch outcome step by step and averages. They must agree to ~1e-15.
+    """
+    rules_ = [get_rule(r) for r in rules]
+    scheds = [get_schedule(s) for s in schedules]
+    table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
+    index = {tid: i for i, tid in enumerate(arrays.ids)}
+    q_hat = estimates.as_mapping()
+    rows = []
+    for name in predictors:
+        col = arrays.predictors[name]
+        members = [(tid, index[tid]) for tid in estimates.ids if tid in index and col.usable[index[tid]]]
+        for ri, rule in enumerate(rules_):
+            for si, sched in enumerate(scheds):
+                worst = 0.0
+                for tid, i in members:
+                    f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
+                    w = sched.step_weights(
+                        np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i])
+                    )
+                    ys = estimates.outcomes[tid]
+                    per_branch = score(f[None, :], ys[:, None], rule) @ w  # each branch scored as a complete prefix
+                    branch_avg = float(per_branch.mean())
+                    s1, s0 = table.predictors[name].pairs[i, ri, si]
+                    worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - branch_avg))
+                rows.append(
+                    {
+                        "predictor": name,
+                        "rule": rule.name,
+                        "weights": sched.name,
+                        "n": len(members),
+                        "max_abs_error": worst,
+                    }
+                )
+    return rows
+
+
+def informative_censoring_shift(
+    arrays: TrajectoryArrays,
+    predictors: Sequence[str],
+    reasons: Sequence[str] = ("parse_error",),
+    rule: str | ScoreRule = "log",
+    schedule: str | WeightSchedule = "linear-front",
+    n_replicates: int = DEFAULT_REPLICATES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Per predictor: cen-simple TPS under the default policy and with `reasons` treated as censored, on
+    shared Poisson replicates (so the SE reflects only the trajectories that changed role)."""
+    alt = CensoringPolicy.treating_as_censored(list(reasons))
+    table = pair_table_from_arrays(arrays, predictors, [get_rule(rule)], [get_schedule(schedule)])
+    base_cols = score_columns(table, predictors, CensoringPolicy(), modes=(SIMPLE,)).columns
+    alt_cols = score_columns(table, predictors, alt, modes=(SIMPLE,)).columns
+    rows = []
+    for name, a, b in zip(predictors, base_cols, alt_cols, strict=True):
+        d = paired_mean_delta(a, b, table.ids, max(n_replicates, 2), seed, "tps cen-simple")
+        rows.append(
+            {
+                "predictor": name,
+                "rule": get_rule(rule).name,
+                "weights": get_schedule(schedule).name,
+                "treated_as_censored": list(reasons),
+                "default": d.a,
+                "n_default": int(np.sum(~np.isnan(a))),
+                "sensitivity": d.b,
+                "n_sensitivity": int(np.sum(~np.isnan(b))),
+                "moved_into_sample": int(np.sum(np.isnan(a) & ~np.isnan(b))),
+                "shift": d.delta,
+                "se": d.se,
+                "ci_low": d.ci_low,
+                "ci_high": d.ci_high,
+            }
+        )
+    return rows
