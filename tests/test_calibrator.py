@@ -22,8 +22,8 @@ from tps_tracer.evaluation.calibration import (
 )
 from tps_tracer.evaluation.diagnostics import auroc_failure
 from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_matrix
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.records import to_arrays, write_trajectories
 from tps_tracer.scoring import parse_rules, parse_schedules

@@ -19,8 +19,8 @@ from scale_support import assert_reports_equal, write_jsonl
 
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import BASE_RATE
 from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories, to_arrays

@@ -19,8 +19,8 @@ from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import arrays_from_arrow
 from tps_tracer.records.convert import jsonl_to_parquet

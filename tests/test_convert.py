@@ -13,7 +13,7 @@ from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 pq = pytest.importorskip("pyarrow.parquet")
 
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path  # noqa: E402
-from tps_tracer.evaluation.partial_state import ReportOptions  # noqa: E402
+from tps_tracer.evaluation.report_options import ReportOptions  # noqa: E402
 from tps_tracer.records import read_trajectories  # noqa: E402
 from tps_tracer.records.convert import _exact_convert, jsonl_to_parquet  # noqa: E402
 from tps_tracer.records.reading import parquet_records  # noqa: E402

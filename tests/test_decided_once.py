@@ -16,8 +16,9 @@ from tps_tracer.evaluation.calibration import fit_calibrator
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.gate import GateCriteria, GateInputError, evaluate_gate
 from tps_tracer.evaluation.pairs import pair_table_from_arrays
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import build_report, report_from_state, report_from_table
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import UnknownPredictorError
 from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories

@@ -11,8 +11,8 @@ import pytest
 
 from tps_tracer.cli.main import main
 from tps_tracer.evaluation.censoring.continuations import parse_continuations, read_continuations
-from tps_tracer.evaluation.partial_state import OptionError, ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import OptionError, ReportOptions
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.synthetic import example_records
 

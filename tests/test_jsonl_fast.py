@@ -24,7 +24,7 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 import tps_tracer.records.jsonl_fast as jsonl_fast
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import TrajectoryArrays, TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import validated_arrays
 from tps_tracer.records.errors import NotFast

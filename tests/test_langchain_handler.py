@@ -447,8 +447,8 @@ def test_native_tool_calls_leave_token_signals_as_counted_gaps_and_every_run_sco
     from fake_openai import fake_openai_server
     from langchain_openai import ChatOpenAI
 
-    from tps_tracer.evaluation.partial_state import ReportOptions
     from tps_tracer.evaluation.report import build_report
+    from tps_tracer.evaluation.report_options import ReportOptions
     from tps_tracer.records import read_trajectories, to_arrays
 
     served = ScriptedReActModel(world=world)

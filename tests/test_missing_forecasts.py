@@ -28,8 +28,8 @@ from scale_support import assert_reports_equal
 from tps_tracer import Accumulator
 from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import filled_by_policy
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring.rules import get_schedule

@@ -14,8 +14,9 @@ import pytest
 from scale_support import assert_reports_equal, trajectory_dicts, write_jsonl
 
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec, merge_states
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import build_report, report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import CensoringPolicy, TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.reading import iter_chunks
 from tps_tracer.scoring import parse_rules, parse_schedules

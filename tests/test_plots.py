@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tps_tracer.cli.main import main
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.plots import forecast_traces, reliability_bins, step_contributions
 from tps_tracer.records import to_arrays, write_trajectories
 from tps_tracer.synthetic import simulate_runs, to_records

@@ -19,8 +19,8 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.evaluation.chunked import report_from_path, with_set_aside
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
 from tps_tracer.records.arrays import concat_arrays
 from tps_tracer.records.errors import NotFast

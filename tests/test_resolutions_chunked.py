@@ -15,8 +15,8 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 from tps_tracer.evaluation.chunked import report_from_path, with_set_aside
 from tps_tracer.evaluation.gate import GateCriteria, evaluate_gate, gate_paths
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import (
     TrajectoryFileError,
     jsonl,  # the exact reader, imported by chunked.py where used

@@ -22,7 +22,7 @@ from otel_support import instrumented
 
 from tps_tracer import Accumulator
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 

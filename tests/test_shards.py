@@ -18,8 +18,8 @@ from scale_support import assert_reports_equal, trajectory_dicts
 
 from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.gate import GateCriteria, gate_paths
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import reports_by
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import TrajectoryFileError, read_trajectories, to_arrays
 from tps_tracer.records.convert import jsonl_to_parquet, parquet_to_jsonl
 from tps_tracer.records.reading import exact_records, parquet_records

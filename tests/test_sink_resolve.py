@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import ReportOptions
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.online import Accumulator, JsonlSink
 
 GRADES = {f"run-{i}": i % 3 != 0 for i in range(40)}

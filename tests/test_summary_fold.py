@@ -21,8 +21,9 @@ import pytest
 from test_accumulator_state import assert_same_report, feed, make
 
 from tps_tracer.evaluation import partial_state as ps_module
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec, concat_rows
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, concat_rows
 from tps_tracer.evaluation.report import report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.online.accumulator import FOLD_THREAD_NAME
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring import parse_rules, parse_schedules

@@ -22,7 +22,7 @@ from tps_tracer.errors import lazy_names
 
 if TYPE_CHECKING:
     from tps_tracer.capture import SignalExtractor, VerbalConfidenceExtractor
-    from tps_tracer.evaluation.partial_state import ReportOptions
+    from tps_tracer.evaluation.report_options import ReportOptions
     from tps_tracer.online import Accumulator, AccumulatorError, JsonlSink
     from tps_tracer.records import (
         CensoringPolicy,

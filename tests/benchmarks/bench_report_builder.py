@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_report_scale import write_file  # the same data as the report benchmark
 
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import read_trajectories, to_arrays
 from tps_tracer.scoring import parse_rules, parse_schedules
 

@@ -181,7 +181,7 @@ TARGETS = {
 def variants(path: Path, tmp: Path, args: argparse.Namespace) -> dict[str, tuple[object, bool]]:
     """name -> (callable, whether its baseline is json.loads over both files)."""
     from tps_tracer.evaluation.chunked import report_from_path
-    from tps_tracer.evaluation.partial_state import ReportOptions
+    from tps_tracer.evaluation.report_options import ReportOptions
     from tps_tracer.scoring import parse_rules, parse_schedules
 
     rules, schedules = parse_rules("log,brier"), parse_schedules("all")

@@ -27,8 +27,8 @@ from tps_tracer.errors import missing_extra
 from tps_tracer.evaluation.calibration import cross_fit_platt, paired_auroc_delta, paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import DEFAULT_MIN_VALID, attach_q_z, mc_q_z, read_continuations
 from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_matrix
-from tps_tracer.evaluation.partial_state import ReportOptions
 from tps_tracer.evaluation.report import build_report
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord

@@ -30,7 +30,7 @@ from tps_tracer.evaluation.gate import (
     skip_reasons,
 )
 from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
-from tps_tracer.evaluation.partial_state import ReportOptions
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.output import append_text
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.limits import KINDS

@@ -26,8 +26,8 @@ from tps_tracer.cli.main import (
     wrap,
 )
 from tps_tracer.evaluation.chunked import report_from_path
-from tps_tracer.evaluation.partial_state import OptionError, ReportOptions
 from tps_tracer.evaluation.report import TooManyGroups, reports_by
+from tps_tracer.evaluation.report_options import OptionError, ReportOptions
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 

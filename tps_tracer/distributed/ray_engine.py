@@ -28,8 +28,9 @@ from tps_tracer.evaluation.gate import (
     gate_rows,
     sample_from_tables,
 )
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec, merge_states
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.limits import repeated_ids, repeated_keys
 from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule

@@ -15,8 +15,9 @@ import numpy as np
 
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import build_report, report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
 from tps_tracer.records.errors import RecordError, TrajectoryFileError

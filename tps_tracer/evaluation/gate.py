@@ -34,8 +34,9 @@ from tps_tracer.evaluation.gate_stats import (
     unpaired_text,
 )
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
-from tps_tracer.evaluation.partial_state import OptionError, gap_stats, gap_summary
+from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import NO_WORKING_SAMPLE
+from tps_tracer.evaluation.report_options import OptionError
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
     NO_PREDICTOR,

@@ -24,14 +24,8 @@ from tps_tracer.evaluation.pairs import (
     PairTable,
     pair_table_from_arrays,
 )
-from tps_tracer.evaluation.partial_state import (
-    PartialState,
-    PredictorState,
-    ReportOptions,
-    StateSpec,
-    gap_summary,
-    states_nothing,
-)
+from tps_tracer.evaluation.partial_state import PartialState, PredictorState, StateSpec, gap_summary, states_nothing
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,

@@ -28,8 +28,9 @@ from tps_tracer.constants import DEFAULT_MISSING, MAX_HORIZON
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import DEFAULT_REPLICATES, DEFAULT_SEED, trajectory_keys
 from tps_tracer.evaluation.diagnostics import DEFAULT_ECE_BINS
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec
 from tps_tracer.evaluation.report import report_from_table
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import BatchScorer, check_missing_policy
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state

@@ -19,8 +19,9 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_key
 from tps_tracer.evaluation.pairs import PairTable
-from tps_tracer.evaluation.partial_state import PartialState, ReportOptions, StateSpec, merge_states
+from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import report_from_state
+from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.health import HealthLedger
 from tps_tracer.online.row_store import RowStore
 from tps_tracer.records.arrays import STOP_REASONS
