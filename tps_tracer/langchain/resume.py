@@ -167,6 +167,12 @@ class _Saver:
         self.saver = graph.checkpointer
         self.use_async = use_async
 
+    async def call(self, owner: Any, name: str, *args: Any) -> Any:
+        """`owner.aNAME(*args)` awaited, or `owner.NAME(*args)` in a thread."""
+        if self.use_async:
+            return await getattr(owner, "a" + name)(*args)
+        return await asyncio.to_thread(getattr(owner, name), *args)
+
     async def fork_point(self, thread: str, trajectory_id: str) -> Any | None:
         """The newest checkpoint of this run that still had work to do, one `list(limit=1)` call at a time:
         values are deserialised only when reached, and no listing is open when `get_state` runs
@@ -181,38 +187,15 @@ class _Saver:
             if not batch:
                 return None
             tup = batch[0]
-            if _ours(tup, trajectory_id):
-                if self.use_async:
-                    state = await self.graph.aget_state(tup.config)
-                else:
-                    state = await asyncio.to_thread(self.graph.get_state, tup.config)
-                if state.next:
-                    return tup
+            tagged = (tup.metadata or {}).get(TRAJECTORY_ID_KEY)  # another run on the same thread: not ours
+            if (tagged is None or str(tagged) == trajectory_id) and (
+                await self.call(self.graph, "get_state", tup.config)
+            ).next:
+                return tup
             before = tup.config
 
     def _list_one(self, config: dict[str, Any], before: Any) -> list[Any]:
         return list(self.saver.list(config, before=before, limit=1))
-
-    async def get_tuple(self, config: dict[str, Any]) -> Any:
-        if self.use_async:
-            return await self.saver.aget_tuple(config)
-        return await asyncio.to_thread(self.saver.get_tuple, config)
-
-    async def put(self, config: dict[str, Any], checkpoint: Any, metadata: Any, versions: Any) -> Any:
-        if self.use_async:
-            return await self.saver.aput(config, checkpoint, metadata, versions)
-        return await asyncio.to_thread(self.saver.put, config, checkpoint, metadata, versions)
-
-    async def delete_thread(self, thread_id: str) -> None:
-        if self.use_async:
-            await self.saver.adelete_thread(thread_id)
-        else:
-            await asyncio.to_thread(self.saver.delete_thread, thread_id)
-
-    async def invoke(self, config: dict[str, Any]) -> Any:
-        if self.use_async:
-            return await self.graph.ainvoke(None, config)
-        return await asyncio.to_thread(self.graph.invoke, None, config)
 
 
 async def _saver_for(graph: Any) -> _Saver:
@@ -225,16 +208,6 @@ async def _saver_for(graph: Any) -> _Saver:
     except NotImplementedError:
         return _Saver(graph, use_async=False)
     return _Saver(graph, use_async=True)
-
-
-def _censored(records: Iterable[TrajectoryRecord], policy: CensoringPolicy) -> list[TrajectoryRecord]:
-    return [r for r in records if policy.role(r.stop_reason) is Role.CENSORED]
-
-
-def _ours(tup: Any, trajectory_id: str) -> bool:
-    """False for a checkpoint another run on the same thread made (tagged with another id)."""
-    tagged = (tup.metadata or {}).get(TRAJECTORY_ID_KEY)
-    return tagged is None or str(tagged) == trajectory_id
 
 
 async def _call(grader: Grader, value: Any) -> int:
@@ -322,7 +295,10 @@ async def aresume_continuations(
     ops = await _saver_for(graph)
     wants_message = _wants_message(grader)
     prefixes: list[_Prefix] = []
-    for rec in _censored(recs, policy or CensoringPolicy()):
+    policy = policy or CensoringPolicy()
+    for rec in recs:
+        if policy.role(rec.stop_reason) is not Role.CENSORED:
+            continue
         summary.censored += 1
         thread = rec.metadata.get(THREAD_KEY)
         if not thread:
@@ -352,24 +328,17 @@ async def aresume_continuations(
                 else:
                     todo.append((p, m))
 
-        async def one(p: _Prefix, m: int) -> None:
-            try:
-                await run_branch(p, m)
-            finally:
-                if progress is not None:
-                    progress(1)
-
         async def run_branch(p: _Prefix, m: int) -> None:
             t0 = time.perf_counter()
             thread = branch_thread_id(p.thread_id, p.trajectory_id, m)
             try:
                 # A thread left by an interrupted attempt is dropped, so the branch restarts
                 # at the fork (and, seeded by its thread id, replays the same draws).
-                await ops.delete_thread(thread)
+                await ops.call(ops.saver, "delete_thread", thread)
                 ckpt = p.fork.checkpoint
                 target = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
                 meta = {**(p.fork.metadata or {}), BRANCH_OF_KEY: p.trajectory_id, BRANCH_KEY: m}
-                await ops.put(target, ckpt, meta, dict(ckpt["channel_versions"]))
+                await ops.call(ops.saver, "put", target, ckpt, meta, dict(ckpt["channel_versions"]))
             except Exception as exc:  # counted; the branch runs on the next call
                 summary.fork_errors += 1
                 health.count("error", "resume_fork", f"forking {thread!r} failed: {exc!r}")
@@ -383,7 +352,7 @@ async def aresume_continuations(
                 run_config["callbacks"] = _with_cap(base.get("callbacks"), _StepCap(p.step_limit))
             outcome: int | None = None
             try:
-                final = await ops.invoke(run_config)
+                final = await ops.call(graph, "invoke", None, run_config)
             except Exception as exc:  # how the branch ended is its stop reason
                 reason, detail = classify_error(exc)
             else:
@@ -419,7 +388,11 @@ async def aresume_continuations(
 
         async def worker() -> None:
             for p, m in queue:  # the iterator is shared: each branch is taken by one worker
-                await one(p, m)
+                try:
+                    await run_branch(p, m)
+                finally:
+                    if progress is not None:
+                        progress(1)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(todo)) or 1)))
     summary.seconds = time.perf_counter() - started

@@ -18,10 +18,11 @@ excluded run gets its stop reason and no score. The span processor skips these s
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
@@ -29,12 +30,12 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.score_names import SentScores, explanation
-from tps_tracer.otel.span_ids import install
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import Role
@@ -42,6 +43,47 @@ from tps_tracer.records.stop_reasons import Role
 EVALUATION_SPAN = "tps.evaluation"
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 EVALUATION_NAME = "tps"
+
+
+class DerivedSpanIds(IdGenerator):
+    """Spans started on this thread inside `derived(*parts)` get 64 bits of SHA-256 of the parts as
+    id, so the same score sent twice is one span in a store keyed by span id (Phoenix); every other
+    span keeps the wrapped generator's id."""
+
+    def __init__(self, fallback: IdGenerator):
+        self.fallback = fallback
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def derived(self, *parts: object) -> Iterator[None]:
+        self._local.parts = parts
+        try:
+            yield
+        finally:
+            self._local.parts = None
+
+    def generate_span_id(self) -> int:
+        parts = getattr(self._local, "parts", None)
+        if parts is None:
+            return self.fallback.generate_span_id()
+        return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") or 1  # 0 is invalid
+
+    def generate_trace_id(self) -> int:
+        return self.fallback.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        return self.fallback.is_trace_id_random()
+
+    @classmethod
+    def install(cls, tracer: Any) -> DerivedSpanIds | None:
+        """Wrap an SDK tracer's id generator once (None for a tracer without one: API-only providers)."""
+        current = getattr(tracer, "id_generator", None)
+        if isinstance(current, cls):
+            return current
+        if not isinstance(current, IdGenerator):
+            return None
+        tracer.id_generator = ids = cls(current)
+        return ids
 
 
 def value_attributes(v: ScoreValue) -> dict[str, Any]:
@@ -91,7 +133,7 @@ class EvaluationSpanExporter:
         from tps_tracer import __version__
 
         self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
-        self.ids = install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
+        self.ids = DerivedSpanIds.install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
         self.links = links
         self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
         self.sent_scores = sent_scores if sent_scores is not None else SentScores()
@@ -124,7 +166,7 @@ class EvaluationSpanExporter:
     def _derived_id(
         self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
     ) -> contextlib.AbstractContextManager[None]:
-        """The span id follows what the span says (span_ids.py), so the same score sent live and by
+        """The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
         `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
         resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
         if self.ids is None:

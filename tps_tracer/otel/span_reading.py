@@ -217,16 +217,11 @@ def thread_id_of(attributes: Mapping[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
-def trajectory_id_of(attributes: Mapping[str, Any]) -> str | None:
-    return trajectory_id_in(attributes, run_metadata(attributes))
-
-
-def trajectory_id_in(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
-    """`trajectory_id_of` when the span's `run_metadata` is already decoded (read once per run)."""
-    explicit = attributes.get(TPS_TRAJECTORY_ID)
-    if explicit is not None:
-        return str(explicit)
-    found = metadata.get(TRAJECTORY_ID_KEY)
+def _trajectory_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
+    """`tps.trajectory_id`, else the span's decoded `run_metadata`'s."""
+    found = attributes.get(TPS_TRAJECTORY_ID)
+    if found is None:
+        found = metadata.get(TRAJECTORY_ID_KEY)
     return None if found is None else str(found)
 
 
@@ -239,19 +234,12 @@ class LlmStep:
     malformed: bool  # the output had only invalid tool calls: a repair, not a step
 
 
-def _generation(output: Any) -> Mapping[str, Any] | None:
-    gens = output.get("generations") if _is_map(output) else None
-    if _is_seq(gens) and gens and _is_seq(gens[0]) and gens[0]:
-        first = gens[0][0]
-        return first if _is_map(first) else None
-    return None
-
-
 def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     """(text, logprobs, tool args, malformed) from a serialised LangChain LLMResult."""
-    gen = _generation(output)
-    if gen is None:
+    gens = output.get("generations") if _is_map(output) else None
+    if not (_is_seq(gens) and gens and _is_seq(gens[0]) and gens[0] and _is_map(gens[0][0])):
         return None
+    gen = gens[0][0]
     info = gen.get("generation_info") or {}
     logprobs = info.get("logprobs") if _is_map(info) else None
     fields = _message_fields(gen.get("message"))
@@ -308,18 +296,6 @@ def read_llm_step(attributes: Mapping[str, Any]) -> LlmStep:
         return _read_llm_step(attributes, parse=True)  # its decoded tree is freed when it returns
 
 
-def _parsed(logprobs: Any) -> Any:
-    """The logprobs as TokenLogprobs, or as given when they are absent or malformed."""
-    if logprobs is None:
-        return None
-    from tps_tracer.capture.token_logprobs import parse_logprobs
-
-    try:
-        return parse_logprobs(logprobs)
-    except Exception:  # LogprobsFormatError (or, were there one, a bug): the extractor rejects and counts it
-        return logprobs
-
-
 def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     own = _json(attributes.get(TPS_FORECASTS))
     if _is_map(own):
@@ -332,10 +308,19 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     malformed = False
     output = _output_json(attributes.get(OI_OUTPUT_VALUE))
     if output is not None:
-        found = _from_output_value(output)
+        found = _from_llm_result(output)
+        if found is None:
+            other = _from_openai_response(output) or fw.from_output_value(output)
+            found = None if other is None else (*other, False)
         if found is not None:
             out_text, logprobs, out_args, malformed = found
-            logprobs = _parsed(logprobs) if parse else logprobs
+            if parse and logprobs is not None:  # as TokenLogprobs, or as given when malformed
+                from tps_tracer.capture.token_logprobs import parse_logprobs
+
+                try:
+                    logprobs = parse_logprobs(logprobs)
+                except Exception:  # LogprobsFormatError (or a bug): the extractor rejects and counts it
+                    pass
             text = text if isinstance(text, str) else out_text
             tool_args = tool_args if tool_args is not None else out_args
     if text is None and tool_args is None:
@@ -345,20 +330,6 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
         else:
             text, tool_args = attributes.get(GENAI_COMPLETION_TEXT), attributes.get(GENAI_COMPLETION_TOOL_ARGS)
     return LlmStep(RawStep(text if isinstance(text, str) else None, logprobs, tool_args), malformed)
-
-
-def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
-    """(text, logprobs, tool args, malformed) from `output.value`, whichever shape it has."""
-    lc = _from_llm_result(output)
-    if lc is not None:
-        return lc
-    oa = _from_openai_response(output)
-    if oa is not None:
-        return (*oa, False)
-    other = fw.from_output_value(output)
-    if other is not None:
-        return (*other, False)
-    return None
 
 
 # ---------------------------------------------------------------- the root span: why the run stopped
@@ -375,10 +346,6 @@ def exception_names(events: Sequence[Any], attributes: Mapping[str, Any]) -> lis
     if err:
         names.append(str(err))
     return names
-
-
-def has_output(attributes: Mapping[str, Any]) -> bool:
-    return any(attributes.get(key) is not None for key in _OUTPUT_KEYS)
 
 
 _OUTPUT_KEYS = (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, TRACELOOP_OUTPUT)
@@ -536,7 +503,7 @@ def root_attributes(root: Any, child: Any) -> Mapping[str, Any]:
         or child is None
         or child.parent is None
         or child.parent.span_id != root.context.span_id
-        or has_output(attrs)
+        or any(attrs.get(key) is not None for key in _OUTPUT_KEYS)
     ):
         return attrs
     return {**attrs_of(child), **attrs}
@@ -546,24 +513,14 @@ def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[s
     """The trajectory id the run names (its root's, else its first model call's; a blank one is none),
     its run metadata, and whether it named only a blank id ("" from an unfilled template)."""
     metadata = run_metadata(root_attrs)  # decoded once: the id is read from it
-    tid = _named_id(root_attrs, metadata)
-    if tid is None:
-        for span in steps:
-            span_attrs = attrs_of(span)
-            span_metadata = run_metadata(span_attrs)
-            tid = _named_id(span_attrs, span_metadata)
-            if tid is not None:
-                metadata = {**span_metadata, **metadata}
-                break
-    blank = tid is None and any(
-        trajectory_id_of(attrs) is not None for attrs in (root_attrs, *(attrs_of(s) for s in steps))
-    )
-    return tid, metadata, blank
-
-
-def _named_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
-    tid = trajectory_id_in(attributes, metadata)
-    return tid if tid is not None and tid.strip() else None
+    named = False
+    for i, attrs in enumerate((root_attrs, *(attrs_of(s) for s in steps))):
+        span_metadata = run_metadata(attrs) if i else metadata
+        tid = _trajectory_id(attrs, span_metadata)
+        if tid is not None and tid.strip():
+            return tid, {**span_metadata, **metadata}, False
+        named = named or tid is not None
+    return None, metadata, named
 
 
 def parser_failures(steps: Sequence[Any], failures: Sequence[Any]) -> set[int]:

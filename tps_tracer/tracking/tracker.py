@@ -110,12 +110,6 @@ class TrajectoryState:
         if self.capture_lost is None:
             self.capture_lost = why
 
-    def call_failed(self, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
-        self.n_calls += 1
-        self.failed_calls += 1
-        self.last_tool_failed = False
-        self.last_call_failed = failure
-
     def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
         """Decide a model call that returned; True when it is a step to score."""
         self.n_calls += 1
@@ -337,7 +331,10 @@ class TrajectoryTracker:
         if failure[0] is StopReason.PARSE_ERROR:
             self.model_call(state, RawStep(None), malformed=True)
         else:
-            state.call_failed(failure)
+            state.n_calls += 1
+            state.failed_calls += 1
+            state.last_tool_failed = False
+            state.last_call_failed = failure
 
     def finish(
         self,
@@ -383,17 +380,15 @@ class TrajectoryTracker:
             if final_text is not None:
                 md["final_output"] = final_text[:CONTENT_LIMIT]
         # An outcome known now goes out with the record: one line, no resolution line after it.
-        known = self._label(state.tid, outcome_label) if decision.reason is StopReason.CLEAN else None
+        known = None
+        if decision.reason is StopReason.CLEAN:
+            try:
+                known = as_outcome(outcome_label)
+            except InvalidOutcome as exc:
+                self.health.count("rejected", "invalid_outcome_label", f"{state.tid!r}: outcome label: {exc}")
         grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
         self.worker.stop(state, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
-
-    def _label(self, tid: str, label: Any) -> int | None:
-        try:
-            return as_outcome(label)
-        except InvalidOutcome as exc:
-            self.health.count("rejected", "invalid_outcome_label", f"{tid!r}: outcome label: {exc}")
-            return None
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
         """The task's outcome and/or a censored run's q_Z, any time after the run; after the
