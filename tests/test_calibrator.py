@@ -223,7 +223,7 @@ def test_with_predictor_skips_trajectories_with_missing_steps(arrays):
 
 def test_calibrator_hooks_plug_into_the_live_feeder(arrays):
     from tps_tracer.capture.step_signals import RawStep
-    from tps_tracer.tracking.worker import CaptureWorker as Feeder
+    from tps_tracer.tracking.tracker import CaptureWorker as Feeder
 
     cal = fit_calibrator(arrays, [PRED])
     hooks = {"verbal": cal.hooks()[PRED]}  # a map fitted on one stream, applied live to another name

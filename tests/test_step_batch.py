@@ -17,8 +17,7 @@ from tps_tracer.capture import SignalExtractor, parse_logprobs
 from tps_tracer.capture.step_signals import RawStep
 from tps_tracer.capture.token_logprobs import batched_per_token
 from tps_tracer.records import read_trajectories
-from tps_tracer.tracking.tracker import TrajectoryState
-from tps_tracer.tracking.worker import STEP_BATCH, CaptureWorker
+from tps_tracer.tracking.tracker import STEP_BATCH, CaptureWorker, TrajectoryState
 
 
 def _content(rng: random.Random, n: int, width: int, holes: bool = False) -> list[dict]:

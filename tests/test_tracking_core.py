@@ -39,8 +39,7 @@ from tps_tracer.capture.step_signals import RawStep
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.otel import TPSSpanProcessor
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
-from tps_tracer.tracking.tracker import TrajectoryState
-from tps_tracer.tracking.worker import APPLY, CaptureWorker
+from tps_tracer.tracking.tracker import APPLY, CaptureWorker, TrajectoryState
 
 # ---------------------------------------------------------------- one outcome rule
 

@@ -53,8 +53,14 @@ from tps_tracer.tracking.keys import (
     PARSE_RETRY_TOOL,
     TRAJECTORY_ID_KEY,
 )
-from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
-from tps_tracer.tracking.worker import DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
+from tps_tracer.tracking.tracker import (
+    DEFAULT_MAX_BLOCK,
+    DEFAULT_MAX_QUEUE_SIZE,
+    Calibration,
+    TrackedAdapter,
+    TrajectoryState,
+    never_raises,
+)
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator

@@ -27,8 +27,15 @@ from tps_tracer.otel.span_reading import attrs_of, events_of
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
-from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
-from tps_tracer.tracking.worker import APPLY, DEFAULT_MAX_BLOCK, DEFAULT_MAX_QUEUE_SIZE, Calibration
+from tps_tracer.tracking.tracker import (
+    APPLY,
+    DEFAULT_MAX_BLOCK,
+    DEFAULT_MAX_QUEUE_SIZE,
+    Calibration,
+    TrackedAdapter,
+    TrajectoryState,
+    never_raises,
+)
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
