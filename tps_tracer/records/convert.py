@@ -14,7 +14,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -107,24 +107,6 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
     return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
 
 
-def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
-    """Validated records of a JSON Lines file, a chunk at a time; the whole file when it has resolution
-    lines (looked for first: found later, earlier chunks would be written twice)."""
-    if any(b'"resolves"' in chunk for _, chunk, _ in byte_chunks(src, chunk_bytes)):
-        yield read_trajectories(src)
-        return
-    seen: set[str] = set()
-    for _, chunk, _ in byte_chunks(src, chunk_bytes):
-        try:
-            records: list[TrajectoryRecord] = parse_lines(
-                io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
-            )
-        except (TrajectoryFileError, UnicodeDecodeError):
-            read_trajectories(src)  # raises the exact error, with line numbers in the whole file
-            raise
-        yield drop_repeats(records, seen, src)
-
-
 def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
     """The records whose id no earlier chunk had (`seen`, updated); the repeats are set aside and logged."""
     repeated = [r for r in records if r.trajectory_id in seen]
@@ -175,7 +157,7 @@ def jsonl_to_parquet(
 
 
 def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The exact way: predictor names from a first pass, then validated records chunk by chunk."""
+    """The exact way: predictor names from a first pass, then the validated records of one whole-file read."""
     import pyarrow.parquet as pq
 
     names = fast_else_whole_file(
@@ -188,9 +170,7 @@ def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
             str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
         )
     summary = ConvertSummary(predictors=tuple(names))
-    with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
-        for batch in _record_batches(src, chunk_bytes):
-            writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
+    pq.write_table(records_table(read_trajectories(src), names, summary), tmp, row_group_size=DEFAULT_ROWS_PER_GROUP)
     return summary
 
 

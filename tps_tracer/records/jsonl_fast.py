@@ -45,11 +45,7 @@ _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identi
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
-    return validated_arrays(raw_from_jsonl(chunk))
-
-
-def raw_from_jsonl(chunk: bytes) -> RawColumns:
-    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotFast."""
+    """The validated arrays of a chunk of whole JSON Lines (no BOM), or NotFast."""
     # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
     lines: list[Any] = chunk.splitlines()
     if len(lines) <= _FEW_LINES:
@@ -61,7 +57,7 @@ def raw_from_jsonl(chunk: bytes) -> RawColumns:
         parts.append(_long_line(bytes(lines[i])) or _batch(lines[i : i + 1]))
         start = i + 1
     parts += _batches(lines[start:])
-    return concat_raw(parts) if parts else _batch([])
+    return validated_arrays(concat_raw(parts) if parts else _batch([]))
 
 
 def _batches(lines: list[Any]) -> list[RawColumns]:
@@ -313,7 +309,7 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         table = pj.read_json(pa.BufferReader(chunk), read_options=read, parse_options=_bounded_schema(chunk, end))
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
         raise NotFast(f"arrow: {exc}") from None
-    if _depth(pa.struct(list(table.schema))) > _ARROW_DEPTH:
+    if _shape(pa.struct(list(table.schema)))[1] > _ARROW_DEPTH:
         raise NotFast("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
     if table.num_rows != chunk.count(b"\n", 0, end) + 1:
         raise NotFast("arrow: not one object per line")
@@ -341,28 +337,19 @@ def _bounded_schema(chunk: bytes, end: int) -> Any:
         schema = pj.read_json(pa.BufferReader(probe), read_options=pj.ReadOptions(use_threads=False)).schema
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
         raise NotFast(f"arrow: {exc}") from None
-    if _fields(pa.struct(list(schema))) * chunk.count(b"{", 0, end) > MAX_SLOTS:
+    if _shape(pa.struct(list(schema)))[0] * chunk.count(b"{", 0, end) > MAX_SLOTS:
         raise NotFast("arrow: too many fields for the chunk's objects")
     return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
 
 
-def _fields(t: Any) -> int:
+def _shape(t: Any) -> tuple[int, int]:
+    """(fields, nesting depth) of an Arrow type, counted down to _ARROW_DEPTH + 1 levels (no recursion)."""
     total, level, types = 0, 0, [t]
     while types and level <= _ARROW_DEPTH:
         level += 1
         types = [c.field(i).type for c in types for i in range(c.num_fields)]
         total += len(types)
-    return total
-
-
-def _depth(t: Any) -> int:
-    """The nesting depth of an Arrow type, counted up to _ARROW_DEPTH + 1 (no recursion)."""
-    deepest, level, types = 0, 0, [t]
-    while types and level <= _ARROW_DEPTH:
-        level += 1
-        deepest = level
-        types = [c.field(i).type for c in types for i in range(c.num_fields)]
-    return deepest
+    return total, level
 
 
 def _present(table: Any, path: tuple[str, ...]) -> int:

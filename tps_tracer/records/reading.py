@@ -287,11 +287,15 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
 
 def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
     try:
+        pieces: Iterable[tuple[int, bytes, int]] = byte_chunks(path, chunk_bytes)
         if shared is None:
-            own = pending = scan_resolutions((o, piece) for o, piece, _ in byte_chunks(path, SCAN_BYTES))
+            if path.stat().st_size <= min(chunk_bytes, SCAN_BYTES):  # both reads take it in one block: read once
+                pieces = list(pieces)
+            scan = pieces if isinstance(pieces, list) else byte_chunks(path, SCAN_BYTES)
+            own = pending = scan_resolutions((o, piece) for o, piece, _ in scan)
         else:
             own, pending = shared.lines.get(file_index), shared.pending
-        for offset, chunk, size in byte_chunks(path, chunk_bytes):
+        for offset, chunk, size in pieces:
             end = offset + len(chunk)
             if own is not None:
                 chunk = own.drop_lines(chunk, offset)
