@@ -1,11 +1,6 @@
-"""JSON Lines <-> Parquet (`tps-tracer convert`) in the schema `parquet.arrow_schema`.
-
-JSON Lines -> Parquet is one streamed pass: each byte chunk is parsed once by orjson, giving the score
-columns (under the report's own type and value checks, so nothing is written that the report would read
-differently) and the side columns (`metadata`, fields outside the schema, as JSON text), written as one
-row group per chunk. A chunk the fast checks refuse goes the exact way (`records_table` over validated
-records); an error, resolution lines, an oversized record or too many names send the whole file there.
-A chunk naming new predictors starts a new segment file; the segments are merged, widened, at the end."""
+"""JSON Lines <-> Parquet (`tps-tracer convert`): one streamed pass of orjson-parsed chunks (checked as the
+report checks them) into row groups, a chunk the fast checks refuse the exact way, and the whole file the
+exact way on an error, resolution lines, an oversized record or too many names."""
 
 from __future__ import annotations
 
@@ -120,35 +115,24 @@ def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> 
     return records
 
 
-def _atomic_target(dst: Path) -> tuple[int, str]:
-    """A temp file beside `dst`, with the permissions of a new file."""
-    from tps_tracer.output import remove_stale, temp_path
-
-    remove_stale(dst)  # a killed earlier conversion's temp file
-    tmp = str(temp_path(dst))
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-    except OSError as exc:
-        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
-    return fd, tmp
-
-
 def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
     require_pyarrow(f"writing Parquet ({dst})")
 
+    from tps_tracer.output import remove_stale, temp_path
+
     src, dst = Path(src), Path(dst)
-    fd, tmp = _atomic_target(dst)
-    os.close(fd)
+    remove_stale(dst)  # a killed earlier conversion's temp file
+    tmp = str(temp_path(dst))
     try:
-
-        def stream() -> ConvertSummary:
-            summary = ConvertSummary()
-            write_stream(src, tmp, chunk_bytes, summary)
-            return summary
-
-        summary = fast_else_whole_file(stream, lambda: _exact_convert(src, tmp, chunk_bytes))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+    except OSError as exc:
+        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
+    try:
+        summary = fast_else_whole_file(
+            lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp, chunk_bytes)
+        )
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -202,24 +186,18 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
         raise whole_file("a record beyond the size bound")
     if longest > jsonl_fast.LONG_LINE:
         raise NotFast("a long line")
-    parts, sides = [], []
-    for i in range(0, len(lines), jsonl_fast.BATCH_LINES):
-        raw, side = _batch(lines[i : i + jsonl_fast.BATCH_LINES])
-        parts.append(raw)
-        sides.append(side)
+    sides: list[Side] = []
+    step = jsonl_fast.BATCH_LINES
+    parts = [
+        jsonl_fast.parse_batch(lines[i : i + step], lambda r: sides.append(_side(r)))
+        for i in range(0, len(lines), step)
+    ]
     if not parts:
         raw, side = jsonl_fast.flatten([]), Side()
     else:
         raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
     validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
     return raw, side
-
-
-def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
-    with jsonl_fast.gc_off():
-        recs = jsonl_fast.plain_batch(lines)
-        side = _side(recs)  # before flatten empties `recs`
-        return jsonl_fast.flatten(recs), side
 
 
 def _side(recs: list[Any]) -> Side:
@@ -338,10 +316,11 @@ def widen(table: Any, names: Sequence[str]) -> Any:
     return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(schema)
 
 
-def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
+def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     """The streamed pass into `tmp`; a whole-file NotFast sends the file the exact way."""
     import pyarrow.parquet as pq
 
+    summary = ConvertSummary()
     names: list[str] = []
     limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
@@ -380,9 +359,12 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     summary.predictors = tuple(names)
     if len(segments) > 1:
         _merge(tmp, [p for p, _ in segments], names)
+    return summary
 
 
-def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: Any) -> tuple[list[str], Any]:
+def _chunk_table(
+    chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary
+) -> tuple[list[str], Any]:
     """(the chunk's predictor names, its table in the names seen so far, or None when empty)"""
 
     def fast() -> tuple[list[str], Any]:

@@ -1,16 +1,12 @@
-"""The fast JSON Lines readers: a chunk of whole lines -> `RawColumns`, by orjson (the core install) or by
-pyarrow's JSON reader (the `parquet` extra, from `MIN_BYTES` on). Each takes only the plain form, where
-its parser and the exact read (pydantic) agree; anything else raises `NotFast` (docs/offline-speed.md).
-
-Lines are parsed `BATCH_LINES` at a time with the cyclic collector off, so one batch's objects are alive
-at once and stay in the CPU caches; a line longer than `LONG_LINE` has its steps parsed in pieces.
-"""
+"""The fast JSON Lines readers (orjson, or pyarrow's JSON reader from `MIN_BYTES` on): a chunk of whole lines
+-> `RawColumns` in the plain form where they and the exact read agree, else `NotFast`. Lines are parsed
+`BATCH_LINES` at a time with the cyclic collector off; a line over `LONG_LINE` has its steps parsed in pieces."""
 
 from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import chain, repeat
@@ -54,14 +50,14 @@ def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
     start = 0
     for i in [i for i, size in enumerate(map(len, lines)) if size > LONG_LINE]:
         parts += _batches(lines[start:i])
-        parts.append(_long_line(bytes(lines[i])) or _batch(lines[i : i + 1]))
+        parts.append(_long_line(bytes(lines[i])) or parse_batch(lines[i : i + 1]))
         start = i + 1
     parts += _batches(lines[start:])
-    return validated_arrays(concat_raw(parts) if parts else _batch([]))
+    return validated_arrays(concat_raw(parts) if parts else parse_batch([]))
 
 
 def _batches(lines: list[Any]) -> list[RawColumns]:
-    return [_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
+    return [parse_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
 
 
 def _long_line(line: bytes) -> RawColumns | None:
@@ -136,18 +132,16 @@ def gc_off() -> Iterator[None]:
             gc.enable()
 
 
-def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
+def parse_batch(lines: Sequence[bytes | memoryview], side: Callable[[list[Any]], None] | None = None) -> RawColumns:
+    """The lines parsed by orjson and flattened (`side(records)` first, if given), or NotFast, also for a
+    duplicate key (orjson keeps the last one silently) or deep nesting (limits.plain_json)."""
     with gc_off():
-        return flatten(plain_batch(lines))
-
-
-def plain_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
-    """The lines parsed by orjson, or NotFast, also for a duplicate key (orjson keeps the last one
-    silently) or deep nesting (limits.plain_json)."""
-    recs = _parse(lines)
-    if not plain_json(b"".join(lines), recs):
-        raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
-    return recs
+        recs = _parse(lines)
+        if not plain_json(b"".join(lines), recs):
+            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+        if side is not None:
+            side(recs)
+        return flatten(recs)
 
 
 def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
