@@ -1,7 +1,6 @@
-"""Trajectories as flat numpy arrays (values + offsets), the form evaluation works on, and the one value
-check of the fast readers (`validated_arrays`: raw columns -> arrays, or `NotFast` where the exact read
-would refuse or differ). A predictor column is NaN where a step has no usable forecast; a gap is never
-imputed: it skips that trajectory for that predictor, counted by reason."""
+"""Trajectories as flat numpy arrays (values + offsets), and the fast readers' one value check
+(`validated_arrays`). A predictor column is NaN where a step has no usable forecast; a gap is never imputed:
+it skips that trajectory for that predictor, counted by reason."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""JSON Lines <-> Parquet (`tps-tracer convert`) in the schema `parquet.arrow_schema`.
-
-JSON Lines -> Parquet is one streamed pass: each byte chunk is parsed once by orjson, giving the score
-columns (under the report's own type and value checks, so nothing is written that the report would read
-differently) and the side columns (`metadata`, fields outside the schema, as JSON text), written as one
-row group per chunk. A chunk the fast checks refuse goes the exact way (`records_table` over validated
-records); an error, resolution lines, an oversized record or too many names send the whole file there.
-A chunk naming new predictors starts a new segment file; the segments are merged, widened, at the end."""
+"""JSON Lines <-> Parquet (`tps-tracer convert`): one streamed pass of orjson-parsed chunks (checked as the
+report checks them) into row groups, a chunk the fast checks refuse the exact way, and the whole file the
+exact way on an error, resolution lines, an oversized record or too many names."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -107,24 +102,6 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
     return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
 
 
-def _record_batches(src: Path, chunk_bytes: int) -> Iterator[list[TrajectoryRecord]]:
-    """Validated records of a JSON Lines file, a chunk at a time; the whole file when it has resolution
-    lines (looked for first: found later, earlier chunks would be written twice)."""
-    if any(b'"resolves"' in chunk for _, chunk, _ in byte_chunks(src, chunk_bytes)):
-        yield read_trajectories(src)
-        return
-    seen: set[str] = set()
-    for _, chunk, _ in byte_chunks(src, chunk_bytes):
-        try:
-            records: list[TrajectoryRecord] = parse_lines(
-                io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)
-            )
-        except (TrajectoryFileError, UnicodeDecodeError):
-            read_trajectories(src)  # raises the exact error, with line numbers in the whole file
-            raise
-        yield drop_repeats(records, seen, src)
-
-
 def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
     """The records whose id no earlier chunk had (`seen`, updated); the repeats are set aside and logged."""
     repeated = [r for r in records if r.trajectory_id in seen]
@@ -138,35 +115,24 @@ def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> 
     return records
 
 
-def _atomic_target(dst: Path) -> tuple[int, str]:
-    """A temp file beside `dst`, with the permissions of a new file."""
-    from tps_tracer.output import remove_stale, temp_path
-
-    remove_stale(dst)  # a killed earlier conversion's temp file
-    tmp = str(temp_path(dst))
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-    except OSError as exc:
-        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
-    return fd, tmp
-
-
 def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
     require_pyarrow(f"writing Parquet ({dst})")
 
+    from tps_tracer.output import remove_stale, temp_path
+
     src, dst = Path(src), Path(dst)
-    fd, tmp = _atomic_target(dst)
-    os.close(fd)
+    remove_stale(dst)  # a killed earlier conversion's temp file
+    tmp = str(temp_path(dst))
     try:
-
-        def stream() -> ConvertSummary:
-            summary = ConvertSummary()
-            write_stream(src, tmp, chunk_bytes, summary)
-            return summary
-
-        summary = fast_else_whole_file(stream, lambda: _exact_convert(src, tmp, chunk_bytes))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+    except OSError as exc:
+        raise OSError(f"cannot write {dst}: {exc.strerror}") from None
+    try:
+        summary = fast_else_whole_file(
+            lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp, chunk_bytes)
+        )
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -175,7 +141,7 @@ def jsonl_to_parquet(
 
 
 def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The exact way: predictor names from a first pass, then validated records chunk by chunk."""
+    """The exact way: predictor names from a first pass, then the validated records of one whole-file read."""
     import pyarrow.parquet as pq
 
     names = fast_else_whole_file(
@@ -188,9 +154,7 @@ def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
             str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
         )
     summary = ConvertSummary(predictors=tuple(names))
-    with pq.ParquetWriter(tmp, arrow_schema(names)) as writer:
-        for batch in _record_batches(src, chunk_bytes):
-            writer.write_table(records_table(batch, names, summary), row_group_size=DEFAULT_ROWS_PER_GROUP)
+    pq.write_table(records_table(read_trajectories(src), names, summary), tmp, row_group_size=DEFAULT_ROWS_PER_GROUP)
     return summary
 
 
@@ -222,24 +186,18 @@ def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
         raise whole_file("a record beyond the size bound")
     if longest > jsonl_fast.LONG_LINE:
         raise NotFast("a long line")
-    parts, sides = [], []
-    for i in range(0, len(lines), jsonl_fast.BATCH_LINES):
-        raw, side = _batch(lines[i : i + jsonl_fast.BATCH_LINES])
-        parts.append(raw)
-        sides.append(side)
+    sides: list[Side] = []
+    step = jsonl_fast.BATCH_LINES
+    parts = [
+        jsonl_fast.parse_batch(lines[i : i + step], lambda r: sides.append(_side(r)))
+        for i in range(0, len(lines), step)
+    ]
     if not parts:
         raw, side = jsonl_fast.flatten([]), Side()
     else:
         raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
     validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
     return raw, side
-
-
-def _batch(lines: Sequence[bytes]) -> tuple[RawColumns, Side]:
-    with jsonl_fast.gc_off():
-        recs = jsonl_fast.plain_batch(lines)
-        side = _side(recs)  # before flatten empties `recs`
-        return jsonl_fast.flatten(recs), side
 
 
 def _side(recs: list[Any]) -> Side:
@@ -358,10 +316,11 @@ def widen(table: Any, names: Sequence[str]) -> Any:
     return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(schema)
 
 
-def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
+def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     """The streamed pass into `tmp`; a whole-file NotFast sends the file the exact way."""
     import pyarrow.parquet as pq
 
+    summary = ConvertSummary()
     names: list[str] = []
     limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
@@ -400,9 +359,12 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int, summary: Any) -> None:
     summary.predictors = tuple(names)
     if len(segments) > 1:
         _merge(tmp, [p for p, _ in segments], names)
+    return summary
 
 
-def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: Any) -> tuple[list[str], Any]:
+def _chunk_table(
+    chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary
+) -> tuple[list[str], Any]:
     """(the chunk's predictor names, its table in the names seen so far, or None when empty)"""
 
     def fast() -> tuple[list[str], Any]:

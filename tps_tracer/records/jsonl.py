@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from tps_tracer.output import atomic_write
 from tps_tracer.records.errors import RecordError, TrajectoryFileError
 from tps_tracer.records.limits import (
+    PREDICTORS_MESSAGE,
     JsonRuleError,
     PredictorNames,
     ReadRecords,
@@ -23,7 +24,6 @@ from tps_tracer.records.limits import (
     duplicate_message,
     field_path,
     load_json,
-    predictors_message,
 )
 from tps_tracer.records.schema import ResolutionRecord, TrajectoryRecord
 from tps_tracer.validity import forecast_problem
@@ -183,7 +183,7 @@ def parse_lines(
         errors.extend(_check_forecasts(rec, line_no))
         beyond = names.first_beyond(step.forecasts for step in rec.steps)
         if beyond is not None:
-            raise TrajectoryFileError(source, [*errors, RecordError(line_no, beyond, predictors_message())])
+            raise TrajectoryFileError(source, [*errors, RecordError(line_no, beyond, PREDICTORS_MESSAGE)])
         if rec.trajectory_id in first_line_of:
             message = duplicate_message(rec.trajectory_id, f"first seen on line {first_line_of[rec.trajectory_id]}")
             if strict:

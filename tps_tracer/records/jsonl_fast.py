@@ -1,16 +1,12 @@
-"""The fast JSON Lines readers: a chunk of whole lines -> `RawColumns`, by orjson (the core install) or by
-pyarrow's JSON reader (the `parquet` extra, from `MIN_BYTES` on). Each takes only the plain form, where
-its parser and the exact read (pydantic) agree; anything else raises `NotFast` (docs/offline-speed.md).
-
-Lines are parsed `BATCH_LINES` at a time with the cyclic collector off, so one batch's objects are alive
-at once and stay in the CPU caches; a line longer than `LONG_LINE` has its steps parsed in pieces.
-"""
+"""The fast JSON Lines readers (orjson, or pyarrow's JSON reader from `MIN_BYTES` on): a chunk of whole lines
+-> `RawColumns` in the plain form where they and the exact read agree, else `NotFast`. Lines are parsed
+`BATCH_LINES` at a time with the cyclic collector off; a line over `LONG_LINE` has its steps parsed in pieces."""
 
 from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import chain, repeat
@@ -45,11 +41,7 @@ _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identi
 
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
-    return validated_arrays(raw_from_jsonl(chunk))
-
-
-def raw_from_jsonl(chunk: bytes) -> RawColumns:
-    """The raw columns of a chunk of whole JSON Lines (no BOM), or NotFast."""
+    """The validated arrays of a chunk of whole JSON Lines (no BOM), or NotFast."""
     # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
     lines: list[Any] = chunk.splitlines()
     if len(lines) <= _FEW_LINES:
@@ -58,14 +50,14 @@ def raw_from_jsonl(chunk: bytes) -> RawColumns:
     start = 0
     for i in [i for i, size in enumerate(map(len, lines)) if size > LONG_LINE]:
         parts += _batches(lines[start:i])
-        parts.append(_long_line(bytes(lines[i])) or _batch(lines[i : i + 1]))
+        parts.append(_long_line(bytes(lines[i])) or parse_batch(lines[i : i + 1]))
         start = i + 1
     parts += _batches(lines[start:])
-    return concat_raw(parts) if parts else _batch([])
+    return validated_arrays(concat_raw(parts) if parts else parse_batch([]))
 
 
 def _batches(lines: list[Any]) -> list[RawColumns]:
-    return [_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
+    return [parse_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
 
 
 def _long_line(line: bytes) -> RawColumns | None:
@@ -140,18 +132,16 @@ def gc_off() -> Iterator[None]:
             gc.enable()
 
 
-def _batch(lines: Sequence[bytes | memoryview]) -> RawColumns:
+def parse_batch(lines: Sequence[bytes | memoryview], side: Callable[[list[Any]], None] | None = None) -> RawColumns:
+    """The lines parsed by orjson and flattened (`side(records)` first, if given), or NotFast, also for a
+    duplicate key (orjson keeps the last one silently) or deep nesting (limits.plain_json)."""
     with gc_off():
-        return flatten(plain_batch(lines))
-
-
-def plain_batch(lines: Sequence[bytes | memoryview]) -> list[Any]:
-    """The lines parsed by orjson, or NotFast, also for a duplicate key (orjson keeps the last one
-    silently) or deep nesting (limits.plain_json)."""
-    recs = _parse(lines)
-    if not plain_json(b"".join(lines), recs):
-        raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
-    return recs
+        recs = _parse(lines)
+        if not plain_json(b"".join(lines), recs):
+            raise NotFast("a duplicate key, deep nesting or an escaped ASCII character")
+        if side is not None:
+            side(recs)
+        return flatten(recs)
 
 
 def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
@@ -313,7 +303,7 @@ def raw_from_jsonl_arrow(chunk: bytes) -> RawColumns:
         table = pj.read_json(pa.BufferReader(chunk), read_options=read, parse_options=_bounded_schema(chunk, end))
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
         raise NotFast(f"arrow: {exc}") from None
-    if _depth(pa.struct(list(table.schema))) > _ARROW_DEPTH:
+    if _shape(pa.struct(list(table.schema)))[1] > _ARROW_DEPTH:
         raise NotFast("arrow: nested too deep")  # pyarrow has no depth limit; the exact path has one
     if table.num_rows != chunk.count(b"\n", 0, end) + 1:
         raise NotFast("arrow: not one object per line")
@@ -341,28 +331,19 @@ def _bounded_schema(chunk: bytes, end: int) -> Any:
         schema = pj.read_json(pa.BufferReader(probe), read_options=pj.ReadOptions(use_threads=False)).schema
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
         raise NotFast(f"arrow: {exc}") from None
-    if _fields(pa.struct(list(schema))) * chunk.count(b"{", 0, end) > MAX_SLOTS:
+    if _shape(pa.struct(list(schema)))[0] * chunk.count(b"{", 0, end) > MAX_SLOTS:
         raise NotFast("arrow: too many fields for the chunk's objects")
     return pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
 
 
-def _fields(t: Any) -> int:
+def _shape(t: Any) -> tuple[int, int]:
+    """(fields, nesting depth) of an Arrow type, counted down to _ARROW_DEPTH + 1 levels (no recursion)."""
     total, level, types = 0, 0, [t]
     while types and level <= _ARROW_DEPTH:
         level += 1
         types = [c.field(i).type for c in types for i in range(c.num_fields)]
         total += len(types)
-    return total
-
-
-def _depth(t: Any) -> int:
-    """The nesting depth of an Arrow type, counted up to _ARROW_DEPTH + 1 (no recursion)."""
-    deepest, level, types = 0, 0, [t]
-    while types and level <= _ARROW_DEPTH:
-        level += 1
-        deepest = level
-        types = [c.field(i).type for c in types for i in range(c.num_fields)]
-    return deepest
+    return total, level
 
 
 def _present(table: Any, path: tuple[str, ...]) -> int:

@@ -1,8 +1,5 @@
-"""What every record reader refuses, sets aside and counts (docs/records-limits.md): the record size, the
-number of predictor names and the JSON rule (no duplicate key, bounded nesting and integers), each ending
-in one message naming the file, line and field in bounded time and memory; the lines read but not scored
-(`SetAside`); and the one decision on repeated trajectory ids.
-"""
+"""What every record reader refuses, sets aside and counts (docs/records-limits.md): record size, predictor
+names, the JSON rule (no duplicate key, bounded nesting and integers), set-aside lines, repeated ids."""
 
 from __future__ import annotations
 
@@ -28,6 +25,14 @@ if TYPE_CHECKING:
 
 
 PROBE_CHARS = 1 << 20  # the text reader reads a line in pieces of this many characters
+_DEPTH_MESSAGE = f"nested more than {MAX_DEPTH} arrays/objects deep (the maximum)"
+_SIZE_MESSAGE = (
+    f"the record is longer than {MAX_RECORD_BYTES / (1 << 20):g} MiB (the maximum record size); refused unread"
+)
+PREDICTORS_MESSAGE = (
+    f"more than {MAX_PREDICTORS} distinct predictor names in the input "
+    "(the maximum: each name is a column of every step)"
+)
 
 
 class JsonRuleError(InputError):
@@ -82,10 +87,6 @@ def _too_deep(obj: Any) -> list[str | int] | None:
     return None
 
 
-def _depth_message() -> str:
-    return f"nested more than {MAX_DEPTH} arrays/objects deep (the maximum)"
-
-
 def load_json(text: str | bytes) -> Any:
     """`json.loads` under the readers' rule; raises JSONDecodeError (not JSON) or JsonRuleError."""
     problems: list[str] = []
@@ -109,7 +110,7 @@ def load_json(text: str | bytes) -> Any:
     try:
         obj = json.loads(text, object_pairs_hook=pairs, parse_int=integer)
     except RecursionError:  # the C scanner counts nesting against the interpreter's recursion limit
-        raise JsonRuleError("", _depth_message()) from None
+        raise JsonRuleError("", _DEPTH_MESSAGE) from None
     if problems:
         path, value = _find(obj, lambda v: isinstance(v, (_Duplicate, _HugeInt)))  # type: ignore[misc]
         if isinstance(value, _Duplicate):
@@ -123,7 +124,7 @@ def load_json(text: str | bytes) -> Any:
     except orjson.JSONEncodeError:  # too deep, or something else orjson does not write (a 65-bit int)
         deep = _too_deep(obj)
         if deep is not None:  # named down to the third level (the full path is hundreds of "[0]")
-            raise JsonRuleError(field_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _depth_message()) from None
+            raise JsonRuleError(field_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _DEPTH_MESSAGE) from None
     return obj
 
 
@@ -139,13 +140,6 @@ def plain_json(raw: bytes, parsed: Any) -> bool:
     except orjson.JSONEncodeError:
         return False
     return raw.count(b":") == canonical.count(b":")
-
-
-def predictors_message() -> str:
-    return (
-        f"more than {MAX_PREDICTORS} distinct predictor names in the input (the maximum: each name is a "
-        "column of every step)"
-    )
 
 
 class PredictorNames:
@@ -178,15 +172,11 @@ def check_parquet_predictors(schema: Any, source: str) -> None:
     except (KeyError, AttributeError, TypeError):
         return  # not the plain schema: the readers name what is wrong with it
     if count > MAX_PREDICTORS:
-        message = f"field 'steps.forecasts' has {count} fields: {predictors_message()}"
+        message = f"field 'steps.forecasts' has {count} fields: {PREDICTORS_MESSAGE}"
         raise TrajectoryFileError(source, [RecordError(0, "steps.forecasts", message)])
 
 
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
-
-
-def _size_message() -> str:
-    return f"the record is longer than {MAX_RECORD_BYTES / (1 << 20):g} MiB (the maximum record size); refused unread"
 
 
 def _start_message(first: str) -> str:
@@ -224,7 +214,7 @@ def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.Path
             raise TrajectoryFileError(str(path), [RecordError(line, "", _start_message(chr(first)))])
         break
     if size > MAX_RECORD_BYTES:
-        raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", _size_message())])
+        raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", _SIZE_MESSAGE)])
 
 
 def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
@@ -250,7 +240,7 @@ def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
             parts.append(more)
             size += len(more.encode("utf-8", "surrogatepass"))
             if size > MAX_RECORD_BYTES:
-                raise TrajectoryFileError(source, [RecordError(line_no, "", _size_message())])
+                raise TrajectoryFileError(source, [RecordError(line_no, "", _SIZE_MESSAGE)])
         yield "".join(parts)
 
 

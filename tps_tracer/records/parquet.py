@@ -1,12 +1,6 @@
-"""Trajectories as Parquet: one row per trajectory, steps nested (`arrow_schema`, what convert writes):
-
-    trajectory_id string not null; stop_reason string; outcome int8; outcome_pending bool;
-    horizon int64; q_z double; steps list<struct<t: int64, forecasts: struct<NAME: double, ...>,
-    extra: string>>; metadata string (JSON; a struct is read too); extra string (other fields, JSON)
-
-Nulls as in JSON Lines. A non-numeric forecast is written as null (read as missing). The fast read takes
-a batch's projected Arrow columns; the exact read turns each row back into its JSON Lines text
-(`row_json`) for `jsonl.parse_lines`, errors naming the row (from 1) in place of the line."""
+"""Trajectories as Parquet: one row per trajectory, steps nested (`arrow_schema`, what convert writes; a
+non-numeric forecast is written as null). The fast read takes projected Arrow columns; the exact read turns
+each row back into JSON Lines text (`row_json`) for `jsonl.parse_lines`, errors naming the row."""
 
 from __future__ import annotations
 

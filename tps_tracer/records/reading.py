@@ -1,9 +1,6 @@
-"""How a trajectory input (JSON Lines, Parquet, a directory or list of shards) is read: in chunks of whole
-trajectories, each the first way that takes it. Fast (columnar: `jsonl_fast`, `arrays.arrays_from_arrow`)
-refuses with `NotFast` what the exact read would read differently; exact reads the chunk record by record;
-a whole-file `NotFast` (an error, resolutions the chunks cannot apply, ids repeated across chunks) sends
-the input to `exact_records`, whose messages name the line. docs/offline-speed.md lists the refusals.
-"""
+"""How a trajectory input (JSON Lines, Parquet, shards) is read: in chunks of whole trajectories, each the
+first way that takes it (fast columnar, else exact per record); a whole-file `NotFast` sends the input to
+`exact_records`, whose messages name the line (docs/offline-speed.md lists the refusals)."""
 
 from __future__ import annotations
 
@@ -24,6 +21,7 @@ from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, arrays_from_arrow, to_arrays, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, whole_file
 from tps_tracer.records.limits import (
+    PREDICTORS_MESSAGE,
     PredictorNames,
     ReadRecords,
     SetAside,
@@ -31,7 +29,6 @@ from tps_tracer.records.limits import (
     duplicate_message,
     line_number_at,
     load_json,
-    predictors_message,
 )
 from tps_tracer.records.stop_reasons import StopReason
 
@@ -250,7 +247,7 @@ def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
             raise TrajectoryFileError(chunk.source, shifted) from None
     where = "rows of a Parquet batch" if is_parquet(chunk.source) else "a shard"
     raise TrajectoryFileError(
-        chunk.source, [RecordError(0, "steps.forecasts", f"{predictors_message()} (reached in {where})")]
+        chunk.source, [RecordError(0, "steps.forecasts", f"{PREDICTORS_MESSAGE} (reached in {where})")]
     )
 
 
@@ -287,11 +284,15 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
 
 def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
     try:
+        pieces: Iterable[tuple[int, bytes, int]] = byte_chunks(path, chunk_bytes)
         if shared is None:
-            own = pending = scan_resolutions((o, piece) for o, piece, _ in byte_chunks(path, SCAN_BYTES))
+            if path.stat().st_size <= min(chunk_bytes, SCAN_BYTES):  # both reads take it in one block: read once
+                pieces = list(pieces)
+            scan = pieces if isinstance(pieces, list) else byte_chunks(path, SCAN_BYTES)
+            own = pending = scan_resolutions((o, piece) for o, piece, _ in scan)
         else:
             own, pending = shared.lines.get(file_index), shared.pending
-        for offset, chunk, size in byte_chunks(path, chunk_bytes):
+        for offset, chunk, size in pieces:
             end = offset + len(chunk)
             if own is not None:
                 chunk = own.drop_lines(chunk, offset)

@@ -1,17 +1,6 @@
-"""A trajectory record's rules that need no pydantic (the capture path calls them per run): the JSON object
-the online writers write (`record_object`, the shape `schema.py` validates), what a trajectory id may be
-(`id_problem`) and what counts as an outcome (`as_outcome`), decided once for every way one enters.
-
-| value                                                 | outcome                       |
-|-------------------------------------------------------|-------------------------------|
-| None                                                  | None (not known yet)          |
-| True / False; 1 / 0 (int, float or numpy number)      | 1 / 0                         |
-| "true" "1" "yes" "success" (any case, spaces around)  | 1 (where strings are allowed) |
-| "false" "0" "no" "failure"                            | 0 (where strings are allowed) |
-| anything else (2, 0.5, NaN, "maybe", "", a list)      | InvalidOutcome (a ValueError) |
-
-JSON Lines records allow no strings (`allow_strings=False`); run metadata and span attributes often are.
-"""
+"""A trajectory record's rules that need no pydantic (the capture path calls them per run): the object the
+online writers write (`record_object`), what an id may be (`id_problem`) and what an outcome is (`as_outcome`:
+None, bool, a number equal to 0/1, or, where allowed, "true"/"1"/"yes"/"success" and their opposites)."""
 
 from __future__ import annotations
 
@@ -66,7 +55,7 @@ _FALSE = frozenset({"false", "0", "no", "failure"})
 
 
 class InvalidOutcome(InputError):
-    """A value that is not a binary outcome (see the module table)."""
+    """A value that is not a binary outcome (`as_outcome`)."""
 
 
 def as_outcome(value: Any, *, allow_strings: bool = True) -> int | None:

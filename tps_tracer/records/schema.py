@@ -1,11 +1,6 @@
-"""The interchange schema: one trajectory per JSON Lines record (docs/records.md), e.g.
-
-    {"trajectory_id": "run-42", "stop_reason": "clean", "outcome": 1, "horizon": 7, "q_z": null,
-     "steps": [{"t": 1, "forecasts": {"verbal": 0.9}}], "metadata": {"agent": "planner"}}
-
-A forecast is kept as given (a missing or non-numeric one is a per-predictor skip, counted when arrays
-are built); unknown fields are kept. A clean record may carry `"outcome_pending": true` until a later
-line `{"resolves": "run-42", "outcome": 1}` (or `"q_z"`) fills it in, wherever it lies in the file."""
+"""The interchange schema (docs/records.md): one trajectory per JSON Lines record; unknown fields are kept, a
+forecast as given. A clean record may carry `"outcome_pending": true` until a resolution line
+`{"resolves": id, "outcome": 1}` (or `"q_z"`) fills it in, wherever it lies in the file."""
 
 from __future__ import annotations
 

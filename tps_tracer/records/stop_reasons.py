@@ -1,14 +1,6 @@
-"""Why a run stopped, and what that means for scoring (paper, Appendix "Termination Mechanisms").
-
-| stop reason                                                   | role     | scored as                          |
-|---------------------------------------------------------------|----------|------------------------------------|
-| clean                                                         | complete | TPS with the observed Y            |
-| max_steps (any step/iteration/call budget)                    | censored | cen-simple / cen-exact             |
-| parse_error, tool_error, env_terminated, timeout, other       | excluded | not scored; in the termination audit |
-| capture_lost (tps-tracer lost the run's end, not the agent's) | lost     | not scored; counted apart          |
-
-A CensoringPolicy may move informative stops to "censored" for the paper's contra-assumption
-sensitivity run; "clean" always stays complete and only capture_lost is lost."""
+"""Why a run stopped, and its scoring role (paper, Appendix "Termination Mechanisms"; docs/design.md's table).
+A CensoringPolicy may move informative stops to "censored" (the contra-assumption sensitivity run); "clean"
+always stays complete and only capture_lost is lost."""
 
 from __future__ import annotations
 
