@@ -46,6 +46,7 @@ from tps_tracer.langchain.run_reading import (
 )
 from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking import tracker
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
     INTERNAL_CALL_KEY,
@@ -53,14 +54,7 @@ from tps_tracer.tracking.keys import (
     PARSE_RETRY_TOOL,
     TRAJECTORY_ID_KEY,
 )
-from tps_tracer.tracking.tracker import (
-    DEFAULT_MAX_BLOCK,
-    DEFAULT_MAX_QUEUE_SIZE,
-    Calibration,
-    TrackedAdapter,
-    TrajectoryState,
-    never_raises,
-)
+from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
@@ -96,15 +90,15 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         repair_budget: int | None = None,
         horizon: int | None = None,
         extractor: SignalExtractor | None = None,
-        calibration: Calibration | None = None,
+        calibration: tracker.Calibration | None = None,
         capture_content: bool = False,
         background: bool = True,
         max_open: int = DEFAULT_MAX_OPEN,
-        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        max_queue_size: int = tracker.DEFAULT_MAX_QUEUE_SIZE,
         trajectory_id_key: str = TRAJECTORY_ID_KEY,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
-        max_block: float = DEFAULT_MAX_BLOCK,
+        max_block: float = tracker.DEFAULT_MAX_BLOCK,
         clock: Callable[[], float] = time.monotonic,
         verbal_scale: str | None = None,
     ):

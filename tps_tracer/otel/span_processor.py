@@ -26,16 +26,9 @@ from tps_tracer.otel import span_reading as sr
 from tps_tracer.otel.span_reading import attrs_of, events_of
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.tracking import tracker
 from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
-from tps_tracer.tracking.tracker import (
-    APPLY,
-    DEFAULT_MAX_BLOCK,
-    DEFAULT_MAX_QUEUE_SIZE,
-    Calibration,
-    TrackedAdapter,
-    TrajectoryState,
-    never_raises,
-)
+from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
     from tps_tracer.online.accumulator import Accumulator
@@ -84,15 +77,15 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         horizon: int | None = None,
         repair_budget: int | None = None,
         extractor: SignalExtractor | None = None,
-        calibration: Calibration | None = None,
+        calibration: tracker.Calibration | None = None,
         max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,
         max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
         background: bool = True,
-        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        max_queue_size: int = tracker.DEFAULT_MAX_QUEUE_SIZE,
         clock: Callable[[], float] = time.monotonic,
-        max_block: float = DEFAULT_MAX_BLOCK,
+        max_block: float = tracker.DEFAULT_MAX_BLOCK,
         verbal_scale: str | None = None,
     ):
         """capture=False only records where each root span is (`links`), for exporters when the handler
@@ -162,15 +155,15 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
 
     @never_raises("on_start")
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self._handoff((APPLY, self._start_job, span))
+        self._handoff((tracker.APPLY, self._start_job, span))
 
     @never_raises("on_end")
     def on_end(self, span: ReadableSpan) -> None:
-        self._handoff((APPLY, self._end_job, span))
+        self._handoff((tracker.APPLY, self._end_job, span))
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
         """A span event given up (counted by the worker): mark its trace, in order, on the worker."""
-        self.feeder.mark((APPLY, self._mark_lost, event[2].context.trace_id))
+        self.feeder.mark((tracker.APPLY, self._mark_lost, event[2].context.trace_id))
 
     def _mark_lost(self, trace_id: int) -> None:
         with self._lock:
