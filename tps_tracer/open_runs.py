@@ -53,7 +53,7 @@ class OpenRuns(Generic[R]):
         self._paused: dict[str, tuple[R, float]] = {}  # trajectory id -> the paused run, since when (oldest first)
         self._threads: dict[str, str] = {}  # LangGraph thread id -> trajectory id of the run paused on it
         self._thread_of: dict[str, str] = {}  # trajectory id -> its thread (to unindex it)
-        self._gone: OrderedDict[Hashable, float] = OrderedDict()  # key -> when (oldest first)
+        self.gone: OrderedDict[Hashable, float] = OrderedDict()  # finished early: key -> when (oldest first)
 
     def pause(self, tid: str, thread: Any, run: R, now: float, *, by_id: bool = True) -> bool:
         """Keep `run` for its resume; by_id: whether a later run can name `tid` (not a trace id's). False
@@ -118,7 +118,7 @@ class OpenRuns(Generic[R]):
         self._paused.clear()
         self._threads.clear()
         self._thread_of.clear()
-        self._gone.clear()
+        self.gone.clear()
         return n
 
     def idle(self, last_seen: float, now: float) -> bool:
@@ -126,19 +126,16 @@ class OpenRuns(Generic[R]):
 
     def remember_gone(self, keys: Iterable[Hashable], now: float) -> None:
         for key in keys:
-            self._gone[key] = now
-
-    def is_gone(self, key: Hashable) -> bool:
-        return bool(self._gone) and key in self._gone
+            self.gone[key] = now
 
     def forget_gone(self, key: Hashable) -> None:
         """The run's end was seen: nothing more will come from it."""
-        self._gone.pop(key, None)
+        self.gone.pop(key, None)
 
     def expire(self, now: float) -> None:
         """Forget the runs finished early more than GONE_MEMORY idle timeouts ago."""
         if self.idle_timeout is None:
             return
         cutoff = now - GONE_MEMORY * self.idle_timeout
-        while self._gone and next(iter(self._gone.values())) < cutoff:
-            self._gone.popitem(last=False)
+        while self.gone and next(iter(self.gone.values())) < cutoff:
+            self.gone.popitem(last=False)

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         react_span,
         substring_span,
         tag_span,
-        token_mask,
     )
     from tps_tracer.capture.token_logprobs import (
         LogprobsFormatError,
@@ -30,15 +29,16 @@ if TYPE_CHECKING:
         from_legacy_completion,
         from_openai_chat,
         parse_logprobs,
+        token_mask,
         token_probability,
     )
     from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
 
 _WHERE = {
     "step_signals": "ACTION_ENTROPY_CONF ACTION_TOKEN_PROB DEFAULT_ACTION_SPAN ENTROPY_CONF PREDICTORS TOKEN_PROB "
-    "VERBAL SignalExtractor react_span substring_span tag_span token_mask",
+    "VERBAL SignalExtractor react_span substring_span tag_span",
     "token_logprobs": "LogprobsFormatError LogprobsStream TokenLogprobs entropy_confidence from_legacy_completion "
-    "from_openai_chat parse_logprobs token_probability",
+    "from_openai_chat parse_logprobs token_mask token_probability",
     "verbal_confidence": "Confidence VerbalConfidenceExtractor",
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names.split()}

@@ -19,9 +19,6 @@ from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 
 if TYPE_CHECKING:  # numpy (logprobs) is imported on the first step that carries logprobs
-    import numpy as np
-    from numpy.typing import NDArray
-
     from tps_tracer.capture.token_logprobs import TokenLogprobs
 
 VERBAL = "verbal"
@@ -169,12 +166,6 @@ def _tag_or_react(text: str) -> Span | None:
 DEFAULT_ACTION_SPAN: SpanLocator = _tag_or_react
 
 
-def token_mask(lp: TokenLogprobs, span: Span) -> NDArray[np.bool_]:
-    """Tokens overlapping the character span [start, end): an action split across tokens is covered whole."""
-    start, end = span
-    return (lp.offsets[:-1] < end) & (lp.offsets[1:] > start)
-
-
 # ---------------------------------------------------------------- the extractor
 
 
@@ -310,20 +301,16 @@ class SignalExtractor:
         try:
             import tps_tracer.capture.token_logprobs as tl
 
-            if lp.n == 0:
+            if not lp.tokens:
                 self._count("no_tokens")
-            prob, ent = arrays or (tl.per_token_probability(lp), tl.per_token_entropy_confidence(lp, self.top_k))
-            out[TOKEN_PROB] = tl.masked_mean(prob)
-            out[ENTROPY_CONF] = tl.masked_mean(ent)
-            if out[ENTROPY_CONF] is None and lp.n:
-                self._count("no_top_logprobs")
             span = (substring_span(action_text) if action_text is not None else self.action_span)(lp.text)
             if span is None:
                 self._count("no_action_span")
-            else:
-                mask = token_mask(lp, span)
-                out[ACTION_TOKEN_PROB] = tl.masked_mean(prob, mask)
-                out[ACTION_ENTROPY_CONF] = tl.masked_mean(ent, mask)
+            # One call for the four token forecasts: this runs on every model call.
+            signals = tl.token_forecasts(lp, self.top_k, arrays, span)
+            out[TOKEN_PROB], out[ENTROPY_CONF], out[ACTION_TOKEN_PROB], out[ACTION_ENTROPY_CONF] = signals
+            if out[ENTROPY_CONF] is None and lp.tokens:
+                self._count("no_top_logprobs")
         except Exception as exc:
             self._internal_error("token signals", exc)
             out.update(dict.fromkeys(PREDICTORS[1:]))

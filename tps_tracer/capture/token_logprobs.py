@@ -421,6 +421,24 @@ def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | No
     return float(min(1.0, max(0.0, sel.mean())))
 
 
+def token_mask(lp: TokenLogprobs, span: tuple[int, int]) -> BoolArray:
+    """Tokens overlapping the character span [start, end): an action split across tokens is covered whole."""
+    start, end = span
+    return (lp.offsets[:-1] < end) & (lp.offsets[1:] > start)
+
+
+def token_forecasts(
+    lp: TokenLogprobs, k: int, arrays: tuple[FloatArray, FloatArray] | None, span: tuple[int, int] | None
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """Token probability and entropy confidence over all tokens, then over the action span's tokens
+    (None without a span); `arrays`: the per-token values already computed for a batch."""
+    prob, ent = arrays or (per_token_probability(lp), per_token_entropy_confidence(lp, k))
+    if span is None:
+        return masked_mean(prob), masked_mean(ent), None, None
+    mask = token_mask(lp, span)
+    return masked_mean(prob), masked_mean(ent), masked_mean(prob, mask), masked_mean(ent, mask)
+
+
 def token_probability(lp: TokenLogprobs, mask: BoolArray | None = None) -> float | None:
     return masked_mean(per_token_probability(lp), mask)
 

@@ -262,7 +262,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def _late(self, run_id: UUID | None, child: UUID | None = None) -> bool:
         """Whether `run_id` belongs to a trajectory finished early (the event is dropped, counted); a
         `child` starting under it is remembered as gone too. Takes the lock."""
-        if run_id is None or not self._lifetimes.is_gone(run_id):
+        if run_id is None or run_id not in self._lifetimes.gone:
             return False
         with self._lock:
             if child is not None:

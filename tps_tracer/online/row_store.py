@@ -65,7 +65,7 @@ class LiveStore:
 
     def stopped(self, tid: str) -> bool:
         """A row, reserved, folded, or finished early and still remembered as gone."""
-        return tid in self._row_of or self.lifetimes.is_gone(tid) or (self._folded is not None and tid in self._folded)
+        return tid in self._row_of or tid in self.lifetimes.gone or (self._folded is not None and tid in self._folded)
 
     def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]] | None:
         """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live. None, and

@@ -168,7 +168,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
     def _mark_lost(self, trace_id: int) -> None:
         with self._lock:
             st = self._traces.get(trace_id)
-            if st is None and not self._lifetimes.is_gone(trace_id):
+            if st is None and trace_id not in self._lifetimes.gone:
                 st = self._traces[trace_id] = _Trace(last_seen=self._clock())
             if st is not None:
                 st.lost = st.lost or "queue_full"
@@ -183,7 +183,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         with self._lock:
             st = self._traces.get(trace_id)
             overflow = False
-            if st is None and not self._lifetimes.is_gone(trace_id):
+            if st is None and trace_id not in self._lifetimes.gone:
                 st = self._traces[trace_id] = _Trace()
                 overflow = len(self._traces) > self.max_open_traces
             if st is not None:
@@ -220,7 +220,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         with self._lock:
             st = self._traces.get(trace_id)
             if st is None:
-                if self._lifetimes.is_gone(trace_id):
+                if trace_id in self._lifetimes.gone:
                     if is_root:
                         self._lifetimes.forget_gone(trace_id)  # the run's end: nothing more will come from it
                     self._count_late()
