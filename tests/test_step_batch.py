@@ -81,10 +81,10 @@ def test_full_steps_of_one_width_are_computed_together() -> None:
     parsed.append(None)
     arrays = batched_per_token(parsed, 5)
     assert sorted(arrays) == [0, 1, 3]  # width 5 (top-20 cut to 5): three steps; the top-3 one alone
-    from tps_tracer.capture.token_logprobs import per_token_entropy_confidence, per_token_probability
+    from tps_tracer.capture.token_logprobs import per_token_entropy_confidence
 
     for i, (prob, ent) in arrays.items():
-        assert prob.tobytes() == per_token_probability(parsed[i]).tobytes()
+        assert prob.tobytes() == np.exp(parsed[i].logprob).tobytes()
         assert ent.tobytes() == per_token_entropy_confidence(parsed[i], 5).tobytes()
 
 

@@ -1,7 +1,5 @@
-"""The one error base class: bad input versus a bug. Every check of what a caller gave raises an
-`InputError` (a ValueError, so old `except ValueError` keeps working): the CLI exits 2 on it and 3 on any
-other exception. A missing optional dependency is a `MissingExtra` naming the install that adds it.
-"""
+"""Bad input versus a bug: every check of what a caller gave raises an `InputError` (a ValueError), on
+which the CLI exits 2 (3 on any other exception); a missing optional dependency is a `MissingExtra`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""One health ledger for the whole capture path: what tps-tracer refused, dropped, cut short or could
-not read, read in one place (`Accumulator.snapshot()["online"]["health"]`).
-
-Categories: rejected (input refused, the run kept), abandoned (runs finished before their end was seen),
-dropped (events lost before applied), malformed (unreadable model output: the signal is None), error (an
-internal failure caught so the agent never sees it), ignored (well-formed events deliberately not scored),
-set_aside (runs recorded but not scored, under the file reader's names). The first count of each
-(category, kind) is logged once at WARNING (not for ignored, abandoned).
-"""
+"""One health ledger for the capture path: what tps-tracer refused, dropped, cut short or could not read
+(`Accumulator.snapshot()["online"]["health"]`); the first count of each (category, kind) logs one WARNING."""
 
 from __future__ import annotations
 
@@ -16,6 +9,9 @@ from collections import Counter
 
 logger = logging.getLogger("tps_tracer")
 
+# rejected: input refused, the run kept; abandoned: runs finished before their end was seen; dropped: events
+# lost; malformed: unreadable model output (signal None); error: an internal failure the agent never sees;
+# ignored: events deliberately not scored; set_aside: runs recorded, not scored (the file reader's names).
 CATEGORIES = ("rejected", "abandoned", "dropped", "malformed", "error", "ignored", "set_aside")
 _QUIET = frozenset({"ignored", "abandoned"})  # expected in normal use: counted, not logged
 

@@ -1,11 +1,5 @@
-"""What tps-tracer writes: files replaced atomically, and strict JSON (no NaN or Infinity tokens).
-
-A file is written to a temporary beside it (`.NAME.tps<host>p<pid>.<random>.tmp`), flushed, fsynced
-and renamed over the target, so readers see the old content or the new, never a torn one; an exception
-(the CLI turns SIGTERM into one) removes the temporary, and the next write of the same target removes
-one a dead writer of this host left. The new file keeps the old one's permission bits (else 0666 minus
-the umask). Targets that are not regular files (`/dev/stdout`, a FIFO) are written directly.
-"""
+"""What tps-tracer writes: files replaced atomically (readers see the old content or the new, never a torn
+one; docs/records-limits.md), and strict JSON (no NaN or Infinity tokens)."""
 
 from __future__ import annotations
 
@@ -83,8 +77,9 @@ def remove_stale(target: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], binary: bool = False, append: bool = False) -> Iterator[IO[Any]]:
-    """A file handle whose content replaces `path` when the block exits without an exception;
-    append=True starts it with the old file's bytes."""
+    """A handle whose content replaces `path` (keeping its permission bits) when the block exits without an
+    exception: written to a temporary beside it, fsynced, renamed; append=True starts with the old bytes.
+    Not regular files (`/dev/stdout`, a FIFO) are written directly."""
     target = Path(path)
     try:
         special = not stat.S_ISREG(target.stat().st_mode)

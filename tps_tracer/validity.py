@@ -1,8 +1,5 @@
-"""What a valid forecast (probability) and a valid horizon are, for both sides that ask: the capture
-side (an adapter's or the accumulator's input: refused and counted) and the read side (a file: a
-non-numeric forecast is a counted skip, an out-of-range one an error naming the line). No numpy import:
-this is on the capture path.
-"""
+"""What a valid forecast (probability) and horizon are, for the capture side (refused and counted) and the
+read side (a counted skip, or an error naming the line). No numpy: this is on the capture path."""
 
 from __future__ import annotations
 

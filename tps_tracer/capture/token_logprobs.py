@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -33,21 +34,17 @@ class LogprobsFormatError(InputError):
     """The logprobs object is not in a recognised format or holds invalid numbers."""
 
 
+@dataclass(eq=False, slots=True)
 class TokenLogprobs:
     """logprob (n,): chosen-token logprobs, NaN where the API gave none (legacy echo); top_logprobs
     (n, k): candidates, highest first, -inf padded; offsets (n + 1,): token starts in `text`, then
     len(text), from the token strings on first use when None (only an action span needs them)."""
 
-    __slots__ = ("_offsets", "logprob", "text", "tokens", "top_logprobs")
-
-    def __init__(
-        self, tokens: list[str], logprob: FloatArray, top_logprobs: FloatArray, offsets: IntArray | None, text: str
-    ) -> None:
-        self.tokens = tokens
-        self.logprob = logprob
-        self.top_logprobs = top_logprobs
-        self._offsets = offsets
-        self.text = text
+    tokens: list[str]
+    logprob: FloatArray
+    top_logprobs: FloatArray
+    _offsets: IntArray | None
+    text: str
 
     @property
     def offsets(self) -> IntArray:
@@ -102,11 +99,6 @@ def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
     if k > 1 and not (arr[:, 1:] <= arr[:, :-1]).all():  # APIs send them sorted; sort only if not
         arr = -np.sort(-arr, axis=1)
     return arr
-
-
-def _pad(rows: list[list[float]]) -> FloatArray:
-    flat = np.array([v for r in rows for v in r], dtype=np.float64)
-    return _candidates(flat, [len(r) for r in rows])
 
 
 def _offsets_from_strings(tokens: list[str]) -> tuple[IntArray, str]:
@@ -253,7 +245,7 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
         raise LogprobsFormatError("tokens must be strings")
     chosen = _check_logprobs(chosen, "token_logprobs")
     try:
-        top = _pad(tops)
+        top = _candidates(np.array([v for r in tops for v in r], dtype=np.float64), list(map(len, tops)))
     except (TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, LogprobsFormatError):
             raise
@@ -322,11 +314,6 @@ class LogprobsStream:
 #     H_i = -sum_j q_ij ln q_ij,   EC = 1 - (1/n) sum_i H_i / ln k   (k = 5: the paper's 1 - H/ln 5)
 # A token with fewer than k candidates is scored over those, still divided by ln k, so EC stays in
 # [0, 1]; tokens with no candidates or no chosen logprob (legacy echo) are left out; none left: None.
-
-
-def per_token_probability(lp: TokenLogprobs) -> FloatArray:
-    """exp(chosen logprob) per token; NaN where the API gave none."""
-    return np.exp(lp.logprob)
 
 
 def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> FloatArray:
@@ -409,9 +396,7 @@ def batched_per_token(
 def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | None:
     """Mean over the masked tokens that have a value; None if there are none."""
     sel = values if mask is None else values[mask]
-    if sel.size:
-        # A finite sum means no NaN: the mean is that sum over the count, as np.mean computes it.
-
+    if sel.size:  # a finite sum means no NaN: the mean is that sum over the count, as np.mean computes it
         total = float(sel.sum())
         if math.isfinite(total):
             return min(1.0, max(0.0, total / sel.size))
@@ -432,7 +417,7 @@ def token_forecasts(
 ) -> tuple[float | None, float | None, float | None, float | None]:
     """Token probability and entropy confidence over all tokens, then over the action span's tokens
     (None without a span); `arrays`: the per-token values already computed for a batch."""
-    prob, ent = arrays or (per_token_probability(lp), per_token_entropy_confidence(lp, k))
+    prob, ent = arrays or (np.exp(lp.logprob), per_token_entropy_confidence(lp, k))
     if span is None:
         return masked_mean(prob), masked_mean(ent), None, None
     mask = token_mask(lp, span)
@@ -440,7 +425,7 @@ def token_forecasts(
 
 
 def token_probability(lp: TokenLogprobs, mask: BoolArray | None = None) -> float | None:
-    return masked_mean(per_token_probability(lp), mask)
+    return masked_mean(np.exp(lp.logprob), mask)
 
 
 def entropy_confidence(lp: TokenLogprobs, mask: BoolArray | None = None, k: int = DEFAULT_TOP_K) -> float | None:

@@ -145,18 +145,19 @@ class _Number:
         self.point = "." in digits or "e" in digits
         self.negative = text.startswith("-")
 
-    def comma_ambiguous(self) -> bool:
-        # `0,85` and `85,5` are decimal commas; `1,000` could be a thousands separator.
-        if not self.comma:
-            return False
-        whole, frac = self.text.lstrip("+-").split(",", 1)
-        return whole.strip("0") != "" and len(frac.split("e")[0]) == 3
-
-    def read(self, scale: str | None) -> Confidence:
+    def refused(self) -> Confidence | None:
+        """Too long, or `1,000` (a thousands separator?); `0,85` and `85,5` are decimal commas."""
         if len(self.text) > MAX_NUMBER_CHARS:
             return malformed("too_long")
-        if self.comma_ambiguous():
+        whole, _, frac = self.text.lstrip("+-").partition(",")
+        if self.comma and whole.strip("0") != "" and len(frac.split("e")[0]) == 3:
             return ambiguous("comma")
+        return None
+
+    def read(self, scale: str | None) -> Confidence:
+        refused = self.refused()
+        if refused is not None:
+            return refused
         if self.percent:
             return _clip(self.value / 100.0)
         if self.negative or math.isinf(self.value):
@@ -169,11 +170,9 @@ def _number(m: re.Match[str], g: str) -> _Number:
 
 
 def _fraction(a: _Number, b: _Number) -> Confidence:
-    for n in (a, b):
-        if len(n.text) > MAX_NUMBER_CHARS:
-            return malformed("too_long")
-        if n.comma_ambiguous():
-            return ambiguous("comma")
+    refused = a.refused() or b.refused()
+    if refused is not None:
+        return refused
     if a.percent or b.percent or a.negative or b.negative:
         return malformed("not_a_number")
     if b.value == 0.0:
@@ -512,19 +511,13 @@ class VerbalConfidenceExtractor:
     def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
         """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
         scale = self._scale(verbal_scale)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return malformed("not_a_number")
-        if isinstance(value, int):  # compared, never converted: float(10**400) would raise
-            if value < 0:
-                return Confidence(0.0, "clipped")
-            if value > 100:
-                return Confidence(1.0, "clipped")
-            return on_scale(float(value), False, scale)
-        if math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
             return malformed("not_a_number")
         if value < 0:
             return Confidence(0.0, "clipped")
-        return on_scale(value, True, scale)
+        if isinstance(value, int) and value > 100:  # compared, never converted: float(10**400) would raise
+            return Confidence(1.0, "clipped")
+        return on_scale(float(value), isinstance(value, float), scale)
 
     # ---------------------------------------------------------------- text
 
