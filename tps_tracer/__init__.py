@@ -72,4 +72,27 @@ def evaluate(records: Sequence[TrajectoryRecord], options: ReportOptions | None 
 __getattr__, __dir__ = lazy_names(__name__, _HOME)
 
 
-__all__ = sorted([*_HOME, "__version__", "evaluate"])
+__all__ = [
+    "Accumulator",
+    "AccumulatorError",
+    "CensoringPolicy",
+    "JsonlSink",
+    "ReportOptions",
+    "Role",
+    "SignalExtractor",
+    "StepRecord",
+    "StopReason",
+    "TrajectoryFileError",
+    "TrajectoryRecord",
+    "VerbalConfidenceExtractor",
+    "__version__",
+    "custom_schedule",
+    "evaluate",
+    "get_rule",
+    "get_schedule",
+    "read_trajectories",
+    "score",
+    "to_arrays",
+    "weights",
+    "write_trajectories",
+]

@@ -42,5 +42,28 @@ _WHERE = {
     "verbal_confidence": "Confidence VerbalConfidenceExtractor",
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names.split()}
-__all__ = sorted(_MODULE_OF)
+__all__ = [
+    "ACTION_ENTROPY_CONF",
+    "ACTION_TOKEN_PROB",
+    "DEFAULT_ACTION_SPAN",
+    "ENTROPY_CONF",
+    "PREDICTORS",
+    "TOKEN_PROB",
+    "VERBAL",
+    "Confidence",
+    "LogprobsFormatError",
+    "LogprobsStream",
+    "SignalExtractor",
+    "TokenLogprobs",
+    "VerbalConfidenceExtractor",
+    "entropy_confidence",
+    "from_legacy_completion",
+    "from_openai_chat",
+    "parse_logprobs",
+    "react_span",
+    "substring_span",
+    "tag_span",
+    "token_mask",
+    "token_probability",
+]
 __getattr__, __dir__ = lazy_names(__name__, _MODULE_OF)
