@@ -1,16 +1,6 @@
-"""tps-tracer: Trajectory Proper Scores for LLM agents.
-
-Public entry points:
-
-    tps_tracer.score(p, y, rule)            strictly proper per-step scores (log, brier, beta(a,b))
-    tps_tracer.weights(schedule, T)         normalised step weights
-    tps_tracer.read_trajectories(path)      the JSON Lines interchange format
-    tps_tracer.evaluate(records, ...)       the report object (same as `tps-tracer report --json`)
-    tps_tracer.Accumulator(...)             online TPS: observe / stop / resolve / snapshot / merge
-    tps_tracer.SignalExtractor()            one LLM step (text, logprobs) -> the five forecasts
-
-Names are imported on first use (PEP 562), so `import tps_tracer` and `--help` load no numpy.
-"""
+"""tps-tracer: Trajectory Proper Scores for LLM agents. Entry points: `score`, `weights`, `read_trajectories`,
+`evaluate` (the report of `tps-tracer report --json`), `Accumulator` (online TPS), `SignalExtractor` (one LLM
+step -> its five forecasts). Names are imported on first use (PEP 562): `import tps_tracer` loads no numpy."""
 
 from __future__ import annotations
 

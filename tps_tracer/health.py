@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 
 logger = logging.getLogger("tps_tracer")
 
@@ -19,14 +19,12 @@ _QUIET = frozenset({"ignored", "abandoned"})  # expected in normal use: counted,
 class HealthLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, Counter[str]] = {c: Counter() for c in CATEGORIES}
+        self._counts: defaultdict[str, Counter[str]] = defaultdict(Counter, {c: Counter() for c in CATEGORIES})
 
     def count(self, category: str, kind: str, message: str | None = None, n: int = 1) -> bool:
         """Add n to (category, kind); True the first time that pair is counted (`message` is then logged)."""
         with self._lock:
-            bucket = self._counts.get(category)
-            if bucket is None:
-                bucket = self._counts[category] = Counter()
+            bucket = self._counts[category]
             first = kind not in bucket
             bucket[kind] += n
         if first and message is not None and category not in _QUIET:
@@ -58,4 +56,4 @@ class HealthLedger:
         theirs = other.snapshot()
         with self._lock:
             for cat, kinds in theirs.items():
-                self._counts.setdefault(cat, Counter()).update(kinds)
+                self._counts[cat].update(kinds)

@@ -1,9 +1,6 @@
-"""Synthetic trajectories with a known truthful success process q_t (demo, tests, benchmarks).
-
-theta ~ Beta(a, b); each step reveals a Bernoulli(theta) signal; Y ~ Bernoulli(theta), so
-q_t = (a + signals up to t) / (a + b + t) exactly. Runs stop clean at their natural length, at the
-budget (censored, exact q_Z recorded) or at a parse error whose hazard rises as q_t falls.
-"""
+"""Synthetic trajectories with a known truthful q_t (demo, tests, benchmarks): theta ~ Beta(a, b), each step
+a Bernoulli(theta) signal, Y ~ Bernoulli(theta), so q_t = (a + signals up to t) / (a + b + t). Runs stop
+clean, at the budget (censored, exact q_Z recorded) or at a parse error whose hazard rises as q_t falls."""
 
 from __future__ import annotations
 
@@ -98,12 +95,8 @@ def simulate_runs(n: int, seed: int = 0, world: World = World(), theta: FloatArr
 
     natural_end = np.minimum(length, w.budget)
     z = np.minimum(natural_end, first_err)
-    reasons = np.where(
-        first_err <= natural_end,
-        1,  # parse_error
-        np.where(length <= w.budget, 0, 2),  # clean / max_steps
-    )
-    kinds = (StopReason.CLEAN, StopReason.PARSE_ERROR, StopReason.MAX_STEPS)
+    kinds = (StopReason.CLEAN, StopReason.PARSE_ERROR, StopReason.MAX_STEPS)  # reasons 0, 1, 2
+    reasons = np.where(first_err <= natural_end, 1, np.where(length <= w.budget, 0, 2))
     stop = [kinds[k] for k in reasons]
     horizon = np.where(reasons == 2, w.budget, z)
     observed = t[None, :] <= z[:, None]
@@ -169,12 +162,9 @@ def simulate_continuations(
     unresolved_rate: float = 0.0,
     only: Sequence[int] | None = None,
 ) -> list[ContinuationBranch]:
-    """Monte Carlo continuation branches of the max_steps prefixes (or of the runs in `only`).
-
-    Resuming a prefix replays the same task: each resolved branch succeeds with the task's
-    theta (so q_hat_MC -> theta = P(Y = 1 | full state), whose mean given H_Z is q_Z). A
-    share of branches ends in a parse error or unresolved (max_steps), as real reruns do.
-    """
+    """Monte Carlo continuation branches of the max_steps prefixes (or of the runs in `only`): a resolved
+    branch succeeds with the task's theta (q_hat_MC -> theta, whose mean given H_Z is q_Z); a share ends
+    in a parse error or unresolved (max_steps), as real reruns do."""
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
 
     rng = np.random.default_rng(seed)

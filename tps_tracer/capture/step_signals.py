@@ -266,12 +266,8 @@ class SignalExtractor:
         action_text: str | None = None,
         verbal_scale: str | None = None,
     ) -> dict[str, float | None]:
-        """The five per-step forecasts; never raises.
-
-        text: the completion (defaults to the tokens' text); logprobs: any format `parse_logprobs`
-        accepts; tool_arguments: read for a confidence when the text has none; action_text: the
-        action as this exact string instead of `action_span`; verbal_scale: this call's scale.
-        """
+        """The five per-step forecasts; never raises. text: defaults to the tokens' text; tool_arguments: read
+        when the text states no confidence; action_text: the action as this exact string, not `action_span`."""
         return self._finish(self._parse_guarded(logprobs), text, tool_arguments, action_text, verbal_scale, None)
 
     def forecasts_batch(
@@ -295,7 +291,7 @@ class SignalExtractor:
     def _parse_guarded(self, logprobs: Any) -> TokenLogprobs | None:
         try:
             return self.parse(logprobs)
-        except Exception as exc:  # parse_logprobs only raises LogprobsFormatError; a guard
+        except Exception as exc:  # a Mapping whose lookups raise
             self._internal_error("logprobs parsing", exc)
             return None
 

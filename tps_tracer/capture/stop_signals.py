@@ -149,8 +149,5 @@ is_budget_text = _BUDGET_TEXT.search
 
 def budget_limit(text: str) -> int | None:
     """The step budget a budget stop's message states ("request_limit of 4", "Max turns (3) exceeded")."""
-    for pattern in BUDGET_LIMITS:
-        found = pattern.search(text)
-        if found:
-            return int(found.group(1))
-    return None
+    found = next(filter(None, (pattern.search(text) for pattern in BUDGET_LIMITS)), None)
+    return int(found.group(1)) if found else None

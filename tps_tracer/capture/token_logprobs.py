@@ -320,11 +320,19 @@ def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> F
     """1 - H_i / ln k per token over its top-k candidates (renormalised); NaN where it has none."""
     if k < 2:
         raise InputError("entropy confidence needs k >= 2 candidates")
-    top = lp.top_logprobs[:, :k]
+    return _entropy_confidence(lp.top_logprobs[:, :k], k)
+
+
+# numpy sums fewer than 8 values left to right, as adding columns does: up to this width rows with no
+# padding are processed as contiguous columns, the same bits in ~1/3 of the time (test_extraction_equivalence.py).
+_COLUMNS_MAX_WIDTH = 7
+
+
+def _entropy_confidence(top: FloatArray, k: int) -> FloatArray:
     if top.shape[1] == 0:
-        return np.full(lp.n, np.nan)
-    if top.size and top[:, -1].min() > -np.inf:
-        return _full_rows_entropy_confidence(top, k)
+        return np.full(top.shape[0], np.nan)
+    if top.size and top.shape[1] <= _COLUMNS_MAX_WIDTH and top[:, -1].min() > -np.inf:
+        return _by_columns(np.ascontiguousarray(top.T), k)
     has = np.isfinite(top[:, 0])
     # Shift by each row's max before exponentiating (stable for very negative logprobs).
     shifted = top - np.where(has, top[:, 0], 0.0)[:, None]
@@ -337,26 +345,9 @@ def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> F
     return np.where(has, np.clip(conf, 0.0, 1.0), np.nan)
 
 
-def _full_rows_entropy_confidence(top: FloatArray, k: int) -> FloatArray:
-    """The computation above when no row is padded (the usual payload), in half the numpy calls and
-    to the same bits: the row max is the first column, every total >= 1, an underflowed q adds 0."""
-    if top.shape[1] <= _COLUMNS_MAX_WIDTH:
-        return _by_columns(np.ascontiguousarray(top.T), k)
-    p = np.exp(top - top[:, :1])
-    q = p / p.sum(axis=1)[:, None]
-    positive = q > 0
-    log_q = np.log(q, out=np.zeros_like(q), where=positive)
-    conf = 1.0 + (q * log_q).sum(axis=1) / math.log(k)
-    return np.minimum(np.maximum(conf, 0.0), 1.0)  # np.clip, without its Python-level wrapper
-
-
-# numpy sums fewer than 8 values left to right, as adding columns does: up to this width rows are
-# processed as contiguous columns, the same bits in ~1/3 of the time (test_extraction_equivalence.py).
-_COLUMNS_MAX_WIDTH = 7
-
-
 def _by_columns(cols: FloatArray, k: int) -> FloatArray:
-    """`_full_rows_entropy_confidence` of top = cols.T, cols (width, n) C-contiguous, width <= 7."""
+    """`_entropy_confidence` of unpadded top = cols.T, cols (width, n) C-contiguous, width <= 7: the row
+    max is the first column, every total >= 1, an underflowed q adds 0."""
     p = np.exp(cols - cols[0])
     q = p / p.sum(axis=0)
     log_q = np.log(q) if q.size and q.min() > 0 else np.log(q, out=np.zeros_like(q), where=q > 0)
@@ -387,7 +378,7 @@ def batched_per_token(
         return {}
     steps = [parsed[i] for i in group]
     prob = np.exp(np.concatenate([lp.logprob for lp in steps]))  # type: ignore[union-attr]
-    ent = _full_rows_entropy_confidence(np.concatenate([lp.top_logprobs[:, :width] for lp in steps]), k)  # type: ignore[union-attr]
+    ent = _entropy_confidence(np.concatenate([lp.top_logprobs[:, :width] for lp in steps]), k)  # type: ignore[union-attr]
     ends = np.cumsum([lp.n for lp in steps]).tolist()  # type: ignore[union-attr]
     starts = [0, *ends[:-1]]
     return {i: (prob[a:b], ent[a:b]) for i, a, b in zip(group, starts, ends, strict=True)}

@@ -68,8 +68,7 @@ class StepLayout:
         sched = get_schedule(schedule)
         cached = self._weights.get(sched.name)
         if cached is None:
-            cached = self._build_weights(sched)
-            self._weights[sched.name] = cached
+            cached = self._weights[sched.name] = self._build_weights(sched)
         return cached
 
     def _build_weights(self, sched: WeightSchedule) -> FloatArray:
@@ -110,7 +109,5 @@ def branch_pairs(
 
 def mix(s1: ArrayLike, s0: ArrayLike, eta: ArrayLike) -> FloatArray:
     """eta * s1 + (1 - eta) * s0: the one formula behind every TPS variant."""
-    e = np.asarray(eta, dtype=np.float64)
-    a1 = np.asarray(s1, dtype=np.float64)
-    a0 = np.asarray(s0, dtype=np.float64)
+    e, a1, a0 = (np.asarray(x, dtype=np.float64) for x in (eta, s1, s0))
     return np.asarray(e * a1 + (1.0 - e) * a0, dtype=np.float64)

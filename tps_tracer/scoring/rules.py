@@ -139,10 +139,8 @@ def get_rule(rule: str | ScoreRule) -> ScoreRule:
     if not isinstance(rule, str):
         return rule
     name = rule.strip().lower()
-    if name == "log":
-        return LogRule()
-    if name == "brier":
-        return BrierRule()
+    if name in ("log", "brier"):
+        return LogRule() if name == "log" else BrierRule()
     m = _BETA_RE.match(name)
     if m:
         try:
@@ -211,9 +209,7 @@ class WeightSchedule:
         ta = np.asarray(t, dtype=np.float64)
         ha = np.asarray(horizon, dtype=np.float64)
         raw = np.asarray(self.raw(ta, ha), dtype=np.float64)
-        if self.total is not None:
-            return raw / self.total(ha)
-        return raw / self._numeric_totals(ha)
+        return raw / (self.total or self._numeric_totals)(ha)
 
     def _numeric_totals(self, horizon: FloatArray) -> FloatArray:
         uniq, inverse = np.unique(horizon, return_inverse=True)
