@@ -133,3 +133,21 @@ def test_the_worker_batches_queued_steps_and_records_the_same_forecasts(tmp_path
         assert len(got[tid]) == len(want[tid])
         for g, w in zip(got[tid], want[tid], strict=True):
             assert g.keys() == w.keys() and all(_bits(g[k]) == _bits(w[k]) for k in w), (g, w)
+
+
+def test_counts_from_many_threads_lose_none() -> None:
+    """`_count` takes no lock: each thread counts in its own Counter, summed by `counts`."""
+    sig = SignalExtractor()
+    start = threading.Barrier(8)
+
+    def extract() -> None:
+        start.wait()
+        for _ in range(2_000):
+            sig.forecasts("no statement here", None)
+
+    threads = [threading.Thread(target=extract) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sig.counts == {"verbal_missing": 16_000, "no_logprobs": 16_000}

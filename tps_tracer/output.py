@@ -58,21 +58,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(target: Path) -> list[Path]:
-    """Remove (and return) the temp files of `target` whose writer, on this host, is gone."""
+def remove_stale(target: Path) -> None:
+    """Remove the temp files of `target` whose writer, on this host, is gone."""
     prefix = f".{target.name}."
-    removed: list[Path] = []
     try:
         entries = [e.name for e in os.scandir(target.parent) if e.name.startswith(prefix)]
     except OSError:
-        return removed
+        return
     for name in entries:
         m = _TEMP.fullmatch(name[len(prefix) - 1 :])
         if m and m["host"] == _HOST and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
             with contextlib.suppress(OSError):
                 os.unlink(target.parent / name)
-                removed.append(target.parent / name)
-    return removed
 
 
 @contextlib.contextmanager

@@ -77,17 +77,13 @@ def _positions(counts: list[int]) -> tuple[IntArray, IntArray, IntArray]:
     return cnt, np.repeat(np.arange(cnt.size), cnt), np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
 
 
-def _highest(flat: FloatArray, counts: list[int], keep: int) -> tuple[FloatArray, list[int]]:
-    """The `keep` highest candidates of each token (rows longer than that are cut)."""
-    cnt, rows, rank = _positions(counts)
-    order = np.lexsort((-flat, rows))  # by token, then highest first
-    return flat[order][rank < keep], np.minimum(cnt, keep).tolist()
-
-
 def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
     """Flat candidate logprobs (counts[i] for token i) as an (n, k) array, highest first, -inf padded."""
-    if max(counts, default=0) > MAX_CANDIDATES:
-        flat, counts = _highest(_check_logprobs(flat, "top_logprobs"), counts, MAX_CANDIDATES)
+    if max(counts, default=0) > MAX_CANDIDATES:  # each token's highest MAX_CANDIDATES kept
+        cnt, rows, rank = _positions(counts)
+        checked = _check_logprobs(flat, "top_logprobs")
+        flat = checked[np.lexsort((-checked, rows))][rank < MAX_CANDIDATES]  # by token, then highest first
+        counts = np.minimum(cnt, MAX_CANDIDATES).tolist()
     n, k = len(counts), max(counts, default=0)
     if flat.size == n * k:
         arr = flat.reshape(n, k)

@@ -346,14 +346,18 @@ def _label_value(levels: Sequence[str]) -> str:
     return _SEP + r"\s{0,16}(?!\s)" + value_start
 
 
+# What follows the keyword in the tag and key forms (after `<` / a quote before it).
+_TAG = r"[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
+_KEY = (
+    r"(?:[_ -]?(?:score|level|value)|)[\"'][ \t]{0,8}:\s{0,64}"
+    r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
+)
+
+
 def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
     """What follows the keyword in the tag, key, label, spaced label, `is`/`of` and own-line forms."""
-
-    tag = r"(?<=<confidence)[ \t]{0,8}>([^<]*)</confidence[ \t]{0,8}>"
-    key = (
-        r"(?<=[\"']confidence)(?:[_ -]?(?:score|level|value)|)[\"'][ \t]{0,8}:\s{0,64}"
-        r"(?=(\"[^\"\n]{0,126}\"|'[^'\n]{0,126}'|[^\s,;<}\]]{0,65}))"
-    )
+    tag = r"(?<=<confidence)" + _TAG
+    key = r"(?<=[\"']confidence)" + _KEY
     label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _label_value(levels) + _WINDOW
     prose_is = r"[ \t]{1,3}(?:" + "|".join(_IS_WORDS) + ")" + _IS_TAIL + _WINDOW
     # Without `:`, only a VALUE unambiguous by its form makes a statement (`Confidence 8` stays prose).
@@ -417,16 +421,8 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     steps: what follows it up to the separator is matched once (atomic); the forms are one branch
     ruled out by their first character; the own-line form runs only with a line end near. VALUE
     groups are the unnamed ones."""
-    tag, key, *_ = _forms(levels)
     # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
-    assert tag.startswith("(?<=<confidence)") and key.startswith("(?<=[\\\"']confidence)")
-    tag_or_key = (
-        r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)"
-        + tag[len("(?<=<confidence)") :]
-        + "|"
-        + key[len("(?<=[\\\"']confidence)") :]
-        + ")"
-    )
+    tag_or_key = r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)" + _TAG + "|" + _KEY + ")"
     value = r"([^\n<]{0," + str(WINDOW) + "})"
     plain = _PLAIN_VALUE + value
     after = [
@@ -550,11 +546,8 @@ class VerbalConfidenceExtractor:
         """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
         if self._fast is not None:
             return self._last_statement_fast(text)
-        best: re.Match[str] | None = None
-        for pattern in self._compiled:
-            for m in pattern.finditer(text):
-                if best is None or m.start() > best.start():
-                    best = m
+        # The first of the matches that start last.
+        best = max((m for pattern in self._compiled for m in pattern.finditer(text)), key=re.Match.start, default=None)
         if best is None:
             return None
         raw = best.group(1) if best.re.groups else best.group(0)

@@ -1,16 +1,18 @@
 """Score mathematics: proper rules, weight schedules, branch pairs. numpy/scipy only."""
 
-from tps_tracer.scoring.branch_pairs import StepLayout, branch_pairs, mix
 from tps_tracer.scoring.rules import (
     BUILTIN_SCHEDULES,
     BetaRule,
     BrierRule,
     LogRule,
     ScoreRule,
+    StepLayout,
     WeightSchedule,
+    branch_pairs,
     custom_schedule,
     get_rule,
     get_schedule,
+    mix,
     parse_rules,
     parse_schedules,
     score,

@@ -37,8 +37,7 @@ from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns, s
 from tps_tracer.evaluation.report import json_num
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.branch_pairs import mix
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, score
+from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
