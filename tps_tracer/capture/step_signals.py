@@ -51,9 +51,9 @@ _gc_reenable = False
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while a large acyclic tree (a decoded output with logprobs) is built: every 700
-    allocations it would rescan the growing tree (4.5x the decoding, docs/benchmarks.md). Process-wide:
-    nested or concurrent pauses share a counter; the last one restores the state the first one found."""
+    """Pause the cyclic GC while a large acyclic tree (a decoded output with logprobs) is built, which it would
+    rescan every 700 allocations. Process-wide: nested or concurrent pauses share a counter; the last one
+    restores the state the first one found."""
     global _gc_depth, _gc_reenable
     with _gc_lock:
         if _gc_depth == 0:

@@ -121,8 +121,8 @@ def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
 
 
 def _floats(n: int, values: Any) -> FloatArray:
-    """`n` Python numbers as float64, as np.fromiter converts them but ~5x faster; anything else raises.
-    Packed into a bytearray so the array is writable, as every other parsed array is."""
+    """`n` Python numbers as float64, as np.fromiter converts them, faster; anything else raises. A
+    bytearray keeps the array writable, as every other parsed array is."""
     buf = bytearray(8 * n)
     struct.pack_into(f"{n}d", buf, 0, *values)
     return np.frombuffer(buf, dtype=np.float64)

@@ -416,11 +416,9 @@ _OWN_LINE_REACH = 42  # keyword to line end of a lone label: suffix 11, scale 20
 
 @functools.lru_cache(maxsize=32)
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
-    """The last keyword statement of any form (statement_patterns' forms), `(?s:.*)` backtracking from
-    the end to the keyword literal. Laid out so that a keyword starting no statement costs few engine
-    steps: what follows it up to the separator is matched once (atomic); the forms are one branch
-    ruled out by their first character; the own-line form runs only with a line end near. VALUE
-    groups are the unnamed ones."""
+    """The last keyword statement of any of statement_patterns' forms, `(?s:.*)` backtracking to the keyword.
+    A keyword starting no statement costs few engine steps: the label is matched once (atomic), the forms
+    are ruled out by their first character, the own-line form runs only near a line end. VALUE groups: unnamed."""
     # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
     tag_or_key = r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)" + _TAG + "|" + _KEY + ")"
     value = r"([^\n<]{0," + str(WINDOW) + "})"
