@@ -1,12 +1,6 @@
-"""`tps-tracer demo`: the main job end to end on embedded defaults (no network, no API keys).
-
-Two agents (truthful and saturated-overconfident verbal confidence) run the simulated tasks through
-LangGraph's prebuilt ReAct agent with `TPSCallbackHandler` attached; the overconfident stream gets a
-cross-fitted Platt recalibration; the report follows, then the paper's two findings read off the scores
-(recalibration moves TPS_log, not AUROC; which stream each evaluator ranks first, checked against the
-ground truth: cen-exact with the world's exact q_Z). `--q-z resume` estimates q_Z instead by resuming
-every censored run's LangGraph checkpoint `--branches` times and compares q_hat with the exact q_Z.
-"""
+"""`tps-tracer demo`: two simulated agents (truthful and overconfident verbal confidence) through LangGraph's
+prebuilt ReAct agent with the handler attached, the report, and the paper's two findings checked against the
+world's exact q_Z; `--q-z resume` estimates q_Z by resuming every censored run's checkpoint instead."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto
-their traces (the library side: `otel/score_export.py`). Exit 0 when every linked run was delivered, 1
-when some writes are pending or given up; a file with runs that name no trace exports nothing (exit 2)
-unless `--allow-unlinked`: a CI step must not read "exported" when runs were left behind.
-"""
+"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto their
+traces. Exit 0 when every linked run was delivered, 1 when some were not; runs that name no trace: exit 2
+with nothing sent unless `--allow-unlinked` (a CI step must not read "exported" when runs were left behind)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler
-attached; each run is trajectory "<label>/<task id>" with the world's outcome as its `tps_outcome`.
-With a `checkpointer`, each run gets its own thread so censored runs can be resumed.
-"""
+"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler attached
+(trajectory "<label>/<task id>", the world's outcome as `tps_outcome`; with a checkpointer, one thread per run)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""A real LangChain chat model that plays a ReAct agent in the simulated world (no LLM reachable).
-
-Outputs are scripted by `AgentWorld` but delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s:
-tool calls, invalid tool calls, OpenAI logprobs in `generation_info`. The model finds its task from the
-`[task:ID]` marker and plays the task's n-th scripted output on its n-th call; in a continuation branch
-(`tps_branch_of` metadata) it draws each call from the world's law given the clues in the messages.
-Styles: "tool_calls" (prebuilt / create_agent), "tagged" (the paper's text), "react" (AgentExecutor).
-
-`search_tool` is the world's tool: a scripted failure raises `ToolException` (ending the run unless
-`handle_errors`); with `branches=True` a branch's clue is drawn from the law given the clues in the graph
-state (`InjectedState`: LangGraph's ToolNode only).
-"""
+"""A LangChain chat model that plays a ReAct agent in the simulated world, its outputs scripted by `AgentWorld`
+and delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s; in a continuation branch (`tps_branch_of`
+metadata) each call is drawn from the world's law given the clues so far. `search_tool` is the world's tool."""
 
 from __future__ import annotations
 
@@ -49,7 +40,7 @@ from tps_tracer.sim.world import (
 
 TASK_MARKER = re.compile(r"\[task:([\w.\-]+)\]")
 
-Style = Literal["tool_calls", "tagged", "react"]
+Style = Literal["tool_calls", "tagged", "react"]  # prebuilt / create_agent, the paper's text, AgentExecutor
 
 
 def task_prompt(task_id: str) -> str:
@@ -210,6 +201,9 @@ _QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
 
 
 def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
+    """A scripted failure raises ToolException (ending the run unless `handle_errors`); `branches`: a branch's
+    clue is drawn given the clues in the graph state (InjectedState: LangGraph's ToolNode only)."""
+
     def search(query: str) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
         m = _QUERY.match(query)
