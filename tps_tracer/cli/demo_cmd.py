@@ -250,26 +250,21 @@ def _print_findings(f: dict[str, Any]) -> None:
     )
     # Without --q-z resume the cen-exact row is the ground truth itself: printed once, under that name.
     g = c["ground_truth"]
-    rows = [
-        (m, c["mean_tps_log"][m])
-        for m in ((COMPLETE_ONLY, SIMPLE, EXACT) if "q_z_resume" in f else (COMPLETE_ONLY, SIMPLE))
-    ]
-    rows.append(("ground truth", g["mean_tps_log"]))
+    modes = (COMPLETE_ONLY, SIMPLE, EXACT) if "q_z_resume" in f else (COMPLETE_ONLY, SIMPLE)
     label = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple", EXACT: "cen-exact (resumed q)"}
-    for mode, means in rows:
+    for name, means in [*((label[m], c["mean_tps_log"][m]) for m in modes), ("ground truth", g["mean_tps_log"])]:
         ranked = sorted(means.items(), key=lambda kv: -kv[1])[:3]
-        _say(f"{label.get(mode, mode)}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked), "    ")
+        _say(f"{name}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked), "    ")
     _say(
         "ground truth = cen-exact with the world's exact q_Z (the simulator knows it): each budget-stopped "
         "run is scored by its true chance of success, so on average it is the score the runs would get if "
         f"their outcome were observed. It ranks {g['best']} first.",
         "  ",
     )
-    names = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple (q_Z~0)", EXACT: "cen-exact (resumed q)"}
+    names = {**label, SIMPLE: "cen-simple (q_Z~0)"}
     wrong, separated_any = [], False
-    for mode, v in g["verdicts"].items():
-        if mode == EXACT and "q_z_resume" not in f:
-            continue  # that evaluator is the ground truth itself
+    for mode in modes:
+        v = g["verdicts"][mode]
         if v["agrees"]:
             _say(f"{names[mode]} picks {v['pick']}: agrees with the ground truth.", "    ")
             continue

@@ -94,10 +94,10 @@ def names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
-def check_replicates(value: int, minimum: int, why: str, name: str = "--bootstrap") -> None:
+def check_replicates(value: int, minimum: int, why: str) -> None:
     if not minimum <= value <= C.MAX_REPLICATES:
         raise CliError(
-            f"{name}: must be an integer in [{minimum}, {C.MAX_REPLICATES}] ({why}; memory grows as "
+            f"--bootstrap: must be an integer in [{minimum}, {C.MAX_REPLICATES}] ({why}; memory grows as "
             f"replicates x score columns), got {value}"
         )
 

@@ -79,11 +79,6 @@ def grade_final_state(state: Any) -> int:
     return int(found.group("answer").strip() == ANSWER)
 
 
-def _calls_of(step: StepScript) -> list[tuple[StepScript, int]]:
-    """The outputs that play one step: its malformed attempts (1..m), then the good one (0)."""
-    return [(step, k) for k in range(1, step.malformed_before + 1)] + [(step, 0)]
-
-
 class ScriptedReActModel(BaseChatModel):
     world: Any  # AgentWorld (typed Any: pydantic cannot validate the plain class)
     style: Style = "tool_calls"
@@ -110,24 +105,19 @@ class ScriptedReActModel(BaseChatModel):
         world: AgentWorld = self.world
         thread = branch_thread()
         if thread is not None:
-            return self._branch_output(task_id, messages, thread)
+            if self.style != "tool_calls":
+                raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
+            draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
+            answer = ANSWER if draw.outcome else WRONG_ANSWER
+            return self._message(task_id, draw.step, draw.step.malformed_before, answer)
         script = world[task_id]
         with self._lock:
             n = self._calls.get(task_id, 0)
             self._calls[task_id] = n + 1
-        plays = [c for s in script.steps[: script.length] for c in _calls_of(s)]
+        # the outputs that play each step: its malformed attempts (1..m), then the good one (0)
+        plays = [(s, k) for s in script.steps[: script.length] for k in [*range(1, s.malformed_before + 1), 0]]
         step, attempt = plays[min(n, len(plays) - 1)]  # past the script: repeat the answer
         return self._message(task_id, step, attempt)
-
-    def _branch_output(
-        self, task_id: str, messages: list[BaseMessage], thread: str
-    ) -> tuple[AIMessage, dict[str, Any] | None]:
-        if self.style != "tool_calls":
-            raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
-        world: AgentWorld = self.world
-        draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
-        answer = ANSWER if draw.outcome else WRONG_ANSWER
-        return self._message(task_id, draw.step, draw.step.malformed_before, answer)
 
     def _message(
         self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER

@@ -150,9 +150,8 @@ class AgentWorld:
         fails = rng.random(n) < c.tool_failure_rate
         seeds = rng.integers(0, 2**31, n)
         seen = np.concatenate(([0], np.cumsum(evidence)[:-1]))
-        draws = zip(
-            seen.tolist(), noise.tolist(), evidence.tolist(), malformed.tolist(), fails.tolist(), seeds.tolist()
-        )
+        columns = (seen, noise, evidence, malformed, fails, seeds)
+        draws = zip(*(col.tolist() for col in columns), strict=True)
         steps = []
         for t, (s, z, e, m, f, k) in enumerate(draws, start=1):
             q = (c.prior_a + s) / (c.prior_a + c.prior_b + t - 1)
