@@ -185,9 +185,7 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
             "  ",
         )
     parts = [f"Censoring toolkit: {source}", "q_Z source\n" + "\n".join(lines)]
-    skipped = render_skipped(report.get("skipped_predictors", []))
-    if skipped:
-        parts.append(skipped)
+    parts += filter(None, [render_skipped(report.get("skipped_predictors", []))])
     rows = [
         [r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"), r["rule"], r["weights"], str(r["n"])]
         + [fmt_ci(r[k], *r[f"{k}_ci"]) for k in ("simple", "exact", "delta")]

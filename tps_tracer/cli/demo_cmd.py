@@ -38,14 +38,10 @@ PRIMARY_WEIGHTS = "linear-front"
 
 
 def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[TrajectoryRecord]:
-    out, i = [], 0
-    for rec in records:
-        rec = rec.model_copy(deep=True)
-        for step in rec.steps:
-            v = values[i]
-            step.forecasts[PLATT] = None if np.isnan(v) else round(float(v), 9)
-            i += 1
-        out.append(rec)
+    out = [rec.model_copy(deep=True) for rec in records]
+    steps = (step for rec in out for step in rec.steps)
+    for step, v in zip(steps, values.tolist(), strict=True):
+        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
     return out
 
 

@@ -172,12 +172,7 @@ def clue_text(t: int, evidence: int) -> str:
 
 def read_clues(texts: Iterable[str]) -> list[int]:
     """The evidence s_1, s_2, ... in the order the clue texts were seen (other texts skipped)."""
-    out = []
-    for text in texts:
-        found = _CLUE.search(text)
-        if found:
-            out.append(1 if found.group("word") == "positive" else 0)
-    return out
+    return [int(found.group("word") == "positive") for found in map(_CLUE.search, texts) if found]
 
 
 def branch_stream(thread_id: str) -> int:
