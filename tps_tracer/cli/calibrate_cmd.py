@@ -15,6 +15,7 @@ from tps_tracer.cli.main import (
     flag,
     fmt,
     fmt_ci,
+    names,
     progress_for,
     render_skipped,
     render_table,
@@ -78,7 +79,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     with flag("--weights"):
         schedule = get_schedule(args.weights).name
     arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
-    predictors = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    predictors = names(args.predictors) or None
     check_known_predictors(predictors or [], arrays.predictors, "--predictors: ")
     calibrator = fit_calibrator(arrays, predictors, schedule, args.penalty, source=str(args.file))
     fitted = list(calibrator.maps)

@@ -1,7 +1,5 @@
-"""`tps-tracer censoring`: the censoring toolkit on a record file: the q_Z source (the file, Monte Carlo
-continuations, a plug-in model, or the hybrid audit; `--write-records` saves them), exact vs simple on
-the censored prefixes, artificial-censoring validation, informative-censoring sensitivity.
-"""
+"""`tps-tracer censoring`: the q_Z source (the file, Monte Carlo continuations, a plug-in model, or the hybrid
+audit), exact vs simple on the censored prefixes, artificial and informative censoring checks."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from tps_tracer.cli.main import (
     flag,
     fmt,
     fmt_ci,
+    names,
     render_skipped,
     render_table,
     wrap,
@@ -56,7 +55,7 @@ def _q_z_source(
         branches = read_continuations(args.continuations)
         with flag("--min-valid"):
             mc = mc_q_z(branches, args.min_valid, args.unresolved)
-    features = [f.strip() for f in (args.q_z_model or "").split(",") if f.strip()]
+    features = names(args.q_z_model)
     if args.hybrid and not (mc and features):
         raise CliError("--hybrid needs both --continuations and --q-z-model")
     model = None
@@ -112,24 +111,20 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         weights = [s.name for s in parse_schedules(args.weights)]
     with flag("--artificial"):
         try:
-            rates = (
-                []
-                if args.artificial.strip().lower() == "none"
-                else [float(r) for r in args.artificial.split(",") if r.strip()]
-            )
+            rates = [] if args.artificial.strip().lower() == "none" else [float(r) for r in names(args.artificial)]
         except ValueError as exc:  # float() of the user's text: bad input, not a bug
             raise InputError(str(exc)) from exc
         bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
         if bad_rates:
             raise InputError(f"rates must lie in [0, 1], got {bad_rates[0]}")
-    reasons = [r.strip() for r in args.informative.split(",") if r.strip()]
+    reasons = names(args.informative)
     unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
     if unknown_reasons:
         raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
     check_replicates(args.bootstrap, 0, "0: no confidence intervals")
     records = read_records(args.file)
     arrays = to_arrays(records)
-    requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    requested = names(args.predictors)
     check_known_predictors(requested or [], arrays.predictors, "--predictors: ")
     complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     predictors, skipped = split_usable(
@@ -190,9 +185,7 @@ def render_censoring(report: dict[str, Any], source: str) -> str:
             "  ",
         )
     parts = [f"Censoring toolkit: {source}", "q_Z source\n" + "\n".join(lines)]
-    skipped = render_skipped(report.get("skipped_predictors", []))
-    if skipped:
-        parts.append(skipped)
+    parts += filter(None, [render_skipped(report.get("skipped_predictors", []))])
     rows = [
         [r["predictor"] + ("" if r["separated_from_q_z_model"] else " (*)"), r["rule"], r["weights"], str(r["n"])]
         + [fmt_ci(r[k], *r[f"{k}_ci"]) for k in ("simple", "exact", "delta")]

@@ -1,12 +1,6 @@
-"""`tps-tracer demo`: the main job end to end on embedded defaults (no network, no API keys).
-
-Two agents (truthful and saturated-overconfident verbal confidence) run the simulated tasks through
-LangGraph's prebuilt ReAct agent with `TPSCallbackHandler` attached; the overconfident stream gets a
-cross-fitted Platt recalibration; the report follows, then the paper's two findings read off the scores
-(recalibration moves TPS_log, not AUROC; which stream each evaluator ranks first, checked against the
-ground truth: cen-exact with the world's exact q_Z). `--q-z resume` estimates q_Z instead by resuming
-every censored run's LangGraph checkpoint `--branches` times and compares q_hat with the exact q_Z.
-"""
+"""`tps-tracer demo`: two simulated agents (truthful and overconfident verbal confidence) through LangGraph's
+prebuilt ReAct agent with the handler attached, the report, and the paper's two findings checked against the
+world's exact q_Z; `--q-z resume` estimates q_Z by resuming every censored run's checkpoint instead."""
 
 from __future__ import annotations
 
@@ -44,14 +38,10 @@ PRIMARY_WEIGHTS = "linear-front"
 
 
 def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[TrajectoryRecord]:
-    out, i = [], 0
-    for rec in records:
-        rec = rec.model_copy(deep=True)
-        for step in rec.steps:
-            v = values[i]
-            step.forecasts[PLATT] = None if np.isnan(v) else round(float(v), 9)
-            i += 1
-        out.append(rec)
+    out = [rec.model_copy(deep=True) for rec in records]
+    steps = (step for rec in out for step in rec.steps)
+    for step, v in zip(steps, values.tolist(), strict=True):
+        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
     return out
 
 
@@ -256,26 +246,21 @@ def _print_findings(f: dict[str, Any]) -> None:
     )
     # Without --q-z resume the cen-exact row is the ground truth itself: printed once, under that name.
     g = c["ground_truth"]
-    rows = [
-        (m, c["mean_tps_log"][m])
-        for m in ((COMPLETE_ONLY, SIMPLE, EXACT) if "q_z_resume" in f else (COMPLETE_ONLY, SIMPLE))
-    ]
-    rows.append(("ground truth", g["mean_tps_log"]))
+    modes = (COMPLETE_ONLY, SIMPLE, EXACT) if "q_z_resume" in f else (COMPLETE_ONLY, SIMPLE)
     label = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple", EXACT: "cen-exact (resumed q)"}
-    for mode, means in rows:
+    for name, means in [*((label[m], c["mean_tps_log"][m]) for m in modes), ("ground truth", g["mean_tps_log"])]:
         ranked = sorted(means.items(), key=lambda kv: -kv[1])[:3]
-        _say(f"{label.get(mode, mode)}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked), "    ")
+        _say(f"{name}: " + ", ".join(f"{p} {v:.3f}" for p, v in ranked), "    ")
     _say(
         "ground truth = cen-exact with the world's exact q_Z (the simulator knows it): each budget-stopped "
         "run is scored by its true chance of success, so on average it is the score the runs would get if "
         f"their outcome were observed. It ranks {g['best']} first.",
         "  ",
     )
-    names = {COMPLETE_ONLY: "complete-only", SIMPLE: "cen-simple (q_Z~0)", EXACT: "cen-exact (resumed q)"}
+    names = {**label, SIMPLE: "cen-simple (q_Z~0)"}
     wrong, separated_any = [], False
-    for mode, v in g["verdicts"].items():
-        if mode == EXACT and "q_z_resume" not in f:
-            continue  # that evaluator is the ground truth itself
+    for mode in modes:
+        v = g["verdicts"][mode]
         if v["agrees"]:
             _say(f"{names[mode]} picks {v['pick']}: agrees with the ground truth.", "    ")
             continue

@@ -1,8 +1,6 @@
-"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto
-their traces (the library side: `otel/score_export.py`). Exit 0 when every linked run was delivered, 1
-when some writes are pending or given up; a file with runs that name no trace exports nothing (exit 2)
-unless `--allow-unlinked`: a CI step must not read "exported" when runs were left behind.
-"""
+"""`tps-tracer export RECORDS --to phoenix|mlflow|otlp|langsmith|langfuse`: a records file's scores onto their
+traces. Exit 0 when every linked run was delivered, 1 when some were not; runs that name no trace: exit 2
+with nothing sent unless `--allow-unlinked` (a CI step must not read "exported" when runs were left behind)."""
 
 from __future__ import annotations
 
@@ -58,10 +56,15 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
     return spans, flush, status
 
 
-def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
-    """LangSmith feedback / Langfuse scores, clients from the SDKs' own settings (API keys, project)."""
-    from tps_tracer.otel.backends import LangfuseScores, LangSmithFeedback
+def _exporter(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """Phoenix annotations, MLflow assessments, LangSmith feedback or Langfuse scores (the last two with
+    clients from the SDKs' own settings: API keys, project)."""
+    from tps_tracer.otel.backends import LangfuseScores, LangSmithFeedback, MlflowUpsert, PhoenixAnnotations
 
+    if args.to == "phoenix":
+        return PhoenixAnnotations(args.endpoint or "http://127.0.0.1:6006", **options)
+    if args.to == "mlflow":
+        return MlflowUpsert(args.endpoint, not_stored_timeout=args.timeout, **options)
     if args.to == "langsmith":
         from langsmith import Client
 
@@ -79,16 +82,15 @@ def _by_run_id(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tps_tracer.otel.score_export import OTEL_LINK
+    from tps_tracer.otel.score_export import OTEL_LINK, export_records
     from tps_tracer.records.jsonl import read_trajectories
     from tps_tracer.records.reading import is_parquet
+    from tps_tracer.scoring.rules import parse_rules
     from tps_tracer.tracking.keys import RUN_ID_KEY
 
     if is_parquet(args.records):
         raise InputError("export reads JSON Lines records (convert Parquet with `tps-tracer convert`)")
     records = read_trajectories(args.records)
-    from tps_tracer.scoring.rules import parse_rules
-
     rules = parse_rules(args.rules)  # commas inside beta(a,b) kept
     link = (RUN_ID_KEY,) if args.to in BY_RUN_ID else OTEL_LINK
     check_linked(records, args.allow_unlinked, link)  # before any exporter is built: nothing sent on refusal
@@ -96,22 +98,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.to == "otlp":
         listener, flush, status = _otlp(args, options)
         closer = None
-    elif args.to == "phoenix":
-        from tps_tracer.otel.backends import PhoenixAnnotations
-
-        exporter: Any = PhoenixAnnotations(args.endpoint or "http://127.0.0.1:6006", **options)
-        listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
     else:
-        from tps_tracer.otel.backends import MlflowUpsert
-
-        if args.to in BY_RUN_ID:
-            exporter = _by_run_id(args, options)
-        else:
-            exporter = MlflowUpsert(args.endpoint, not_stored_timeout=args.timeout, **options)
+        exporter = _exporter(args, options)
         listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close
-
-    from tps_tracer.otel.score_export import export_records
-
     summary = export_records(records, listener, rules, [args.weights], link)
     delivered = flush(args.timeout)
     summary.delivery = status()

@@ -17,12 +17,11 @@ FORMAT_HINT = {
 
 def format_of(text: str) -> str:
     """'phoenix' when the first span is Phoenix's (a `context` object), else 'otlp' (`resourceSpans`)."""
-    head = text.lstrip()[:1]
-    if head == "[":
+    text = text.lstrip()
+    if text.startswith("["):
         return "phoenix"
-    first = text.lstrip().split("\n", 1)[0]
     try:
-        obj = json.loads(first)
+        obj = json.loads(text.split("\n", 1)[0])
     except json.JSONDecodeError:
         try:
             obj = json.loads(text)  # one indented document

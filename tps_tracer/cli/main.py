@@ -1,12 +1,9 @@
 """The `tps-tracer` command line: its parsers, its one error boundary and the text helpers every
-command prints with. A command's module (numpy, scipy, the readers) is imported only when that
-command runs, so `--help` and a usage error cost about Python's own start.
+command prints with; a command's module is imported only when that command runs.
 
-Exit codes of every command: 0 done (the gate: PASS); 1 the gate's FAIL, nothing else; 2 an expected
-failure (an `InputError`, an OSError, undecodable input, a missing extra), one line on stderr naming
-what and where; 3 an internal error (any other exception, a plain ValueError included: a bug);
-130 interrupted; 143 SIGTERM, raised as an exception so the output being written is abandoned
-(`output.atomic_write` leaves no `.tmp`). `--debug` or TPS_TRACER_DEBUG=1 adds the traceback.
+Exit codes: 0 done (the gate: PASS); 1 the gate's FAIL, nothing else; 2 an expected failure (an
+`InputError`, an OSError, undecodable input, a missing extra), one line on stderr; 3 an internal error
+(any other exception: a bug); 130 interrupted; 143 SIGTERM. `--debug` or TPS_TRACER_DEBUG=1 adds the traceback.
 """
 
 from __future__ import annotations
@@ -92,10 +89,15 @@ def flag(name: str) -> Iterator[None]:
         raise CliError(f"{name}: {exc}") from exc
 
 
-def check_replicates(value: int, minimum: int, why: str, name: str = "--bootstrap") -> None:
+def names(text: str | None) -> list[str]:
+    """The comma-separated names of an option's value, blanks dropped."""
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def check_replicates(value: int, minimum: int, why: str) -> None:
     if not minimum <= value <= C.MAX_REPLICATES:
         raise CliError(
-            f"{name}: must be an integer in [{minimum}, {C.MAX_REPLICATES}] ({why}; memory grows as "
+            f"--bootstrap: must be an integer in [{minimum}, {C.MAX_REPLICATES}] ({why}; memory grows as "
             f"replicates x score columns), got {value}"
         )
 
@@ -163,14 +165,14 @@ RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parq
 
 
 class Command:
-    """A command's entry point `tps_tracer.cli.MODULE.FUNCTION`, imported when first called."""
+    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME`, imported when first called."""
 
-    def __init__(self, module: str, function: str):
-        self.module = f"tps_tracer.cli.{module}"
-        self.function = function
+    def __init__(self, name: str):
+        self.name = name
 
     def __call__(self, args: argparse.Namespace) -> int:
-        return int(getattr(importlib.import_module(self.module), self.function)(args))
+        module = importlib.import_module(f"tps_tracer.cli.{self.name}_cmd")
+        return int(getattr(module, f"cmd_{self.name}")(args))
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (add_convert_parser, add_export_parser, add_import_parser):
         add(sub)
     for name, command in sub.choices.items():
-        command.set_defaults(func=Command(f"{name}_cmd", f"cmd_{name}"))
+        command.set_defaults(func=Command(name))
         # `--debug` also after the command name
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.formatter_class = DefaultsHelpFormatter
@@ -497,27 +499,25 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
     return "\n".join(lines)
 
 
-def wrap(text: str, prefix: str = "", width: int = WIDTH) -> list[str]:
-    """One line of prose wrapped to `width`, continuation lines indented two more than `prefix`;
+def wrap(text: str, prefix: str = "") -> list[str]:
+    """One line of prose wrapped to WIDTH, continuation lines indented two more than `prefix`;
     never split at hyphens (paths, predictor names, 'complete-only')."""
     return textwrap.wrap(
-        text, width, initial_indent=prefix, subsequent_indent=" " * (len(prefix) + 2), break_on_hyphens=False
+        text, WIDTH, initial_indent=prefix, subsequent_indent=" " * (len(prefix) + 2), break_on_hyphens=False
     ) or [prefix.rstrip()]
 
 
-def fit_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ", width: int | None = WIDTH
-) -> str:
-    """`render_table`, or one block per row ('header: value' lines) when a line would pass `width`,
-    so no line is cut mid-table. width=None: always the table (`--wide`)."""
+def fit_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ", wide: bool = False) -> str:
+    """`render_table`, or one block per row ('header: value' lines) when a line would pass WIDTH,
+    so no line is cut mid-table; `wide` (`--wide`): always the table."""
     table = render_table(headers, rows, indent)
-    if width is None or max((len(line) for line in table.splitlines()), default=0) <= width:
+    if wide or max((len(line) for line in table.splitlines()), default=0) <= WIDTH:
         return table
     lines: list[str] = []
     for r in rows:
-        lines += wrap(f"{headers[0]}: {r[0]}", indent, width)
+        lines += wrap(f"{headers[0]}: {r[0]}", indent)
         for h, c in zip(headers[1:], r[1:], strict=True):
-            lines += wrap(f"{h}: {c}", indent + "    ", width)
+            lines += wrap(f"{h}: {c}", indent + "    ")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tps_tracer import output, plots
-from tps_tracer.cli.main import CliError, flag, progress_for, render_skipped, writing
+from tps_tracer.cli.main import CliError, flag, names, progress_for, render_skipped, writing
 from tps_tracer.evaluation.calibration import with_platt_streams
 from tps_tracer.evaluation.chunked import read_arrays
 from tps_tracer.evaluation.skipped_predictors import (
@@ -43,7 +43,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         sched = get_schedule(args.weights).name
     plots.check_available()
     arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
-    requested = [p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None
+    requested = names(args.predictors)
     check_known_predictors(requested or [], arrays.predictors, "--predictors: ")
     predictors, skipped = split_usable(
         requested or list(arrays.predictors), lambda p: plot_reason(arrays, p, args.censoring)

@@ -1,6 +1,5 @@
-"""`tps-tracer report`: score a trajectory file, and the report's text: one row per evaluator so a line
-fits 100 columns (`--wide`: side-by-side tables), a column with one value named in the header, and a
-legend of only the terms the report prints (docs/report-terms.md is its long form)."""
+"""`tps-tracer report`: score a trajectory file; the text has one row per evaluator so a line fits 100
+columns (`--wide`: side-by-side tables) and a legend of only the terms it prints."""
 
 from __future__ import annotations
 
@@ -13,12 +12,12 @@ from typing import Any
 from tps_tracer import output
 from tps_tracer.cli.main import (
     EXIT_OK,
-    WIDTH,
     CliError,
     fit_table,
     flag,
     fmt,
     fmt_ci,
+    names,
     progress_for,
     reading,
     render_skipped,
@@ -33,7 +32,7 @@ from tps_tracer.scoring import parse_rules, parse_schedules
 
 
 def _options(args: argparse.Namespace) -> ReportOptions:
-    reasons = [r.strip() for r in args.treat_as_censored.split(",") if r.strip()]
+    reasons = names(args.treat_as_censored)
     valid = [r.value for r in StopReason]  # a list: the message names them in one order, run after run
     bad = [r for r in reasons if r not in valid]
     if bad:
@@ -52,7 +51,7 @@ def _options(args: argparse.Namespace) -> ReportOptions:
         schedules = parse_schedules(args.weights)
     try:
         return ReportOptions(
-            predictors=[p.strip() for p in args.predictors.split(",") if p.strip()] if args.predictors else None,
+            predictors=names(args.predictors) or None,
             rules=rules,
             schedules=schedules,
             bootstrap=args.bootstrap,
@@ -225,7 +224,7 @@ def _terms(report: dict[str, Any]) -> dict[str, str]:
     return t
 
 
-def legend_lines(reports: Iterable[dict[str, Any]], width: int = WIDTH) -> list[str]:
+def legend_lines(reports: Iterable[dict[str, Any]]) -> list[str]:
     """The 'How to read this report' section: the terms of one or more reports, first seen first."""
     terms: dict[str, str] = {}
     for rep in reports:
@@ -233,16 +232,12 @@ def legend_lines(reports: Iterable[dict[str, Any]], width: int = WIDTH) -> list[
             terms.setdefault(k, v)
     lines = ["How to read this report (terms; docs/report-terms.md has the long form)"]
     for term, text in terms.items():
-        lines += wrap(f"{term}: {text}", "  ", width)
+        lines += wrap(f"{term}: {text}", "  ")
     return lines
 
 
 _MODE_TITLES = {"complete-only": "complete-only", "simple": "cen-simple (q_Z~0)", "exact": "cen-exact (q_z)"}
 _MODE_SHORT = {"complete-only": "complete-only", "simple": "cen-simple", "exact": "cen-exact"}
-
-
-def _width(wide: bool) -> int | None:
-    return None if wide else WIDTH
 
 
 def _prose(lines: list[str]) -> list[str]:
@@ -287,7 +282,7 @@ def _audit_text(audit: dict[str, Any], wide: bool) -> str:
         lines.append(f"  outcomes given on non-clean stops (ignored): {audit['outcome_ignored_on_unscored']}")
     if not audit["default_policy"]:
         lines.append("  NOTE: non-default censoring policy (sensitivity analysis), see roles above")
-    table = fit_table(["stop reason", "count", "role"], rows, width=_width(wide))
+    table = fit_table(["stop reason", "count", "role"], rows, wide=wide)
     return "\n".join(["Termination audit", table, *_prose(lines)])
 
 
@@ -310,14 +305,9 @@ def _coverage_text(report: dict[str, Any]) -> str | None:
     return "\n".join(_prose(lines))
 
 
-def _key_columns(rows: list[dict[str, Any]]) -> tuple[bool, bool, list[str]]:
-    """Whether rule and weights vary over `rows` (else the title names them), and the key headers."""
-    show_rule, show_w = len({r["rule"] for r in rows}) > 1, len({r["weights"] for r in rows}) > 1
-    return show_rule, show_w, ["predictor", *(["rule"] if show_rule else []), *(["weights"] if show_w else [])]
-
-
-def _keys(row: dict[str, Any], show_rule: bool, show_w: bool) -> list[str]:
-    return [row["predictor"], *([row["rule"]] if show_rule else []), *([row["weights"]] if show_w else [])]
+def _key_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The key columns of `rows`: predictor, and rule / weights only where they vary (else the title names them)."""
+    return ["predictor", *(k for k in ("rule", "weights") if len({r[k] for r in rows}) > 1)]
 
 
 def _ci(row: dict[str, Any]) -> str:
@@ -341,17 +331,15 @@ def _scores_text(report: dict[str, Any], wide: bool) -> str:
         ]
         table = render_table(["predictor", "rule", "weights", *(_MODE_TITLES[m] for m in modes)], rows)
     else:  # one row per evaluator keeps the table narrow; a stream's evaluators stay adjacent
-        show_rule, show_w, headers = _key_columns(report["scores"])
+        keys = _key_columns(report["scores"])
         rows = []
         for cells in by_key.values():
-            keys = _keys(cells[modes[0]], show_rule, show_w)
             for m in modes:
                 c = cells[m]
-                rows.append([*keys, _MODE_SHORT[m], fmt(c["mean"]), _ci(c), str(c["n"])])
-        table = fit_table([*headers, "evaluator", "mean", "95% CI", "scored"], rows)
-        if not (show_rule and show_w):
-            fixed = [f"rule {report['scores'][0]['rule']}"] * (not show_rule)
-            fixed += [f"weights {report['scores'][0]['weights']}"] * (not show_w)
+                rows.append([*(c[k] for k in keys), _MODE_SHORT[m], fmt(c["mean"]), _ci(c), str(c["n"])])
+        table = fit_table([*keys, "evaluator", "mean", "95% CI", "scored"], rows)
+        fixed = [f"{k} {report['scores'][0][k]}" for k in ("rule", "weights") if k not in keys]
+        if fixed:
             title = f"TPS, mean and 95% bootstrap CI (higher is better; {', '.join(fixed)})"
     missing = {r["predictor"]: r["n_missing_q_z"] for r in report["scores"] if r.get("n_missing_q_z")}
     notes = [f"  cen-exact for {pred} leaves out {k} censored trajectories without q_z" for pred, k in missing.items()]
@@ -365,18 +353,12 @@ def _deltas_text(report: dict[str, Any], wide: bool) -> str:
         rows = [[d["predictor"], d["rule"], d["weights"], d["comparison"], *_delta_cells(d)] for d in deltas]
         headers = ["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"]
         return "\n".join([title, render_table(headers, rows)])
-    show_rule, show_w, headers = _key_columns(deltas)
+    keys = _key_columns(deltas)
     rows = [
-        [
-            *_keys(d, show_rule, show_w),
-            "cen-" + d["comparison"].split(" - ")[0],
-            fmt(d["delta"]),
-            _ci(d),
-            fmt(d["z"], 3),
-        ]
+        [*(d[k] for k in keys), "cen-" + d["comparison"].split(" - ")[0], fmt(d["delta"]), _ci(d), fmt(d["z"], 3)]
         for d in deltas
     ]
-    return "\n".join([title, fit_table([*headers, "evaluator", "delta", "95% CI", "delta/SE"], rows)])
+    return "\n".join([title, fit_table([*keys, "evaluator", "delta", "95% CI", "delta/SE"], rows)])
 
 
 def _diagnostics_text(report: dict[str, Any], wide: bool) -> str:
@@ -396,10 +378,10 @@ def _diagnostics_text(report: dict[str, Any], wide: bool) -> str:
     return "\n".join(
         [
             *_prose(intro),
-            fit_table(["predictor", "n", *head], rows, width=_width(wide)),
+            fit_table(["predictor", "n", *head], rows, wide=wide),
             "",
             "Scalar AUQ aggregators (not TPS inputs: they collapse the trace)",
-            fit_table(["predictor", "aggregator", "n", *head], scalar, width=_width(wide)),
+            fit_table(["predictor", "aggregator", "n", *head], scalar, wide=wide),
         ]
     )
 
@@ -432,7 +414,7 @@ def _recalibration_text(report: dict[str, Any], wide: bool) -> str | None:
     ]
     if fallbacks:
         notes.append("  monotone fallback (slope < 0 -> constant base rate): " + ", ".join(fallbacks))
-    return "\n".join([*_prose(intro), fit_table(headers, rows, width=_width(wide)), *_prose(notes)])
+    return "\n".join([*_prose(intro), fit_table(headers, rows, wide=wide), *_prose(notes)])
 
 
 def _q_z_clause(audit: dict[str, Any]) -> str:
@@ -501,7 +483,7 @@ def _missing_text(block: dict[str, Any] | None, wide: bool) -> str | None:
     return "\n".join(
         [
             f"Steps without a forecast: scored as {block['policy']} ({block['policy_note']})",
-            fit_table(head, rows, width=_width(wide)),
+            fit_table(head, rows, wide=wide),
             *_prose(notes),
         ]
     )

@@ -1,8 +1,5 @@
-"""Real agent loops over the simulated world, one per runtime the handler supports; each takes any
-chat model. Budgets: LangGraph's `recursion_limit` 2B allows B model calls (the prebuilt agent ends
-with "Sorry, need more steps..."; an odd limit raises GraphRecursionError); AgentExecutor's
-`max_iterations`.
-"""
+"""Real agent loops over the simulated world, one per runtime the handler supports; each takes any chat
+model. LangGraph's `recursion_limit` 2B allows B model calls; AgentExecutor's budget is `max_iterations`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler
-attached; each run is trajectory "<label>/<task id>" with the world's outcome as its `tps_outcome`.
-With a `checkpointer`, each run gets its own thread so censored runs can be resumed.
-"""
+"""Run every task of a simulated world through LangGraph's prebuilt ReAct agent with the handler attached
+(trajectory "<label>/<task id>", the world's outcome as `tps_outcome`; with a checkpointer, one thread per run)."""
 
 from __future__ import annotations
 
@@ -58,18 +56,18 @@ def run_campaign(
     raised = 0
     q_z_lines: list[tuple[str, float]] = []
     for task in world:
-        metadata: dict[str, Any] = {TRAJECTORY_ID_KEY: f"{label}/{task.task_id}", TASK_ID_KEY: task.task_id}
-        metadata[OUTCOME_KEY] = task.outcome
+        trajectory_id = f"{label}/{task.task_id}"
+        metadata = {TRAJECTORY_ID_KEY: trajectory_id, TASK_ID_KEY: task.task_id, OUTCOME_KEY: task.outcome}
         # The root run id is written into the record (langchain_run_id): derived from the trajectory
         # id, so equal campaigns write equal files.
         config: dict[str, Any] = {
             "callbacks": [handler],
             "metadata": metadata,
             "recursion_limit": recursion_limit,
-            "run_id": uuid.uuid5(uuid.NAMESPACE_URL, metadata[TRAJECTORY_ID_KEY]),
+            "run_id": uuid.uuid5(uuid.NAMESPACE_URL, trajectory_id),
         }
         if checkpointer is not None:
-            config["configurable"] = {"thread_id": metadata[TRAJECTORY_ID_KEY]}
+            config["configurable"] = {"thread_id": trajectory_id}
         try:
             agent.invoke({"messages": [HumanMessage(task_prompt(task.task_id))]}, config=config)
         except Exception:  # the run ended on an error; the handler recorded why
@@ -77,7 +75,7 @@ def run_campaign(
         if q_z_oracle:
             expected = task.expected(recursion_limit // 2, repairs=False)
             if expected.stop_reason is StopReason.MAX_STEPS and expected.n_steps:
-                q_z_lines.append((metadata[TRAJECTORY_ID_KEY], task.steps[expected.n_steps - 1].q))
+                q_z_lines.append((trajectory_id, task.steps[expected.n_steps - 1].q))
         if progress is not None:
             progress(1)
     # q_Z only after every record is written, so it always lands as a resolution line: equal campaigns, equal files.

@@ -1,15 +1,6 @@
-"""A real LangChain chat model that plays a ReAct agent in the simulated world (no LLM reachable).
-
-Outputs are scripted by `AgentWorld` but delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s:
-tool calls, invalid tool calls, OpenAI logprobs in `generation_info`. The model finds its task from the
-`[task:ID]` marker and plays the task's n-th scripted output on its n-th call; in a continuation branch
-(`tps_branch_of` metadata) it draws each call from the world's law given the clues in the messages.
-Styles: "tool_calls" (prebuilt / create_agent), "tagged" (the paper's text), "react" (AgentExecutor).
-
-`search_tool` is the world's tool: a scripted failure raises `ToolException` (ending the run unless
-`handle_errors`); with `branches=True` a branch's clue is drawn from the law given the clues in the graph
-state (`InjectedState`: LangGraph's ToolNode only).
-"""
+"""A LangChain chat model that plays a ReAct agent in the simulated world, its outputs scripted by `AgentWorld`
+and delivered like `ChatOpenAI(logprobs=True, top_logprobs=5)`'s; in a continuation branch (`tps_branch_of`
+metadata) each call is drawn from the world's law given the clues so far. `search_tool` is the world's tool."""
 
 from __future__ import annotations
 
@@ -49,7 +40,7 @@ from tps_tracer.sim.world import (
 
 TASK_MARKER = re.compile(r"\[task:([\w.\-]+)\]")
 
-Style = Literal["tool_calls", "tagged", "react"]
+Style = Literal["tool_calls", "tagged", "react"]  # prebuilt / create_agent, the paper's text, AgentExecutor
 
 
 def task_prompt(task_id: str) -> str:
@@ -88,11 +79,6 @@ def grade_final_state(state: Any) -> int:
     return int(found.group("answer").strip() == ANSWER)
 
 
-def _calls_of(step: StepScript) -> list[tuple[StepScript, int]]:
-    """The outputs that play one step: its malformed attempts (1..m), then the good one (0)."""
-    return [(step, k) for k in range(1, step.malformed_before + 1)] + [(step, 0)]
-
-
 class ScriptedReActModel(BaseChatModel):
     world: Any  # AgentWorld (typed Any: pydantic cannot validate the plain class)
     style: Style = "tool_calls"
@@ -119,24 +105,19 @@ class ScriptedReActModel(BaseChatModel):
         world: AgentWorld = self.world
         thread = branch_thread()
         if thread is not None:
-            return self._branch_output(task_id, messages, thread)
+            if self.style != "tool_calls":
+                raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
+            draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
+            answer = ANSWER if draw.outcome else WRONG_ANSWER
+            return self._message(task_id, draw.step, draw.step.malformed_before, answer)
         script = world[task_id]
         with self._lock:
             n = self._calls.get(task_id, 0)
             self._calls[task_id] = n + 1
-        plays = [c for s in script.steps[: script.length] for c in _calls_of(s)]
+        # the outputs that play each step: its malformed attempts (1..m), then the good one (0)
+        plays = [(s, k) for s in script.steps[: script.length] for k in [*range(1, s.malformed_before + 1), 0]]
         step, attempt = plays[min(n, len(plays) - 1)]  # past the script: repeat the answer
         return self._message(task_id, step, attempt)
-
-    def _branch_output(
-        self, task_id: str, messages: list[BaseMessage], thread: str
-    ) -> tuple[AIMessage, dict[str, Any] | None]:
-        if self.style != "tool_calls":
-            raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
-        world: AgentWorld = self.world
-        draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
-        answer = ANSWER if draw.outcome else WRONG_ANSWER
-        return self._message(task_id, draw.step, draw.step.malformed_before, answer)
 
     def _message(
         self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER
@@ -210,6 +191,9 @@ _QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
 
 
 def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
+    """A scripted failure raises ToolException (ending the run unless `handle_errors`); `branches`: a branch's
+    clue is drawn given the clues in the graph state (InjectedState: LangGraph's ToolNode only)."""
+
     def search(query: str) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
         m = _QUERY.match(query)

@@ -1,14 +1,9 @@
 """A ground-truth world for ReAct agents: every task's success process q_t is known exactly.
 
-A task has theta ~ Beta(a, b), Y ~ Bernoulli(theta); its `search` tool reveals s_t ~ Bernoulli(theta)
-per step, so at call t, q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1) (a
-martingale). A task ends at its natural length L unless the budget, malformed outputs beyond the repair
-budget or a failing tool stop it first. Draws are fixed by (seed, task index), so a `TaskScript` is the
-ground truth a test compares a captured trajectory with.
-
-Continuation branches (a censored run resumed M times) draw from the law given the prefix: the next
-clue ~ Bernoulli(q_t), the step answers w.p. P(L = t | L >= t) and succeeds w.p. q_t, so a branch
-forked after Z-1 clues succeeds w.p. exactly q_Z. Seeded by (seed, thread id, step).
+theta ~ Beta(a, b), Y ~ Bernoulli(theta); the `search` tool reveals s_t ~ Bernoulli(theta), so
+q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1). Draws are fixed by (seed, task index);
+a continuation branch draws from the law given its prefix (seeded by seed, thread id, step), so a branch
+forked after Z-1 clues succeeds w.p. exactly q_Z.
 """
 
 from __future__ import annotations
@@ -152,25 +147,16 @@ class AgentWorld:
         evidence = (rng.random(n) < theta).astype(int)
         noise = rng.normal(size=n)
         malformed = np.where(rng.random(n) < c.malformed_rate, rng.integers(1, 4, n), 0)
-        tool_fails = rng.random(n) < c.tool_failure_rate
-        token_seeds = rng.integers(0, 2**31, n)
+        fails = rng.random(n) < c.tool_failure_rate
+        seeds = rng.integers(0, 2**31, n)
         seen = np.concatenate(([0], np.cumsum(evidence)[:-1]))
+        columns = (seen, noise, evidence, malformed, fails, seeds)
+        draws = zip(*(col.tolist() for col in columns), strict=True)
         steps = []
-        for t in range(1, n + 1):
-            q = (c.prior_a + seen[t - 1]) / (c.prior_a + c.prior_b + t - 1)
-            verbal = round(min(1.0, max(0.0, forecaster(float(q), float(noise[t - 1])))), 2)
-            steps.append(
-                StepScript(
-                    t=t,
-                    q=float(q),
-                    verbal=verbal,
-                    evidence=int(evidence[t - 1]),
-                    malformed_before=int(malformed[t - 1]),
-                    tool_fails=bool(tool_fails[t - 1]),
-                    final=t == length,
-                    token_seed=int(token_seeds[t - 1]),
-                )
-            )
+        for t, (s, z, e, m, f, k) in enumerate(draws, start=1):
+            q = (c.prior_a + s) / (c.prior_a + c.prior_b + t - 1)
+            verbal = round(min(1.0, max(0.0, forecaster(q, z))), 2)
+            steps.append(StepScript(t, q, verbal, e, m, f, t == length, k))
         return TaskScript(task_id, theta, outcome, length, steps)
 
 
@@ -186,12 +172,7 @@ def clue_text(t: int, evidence: int) -> str:
 
 def read_clues(texts: Iterable[str]) -> list[int]:
     """The evidence s_1, s_2, ... in the order the clue texts were seen (other texts skipped)."""
-    out = []
-    for text in texts:
-        found = _CLUE.search(text)
-        if found:
-            out.append(1 if found.group("word") == "positive" else 0)
-    return out
+    return [int(found.group("word") == "positive") for found in map(_CLUE.search, texts) if found]
 
 
 def branch_stream(thread_id: str) -> int:
