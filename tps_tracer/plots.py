@@ -1,15 +1,6 @@
-"""`tps-tracer plot`: the numbers the figures draw (tested and exported as plot-data.json) and the
-figures (matplotlib, optional: the `plot` extra, imported only to draw).
-
-- `reliability_bins`: the report's T-ECE bins of the Phi_w summary on complete trajectories; their
-  count-weighted mean |gap| is exactly the report's T-ECE.
-- `step_contributions`: per step t, the mean over scored trajectories of w_t S(F_t, eta); summed
-  over t they give the report's TPS for that censoring mode.
-- `forecast_traces`: F_1..F_Z per trajectory with its outcome and stop reason.
-
-Big inputs stay drawable: at most `MAX_STEP_BINS` groups of consecutive steps (contributions still
-sum to the TPS) and `MAX_TRACE_POINTS` evenly spaced steps of a long trace; the figures say so.
-"""
+"""`tps-tracer plot`: the numbers the figures draw (exported as plot-data.json: reliability bins whose
+mean |gap| is the report's T-ECE, per-step contributions that sum to its TPS, forecast traces) and
+the figures (matplotlib, the optional `plot` extra, imported only to draw)."""
 
 from __future__ import annotations
 

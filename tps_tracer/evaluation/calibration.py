@@ -89,7 +89,7 @@ def fit_logistic(
     return float(theta[0]), theta[1:]
 
 
-def _logit(p: FloatArray) -> FloatArray:
+def logit(p: FloatArray) -> FloatArray:
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
 
@@ -107,7 +107,7 @@ class PlattMap:
     n_trajectories: int
 
     def apply(self, forecasts: FloatArray) -> FloatArray:
-        x = (_logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
+        x = (logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
         return np.clip(sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
 
     def as_dict(self) -> dict[str, float | bool | int]:
@@ -127,12 +127,12 @@ def fit_platt(
     w = np.asarray(weights, dtype=np.float64)
     if f.size == 0 or w.sum() <= 0:
         raise InputError("Platt fit needs at least one weighted step")
-    x_raw = _logit(f)
+    x_raw = logit(f)
     mu = float(np.average(x_raw, weights=w))
     sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
     x = (x_raw - mu) / sigma
     ybar = float(np.average(y, weights=w))
-    a0 = float(_logit(np.array([ybar]))[0])
+    a0 = float(logit(np.array([ybar]))[0])
     a, slope = fit_logistic(x[:, None], y, w, penalty, intercept0=a0)
     b = float(slope[0])
     if b < 0.0:

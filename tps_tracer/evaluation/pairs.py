@@ -1,10 +1,6 @@
-"""The pair table: per finished trajectory and predictor, the branch pairs (s1, s0) of every rule x
-schedule, the four scalar summaries and the truncated weight mass (which scores any constant forecast);
-the termination audit of its rows; and the censoring-mode mixing of its pairs with eta.
-
-Batch evaluation builds it from flat arrays, the online accumulator row by row: the report is
-assembled from the table alone, so both paths give the same numbers by construction.
-"""
+"""The pair table (per trajectory and predictor: branch pairs (s1, s0), summaries, weight mass), its
+termination audit and the censoring-mode mixing with eta. Batch and online both build it, so both
+give the same report by construction."""
 
 from __future__ import annotations
 

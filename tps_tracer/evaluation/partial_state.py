@@ -1,8 +1,5 @@
-"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): sums whose size
-does not depend on the chunk's size (audit counts, per column the score sum and bootstrap replicate
-sums, the base rate's eta-mass sums) plus the per-trajectory scalars the rank diagnostics need.
-States merge by addition and concatenation in any order, equal to the report of all at once.
-"""
+"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): fixed-size sums
+plus the per-trajectory scalars of the rank diagnostics; states merge in any order."""
 
 from __future__ import annotations
 
@@ -200,9 +197,6 @@ class PredictorState:
             outcomes=base.outcomes.copy(),
         )
 
-    def merged(self, other: PredictorState) -> PredictorState:
-        return _merged(self, other)
-
 
 @dataclass
 class BaseRateState:
@@ -218,18 +212,14 @@ class BaseRateState:
     missing_q_z: int = 0  # censored trajectories with steps but without q_z
     steps: int = 0  # steps of the working sample's trajectories (a predictor never met misses them all)
 
-    def merged(self, other: BaseRateState) -> BaseRateState:
-        return _merged(self, other)
-
 
 _ROWS = ("summaries", "outcomes")  # per-trajectory arrays: concatenated; every other field is a sum
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (PredictorState, BaseRateState)}
 
 
 def _merged(a: Any, b: Any) -> Any:
-    cls = type(a)
-    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(cls)))
     out: dict[str, Any] = {}
-    for name in names:
+    for name in _FIELDS[type(a)]:
         x, y = getattr(a, name), getattr(b, name)
         if name in _ROWS:
             out[name] = concat_rows(x, y)
@@ -237,10 +227,7 @@ def _merged(a: Any, b: Any) -> Any:
             out[name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
         else:
             out[name] = x + y
-    return cls(**out)
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
+    return type(a)(**out)
 
 
 def _per_stop_reason(counts: Sequence[int]) -> IntArray:
@@ -409,13 +396,13 @@ class PartialState:
         for name in dict.fromkeys([*self.predictors, *other.predictors]):
             a = self.predictors.get(name) or PredictorState.absent(self.spec, self.n, self.n_empty, self.base)
             b = other.predictors.get(name) or PredictorState.absent(other.spec, other.n, other.n_empty, other.base)
-            predictors[name] = a.merged(b)
+            predictors[name] = _merged(a, b)
         return PartialState(
             spec=self.spec,
             **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, "stop_counts", "q_z_counts")},
             first_seen=first_seen,
             predictors=predictors,
-            base=self.base.merged(other.base),
+            base=_merged(self.base, other.base),
         )
 
     def with_room_for(self, other: PartialState) -> PartialState:

@@ -1,8 +1,5 @@
-"""The evaluation report (`tps-tracer report --json`, `Accumulator.snapshot()`), after the paper's
-reporting convention (Section 4.2): the termination audit first, TPS per predictor x rule x schedule
-for complete-only, cen-simple and (with q_z) cen-exact with bootstrap CIs, Delta_practice, then
-rank/calibration diagnostics. Every report is built by `report_from_state` from a `PartialState`.
-"""
+"""The evaluation report (paper, Section 4.2): the termination audit, TPS per predictor x rule x
+schedule x censoring mode with bootstrap CIs, Delta_practice, then rank/calibration diagnostics."""
 
 from __future__ import annotations
 

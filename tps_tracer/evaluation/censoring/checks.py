@@ -1,22 +1,14 @@
-"""The censoring checks. Exact-minus-simple on censored prefixes (paper, Appendix "q_Z Estimation",
-Eq. app_qz_delta):
+"""The censoring checks (paper, Appendix "q_Z Estimation", Eq. app_qz_delta; "Parse-error sensitivity
+analysis"; "Artificial-Censoring Validation"). On censored prefixes
 
     TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
 
-(for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)), the weighted prefix log-odds),
-the check that the exact score equals the branch average of complete-prefix scores, the
-informative-censoring sensitivity (Appendix "Parse-error sensitivity analysis"), and the
-artificial-censoring validation (paper, Appendix "Artificial-Censoring Validation").
-
-Within each length stratum of the complete trajectories, a share r (a seeded draw in id order) is
-cut at Z uniform on 1..T-1 and scored cen-simple (T-normalised weights truncated at Z). Then
+Artificial censoring cuts a seeded share r of each length stratum of the complete runs at Z uniform
+on 1..T-1; the direct difference (the real scoring path) equals the closed form to ~1e-12:
 
     TPS_simple - TPS_complete = prefix-swap + tail-omission
     prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
     tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
-
-The direct difference runs through the real scoring path, the decomposition step by step from
-the closed form: they agree to ~1e-12.
 """
 
 from __future__ import annotations
@@ -189,22 +181,11 @@ def exact_vs_simple(
                 correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
                 boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
                 lo, hi = boot.ci()
-                se = boot.se()
-                rows.append(
-                    {
-                        "predictor": name,
-                        "rule": rule.name,
-                        "weights": sched.name,
-                        "n": int(sel.sum()),
-                        "simple": json_num(boot.point[0]),
-                        "simple_ci": [json_num(lo[0]), json_num(hi[0])],
-                        "exact": json_num(boot.point[1]),
-                        "exact_ci": [json_num(lo[1]), json_num(hi[1])],
-                        "delta": json_num(boot.point[2]),
-                        "delta_ci": [json_num(lo[2]), json_num(hi[2])],
-                        "delta_se": json_num(se[2]),
-                    }
-                )
+                row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
+                for c, stat in enumerate(("simple", "exact", "delta")):
+                    row[stat] = json_num(boot.point[c])
+                    row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
+                rows.append({**row, "delta_se": json_num(boot.se()[2])})
     return rows
 
 

@@ -1,11 +1,6 @@
-"""Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC).
-
-A censored prefix is resumed M times; each branch is one JSON line
-`{"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}`, and
-q_hat_MC is the mean of the valid (clean) branch outcomes. Parse-error branches are excluded and
-counted; other unresolved ones are excluded, or counted as failures / successes (the paper's
-sensitivity analysis). Branches supply outcomes only: the scored forecasts are the source record's.
-"""
+"""Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC): q_hat_MC
+is the mean clean outcome of a censored prefix's branches, one JSON line each:
+`{"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}`."""
 
 from __future__ import annotations
 
@@ -150,7 +145,8 @@ class McEstimates:
 def mc_q_z(
     branches: Sequence[ContinuationBranch], min_valid: int = DEFAULT_MIN_VALID, unresolved: str = "exclude"
 ) -> McEstimates:
-    """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix (see the module docstring)."""
+    """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix; parse-error branches are excluded and
+    counted, other unresolved ones are excluded or count as failures / successes (`unresolved`)."""
     if unresolved not in UNRESOLVED_POLICIES:
         raise InputError(f"unresolved must be one of {UNRESOLVED_POLICIES}, got {unresolved!r}")
     if min_valid < 1:

@@ -21,18 +21,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_PENALTY
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration import fit_logistic, sigmoid, split_halves
+from tps_tracer.evaluation.calibration import EPS, SD_FLOOR, fit_logistic, logit, sigmoid, split_halves
 from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-
-DEFAULT_PENALTY = 1.0
-_SD_FLOOR = 1e-6
-_EPS = 1e-6
 
 
 def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: IntArray) -> FloatArray:
@@ -56,8 +53,7 @@ def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: I
     if kind == "forecast":
         return values[at]
     if kind == "logit":
-        f = np.clip(values[at], _EPS, 1 - _EPS)
-        return np.log(f) - np.log1p(-f)
+        return logit(values[at])
     start = arrays.offsets[rows]
     csum = np.concatenate(([0.0], np.cumsum(np.nan_to_num(values, nan=0.0))))
     gaps = np.concatenate(([0], np.cumsum(np.isnan(values))))
@@ -85,8 +81,8 @@ class _FoldModel:
 
 def _fit_fold(x: FloatArray, y: FloatArray, w: FloatArray, penalty: float) -> _FoldModel:
     mu = np.average(x, axis=0, weights=w)
-    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), _SD_FLOOR)
-    ybar = float(np.clip(np.average(y, weights=w), _EPS, 1 - _EPS))
+    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), SD_FLOOR)
+    ybar = float(np.clip(np.average(y, weights=w), EPS, 1 - EPS))
     a, beta = fit_logistic((x - mu) / sd, y, w, penalty, intercept0=float(np.log(ybar / (1 - ybar))))
     return _FoldModel(mu, sd, a, beta)
 
