@@ -47,13 +47,11 @@ class ReliabilityBins:
         return {**_plain(self), "t_ece": self.ece}
 
 
-def reliability_bins(
-    arrays: TrajectoryArrays, predictor: str, n_bins: int = DEFAULT_ECE_BINS, summary: str = "phi_w"
-) -> ReliabilityBins:
+def reliability_bins(arrays: TrajectoryArrays, predictor: str, n_bins: int = DEFAULT_ECE_BINS) -> ReliabilityBins:
     table = pair_table_from_arrays(arrays, [predictor], [get_rule("log")], [get_schedule("linear-front")])
     complete, _ = table.role_masks(CensoringPolicy())
     sel = complete & table.predictors[predictor].usable
-    c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(summary)]
+    c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index("phi_w")]
     y = table.outcome[sel]
     b = quantile_bins(c, n_bins)
     counts = np.bincount(b, minlength=int(b.max()) + 1 if b.size else 0)
@@ -139,18 +137,18 @@ def step_contributions(
     )
 
 
-def forecast_traces(
-    arrays: TrajectoryArrays, predictor: str, limit: int = 200, max_points: int = MAX_TRACE_POINTS
-) -> list[dict[str, Any]]:
+def forecast_traces(arrays: TrajectoryArrays, predictor: str, limit: int = 200) -> list[dict[str, Any]]:
     """Up to `limit` usable trajectories (in file order): forecasts at steps t (all steps, or
-    `max_points` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
+    `MAX_TRACE_POINTS` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
     col = arrays.predictors[predictor]
     out = []
     for i in np.flatnonzero(col.usable)[:limit].tolist():
         y = arrays.outcome[i]
         values = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
         z = len(values)
-        t = np.arange(z) if z <= max_points else np.unique(np.linspace(0, z - 1, max_points).round().astype(np.int64))
+        t = np.arange(z)
+        if z > MAX_TRACE_POINTS:
+            t = np.unique(np.linspace(0, z - 1, MAX_TRACE_POINTS).round().astype(np.int64))
         out.append(
             {
                 "trajectory_id": arrays.ids[i],

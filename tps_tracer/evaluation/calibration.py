@@ -160,14 +160,14 @@ class CrossFitResult:
     raw: FloatArray  # the raw flat stream (for the value-mapping diagnostics)
     step_half: NDArray[np.int8]  # per step
 
-    def diagnostics(self, n_values: int = 3) -> list[dict[str, Any]]:
-        """Per-split rows of the paper's "Platt calibration diagnostics" table."""
+    def diagnostics(self) -> list[dict[str, Any]]:
+        """Per-split rows of the paper's "Platt calibration diagnostics" table (the 3 commonest values mapped)."""
         rows: list[dict[str, Any]] = []
         for h, m in enumerate(self.maps):
             applied = (self.step_half != h) & ~np.isnan(self.values)  # the other half is calibrated by this map
             raw = self.raw[applied]
             uniq, counts = np.unique(raw, return_counts=True)
-            common = np.sort(uniq[np.argsort(-counts, kind="stable")[:n_values]])
+            common = np.sort(uniq[np.argsort(-counts, kind="stable")[:3]])
             mapped = self.values[applied]
             rows.append(
                 {
@@ -591,24 +591,21 @@ def fixed_rank_sensitivity(
     predictor: str,
     rule: str | ScoreRule = "log",
     schedule: str | WeightSchedule = "linear-front",
-    aggregator: str = "phi_w",
-    platt: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per transform of the scored stream: its complete-only TPS, and the rank metrics of the
-    fixed raw scalar (equal in every row by construction, while TPS moves)."""
+    """One row per transform of the scored stream (cross-fitted Platt last): its complete-only TPS, and
+    the rank metrics of the fixed raw Phi_w scalar (equal in every row by construction, while TPS moves)."""
     rule_, sched = get_rule(rule), get_schedule(schedule)
     raw = pair_table_from_arrays(arrays, [predictor], [rule_], [sched])
     complete, _ = raw.role_masks(CensoringPolicy())
     sel = complete & raw.predictors[predictor].usable
     if not sel.any():
         raise InputError(f"no complete trajectory with a usable {predictor!r} stream")
-    r = raw.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(aggregator)]
+    r = raw.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index("phi_w")]
     y = raw.outcome[sel]
     ranks = {"auroc": auroc_failure(r, y), "auprc": auprc_failure(r, y), "aurc": aurc(r, y)}
     col = arrays.predictors[predictor]
     streams = {name: fn(col.values) for name, fn in FIXED_TRANSFORMS.items()}
-    if platt:
-        streams[PLATT] = cross_fit_platt(arrays, predictor, sched).values
+    streams[PLATT] = cross_fit_platt(arrays, predictor, sched).values
     rows = []
     for name, values in streams.items():
         table = pair_table_from_arrays(arrays.with_predictor("transformed", values), ["transformed"], [rule_], [sched])

@@ -5,7 +5,6 @@ give the same report by construction."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,13 +206,6 @@ def pair_table_from_arrays(
 # -- the termination audit (the paper reports it before any score, Section 4.2) -----------------
 
 
-def _ratio(num: int, den: int) -> float | None:
-    if not den:
-        return None
-    v = num / den
-    return v if math.isfinite(v) else None
-
-
 def audit_of_counts(
     stop_counts: Sequence[int] | IntArray,
     q_z_counts: Sequence[int] | IntArray,
@@ -240,8 +232,8 @@ def audit_of_counts(
         "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
         "pending_outcome": pending,
         "working_sample": working,
-        "censoring_rate": _ratio(roles[Role.CENSORED.value], working),
-        "excluded_share": _ratio(roles[Role.EXCLUDED.value], n),
+        "censoring_rate": roles[Role.CENSORED.value] / working if working else None,
+        "excluded_share": roles[Role.EXCLUDED.value] / n if n else None,
         "censored_with_q_z": censored_with_q,
         "outcome_ignored_on_unscored": outcome_on_unscored,
         "default_policy": policy.is_default,

@@ -158,7 +158,6 @@ def exact_vs_simple(
     predictors: Sequence[str],
     rules: Sequence[str | ScoreRule] = ("log",),
     schedules: Sequence[str | WeightSchedule] = ("linear-front",),
-    policy: CensoringPolicy | None = None,
     n_replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
@@ -166,7 +165,7 @@ def exact_vs_simple(
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
-    _, censored = table.role_masks(policy or CensoringPolicy())
+    _, censored = table.role_masks(CensoringPolicy())
     with_q = censored & ~np.isnan(table.q_z)
     keys = trajectory_keys(table.ids)
     rows = []

@@ -17,8 +17,9 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.arrays import STOP_REASONS, FloatArray, TrajectoryArrays
+from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
 from tps_tracer.records.jsonl import (
     MAX_REPORTED_ERRORS,
     RecordError,
@@ -27,7 +28,7 @@ from tps_tracer.records.jsonl import (
     runs_into_end,
 )
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 
 
 @dataclass(frozen=True)
@@ -187,12 +188,9 @@ class AttachedQz:
     not_censored: list[str]  # estimate ids whose trajectory is not censored under the policy
 
 
-def attach_q_z(
-    arrays: TrajectoryArrays, estimates: dict[str, float], policy: CensoringPolicy | None = None
-) -> AttachedQz:
+def attach_q_z(arrays: TrajectoryArrays, estimates: dict[str, float]) -> AttachedQz:
     """Arrays whose censored trajectories carry the estimated q_z (others NaN); unusable estimates are listed."""
-    pol = policy or CensoringPolicy()
-    censored = np.array([pol.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code], dtype=bool)
+    _, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     index = {tid: i for i, tid in enumerate(arrays.ids)}
     q_z = np.full(arrays.n, np.nan)
     unmatched, not_censored = [], []
