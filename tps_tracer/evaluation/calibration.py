@@ -542,11 +542,9 @@ def refit_tps_deltas(
     seed: int = 0,
     modes: Sequence[str] = (COMPLETE_ONLY, SIMPLE),
 ) -> dict[str, PairedDelta]:
-    """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate.
-
-    Reusing the fitted maps in every replicate gives a CI conditional on the fit, which undercovers
-    the effect of the procedure at small N. The point estimate is the cross-fitted one; a replicate
-    that leaves a half without a weighted complete trajectory is NaN (left out of the CI)."""
+    """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate (reused
+    maps give a CI conditional on the fit, which undercovers at small N); a replicate that leaves a half
+    without a weighted complete trajectory is NaN (left out of the CI)."""
     raw = _log_scores(arrays, predictor, schedule, modes)
     fit = cross_fit_platt(arrays, predictor, schedule, penalty)
     recal = _log_scores(arrays.with_predictor(predictor + _REFIT, fit.values), predictor + _REFIT, schedule, modes)

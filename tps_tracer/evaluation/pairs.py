@@ -160,10 +160,8 @@ def pair_table_from_arrays(
     with_summaries: bool = True,
     missing: str = DEFAULT_MISSING,
 ) -> PairTable:
-    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays.
-
-    `with_summaries=False` leaves the four scalar summaries out (an (n, 0) array): for callers
-    without rank diagnostics (the gate). `missing`: the policy for steps without a forecast."""
+    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays;
+    `with_summaries=False` (the gate) leaves the four scalar summaries out (an (n, 0) array)."""
     lengths = arrays.lengths
     has_steps = lengths > 0
     cols = [arrays.predictors[name] for name in predictors]

@@ -72,17 +72,17 @@ class StateSpec:
             missing=opts.missing,
         )
 
-    def signature(self) -> tuple[Any, ...]:
-        roles = tuple(self.policy.role(r).value for r in STOP_REASONS)
-        return (
-            tuple(r.name for r in self.rules),
-            tuple(s.name for s in self.schedules),
-            roles,
-            self.bootstrap,
-            self.seed,
-            self.predictors,
-            self.missing,
-        )
+    def signature(self) -> dict[str, Any]:
+        """The spec as plain JSON (rules and schedules by name): states of equal signatures merge."""
+        return {
+            "rules": [r.name for r in self.rules],
+            "schedules": [s.name for s in self.schedules],
+            "roles": {r.value: self.policy.role(r).value for r in STOP_REASONS},
+            "bootstrap": self.bootstrap,
+            "seed": self.seed,
+            "predictors": None if self.predictors is None else list(self.predictors),
+            "missing": self.missing,
+        }
 
 
 _COMPLETE = CENSORING_MODES.index(COMPLETE_ONLY)
@@ -431,18 +431,9 @@ class PartialState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and numbers; rules and schedules by name (custom schedules do not round-trip)."""
-        spec = self.spec
         return {
             "version": STATE_VERSION,
-            "spec": {
-                "rules": [r.name for r in spec.rules],
-                "schedules": [s.name for s in spec.schedules],
-                "roles": {r.value: spec.policy.role(r).value for r in STOP_REASONS},
-                "bootstrap": spec.bootstrap,
-                "seed": spec.seed,
-                "predictors": None if spec.predictors is None else list(spec.predictors),
-                "missing": spec.missing,
-            },
+            "spec": self.spec.signature(),
             "counts": {k: getattr(self, k) for k in _COUNTS},
             "stop_counts": self.stop_counts.tolist(),
             "q_z_counts": self.q_z_counts.tolist(),
@@ -549,14 +540,12 @@ MIN_CAPACITY = 64
 COPY_SLICE_BYTES = 1 << 21  # ~0.3 ms of copying between two chances for other threads to run
 
 
+@dataclass(slots=True)
 class _Tail:
     """How many rows of a buffer are handed out (rows below are immutable, rows above are free)."""
 
-    __slots__ = ("buffer", "used")
-
-    def __init__(self, buffer: NDArray[Any], used: int):
-        self.buffer = weakref.ref(buffer)
-        self.used = used
+    buffer: weakref.ref[NDArray[Any]]
+    used: int
 
 
 _lock = threading.RLock()  # guards the tails (re-entrant: a buffer freed by GC inside it calls _forget)
@@ -612,7 +601,7 @@ def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> N
     if b is not None:
         buf[m : m + k] = b
     with _lock:
-        _tails[id(buf)] = _Tail(buf, m + k)
+        _tails[id(buf)] = _Tail(weakref.ref(buf), m + k)
     weakref.finalize(buf, _forget, id(buf))
     return _view(buf, m + k)
 

@@ -68,14 +68,9 @@ def report_from_state(
     recalibrated: Sequence[tuple[str, str]] = (),
     aurocs: Mapping[tuple[str, str], PairedDelta] | None = None,
 ) -> dict[str, Any]:
-    """The report object of a state; `opts.predictors` selects among its predictors (None: all, first-seen order).
-
-    Censored runs alone are scored (complete-only columns with n=0, the base rate skipped). With no
+    """The report object of a state. Censored runs alone are scored (the base rate skipped); with no
     complete and no censored run this raises, or with `allow_empty` (a live monitor before its first
-    finished run) returns the audit with empty tables. Predictors without data are listed in
-    "skipped_predictors" after the caller's `skipped`. `recalibrated` (raw, recalibrated) pairs fill
-    the "recalibration" section, with their paired AUROC deltas `aurocs` computed on the rows.
-    """
+    finished run) returns the audit with empty tables."""
     if opts.calibrate is not None or opts.calibrator is not None:
         raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
     seen = state.predictor_names()
@@ -363,8 +358,6 @@ def _recalibrate(
             "maps": {p: m.as_dict() for p, m in cal.maps.items() if p in known},
         }
         return out, info, skipped
-    if opts.calibrate != "platt":
-        raise InputError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
     fittable, skipped = split_usable(predictors, lambda p: platt_fit_reason(arrays, p))
     if not fittable:
         raise nothing_left("recalibrate", skipped)

@@ -195,11 +195,8 @@ def conditional_projection_check(
     rules: Sequence[str | ScoreRule] = ("log",),
     schedules: Sequence[str | WeightSchedule] = ("linear-front",),
 ) -> list[dict[str, Any]]:
-    """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`.
-
-    The left side goes through the branch pairs (s1, s0) mixed with q_hat; the right side
-    scores every branch outcome step by step and averages. They must agree to ~1e-15.
-    """
+    """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`:
+    branch pairs mixed with q_hat against every branch outcome scored step by step (~1e-15 apart)."""
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)

@@ -215,11 +215,9 @@ BRANCH_KEY = "tps_branch"  # the branch number, 0..M-1
 
 
 class ContinuationLog:
-    """The continuation file as a resumable log: one line per finished branch, flushed when the branch
-    ends, so an interrupted resume loses at most the branches in flight and the next call skips the
-    ones done. Opening an existing file checks its lines (a file that is not ours is never
-    overwritten); a last line cut short is removed and counted (malformed / continuation_line_truncated).
-    Lines carry provenance the reader ignores (thread id, checkpoint, wall time)."""
+    """The continuation file as a resumable log: one flushed line per finished branch, so an interrupted
+    resume loses only the branches in flight. An existing file is checked (one not ours is never
+    overwritten); a last line cut short is removed and counted (malformed / continuation_line_truncated)."""
 
     def __init__(self, path: str | os.PathLike[str], health: HealthLedger | None = None):
         self.path = Path(path)
