@@ -46,11 +46,12 @@ from tps_tracer.evaluation.skipped_predictors import (
     check_no_recalibrated_collision,
     nothing_left,
     platt_fit_reason,
+    role_masks,
     split_usable,
 )
 from tps_tracer.output import write_text
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
@@ -190,10 +191,6 @@ def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "lin
     return get_schedule(schedule).step_weights(t, big_t)
 
 
-def _complete(arrays: TrajectoryArrays) -> NDArray[np.bool_]:
-    return (np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)) & ~np.isnan(arrays.outcome)
-
-
 def cross_fit_platt(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -204,7 +201,7 @@ def cross_fit_platt(
     """Calibrate one predictor's stream by the two cross-fitted maps; `trajectory_weights` (a bootstrap
     replicate's Poisson weights) multiply each trajectory's step weights in the fits."""
     col = arrays.predictors[predictor]
-    complete = _complete(arrays) & col.usable
+    complete = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     half = split_halves(arrays.ids, arrays.outcome, complete)
     lengths = arrays.lengths
     step_half = np.repeat(half, lengths)
@@ -373,7 +370,7 @@ def fit_calibrator(
     """One Platt map per predictor on every complete trajectory's steps; a predictor that cannot be
     fitted (`platt_fit_reason`) is listed in `Calibrator.skipped`, and InputError only if none can."""
     sched = get_schedule(schedule)
-    complete = _complete(arrays)
+    complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     w = step_weights(arrays, sched)
     step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
     names = list(predictors) if predictors is not None else list(arrays.predictors)

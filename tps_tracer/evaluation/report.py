@@ -82,7 +82,7 @@ def report_from_state(
     audit = state.audit()
     if state.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
         if allow_empty:
-            return {**_header(state, opts, wanted, None, audit, list(skipped)), **{k: [] for k in _TABLES}}
+            return {**_header(state, opts, wanted, None, audit, skipped, state.predictors), **{k: [] for k in _TABLES}}
         raise InputError(NO_WORKING_SAMPLE)
     covered = list(wanted)
     predictors, no_data = split_usable(wanted, lambda p: _no_data_reason(state.predictors[p]))
@@ -252,10 +252,9 @@ def _header(
     base_rate: float | None,
     audit: dict[str, Any],
     skipped: Sequence[Skipped],
-    states: Mapping[str, PredictorState] | None = None,
+    states: Mapping[str, PredictorState],
 ) -> dict[str, Any]:
     """The parts every report has, scored or not."""
-    states = state.predictors if states is None else states
     spec = state.spec
     coverage = [
         {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)} for name in covered

@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 
 BoolArray = NDArray[np.bool_]
 
@@ -96,8 +96,7 @@ def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "work
 def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
     """Why cross-fitted Platt cannot be fitted for `predictor` (None if it can)."""
     col = arrays.predictors[predictor]
-    clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
-    train = clean & ~np.isnan(arrays.outcome) & col.usable
+    train = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     reason = no_data_reason(col, train, "complete trajectories")
     if reason:
         return reason

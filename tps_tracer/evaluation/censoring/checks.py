@@ -27,6 +27,7 @@ from tps_tracer.evaluation.calibration import paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns, score_matrix
 from tps_tracer.evaluation.report import json_num
+from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring.branch_pairs import mix
@@ -36,7 +37,6 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 DEFAULT_RATES = (0.25, 0.5, 0.75)
-_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 _MAX_STEPS = STOP_REASONS.index(StopReason.MAX_STEPS)
 
 
@@ -101,7 +101,7 @@ def artificial_censoring(
 ) -> list[dict[str, Any]]:
     """One row per rate x rule x schedule (see the module docstring); means over all complete trajectories."""
     col = arrays.predictors[predictor]
-    sample = (arrays.stop_code == _CLEAN) & ~np.isnan(arrays.outcome) & col.usable
+    sample = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     if not sample.any():
         raise InputError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
     base = replace(
