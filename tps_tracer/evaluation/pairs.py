@@ -142,14 +142,8 @@ def _rows_at(obj: PairTable | PredictorPairs, idx: IntArray) -> dict[str, Any]:
 
 
 def skip_counts(usable: BoolArray, n_steps: IntArray) -> dict[str, int]:
-    out = {}
-    missing = int(np.sum(~usable & (n_steps > 0)))
-    empty = int(np.sum(~usable & (n_steps == 0)))
-    if missing:
-        out["missing"] = missing
-    if empty:
-        out["no_steps"] = empty
-    return out
+    counts = {"missing": int(np.sum(~usable & (n_steps > 0))), "no_steps": int(np.sum(~usable & (n_steps == 0)))}
+    return {k: v for k, v in counts.items() if v}
 
 
 def pair_table_from_arrays(
