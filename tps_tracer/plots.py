@@ -1,15 +1,6 @@
-"""`tps-tracer plot`: the numbers the figures draw (tested and exported as plot-data.json) and the
-figures (matplotlib, optional: the `plot` extra, imported only to draw).
-
-- `reliability_bins`: the report's T-ECE bins of the Phi_w summary on complete trajectories; their
-  count-weighted mean |gap| is exactly the report's T-ECE.
-- `step_contributions`: per step t, the mean over scored trajectories of w_t S(F_t, eta); summed
-  over t they give the report's TPS for that censoring mode.
-- `forecast_traces`: F_1..F_Z per trajectory with its outcome and stop reason.
-
-Big inputs stay drawable: at most `MAX_STEP_BINS` groups of consecutive steps (contributions still
-sum to the TPS) and `MAX_TRACE_POINTS` evenly spaced steps of a long trace; the figures say so.
-"""
+"""`tps-tracer plot`: the numbers the figures draw (exported as plot-data.json: reliability bins whose
+mean |gap| is the report's T-ECE, per-step contributions that sum to its TPS, forecast traces) and
+the figures (matplotlib, the optional `plot` extra, imported only to draw)."""
 
 from __future__ import annotations
 
@@ -56,13 +47,11 @@ class ReliabilityBins:
         return {**_plain(self), "t_ece": self.ece}
 
 
-def reliability_bins(
-    arrays: TrajectoryArrays, predictor: str, n_bins: int = DEFAULT_ECE_BINS, summary: str = "phi_w"
-) -> ReliabilityBins:
+def reliability_bins(arrays: TrajectoryArrays, predictor: str, n_bins: int = DEFAULT_ECE_BINS) -> ReliabilityBins:
     table = pair_table_from_arrays(arrays, [predictor], [get_rule("log")], [get_schedule("linear-front")])
     complete, _ = table.role_masks(CensoringPolicy())
     sel = complete & table.predictors[predictor].usable
-    c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(summary)]
+    c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index("phi_w")]
     y = table.outcome[sel]
     b = quantile_bins(c, n_bins)
     counts = np.bincount(b, minlength=int(b.max()) + 1 if b.size else 0)
@@ -148,18 +137,18 @@ def step_contributions(
     )
 
 
-def forecast_traces(
-    arrays: TrajectoryArrays, predictor: str, limit: int = 200, max_points: int = MAX_TRACE_POINTS
-) -> list[dict[str, Any]]:
+def forecast_traces(arrays: TrajectoryArrays, predictor: str, limit: int = 200) -> list[dict[str, Any]]:
     """Up to `limit` usable trajectories (in file order): forecasts at steps t (all steps, or
-    `max_points` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
+    `MAX_TRACE_POINTS` evenly spaced ones of a longer trace), n_steps, outcome (None if unobserved), stop reason."""
     col = arrays.predictors[predictor]
     out = []
     for i in np.flatnonzero(col.usable)[:limit].tolist():
         y = arrays.outcome[i]
         values = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
         z = len(values)
-        t = np.arange(z) if z <= max_points else np.unique(np.linspace(0, z - 1, max_points).round().astype(np.int64))
+        t = np.arange(z)
+        if z > MAX_TRACE_POINTS:
+            t = np.unique(np.linspace(0, z - 1, MAX_TRACE_POINTS).round().astype(np.int64))
         out.append(
             {
                 "trajectory_id": arrays.ids[i],

@@ -140,21 +140,6 @@ def replicate_sums(x: FloatArray, keys: U64, n_replicates: int, seed: int = DEFA
     return out
 
 
-def replicate_sums_and_counts(
-    x0: FloatArray, present: NDArray[np.bool_], keys: U64, n_replicates: int, seed: int = DEFAULT_SEED
-) -> tuple[FloatArray, FloatArray]:
-    """(sum_i W_bi x_ik, sum_i W_bi [x_ik present]) in one pass; counts once per presence pattern."""
-    k = present.shape[1]
-    if k == 0:
-        return np.zeros((n_replicates, 0)), np.zeros((n_replicates, 0))
-    first: dict[bytes, int] = {}
-    which = [first.setdefault(np.packbits(present[:, j]).tobytes(), j) for j in range(k)]
-    distinct = sorted(set(which))
-    slot = {j: i for i, j in enumerate(distinct)}
-    both = replicate_sums(np.hstack([x0, present[:, distinct].astype(np.float64)]), keys, n_replicates, seed)
-    return both[:, :k], both[:, k:][:, [slot[j] for j in which]]
-
-
 @dataclass
 class BootstrapResult:
     """Replicate means of K columns; point estimates are the plain sample means."""
@@ -215,6 +200,12 @@ def bootstrap_means(
     counts = present.sum(axis=0).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         point = x0.sum(axis=0) / counts
-    sums, dens = replicate_sums_and_counts(x0, present, keys, n_replicates, seed)
-    reps_mean = replicate_means(sums, dens)
+    # Replicate sums and counts in one pass, the counts once per presence pattern.
+    k = x.shape[1]
+    first: dict[bytes, int] = {}
+    which = [first.setdefault(np.packbits(present[:, j]).tobytes(), j) for j in range(k)]
+    distinct = sorted(set(which))
+    slot = {j: i for i, j in enumerate(distinct)}
+    both = replicate_sums(np.hstack([x0, present[:, distinct].astype(np.float64)]), keys, n_replicates, seed)
+    reps_mean = replicate_means(both[:, :k], both[:, k:][:, [slot[j] for j in which]])
     return BootstrapResult(point=point, n=counts, replicates=reps_mean)

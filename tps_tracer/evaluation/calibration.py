@@ -46,11 +46,12 @@ from tps_tracer.evaluation.skipped_predictors import (
     check_no_recalibrated_collision,
     nothing_left,
     platt_fit_reason,
+    role_masks,
     split_usable,
 )
 from tps_tracer.output import write_text
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
@@ -89,7 +90,7 @@ def fit_logistic(
     return float(theta[0]), theta[1:]
 
 
-def _logit(p: FloatArray) -> FloatArray:
+def logit(p: FloatArray) -> FloatArray:
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
 
@@ -107,7 +108,7 @@ class PlattMap:
     n_trajectories: int
 
     def apply(self, forecasts: FloatArray) -> FloatArray:
-        x = (_logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
+        x = (logit(np.asarray(forecasts, dtype=np.float64)) - self.mu) / self.sigma
         return np.clip(sigmoid(self.a + self.b * x), EPS, 1.0 - EPS)
 
     def as_dict(self) -> dict[str, float | bool | int]:
@@ -127,12 +128,12 @@ def fit_platt(
     w = np.asarray(weights, dtype=np.float64)
     if f.size == 0 or w.sum() <= 0:
         raise InputError("Platt fit needs at least one weighted step")
-    x_raw = _logit(f)
+    x_raw = logit(f)
     mu = float(np.average(x_raw, weights=w))
     sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
     x = (x_raw - mu) / sigma
     ybar = float(np.average(y, weights=w))
-    a0 = float(_logit(np.array([ybar]))[0])
+    a0 = float(logit(np.array([ybar]))[0])
     a, slope = fit_logistic(x[:, None], y, w, penalty, intercept0=a0)
     b = float(slope[0])
     if b < 0.0:
@@ -160,14 +161,14 @@ class CrossFitResult:
     raw: FloatArray  # the raw flat stream (for the value-mapping diagnostics)
     step_half: NDArray[np.int8]  # per step
 
-    def diagnostics(self, n_values: int = 3) -> list[dict[str, Any]]:
-        """Per-split rows of the paper's "Platt calibration diagnostics" table."""
+    def diagnostics(self) -> list[dict[str, Any]]:
+        """Per-split rows of the paper's "Platt calibration diagnostics" table (the 3 commonest values mapped)."""
         rows: list[dict[str, Any]] = []
         for h, m in enumerate(self.maps):
             applied = (self.step_half != h) & ~np.isnan(self.values)  # the other half is calibrated by this map
             raw = self.raw[applied]
             uniq, counts = np.unique(raw, return_counts=True)
-            common = np.sort(uniq[np.argsort(-counts, kind="stable")[:n_values]])
+            common = np.sort(uniq[np.argsort(-counts, kind="stable")[:3]])
             mapped = self.values[applied]
             rows.append(
                 {
@@ -190,10 +191,6 @@ def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "lin
     return get_schedule(schedule).step_weights(t, big_t)
 
 
-def _complete(arrays: TrajectoryArrays) -> NDArray[np.bool_]:
-    return (np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)) & ~np.isnan(arrays.outcome)
-
-
 def cross_fit_platt(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -204,7 +201,7 @@ def cross_fit_platt(
     """Calibrate one predictor's stream by the two cross-fitted maps; `trajectory_weights` (a bootstrap
     replicate's Poisson weights) multiply each trajectory's step weights in the fits."""
     col = arrays.predictors[predictor]
-    complete = _complete(arrays) & col.usable
+    complete = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     half = split_halves(arrays.ids, arrays.outcome, complete)
     lengths = arrays.lengths
     step_half = np.repeat(half, lengths)
@@ -373,7 +370,7 @@ def fit_calibrator(
     """One Platt map per predictor on every complete trajectory's steps; a predictor that cannot be
     fitted (`platt_fit_reason`) is listed in `Calibrator.skipped`, and InputError only if none can."""
     sched = get_schedule(schedule)
-    complete = _complete(arrays)
+    complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     w = step_weights(arrays, sched)
     step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
     names = list(predictors) if predictors is not None else list(arrays.predictors)
@@ -542,11 +539,9 @@ def refit_tps_deltas(
     seed: int = 0,
     modes: Sequence[str] = (COMPLETE_ONLY, SIMPLE),
 ) -> dict[str, PairedDelta]:
-    """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate.
-
-    Reusing the fitted maps in every replicate gives a CI conditional on the fit, which undercovers
-    the effect of the procedure at small N. The point estimate is the cross-fitted one; a replicate
-    that leaves a half without a weighted complete trajectory is NaN (left out of the CI)."""
+    """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate (reused
+    maps give a CI conditional on the fit, which undercovers at small N); a replicate that leaves a half
+    without a weighted complete trajectory is NaN (left out of the CI)."""
     raw = _log_scores(arrays, predictor, schedule, modes)
     fit = cross_fit_platt(arrays, predictor, schedule, penalty)
     recal = _log_scores(arrays.with_predictor(predictor + _REFIT, fit.values), predictor + _REFIT, schedule, modes)
@@ -591,24 +586,21 @@ def fixed_rank_sensitivity(
     predictor: str,
     rule: str | ScoreRule = "log",
     schedule: str | WeightSchedule = "linear-front",
-    aggregator: str = "phi_w",
-    platt: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per transform of the scored stream: its complete-only TPS, and the rank metrics of the
-    fixed raw scalar (equal in every row by construction, while TPS moves)."""
+    """One row per transform of the scored stream (cross-fitted Platt last): its complete-only TPS, and
+    the rank metrics of the fixed raw Phi_w scalar (equal in every row by construction, while TPS moves)."""
     rule_, sched = get_rule(rule), get_schedule(schedule)
     raw = pair_table_from_arrays(arrays, [predictor], [rule_], [sched])
     complete, _ = raw.role_masks(CensoringPolicy())
     sel = complete & raw.predictors[predictor].usable
     if not sel.any():
         raise InputError(f"no complete trajectory with a usable {predictor!r} stream")
-    r = raw.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index(aggregator)]
+    r = raw.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index("phi_w")]
     y = raw.outcome[sel]
     ranks = {"auroc": auroc_failure(r, y), "auprc": auprc_failure(r, y), "aurc": aurc(r, y)}
     col = arrays.predictors[predictor]
     streams = {name: fn(col.values) for name, fn in FIXED_TRANSFORMS.items()}
-    if platt:
-        streams[PLATT] = cross_fit_platt(arrays, predictor, sched).values
+    streams[PLATT] = cross_fit_platt(arrays, predictor, sched).values
     rows = []
     for name, values in streams.items():
         table = pair_table_from_arrays(arrays.with_predictor("transformed", values), ["transformed"], [rule_], [sched])

@@ -1,8 +1,5 @@
-"""Scalar trajectory diagnostics of a confidence c_i and outcome y_i, failure-oriented as in the
-paper's transparency tables: AUROC and AUPRC treat failure as the positive class with risk 1 - c;
-AURC (selective risk-coverage) and T-Brier are losses; T-ECE uses tie-aware quantile bins. Ties are
-handled in expectation everywhere, so results do not depend on input order.
-"""
+"""Scalar diagnostics of confidences c_i and outcomes y_i, failure-oriented (AUROC, AUPRC: failure
+is the positive class); ties are handled in expectation, so results do not depend on input order."""
 
 from __future__ import annotations
 

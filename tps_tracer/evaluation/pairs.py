@@ -1,15 +1,10 @@
-"""The pair table: per finished trajectory and predictor, the branch pairs (s1, s0) of every rule x
-schedule, the four scalar summaries and the truncated weight mass (which scores any constant forecast);
-the termination audit of its rows; and the censoring-mode mixing of its pairs with eta.
-
-Batch evaluation builds it from flat arrays, the online accumulator row by row: the report is
-assembled from the table alone, so both paths give the same numbers by construction.
-"""
+"""The pair table (per trajectory and predictor: branch pairs (s1, s0), summaries, weight mass), its
+termination audit and the censoring-mode mixing with eta. Batch and online both build it, so both
+give the same report by construction."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,14 +141,8 @@ def _rows_at(obj: PairTable | PredictorPairs, idx: IntArray) -> dict[str, Any]:
 
 
 def skip_counts(usable: BoolArray, n_steps: IntArray) -> dict[str, int]:
-    out = {}
-    missing = int(np.sum(~usable & (n_steps > 0)))
-    empty = int(np.sum(~usable & (n_steps == 0)))
-    if missing:
-        out["missing"] = missing
-    if empty:
-        out["no_steps"] = empty
-    return out
+    counts = {"missing": int(np.sum(~usable & (n_steps > 0))), "no_steps": int(np.sum(~usable & (n_steps == 0)))}
+    return {k: v for k, v in counts.items() if v}
 
 
 def pair_table_from_arrays(
@@ -164,10 +153,8 @@ def pair_table_from_arrays(
     with_summaries: bool = True,
     missing: str = DEFAULT_MISSING,
 ) -> PairTable:
-    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays.
-
-    `with_summaries=False` leaves the four scalar summaries out (an (n, 0) array): for callers
-    without rank diagnostics (the gate). `missing`: the policy for steps without a forecast."""
+    """Branch pairs and summaries of every usable (trajectory, predictor), vectorised over flat arrays;
+    `with_summaries=False` (the gate) leaves the four scalar summaries out (an (n, 0) array)."""
     lengths = arrays.lengths
     has_steps = lengths > 0
     cols = [arrays.predictors[name] for name in predictors]
@@ -210,13 +197,6 @@ def pair_table_from_arrays(
 # -- the termination audit (the paper reports it before any score, Section 4.2) -----------------
 
 
-def _ratio(num: int, den: int) -> float | None:
-    if not den:
-        return None
-    v = num / den
-    return v if math.isfinite(v) else None
-
-
 def audit_of_counts(
     stop_counts: Sequence[int] | IntArray,
     q_z_counts: Sequence[int] | IntArray,
@@ -243,8 +223,8 @@ def audit_of_counts(
         "role_of": {r.value: policy.role(r).value for r in STOP_REASONS},
         "pending_outcome": pending,
         "working_sample": working,
-        "censoring_rate": _ratio(roles[Role.CENSORED.value], working),
-        "excluded_share": _ratio(roles[Role.EXCLUDED.value], n),
+        "censoring_rate": roles[Role.CENSORED.value] / working if working else None,
+        "excluded_share": roles[Role.EXCLUDED.value] / n if n else None,
         "censored_with_q_z": censored_with_q,
         "outcome_ignored_on_unscored": outcome_on_unscored,
         "default_policy": policy.is_default,

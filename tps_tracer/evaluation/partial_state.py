@@ -1,8 +1,5 @@
-"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): sums whose size
-does not depend on the chunk's size (audit counts, per column the score sum and bootstrap replicate
-sums, the base rate's eta-mass sums) plus the per-trajectory scalars the rank diagnostics need.
-States merge by addition and concatenation in any order, equal to the report of all at once.
-"""
+"""One mergeable partial state per chunk of trajectories (docs/design.md, "Scale"): fixed-size sums
+plus the per-trajectory scalars of the rank diagnostics; states merge in any order."""
 
 from __future__ import annotations
 
@@ -75,17 +72,17 @@ class StateSpec:
             missing=opts.missing,
         )
 
-    def signature(self) -> tuple[Any, ...]:
-        roles = tuple(self.policy.role(r).value for r in STOP_REASONS)
-        return (
-            tuple(r.name for r in self.rules),
-            tuple(s.name for s in self.schedules),
-            roles,
-            self.bootstrap,
-            self.seed,
-            self.predictors,
-            self.missing,
-        )
+    def signature(self) -> dict[str, Any]:
+        """The spec as plain JSON (rules and schedules by name): states of equal signatures merge."""
+        return {
+            "rules": [r.name for r in self.rules],
+            "schedules": [s.name for s in self.schedules],
+            "roles": {r.value: self.policy.role(r).value for r in STOP_REASONS},
+            "bootstrap": self.bootstrap,
+            "seed": self.seed,
+            "predictors": None if self.predictors is None else list(self.predictors),
+            "missing": self.missing,
+        }
 
 
 _COMPLETE = CENSORING_MODES.index(COMPLETE_ONLY)
@@ -200,9 +197,6 @@ class PredictorState:
             outcomes=base.outcomes.copy(),
         )
 
-    def merged(self, other: PredictorState) -> PredictorState:
-        return _merged(self, other)
-
 
 @dataclass
 class BaseRateState:
@@ -218,18 +212,14 @@ class BaseRateState:
     missing_q_z: int = 0  # censored trajectories with steps but without q_z
     steps: int = 0  # steps of the working sample's trajectories (a predictor never met misses them all)
 
-    def merged(self, other: BaseRateState) -> BaseRateState:
-        return _merged(self, other)
-
 
 _ROWS = ("summaries", "outcomes")  # per-trajectory arrays: concatenated; every other field is a sum
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (PredictorState, BaseRateState)}
 
 
 def _merged(a: Any, b: Any) -> Any:
-    cls = type(a)
-    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(cls)))
     out: dict[str, Any] = {}
-    for name in names:
+    for name in _FIELDS[type(a)]:
         x, y = getattr(a, name), getattr(b, name)
         if name in _ROWS:
             out[name] = concat_rows(x, y)
@@ -237,10 +227,7 @@ def _merged(a: Any, b: Any) -> Any:
             out[name] = {k: v for k in SKIP_REASONS if (v := x.get(k, 0) + y.get(k, 0))}
         else:
             out[name] = x + y
-    return cls(**out)
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
+    return type(a)(**out)
 
 
 def _per_stop_reason(counts: Sequence[int]) -> IntArray:
@@ -409,13 +396,13 @@ class PartialState:
         for name in dict.fromkeys([*self.predictors, *other.predictors]):
             a = self.predictors.get(name) or PredictorState.absent(self.spec, self.n, self.n_empty, self.base)
             b = other.predictors.get(name) or PredictorState.absent(other.spec, other.n, other.n_empty, other.base)
-            predictors[name] = a.merged(b)
+            predictors[name] = _merged(a, b)
         return PartialState(
             spec=self.spec,
             **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, "stop_counts", "q_z_counts")},
             first_seen=first_seen,
             predictors=predictors,
-            base=self.base.merged(other.base),
+            base=_merged(self.base, other.base),
         )
 
     def with_room_for(self, other: PartialState) -> PartialState:
@@ -444,18 +431,9 @@ class PartialState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and numbers; rules and schedules by name (custom schedules do not round-trip)."""
-        spec = self.spec
         return {
             "version": STATE_VERSION,
-            "spec": {
-                "rules": [r.name for r in spec.rules],
-                "schedules": [s.name for s in spec.schedules],
-                "roles": {r.value: spec.policy.role(r).value for r in STOP_REASONS},
-                "bootstrap": spec.bootstrap,
-                "seed": spec.seed,
-                "predictors": None if spec.predictors is None else list(spec.predictors),
-                "missing": spec.missing,
-            },
+            "spec": self.spec.signature(),
             "counts": {k: getattr(self, k) for k in _COUNTS},
             "stop_counts": self.stop_counts.tolist(),
             "q_z_counts": self.q_z_counts.tolist(),
@@ -562,14 +540,12 @@ MIN_CAPACITY = 64
 COPY_SLICE_BYTES = 1 << 21  # ~0.3 ms of copying between two chances for other threads to run
 
 
+@dataclass(slots=True)
 class _Tail:
     """How many rows of a buffer are handed out (rows below are immutable, rows above are free)."""
 
-    __slots__ = ("buffer", "used")
-
-    def __init__(self, buffer: NDArray[Any], used: int):
-        self.buffer = weakref.ref(buffer)
-        self.used = used
+    buffer: weakref.ref[NDArray[Any]]
+    used: int
 
 
 _lock = threading.RLock()  # guards the tails (re-entrant: a buffer freed by GC inside it calls _forget)
@@ -625,7 +601,7 @@ def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> N
     if b is not None:
         buf[m : m + k] = b
     with _lock:
-        _tails[id(buf)] = _Tail(buf, m + k)
+        _tails[id(buf)] = _Tail(weakref.ref(buf), m + k)
     weakref.finalize(buf, _forget, id(buf))
     return _view(buf, m + k)
 

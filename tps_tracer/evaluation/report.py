@@ -1,8 +1,5 @@
-"""The evaluation report (`tps-tracer report --json`, `Accumulator.snapshot()`), after the paper's
-reporting convention (Section 4.2): the termination audit first, TPS per predictor x rule x schedule
-for complete-only, cen-simple and (with q_z) cen-exact with bootstrap CIs, Delta_practice, then
-rank/calibration diagnostics. Every report is built by `report_from_state` from a `PartialState`.
-"""
+"""The evaluation report (paper, Section 4.2): the termination audit, TPS per predictor x rule x
+schedule x censoring mode with bootstrap CIs, Delta_practice, then rank/calibration diagnostics."""
 
 from __future__ import annotations
 
@@ -71,14 +68,9 @@ def report_from_state(
     recalibrated: Sequence[tuple[str, str]] = (),
     aurocs: Mapping[tuple[str, str], PairedDelta] | None = None,
 ) -> dict[str, Any]:
-    """The report object of a state; `opts.predictors` selects among its predictors (None: all, first-seen order).
-
-    Censored runs alone are scored (complete-only columns with n=0, the base rate skipped). With no
+    """The report object of a state. Censored runs alone are scored (the base rate skipped); with no
     complete and no censored run this raises, or with `allow_empty` (a live monitor before its first
-    finished run) returns the audit with empty tables. Predictors without data are listed in
-    "skipped_predictors" after the caller's `skipped`. `recalibrated` (raw, recalibrated) pairs fill
-    the "recalibration" section, with their paired AUROC deltas `aurocs` computed on the rows.
-    """
+    finished run) returns the audit with empty tables."""
     if opts.calibrate is not None or opts.calibrator is not None:
         raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
     seen = state.predictor_names()
@@ -90,7 +82,7 @@ def report_from_state(
     audit = state.audit()
     if state.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
         if allow_empty:
-            return {**_header(state, opts, wanted, None, audit, list(skipped)), **{k: [] for k in _TABLES}}
+            return {**_header(state, opts, wanted, None, audit, skipped, state.predictors), **{k: [] for k in _TABLES}}
         raise InputError(NO_WORKING_SAMPLE)
     covered = list(wanted)
     predictors, no_data = split_usable(wanted, lambda p: _no_data_reason(state.predictors[p]))
@@ -260,10 +252,9 @@ def _header(
     base_rate: float | None,
     audit: dict[str, Any],
     skipped: Sequence[Skipped],
-    states: Mapping[str, PredictorState] | None = None,
+    states: Mapping[str, PredictorState],
 ) -> dict[str, Any]:
     """The parts every report has, scored or not."""
-    states = state.predictors if states is None else states
     spec = state.spec
     coverage = [
         {"predictor": name, "usable": states[name].usable, "skipped": dict(states[name].skipped)} for name in covered
@@ -366,8 +357,6 @@ def _recalibrate(
             "maps": {p: m.as_dict() for p, m in cal.maps.items() if p in known},
         }
         return out, info, skipped
-    if opts.calibrate != "platt":
-        raise InputError(f"unknown calibration method {opts.calibrate!r} (supported: platt)")
     fittable, skipped = split_usable(predictors, lambda p: platt_fit_reason(arrays, p))
     if not fittable:
         raise nothing_left("recalibrate", skipped)

@@ -1,7 +1,5 @@
-"""The report's options, checked on construction so that a bad field fails at once, by name (the CLI
-maps `OptionError.field` back to its flag), not deep inside numpy or silently. A module of its own:
-the report and the partial states both read it.
-"""
+"""The report's options, checked on construction: a bad field fails at once, by name (the CLI maps
+`OptionError.field` back to its flag)."""
 
 from __future__ import annotations
 

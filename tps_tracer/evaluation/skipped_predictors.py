@@ -1,12 +1,9 @@
-"""Which predictors a command scores: the ones asked for by name must exist, predictors without
-usable data are skipped with a reason (some are null by design, e.g. action predictors of a native
-tool-calling agent), and a command fails only when nothing is left. Two names are the evaluation's
-own, `base_rate` and `<p>+platt` (checked only when recalibrating, so recalibrated files stay
-readable): a user column of either name is rejected, so that every row's name means one thing.
-"""
+"""Which predictors a command scores: names asked for must exist, predictors without usable data
+are skipped with a reason, and the evaluation's own names (`base_rate`, `<p>+platt`) are reserved."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,7 +13,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy, Role
 
 BoolArray = NDArray[np.bool_]
 
@@ -56,9 +53,6 @@ MIN_PER_CLASS_FOR_PLATT = 2
 class Skipped:
     predictor: str
     reason: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"predictor": self.predictor, "reason": self.reason}
 
 
 class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair table
@@ -102,8 +96,7 @@ def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "work
 def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
     """Why cross-fitted Platt cannot be fitted for `predictor` (None if it can)."""
     col = arrays.predictors[predictor]
-    clean = np.asarray(arrays.stop_code) == STOP_REASONS.index(StopReason.CLEAN)
-    train = clean & ~np.isnan(arrays.outcome) & col.usable
+    train = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     reason = no_data_reason(col, train, "complete trajectories")
     if reason:
         return reason
@@ -119,15 +112,8 @@ def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
 
 def split_usable(names: Sequence[str], reason_of: Callable[[str], str | None]) -> tuple[list[str], list[Skipped]]:
     """(kept names, skipped with reasons), in the given order."""
-    kept: list[str] = []
-    skipped: list[Skipped] = []
-    for name in names:
-        reason = reason_of(name)
-        if reason is None:
-            kept.append(name)
-        else:
-            skipped.append(Skipped(name, reason))
-    return kept, skipped
+    reasons = [(name, reason_of(name)) for name in names]
+    return [n for n, r in reasons if r is None], [Skipped(n, r) for n, r in reasons if r is not None]
 
 
 # Report and gate fail on a file without any forecast rather than score the base rate alone.
@@ -157,4 +143,4 @@ def nothing_left(what: str, skipped: Sequence[Skipped]) -> InputError:
 
 
 def as_dicts(skipped: Sequence[Skipped]) -> list[dict[str, Any]]:
-    return [s.as_dict() for s in skipped]
+    return [dataclasses.asdict(s) for s in skipped]

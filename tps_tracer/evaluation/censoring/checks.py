@@ -1,22 +1,14 @@
-"""The censoring checks. Exact-minus-simple on censored prefixes (paper, Appendix "q_Z Estimation",
-Eq. app_qz_delta):
+"""The censoring checks (paper, Appendix "q_Z Estimation", Eq. app_qz_delta; "Parse-error sensitivity
+analysis"; "Artificial-Censoring Validation"). On censored prefixes
 
     TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
 
-(for the log rule s1 - s0 = sum_{t<=Z} w_t log(F_t / (1 - F_t)), the weighted prefix log-odds),
-the check that the exact score equals the branch average of complete-prefix scores, the
-informative-censoring sensitivity (Appendix "Parse-error sensitivity analysis"), and the
-artificial-censoring validation (paper, Appendix "Artificial-Censoring Validation").
-
-Within each length stratum of the complete trajectories, a share r (a seeded draw in id order) is
-cut at Z uniform on 1..T-1 and scored cen-simple (T-normalised weights truncated at Z). Then
+Artificial censoring cuts a seeded share r of each length stratum of the complete runs at Z uniform
+on 1..T-1; the direct difference (the real scoring path) equals the closed form to ~1e-12:
 
     TPS_simple - TPS_complete = prefix-swap + tail-omission
     prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
     tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
-
-The direct difference runs through the real scoring path, the decomposition step by step from
-the closed form: they agree to ~1e-12.
 """
 
 from __future__ import annotations
@@ -35,6 +27,7 @@ from tps_tracer.evaluation.calibration import paired_mean_delta
 from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns, score_matrix
 from tps_tracer.evaluation.report import json_num
+from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
@@ -43,7 +36,6 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 DEFAULT_RATES = (0.25, 0.5, 0.75)
-_CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 _MAX_STEPS = STOP_REASONS.index(StopReason.MAX_STEPS)
 
 
@@ -108,7 +100,7 @@ def artificial_censoring(
 ) -> list[dict[str, Any]]:
     """One row per rate x rule x schedule (see the module docstring); means over all complete trajectories."""
     col = arrays.predictors[predictor]
-    sample = (arrays.stop_code == _CLEAN) & ~np.isnan(arrays.outcome) & col.usable
+    sample = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     if not sample.any():
         raise InputError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
     base = replace(
@@ -165,7 +157,6 @@ def exact_vs_simple(
     predictors: Sequence[str],
     rules: Sequence[str | ScoreRule] = ("log",),
     schedules: Sequence[str | WeightSchedule] = ("linear-front",),
-    policy: CensoringPolicy | None = None,
     n_replicates: int = DEFAULT_REPLICATES,
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
@@ -173,7 +164,7 @@ def exact_vs_simple(
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
-    _, censored = table.role_masks(policy or CensoringPolicy())
+    _, censored = table.role_masks(CensoringPolicy())
     with_q = censored & ~np.isnan(table.q_z)
     keys = trajectory_keys(table.ids)
     rows = []
@@ -188,22 +179,11 @@ def exact_vs_simple(
                 correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
                 boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
                 lo, hi = boot.ci()
-                se = boot.se()
-                rows.append(
-                    {
-                        "predictor": name,
-                        "rule": rule.name,
-                        "weights": sched.name,
-                        "n": int(sel.sum()),
-                        "simple": json_num(boot.point[0]),
-                        "simple_ci": [json_num(lo[0]), json_num(hi[0])],
-                        "exact": json_num(boot.point[1]),
-                        "exact_ci": [json_num(lo[1]), json_num(hi[1])],
-                        "delta": json_num(boot.point[2]),
-                        "delta_ci": [json_num(lo[2]), json_num(hi[2])],
-                        "delta_se": json_num(se[2]),
-                    }
-                )
+                row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
+                for c, stat in enumerate(("simple", "exact", "delta")):
+                    row[stat] = json_num(boot.point[c])
+                    row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
+                rows.append({**row, "delta_se": json_num(boot.se()[2])})
     return rows
 
 
@@ -214,11 +194,8 @@ def conditional_projection_check(
     rules: Sequence[str | ScoreRule] = ("log",),
     schedules: Sequence[str | WeightSchedule] = ("linear-front",),
 ) -> list[dict[str, Any]]:
-    """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`.
-
-    The left side goes through the branch pairs (s1, s0) mixed with q_hat; the right side
-    scores every branch outcome step by step and averages. They must agree to ~1e-15.
-    """
+    """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`:
+    branch pairs mixed with q_hat against every branch outcome scored step by step (~1e-15 apart)."""
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)

@@ -1,11 +1,6 @@
-"""Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC).
-
-A censored prefix is resumed M times; each branch is one JSON line
-`{"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}`, and
-q_hat_MC is the mean of the valid (clean) branch outcomes. Parse-error branches are excluded and
-counted; other unresolved ones are excluded, or counted as failures / successes (the paper's
-sensitivity analysis). Branches supply outcomes only: the scored forecasts are the source record's.
-"""
+"""Monte Carlo continuation estimates of q_Z (paper, Appendix "q_Z Estimation", direct MC): q_hat_MC
+is the mean clean outcome of a censored prefix's branches, one JSON line each:
+`{"source_trajectory_id": "run-42", "branch": 3, "stop_reason": "clean", "outcome": 1}`."""
 
 from __future__ import annotations
 
@@ -22,8 +17,9 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
+from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.health import HealthLedger
-from tps_tracer.records.arrays import STOP_REASONS, FloatArray, TrajectoryArrays
+from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
 from tps_tracer.records.jsonl import (
     MAX_REPORTED_ERRORS,
     RecordError,
@@ -32,7 +28,7 @@ from tps_tracer.records.jsonl import (
     runs_into_end,
 )
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 
 
 @dataclass(frozen=True)
@@ -150,7 +146,8 @@ class McEstimates:
 def mc_q_z(
     branches: Sequence[ContinuationBranch], min_valid: int = DEFAULT_MIN_VALID, unresolved: str = "exclude"
 ) -> McEstimates:
-    """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix (see the module docstring)."""
+    """q_hat_MC = (1/M_valid) sum_m Y^(m) per source prefix; parse-error branches are excluded and
+    counted, other unresolved ones are excluded or count as failures / successes (`unresolved`)."""
     if unresolved not in UNRESOLVED_POLICIES:
         raise InputError(f"unresolved must be one of {UNRESOLVED_POLICIES}, got {unresolved!r}")
     if min_valid < 1:
@@ -191,12 +188,9 @@ class AttachedQz:
     not_censored: list[str]  # estimate ids whose trajectory is not censored under the policy
 
 
-def attach_q_z(
-    arrays: TrajectoryArrays, estimates: dict[str, float], policy: CensoringPolicy | None = None
-) -> AttachedQz:
+def attach_q_z(arrays: TrajectoryArrays, estimates: dict[str, float]) -> AttachedQz:
     """Arrays whose censored trajectories carry the estimated q_z (others NaN); unusable estimates are listed."""
-    pol = policy or CensoringPolicy()
-    censored = np.array([pol.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code], dtype=bool)
+    _, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     index = {tid: i for i, tid in enumerate(arrays.ids)}
     q_z = np.full(arrays.n, np.nan)
     unmatched, not_censored = [], []
@@ -221,11 +215,9 @@ BRANCH_KEY = "tps_branch"  # the branch number, 0..M-1
 
 
 class ContinuationLog:
-    """The continuation file as a resumable log: one line per finished branch, flushed when the branch
-    ends, so an interrupted resume loses at most the branches in flight and the next call skips the
-    ones done. Opening an existing file checks its lines (a file that is not ours is never
-    overwritten); a last line cut short is removed and counted (malformed / continuation_line_truncated).
-    Lines carry provenance the reader ignores (thread id, checkpoint, wall time)."""
+    """The continuation file as a resumable log: one flushed line per finished branch, so an interrupted
+    resume loses only the branches in flight. An existing file is checked (one not ours is never
+    overwritten); a last line cut short is removed and counted (malformed / continuation_line_truncated)."""
 
     def __init__(self, path: str | os.PathLike[str], health: HealthLedger | None = None):
         self.path = Path(path)

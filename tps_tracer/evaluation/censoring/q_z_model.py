@@ -21,18 +21,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from tps_tracer.constants import DEFAULT_PENALTY
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.calibration import fit_logistic, sigmoid, split_halves
+from tps_tracer.evaluation.calibration import EPS, SD_FLOOR, fit_logistic, logit, sigmoid, split_halves
 from tps_tracer.evaluation.censoring.continuations import McEstimates
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy, Role
+from tps_tracer.evaluation.skipped_predictors import role_masks
+from tps_tracer.records.arrays import TrajectoryArrays
+from tps_tracer.records.stop_reasons import CensoringPolicy
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-
-DEFAULT_PENALTY = 1.0
-_SD_FLOOR = 1e-6
-_EPS = 1e-6
 
 
 def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: IntArray) -> FloatArray:
@@ -56,8 +54,7 @@ def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: I
     if kind == "forecast":
         return values[at]
     if kind == "logit":
-        f = np.clip(values[at], _EPS, 1 - _EPS)
-        return np.log(f) - np.log1p(-f)
+        return logit(values[at])
     start = arrays.offsets[rows]
     csum = np.concatenate(([0.0], np.cumsum(np.nan_to_num(values, nan=0.0))))
     gaps = np.concatenate(([0], np.cumsum(np.isnan(values))))
@@ -85,8 +82,8 @@ class _FoldModel:
 
 def _fit_fold(x: FloatArray, y: FloatArray, w: FloatArray, penalty: float) -> _FoldModel:
     mu = np.average(x, axis=0, weights=w)
-    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), _SD_FLOOR)
-    ybar = float(np.clip(np.average(y, weights=w), _EPS, 1 - _EPS))
+    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), SD_FLOOR)
+    ybar = float(np.clip(np.average(y, weights=w), EPS, 1 - EPS))
     a, beta = fit_logistic((x - mu) / sd, y, w, penalty, intercept0=float(np.log(ybar / (1 - ybar))))
     return _FoldModel(mu, sd, a, beta)
 
@@ -121,17 +118,13 @@ class PlugInResult:
         }
 
 
-def _censored_rows(arrays: TrajectoryArrays, policy: CensoringPolicy) -> IntArray:
-    roles = np.array([policy.role(STOP_REASONS[c]) is Role.CENSORED for c in arrays.stop_code])
-    return np.flatnonzero(roles & (arrays.lengths > 0))
+def _censored_rows(arrays: TrajectoryArrays) -> IntArray:
+    _, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
+    return np.flatnonzero(censored & (arrays.lengths > 0))
 
 
 def _cross_fit(
-    x: FloatArray,
-    y: FloatArray,
-    w: FloatArray,
-    fold: NDArray[np.int8],
-    penalty: float,
+    x: FloatArray, y: FloatArray, w: FloatArray, fold: NDArray[np.int8]
 ) -> tuple[list[_FoldModel], FloatArray]:
     """Two fold models (each fit on the other fold) and out-of-fold predictions for the training rows."""
     models = []
@@ -140,16 +133,16 @@ def _cross_fit(
         train = fold != k
         if not train.any() or not (fold == k).any():
             raise InputError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
-        m = _fit_fold(x[train], y[train], w[train], penalty)
+        m = _fit_fold(x[train], y[train], w[train], DEFAULT_PENALTY)
         oof[fold == k] = m.predict(x[fold == k])
         models.append(m)
     return models, oof
 
 
 def _predict_censored(
-    arrays: TrajectoryArrays, models: list[_FoldModel], features: Sequence[str], policy: CensoringPolicy
+    arrays: TrajectoryArrays, models: list[_FoldModel], features: Sequence[str]
 ) -> tuple[dict[str, float], list[str]]:
-    rows = _censored_rows(arrays, policy)
+    rows = _censored_rows(arrays)
     x = prefix_features(arrays, rows, arrays.lengths[rows], features)
     ok = ~np.isnan(x).any(axis=1)
     pred = np.mean([m.predict(x[ok]) for m in models], axis=0) if ok.any() else np.zeros(0)
@@ -157,17 +150,10 @@ def _predict_censored(
     return dict(zip(ids, pred.tolist(), strict=True)), [arrays.ids[i] for i in rows[~ok]]
 
 
-def fit_q_z_model(
-    arrays: TrajectoryArrays,
-    features: Sequence[str],
-    mc: McEstimates | None = None,
-    penalty: float = DEFAULT_PENALTY,
-    policy: CensoringPolicy | None = None,
-) -> PlugInResult:
+def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstimates | None = None) -> PlugInResult:
     """g(H_Z, Z) applied to every censored prefix. Plug-in (no `mc`): trained on every prefix of the
     complete trajectories, label Y. Hybrid: trained on the MC-audited censored prefixes, soft label
     q_hat_MC; an audited prefix gets the prediction of the fold model that did not see it."""
-    pol = policy or CensoringPolicy()
     if mc is None:
         complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
         if complete.size < 4:
@@ -179,7 +165,7 @@ def fit_q_z_model(
         fold = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))[rows]
     else:
         index = {tid: i for i, tid in enumerate(arrays.ids)}
-        censored = set(_censored_rows(arrays, pol).tolist())
+        censored = set(_censored_rows(arrays).tolist())
         audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
         if len(audited) < 4:
             raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
@@ -192,8 +178,8 @@ def fit_q_z_model(
         fold[order[1::2]] = 1  # alternate in id order
     x = prefix_features(arrays, rows, cuts, features)
     ok = ~np.isnan(x).any(axis=1)
-    models, oof = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), fold[ok], penalty)
-    q_hat, without = _predict_censored(arrays, models, features, pol)
+    models, oof = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), fold[ok])
+    q_hat, without = _predict_censored(arrays, models, features)
     n_ok = int(ok.sum())
     if mc is None:
         return PlugInResult(
