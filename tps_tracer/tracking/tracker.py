@@ -347,10 +347,11 @@ class CaptureWorker:
     ) -> None:
         """Finish a run: the accumulator receives it whole. outcome: known now (a label); grader: run
         on `output` just before the record is written, its verdict (if any) is the outcome."""
-        with self._open_lock:
-            run.held = run.stopping = True
-            run.stop_outcome = outcome
-            self._open[run.tid] = run
+        # No lock: a merge reading `stopping` set finds `stop_outcome` already written (GIL order), one
+        # reading it unset writes `outcome`, which the stop reads too; the dict store is atomic.
+        run.stop_outcome = outcome
+        run.held = run.stopping = True
+        self._open[run.tid] = run
         self._submit(("stop", run, reason, horizon, metadata, grader, output))
 
     def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
@@ -384,9 +385,12 @@ class CaptureWorker:
 
     def _release(self, run: TrajectoryState) -> None:
         """The run's stop is being applied (or dropped): later outcomes go to the accumulator as resolutions."""
-        with self._open_lock:
-            if self._open.get(run.tid) is run:
-                del self._open[run.tid]
+        if self._open.get(run.tid) is run:
+            self._open.pop(run.tid, None)
+        # A merge that found the run before the pop holds the lock: wait for it, then its values are on the run.
+        if self._open_lock.locked():
+            with self._open_lock:
+                pass
 
     def call(self, job: Callable[[], Any], where: str = "job") -> None:
         """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
