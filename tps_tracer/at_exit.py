@@ -1,10 +1,6 @@
-"""At normal interpreter exit, what was captured reaches the file: every adapter and accumulator with a
-sink registers here (weakly); one `atexit` function drains the adapters (open runs recorded `capture_lost`,
-`tps_abandoned: exit`), then closes the accumulators, on a helper thread bounded by `set_timeout` (30 s).
-
-A child made by `os.fork` owns only its own runs: right after the fork every registered object forgets
-the runs open at the fork (counted as ignored `open_at_fork` / `live_at_fork`) and gets fresh locks, so
-the parent's runs are never written twice.
+"""At interpreter exit, what was captured reaches the file: the registered adapters are drained (open runs
+recorded `tps_abandoned: exit`), then the accumulators closed, bounded by `set_timeout` (30 s). A forked
+child forgets the runs open at the fork (counted), so the parent's runs are never written twice.
 """
 
 from __future__ import annotations

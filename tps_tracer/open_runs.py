@@ -1,13 +1,11 @@
-"""`OpenRuns`: a run's lifetime rules, shared by the LangChain handler, the span processor and the
-accumulator's live store. Standard library only, below them all (the capture path's import stays light).
+"""`OpenRuns`: a run's lifetime rules, shared by both adapters and the accumulator's live store; not
+thread-safe (called under the owner's lock).
 
-- Idle: a run with no event for `idle_timeout` s is finished early (abandoned: idle) by its owner's sweep.
-- Paused is not idle: a run stopped at LangGraph's `interrupt()` waits, out of the idle sweep, for a run
-  naming its trajectory id (else its thread) to resume it, up to `pause_timeout` s (a week by default:
-  an approval may wait out a weekend); one that nothing could resume is not kept.
-- Late events: the keys of runs finished early are remembered for GONE_MEMORY idle timeouts (by age,
-  never by count): an event for one is dropped and counted, never opening a new run.
-Not thread-safe: every call is made under the owner's lock.
+- Idle: a run with no event for `idle_timeout` s is finished early (abandoned: idle) by the owner's sweep.
+- Paused (LangGraph's `interrupt()`) is not idle: it waits for a run naming its trajectory id (else its
+  thread) up to `pause_timeout` s (a week: an approval may wait out a weekend).
+- Late events: keys of runs finished early are remembered GONE_MEMORY idle timeouts; their events are
+  dropped and counted, never opening a new run.
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ class OpenRuns(Generic[R]):
         self.gone: OrderedDict[Hashable, float] = OrderedDict()  # finished early: key -> when (oldest first)
 
     def pause(self, tid: str, thread: Any, run: R, now: float, *, by_id: bool = True) -> bool:
-        """Keep `run` for its resume; by_id: whether a later run can name `tid` (not a trace id's). False
-        when nothing could resume it: the caller finishes it."""
+        """Keep `run` for its resume (by_id: a later run can name `tid`); False when nothing could resume it."""
         if not by_id and thread is None:
             return False
         self._paused.pop(tid, None)  # re-inserted: the oldest pause stays first
@@ -68,7 +65,7 @@ class OpenRuns(Generic[R]):
         return True
 
     def resume(self, tid: str | None, thread: Any = None) -> R | None:
-        """The paused run a new run continues (same trajectory id, else same thread), taken out of the paused ones."""
+        """The paused run a new run continues (same trajectory id, else same thread), unpaused."""
         if not self._paused:
             return None
         if tid is None or tid not in self._paused:
@@ -113,7 +110,7 @@ class OpenRuns(Generic[R]):
         return len(self._paused)
 
     def forget_all(self) -> int:
-        """A forked child's copy: the paused and gone runs are the parent's; how many paused were dropped."""
+        """A forked child's copy: the runs are the parent's; how many paused were dropped."""
         n = len(self._paused)
         self._paused.clear()
         self._threads.clear()
@@ -127,10 +124,6 @@ class OpenRuns(Generic[R]):
     def remember_gone(self, keys: Iterable[Hashable], now: float) -> None:
         for key in keys:
             self.gone[key] = now
-
-    def forget_gone(self, key: Hashable) -> None:
-        """The run's end was seen: nothing more will come from it."""
-        self.gone.pop(key, None)
 
     def expire(self, now: float) -> None:
         """Forget the runs finished early more than GONE_MEMORY idle timeouts ago."""

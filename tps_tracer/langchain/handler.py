@@ -1,10 +1,6 @@
-"""`TPSCallbackHandler`: LangChain's callbacks translated into the trajectory core's calls
-(`tracking/tracker.py`; what a run says: `run_reading.py`).
-
-A trajectory is the root run of an invocation (id: its `tps_trajectory_id` metadata, else the root run
-id); a nested run naming another id is one of its own; model calls outside any run naming an id (a
-hand-written loop) form one that `declare_stop` ends. Not `run_inline`: an inline handler changes
-what other callbacks receive (langchain issue 39633).
+"""`TPSCallbackHandler`: LangChain's callbacks translated into the trajectory core's calls. A trajectory
+is an invocation's root run (id: `tps_trajectory_id`, else the root run id), or model calls outside any run
+naming one id (a hand-written loop, ended by `declare_stop`). Not `run_inline`: langchain issue 39633.
 """
 
 from __future__ import annotations
@@ -122,8 +118,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._closed_streams: OrderedDict[str, None] = OrderedDict()
 
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
-        """Fix a trajectory's stop reason; a trajectory with no root run (a hand-written loop) is
-        finished now. An unknown reason raises ValueError (your code calls this, not the agent)."""
+        """Fix a trajectory's stop reason; one with no root run (a hand-written loop) is finished now.
+        An unknown reason raises ValueError (your code calls this, not the agent)."""
         reason = StopReason(reason)
         try:
             with self._lock:
@@ -154,10 +150,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @contextmanager
     def budget(self, target: str | MutableMapping[str, Any], max_steps: int) -> Iterator[StreamBudget]:
-        """Your own step budget around a `graph.stream(...)` loop: `with handler.budget(config,
-        max_steps=N) as b:` and `if b.exhausted: break`; a run whose stream you close inside the block
-        is recorded as max_steps with horizon N (censored), not `other` (LangGraph's GeneratorExit).
-        target: the run config (its metadata's trajectory id, set when missing) or the trajectory id."""
+        """Your own step budget around a `graph.stream(...)` loop: `with handler.budget(config, max_steps=N)
+        as b:` and `if b.exhausted: break`; a stream closed inside is recorded max_steps, horizon N (not
+        `other`). target: the run config (its trajectory id set when missing) or the trajectory id."""
         budget = StreamBudget(budget_trajectory_id(target, self.trajectory_id_key), check_max_steps(max_steps))
         with self._lock:
             self._budgets[budget.trajectory_id] = budget
@@ -197,7 +192,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         return n
 
     def _open_runs(self) -> list[_Run]:
-        """Every open trajectory once, oldest first. Under the lock."""
+        """Every open trajectory once, oldest first (under the lock)."""
         return list({id(r): r for r in (*self._runs.values(), *self._by_tid.values())}.values())
 
     @property
@@ -219,12 +214,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._end(run, outputs=None, error=None, abandoned=why)
 
     def _trajectory_id(self, metadata: Mapping[str, Any] | None) -> str | None:
-        """The id the run's metadata names; None for none, or an empty / blank one."""
+        """The id the metadata names; None for none or a blank one."""
         wanted = metadata.get(self.trajectory_id_key) if isinstance(metadata, Mapping) else None
         return str(wanted) if wanted is not None and str(wanted).strip() else None
 
     def _open(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None, now: float) -> None:
-        """The trajectory a new chain run belongs to: its parent's, a paused one it resumes, or a new one."""
+        """A new chain run joins its parent's trajectory, resumes a paused one, or opens one."""
         parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
         wanted = self._trajectory_id(metadata)
         if parent is not None and (wanted is None or wanted == parent.state.tid):
@@ -250,36 +245,34 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         self._runs[run_id] = run
         self._by_tid[tid] = run
 
-    def _pause(self, run: _Run) -> None:
+    def _pause(self, run: _Run, run_id: UUID) -> None:
         """The root of an interrupted run ended: keep the trajectory for its resume."""
-        for rid in run.run_ids:
-            self._runs.pop(rid, None)
-            self._streamed.pop(rid, None)
-        self.tracker.commit(run.state)  # the output before the interrupt was not rejected by a parser
-        run.root, run.run_ids, run.interrupted = None, [], False
-        self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run, self._clock())
+        with self._lock:
+            if self._root(run_id) is not run:
+                return
+            for rid in run.run_ids:
+                self._runs.pop(rid, None)
+                self._streamed.pop(rid, None)
+            self.tracker.commit(run.state)  # the output before the interrupt was not rejected by a parser
+            run.root, run.run_ids, run.interrupted = None, [], False
+            self._lifetimes.pause(run.state.tid, run.state.metadata.get("thread_id"), run, self._clock())
 
     def _late(self, run_id: UUID | None, child: UUID | None = None) -> bool:
-        """Whether `run_id` belongs to a trajectory finished early (the event is dropped, counted); a
-        `child` starting under it is remembered as gone too. Takes the lock."""
+        """Whether `run_id` is of a trajectory finished early (event dropped, counted; a `child` under it
+        is remembered as gone too). Takes the lock."""
         if run_id is None or run_id not in self._lifetimes.gone:
             return False
         with self._lock:
             if child is not None:
                 self._lifetimes.remember_gone([child], self._clock())
             else:
-                self._lifetimes.forget_gone(run_id)  # its end: nothing more will come from it
+                self._lifetimes.gone.pop(run_id, None)  # its end: nothing more will come from it
         self._count_late()
         return True
 
     def _root(self, run_id: UUID) -> _Run | None:
         run = self._runs.get(run_id)
         return run if run is not None and run.root == run_id else None
-
-    def _mark_malformed(self, run_id: UUID | None) -> None:
-        run = self._runs.get(run_id) if run_id is not None else None
-        if run is not None and run.state.pending is not None:
-            run.state.pending_malformed = True
 
     @never_raises("on_chain_start")
     def on_chain_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
@@ -302,9 +295,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._root(run_id)
         if run is not None and run.interrupted:
-            with self._lock:
-                if self._root(run_id) is run:
-                    self._pause(run)
+            self._pause(run, run_id)
         elif run is not None:
             self._end(run, outputs=outputs, error=None)
         elif not self._late(run_id):
@@ -321,9 +312,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         interrupt = is_interrupt(type(error))
         run = self._root(run_id)
         if run is not None and (interrupt or run.interrupted):
-            with self._lock:
-                if self._root(run_id) is run:
-                    self._pause(run)
+            self._pause(run, run_id)
         elif run is not None:
             self._end(run, outputs=None, error=error)
         elif interrupt:
@@ -336,14 +325,16 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 inner = self._runs.get(run_id)
                 if inner is not None:
                     inner.model_nodes.discard(run_id)
-                if is_parse_failure(error):
-                    self._mark_malformed(run_id)
+                    if is_parse_failure(error) and inner.state.pending is not None:
+                        inner.state.pending_malformed = True
 
     @never_raises("on_agent_action")
     def on_agent_action(self, action: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if getattr(action, "tool", None) == PARSE_RETRY_TOOL:
             with self._lock:
-                self._mark_malformed(run_id)
+                run = self._runs.get(run_id)
+                if run is not None and run.state.pending is not None:
+                    run.state.pending_malformed = True
 
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
         if self._late(parent_run_id, child=run_id):

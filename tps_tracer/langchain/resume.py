@@ -1,12 +1,6 @@
-"""q_Z from real continuations: resume censored LangGraph runs from their checkpoints M times and
-average the branch outcomes, the paper's direct estimator q_hat_MC = (1/M) sum_m Y^(m).
-
-Each branch forks at the newest checkpoint of the run's thread that still had work to do (skipping
-checkpoints tagged with another trajectory id), runs under the original step limit (the record's
-horizon) unless `budget` sets a recursion_limit, and is appended to the continuation file, which is
-the bookkeeping: a branch already in it is never rerun. A grader whose first parameter is annotated
-as a message gets the final message; an unannotated one that raises on the state gets it once more
-(counted: grader_given_message).
+"""q_Z from real continuations: resume censored LangGraph runs from their checkpoints M times, the paper's
+q_hat_MC = (1/M) sum_m Y^(m). Each branch forks at the run's newest checkpoint with work left and is
+appended to the continuation file, the bookkeeping (a branch in it is never rerun).
 """
 
 from __future__ import annotations
@@ -44,13 +38,13 @@ THREAD_KEY = "thread_id"  # where the handler puts the run's LangGraph thread in
 
 
 def branch_thread_id(source_thread: str, trajectory_id: str, branch: int) -> str:
-    """The thread of branch m: distinct per (source run, m), stable across resumed calls."""
+    """Distinct per (source run, m), stable across resumed calls."""
     return f"{source_thread}#{trajectory_id}#branch-{branch}"
 
 
 @dataclass
 class ResumeSummary:
-    """What one `resume_continuations` call did (every branch is in exactly one count)."""
+    """What one `resume_continuations` call did (every branch in exactly one count)."""
 
     censored: int = 0  # censored records seen
     prefixes: int = 0  # censored records with a fork point
@@ -79,8 +73,7 @@ class ResumeSummary:
             warnings=list(self.warnings),
             seconds=round(self.seconds, 3),
         )
-        # latency: one branch's wall time (fork, run, grading), inflated by its neighbours when
-        # branches run concurrently; throughput: the call's wall time per branch run.
+        # Latency (inflated by concurrent neighbours), then throughput.
         out["seconds_per_branch"] = round(self.branch_seconds / ran, 4) if ran else None
         out["wall_seconds_per_branch"] = round(self.seconds / ran, 4) if ran else None
         return out
@@ -99,7 +92,7 @@ class BranchStepBudgetExceeded(RuntimeError):
 
 
 class _StepCap(BaseCallbackHandler):
-    """Stops a branch at its (limit+1)-th model call: raise_error makes LangChain raise it into the graph."""
+    """Stops a branch at its (limit+1)-th model call (raise_error: LangChain raises it into the graph)."""
 
     raise_error = True
 
@@ -120,8 +113,7 @@ class _StepCap(BaseCallbackHandler):
 
 
 class _QuietStepCap(logging.Filter):
-    """LangChain logs every exception a callback raises, even a deliberate one (raise_error): the
-    step cap's stop is the branch's stop reason, recorded in the continuation file, not an error."""
+    """LangChain logs every exception a callback raises; the step cap's is the branch's stop reason."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
@@ -142,8 +134,7 @@ def _with_cap(callbacks: Any, cap: _StepCap) -> Any:
 
 
 def _wants_message(grader: Grader) -> bool | None:
-    """True: the grader's first parameter is annotated as a message (or str); False: as anything
-    else; None: not annotated (or not inspectable)."""
+    """Whether the grader's first parameter is annotated as a message (or str); None: not annotated."""
     try:
         fn = grader if inspect.isfunction(grader) or inspect.ismethod(grader) else grader.__call__  # type: ignore[operator]
         params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
@@ -174,9 +165,8 @@ class _Saver:
         return await asyncio.to_thread(getattr(owner, name), *args)
 
     async def fork_point(self, thread: str, trajectory_id: str) -> Any | None:
-        """The newest checkpoint of this run that still had work to do, one `list(limit=1)` call at a time:
-        values are deserialised only when reached, and no listing is open when `get_state` runs
-        (SqliteSaver holds its lock while a listing is iterated)."""
+        """The newest checkpoint of this run with work left, one `list(limit=1)` at a time (SqliteSaver
+        holds its lock while a listing is iterated, and `get_state` runs in between)."""
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         before = None
         while True:
@@ -222,7 +212,7 @@ async def _call(grader: Grader, value: Any) -> int:
 
 
 async def _grade(grader: Grader, state: Any, wants_message: bool | None, summary: ResumeSummary) -> int:
-    """The grader's verdict on a clean branch, given the state or the final message (module docstring)."""
+    """A clean branch's verdict: an unannotated grader that raises on the state gets the final message."""
     if wants_message:
         return await _call(grader, final_message(state))
     try:
@@ -251,23 +241,14 @@ async def aresume_continuations(
 ) -> ResumeSummary:
     """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
 
-    graph: the compiled LangGraph graph the runs were made with, compiled with the same
-    checkpointer (InMemorySaver, SqliteSaver, AsyncSqliteSaver, ...).
-    records: the handler's trajectory records (a list or a JSON Lines path); only censored
-    ones (max_steps under `policy`) with a `thread_id` in their metadata are resumed.
-    out: the continuation file (created or extended; branches already in it are skipped).
-    grader: a clean branch's final state values -> 0/1 or bool (sync or async); a grader
-    whose first parameter is annotated as a message gets the final message, like the
-    handler's grader (module docstring).
-    budget: None (default): each branch may make as many model calls as the original run's
-    step limit (the record's horizon), counted from the fork; an integer: the branches'
-    LangGraph recursion_limit instead (fresh, counted from the fork).
-    config: extra run config for the branches (callbacks, configurable keys, ...).
-    concurrency: branches in flight at once. progress: called with 1 after each branch.
-    health: the ledger that counts what was skipped or failed (default: a new one).
-
-    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat. Inside a running
-    event loop await this; elsewhere call `resume_continuations` (the same arguments).
+    graph: compiled with the runs' checkpointer. records: the handler's records (a list or a JSON Lines
+    path); censored ones with a `thread_id` are resumed. out: the continuation file (extended).
+    grader: a clean branch's final state -> 0/1 (sync or async); one whose first parameter is annotated
+    as a message gets the final message. budget: None, the original run's step limit (its horizon)
+    counted from the fork; an integer, the branches' recursion_limit. config: extra run config.
+    concurrency: branches in flight. progress: called with 1 per branch. health: counts what failed.
+    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat (outside an event loop:
+    `resume_continuations`).
     """
     if branches < 1:
         raise InputError("branches must be >= 1")
@@ -332,8 +313,7 @@ async def aresume_continuations(
             t0 = time.perf_counter()
             thread = branch_thread_id(p.thread_id, p.trajectory_id, m)
             try:
-                # A thread left by an interrupted attempt is dropped, so the branch restarts
-                # at the fork (and, seeded by its thread id, replays the same draws).
+                # A thread left by an interrupted attempt is dropped: the branch restarts at the fork.
                 await ops.call(ops.saver, "delete_thread", thread)
                 ckpt = p.fork.checkpoint
                 target = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}

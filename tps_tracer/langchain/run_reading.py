@@ -1,5 +1,5 @@
-"""What a LangChain run says: how its root ended (stop reason), the caller's budget on its stream,
-a model call's output, and the OpenTelemetry span it joins; the handler only translates events."""
+"""What a LangChain run says: how its root ended, the caller's budget on its stream, a model call's
+output, the OpenTelemetry span it joins."""
 
 from __future__ import annotations
 
@@ -23,12 +23,8 @@ from tps_tracer.tracking.keys import RUN_ID_KEY
 TRACE_ID_KEY, SPAN_ID_KEY = "otel_trace_id", "otel_span_id"  # the span processor's names, so records join traces
 
 
-# ---------------------------------------------------------------- why a run stopped, from its root's end
-
-
 def exception_names(exc: BaseException) -> list[str]:
-    """Class names of an exception's chain (outermost first); subclasses of LangChain's parser / tool
-    exceptions are named as their base too."""
+    """Class names of an exception's chain (outermost first), LangChain's parser / tool bases added."""
     chain: list[BaseException] = []
     e: BaseException | None = exc
     while e is not None and e not in chain and len(chain) < 8:
@@ -62,8 +58,8 @@ def final_message(outputs: Any) -> Any:
 
 
 def classify_output(outputs: Any) -> tuple[StopReason | None, str]:
-    """Stop reason a root run's normal return signals (a budget text, a final message with only invalid
-    tool calls, a final error ToolMessage), or None when it looks clean."""
+    """Stop reason a root run's return signals (budget text, only invalid tool calls, an error ToolMessage);
+    None when it looks clean."""
     last = final_message(outputs)
     text = last if isinstance(last, str) else None
     if isinstance(last, BaseMessage):
@@ -75,9 +71,6 @@ def classify_output(outputs: Any) -> tuple[StopReason | None, str]:
     if isinstance(last, ToolMessage) and last.status == "error":
         return StopReason.TOOL_ERROR, "error ToolMessage"
     return None, ""
-
-
-# ---------------------------------------------------------------- the caller's own budget on a stream
 
 
 @dataclass
@@ -117,9 +110,6 @@ def budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> st
     return str(tid)
 
 
-# ---------------------------------------------------------------- the OpenTelemetry span a run joins
-
-
 def _span_ids(span: Any) -> dict[str, str] | None:
     context = span.get_span_context()
     if not context.is_valid:
@@ -128,23 +118,20 @@ def _span_ids(span: Any) -> dict[str, str] | None:
 
 
 def current_span_ids() -> dict[str, str] | None:
-    """The current span's ids; OpenTelemetry unloaded means no span can be current (never imported here)."""
+    """The current span's ids; OpenTelemetry unloaded: none (never imported here)."""
     trace = sys.modules.get("opentelemetry.trace")
     return None if trace is None else _span_ids(trace.get_current_span())
 
 
 def instrumentor_span_ids(run_id: object) -> dict[str, str] | None:
-    """The span OpenInference's instrumentor opened for `run_id` (it never makes its spans current),
-    which the span processor links the run to; it exists by the run's first model call."""
+    """The span OpenInference's instrumentor opened for `run_id` (never made current); exists by the
+    run's first model call."""
     module = sys.modules.get("openinference.instrumentation.langchain")
     if module is None:
         return None
     tracer = getattr(module.LangChainInstrumentor(), "_tracer", None)  # a singleton; None when not instrumented
     span = tracer.get_span(run_id) if tracer is not None else None
     return None if span is None else _span_ids(span)
-
-
-# ---------------------------------------------------------------- a model call's output
 
 
 def n_entries(logprobs: Any) -> int:
@@ -201,8 +188,7 @@ def final_text(outputs: Any) -> str | None:
 
 
 def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
-    """A streamed chunk's logprob entries (one each), kept in case the final result has fewer tokens
-    (none, or only the last chunk's, as LangGraph's v3 stream events do)."""
+    """A streamed chunk's logprob entries, kept in case the final result has fewer (LangGraph's v3 events)."""
     if logprobs is None and chunk is not None:
         logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
         if logprobs is None:
@@ -215,8 +201,7 @@ def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
 
 
 def record_extra(trace_ids: dict[str, str] | None, root: Any, thread: Any) -> dict[str, Any] | None:
-    """What the handler adds to a record: the OTel span it joins, the root run of the invocation that
-    ended it (a resumed run's last one), LangGraph's checkpointer thread (where it can be resumed)."""
+    """The OTel span the record joins, the root run of the invocation that ended it, LangGraph's thread."""
     extra: dict[str, Any] = dict(trace_ids or {})
     if root is not None:
         extra[RUN_ID_KEY] = str(root)

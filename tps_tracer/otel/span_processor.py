@@ -1,8 +1,6 @@
-"""`TPSSpanProcessor`: OpenTelemetry spans translated into the trajectory core's calls (what spans say:
-`span_reading.py`). A trajectory is the spans under a local root (or the span `root_matcher` picks);
-root-level model calls naming one trajectory id form one, ended by `declare_stop`. A root that ends
-before its children is finished when the last ends, or ROOT_ENDED_GRACE s after its last span event
-(asyncio cancellation leaves a model span open forever). on_start / on_end only hand the span to the worker.
+"""`TPSSpanProcessor`: OpenTelemetry spans translated into the trajectory core's calls, on the worker. A
+trajectory is the spans under a local root (or `root_matcher`'s), or root-level model calls naming one id
+(ended by `declare_stop`). A root ended before its children waits ROOT_ENDED_GRACE s (asyncio cancellation).
 """
 
 from __future__ import annotations
@@ -88,8 +86,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         max_block: float = tracker.DEFAULT_MAX_BLOCK,
         verbal_scale: str | None = None,
     ):
-        """capture=False only records where each root span is (`links`), for exporters when the handler
-        captures. The other options are TPSCallbackHandler's; more than `max_open_traces` only warns."""
+        """capture=False only records root spans (`links`) for exporters, when the handler captures. The
+        other options are TPSCallbackHandler's; more than `max_open_traces` only warns."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
         self.accumulator = accumulator
@@ -111,8 +109,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._end_job = self._track_end
 
     def declare_stop(self, trajectory_id: str, reason: str | StopReason, horizon: int | None = None) -> None:
-        """End a trajectory of root-level model calls grouped by `tps_trajectory_id` (a plain loop), on the
-        worker after every span handed off before. An unknown reason raises ValueError."""
+        """End a trajectory of root-level model calls grouped by `tps_trajectory_id` (a plain loop), after
+        the spans handed off before. An unknown reason raises ValueError."""
         stop = StopReason(reason)
         self.feeder.call(lambda: self._declare(trajectory_id, stop, horizon), "declare_stop")
 
@@ -121,12 +119,11 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         return self.feeder.flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
-        """Finish the traces and grouped trajectories still open (as abandoned) and stop the worker."""
+        """Finish the runs still open (abandoned) and stop the worker."""
         self._finish_open("shutdown")
         self.feeder.close(None)
 
     def _finish_open(self, why: str, timeout: float | None = None) -> int:
-        """Queue the end of every run still open, abandoned (`why`); how many."""
         if self.feeder.closed:
             return 0
         self.feeder.flush(timeout)  # the spans handed off so far
@@ -162,7 +159,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         self._handoff((tracker.APPLY, self._end_job, span))
 
     def _dropped(self, event: tuple[Any, ...]) -> None:
-        """A span event given up (counted by the worker): mark its trace, in order, on the worker."""
+        """A span event given up (counted): mark its trace lost, in order."""
         self.feeder.mark((tracker.APPLY, self._mark_lost, event[2].context.trace_id))
 
     def _mark_lost(self, trace_id: int) -> None:
@@ -222,7 +219,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             if st is None:
                 if trace_id in self._lifetimes.gone:
                     if is_root:
-                        self._lifetimes.forget_gone(trace_id)  # the run's end: nothing more will come from it
+                        self._lifetimes.gone.pop(trace_id, None)  # the run's end: nothing more will come from it
                     self._count_late()
                 else:
                     self.health.count("ignored", "late_llm_spans" if llm else "late_spans")
@@ -255,7 +252,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             self.sweep()
 
     def _detach(self, trace_id: int, st: _Trace) -> _Trace:
-        """Under the lock: take a finished run out of its trace (kept open in root_matcher mode)."""
+        """Under the lock: a finished run out of its trace (kept open in root_matcher mode)."""
         if self.root_matcher is None or st.open <= 0:
             del self._traces[trace_id]
             return st
@@ -266,8 +263,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         return done
 
     def _take_idle(self, now: float) -> list[Any]:
-        """Idle traces and grouped trajectories; a trace whose root ended, ROOT_ENDED_GRACE s after its
-        last span event (paused runs are not in _traces: never idle)."""
+        """Idle traces and grouped runs; a trace whose root ended after ROOT_ENDED_GRACE s (paused: never)."""
         lifetimes = self._lifetimes
         grace = tighter(ROOT_ENDED_GRACE, lifetimes.idle_timeout) or ROOT_ENDED_GRACE
         idle: list[Any] = []
@@ -292,8 +288,8 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             )
 
     def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
-        """A trace taken out before its last span ended: without a model call only counted; with its root
-        ended, finished from its root (not abandoned), its unended spans counted."""
+        """A trace taken out early: without a model call only counted; with its root ended, finished from
+        it (not abandoned), its unended spans counted."""
         if st.root is None and not st.llm:
             self.health.count("abandoned", why)
             return

@@ -1,20 +1,13 @@
-"""The framework-free trajectory core under both adapters: one record per run (`TrajectoryState`),
-the rules that turn model calls into steps and a stop, and what every adapter shares (`TrackedAdapter`).
+"""The framework-free trajectory core under both adapters: one record per run (`TrajectoryState`), the
+rules that turn model calls into steps and a stop, the capture worker, and what adapters share.
 
-The rules:
-- **Steps and repairs** (`decide_call`): well-formed output is a step; malformed output (only invalid
-  tool calls, a parser that rejected it, AgentExecutor's `_Exception` retry, an answer create_agent
-  discarded) is a repair. Parse errors follow the agent's own retries (the paper: malformed output
-  *after the harness's retries*); a `repair_budget` imposes a harness budget: one more malformed output
-  in a row fixes parse_error ("repairs exhausted"). A failed call counts toward the calls made, never
-  as a step; one whose client could not parse the output (JSONDecodeError) is a repair.
-- **Stop precedence** (`decide_stop`): abandoned > a stop fixed during the run (declared, or repairs
-  exhausted) > what the run's end shows. A clean-looking end right after malformed output is
-  parse_error; right after a failed model call, that failure.
-- **The horizon rule** for max_steps: T = max(the budget, a declared horizon, the calls made). A stop
-  the run's end shows takes the budget that stopped it (its stated limit, else the calls it allowed);
-  a declared one takes `tps_horizon`, else the adapter's default. A label that is not a whole number
-  in [1, MAX_HORIZON] is ignored and counted (rejected: invalid_horizon_label).
+- Steps (`decide_call`): malformed output is a repair, following the agent's own retries (the paper:
+  malformed *after the harness's retries*); past `repair_budget` in a row it fixes parse_error. A failed
+  call counts as a call made, never a step.
+- Stop precedence (`decide_stop`): abandoned > a stop fixed during the run > what the run's end shows; a
+  clean-looking end right after malformed output is parse_error, after a failed call that failure.
+- Horizon for max_steps: T = max(the budget, a declared horizon, the calls made); a label that is not a
+  whole number in [1, MAX_HORIZON] is ignored and counted (invalid_horizon_label).
 """
 
 from __future__ import annotations
@@ -61,9 +54,7 @@ CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 
 
 @dataclass(frozen=True)
-class FixedStop:
-    """A stop reason fixed before the run ends: declared by the user, or repairs exhausted."""
-
+class FixedStop:  # declared by the user, or repairs exhausted
     reason: StopReason
     horizon: int | None = None
     detail: str = "declared"
@@ -79,8 +70,6 @@ class StopDecision:
 
 @dataclass
 class TrajectoryState:
-    """One run's record on the capture side: its calls, steps, stop and the outcomes known so far."""
-
     tid: str
     metadata: Mapping[str, Any] = field(default_factory=dict)  # the run's own metadata (user keys)
     n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
@@ -93,15 +82,13 @@ class TrajectoryState:
     last_tool_failed: bool = False  # a tool failed after the last model call
     last_call_failed: tuple[StopReason, str] | None = None  # the last model call raised: what it said
     fixed: FixedStop | None = None
-    # The last model call that returned, held until the next call or the run's end (a parser may
-    # still reject it): `TrajectoryTracker.commit`.
+    # The last call that returned, held until the next call or the run's end (a parser may reject it).
     pending: RawStep | None = None
     pending_malformed: bool = False
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
     capture_lost: str | None = None  # why an event of this run never reached the accumulator
     steps: list[dict[str, float | None]] = field(default_factory=list)  # forecasts, appended on the worker
-    # Outcome / q_Z recorded before the stop, and those the stop carries; guarded by the worker's
-    # lock while `held` (CaptureWorker.resolve).
+    # Outcome / q_Z recorded before the stop, and those the stop carries (CaptureWorker._merge_into_run).
     outcome: int | None = None
     q_z: float | None = None
     held: bool = False
@@ -114,7 +101,7 @@ class TrajectoryState:
             self.capture_lost = why
 
     def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
-        """Decide a model call that returned; True when it is a step to score."""
+        """True when the model call that returned is a step to score."""
         self.n_calls += 1
         self.last_tool_failed = False
         self.last_call_failed = None
@@ -132,8 +119,7 @@ class TrajectoryState:
         return True
 
     def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
-        """Fix the stop reason now; the first fixed stop wins."""
-        if self.fixed is None:
+        if self.fixed is None:  # the first fixed stop wins
             self.fixed = FixedStop(reason, horizon, detail)
 
     def tool_failed(self, ended_run: bool = True) -> None:
@@ -143,7 +129,7 @@ class TrajectoryState:
 
 
 def whole_number(value: Any) -> int | None:
-    """A step budget read from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
+    """A step budget from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
     return valid_horizon(value, labels=True)
 
 
@@ -166,7 +152,6 @@ def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) 
 def decide_stop(
     state: TrajectoryState, observed: tuple[StopReason, str], budget: int | None, abandoned: str | None = None
 ) -> StopDecision:
-    """The stop reason and horizon of a finished trajectory (precedence: the module docstring)."""
     if abandoned is not None:
         return StopDecision(StopReason.CAPTURE_LOST, None, f"abandoned: {abandoned}", abandoned)
     if state.fixed is not None:
@@ -189,8 +174,7 @@ def decide_stop(
 
 
 def user_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
-    """The JSON-safe scalars the user attached to the run (bounded), and how many entries were left
-    out; tps_* keys and the frameworks' own (FRAMEWORK_PREFIXES) are skipped silently."""
+    """The user's JSON-safe scalars (bounded) and how many were left out; FRAMEWORK_PREFIXES skipped silently."""
     kept: dict[str, Any] = {}
     dropped = 0
     for key, value in metadata.items():
@@ -249,26 +233,22 @@ def record_metadata(
     return md
 
 
-# The capture worker: raw model outputs in, forecasts onto the run's record, the finished run into the
-# accumulator in one call, on one background thread off the agent's path. Bounded with backpressure and
-# never dropping (an evaluator that drops runs scores the survivors): only an event given up after
-# `max_block` seconds is counted (queue_full) and marks its run capture_lost.
+# The capture worker: forecasts extracted off the agent's path, the finished run into the accumulator in
+# one call. Backpressure, never dropping (an evaluator that drops runs scores the survivors): only an event
+# given up after `max_block` s is counted (queue_full) and marks its run capture_lost.
 
-# A live calibration map per predictor; its output is recorded as "<predictor>+cal".
 Calibration = Mapping[str, Callable[[float], float]]
 CALIBRATED_SUFFIX = "+cal"
 APPLY = "apply"  # event kind of `handoff()`: (APPLY, fn, arg)
 DEFAULT_MAX_QUEUE_SIZE = 16_384  # events: steps and span events waiting for the worker
 DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is given up (marked lost)
-_HEAVY = frozenset({"step", APPLY})
-# Steps extracted together at most (one numpy pass); small, as the GIL is handed back only between batches.
-STEP_BATCH = 4
-_NOTHING = object()  # the kinds bounded by the queue (their callers wait for room)
+_HEAVY = frozenset({"step", APPLY})  # the kinds bounded by the queue (their callers wait for room)
+STEP_BATCH = 4  # steps extracted in one numpy pass; small, as the GIL is handed back only between batches
+_NOTHING = object()
 
 
 class _StartsOnFirstPut(queue.SimpleQueue[Any]):
-    """A forked child's queue until its first event, which starts the child's worker (`handoff`'s put
-    checks no thread: the hottest path stays a size check and a put)."""
+    """A forked child's queue until its first event starts the child's worker (`handoff`'s put checks no thread)."""
 
     def __init__(self, worker: CaptureWorker):
         super().__init__()
@@ -306,11 +286,11 @@ class CaptureWorker:
         self.max_block = max_block
         self.waits = 0  # events whose caller waited for room (backpressure), and for how long in all
         self.waited_seconds = 0.0
-        # Runs with a step or stop submitted whose record the accumulator has not received yet:
-        # an outcome recorded meanwhile lands on the record (one line per run).
+        # Runs with a step or stop submitted, not yet in the accumulator: an outcome recorded meanwhile
+        # lands on their record (one line per run).
         self._open: dict[str, TrajectoryState] = {}
         self._open_lock = threading.Lock()
-        self._closed = False
+        self.closed = False
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -319,17 +299,10 @@ class CaptureWorker:
             os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
 
     @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
     def errors(self) -> dict[str, int]:
         return self.health.category("error")
 
-    # ------------------------------------------------------------------ submission (any thread)
-
     def step(self, run: TrajectoryState, raw: RawStep) -> None:
-        """Queue a step of `run`; a step given up marks the run lost."""
         if not run.held:  # one dict store, atomic: the lock guards the record's outcome fields only
             run.held = True
             self._open[run.tid] = run
@@ -345,12 +318,12 @@ class CaptureWorker:
         grader: Callable[[Any], Any] | None = None,
         output: Any = None,
     ) -> None:
-        """Finish a run: the accumulator receives it whole. outcome: known now (a label); grader: run
-        on `output` just before the record is written, its verdict (if any) is the outcome."""
-        with self._open_lock:
-            run.held = run.stopping = True
-            run.stop_outcome = outcome
-            self._open[run.tid] = run
+        """The accumulator receives the run whole; `grader(output)`, run just before, overrides `outcome`."""
+        # No lock: a merge reading `stopping` set finds `stop_outcome` already written (GIL order), one
+        # reading it unset writes `outcome`, which the stop reads too; the dict store is atomic.
+        run.stop_outcome = outcome
+        run.held = run.stopping = True
+        self._open[run.tid] = run
         self._submit(("stop", run, reason, horizon, metadata, grader, output))
 
     def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
@@ -359,42 +332,42 @@ class CaptureWorker:
         self._submit(("resolve", trajectory_id, outcome, q_z))
 
     def _merge_into_run(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
-        """Put the values on a run the accumulator has not received (one record, no resolution line); a
-        value differing from one the queued stop carries stays a resolution after it."""
+        """Put the values on a run not yet in the accumulator (one record); a value differing from the
+        queued stop's stays a resolution after it."""
         with self._open_lock:
             run = self._open.get(trajectory_id)
             if run is None:
                 return False
-            if run.stopping:
-                if (outcome is not None and run.stop_outcome not in (None, outcome)) or (
-                    q_z is not None and run.stop_q_z not in (None, q_z)
-                ):
-                    return False
-                run.stop_outcome = run.stop_outcome if outcome is None else outcome
-                run.stop_q_z = run.stop_q_z if q_z is None else q_z
+            stopping = run.stopping
+            outcome_field, q_z_field = ("stop_outcome", "stop_q_z") if stopping else ("outcome", "q_z")
+            known, known_q_z = getattr(run, outcome_field), getattr(run, q_z_field)
+            if (outcome is None or known in (None, outcome)) and (q_z is None or known_q_z in (None, q_z)):
+                setattr(run, outcome_field, known if outcome is None else outcome)
+                setattr(run, q_z_field, known_q_z if q_z is None else q_z)
                 return True
-            if (outcome is None or run.outcome in (None, outcome)) and (q_z is None or run.q_z in (None, q_z)):
-                run.outcome = run.outcome if outcome is None else outcome
-                run.q_z = run.q_z if q_z is None else q_z
-                return True
+            if stopping:
+                return False
         self.health.count(
             "rejected", "conflicting_resolution", f"{trajectory_id!r}: conflicts with the outcome / q_z already given"
         )
         return True
 
     def _release(self, run: TrajectoryState) -> None:
-        """The run's stop is being applied (or dropped): later outcomes go to the accumulator as resolutions."""
-        with self._open_lock:
-            if self._open.get(run.tid) is run:
-                del self._open[run.tid]
+        """The stop is applied (or dropped): later outcomes go to the accumulator as resolutions."""
+        if self._open.get(run.tid) is run:
+            self._open.pop(run.tid, None)
+        # A merge that found the run before the pop holds the lock: wait for it, then its values are on the run.
+        if self._open_lock.locked():
+            with self._open_lock:
+                pass
 
     def call(self, job: Callable[[], Any], where: str = "job") -> None:
-        """Run `job()` on the worker, in order with the other events (errors counted under `where`)."""
+        """`job()` on the worker, in order with the other events (errors counted under `where`)."""
         self._submit(("call", job, where))
 
     def handoff(self, on_drop: Callable[[tuple[Any, ...]], None] | None = None) -> Callable[[tuple[Any, ...]], None]:
-        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker, a
-        queue put behind a size check; an event given up is counted and passed to `on_drop`."""
+        """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker; an
+        event given up is counted and passed to `on_drop`."""
         if not self.background:
             return self._apply_unless_closed
         self._start()
@@ -402,7 +375,7 @@ class CaptureWorker:
 
         def put(event: tuple[Any, ...]) -> None:
             q = self._queue  # read each time: a forked child gets a new queue
-            if (q.qsize() < limit or self._wait_for_room()) and not self._closed:
+            if (q.qsize() < limit or self._wait_for_room()) and not self.closed:
                 q.put(event)
             else:
                 self._drop(event)
@@ -412,8 +385,8 @@ class CaptureWorker:
         return put
 
     def mark(self, event: tuple[Any, ...]) -> None:
-        """Queue a small control event past the bound (e.g. the mark of a lost event, in order)."""
-        if self._closed:
+        """A small control event past the bound (e.g. the mark of a lost event, in order)."""
+        if self.closed:
             return
         if not self.background or threading.current_thread() is self._thread:
             self._apply(event)
@@ -421,17 +394,16 @@ class CaptureWorker:
             self._queue.put(event)
 
     def _apply_unless_closed(self, event: tuple[Any, ...]) -> None:
-        if self._closed:
+        if self.closed:
             self._drop(event)
         else:
             self._apply(event)
 
     def _submit(self, event: tuple[Any, ...]) -> None:
-        if self._closed:
+        if self.closed:
             self._drop(event)
             return
-        # Events submitted by a job running on the worker are applied at once: queued, they
-        # would land behind a flush() barrier submitted meanwhile, and flush() would return early.
+        # From a job on the worker: at once, else they would land behind a flush() barrier submitted meanwhile.
         if not self.background or threading.current_thread() is self._thread:
             self._apply(event)
             return
@@ -443,8 +415,8 @@ class CaptureWorker:
         self._queue.put(event)
 
     def _wait_for_room(self) -> bool:
-        """Backpressure: sleep until the queue has room; False when closed, gone, or no room for
-        `max_block` s. The worker itself never waits (it could not drain its own queue)."""
+        """Backpressure: sleep until the queue has room; False when closed, gone, or full for `max_block` s.
+        The worker itself never waits (it could not drain its own queue)."""
         if threading.current_thread() is self._thread:
             return True
         if self._thread is None:
@@ -455,7 +427,7 @@ class CaptureWorker:
         try:
             while self._queue.qsize() >= self.max_queue_size:
                 thread = self._thread
-                if self._closed or thread is None or not thread.is_alive() or time.monotonic() >= deadline:
+                if self.closed or thread is None or not thread.is_alive() or time.monotonic() >= deadline:
                     return False
                 time.sleep(delay)
                 delay = min(2 * delay, 0.005)
@@ -465,7 +437,7 @@ class CaptureWorker:
             self.waited_seconds += time.monotonic() - start
 
     def _drop(self, event: tuple[Any, ...]) -> None:
-        kind = "after_close" if self._closed else "queue_full"
+        kind = "after_close" if self.closed else "queue_full"
         if event[0] == "stop":
             self._release(event[1])
         elif event[0] == "step":
@@ -474,13 +446,13 @@ class CaptureWorker:
             "dropped",
             kind,
             "the capture worker is closed"
-            if self._closed
+            if self.closed
             else f"the capture queue stayed full for {self.max_block} s (is a grader or listener stuck?)",
         )
 
     def _start(self) -> None:
         with self._start_lock:
-            if self._thread is None and not self._closed:
+            if self._thread is None and not self.closed:
                 if isinstance(self._queue, _StartsOnFirstPut):
                     self._queue = queue.SimpleQueue()
                 self._thread = threading.Thread(target=self._run, name="tps-tracer-worker", daemon=True)
@@ -494,8 +466,6 @@ class CaptureWorker:
         self._open = {}  # the parent's runs: they are recorded there
         self._open_lock = threading.Lock()
 
-    # ------------------------------------------------------------------ worker
-
     def _run(self) -> None:
         q = self._queue
         small = 0
@@ -505,20 +475,18 @@ class CaptureWorker:
             if event is None:
                 return
             kind = event[0]
-            if kind is APPLY:  # per-span work, the most frequent event: applied here without a dispatch
+            if kind is APPLY:  # per-span work, the most frequent event: no dispatch
                 try:
                     event[1](event[2])
                 except Exception as exc:  # as _apply: never let one bad event stop the worker
                     self._failed(APPLY, exc)
-                # Hand the GIL back every 64 span events: an agent thread waking from network I/O
-                # then waits for a few events' work, not the interpreter's 5 ms switch interval.
+                # The GIL handed back every 64: an agent thread waking from I/O waits not the 5 ms switch interval.
                 small += 1
                 if not small & 63:
                     time.sleep(0)
                 continue
             if kind == "step":
-                # The steps queued right behind it share one numpy pass (SignalExtractor.forecasts_batch);
-                # events stay in order: the first non-step one is applied after them.
+                # The steps queued right behind it share one numpy pass; the first non-step event goes after them.
                 batch = [event]
                 while len(batch) < STEP_BATCH:
                     try:
@@ -536,35 +504,20 @@ class CaptureWorker:
             time.sleep(0)  # the GIL handed back after every other event (see the APPLY case above)
 
     def _apply_steps(self, batch: list[tuple[Any, ...]]) -> None:
-        """Step events in order, their signals extracted together (the same forecasts as one by one)."""
+        """Step events in order, extracted together (the same forecasts as one by one)."""
         if len(batch) == 1 or type(self.extractor).forecasts is not SignalExtractor.forecasts:
             for event in batch:  # a custom extractor's forecasts() is called as it always was
                 self._apply(event)
             return
-        raws: list[RawStep] = [raw for _, _, raw in batch]
+        todo = [(r.text, r.logprobs, r.tool_arguments, r.verbal_scale) for _, _, r in batch if r.forecasts is None]
         try:
-            outs = self._forecasts_batch(raws)
-        except Exception as exc:
-            self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
-            outs = [self._safe_forecasts(raw) for raw in raws]
-        for (_, run, _), out in zip(batch, outs, strict=True):
-            run.steps.append(out)
-
-    def _forecasts_batch(self, raws: list[RawStep]) -> list[dict[str, float | None]]:
-        """`_safe_forecasts` of each step, the extraction of those without forecasts done together."""
-        todo = [raw for raw in raws if raw.forecasts is None]
-        extracted = iter(
-            self.extractor.forecasts_batch([(r.text, r.logprobs, r.tool_arguments, r.verbal_scale) for r in todo])
-        )
-        outs: list[dict[str, float | None]] = []
-        for raw in raws:
-            out = next(extracted) if raw.forecasts is None else None
-            try:
-                outs.append(self._calibrated(dict(raw.forecasts) if out is None else out))  # type: ignore[arg-type]
-            except Exception as exc:  # as _safe_forecasts: the step is kept with no forecasts
-                self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
-                outs.append({})
-        return outs
+            extracted = iter(self.extractor.forecasts_batch(todo))
+        except Exception as exc:  # then extracted one by one
+            self._count_extraction(exc)
+            extracted = None
+        for _, run, raw in batch:
+            out = next(extracted) if extracted is not None and raw.forecasts is None else None
+            run.steps.append(self._safe_forecasts(raw, out))
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
@@ -621,8 +574,7 @@ class CaptureWorker:
             resolved=(run.outcome, run.q_z),
         )
         if verdict is not None and run.stop_outcome not in (None, verdict):
-            # The grader's verdict came first, as when it was a resolution; the later one is the
-            # accumulator's conflict to count.
+            # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
     def _verdict(self, tid: str, grader: Callable[[Any], Any], output: Any) -> int | None:
@@ -633,13 +585,18 @@ class CaptureWorker:
             self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
             return None
 
-    def _safe_forecasts(self, raw: RawStep) -> dict[str, float | None]:
-        """The step's forecasts; if extraction fails the step is kept with none (counted): later steps never shift."""
+    def _safe_forecasts(
+        self, raw: RawStep, extracted: dict[str, float | None] | None = None
+    ) -> dict[str, float | None]:
+        """A step whose extraction fails is kept with no forecasts (counted): later steps never shift."""
         try:
-            return self.forecasts(raw)
+            return self.forecasts(raw) if extracted is None else self._calibrated(extracted)
         except Exception as exc:
-            self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
+            self._count_extraction(exc)
             return {}
+
+    def _count_extraction(self, exc: Exception) -> None:
+        self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
 
     def forecasts(self, raw: RawStep) -> dict[str, float | None]:
         if raw.forecasts is not None:
@@ -656,8 +613,6 @@ class CaptureWorker:
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
         return out
 
-    # ------------------------------------------------------------------ control
-
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event submitted so far is applied; False on timeout."""
         thread = self._thread
@@ -672,7 +627,7 @@ class CaptureWorker:
     def close(self, timeout: float | None = None) -> None:
         """Apply what was submitted, stop the worker; later events are dropped (counted)."""
         self.flush(timeout)
-        self._closed = True
+        self.closed = True
         thread = self._thread
         if thread is not None:
             self._queue.put(None)
@@ -732,7 +687,7 @@ class TrajectoryTracker:
         return TrajectoryState(tid, dict(metadata) if isinstance(metadata, Mapping) else {})
 
     def model_call(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
-        """A model call that returned: a step (fed to the worker), a repair, or ignored."""
+        """A returned call: a step (fed to the worker), a repair, or ignored."""
         if state.decide_call(malformed, self.repair_budget):
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
@@ -742,7 +697,7 @@ class TrajectoryTracker:
             self.worker.step(state, raw)
 
     def returned(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
-        """Hold a returned call a parser may still reject, deciding the one held before it."""
+        """Hold a returned call a parser may still reject, deciding the one held before."""
         self.commit(state)
         state.pending, state.pending_malformed = raw, malformed
 
@@ -783,11 +738,8 @@ class TrajectoryTracker:
         final_text: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> StopDecision | None:
-        """Record the finished trajectory; None when no model call was made (not a trajectory).
-
-        budget_label: the step budget the run states (the horizon of a declared stop); stopped_by:
-        the limit of the budget whose stop `observed` shows; outcome_label: an outcome known up
-        front; final_output: what the grader grades (clean runs only)."""
+        """Record the finished trajectory; None when no model call was made. budget_label: the run's
+        stated budget (a declared stop's horizon); stopped_by: the limit whose stop `observed` shows."""
         if state.capture_lost is not None and abandoned is None:
             abandoned = state.capture_lost  # never scored with a hole
         in_flight = state.calls_started - state.n_calls
@@ -813,7 +765,7 @@ class TrajectoryTracker:
             md["step_texts"] = state.texts
             if final_text is not None:
                 md["final_output"] = final_text[:CONTENT_LIMIT]
-        # An outcome known now goes out with the record: one line, no resolution line after it.
+        # An outcome known now goes out with the record: one line.
         known = None
         if decision.reason is StopReason.CLEAN:
             try:
@@ -825,8 +777,7 @@ class TrajectoryTracker:
         return decision
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome and/or a censored run's q_Z, any time after the run; after the
-        accumulator is closed: refused, counted and logged, never raised."""
+        """The outcome and/or a censored run's q_Z, any time after the run; after close: counted, logged."""
         if self.accumulator.closed:
             self.health.count("rejected", "resolve_after_close")
             logger.warning(
@@ -860,8 +811,7 @@ TRACKER_OPTIONS = frozenset(
 
 
 def never_raises(where: str) -> Callable[[_Method], _Method]:
-    """The guard of every callback a framework calls on an adapter: an error inside is counted under
-    `where` and the callback returns None, so capture never breaks the agent it observes."""
+    """Every adapter callback's guard: an error is counted under `where`, never raised into the agent."""
 
     def wrap(method: _Method) -> _Method:
         @functools.wraps(method)
@@ -877,13 +827,12 @@ def never_raises(where: str) -> Callable[[_Method], _Method]:
 
 
 class TrackedAdapter:
-    """What the LangChain handler and the span processor share: the tracker, the lifetime rules of
-    their runs (tps_tracer/open_runs.py), one lock over their indexes, closing and forking."""
+    """What the handler and the span processor share: the tracker, lifetimes (open_runs.py), one lock."""
 
     tracker: TrajectoryTracker
     _lifetimes: OpenRuns[Any]
-    # What each adapter names: finish every open run abandoned (`why`), how many; forget them (a
-    # forked child), how many; take out its open runs idle at `now` (under the lock); abandon one.
+    # Each adapter's: finish its open runs abandoned (`why`); forget them (a forked child); take out the
+    # runs idle at `now` (under the lock); abandon one.
     _finish_open: Callable[..., int]
     _forget_open: Callable[[], int]
     _take_idle: Callable[[float], list[Any]]
@@ -891,8 +840,7 @@ class TrackedAdapter:
     _late_detail = "an event of a run finished early was dropped"
 
     def _track(self, source: str, options: Mapping[str, Any]) -> None:
-        """Build the tracker and the lifetime rules from the adapter's constructor arguments (`options`).
-        The accumulator's own `idle_timeout` still bounds the runs (the tighter of the two)."""
+        """The tracker and lifetimes from the constructor's arguments; the accumulator's idle_timeout too bounds."""
         accumulator, clock = options["accumulator"], options["clock"]
         idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
         names = TRACKER_OPTIONS.intersection(options)
@@ -908,8 +856,8 @@ class TrackedAdapter:
         accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     def sweep(self, now: float | None = None) -> int:
-        """Finish the runs idle for idle_timeout s (a paused run is not idle) and the runs paused for
-        pause_timeout s, abandoned; how many. Called on its own at most every second as events come."""
+        """Finish, abandoned, the runs idle for idle_timeout s (a paused run is not) or paused for
+        pause_timeout s; how many. Called on its own at most every second as events come."""
         now = self._clock() if now is None else now
         lifetimes = self._lifetimes
         with self._lock:
@@ -933,7 +881,7 @@ class TrackedAdapter:
         self.health.count("dropped", "abandoned_run_event", self._late_detail)
 
     def _close_at_exit(self, timeout: float) -> int:
-        """At interpreter exit (tps_tracer/at_exit.py), unless closed: the open runs abandoned "exit"."""
+        """At interpreter exit, unless closed: the open runs abandoned "exit"."""
         if self.tracker.worker.closed:
             return 0
         # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
@@ -942,7 +890,7 @@ class TrackedAdapter:
         return n
 
     def _forget_at_fork(self) -> None:
-        """In a forked child: the runs open at the fork are the parent's; this copy forgets them (counted)."""
+        """In a forked child: the runs open at the fork are the parent's (forgotten, counted)."""
         self._lock = threading.Lock()  # a parent thread may have held it at the fork
         n = self._forget_open()
         if n:
@@ -955,7 +903,7 @@ class TrackedAdapter:
 
     @property
     def health(self) -> HealthLedger:
-        """Counts of what was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
+        """What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
         return self.tracker.health
 
     @property
@@ -968,7 +916,7 @@ class TrackedAdapter:
         return self.tracker.worker
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The task's outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
+        """The outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
         self.tracker.record_outcome(trajectory_id, success, q_z)
 
     def _fail(self, where: str, exc: BaseException) -> None:
