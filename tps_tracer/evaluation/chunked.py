@@ -20,7 +20,7 @@ from tps_tracer.evaluation.report import build_report, report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
-from tps_tracer.records.errors import RecordError, TrajectoryFileError
+from tps_tracer.records.errors import RecordError, Rescan, TrajectoryFileError
 from tps_tracer.records.limits import SetAside, duplicate_message, repeated_keys
 from tps_tracer.records.reading import (
     DEFAULT_CHUNK_BYTES,
@@ -38,11 +38,15 @@ T = TypeVar("T")
 
 
 def _chunks(
-    path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None, set_aside: SetAside | None = None
+    path: str | os.PathLike[str],
+    chunk_bytes: int,
+    progress: Progress | None,
+    set_aside: SetAside | None,
+    scan_first: bool,
 ) -> Iterator[Chunk]:
     """The file's chunks, the next one read in a background thread while the caller reduces this one;
     lines set aside are added to `set_aside`."""
-    chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside)
+    chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside, scan_first=scan_first)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
         while True:
@@ -95,17 +99,30 @@ def state_from_path(
     set_aside: SetAside | None = None,
 ) -> PartialState:
     """The merged partial state of every trajectory in the file(s), or a whole-file NotFast."""
-    state: PartialState | None = None
-    keys: list[np.ndarray] = []
-    for chunk in _chunks(path, chunk_bytes, progress, set_aside):
-        k = trajectory_keys(chunk.arrays.ids)
-        keys.append(k)
-        part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
-        state = part if state is None else state.merge(part)
-    _check_unique(path, keys, chunk_bytes)
-    if state is None:
-        raise whole_file("no trajectories")
-    return state
+
+    def fold(scan_first: bool) -> PartialState:
+        state: PartialState | None = None
+        keys: list[np.ndarray] = []
+        for chunk in _chunks(path, chunk_bytes, progress, set_aside, scan_first):
+            k = trajectory_keys(chunk.arrays.ids)
+            keys.append(k)
+            part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
+            state = part if state is None else state.merge(part)
+        _check_unique(path, keys, chunk_bytes)
+        if state is None:
+            raise whole_file("no trajectories")
+        return state
+
+    return _one_pass(fold)
+
+
+def _one_pass(fold: Callable[[bool], T]) -> T:
+    """`fold` of the file read once; again with its resolution lines found first when one came after
+    chunks were folded (`Rescan`: it may resolve one of them)."""
+    try:
+        return fold(False)
+    except Rescan:
+        return fold(True)
 
 
 def map_chunks(
@@ -118,12 +135,12 @@ def map_chunks(
     """`fn` of every chunk's arrays in file order (one result from the exact reader when the file needs
     the whole-file view); lines read but not scored are added to `set_aside` either way."""
 
-    def chunked() -> list[T]:
+    def chunked(scan_first: bool) -> list[T]:
         out: list[T] = []
         keys = []
         # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
         found = SetAside()
-        for chunk in _chunks(path, chunk_bytes, progress, found):
+        for chunk in _chunks(path, chunk_bytes, progress, found, scan_first):
             keys.append(trajectory_keys(chunk.arrays.ids))
             out.append(fn(chunk.arrays))
         _check_unique(path, keys, chunk_bytes)
@@ -139,7 +156,7 @@ def map_chunks(
             set_aside.merge(records.set_aside)
         return [fn(to_arrays(records))]
 
-    return fast_else_whole_file(chunked, whole)
+    return fast_else_whole_file(lambda: _one_pass(chunked), whole)
 
 
 def read_arrays(
