@@ -1,8 +1,6 @@
-"""Evaluate a trajectory file (JSON Lines, Parquet, a directory of shards) chunk by chunk, each
-reduced to its `PartialState` and merged: memory is bounded by the chunk size plus a few scalars per
-trajectory, and the result equals `build_report` on the whole file. Files that need the whole-file
-view (errors by line, resolution lines) are read the exact way (`records/reading.py` decides).
-"""
+"""A trajectory file (JSON Lines, Parquet, shards) evaluated chunk by chunk, each reduced to its
+`PartialState` and merged: memory bounded by the chunk plus a few scalars per trajectory, the result
+`build_report`'s on the whole file."""
 
 from __future__ import annotations
 
@@ -91,38 +89,35 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
         raise whole_file("duplicate ids inside a shard")
 
 
-def state_from_path(
+def _fold(
     path: str | os.PathLike[str],
-    spec: StateSpec,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    progress: Progress | None = None,
-    set_aside: SetAside | None = None,
-) -> PartialState:
-    """The merged partial state of every trajectory in the file(s), or a whole-file NotFast."""
+    step: Callable[[T | None, Chunk, np.ndarray], T],
+    chunk_bytes: int,
+    progress: Progress | None,
+    set_aside: SetAside | None,
+) -> T:
+    """`step(so far, chunk, its trajectory keys)` over the chunks, or a whole-file NotFast. The file is read
+    once; again, its resolution lines found first, when one came after chunks were folded (`Rescan`)."""
 
-    def fold(scan_first: bool) -> PartialState:
-        state: PartialState | None = None
-        keys: list[np.ndarray] = []
-        for chunk in _chunks(path, chunk_bytes, progress, set_aside, scan_first):
-            k = trajectory_keys(chunk.arrays.ids)
-            keys.append(k)
-            part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
-            state = part if state is None else state.merge(part)
+    def once(scan_first: bool) -> T:
+        acc: T | None = None
+        keys = []
+        # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
+        found = SetAside()
+        for chunk in _chunks(path, chunk_bytes, progress, found, scan_first):
+            keys.append(trajectory_keys(chunk.arrays.ids))
+            acc = step(acc, chunk, keys[-1])
         _check_unique(path, keys, chunk_bytes)
-        if state is None:
+        if acc is None:
             raise whole_file("no trajectories")
-        return state
+        if set_aside is not None:
+            set_aside.merge(found)
+        return acc
 
-    return _one_pass(fold)
-
-
-def _one_pass(fold: Callable[[bool], T]) -> T:
-    """`fold` of the file read once; again with its resolution lines found first when one came after
-    chunks were folded (`Rescan`: it may resolve one of them)."""
     try:
-        return fold(False)
+        return once(False)
     except Rescan:
-        return fold(True)
+        return once(True)
 
 
 def map_chunks(
@@ -135,28 +130,16 @@ def map_chunks(
     """`fn` of every chunk's arrays in file order (one result from the exact reader when the file needs
     the whole-file view); lines read but not scored are added to `set_aside` either way."""
 
-    def chunked(scan_first: bool) -> list[T]:
-        out: list[T] = []
-        keys = []
-        # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
-        found = SetAside()
-        for chunk in _chunks(path, chunk_bytes, progress, found, scan_first):
-            keys.append(trajectory_keys(chunk.arrays.ids))
-            out.append(fn(chunk.arrays))
-        _check_unique(path, keys, chunk_bytes)
-        if not out:
-            raise whole_file("no trajectories")
-        if set_aside is not None:
-            set_aside.merge(found)
-        return out
-
     def whole() -> list[T]:
         records = exact_records(path)
         if set_aside is not None:
             set_aside.merge(records.set_aside)
         return [fn(to_arrays(records))]
 
-    return fast_else_whole_file(lambda: _one_pass(chunked), whole)
+    def step(out: list[T] | None, chunk: Chunk, _keys: np.ndarray) -> list[T]:
+        return [*(out or []), fn(chunk.arrays)]
+
+    return fast_else_whole_file(lambda: _fold(path, step, chunk_bytes, progress, set_aside), whole)
 
 
 def read_arrays(
@@ -177,10 +160,15 @@ def report_from_path(
     opts = options or ReportOptions()
     if opts.calibrate is not None or opts.calibrator is not None:
         return build_report(read_arrays(path, chunk_bytes, progress), opts)
-    set_aside = SetAside()
+    spec = StateSpec.from_options(opts)
+
+    def merge(state: PartialState | None, chunk: Chunk, keys: np.ndarray) -> PartialState:
+        part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=keys)
+        return part if state is None else state.merge(part)
 
     def chunked() -> dict[str, Any]:
-        state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress, set_aside)
+        set_aside = SetAside()
+        state = _fold(path, merge, chunk_bytes, progress, set_aside)
         if opts.predictors is None and not state.predictors:
             raise InputError(NO_PREDICTOR)
         check_no_base_rate(state.predictors)

@@ -64,9 +64,6 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
     if not resolutions_scanned and b'"resolves"' in chunk:
         raise whole_file("resolution lines")
 
-    def arrow() -> tuple[TrajectoryArrays, bool]:
-        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
-
     def exact() -> tuple[TrajectoryArrays, bool]:
         from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
 
@@ -76,6 +73,9 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
             return to_arrays(parse_lines(text, source, strict=True)), False
         except (TrajectoryFileError, UnicodeDecodeError):
             raise whole_file(source) from None
+
+    def arrow() -> tuple[TrajectoryArrays, bool]:
+        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
 
     def orjson_way() -> tuple[TrajectoryArrays, bool]:
         return jsonl_fast.arrays_from_jsonl(chunk), True
@@ -199,7 +199,11 @@ def iter_chunks(
             gave = True
             yield chunk
         if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
-            _empty_shard(f, str(path), set_aside)
+            note = SetAside()
+            note.add("empty_shard", str(f))
+            note.log_once(str(path))
+            if set_aside is not None:
+                set_aside.merge(note)
     if shared is not None and shared.pending.by_id:
         raise whole_file("a resolution of an id in no shard")
 
@@ -219,14 +223,6 @@ def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAsid
         ):
             return to_arrays(records[n:]), records.set_aside, done.end
     return to_arrays(records), records.set_aside, 0
-
-
-def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
-    note = SetAside()
-    note.add("empty_shard", str(f))
-    note.log_once(source)
-    if set_aside is not None:
-        set_aside.merge(note)
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
