@@ -169,3 +169,64 @@ def test_a_resolution_on_the_first_line_after_a_bom(tmp_path, monkeypatch, newli
     expected = build_report(to_arrays(read_trajectories(path)), OPTIONS)
     _forbid_exact(monkeypatch)
     assert_reports_equal(report_from_path(path, OPTIONS, chunk_bytes=1_500), expected)
+
+
+class _CountingReads:
+    """Opens of one file and the bytes read from it (`Path.open` is how the chunked reader opens it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+        self.opens, self.bytes = 0, 0
+        real = Path.open
+        counter = self
+
+        class Counted:
+            def __init__(self, fh: Any) -> None:
+                self.fh = fh
+
+            def read(self, n: int = -1) -> bytes:
+                data = self.fh.read(n)
+                counter.bytes += len(data)
+                return data
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.fh, name)
+
+            def __enter__(self) -> Counted:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.fh.close()
+
+        def counted_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+            fh = real(self, *args, **kwargs)
+            if self == path:
+                counter.opens += 1
+                return Counted(fh)
+            return fh
+
+        monkeypatch.setattr(Path, "open", counted_open)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 32 << 20])
+def test_a_file_without_resolution_lines_is_read_in_one_pass(tmp_path, monkeypatch, chunk_bytes):
+    recs = trajectory_dicts(1_500, seed=3)
+    lines = [json.dumps({**r, "metadata": {"pad": "x" * 6_000}}) for r in recs]  # > 8 MB
+    path = _write(tmp_path / "runs.jsonl", lines)
+    assert path.stat().st_size > 8 << 20
+    expected = build_report(to_arrays(read_trajectories(path)), OPTIONS)
+    _forbid_exact(monkeypatch)
+    reads = _CountingReads(monkeypatch, path)
+    assert_reports_equal(report_from_path(path, OPTIONS, chunk_bytes=chunk_bytes), expected)
+    assert (reads.opens, reads.bytes) == (1, path.stat().st_size)
+
+
+def test_a_resolution_line_after_the_first_chunk_restarts_the_read(tmp_path, monkeypatch):
+    lines, _ = _with_resolutions(600, seed=4)
+    first = [line for line in lines if '"resolves"' not in line]
+    late = [line for line in lines if '"resolves"' in line]  # every resolution after every trajectory
+    path = _write(tmp_path / "runs.jsonl", first + late)
+    expected = build_report(to_arrays(read_trajectories(path)), OPTIONS)
+    _forbid_exact(monkeypatch)
+    reads = _CountingReads(monkeypatch, path)
+    assert_reports_equal(report_from_path(path, OPTIONS, chunk_bytes=20_000), expected)
+    assert reads.opens == 3  # read until the first resolution line, then its scan and the read again

@@ -1,8 +1,6 @@
-"""Evaluate a trajectory file (JSON Lines, Parquet, a directory of shards) chunk by chunk, each
-reduced to its `PartialState` and merged: memory is bounded by the chunk size plus a few scalars per
-trajectory, and the result equals `build_report` on the whole file. Files that need the whole-file
-view (errors by line, resolution lines) are read the exact way (`records/reading.py` decides).
-"""
+"""A trajectory file (JSON Lines, Parquet, shards) evaluated chunk by chunk, each reduced to its
+`PartialState` and merged: memory bounded by the chunk plus a few scalars per trajectory, the result
+`build_report`'s on the whole file."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from tps_tracer.evaluation.report import build_report, report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.skipped_predictors import NO_PREDICTOR, check_no_base_rate
 from tps_tracer.records.arrays import TrajectoryArrays, concat_arrays, to_arrays
-from tps_tracer.records.errors import RecordError, TrajectoryFileError
+from tps_tracer.records.errors import RecordError, Rescan, TrajectoryFileError
 from tps_tracer.records.limits import SetAside, duplicate_message, repeated_keys
 from tps_tracer.records.reading import (
     DEFAULT_CHUNK_BYTES,
@@ -38,11 +36,15 @@ T = TypeVar("T")
 
 
 def _chunks(
-    path: str | os.PathLike[str], chunk_bytes: int, progress: Progress | None, set_aside: SetAside | None = None
+    path: str | os.PathLike[str],
+    chunk_bytes: int,
+    progress: Progress | None,
+    set_aside: SetAside | None,
+    scan_first: bool,
 ) -> Iterator[Chunk]:
     """The file's chunks, the next one read in a background thread while the caller reduces this one;
     lines set aside are added to `set_aside`."""
-    chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside)
+    chunks = iter_chunks(path, chunk_bytes, set_aside=set_aside, scan_first=scan_first)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tps-read") as reader:
         pending = reader.submit(next, chunks, None)
         while True:
@@ -87,25 +89,35 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
         raise whole_file("duplicate ids inside a shard")
 
 
-def state_from_path(
+def _fold(
     path: str | os.PathLike[str],
-    spec: StateSpec,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    progress: Progress | None = None,
-    set_aside: SetAside | None = None,
-) -> PartialState:
-    """The merged partial state of every trajectory in the file(s), or a whole-file NotFast."""
-    state: PartialState | None = None
-    keys: list[np.ndarray] = []
-    for chunk in _chunks(path, chunk_bytes, progress, set_aside):
-        k = trajectory_keys(chunk.arrays.ids)
-        keys.append(k)
-        part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=k)
-        state = part if state is None else state.merge(part)
-    _check_unique(path, keys, chunk_bytes)
-    if state is None:
-        raise whole_file("no trajectories")
-    return state
+    step: Callable[[T | None, Chunk, np.ndarray], T],
+    chunk_bytes: int,
+    progress: Progress | None,
+    set_aside: SetAside | None,
+) -> T:
+    """`step(so far, chunk, its trajectory keys)` over the chunks, or a whole-file NotFast. The file is read
+    once; again, its resolution lines found first, when one came after chunks were folded (`Rescan`)."""
+
+    def once(scan_first: bool) -> T:
+        acc: T | None = None
+        keys = []
+        # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
+        found = SetAside()
+        for chunk in _chunks(path, chunk_bytes, progress, found, scan_first):
+            keys.append(trajectory_keys(chunk.arrays.ids))
+            acc = step(acc, chunk, keys[-1])
+        _check_unique(path, keys, chunk_bytes)
+        if acc is None:
+            raise whole_file("no trajectories")
+        if set_aside is not None:
+            set_aside.merge(found)
+        return acc
+
+    try:
+        return once(False)
+    except Rescan:
+        return once(True)
 
 
 def map_chunks(
@@ -118,28 +130,16 @@ def map_chunks(
     """`fn` of every chunk's arrays in file order (one result from the exact reader when the file needs
     the whole-file view); lines read but not scored are added to `set_aside` either way."""
 
-    def chunked() -> list[T]:
-        out: list[T] = []
-        keys = []
-        # Merged only on success: a chunked read that falls back has counted lines the exact read counts again.
-        found = SetAside()
-        for chunk in _chunks(path, chunk_bytes, progress, found):
-            keys.append(trajectory_keys(chunk.arrays.ids))
-            out.append(fn(chunk.arrays))
-        _check_unique(path, keys, chunk_bytes)
-        if not out:
-            raise whole_file("no trajectories")
-        if set_aside is not None:
-            set_aside.merge(found)
-        return out
-
     def whole() -> list[T]:
         records = exact_records(path)
         if set_aside is not None:
             set_aside.merge(records.set_aside)
         return [fn(to_arrays(records))]
 
-    return fast_else_whole_file(chunked, whole)
+    def step(out: list[T] | None, chunk: Chunk, _keys: np.ndarray) -> list[T]:
+        return [*(out or []), fn(chunk.arrays)]
+
+    return fast_else_whole_file(lambda: _fold(path, step, chunk_bytes, progress, set_aside), whole)
 
 
 def read_arrays(
@@ -160,10 +160,15 @@ def report_from_path(
     opts = options or ReportOptions()
     if opts.calibrate is not None or opts.calibrator is not None:
         return build_report(read_arrays(path, chunk_bytes, progress), opts)
-    set_aside = SetAside()
+    spec = StateSpec.from_options(opts)
+
+    def merge(state: PartialState | None, chunk: Chunk, keys: np.ndarray) -> PartialState:
+        part = PartialState.from_arrays(chunk.arrays, spec, origin=chunk.origin, keys=keys)
+        return part if state is None else state.merge(part)
 
     def chunked() -> dict[str, Any]:
-        state = state_from_path(path, StateSpec.from_options(opts), chunk_bytes, progress, set_aside)
+        set_aside = SetAside()
+        state = _fold(path, merge, chunk_bytes, progress, set_aside)
         if opts.predictors is None and not state.predictors:
             raise InputError(NO_PREDICTOR)
         check_no_base_rate(state.predictors)

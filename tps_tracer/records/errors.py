@@ -52,6 +52,14 @@ class NotFast(Exception):
         self.whole_file = whole_file
 
 
+class Rescan(NotFast):
+    """A resolution line met after chunks were given (it may resolve one of them): read again with the
+    file's resolution lines found first; a reader that does not restart takes the whole-file read."""
+
+    def __init__(self) -> None:
+        super().__init__("a resolution line after the first chunk", whole_file=True)
+
+
 def whole_file(reason: str) -> NotFast:
     return NotFast(reason, whole_file=True)
 

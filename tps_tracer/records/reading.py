@@ -19,7 +19,7 @@ import orjson
 
 from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, arrays_from_arrow, to_arrays, validated_arrays
-from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, whole_file
+from tps_tracer.records.errors import NotFast, RecordError, Rescan, TrajectoryFileError, whole_file
 from tps_tracer.records.limits import (
     PREDICTORS_MESSAGE,
     PredictorNames,
@@ -64,9 +64,6 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
     if not resolutions_scanned and b'"resolves"' in chunk:
         raise whole_file("resolution lines")
 
-    def arrow() -> tuple[TrajectoryArrays, bool]:
-        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
-
     def exact() -> tuple[TrajectoryArrays, bool]:
         from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
 
@@ -76,6 +73,9 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
             return to_arrays(parse_lines(text, source, strict=True)), False
         except (TrajectoryFileError, UnicodeDecodeError):
             raise whole_file(source) from None
+
+    def arrow() -> tuple[TrajectoryArrays, bool]:
+        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
 
     def orjson_way() -> tuple[TrajectoryArrays, bool]:
         return jsonl_fast.arrays_from_jsonl(chunk), True
@@ -158,9 +158,10 @@ def iter_chunks(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     set_aside: SetAside | None = None,
+    scan_first: bool = False,
 ) -> Iterator[Chunk]:
     """Chunks of whole trajectories from one input (a list of files is one input); an empty shard is
-    counted in `set_aside`."""
+    counted in `set_aside`. A file's resolution lines are found as it is read unless `scan_first`."""
     files = source_files(path)
     # Resolution lines of any shard apply to every shard: found first.
     shared = None
@@ -175,7 +176,7 @@ def iter_chunks(
         if is_parquet(f):
             chunks = _parquet_chunks(f, k, batch_rows, shared)
         else:
-            chunks = _jsonl_chunks(f, k, chunk_bytes, shared)
+            chunks = _jsonl_chunks(f, k, chunk_bytes, shared, scan_first or len(files) > 1)
         # A shard among many may fall back midway; a single file, or shards sharing resolution lines,
         # fall back whole.
         done = YieldedPart() if len(files) > 1 and shared is None else None
@@ -198,7 +199,11 @@ def iter_chunks(
             gave = True
             yield chunk
         if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
-            _empty_shard(f, str(path), set_aside)
+            note = SetAside()
+            note.add("empty_shard", str(f))
+            note.log_once(str(path))
+            if set_aside is not None:
+                set_aside.merge(note)
     if shared is not None and shared.pending.by_id:
         raise whole_file("a resolution of an id in no shard")
 
@@ -218,14 +223,6 @@ def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAsid
         ):
             return to_arrays(records[n:]), records.set_aside, done.end
     return to_arrays(records), records.set_aside, 0
-
-
-def _empty_shard(f: Path, source: str, set_aside: SetAside | None) -> None:
-    note = SetAside()
-    note.add("empty_shard", str(f))
-    note.log_once(source)
-    if set_aside is not None:
-        set_aside.merge(note)
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
@@ -282,24 +279,34 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
                 return
 
 
-def _jsonl_chunks(path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None) -> Iterator[Chunk]:
+def _jsonl_chunks(
+    path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None, scan_first: bool
+) -> Iterator[Chunk]:
+    """One pass over a file without resolution lines: they are looked for in each chunk as it is read; one
+    met after chunks were given raises `Rescan` (it may resolve a record above), `scan_first` finds them first."""
     try:
-        pieces: Iterable[tuple[int, bytes, int]] = byte_chunks(path, chunk_bytes)
-        if shared is None:
-            if path.stat().st_size <= min(chunk_bytes, SCAN_BYTES):  # both reads take it in one block: read once
-                pieces = list(pieces)
-            scan = pieces if isinstance(pieces, list) else byte_chunks(path, SCAN_BYTES)
-            own = pending = scan_resolutions((o, piece) for o, piece, _ in scan)
-        else:
+        own = pending = None
+        if shared is not None:
             own, pending = shared.lines.get(file_index), shared.pending
-        for offset, chunk, size in pieces:
+        elif scan_first:
+            own = pending = scan_resolutions((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
+        scanned = shared is not None or scan_first
+        given = False
+        for offset, chunk, size in byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
+            if not scanned and _KEY in chunk:
+                if given:
+                    raise Rescan()
+                whole = [(offset, chunk)] if end == size else ((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
+                own = pending = scan_resolutions(whole)
+                scanned = True
             if own is not None:
                 chunk = own.drop_lines(chunk, offset)
             arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=own is not None)
             if pending is not None:
                 arrays = apply_resolutions(arrays, pending)
             if arrays.n:
+                given = True
                 yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
         if shared is None and pending is not None and pending.by_id:
             raise whole_file("a resolution of an id not in the file")
