@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from tps_tracer.evaluation.bootstrap import bootstrap_means, percentile_ci, replicate_sums, trajectory_keys
+from tps_tracer.evaluation.report import json_num
 
 FloatArray = NDArray[np.float64]
 
@@ -62,22 +63,14 @@ def _fmt(x: float) -> str:
     return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
 
 
-def finite_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _se(reps: FloatArray) -> float:
-    r = reps[~np.isnan(reps)]
-    return float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-
-
 def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
     """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
     probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
     (found with probability POWER)."""
-    se = _se(reps)
+    r = reps[~np.isnan(reps)]
+    se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
     out: dict[str, Any] = {
-        "se": finite_or_none(se),
+        "se": json_num(se),
         "alpha": ALPHA,
         "power": POWER,
         "smallest_margin": None,
@@ -137,16 +130,6 @@ def undecided_reason(check: dict[str, Any], n: int | None, units: str) -> str:
     )
 
 
-def _flip_probability(reps: FloatArray, point: float, bound: float, threshold: float) -> float | None:
-    """Share of replicates whose own verdict differs, a replicate's bound as far from its estimate as
-    the observed bound from the observed estimate."""
-    r = reps[~np.isnan(reps)]
-    if r.size == 0 or not math.isfinite(point) or not math.isfinite(bound):
-        return None
-    verdict = bound >= threshold
-    return float(np.mean((r - (point - bound) >= threshold) != verdict))
-
-
 def decision(
     name: str,
     point: float,
@@ -162,15 +145,21 @@ def decision(
     lo, hi = percentile_ci(reps[:, None])
     lo0, hi0 = float(lo[0]), float(hi[0])
     bound = hi0 if test == REGRESSION else lo0
+    # P(flip): the share of replicates whose own verdict differs, each replicate's bound as far from its
+    # estimate as the observed bound from the observed estimate.
+    r = reps[~np.isnan(reps)]
+    flip = None
+    if r.size and math.isfinite(point) and math.isfinite(bound):
+        flip = float(np.mean((r - (point - bound) >= threshold) != (bound >= threshold)))
     check: dict[str, Any] = {
         "name": name,
         "kind": "decision",
         "passed": bool(math.isfinite(bound) and bound >= threshold),
-        "estimate": finite_or_none(point),
-        "ci_low": finite_or_none(lo0),
-        "ci_high": finite_or_none(hi0),
+        "estimate": json_num(point),
+        "ci_low": json_num(lo0),
+        "ci_high": json_num(hi0),
         "threshold": threshold,
-        "flip_probability": _flip_probability(reps, point, bound, threshold),
+        "flip_probability": flip,
         "detail": detail,
     }
     if test is not None:
