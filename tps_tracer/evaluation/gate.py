@@ -24,7 +24,6 @@ from tps_tracer.evaluation.gate_stats import (
     DEFAULT_TEST,
     PAIRING_OVERLAP,
     TESTS,
-    Side,
     censoring_rates_differ,
     compare,
     decision,
@@ -407,9 +406,6 @@ class _Run:
         gaps = gap_stats(col, table, complete, censored)
         self.coverage["missing_forecasts"] = {"policy": crit.missing, **gap_summary(gaps)}
         self.clipped = col.clipped_in(scored)  # forecasts the log rule clipped in the gated runs
-
-    def side(self) -> Side:
-        return Side(self.score, self.task_ids, self.ids)
 
 
 # -- coverage: what the verdict rests on --
@@ -882,7 +878,7 @@ def _baseline_check(
     cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     asym = _asymmetries(cand, base, crit, warnings, notes)
-    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed)
+    cmp = compare(cand.score, cand.task_ids, base.score, base.task_ids, crit.bootstrap, crit.seed)
     counts = cmp.counts
     how = _pairing(cand, base, counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
