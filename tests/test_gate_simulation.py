@@ -24,7 +24,7 @@ import pytest
 from tps_tracer.cli.gate_cmd import _criteria, _settings
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.gate import evaluate_gate
-from tps_tracer.evaluation.gate_stats import FALSE_ALARM, NON_INFERIORITY, REGRESSION, Side, compare, decision
+from tps_tracer.evaluation.gate_stats import FALSE_ALARM, NON_INFERIORITY, REGRESSION, compare, decision
 from tps_tracer.synthetic import World, simulate_runs, to_records
 
 THETAS = np.array([0.2, 0.4, 0.6, 0.8])
@@ -70,7 +70,7 @@ def simulate(scale: float, seed: int) -> dict[str, np.ndarray]:
     for r in range(REPLICATIONS):
         theta = rng.choice(THETAS, N_TASKS)  # the tasks, shared by both sides
         cand, base = run_scores(theta, rng, scale), run_scores(theta, rng)
-        cmp = compare(Side(cand, IDS, IDS), Side(base, IDS, IDS), BOOTSTRAP, r)
+        cmp = compare(cand, IDS, base, IDS, BOOTSTRAP, r)
         assert cmp.paired
         reg = decision("vs_baseline", cmp.point, cmp.replicates, -0.0, "", REGRESSION)
         ni = decision("vs_baseline", cmp.point, cmp.replicates, -margin, "", NON_INFERIORITY)

@@ -1,7 +1,5 @@
-"""The Ray engine: Ray Data reads trajectory shards and reduces each block where it lies, to a `PartialState`
-(the report, docs/design.md "Scale") or to the gate's `PairTable`; the driver merges them in block order.
-An input a block cannot be read alone (a line-numbered error, resolution lines, repeated ids) goes to the
-single-process path on the driver, so the error or result is exactly the local engine's.
+"""The Ray engine: each block reduced where it lies to a `PartialState` (the report) or the gate's `PairTable`,
+merged on the driver in block order. An input a block cannot read alone goes to the single-process path.
 """
 
 from __future__ import annotations
@@ -213,9 +211,9 @@ def report_from_path_ray(
     try:
         states = states_from_path(path, spec, num_blocks)
     except WholeInputNeeded:
+        states = []
+    if not states:  # the single-process result, or its error for an input without trajectories
         return report_from_path(path, opts)
-    if not states:
-        return report_from_path(path, opts)  # its error for an input without trajectories
     return report_from_state(merge_states(states), opts)
 
 

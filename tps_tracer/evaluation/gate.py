@@ -1,7 +1,5 @@
 """The deployment gate: may this agent ship, judged on censored TPS with confidence intervals (docs/gate.md).
-
-Every route (records, files, Ray rows, a saved snapshot) builds its checks and hands them to `_result`,
-which decides: UNUSABLE (the sample cannot be judged), FAIL, CANNOT DECIDE (gate_stats.FALSE_ALARM), PASS.
+Every route (records, files, Ray rows, a saved snapshot) hands its checks to `_result`, which decides the verdict.
 """
 
 from __future__ import annotations
@@ -26,17 +24,15 @@ from tps_tracer.evaluation.gate_stats import (
     DEFAULT_TEST,
     PAIRING_OVERLAP,
     TESTS,
-    Side,
     censoring_rates_differ,
     compare,
     decision,
-    finite_or_none,
     unpaired_text,
 )
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
-from tps_tracer.evaluation.report import NO_WORKING_SAMPLE
-from tps_tracer.evaluation.report_options import OptionError
+from tps_tracer.evaluation.report import NO_WORKING_SAMPLE, json_num
+from tps_tracer.evaluation.report_options import OptionError, is_int
 from tps_tracer.evaluation.skipped_predictors import (
     BASE_RATE,
     NO_PREDICTOR,
@@ -144,26 +140,22 @@ class GateCriteria:
             )
         if self.test not in TESTS:
             raise GateOptionError("test", f"must be one of {', '.join(TESTS)}, got {self.test!r}")
-        if not _is_int(self.min_n) or self.min_n < 1:
+        if not is_int(self.min_n) or self.min_n < 1:
             raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
         for name in ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= _finite(name, value) <= 1.0:
                 raise GateOptionError(name, f"is a share: must lie in [0, 1], got {value!r}")
-        if not _is_int(self.bootstrap) or not MIN_GATE_REPLICATES <= self.bootstrap <= MAX_REPLICATES:
+        if not is_int(self.bootstrap) or not MIN_GATE_REPLICATES <= self.bootstrap <= MAX_REPLICATES:
             raise GateOptionError(
                 "bootstrap",
                 f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
                 f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {self.bootstrap!r}",
             )
-        if not _is_int(self.seed):
+        if not is_int(self.seed):
             raise GateOptionError("seed", f"must be an integer, got {self.seed!r}")
         if not isinstance(self.policy, CensoringPolicy):
             raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _finite(name: str, value: Any) -> float:
@@ -415,9 +407,6 @@ class _Run:
         self.coverage["missing_forecasts"] = {"policy": crit.missing, **gap_summary(gaps)}
         self.clipped = col.clipped_in(scored)  # forecasts the log rule clipped in the gated runs
 
-    def side(self) -> Side:
-        return Side(self.score, self.task_ids, self.ids)
-
 
 # -- coverage: what the verdict rests on --
 
@@ -488,13 +477,9 @@ def coverage_of_report(
 
 def skip_reasons(block: dict[str, Any]) -> str:
     """The coverage's skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
-    if block.get("skip_reasons_in_file"):
-        return f"reasons over the whole file: {_reasons(block['skip_reasons_in_file'])}"
-    return _reasons(block["skipped"])
-
-
-def _reasons(skipped: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"
+    file_wide = block.get("skip_reasons_in_file")
+    reasons = ", ".join(f"{k} {v}" for k, v in (file_wide or block["skipped"]).items()) or "none"
+    return f"reasons over the whole file: {reasons}" if file_wide else reasons
 
 
 def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
@@ -653,7 +638,7 @@ def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str
         )
         fragile = {"undecided": True, "undecided_reason": reason}
     detail = "largest verdict-flip probability under resampling"
-    return _check("stability", stable, finite_or_none(worst), limit, detail, kind="decision", **fragile)
+    return _check("stability", stable, json_num(worst), limit, detail, kind="decision", **fragile)
 
 
 # -- the verdict: one assembler for every route --
@@ -777,9 +762,7 @@ def evaluate_gate(
         crit.seed,
     )
     lo, hi = boot.ci()
-    score = _score(
-        crit, run.predictor, source, n, finite_or_none(boot.point[0]), finite_or_none(lo[0]), finite_or_none(hi[0])
-    )
+    score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
     checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
     if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
         n_base = int(np.sum(~np.isnan(base.score)))
@@ -895,7 +878,7 @@ def _baseline_check(
     cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     asym = _asymmetries(cand, base, crit, warnings, notes)
-    cmp = compare(cand.side(), base.side(), crit.bootstrap, crit.seed)
+    cmp = compare(cand.score, cand.task_ids, base.score, base.task_ids, crit.bootstrap, crit.seed)
     counts = cmp.counts
     how = _pairing(cand, base, counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
@@ -917,7 +900,7 @@ def _baseline_check(
         "how": how,
         **counts,
         "asymmetries": asym,
-        "baseline_mean": finite_or_none(base_mean),
+        "baseline_mean": json_num(base_mean),
         "baseline_coverage": base.coverage,
     }
     return check, comparison

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from tps_tracer.evaluation.bootstrap import bootstrap_means, percentile_ci, replicate_sums, trajectory_keys
+from tps_tracer.evaluation.report import json_num
 
 FloatArray = NDArray[np.float64]
 
@@ -62,22 +63,14 @@ def _fmt(x: float) -> str:
     return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
 
 
-def finite_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _se(reps: FloatArray) -> float:
-    r = reps[~np.isnan(reps)]
-    return float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-
-
 def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
     """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
     probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
     (found with probability POWER)."""
-    se = _se(reps)
+    r = reps[~np.isnan(reps)]
+    se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
     out: dict[str, Any] = {
-        "se": finite_or_none(se),
+        "se": json_num(se),
         "alpha": ALPHA,
         "power": POWER,
         "smallest_margin": None,
@@ -137,16 +130,6 @@ def undecided_reason(check: dict[str, Any], n: int | None, units: str) -> str:
     )
 
 
-def _flip_probability(reps: FloatArray, point: float, bound: float, threshold: float) -> float | None:
-    """Share of replicates whose own verdict differs, a replicate's bound as far from its estimate as
-    the observed bound from the observed estimate."""
-    r = reps[~np.isnan(reps)]
-    if r.size == 0 or not math.isfinite(point) or not math.isfinite(bound):
-        return None
-    verdict = bound >= threshold
-    return float(np.mean((r - (point - bound) >= threshold) != verdict))
-
-
 def decision(
     name: str,
     point: float,
@@ -162,15 +145,21 @@ def decision(
     lo, hi = percentile_ci(reps[:, None])
     lo0, hi0 = float(lo[0]), float(hi[0])
     bound = hi0 if test == REGRESSION else lo0
+    # P(flip): the share of replicates whose own verdict differs, each replicate's bound as far from its
+    # estimate as the observed bound from the observed estimate.
+    r = reps[~np.isnan(reps)]
+    flip = None
+    if r.size and math.isfinite(point) and math.isfinite(bound):
+        flip = float(np.mean((r - (point - bound) >= threshold) != (bound >= threshold)))
     check: dict[str, Any] = {
         "name": name,
         "kind": "decision",
         "passed": bool(math.isfinite(bound) and bound >= threshold),
-        "estimate": finite_or_none(point),
-        "ci_low": finite_or_none(lo0),
-        "ci_high": finite_or_none(hi0),
+        "estimate": json_num(point),
+        "ci_low": json_num(lo0),
+        "ci_high": json_num(hi0),
         "threshold": threshold,
-        "flip_probability": _flip_probability(reps, point, bound, threshold),
+        "flip_probability": flip,
         "detail": detail,
     }
     if test is not None:
@@ -183,21 +172,12 @@ def decision(
 
 
 @dataclass
-class Side:
-    """One run's gated score per trajectory (NaN: not scored) with task and trajectory ids."""
-
-    score: FloatArray
-    task_ids: Sequence[str]
-    ids: Sequence[str]
-
-
-@dataclass
 class Comparison:
     point: float
     replicates: FloatArray
     paired: bool
     how: str
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int]
 
 
 def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
@@ -205,9 +185,9 @@ def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
     return trajectory_keys([f"{salt}\x00{i}" for i in ids])
 
 
-def _scored_tasks(side: Side) -> tuple[list[str], FloatArray]:
-    ok = ~np.isnan(side.score)
-    return [t for t, k in zip(side.task_ids, ok, strict=True) if k], side.score[ok]
+def _scored_tasks(score: FloatArray, task_ids: Sequence[str]) -> tuple[list[str], FloatArray]:
+    ok = ~np.isnan(score)
+    return [t for t, k in zip(task_ids, ok, strict=True) if k], score[ok]
 
 
 # Pair when the common tasks are at least this share of the smaller side's scored tasks (and at least 2):
@@ -215,10 +195,13 @@ def _scored_tasks(side: Side) -> tuple[list[str], FloatArray]:
 PAIRING_OVERLAP = 0.5
 
 
-def compare(cand: Side, base: Side, bootstrap: int, seed: int) -> Comparison:
-    """Mean(candidate) - mean(baseline) with bootstrap replicates, paired on common scored tasks."""
-    c_tasks, c_scores = _scored_tasks(cand)
-    b_tasks, b_scores = _scored_tasks(base)
+def compare(
+    cand: FloatArray, cand_tasks: Sequence[str], base: FloatArray, base_tasks: Sequence[str], bootstrap: int, seed: int
+) -> Comparison:
+    """Mean(candidate) - mean(baseline) of the scores per run (NaN: not scored) with bootstrap replicates,
+    paired on common scored tasks."""
+    c_tasks, c_scores = _scored_tasks(cand, cand_tasks)
+    b_tasks, b_scores = _scored_tasks(base, base_tasks)
     common = set(c_tasks) & set(b_tasks)
     smaller = min(len(set(c_tasks)), len(set(b_tasks)))
     c_in = np.array([t in common for t in c_tasks], dtype=bool)
@@ -229,14 +212,28 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int) -> Comparison:
         "baseline_paired_runs": int(b_in.sum()),
         "candidate_unpaired_runs": int((~c_in).sum()),
         "baseline_unpaired_runs": int((~b_in).sum()),
-        "candidate_unscored_runs": len(cand.score) - len(c_tasks),
-        "baseline_unscored_runs": len(base.score) - len(b_tasks),
+        "candidate_unscored_runs": len(cand) - len(c_tasks),
+        "baseline_unscored_runs": len(base) - len(b_tasks),
     }
     if len(common) >= 2 and len(common) >= PAIRING_OVERLAP * smaller:
-        point, reps, repeats = _paired(c_tasks, c_scores, c_in, b_tasks, b_scores, b_in, bootstrap, seed)
+        # Task-clustered: one row per common task (each side's score sum and run count) under the task's weight.
+        c_common = [t for t, k in zip(c_tasks, c_in, strict=True) if k]
+        order = {t: i for i, t in enumerate(dict.fromkeys(c_common))}
+        rows = np.zeros((len(order), 4))
+        c_idx = np.array([order[t] for t in c_common], dtype=np.int64)
+        b_idx = np.array([order[t] for t, k in zip(b_tasks, b_in, strict=True) if k], dtype=np.int64)
+        np.add.at(rows[:, 0], c_idx, c_scores[c_in])
+        np.add.at(rows[:, 1], c_idx, 1.0)
+        np.add.at(rows[:, 2], b_idx, b_scores[b_in])
+        np.add.at(rows[:, 3], b_idx, 1.0)
+        sums = replicate_sums(rows, trajectory_keys(list(order)), bootstrap, seed)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a replicate that drew no task: NaN
+            reps = sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3]
+        total = rows.sum(axis=0)
+        point = float(total[0] / total[1] - total[2] / total[3])
         # The caller says what the task ids are; here only what the resampling did with repeats.
-        how = "; tasks repeat: resampled by task" if repeats else ""
-        return Comparison(point, reps, True, how, counts)
+        repeats = len(c_idx) > len(order) or len(b_idx) > len(order)
+        return Comparison(point, reps, True, "; tasks repeat: resampled by task" if repeats else "", counts)
     bc = bootstrap_means(c_scores[:, None], _salted_keys(c_tasks, "candidate"), bootstrap, seed)
     bb = bootstrap_means(b_scores[:, None], _salted_keys(b_tasks, "baseline"), bootstrap, seed)
     reps = bc.replicates[:, 0] - bb.replicates[:, 0]
@@ -248,34 +245,6 @@ def compare(cand: Side, base: Side, bootstrap: int, seed: int) -> Comparison:
     )
     how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; {why})"
     return Comparison(point, reps, False, how, counts)
-
-
-def _paired(
-    c_tasks: list[str],
-    c_scores: FloatArray,
-    c_in: NDArray[np.bool_],
-    b_tasks: list[str],
-    b_scores: FloatArray,
-    b_in: NDArray[np.bool_],
-    bootstrap: int,
-    seed: int,
-) -> tuple[float, FloatArray, bool]:
-    """(point, replicates, whether tasks repeat) of the task-clustered paired difference: one row per
-    common task (each side's score sum and run count) under the task's replicate weight."""
-    order = {t: i for i, t in enumerate(dict.fromkeys(t for t, k in zip(c_tasks, c_in, strict=True) if k))}
-    rows = np.zeros((len(order), 4))
-    c_idx = np.array([order[t] for t, k in zip(c_tasks, c_in, strict=True) if k], dtype=np.int64)
-    b_idx = np.array([order[t] for t, k in zip(b_tasks, b_in, strict=True) if k], dtype=np.int64)
-    np.add.at(rows[:, 0], c_idx, c_scores[c_in])
-    np.add.at(rows[:, 1], c_idx, 1.0)
-    np.add.at(rows[:, 2], b_idx, b_scores[b_in])
-    np.add.at(rows[:, 3], b_idx, 1.0)
-    sums = replicate_sums(rows, trajectory_keys(list(order)), bootstrap, seed)
-    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate that drew no task: NaN, as in bootstrap_means
-        reps = sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3]
-    total = rows.sum(axis=0)
-    point = float(total[0] / total[1] - total[2] / total[3])
-    return point, reps, bool(len(c_idx) > len(order) or len(b_idx) > len(order))
 
 
 def unpaired_text(counts: dict[str, int]) -> str:

@@ -57,7 +57,7 @@ class OptionError(InputError):
         super().__init__(f"{self.owner}.{field}: {message}")
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
@@ -81,14 +81,14 @@ def check_report_options(opts: ReportOptions) -> None:
                 lookup(value)
             except ValueError as exc:
                 raise OptionError(name, str(exc)) from None
-    if not _is_int(opts.bootstrap) or opts.bootstrap < 0:
+    if not is_int(opts.bootstrap) or opts.bootstrap < 0:
         raise OptionError("bootstrap", f"must be an integer >= 0 (0: no confidence intervals), got {opts.bootstrap!r}")
     if opts.bootstrap > MAX_REPLICATES:
         raise OptionError(
             "bootstrap",
             f"must be at most {MAX_REPLICATES} (memory grows as replicates x score columns), got {opts.bootstrap!r}",
         )
-    if not _is_int(opts.seed):
+    if not is_int(opts.seed):
         raise OptionError("seed", f"must be an integer, got {opts.seed!r}")
     if not isinstance(opts.policy, CensoringPolicy):
         raise OptionError("policy", f"must be a CensoringPolicy, got {type(opts.policy).__name__}")
@@ -96,7 +96,7 @@ def check_report_options(opts: ReportOptions) -> None:
         raise OptionError("missing", f"unknown policy {opts.missing!r} (choose from {', '.join(MISSING_POLICIES)})")
     if not isinstance(opts.base_rate, (bool, np.bool_)):
         raise OptionError("base_rate", f"must be true or false, got {opts.base_rate!r}")
-    if not _is_int(opts.ece_bins) or opts.ece_bins < 1:
+    if not is_int(opts.ece_bins) or opts.ece_bins < 1:
         raise OptionError("ece_bins", f"must be an integer >= 1, got {opts.ece_bins!r}")
     if opts.calibrate is not None and opts.calibrate not in CALIBRATION_METHODS:
         raise OptionError(
