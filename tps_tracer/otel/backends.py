@@ -43,6 +43,7 @@ class Options(TypedDict, total=False):
     retry_initial: float  # backoff doubling up to retry_max while the backend is down
     retry_max: float
     max_pending: int
+    not_stored_timeout: float  # how long a record waits for the backend to store its trace
 
 
 @dataclass(order=True)
@@ -319,7 +320,6 @@ class MlflowAssessments(RetryingDelivery):
         links: TraceLinks | None = None,
         *,
         client: Any = None,
-        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
         **options: Unpack[Options],
     ):
         """`tracking_uri` None: the one MLflow is configured with (MLFLOW_TRACKING_URI, mlflow.set_tracking_uri)."""
@@ -330,7 +330,7 @@ class MlflowAssessments(RetryingDelivery):
             client = TracingClient(tracking_uri)
         self.client = client
         # One assessment per request (MLflow has no batch write): a failure never re-sends a written one.
-        super().__init__(links, batch_size=1, not_stored_timeout=not_stored_timeout, **options)
+        super().__init__(links, batch_size=1, **options)
 
     def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
         where = {"trace_id": mlflow_trace_id(link), "span_id": link.span_hex}
@@ -455,7 +455,6 @@ class LangSmithFeedback(_ByRunId):
         client: Any = None,
         *,
         project_name: str | None = None,
-        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
         **options: Unpack[Options],
     ):
         """`project_name`: the tracer's project (default LANGSMITH_PROJECT, else "default")."""
@@ -466,7 +465,7 @@ class LangSmithFeedback(_ByRunId):
         self._session_id: Any = None
         self._errors = utils
         # One feedback per request (LangSmith has no batch write): a failure never re-sends a written one.
-        super().__init__(batch_size=1, not_stored_timeout=not_stored_timeout, **options)
+        super().__init__(batch_size=1, **options)
 
     def items(self, score: TrajectoryScore, link: str) -> list[dict[str, Any]]:
         return [

@@ -1,18 +1,6 @@
-"""Scores as OpenTelemetry signals in the agent's own trace, in the GenAI evaluation conventions.
-
-Spans cannot change after they end and a score is known at the run's end or later, so a score
-travels as something new under the agent root span:
-
-    EvaluationSpanExporter   a `tps.evaluation` child span: the headline score as
-                             gen_ai.evaluation.score.value (absent when the run cannot use it),
-                             every other score as a `gen_ai.evaluation.result` event on it
-    EvaluationEventExporter  one `gen_ai.evaluation.result` log record per score (span events are
-                             deprecated, OTEP 4430); needs opentelemetry-sdk 1.35+
-    TPSMetrics               running means and counts (instruments and Prometheus names: docs/otel.md)
-    DeliveryCount            what an OTLP endpoint took of the spans `tps-tracer export --to otlp` sent
-
-Both carry label (success | failure | censored | excluded), explanation and `tps.*` facts; an
-excluded run gets its stop reason and no score. The span processor skips these spans (scope name).
+"""Scores as OpenTelemetry signals under the agent's root span (a span cannot change after it ends),
+in the GenAI evaluation conventions: spans, log records, metrics (docs/otel.md). The span processor
+skips these spans (scope name).
 """
 
 from __future__ import annotations
@@ -112,10 +100,16 @@ def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
         attrs["tps.outcome"] = score.outcome
     if score.q_z is not None:
         attrs["tps.q_z"] = score.q_z
+    attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
+    attrs["gen_ai.evaluation.score.label"] = score.label
     return attrs
 
 
 class EvaluationSpanExporter:
+    """A `tps.evaluation` child span per run: the headline score as gen_ai.evaluation.score.value (absent
+    when the run cannot use it), every score as a `gen_ai.evaluation.result` event on it; label
+    (success | failure | censored | excluded), explanation and `tps.*` facts."""
+
     def __init__(
         self,
         tracer_provider: TracerProvider,
@@ -150,8 +144,6 @@ class EvaluationSpanExporter:
             self.counts["unchanged"] += 1  # e.g. an outcome recorded for an excluded run
             return
         attrs = trajectory_attributes(score)
-        attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
-        attrs["gen_ai.evaluation.score.label"] = score.label
         attrs["gen_ai.evaluation.explanation"] = explanation(score, head, self.predictor)
         attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
         if head is not None:
@@ -177,6 +169,9 @@ class EvaluationSpanExporter:
 
 
 class EvaluationEventExporter:
+    """One `gen_ai.evaluation.result` log record per score (span events are deprecated, OTEP 4430;
+    needs opentelemetry-sdk 1.35+); an excluded run gets one with its stop reason and no score."""
+
     def __init__(self, logger_provider: LoggerProvider, links: TraceLinks):
         """logger_provider: an SDK LoggerProvider with your exporters; links: `processor.links`."""
         from tps_tracer import __version__
@@ -191,11 +186,7 @@ class EvaluationEventExporter:
 
     def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
         context = link.context()
-        common = {
-            **trajectory_attributes(score),
-            "gen_ai.evaluation.name": EVALUATION_NAME,
-            "gen_ai.evaluation.score.label": score.label,
-        }
+        common = trajectory_attributes(score)
         values = list(score.values())
         if not values:  # excluded: no score, but the reason is on the record
             if self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):

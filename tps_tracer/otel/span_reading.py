@@ -1,16 +1,12 @@
 """What ended spans say about an agent run: pure functions over span attributes and events, run on
-the capture worker (only `is_llm_span` runs in `on_end`).
-
-Dialects read: OpenInference (`openinference.span.kind`, `llm.output_messages.*`, the raw result as
-JSON in `output.value`, run metadata as JSON in `metadata`); the OpenTelemetry GenAI conventions
-(`gen_ai.operation.name`, `gen_ai.output.messages`, Traceloop association properties); other
-frameworks' shapes (`agent_frameworks.py`); and our own `tps.forecasts`, `tps.trajectory_id`,
-`tps.stop_reason`, `tps.horizon`, `tps.outcome`, which override what is inferred.
+the capture worker (only `is_llm_span` runs in `on_end`). Dialects: OpenInference, the GenAI
+conventions (with Traceloop's), smolagents, the OpenAI Agents SDK, and our own `tps.*` overrides.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -20,14 +16,15 @@ import orjson
 from tps_tracer.capture import stop_signals
 from tps_tracer.capture.step_signals import RawStep, gc_paused
 from tps_tracer.capture.stop_signals import (
+    BUDGET_EXCEPTIONS,
     NOT_TOOL_FAILURES,
     PARSE_EXCEPTIONS,
+    budget_limit,
     classify_exception_names,
     is_budget_text,
     short_name,
 )
 from tps_tracer.open_runs import is_interrupt
-from tps_tracer.otel import agent_frameworks as fw
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     HORIZON_KEY,
@@ -51,6 +48,11 @@ GENAI_COMPLETION_TOOL_ARGS = "gen_ai.completion.0.tool_calls.0.arguments"
 TRACELOOP_PROPERTIES = "traceloop.association.properties."
 TRACELOOP_OUTPUT = "traceloop.entity.output"
 ERROR_TYPE = "error.type"
+OI_CONTENTS = "llm.output_messages.0.message.contents.{}.message_content.{}"
+MAX_CONTENTS = 64  # content parts read per message (a bound, not a limit any framework reaches)
+MAX_STEPS = "smolagents.max_steps"  # on the agent span: the run's step budget
+# smolagents' RunResult of a run that finished (return_full_result=True): no forced answer.
+_RUN_SUCCEEDED = re.compile(r"^\s*RunResult\(.*\bstate=['\"]success['\"]", re.DOTALL)
 
 TPS_FORECASTS = "tps.forecasts"
 TPS_TRAJECTORY_ID = "tps.trajectory_id"
@@ -225,6 +227,118 @@ def _trajectory_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -
     return None if found is None else str(found)
 
 
+# ---------------------------------------------------------------- other frameworks' shapes
+
+
+def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
+    return _is_seq(value) and not isinstance(value, (str, bytes))
+
+
+def _contents_text(attributes: Mapping[str, Any]) -> str | None:
+    """The text parts of the first output message in OpenInference's structured form (smolagents), joined."""
+    texts = []
+    for i in range(MAX_CONTENTS):
+        kind = attributes.get(OI_CONTENTS.format(i, "type"))
+        text = attributes.get(OI_CONTENTS.format(i, "text"))
+        if kind is None and text is None:
+            break
+        if kind in (None, "text") and isinstance(text, str):
+            texts.append(text)
+    return "".join(texts) if texts else None
+
+
+def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+    content = message.get("content")
+    text = content if isinstance(content, str) else None
+    if _is_list(content):  # content blocks [{"type": "text", "text": ...}]
+        blocks = [b.get("text") for b in content if _is_map(b) and b.get("type", "text") == "text"]
+        texts = [t for t in blocks if isinstance(t, str)]
+        text = "".join(texts) if texts else None
+    calls = message.get("tool_calls")
+    args = None
+    if _is_list(calls) and calls and _is_map(calls[0]):
+        function = calls[0].get("function")
+        args = function.get("arguments") if _is_map(function) else calls[0].get("arguments")
+    return text, None, args
+
+
+def _is_response(obj: Any) -> bool:
+    return (
+        _is_map(obj)
+        and _is_list(obj.get("output"))
+        and (obj.get("object") == "response" or all(_is_map(i) and "type" in i for i in obj["output"]))
+    )
+
+
+def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+    texts: list[str] = []
+    logprobs: list[Any] = []
+    has_logprobs = False
+    tool_args = None
+    for item in response["output"]:
+        if not _is_map(item):
+            continue
+        if item.get("type") == "message" and _is_list(item.get("content")):
+            for part in item["content"]:
+                if not _is_map(part) or part.get("type") != "output_text":
+                    continue
+                if isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                if _is_list(part.get("logprobs")):
+                    has_logprobs = True
+                    logprobs.extend(part["logprobs"])
+        elif item.get("type") == "function_call" and tool_args is None:
+            tool_args = item.get("arguments")
+    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args
+
+
+def _from_output_value(output: Any) -> tuple[str | None, Any, Any] | None:
+    """(text, logprobs, tool args) from the OpenAI Agents SDK's spans: a generation span's chat message
+    dicts (streamed: [one Responses-API response]), a response span's response (`message` items with
+    `output_text` parts and their `logprobs`, `function_call` items)."""
+    if _is_response(output):
+        return _from_response(output)
+    if _is_list(output) and output:
+        if _is_response(output[-1]):
+            return _from_response(output[-1])
+        assistant = [m for m in output if _is_map(m) and m.get("role") == "assistant"]
+        return _from_chat_message(assistant[-1]) if assistant else None
+    if _is_map(output) and output.get("role") == "assistant":
+        return _from_chat_message(output)
+    return None
+
+
+def is_agent_span(attributes: Mapping[str, Any]) -> bool:
+    return attributes.get(OI_KIND) == "AGENT" or attributes.get(GENAI_OPERATION) == "invoke_agent"
+
+
+def budget_stop(
+    attributes: Mapping[str, Any], events: Sequence[Any], description: str | None
+) -> tuple[str, int | None] | None:
+    """(detail, stated limit) when a span's exception events or status description say budget stop
+    (any span: the Agents SDK leaves the workflow root OK and sets ERROR on the agent span)."""
+    for e in events:
+        if e.name != "exception" or not e.attributes:
+            continue
+        kind = e.attributes.get("exception.type")
+        if kind and short_name(str(kind)) in BUDGET_EXCEPTIONS:
+            message = e.attributes.get("exception.message")
+            return short_name(str(kind)), budget_limit(message) if isinstance(message, str) else None
+    if description and is_budget_text(description):
+        return "budget status", budget_limit(description)
+    return None
+
+
+def forced_final_answer(attributes: Mapping[str, Any], last_call_under_root: bool) -> bool:
+    """The run's last model call, directly under a smolagents agent span, is the answer smolagents
+    forces at max_steps: without `return_full_result` it makes one more call (`provide_final_answer`)
+    there after the last step, the only call there after a step."""
+    if not last_call_under_root or attributes.get(MAX_STEPS) is None:
+        return False
+    output = attributes.get(OI_OUTPUT_VALUE)
+    return not (isinstance(output, str) and _RUN_SUCCEEDED.search(output))
+
+
 # ---------------------------------------------------------------- LLM spans
 
 
@@ -302,7 +416,7 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
         return LlmStep(RawStep(None, forecasts=dict(own)), False)
     text = attributes.get(OI_OUTPUT_TEXT)
     if not isinstance(text, str):
-        text = fw.contents_text(attributes)
+        text = _contents_text(attributes)
     tool_args = attributes.get(OI_TOOL_ARGS)
     logprobs = None
     malformed = False
@@ -310,7 +424,7 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     if output is not None:
         found = _from_llm_result(output)
         if found is None:
-            other = _from_openai_response(output) or fw.from_output_value(output)
+            other = _from_openai_response(output) or _from_output_value(output)
             found = None if other is None else (*other, False)
         if found is not None:
             out_text, logprobs, out_args, malformed = found
@@ -435,7 +549,7 @@ def classify_run(
     attributes: the root's, completed (`root_attributes`); failures: the trace's other spans that
     ended in ERROR. A clean-looking root is still a budget stop when an agent span under it records
     one after the last model call ended (the OpenAI Agents SDK's "Max turns exceeded"), or when the
-    last call is a direct child of a smolagents root (`agent_frameworks.forced_final_answer`)."""
+    last call is a direct child of a smolagents root (`forced_final_answer`)."""
     tool_failed = tool_failed_last(steps, failures)
     last_call: Any = max(steps, key=lambda s: s.end_time or 0, default=None)
     root_events = events_of(root)
@@ -443,23 +557,23 @@ def classify_run(
     if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
         return observed, attributes.get(TPS_HORIZON)
     if observed[0] is StopReason.MAX_STEPS:
-        found = fw.budget_stop(attributes, root_events, root.status.description)
+        found = budget_stop(attributes, root_events, root.status.description)
         limit = found[1] if found is not None else None
-        return observed, limit if limit is not None else fw.step_budget_attribute(attributes)
+        return observed, limit if limit is not None else attributes.get(MAX_STEPS)
     if observed[0] is StopReason.CLEAN:
         last_end = (last_call.end_time or 0) if last_call is not None else 0
         for span in failures:
             span_attrs = attrs_of(span)
-            if not fw.is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
+            if not is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
                 continue
-            found = fw.budget_stop(span_attrs, events_of(span), span.status.description)
+            found = budget_stop(span_attrs, events_of(span), span.status.description)
             if found is not None:
-                limit = found[1] if found[1] is not None else fw.step_budget_attribute(attributes)
+                limit = found[1] if found[1] is not None else attributes.get(MAX_STEPS)
                 return (StopReason.MAX_STEPS, found[0]), limit
         under_root = last_call is not None and last_call.parent is not None
         under_root = under_root and last_call.parent.span_id == root.context.span_id
-        if fw.forced_final_answer(attributes, under_root):
-            return (StopReason.MAX_STEPS, "final answer forced by max_steps"), fw.step_budget_attribute(attributes)
+        if forced_final_answer(attributes, under_root):
+            return (StopReason.MAX_STEPS, "final answer forced by max_steps"), attributes.get(MAX_STEPS)
     return observed, None
 
 

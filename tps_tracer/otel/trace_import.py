@@ -1,9 +1,6 @@
-"""Stored traces -> trajectory records, through the span processor's own code (`tps-tracer import`).
-
-Spans read from OTLP JSON (the Collector file exporter's format) or from Phoenix's span export become
-SDK `ReadableSpan`s and are replayed into a `TPSSpanProcessor` in the order a live processor would
-have seen them, so an imported run gives the live record. What cannot be read is counted, per run
-(`metadata["import_unreadable"]`) or per file, never dropped silently (docs/traces.md).
+"""Stored traces (OTLP JSON, Phoenix's span export) replayed into a `TPSSpanProcessor` as a live one
+would have seen them, so an imported run gives the live record (`tps-tracer import`). What cannot be
+read is counted, per run (`metadata["import_unreadable"]`) or per file, never dropped (docs/traces.md).
 """
 
 from __future__ import annotations
@@ -27,8 +24,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from tps_tracer.errors import InputError
 from tps_tracer.online.accumulator import Accumulator
-from tps_tracer.otel.agent_frameworks import OI_KIND
 from tps_tracer.otel.span_processor import TPSSpanProcessor
+from tps_tracer.otel.span_reading import OI_KIND
 from tps_tracer.output import write_text
 
 UNREADABLE_KEY = "import_unreadable"
