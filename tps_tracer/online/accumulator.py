@@ -295,7 +295,7 @@ class Accumulator:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
                 return False
             for tid, old in evicted:
-                self._close(tid, old, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "evicted"}, "evicted")
+                self._abandon(tid, old, "evicted")
             self._maybe_sweep(now)
             return True
         except Exception as exc:
@@ -424,9 +424,9 @@ class Accumulator:
         return y, q
 
     def _resolve_locked(self, tid: str, y: int | None, q: float | None) -> _Resolution:
-        """Under the lock: (fields to append after a repeat's record, or None when not a repeat's;
-        status; fields to append as a resolution line; listeners' scores; whether a fold is due).
-        A live repeat takes it, or a repeat's record above it (the nearest record, as the reader decides)."""
+        """Under the lock: (fields for a repeat's record above, or None if no repeat takes it; status;
+        fields for a resolution line; listeners' scores; fold due). The reader's rule: a resolution
+        belongs to the nearest record above it."""
         live = self._store.live.get(tid)
         if live is not None and live.repeat:
             live.outcome = live.outcome if y is None or live.outcome is not None else y
@@ -482,10 +482,9 @@ class Accumulator:
         q_z: float | None = None,
         outcome: int | bool | None = None,
     ) -> bool:
-        """A run an adapter saw whole: as `begin`, `observe` each step, `resolve` what was recorded while
-        it ran (`resolved`: outcome, q_z), then `stop`, with their rejections, but checked first and
-        applied in one hold of the lock. Without an adapter owning the lifetimes it is those calls (a
-        step may evict, a sweep stop, other runs between them)."""
+        """A run an adapter saw whole: `begin`, `observe` each step, `resolve(*resolved)`, `stop`, with
+        their rejections, checked first and applied in one hold of the lock. Without an adapter owning
+        the lifetimes it is those four calls (a step may evict, a sweep stop, other runs between them)."""
         tid = trajectory_id
         if self._closed:
             return self._refuse_closed("stop", tid)
@@ -538,18 +537,10 @@ class Accumulator:
         target.last_seen = self._clock()
         return "ok", newly if target.written else {}
 
-    def _close(
-        self,
-        tid: str,
-        live: _Live,
-        reason: StopReason,
-        horizon: int | None,
-        metadata: Mapping[str, Any] | None,
-        abandoned: str | None,
-    ) -> None:
-        """A reserved run finished early (evicted, idle, closed)."""
+    def _abandon(self, tid: str, live: _Live, why: str) -> None:
+        """A reserved run finished early (evicted, idle, closed): stopped as capture_lost."""
         with self._lock:
-            closing = self._closing(tid, live, reason, horizon, metadata, abandoned)
+            closing = self._closing(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
         self._closed_run(closing)
 
     def _closing(
@@ -699,18 +690,15 @@ class Accumulator:
                     self._scoring_done.wait_for(lambda: self._scoring == 0)
 
     def leave_lifetimes_to(self, owner: str, drain: Callable[[], Any] | None = None) -> None:
-        """Let an adapter decide when its runs end: it knows what this cannot (a run paused by an
-        interrupt, or busy behind queued steps), so this no longer idles out or evicts runs; the
-        adapter's sweep, with this idle_timeout if tighter, bounds memory. drain: applies the
-        adapter's queued events; flush() calls it first, so a close right after `agent.invoke()`
-        does not record queued runs as capture_lost. Held weakly."""
+        """Let an adapter decide when its runs end (it knows a paused or busy run): no idling out or
+        evicting here. `drain` applies the adapter's queued events; flush() calls it first, so a close
+        right after `agent.invoke()` loses no run. Held weakly."""
         self.lifetime_owner = owner
         if drain is not None:
             self._drains.append(_weak(drain))
 
     def finish_on_close(self, finish: Callable[[str], Any]) -> None:
-        """`finish(why)` records an adapter's open runs as abandoned; close() calls it before it drains
-        (the adapter may hold a run's last output, never observed here). Held weakly."""
+        """`finish(why)` records an adapter's open runs as abandoned; close() calls it first. Held weakly."""
         self._finishers.append(_weak(finish))
 
     def _call_adapters(self, refs: list[Callable[[], Any]], where: str, *args: Any) -> None:
@@ -724,9 +712,11 @@ class Accumulator:
                     self._internal(where, exc)
 
     def _maybe_sweep(self, now: float) -> None:
-        if self.lifetime_owner is not None:
-            return
-        if self.idle_timeout is not None and now - self._last_sweep >= self._sweep_every:
+        if (
+            self.lifetime_owner is None
+            and self.idle_timeout is not None
+            and now - self._last_sweep >= self._sweep_every
+        ):
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
@@ -739,7 +729,7 @@ class Accumulator:
             self._last_sweep = now
             idle = self._store.take_idle(now)
         for tid, live in idle:
-            self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "idle"}, "idle")
+            self._abandon(tid, live, "idle")
         return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
@@ -753,8 +743,7 @@ class Accumulator:
         return self._closed
 
     def _forget_at_fork(self) -> None:
-        """In a forked child: the runs live at the fork are the parent's to finish; forget them
-        (counted). Fresh locks: a parent thread may have held one."""
+        """In a forked child the live runs are the parent's: forget them (counted); fresh locks."""
         self._lock = self._summaries.lock = threading.Lock()
         self._writer.after_fork()
         n = len(self._store.live)
@@ -763,7 +752,7 @@ class Accumulator:
             self.health.count("ignored", "live_at_fork", n=n)
 
     def _close_at_exit(self) -> int:
-        return 0 if self._closed else self._shut(True, at_exit.ABANDONED_AT_EXIT)
+        return self._shut(True, at_exit.ABANDONED_AT_EXIT)
 
     def _shut(self, stop_live: bool, why: str) -> int:
         """close(): how many live runs were recorded as abandoned (`why`)."""
@@ -778,7 +767,7 @@ class Accumulator:
                 now = self._clock()
                 leftover = [self._store.take_oldest(now) for _ in range(len(self._store.live))]
             for tid, live in leftover:
-                self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
+                self._abandon(tid, live, why)
         self.flush()
         if self._background is not None:
             self._background.wait_idle()  # the folds in flight too
@@ -791,7 +780,7 @@ class Accumulator:
 
     @property
     def n_live(self) -> int:
-        return len(self._store)
+        return len(self._store.live)
 
     @property
     def n_finished(self) -> int:
@@ -811,7 +800,7 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             keys = self._rows.keys()
-            n_live = len(self._store)
+            n_live = len(self._store.live)
             known = list(self._known)
         health = self.health.snapshot()
         table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters
