@@ -208,14 +208,14 @@ class RecordWriter:
             sink._after_fork_in_child()
         own = isinstance(sink, JsonlSink) and type(sink).write is JsonlSink.write
         self.lock = sink.lock if own else threading.Lock()
-        self._write = sink.write_held if own else getattr(sink, "write", None)
+        self._write: Callable[[dict[str, Any]], None] | None = sink.write_held if own else None
 
     def write(self, obj: dict[str, Any]) -> bool:
         """The caller holds `lock`."""
         if self.sink is None:
             return False
         try:
-            self._write(obj)
+            (self._write or self.sink.write)(obj)
             return True
         except Exception as exc:
             self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")
