@@ -469,3 +469,38 @@ def test_strict_errors_leave_the_trajectory_usable():
     assert acc.n_live == 1
     assert acc.stop("t", "max_steps", horizon=5)
     assert acc.snapshot()["audit"]["roles"]["censored"] == 1
+
+
+# (id, steps, reason, resolved, stop keywords) of whole runs: repeats, refusals and conflicts
+_WHOLE_RUNS = [
+    ("a", [{"verbal": 0.8}, {"verbal": 0.6}], "clean", (None, None), {"outcome": 1}),
+    ("b", [{"verbal": 1.5}, "not a mapping", {"other": 0.2}], "max_steps", (1, None), {"horizon": 9}),
+    ("c", [], "clean", (1, 0.5), {}),  # nothing live to resolve yet: resolve_unknown, as the four calls
+    ("d", [{"verbal": 0.3}], "bogus", (0, None), {"outcome": 1, "horizon": 0, "metadata": {"x": float("nan")}}),
+    ("a", [{"verbal": 0.4}], "clean", (0, None), {"metadata": "not a mapping"}),  # a repeat of a
+    ("a", [{"verbal": 0.5}], "clean", (None, 0.4), {"q_z": 0.4}),  # a repeat again
+    ("", [{"verbal": 0.5}], "clean", (1, None), {}),  # an invalid id: refused by each of the calls
+    ("é", [{"verbal": 0.5}, {"verbal": 0.1}], "clean", (None, None), {}),
+    ("e", [{"verbal": 0.9}], "clean", (None, None), {"q_z": 2.0, "outcome": "yes"}),
+]
+
+
+def test_finished_in_one_lock_hold_equals_the_four_calls(tmp_path):
+    """An adapter's finished() (checked first, applied in one hold of the lock) writes the same lines
+    and counts the same rejections as begin / observe / resolve / stop, the calls it stands for."""
+    outs = []
+    for one_hold in (True, False):
+        path = tmp_path / f"{one_hold}.jsonl"
+        acc = Accumulator(predictors=["verbal"], sink=str(path), batch_size=2, idle_timeout=None)
+        if one_hold:
+            acc.leave_lifetimes_to("test")
+        for tid, steps, reason, resolved, stop in _WHOLE_RUNS:
+            acc.finished(tid, steps, reason, resolved=resolved, **stop)
+        acc.resolve("a", outcome=1)
+        snap = acc.snapshot()
+        acc.close()
+        outs.append((path.read_text(), snap["online"]["health"], snap["online"]["finished"], snap["scores"]))
+    assert outs[0] == outs[1]
+    text, health = outs[0][:2]
+    assert health["rejected"]["invalid_id"] == 3 and health["set_aside"]["duplicate_id"] == 2
+    assert health["rejected"]["resolve_unknown"] == 1 and text.count("\n") == 9

@@ -113,23 +113,22 @@ class InputChecks:
         )
         return False
 
-    def metadata(self, tid: str, metadata: Any) -> dict[str, Any]:
-        """The record's metadata as strict JSON: a non-mapping is dropped, NaN/inf and non-JSON values
-        become null / their repr (counted as invalid_metadata): never a reason to lose the run."""
+    def metadata(self, tid: str, metadata: Any) -> tuple[dict[str, Any], str | None]:
+        """The record's metadata as strict JSON, and why it was not (an invalid_metadata the caller
+        counts): a non-mapping is dropped, NaN/inf and non-JSON values become null / their repr."""
         if metadata is None:
-            return {}
+            return {}, None
         if not isinstance(metadata, Mapping):
-            self.reject("invalid_metadata", f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}")
-            return {}
+            return {}, f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}"
         md = dict(metadata)
         try:
             json.dumps(md, allow_nan=False)
             if all(type(k) is str for k in md):
-                return md
+                return md, None
         except (TypeError, ValueError, RecursionError):
             pass
-        self.reject("invalid_metadata", f"{tid!r}: metadata is not strict JSON; bad values written as null / repr")
-        return {str(k): _json_safe(v, 0) for k, v in md.items()}
+        problem = f"{tid!r}: metadata is not strict JSON; bad values written as null / repr"
+        return {str(k): _json_safe(v, 0) for k, v in md.items()}, problem
 
 
 def _json_safe(value: Any, depth: int) -> Any:
@@ -147,6 +146,14 @@ def _json_safe(value: Any, depth: int) -> Any:
 def _weak(fn: Callable[..., Any]) -> Callable[[], Any]:
     """A reference that does not keep a dropped adapter alive."""
     return weakref.WeakMethod(fn) if inspect.ismethod(fn) else lambda: fn
+
+
+# A stop checked outside the lock: reason, q_z, outcome, metadata and why the metadata was cleaned.
+_Stop = tuple[StopReason, float | None, int | None, dict[str, Any], str | None]
+# A stop decided under the lock (`_closing`): id, run, record, why abandoned, the batch due for scoring.
+_Closing = tuple[str, _Live, dict[str, Any] | None, str | None, list[tuple[str, _Live]] | None]
+# A resolution applied under the lock (`_resolve_locked`).
+_Resolution = tuple[dict[str, Any] | None, str, dict[str, Any], list[TrajectoryScore], bool]
 
 
 class AccumulatorError(InputError):
@@ -206,7 +213,7 @@ class Accumulator:
         self._clock = clock
         self._scorer = BatchScorer(self.rules, self.schedules, self.missing)
         self.batch_size = max(1, batch_size)
-        self._queue: list[str] = []  # stopped, reserved, waiting to be scored
+        self._queue: list[tuple[str, _Live]] = []  # stopped, reserved, waiting to be scored
         self._lock = threading.Lock()
         self._repeated: set[str] = set()  # ids with a repeat's record written: their resolutions are set aside
         self._rows = RowStore(self.rules, self.schedules, self.missing)
@@ -263,8 +270,7 @@ class Accumulator:
     def begin(self, trajectory_id: str) -> bool:
         """A new run of `trajectory_id` starts (adapters call this at a new root run or trace). True if
         the id was already stopped: the run is a *repeat*, recorded in the sink and counted
-        (set_aside/duplicate_id) but never scored, as the file report keeps an id's first record;
-        a resolution after its record belongs to it. Unannounced late events are still rejected."""
+        (set_aside/duplicate_id) but never scored, as the file report keeps an id's first record."""
         try:
             if type(trajectory_id) is not str:
                 return False  # its step or stop will reject it, counted once there
@@ -279,17 +285,9 @@ class Accumulator:
         if self._closed:
             return self._refuse_closed("observe", trajectory_id)
         try:
-            # valid_id's first case inlined: every step runs this.
-            if not (
-                type(trajectory_id) is str and trajectory_id and trajectory_id.isascii()
-            ) and not self._checks.valid_id(trajectory_id):
+            step = self._step_checked(trajectory_id, forecasts)
+            if step is None:
                 return False
-            if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
-                self._reject(
-                    "invalid_step", f"{trajectory_id!r}: forecasts must be a mapping, got {type(forecasts).__name__}"
-                )
-                return False
-            step = self._checks.step(trajectory_id, forecasts)
             now = self._clock()
             with self._lock:
                 evicted = self._store.step(trajectory_id, step, now, evict=self.lifetime_owner is None)
@@ -297,12 +295,26 @@ class Accumulator:
                 self._reject("step_after_stop", f"{trajectory_id!r} already stopped; step ignored")
                 return False
             for tid, old in evicted:
-                self._close(tid, old, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "evicted"}, "evicted")
+                self._abandon(tid, old, "evicted")
             self._maybe_sweep(now)
             return True
         except Exception as exc:
             self._internal("observe", exc)
             return False
+
+    def _step_checked(self, tid: Any, forecasts: Any) -> dict[str, float | None] | None:
+        """observe()'s checks, outside the lock: the step, or None if refused."""
+        try:
+            # valid_id's first case inlined: every step runs this.
+            if not (type(tid) is str and tid and tid.isascii()) and not self._checks.valid_id(tid):
+                return None
+            if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
+                self._reject("invalid_step", f"{tid!r}: forecasts must be a mapping, got {type(forecasts).__name__}")
+                return None
+            return self._checks.step(tid, forecasts)
+        except Exception as exc:
+            self._internal("observe", exc)
+            return None
 
     def stop(
         self,
@@ -319,45 +331,65 @@ class Accumulator:
         if self._closed:
             return self._refuse_closed("stop", trajectory_id)
         try:
-            if not self._checks.valid_id(trajectory_id):
+            checked = self._stop_checked(trajectory_id, reason, q_z, outcome, metadata)
+            if checked is None:
                 return False
-            try:
-                stop_reason = StopReason(reason)
-            except ValueError:
-                self._reject("invalid_stop_reason", f"{trajectory_id!r}: unknown stop reason {reason!r}; using 'other'")
-                stop_reason = StopReason.OTHER
-            q = self._checks.q_z(trajectory_id, q_z)
-            y = None if outcome is None else self._checks.outcome(trajectory_id, outcome)
-            conflict = False
             with self._lock:
-                found = self._store.live.get(trajectory_id)
-                duplicate = (found is None or not found.repeat) and self._store.stopped(trajectory_id)
-                if not duplicate:
-                    live = found or _Live()
-                    if q is not None:
-                        conflict = live.q_z not in (None, q)
-                        live.q_z = live.q_z if conflict else q
-                    if y is not None:
-                        clash = live.outcome not in (None, y)
-                        conflict = conflict or clash
-                        live.outcome = live.outcome if clash else y
-                    # Checked before the run leaves the live ones: a strict-mode error leaves it intact.
-                    if horizon is not None and not self._checks.horizon_ok(trajectory_id, horizon, len(live.steps)):
-                        horizon = None
-                    self._store.reserve(trajectory_id, live)
-            if duplicate:
-                self._reject("duplicate_stop", f"{trajectory_id!r} was already stopped")
-                return False
-            if conflict:
-                self._reject(
-                    "conflicting_resolution", f"{trajectory_id!r}: {_RESOLVE_MESSAGES['conflicting_resolution']}"
-                )
-            self._close(trajectory_id, live, stop_reason, horizon, self._checks.metadata(trajectory_id, metadata), None)
-            self._maybe_sweep(self._clock())
-            return True
+                stopping = self._stop_locked(trajectory_id, checked, horizon)
+            return self._stopped(trajectory_id, checked, stopping)
         except Exception as exc:
             self._internal("stop", exc)
             return False
+
+    def _stop_checked(self, tid: Any, reason: Any, q_z: Any, outcome: Any, metadata: Any) -> _Stop | None:
+        """stop()'s checks, outside the lock; None for an invalid id."""
+        if not self._checks.valid_id(tid):
+            return None
+        try:
+            stop_reason = StopReason(reason)
+        except ValueError:
+            self._reject("invalid_stop_reason", f"{tid!r}: unknown stop reason {reason!r}; using 'other'")
+            stop_reason = StopReason.OTHER
+        q = self._checks.q_z(tid, q_z)
+        y = None if outcome is None else self._checks.outcome(tid, outcome)
+        return (stop_reason, q, y, *self._checks.metadata(tid, metadata))
+
+    def _stop_locked(self, tid: str, checked: _Stop, horizon: int | None) -> tuple[bool, _Closing] | None:
+        """Under the lock: the run reserved and closed, and whether the stop's values conflicted with
+        its own; None if it was already stopped."""
+        reason, q, y, metadata, _ = checked
+        found = self._store.live.get(tid)
+        if (found is None or not found.repeat) and self._store.stopped(tid):
+            return None
+        live = found or _Live()
+        conflict = False
+        if q is not None:
+            conflict = live.q_z not in (None, q)
+            live.q_z = live.q_z if conflict else q
+        if y is not None:
+            clash = live.outcome not in (None, y)
+            conflict = conflict or clash
+            live.outcome = live.outcome if clash else y
+        # Checked before the run leaves the live ones: a strict-mode error leaves it intact.
+        if horizon is not None and not self._checks.horizon_ok(tid, horizon, len(live.steps)):
+            horizon = None
+        self._store.reserve(tid, live)
+        return conflict, self._closing(tid, live, reason, horizon, metadata, None)
+
+    def _stopped(self, tid: str, checked: _Stop, stopping: tuple[bool, _Closing] | None) -> bool:
+        """After the lock: the stop's record and scoring, then its rejections (a strict-mode one then
+        leaves no run half closed)."""
+        if stopping is None:
+            self._reject("duplicate_stop", f"{tid!r} was already stopped")
+            return False
+        conflict, closing = stopping
+        self._closed_run(closing)
+        if conflict:
+            self._reject("conflicting_resolution", f"{tid!r}: {_RESOLVE_MESSAGES['conflicting_resolution']}")
+        if checked[4] is not None:
+            self._reject("invalid_metadata", checked[4])
+        self._maybe_sweep(self._clock())
+        return True
 
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished run; False if rejected. After
@@ -369,55 +401,75 @@ class Accumulator:
                 "outcome to the file with JsonlSink(path).resolve(...)"
             )
         try:
-            if not self._checks.valid_id(trajectory_id):
+            checked = self._resolution_checked(trajectory_id, outcome, q_z)
+            if checked is None:
                 return False
-            y = self._checks.outcome(trajectory_id, outcome)
-            q = self._checks.q_z(trajectory_id, q_z)
-            if y is None and q is None:
-                if outcome is None and q_z is None:
-                    self._reject("empty_resolution", f"{trajectory_id!r}: resolve() needs an outcome or a q_z")
-                return False
-            scores: list[TrajectoryScore] = []
-            fold_due = False
             with self._lock:
-                repeat = self._repeat_resolution(trajectory_id, y, q)
-                if repeat is None:
-                    status, written = self._apply_resolution(trajectory_id, y, q)
-                    row = self._rows.row_of.get(trajectory_id, RESERVED)
-                    if written and self._listeners and row != RESERVED:
-                        score = self._rows.score_of(
-                            trajectory_id, row, self.policy, self._listener_meta.get(trajectory_id, {})
-                        )
-                        # Only what changes a score is news to the exporters.
-                        if ("outcome" in written and score.role is Role.COMPLETE) or (
-                            "q_z" in written and score.role is Role.CENSORED
-                        ):
-                            scores.append(score)
-                    if self.mode == "summary" and written and row != RESERVED:
-                        self._summaries.resolved_rows += 1  # fold once a batch of rows settled
-                        if self._summaries.resolved_rows >= self.batch_size:
-                            self._summaries.resolved_rows = 0
-                            fold_due = True
-            if repeat is not None:
-                if repeat:  # after the repeat's record: a line the reader sets aside with it
-                    self._writer.write_resolution(trajectory_id, repeat)
-                    self.health.count(
-                        "set_aside", "duplicate_resolution", f"{trajectory_id!r}: resolves a repeat; not scored"
-                    )
-                return True
-            if fold_due:  # even taking the rows out is the background's work
-                if self._background is None or not self._background.submit(self._fold_settled):
-                    self._fold_settled()
-            if status != "ok":
-                self._reject(status, f"{trajectory_id!r}: {_RESOLVE_MESSAGES[status]}")
-                return False
-            if written:
-                self._writer.write_resolution(trajectory_id, written)
-            self._notify(scores)
-            return True
+                resolution = self._resolve_locked(trajectory_id, *checked)
+            return self._resolved(trajectory_id, resolution)
         except Exception as exc:
             self._internal("resolve", exc)
             return False
+
+    def _resolution_checked(self, tid: Any, outcome: Any, q_z: Any) -> tuple[int | None, float | None] | None:
+        """resolve()'s checks, outside the lock: (outcome, q_z), or None if nothing valid is left."""
+        if not self._checks.valid_id(tid):
+            return None
+        y = self._checks.outcome(tid, outcome)
+        q = self._checks.q_z(tid, q_z)
+        if y is None and q is None:
+            if outcome is None and q_z is None:
+                self._reject("empty_resolution", f"{tid!r}: resolve() needs an outcome or a q_z")
+            return None
+        return y, q
+
+    def _resolve_locked(self, tid: str, y: int | None, q: float | None) -> _Resolution:
+        """Under the lock: (fields for a repeat's record above, or None if no repeat takes it; status;
+        fields for a resolution line; listeners' scores; fold due). The reader's rule: a resolution
+        belongs to the nearest record above it."""
+        live = self._store.live.get(tid)
+        if live is not None and live.repeat:
+            live.outcome = live.outcome if y is None or live.outcome is not None else y
+            live.q_z = live.q_z if q is None or live.q_z is not None else q
+            return {}, "ok", {}, [], False
+        if tid in self._repeated:
+            return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}, "ok", {}, [], False
+        status, written = self._apply_resolution(tid, y, q)
+        row = self._rows.row_of.get(tid, RESERVED)
+        scores = []
+        if written and self._listeners and row != RESERVED:
+            score = self._rows.score_of(tid, row, self.policy, self._listener_meta.get(tid, {}))
+            # Only what changes a score is news to the exporters.
+            if ("outcome" in written and score.role is Role.COMPLETE) or (
+                "q_z" in written and score.role is Role.CENSORED
+            ):
+                scores.append(score)
+        fold_due = False
+        if self.mode == "summary" and written and row != RESERVED:
+            self._summaries.resolved_rows += 1  # fold once a batch of rows settled
+            if self._summaries.resolved_rows >= self.batch_size:
+                self._summaries.resolved_rows = 0
+                fold_due = True
+        return None, status, written, scores, fold_due
+
+    def _resolved(self, tid: str, resolution: _Resolution) -> bool:
+        """After the lock: a resolution's line, fold, rejection and listeners."""
+        repeat, status, written, scores, fold_due = resolution
+        if repeat is not None:
+            if repeat:  # after the repeat's record: a line the reader sets aside with it
+                self._writer.write_resolution(tid, repeat)
+                self.health.count("set_aside", "duplicate_resolution", f"{tid!r}: resolves a repeat; not scored")
+            return True
+        if fold_due:  # even taking the rows out is the background's work
+            if self._background is None or not self._background.submit(self._fold_settled):
+                self._fold_settled()
+        if status != "ok":
+            self._reject(status, f"{tid!r}: {_RESOLVE_MESSAGES[status]}")
+            return False
+        if written:
+            self._writer.write_resolution(tid, written)
+        self._notify(scores)
+        return True
 
     def finished(
         self,
@@ -425,30 +477,46 @@ class Accumulator:
         steps: Sequence[Mapping[str, float | None]],
         reason: str | StopReason,
         resolved: tuple[int | None, float | None] = (None, None),
-        **stop: Any,
+        horizon: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        q_z: float | None = None,
+        outcome: int | bool | None = None,
     ) -> bool:
-        """A run an adapter saw whole: `begin`, `observe` each step, `resolve` what was recorded while it
-        ran (`resolved`: outcome, q_z), then `stop(trajectory_id, reason, **stop)`."""
+        """A run an adapter saw whole: `begin`, `observe` each step, `resolve(*resolved)`, `stop`, with
+        their rejections, checked first and applied in one hold of the lock. Without an adapter owning
+        the lifetimes it is those four calls (a step may evict, a sweep stop, other runs between them)."""
+        tid = trajectory_id
         if self._closed:
-            return self._refuse_closed("stop", trajectory_id)
-        self.begin(trajectory_id)
-        for step in steps:
-            self.observe(trajectory_id, step)
-        if resolved != (None, None):
-            self.resolve(trajectory_id, outcome=resolved[0], q_z=resolved[1])
-        return self.stop(trajectory_id, reason, **stop)
-
-    def _repeat_resolution(self, tid: str, y: int | None, q: float | None) -> dict[str, Any] | None:
-        """Under the lock: a resolution of a repeat of `tid` (the nearest record above it, as the reader
-        decides): {} if a live repeat took it, the values to append after a repeat's record, else None."""
-        live = self._store.live.get(tid)
-        if live is not None and live.repeat:
-            live.outcome = live.outcome if y is None or live.outcome is not None else y
-            live.q_z = live.q_z if q is None or live.q_z is not None else q
-            return {}
-        if tid in self._repeated:
-            return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}
-        return None
+            return self._refuse_closed("stop", tid)
+        if self.lifetime_owner is None:
+            self.begin(tid)
+            for step in steps:
+                self.observe(tid, step)
+            if resolved != (None, None):
+                self.resolve(tid, *resolved)
+            return self.stop(tid, reason, horizon, metadata, q_z, outcome)
+        try:
+            checked = [self._step_checked(tid, step) for step in steps]
+            resolution = None if resolved == (None, None) else self._resolution_checked(tid, *resolved)
+            stop = self._stop_checked(tid, reason, q_z, outcome, metadata)
+            if stop is None:
+                return False
+            now = self._clock()
+            with self._lock:
+                # A stopped id opens a repeat here, so no step below is refused (and none evicts).
+                self._store.begin_repeat(tid, now)
+                for step in checked:
+                    if step is not None:
+                        self._store.step(tid, step, now, evict=False)
+                applied = None if resolution is None else self._resolve_locked(tid, *resolution)
+                stopping = self._stop_locked(tid, stop, horizon)
+            done = self._stopped(tid, stop, stopping)
+            if applied is not None:
+                self._resolved(tid, applied)
+            return done
+        except Exception as exc:
+            self._internal("stop", exc)
+            return False
 
     def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
         """Under the lock: (status, fields to append as a resolution line). The same value twice is a
@@ -469,7 +537,13 @@ class Accumulator:
         target.last_seen = self._clock()
         return "ok", newly if target.written else {}
 
-    def _close(
+    def _abandon(self, tid: str, live: _Live, why: str) -> None:
+        """A reserved run finished early (evicted, idle, closed): stopped as capture_lost."""
+        with self._lock:
+            closing = self._closing(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
+        self._closed_run(closing)
+
+    def _closing(
         self,
         tid: str,
         live: _Live,
@@ -477,43 +551,48 @@ class Accumulator:
         horizon: int | None,
         metadata: Mapping[str, Any] | None,
         abandoned: str | None,
-    ) -> None:
-        """A reserved run stopped: write its record, queue it for scoring (horizon already checked)."""
+    ) -> _Closing:
+        """Under the lock: a reserved run stopped (horizon checked): its record and the batch due for
+        scoring. The writer's lock is taken here and released once `_closed_run` wrote the record:
+        a resolve that sees `written` waits for that write."""
         n_steps = len(live.steps)
+        live.reason = reason
+        live.horizon = int(horizon) if horizon is not None else n_steps
         record: dict[str, Any] | None = None
-        with self._lock:
-            live.reason = reason
-            live.horizon = int(horizon) if horizon is not None else n_steps
-            if self.sink is not None:
-                record = record_object(
-                    tid,
-                    reason.value,
-                    outcome=live.outcome,
-                    horizon=None if horizon is None else int(horizon),
-                    q_z=live.q_z,
-                    steps=live.steps,
-                    metadata=metadata,
-                    outcome_pending=reason is StopReason.CLEAN and live.outcome is None,
-                )
-                live.written = True
-                # Taken before the lock is released: a resolve that sees `written` waits for this write.
-                self._writer.lock.acquire()
-            batch: list[str] | None = None
-            if live.repeat:  # written, never scored (see begin)
-                self._repeated.add(tid)
-            else:  # queued; the batch to score now, if one is due
-                self._queue.append(tid)
-                if self.predictors is None:  # first-seen order is stop order, however batches are scored
-                    for step in live.steps:
-                        for name in step:
-                            if name not in self._known:
-                                self._known[name] = None
-                if self._listeners:
-                    self._listener_meta[tid] = dict(metadata or {})
-                    while len(self._listener_meta) > self.max_live:
-                        self._listener_meta.popitem(last=False)
-                if len(self._queue) >= self.batch_size or self._listeners:
-                    batch, self._queue = self._queue, []
+        if self._writer.sink is not None:
+            record = record_object(
+                tid,
+                reason.value,
+                outcome=live.outcome,
+                horizon=None if horizon is None else int(horizon),
+                q_z=live.q_z,
+                steps=live.steps,
+                metadata=metadata,
+                outcome_pending=reason is StopReason.CLEAN and live.outcome is None,
+            )
+            live.written = True
+            self._writer.lock.acquire()
+        batch: list[tuple[str, _Live]] | None = None
+        if live.repeat:  # written, never scored (see begin)
+            self._repeated.add(tid)
+        else:  # queued; the batch to score now, if one is due
+            self._queue.append((tid, live))
+            if self.predictors is None:  # first-seen order is stop order, however batches are scored
+                for step in live.steps:
+                    for name in step:
+                        if name not in self._known:
+                            self._known[name] = None
+            if self._listeners:
+                self._listener_meta[tid] = dict(metadata or {})
+                while len(self._listener_meta) > self.max_live:
+                    self._listener_meta.popitem(last=False)
+            if len(self._queue) >= self.batch_size or self._listeners:
+                batch, self._queue = self._queue, []
+        return tid, live, record, abandoned, batch
+
+    def _closed_run(self, closing: _Closing) -> None:
+        """After the lock: write the record `_closing` made, count, score the batch due."""
+        tid, live, record, abandoned, batch = closing
         if record is not None:
             try:
                 self._writer.write_record(tid, record)
@@ -544,13 +623,13 @@ class Accumulator:
         if fold is not None:
             self._summaries.finish(fold)
 
-    def _score(self, batch: list[str], counted: bool = False) -> None:
+    def _score(self, batch: list[tuple[str, _Live]], counted: bool = False) -> None:
         """Turn queued runs into rows outside the lock; in summary mode fold the settled ones. `counted`:
         a background job, counted in `_scoring` until its rows are stored (flush waits for that;
         a fold in flight is in the summary store's `folding`)."""
         try:
-            with self._lock:
-                lives = [self._store.finishing[tid] for tid in batch]
+            ids = [tid for tid, _ in batch]
+            lives = [live for _, live in batch]
             if self.predictors is not None:
                 names = self.predictors
             else:  # every name the steps mention (each in `_known` since its stop)
@@ -560,12 +639,12 @@ class Accumulator:
             )
             rows = self._rows
             with self._lock:
-                for tid in batch:
+                for tid in ids:
                     del self._store.finishing[tid]
-                rows.add_scored(batch, lives, scored, names)
+                rows.add_scored(ids, lives, scored, names)
                 scores = [
                     rows.score_of(tid, rows.row_of[tid], self.policy, self._listener_meta.get(tid, {}))
-                    for tid in (batch if self._listeners else ())
+                    for tid in (ids if self._listeners else ())
                 ]
                 fold = self._summaries.take() if self.mode == "summary" else None
         finally:
@@ -599,10 +678,11 @@ class Accumulator:
         """Apply what attached adapters queued, score every queued run now and wait for the background
         scoring: snapshot, state, merge and close do this first."""
         self._call_adapters(self._drains, "drain")
-        with self._lock:
-            batch, self._queue = self._queue, []
-        if batch:
-            self._score(batch)
+        if self._queue:  # read without the lock: a stop queued after this read is not this flush's
+            with self._lock:
+                batch, self._queue = self._queue, []
+            if batch:
+                self._score(batch)
         if self._background is not None:
             self._background.run_queued_here()
             if not self._background.on_worker_thread():
@@ -610,18 +690,15 @@ class Accumulator:
                     self._scoring_done.wait_for(lambda: self._scoring == 0)
 
     def leave_lifetimes_to(self, owner: str, drain: Callable[[], Any] | None = None) -> None:
-        """Let an adapter decide when its runs end: it knows what this cannot (a run paused by an
-        interrupt, or busy behind queued steps), so this no longer idles out or evicts runs; the
-        adapter's sweep, with this idle_timeout if tighter, bounds memory. drain: applies the
-        adapter's queued events; flush() calls it first, so a close right after `agent.invoke()`
-        does not record queued runs as capture_lost. Held weakly."""
+        """Let an adapter decide when its runs end (it knows a paused or busy run): no idling out or
+        evicting here. `drain` applies the adapter's queued events; flush() calls it first, so a close
+        right after `agent.invoke()` loses no run. Held weakly."""
         self.lifetime_owner = owner
         if drain is not None:
             self._drains.append(_weak(drain))
 
     def finish_on_close(self, finish: Callable[[str], Any]) -> None:
-        """`finish(why)` records an adapter's open runs as abandoned; close() calls it before it drains
-        (the adapter may hold a run's last output, never observed here). Held weakly."""
+        """`finish(why)` records an adapter's open runs as abandoned; close() calls it first. Held weakly."""
         self._finishers.append(_weak(finish))
 
     def _call_adapters(self, refs: list[Callable[[], Any]], where: str, *args: Any) -> None:
@@ -635,9 +712,11 @@ class Accumulator:
                     self._internal(where, exc)
 
     def _maybe_sweep(self, now: float) -> None:
-        if self.lifetime_owner is not None:
-            return
-        if self.idle_timeout is not None and now - self._last_sweep >= self._sweep_every:
+        if (
+            self.lifetime_owner is None
+            and self.idle_timeout is not None
+            and now - self._last_sweep >= self._sweep_every
+        ):
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
@@ -650,7 +729,7 @@ class Accumulator:
             self._last_sweep = now
             idle = self._store.take_idle(now)
         for tid, live in idle:
-            self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": "idle"}, "idle")
+            self._abandon(tid, live, "idle")
         return len(idle)
 
     def close(self, stop_live: bool = True) -> None:
@@ -664,20 +743,16 @@ class Accumulator:
         return self._closed
 
     def _forget_at_fork(self) -> None:
-        """In a forked child: the runs live at the fork are the parent's to finish; forget them
-        (counted). Fresh locks: a parent thread may have held one."""
+        """In a forked child the live runs are the parent's: forget them (counted); fresh locks."""
         self._lock = self._summaries.lock = threading.Lock()
-        self._writer.lock = threading.Lock()
-        after_fork = getattr(self._writer.sink, "_after_fork_in_child", None)
-        if after_fork is not None:
-            after_fork()
+        self._writer.after_fork()
         n = len(self._store.live)
         self._store.live.clear()
         if n:
             self.health.count("ignored", "live_at_fork", n=n)
 
     def _close_at_exit(self) -> int:
-        return 0 if self._closed else self._shut(True, at_exit.ABANDONED_AT_EXIT)
+        return self._shut(True, at_exit.ABANDONED_AT_EXIT)
 
     def _shut(self, stop_live: bool, why: str) -> int:
         """close(): how many live runs were recorded as abandoned (`why`)."""
@@ -692,7 +767,7 @@ class Accumulator:
                 now = self._clock()
                 leftover = [self._store.take_oldest(now) for _ in range(len(self._store.live))]
             for tid, live in leftover:
-                self._close(tid, live, StopReason.CAPTURE_LOST, None, {"tps_abandoned": why}, why)
+                self._abandon(tid, live, why)
         self.flush()
         if self._background is not None:
             self._background.wait_idle()  # the folds in flight too
@@ -705,7 +780,7 @@ class Accumulator:
 
     @property
     def n_live(self) -> int:
-        return len(self._store)
+        return len(self._store.live)
 
     @property
     def n_finished(self) -> int:
@@ -725,7 +800,7 @@ class Accumulator:
         with self._lock:
             table = self._rows.table()
             keys = self._rows.keys()
-            n_live = len(self._store)
+            n_live = len(self._store.live)
             known = list(self._known)
         health = self.health.snapshot()
         table = table.reordered(np.argsort(keys, kind="stable"))  # canonical order: arrival order never matters

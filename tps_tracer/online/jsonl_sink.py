@@ -34,7 +34,7 @@ class JsonlSink:
         self.path = Path(path)
         self.retry_interval = retry_interval
         self._clock = clock
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # a RecordWriter over this sink holds it too: one lock a line
         self._file: BinaryIO | None = None
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open now
         self._next_try = 0.0
@@ -44,12 +44,12 @@ class JsonlSink:
         self.reopened = 0  # times the path was opened again after a rename or deletion
         self.line_ends_added = 0  # times the file's last line lacked its line end on opening (one was added)
         self.open_error: str | None = None  # why the path could not be opened last time, if it could not
-        with self._lock:
+        with self.lock:
             self._open()
 
     def _after_fork_in_child(self) -> None:
         """A fresh lock: a parent thread may have held it at the fork (lines are unbuffered)."""
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     def _open_file(self) -> BinaryIO:
         """The path opened for appending, unbuffered (tests wrap it to inject faults)."""
@@ -142,15 +142,19 @@ class JsonlSink:
 
     def write(self, obj: dict[str, Any]) -> None:
         """Append one JSON object as a line; raises on I/O errors (the caller counts them)."""
+        with self.lock:
+            self.write_held(obj)
+
+    def write_held(self, obj: dict[str, Any]) -> None:
+        """`write` for a caller that holds `lock`."""
         # ensure_ascii (the default): every id that passes `id_problem` reads back as written.
         data = (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
-        with self._lock:
-            try:
-                self._write_all(self._ready(), data)
-            except BaseException:
-                self.failed += 1
-                raise
-            self.written += 1
+        try:
+            self._write_all(self._ready(), data)
+        except BaseException:
+            self.failed += 1
+            raise
+        self.written += 1
 
     def resolve(self, trajectory_id: str, outcome: Any = None, q_z: float | None = None) -> None:
         """Append a resolution line for a run written earlier, by this or another process (a grading
@@ -171,7 +175,7 @@ class JsonlSink:
         self.write(obj)
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self._closed = True
             self._close_file()
 
@@ -188,19 +192,30 @@ MAX_UNWRITTEN = 100_000  # ids of records that failed to write, remembered so no
 class RecordWriter:
     """The accumulator's lines: a failed write is counted (the score stays in memory), and no
     resolution line follows a record that did not reach the file (it would make the file
-    unreadable). `lock` is held from a stop's decision until its record is written."""
+    unreadable). `lock` is held from a stop's decision until its record is written; over a
+    JsonlSink it is the sink's own lock, so a line takes one lock."""
 
     def __init__(self, sink: Any, health: HealthLedger):
         self.sink = sink
         self.health = health
-        self.lock = threading.Lock()
         self._unwritten: OrderedDict[str, None] = OrderedDict()
+        self.after_fork(fork=False)
+
+    def after_fork(self, fork: bool = True) -> None:
+        """Fresh locks (in a forked child a parent thread may have held one)."""
+        sink = self.sink
+        if fork and hasattr(sink, "_after_fork_in_child"):
+            sink._after_fork_in_child()
+        own = isinstance(sink, JsonlSink) and type(sink).write is JsonlSink.write
+        self.lock = sink.lock if own else threading.Lock()
+        self._write: Callable[[dict[str, Any]], None] | None = sink.write_held if own else None
 
     def write(self, obj: dict[str, Any]) -> bool:
+        """The caller holds `lock`."""
         if self.sink is None:
             return False
         try:
-            self.sink.write(obj)
+            (self._write or self.sink.write)(obj)
             return True
         except Exception as exc:
             self.health.count("error", "sink", f"could not write to {getattr(self.sink, 'path', 'the sink')}: {exc}")

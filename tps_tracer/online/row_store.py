@@ -1,7 +1,6 @@
-"""The accumulator's runs by stage: live (`LiveStore`, on OpenRuns' rules), then *reserved* (its id maps
-to RESERVED in `row_of` while it is scored; resolutions land on it), then finished (`RowStore`: the
-pair table, a fixed number of bytes a run). A *repeat* (a new run under a stopped id) is live but
-never in `row_of`, never scored. Not thread-safe: used under the accumulator's lock."""
+"""The accumulator's runs by stage: live (`LiveStore`), *reserved* (RESERVED in `row_of` while scored),
+finished (`RowStore`: pair-table columns). A *repeat* (a new run under a stopped id) is live but never
+scored. Not thread-safe: used under the accumulator's lock."""
 
 from __future__ import annotations
 
@@ -45,10 +44,8 @@ _NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step
 
 
 class LiveStore:
-    """Live runs, least recently active first, and the reserved ones. When a run is finished early is
-    OpenRuns' rule (idle; remembered as gone, so a late step is rejected); its own rule is the
-    count bound: past `max_live` the least recently active is evicted (unless an adapter owns the
-    lifetimes: `evict=False`)."""
+    """Live runs, least recently active first, and the reserved ones. Idle runs end by OpenRuns' rule
+    (remembered as gone: a late step is rejected); past `max_live` the least recently active is evicted."""
 
     def __init__(
         self, idle_timeout: float | None, max_live: int, row_of: dict[str, int], folded: Container[str] | None = None
@@ -60,16 +57,13 @@ class LiveStore:
         self._row_of = row_of  # the row store's (shared)
         self._folded = folded  # summary mode: the ids folded away (no longer in row_of)
 
-    def __len__(self) -> int:
-        return len(self.live)
-
     def stopped(self, tid: str) -> bool:
         """A row, reserved, folded, or finished early and still remembered as gone."""
         return tid in self._row_of or tid in self.lifetimes.gone or (self._folded is not None and tid in self._folded)
 
     def step(self, tid: str, step: dict[str, float | None], now: float, evict: bool) -> list[tuple[str, _Live]] | None:
-        """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live. None, and
-        nothing appended, when `tid` is `stopped`."""
+        """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live, or None
+        (nothing appended) when `tid` is `stopped`."""
         live = self.live.get(tid)
         if live is None:
             if self.stopped(tid):  # only a run's first step pays this call
@@ -140,9 +134,8 @@ class _PredictorColumns:
 
 
 class RowStore:
-    """Finished runs as columns of the pair table; predictors first seen late get new columns (older
-    rows never stated them). An outcome on a non-clean stop is kept only to detect a conflict
-    (`unscored_outcome`). Summary mode takes settled rows out in O(rows taken)."""
+    """Finished runs as pair-table columns; a predictor first seen late gets a new column. An outcome on
+    a non-clean stop is kept only to detect a conflict (`unscored_outcome`)."""
 
     def __init__(self, rules: list[ScoreRule], schedules: list[WeightSchedule], missing: str = DEFAULT_MISSING):
         self.rules = rules
@@ -208,7 +201,7 @@ class RowStore:
         ],
     ) -> None:
         """Store k finished runs; predictors: name -> (usable, pairs, aggregates, clipped, missing), the
-        last two None (zeros) from a state that did not carry them."""
+        last two None (zeros) from an older state."""
         k = len(ids)
         while self.n + k > self._cap:
             self._grow(max(self.n + k, int(self._cap * _GROWTH)))
@@ -293,8 +286,7 @@ class RowStore:
         )
 
     def _column(self, col: _PredictorColumns, pick: Any, n_steps: Any, weight_mass: FloatArray) -> PredictorPairs:
-        """One predictor's rows; rows that never mentioned it are all gaps, as the batch path scores a
-        record that lacks it (`PredictorPairs.never_stated`)."""
+        """One predictor's rows; rows that never mentioned it are all gaps, as the batch path scores them."""
         out = PredictorPairs(pick(col.usable), pick(col.pairs), pick(col.aggregates), {}, pick(col.clipped))
         out.missing = pick(col.missing)
         unwritten = ~pick(col.written)
@@ -321,8 +313,8 @@ class RowStore:
         return self.key[: self.n].copy()
 
     def take_out(self, rows: NDArray[np.bool_]) -> tuple[PairTable, NDArray[np.uint64], dict[str, int]]:
-        """Remove the selected rows (a mask over the n stored) and return them with their keys and
-        unscored outcomes. O(rows removed): each hole below the new end takes a kept row from above."""
+        """Remove the masked rows; return them with their keys and unscored outcomes. O(rows removed):
+        each hole below the new end takes a kept row from above."""
         n = self.n
         keys = self.keys()
         idx = np.flatnonzero(rows[:n])
@@ -352,8 +344,7 @@ class RowStore:
         return taken, keys[idx], unscored
 
     def resolve(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """A late outcome / q_Z for a stored row: (status, fields newly set); the same value twice is a
-        no-op, a different one a conflict."""
+        """A late outcome / q_Z for a stored row: (status, fields newly set), as `_apply_resolution`."""
         clean = self.stop_code[row] == _CLEAN_CODE
         old_y = self.outcome[row] if clean else self.unscored_outcome.get(tid, _NAN)
         old_q = self.q_z[row]

@@ -1,8 +1,5 @@
-"""Summary mode's folded state: settled runs (every non-clean stop, a clean stop with its outcome) leave
-the row store for one `PartialState`; a clean stop waiting for its outcome stays a row (at most
-`max_pending`). Folds are built outside the lock, counted meanwhile in `folding`; the snapshot equals
-row mode's (<= 1e-12), with the policy, bootstrap and seed fixed at construction. Scoring and folds
-run on summary mode's own thread (`BackgroundWork`)."""
+"""Summary mode: settled runs (non-clean stops, clean stops with their outcome) leave the row store for
+one `PartialState` (the snapshot equals row mode's, <= 1e-12); scoring and folds run on its own thread."""
 
 from __future__ import annotations
 
@@ -32,10 +29,8 @@ _RECENT = 4096  # folded keys kept in a set before they are sorted into an array
 
 
 class FoldedIds:
-    """The keys of the ids folded away (8 bytes a run). Two ids share a key with probability about
-    n^2 / 2^65 (3e-6 at 10M runs): such a new run is counted as a repeat, never lost silently. A
-    small set of recent keys plus sorted arrays of halving sizes: adding is amortised O(log n), a
-    lookup a set probe plus one binary search per array."""
+    """The keys of the ids folded away (8 bytes a run; two ids share one with probability ~n^2 / 2^65,
+    such a run counted as a repeat): recent keys in a set, older ones in sorted arrays of halving sizes."""
 
     def __init__(self) -> None:
         self._recent: set[int] = set()
@@ -78,8 +73,7 @@ class FoldedIds:
 
 @dataclass
 class _Fold:
-    """Settled runs on their way into the summary: rows taken out of the store, or another
-    accumulator's summary."""
+    """Settled runs on their way into the summary: rows taken out, or another accumulator's summary."""
 
     token: int
     table: PairTable | None  # the rows taken out (None: `part` came from another accumulator)
@@ -94,8 +88,7 @@ class _Fold:
 
 @dataclass(eq=False)
 class SummaryStore:
-    """The folded state and the folds on their way into it (empty in row mode); shares the
-    accumulator's lock, row store, health ledger and predictor order (`known`)."""
+    """The folded state and the folds under way (empty in row mode), under the accumulator's lock."""
 
     spec: StateSpec
     lock: threading.Lock
@@ -120,8 +113,8 @@ class SummaryStore:
         return {p: (i,) for i, p in enumerate(self.known)}
 
     def take(self) -> _Fold | None:
-        """Under the lock: take the settled rows out, if a batch of them is there (or waiting clean
-        stops overflow max_pending); the caller then runs `finish` outside the lock."""
+        """Under the lock: take the settled rows out if a batch is there (or clean stops waiting for
+        their outcome overflow max_pending); the caller runs `finish` outside the lock."""
         rows = self.rows
         n = rows.n
         if n == 0:
@@ -144,16 +137,15 @@ class SummaryStore:
         return self.start(table, unscored, None)
 
     def start(self, table: PairTable | None, unscored: dict[str, int], part: PartialState | None) -> _Fold:
-        """Under the lock: a fold under way (taken rows, or another accumulator's `part`), counted as
-        folded until `finish` merges it."""
+        """Under the lock: a fold under way, counted as folded until `finish` merges it."""
         self._fold_count += 1
         fold = _Fold(self._fold_count, table, unscored, self.first_seen(), part)
         self.folding[fold.token] = fold
         return fold
 
     def carry_folded_ids(self, other_folded: np.ndarray, here: np.ndarray) -> int:
-        """Under the lock: add another accumulator's folded keys; how many of them were also stored or
-        live here (`here`) or folded here: such a run's two copies can no longer be told apart."""
+        """Under the lock: add another accumulator's folded keys; how many were also here (`here`: stored
+        or live) or folded here: two copies that can no longer be told apart."""
         if other_folded.size == 0:
             return 0
         ours = self.folded_ids
@@ -162,8 +154,7 @@ class SummaryStore:
         return int(twice.size)
 
     def finish(self, fold: _Fold) -> None:
-        """Outside the lock: build the taken rows' state, then merge it; if building fails the rows go
-        back to the store (counted as an error)."""
+        """Outside the lock: build the taken rows' state and merge it; on failure the rows go back (counted)."""
         if fold.part is None and fold.table is not None:
             try:
                 fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
@@ -176,8 +167,8 @@ class SummaryStore:
         self._merge(fold)
 
     def _merge(self, fold: _Fold) -> None:
-        """Outside the lock: merge into the summary seen, then swap it in under the lock if no other
-        fold swapped meanwhile (else again), so the lock is held for a check and an assignment."""
+        """Outside the lock: merge, then swap in under the lock unless another fold swapped meanwhile
+        (then again): the lock is held for a check and an assignment."""
         part = fold.part
         assert part is not None
         for _ in range(8):
@@ -204,8 +195,8 @@ class SummaryStore:
     def settled_state(
         self, seen: tuple[PartialState | None, list[_Fold], dict[str, tuple[int, ...]]]
     ) -> PartialState | None:
-        """Outside the lock: the folded state plus the folds under way; the summary is merged last, into
-        a fresh state, so its buffers' free rows stay for the next fold."""
+        """Outside the lock: the folded state plus the folds under way (the summary merged last, so its
+        buffers' free rows stay for the next fold)."""
         summary, folding, first_seen = seen
         parts = []
         for fold in folding:
@@ -242,8 +233,7 @@ class SummaryStore:
         return rows if settled is None else rows.merge(settled)
 
 
-# -- summary mode's background thread: scoring batches and folds never run on the caller of stop / resolve;
-# backpressure blocks, never loses work.
+# -- summary mode's background thread: backpressure blocks, never loses work.
 
 DEFAULT_MAX_PENDING_JOBS = 64  # jobs of one batch (64 trajectories) each: ~4k trajectories waiting at most
 DEFAULT_LINGER = 1.0
@@ -277,8 +267,8 @@ class BackgroundWork:
         self.failures = 0  # jobs that raised past their own guard
 
     def submit(self, job: Callable[..., Any], *args: Any) -> bool:
-        """Queue job(*args), first waiting (blocked, no CPU) while `max_pending` jobs wait. False when the
-        caller must run it: called from the thread itself, or no progress for `stall_timeout` seconds."""
+        """Queue job(*args), blocked while `max_pending` jobs wait; False when the caller must run it (on
+        the thread itself, or no progress for `stall_timeout` seconds)."""
         with self._cv:
             if self._unfinished >= self.max_pending:
                 if self.on_worker_thread():
@@ -326,8 +316,7 @@ class BackgroundWork:
             ran += 1
 
     def _run_one(self, job: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        """Run a job; one that raises past its own guard is counted, and the thread goes on. Waiters
-        are woken only when what they wait for is true."""
+        """Run a job (one that raises past its own guard is counted); wake waiters only when their wait is over."""
         try:
             job(*args)
         except BaseException:

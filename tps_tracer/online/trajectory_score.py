@@ -1,7 +1,5 @@
-"""One finished run's scores, as exporters get them: its branch pairs and what picks eta, mixed by
-`values()` exactly as the snapshot's score matrix does (evaluation/pairs.py); listeners get
-one when a run is scored (a clean stop once its outcome is known) and again when a resolution
-changes it."""
+"""One finished run's scores, as listeners and exporters get them: its branch pairs, mixed by `values()`
+exactly as the snapshot's score matrix does (evaluation/pairs.py)."""
 
 from __future__ import annotations
 
@@ -41,10 +39,6 @@ class TrajectoryScore:
     # (predictor, rule, schedule) -> (s1, s0), only for predictors usable on this trajectory
     pairs: Mapping[tuple[str, str, str], tuple[float, float]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def scored(self) -> bool:
-        return bool(self.pairs) and bool(self._etas())
 
     def _etas(self) -> list[tuple[str, float]]:
         """(mode, eta) for each censoring mode that scores this run: the report's own table."""
