@@ -505,9 +505,9 @@ class Accumulator:
             with self._lock:
                 # A stopped id opens a repeat here, so no step below is refused (and none evicts).
                 self._store.begin_repeat(tid, now)
-                for step in checked:
-                    if step is not None:
-                        self._store.step(tid, step, now, evict=False)
+                for forecasts in checked:
+                    if forecasts is not None:
+                        self._store.step(tid, forecasts, now, evict=False)
                 applied = None if resolution is None else self._resolve_locked(tid, *resolution)
                 stopping = self._stop_locked(tid, stop, horizon)
             done = self._stopped(tid, stop, stopping)
