@@ -144,6 +144,16 @@ def test_bad_options_exit_2(args):
     assert "Traceback" not in proc.stderr
 
 
+def test_gate_refuses_an_unknown_censored_reason_as_a_user_error(tmp_path):
+    """Was an internal error (exit 3, "'sunspots' is not a valid StopReason"): flag and config alike."""
+    config = tmp_path / "gate.toml"
+    config.write_text('[gate]\ntreat_as_censored = "parse_error, sunspots"\n')
+    for args in (["--treat-as-censored", "sunspots"], ["--config", str(config)]):
+        proc = run("gate", str(EXAMPLE), "--min", "-5", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert "--treat-as-censored: unknown stop reason(s) sunspots (known: clean, max_steps," in proc.stderr
+
+
 def test_demo_runs_end_to_end(tmp_path):
     """The main job: real LangGraph runs with the handler, records, report, the two findings."""
     proc = run("demo", "--out", str(tmp_path), "--tasks", "80", "--bootstrap", "200")

@@ -19,7 +19,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from tps_tracer import output
-from tps_tracer.cli.main import WIDTH, CliError, fit_table, fmt, progress_for, writing
+from tps_tracer.cli.main import WIDTH, CliError, censored_reasons, fit_table, fmt, progress_for, writing
 from tps_tracer.evaluation.gate import (
     SNAPSHOT_REPLICATES,
     GateCriteria,
@@ -84,7 +84,7 @@ def _criteria(settings: dict[str, Any]) -> GateCriteria:
         field = _SETTINGS[key][1]
         if field is not None:
             setattr(crit, field, value)
-    reasons = [r.strip() for r in settings.get("treat_as_censored", "").split(",") if r.strip()]
+    reasons = censored_reasons(settings.get("treat_as_censored"))
     if reasons:
         crit.policy = CensoringPolicy.treating_as_censored(reasons)
     return crit

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from tps_tracer import constants as C
 from tps_tracer.errors import InputError, missing_extra
 from tps_tracer.records.errors import TrajectoryFileError
+from tps_tracer.records.stop_reasons import StopReason
 
 if TYPE_CHECKING:
     from tps_tracer.records.reading import Chunk
@@ -92,6 +93,16 @@ def flag(name: str) -> Iterator[None]:
 def names(text: str | None) -> list[str]:
     """The comma-separated names of an option's value, blanks dropped."""
     return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def censored_reasons(text: str | None) -> list[str]:
+    """--treat-as-censored's stop reasons (report and gate, flag or config): an unknown one is a user error."""
+    reasons = names(text)
+    valid = [r.value for r in StopReason]  # a list: the message names them in one order, run after run
+    bad = [r for r in reasons if r not in valid]
+    if bad:
+        raise CliError(f"--treat-as-censored: unknown stop reason(s) {', '.join(bad)} (known: {', '.join(valid)})")
+    return reasons
 
 
 def check_replicates(value: int, minimum: int, why: str) -> None:

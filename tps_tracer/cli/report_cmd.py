@@ -13,6 +13,7 @@ from tps_tracer import output
 from tps_tracer.cli.main import (
     EXIT_OK,
     CliError,
+    censored_reasons,
     fit_table,
     flag,
     fmt,
@@ -27,16 +28,12 @@ from tps_tracer.cli.main import (
 from tps_tracer.evaluation.chunked import report_from_path
 from tps_tracer.evaluation.report import TooManyGroups, reports_by
 from tps_tracer.evaluation.report_options import OptionError, ReportOptions
-from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
+from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 
 def _options(args: argparse.Namespace) -> ReportOptions:
-    reasons = names(args.treat_as_censored)
-    valid = [r.value for r in StopReason]  # a list: the message names them in one order, run after run
-    bad = [r for r in reasons if r not in valid]
-    if bad:
-        raise CliError(f"--treat-as-censored: unknown stop reason(s) {', '.join(bad)} (known: {', '.join(valid)})")
+    reasons = censored_reasons(args.treat_as_censored)
     if args.calibrate and args.calibrator:
         raise CliError("use either --calibrate (cross-fitted refit) or --calibrator FILE (saved maps), not both")
     calibrator = None
