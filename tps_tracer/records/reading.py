@@ -264,6 +264,9 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
                 long_line.append(block)
                 check_unfinished_line([carry, *long_line], len(carry) + sum(map(len, long_line)), path, offset)
                 continue
+            if long_line:  # the long line ends in this block: its last part can take it past the bound
+                end = block.find(b"\n")
+                check_unfinished_line([carry, *long_line], len(carry) + sum(map(len, long_line)) + end, path, offset)
             data = b"".join([carry, *long_line, block])
             long_line = []
             if more:
