@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation.rows import flat_weights, score_rows
-from tps_tracer.scoring.rules import get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 RULE = get_rule("log")

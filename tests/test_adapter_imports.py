@@ -68,7 +68,7 @@ def test_the_beta_family_still_scores_with_scipy() -> None:
     import numpy as np
     from scipy import special
 
-    from tps_tracer.scoring.rules import get_rule
+    from tps_tracer.scoring import get_rule
 
     rule = get_rule("beta(2,3)")
     p = np.array([0.2, 0.7])

@@ -24,7 +24,7 @@ from tps_tracer.online import Accumulator
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.errors import TrajectoryFileError
 from tps_tracer.records.limits import DuplicateIdError, repeated_keys
-from tps_tracer.scoring.rules import get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 from tps_tracer.synthetic import example_records
 
 RECORDS = example_records()[:120]

@@ -20,7 +20,7 @@ from tps_tracer.constants import DEMO_SEED
 from tps_tracer.sim.world import AgentWorld
 
 TASKS = 120
-EPS = 1e-6  # the log rule's clip (scoring/rules.py)
+EPS = 1e-6  # the log rule's clip (scoring.py)
 
 
 def _tps_log(forecasts: list[float], horizon: int, eta: float) -> float:

@@ -32,7 +32,7 @@ from tps_tracer.evaluation.report import build_report
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import filled_by_policy
 from tps_tracer.records import read_trajectories, to_arrays
-from tps_tracer.scoring.rules import get_schedule
+from tps_tracer.scoring import get_schedule
 
 
 def _kl_gain(w: World, silent: np.ndarray) -> float:

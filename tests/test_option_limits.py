@@ -20,7 +20,7 @@ from tps_tracer.constants import MAX_REPLICATES
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
 from tps_tracer.evaluation.gate import GateCriteria, GateOptionError, evaluate_gate
 from tps_tracer.evaluation.report_options import OptionError
-from tps_tracer.scoring.rules import MAX_HORIZON, custom_schedule
+from tps_tracer.scoring import MAX_HORIZON, custom_schedule
 
 
 @pytest.fixture()

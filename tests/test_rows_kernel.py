@@ -15,7 +15,7 @@ from test_score_matrix import _w  # the paper's weights, written out per schedul
 from tps_tracer.constants import MISSING_POLICIES
 from tps_tracer.evaluation import rows as rows_module
 from tps_tracer.evaluation.rows import BatchScorer, flat_weights, score_rows
-from tps_tracer.scoring.rules import parse_rules, parse_schedules
+from tps_tracer.scoring import parse_rules, parse_schedules
 
 RULES = parse_rules("log,brier,beta(2,4)")
 SCHEDULES = parse_schedules("all")

@@ -60,7 +60,7 @@ def test_weights_rejects_bad_horizon(bad):
     ["linear-front", "uniform", "exponential-front", "linear-back", custom_schedule("sq", lambda t, T: t**2 + T)],
 )
 def test_weight_table_and_direct_evaluation_agree(schedule, monkeypatch):
-    bp = importlib.import_module("tps_tracer.scoring.rules")
+    bp = importlib.import_module("tps_tracer.scoring")
 
     rng = np.random.default_rng(4)
     lengths = rng.integers(1, 12, 500)

@@ -82,7 +82,7 @@ def test_a_small_report_does_not_import_scipy(tmp_path: Path) -> None:
     )
     mods = _modules_after(code)
     assert "tps_tracer.evaluation.diagnostics" in mods  # the report did run its diagnostics (AUROC ...)
-    assert "tps_tracer.scoring.rules" in mods  # it scored, with the default rules log,brier,beta(2,4)
+    assert "tps_tracer.scoring" in mods  # it scored, with the default rules log,brier,beta(2,4)
     assert sorted(m for m in mods if m.startswith("scipy")) == []
     # Nor pydantic (issue 33: ~0.3 s of a 40-run report): the record schema serves only the exact
     # per-record path, which a well-formed file never takes; nor the --by split, nor pyarrow.

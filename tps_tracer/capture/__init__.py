@@ -25,20 +25,18 @@ if TYPE_CHECKING:
         LogprobsFormatError,
         LogprobsStream,
         TokenLogprobs,
-        entropy_confidence,
         from_legacy_completion,
         from_openai_chat,
         parse_logprobs,
         token_mask,
-        token_probability,
     )
     from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor
 
 _WHERE = {
     "step_signals": "ACTION_ENTROPY_CONF ACTION_TOKEN_PROB DEFAULT_ACTION_SPAN ENTROPY_CONF PREDICTORS TOKEN_PROB "
     "VERBAL SignalExtractor react_span substring_span tag_span",
-    "token_logprobs": "LogprobsFormatError LogprobsStream TokenLogprobs entropy_confidence from_legacy_completion "
-    "from_openai_chat parse_logprobs token_mask token_probability",
+    "token_logprobs": "LogprobsFormatError LogprobsStream TokenLogprobs from_legacy_completion "
+    "from_openai_chat parse_logprobs token_mask",
     "verbal_confidence": "Confidence VerbalConfidenceExtractor",
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names.split()}
@@ -56,7 +54,6 @@ __all__ = [
     "SignalExtractor",
     "TokenLogprobs",
     "VerbalConfidenceExtractor",
-    "entropy_confidence",
     "from_legacy_completion",
     "from_openai_chat",
     "parse_logprobs",
@@ -64,6 +61,5 @@ __all__ = [
     "substring_span",
     "tag_span",
     "token_mask",
-    "token_probability",
 ]
 __getattr__, __dir__ = lazy_names(__name__, _MODULE_OF)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tps_tracer.capture.verbal_confidence import Confidence, VerbalConfidenceExtractor, folded
+from tps_tracer.capture.verbal_confidence import VerbalConfidenceExtractor, folded
 from tps_tracer.constants import DEFAULT_TOP_K
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
@@ -169,6 +169,14 @@ DEFAULT_ACTION_SPAN: SpanLocator = _tag_or_react
 # ---------------------------------------------------------------- the extractor
 
 
+# The health entry (kind, key, message) of a stated confidence refused or clipped, by its status.
+_VERBAL_HEALTH = {
+    "malformed": ("malformed", "confidence", "a confidence statement that is not a number ({why}); verbal is None"),
+    "ambiguous": ("rejected", "confidence_{why}", "an ambiguous confidence ({why}); verbal is None"),
+    "clipped": ("malformed", "confidence_clipped", "a stated confidence outside [0, 1] was clipped to {value}"),
+}
+
+
 class _ThreadTally(threading.local):
     def __init__(self, tallies: dict[int, Counter[str]]) -> None:
         # A thread reusing a finished thread's id carries on its Counter: one per id, not one per thread ever run.
@@ -221,42 +229,34 @@ class SignalExtractor:
         except Exception as exc:  # a custom pattern or argument object that misbehaves
             self._internal_error("verbal confidence", exc)
             return None
-        self._record(found)
+        if found.status != "ok":
+            self._count(f"verbal_{found.status}")
+            if found.status in _VERBAL_HEALTH:
+                kind, key, message = _VERBAL_HEALTH[found.status]
+                self.health.count(
+                    kind, key.format(why=found.reason), message.format(why=found.reason, value=found.value)
+                )
         return found.value
 
-    def _record(self, found: Confidence) -> None:
-        status, why = found.status, found.reason
-        if status == "ok":
-            return
-        self._count(f"verbal_{status}")
-        if status == "malformed":
-            self.health.count(
-                "malformed", "confidence", f"a confidence statement that is not a number ({why}); verbal is None"
-            )
-        elif status == "ambiguous":
-            self.health.count("rejected", f"confidence_{why}", f"an ambiguous confidence ({why}); verbal is None")
-        elif status == "clipped":
-            self.health.count(
-                "malformed", "confidence_clipped", f"a stated confidence outside [0, 1] was clipped to {found.value}"
-            )
-
-    def parse(self, logprobs: Any) -> TokenLogprobs | None:
+    def _parse(self, logprobs: Any) -> TokenLogprobs | None:
         """Parsed logprobs, or None (counted; a malformed object is also counted in `health`)."""
         if logprobs is None:
             self._count("no_logprobs")
             return None
-        if isinstance(logprobs, Mapping) and "content" in logprobs and logprobs["content"] is None:
-            # OpenAI's tool-call-only message: no logprobs for the call's arguments, a gap for the token predictors.
-            self._count("no_content_logprobs")
-            return None
-        from tps_tracer.capture.token_logprobs import LogprobsFormatError, parse_logprobs
-
         try:
+            if isinstance(logprobs, Mapping) and "content" in logprobs and logprobs["content"] is None:
+                # OpenAI's tool-call-only message: no logprobs for the call's arguments, a gap for the token predictors.
+                self._count("no_content_logprobs")
+                return None
+            from tps_tracer.capture.token_logprobs import parse_logprobs
+
             return parse_logprobs(logprobs)
-        except LogprobsFormatError as exc:
+        except InputError as exc:  # a LogprobsFormatError, the only error parse_logprobs raises
             self._count("malformed_logprobs")
             self.health.count("malformed", "logprobs", f"malformed logprobs ({exc}); logprob signals missing")
-            return None
+        except Exception as exc:  # a Mapping whose lookups raise
+            self._internal_error("logprobs parsing", exc)
+        return None
 
     def forecasts(
         self,
@@ -268,14 +268,14 @@ class SignalExtractor:
     ) -> dict[str, float | None]:
         """The five per-step forecasts; never raises. text: defaults to the tokens' text; tool_arguments: read
         when the text states no confidence; action_text: the action as this exact string, not `action_span`."""
-        return self._finish(self._parse_guarded(logprobs), text, tool_arguments, action_text, verbal_scale, None)
+        return self._finish(self._parse(logprobs), text, tool_arguments, action_text, verbal_scale, None)
 
     def forecasts_batch(
         self, steps: Sequence[tuple[str | None, Any, Any, str | None]]
     ) -> list[dict[str, float | None]]:
         """`forecasts` of each (text, logprobs, tool_arguments, verbal_scale), the same to the bit, the
         per-token arrays of same-shaped steps computed in one numpy pass (`batched_per_token`)."""
-        parsed = [self._parse_guarded(logprobs) for _, logprobs, _, _ in steps]
+        parsed = [self._parse(logprobs) for _, logprobs, _, _ in steps]
         try:
             from tps_tracer.capture.token_logprobs import batched_per_token
 
@@ -287,13 +287,6 @@ class SignalExtractor:
             self._finish(lp, text, tool_arguments, None, verbal_scale, arrays.get(i))
             for i, (lp, (text, _, tool_arguments, verbal_scale)) in enumerate(zip(parsed, steps, strict=True))
         ]
-
-    def _parse_guarded(self, logprobs: Any) -> TokenLogprobs | None:
-        try:
-            return self.parse(logprobs)
-        except Exception as exc:  # a Mapping whose lookups raise
-            self._internal_error("logprobs parsing", exc)
-            return None
 
     def _finish(
         self,

@@ -409,11 +409,3 @@ def token_forecasts(
         return masked_mean(prob), masked_mean(ent), None, None
     mask = token_mask(lp, span)
     return masked_mean(prob), masked_mean(ent), masked_mean(prob, mask), masked_mean(ent, mask)
-
-
-def token_probability(lp: TokenLogprobs, mask: BoolArray | None = None) -> float | None:
-    return masked_mean(np.exp(lp.logprob), mask)
-
-
-def entropy_confidence(lp: TokenLogprobs, mask: BoolArray | None = None, k: int = DEFAULT_TOP_K) -> float | None:
-    return masked_mean(per_token_entropy_confidence(lp, k), mask)

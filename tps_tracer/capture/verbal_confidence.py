@@ -354,36 +354,22 @@ _KEY = (
 )
 
 
-def _forms(levels: Sequence[str]) -> tuple[str, str, str, str, str, str]:
-    """What follows the keyword in the tag, key, label, spaced label, `is`/`of` and own-line forms."""
-    tag = r"(?<=<confidence)" + _TAG
-    key = r"(?<=[\"']confidence)" + _KEY
-    label = _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _label_value(levels) + _WINDOW
-    prose_is = r"[ \t]{1,3}(?:" + "|".join(_IS_WORDS) + ")" + _IS_TAIL + _WINDOW
-    # Without `:`, only a VALUE unambiguous by its form makes a statement (`Confidence 8` stays prose).
-    spaced = _ANNOTATION + _SEP + _GAP + _PLAIN_VALUE + _WINDOW
-    own_line = _ANNOTATION + _SEP + _LINE_END + _NEXT_LINE + _PLAIN_VALUE + _WINDOW
-    return tag, key, label, spaced, prose_is, own_line
-
-
-def statement_patterns(levels: Sequence[str] = DEFAULT_LEVELS) -> tuple[str, ...]:
-    """The statement forms (lower case, one group each: the raw VALUE); `levels`: the qualitative words."""
-    tag, key, label, spaced, prose_is, own_line = _forms(levels)
-    # `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or bounded.
-    behind = r"(?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS)
-    prose_pct = r"([0-9]" + behind + r"[0-9]{0,2}[ \t]?%)" + _PROSE_TAIL
-    return (
-        "confidence" + tag,
-        "confidence" + key,
-        _KW + _SUFFIX + label,
-        _KW + _SUFFIX + spaced,
-        _KW + _SUFFIX + prose_is,
-        _KW + _LINE_START + _SUFFIX + own_line,
-        prose_pct,
-    )
-
-
-DEFAULT_PATTERNS: tuple[str, ...] = statement_patterns()
+# `I'm 90% sure`: a whole percent before `sure` / `confident` / `certain`, not negated or bounded.
+_PROSE_PERCENT = (
+    r"([0-9](?<![0-9.,/-][0-9])" + "".join(rf"(?<!{w} [0-9])" for w in _NEGATIONS) + r"[0-9]{0,2}[ \t]?%)" + _PROSE_TAIL
+)
+# The statement forms (lower case, one group each: the raw VALUE), run one by one when given as
+# `patterns`: tag, key, label, spaced label (without `:`, only a VALUE unambiguous by its form, so
+# `Confidence 8` stays prose), `is`/`of`, own line, prose percent.
+DEFAULT_PATTERNS: tuple[str, ...] = (
+    "confidence(?<=<confidence)" + _TAG,
+    "confidence(?<=[\"']confidence)" + _KEY,
+    _KW + _SUFFIX + _ANNOTATION + _SEP + r"[ \t]{0,8}[:=|]" + _label_value(DEFAULT_LEVELS) + _WINDOW,
+    _KW + _SUFFIX + _ANNOTATION + _SEP + _GAP + _PLAIN_VALUE + _WINDOW,
+    _KW + _SUFFIX + r"[ \t]{1,3}(?:" + "|".join(_IS_WORDS) + ")" + _IS_TAIL + _WINDOW,
+    _KW + _LINE_START + _SUFFIX + _ANNOTATION + _SEP + _LINE_END + _NEXT_LINE + _PLAIN_VALUE + _WINDOW,
+    _PROSE_PERCENT,
+)
 
 
 def _percent_behind(width: int, space: str) -> str:
@@ -416,7 +402,7 @@ _OWN_LINE_REACH = 42  # keyword to line end of a lone label: suffix 11, scale 20
 
 @functools.lru_cache(maxsize=32)
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
-    """The last keyword statement of any of statement_patterns' forms, `(?s:.*)` backtracking to the keyword.
+    """The last keyword statement of any of DEFAULT_PATTERNS' forms, `(?s:.*)` backtracking to the keyword.
     A keyword starting no statement costs few engine steps: the label is matched once (atomic), the forms
     are ruled out by their first character, the own-line form runs only near a line end. VALUE groups: unnamed."""
     # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
@@ -515,10 +501,9 @@ class VerbalConfidenceExtractor:
 
     # ---------------------------------------------------------------- text
 
-    def _last_statement_fast(self, text: str) -> tuple[str, str] | None:
-        assert self._fast is not None
+    def _last_statement_fast(self, fast: re.Pattern[bytes], text: str) -> tuple[str, str] | None:
         buf = folded(text)
-        keyword = self._fast.match(buf)
+        keyword = fast.match(buf)
         start = -1
         prose = False  # whether a prose percent is the last statement
         if keyword is not None:
@@ -543,7 +528,7 @@ class VerbalConfidenceExtractor:
     def _last_statement(self, text: str) -> tuple[str, str] | None:
         """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
         if self._fast is not None:
-            return self._last_statement_fast(text)
+            return self._last_statement_fast(self._fast, text)
         # The first of the matches that start last.
         best = max((m for pattern in self._compiled for m in pattern.finditer(text)), key=re.Match.start, default=None)
         if best is None:

@@ -37,7 +37,7 @@ from tps_tracer.evaluation.pairs import pair_table_from_arrays, score_columns
 from tps_tracer.evaluation.skipped_predictors import PLATT_SUFFIX, check_known_predictors, platt_fit_reason
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.arrays import TrajectoryArrays
-from tps_tracer.scoring.rules import get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 
 
 def cross_fit_evaluation(

@@ -27,7 +27,7 @@ from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 from tps_tracer.sim.world import WorldConfig
 
 DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent

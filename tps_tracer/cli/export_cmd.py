@@ -85,7 +85,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tps_tracer.otel.score_export import OTEL_LINK, export_records
     from tps_tracer.records.jsonl import read_trajectories
     from tps_tracer.records.reading import is_parquet
-    from tps_tracer.scoring.rules import parse_rules
+    from tps_tracer.scoring import parse_rules
     from tps_tracer.tracking.keys import RUN_ID_KEY
 
     if is_parquet(args.records):

@@ -29,7 +29,7 @@ from tps_tracer.plots import (
     reliability_bins,
     step_contributions,
 )
-from tps_tracer.scoring.rules import get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from tps_tracer.evaluation.report import report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.limits import repeated_ids, repeated_keys
 from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 LOCAL_NUM_CPUS = 2
 _NEEDS_WHOLE = "needs_whole_input"

@@ -52,7 +52,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 from tps_tracer.output import write_text
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 

@@ -54,7 +54,7 @@ from tps_tracer.records.reading import (
 )
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import LogRule, ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import LogRule, ScoreRule, WeightSchedule, get_rule, get_schedule
 
 BoolArray = NDArray[np.bool_]
 

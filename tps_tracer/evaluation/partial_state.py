@@ -30,7 +30,7 @@ from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -42,7 +42,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.limits import check_unique_ids
 from tps_tracer.records.stop_reasons import Role
-from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import DEFAULT_SCHEDULE, LogRule, WeightSchedule, get_rule, get_schedule
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration import PairedDelta

@@ -19,7 +19,7 @@ from tps_tracer.constants import (
 )
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.calibration import Calibrator

@@ -21,7 +21,7 @@ from tps_tracer.constants import (
     SKIP_RENORMALISE,
 )
 from tps_tracer.errors import InputError
-from tps_tracer.scoring.rules import DEFAULT_SCHEDULE, LogRule, ScoreRule, StepLayout, WeightSchedule, branches_at
+from tps_tracer.scoring import DEFAULT_SCHEDULE, LogRule, ScoreRule, StepLayout, WeightSchedule, branches_at
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

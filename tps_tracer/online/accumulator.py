@@ -40,7 +40,7 @@ from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem, record_object
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
 from tps_tracer.validity import horizon as valid_horizon
 from tps_tracer.validity import probability
 

@@ -21,7 +21,7 @@ from tps_tracer.evaluation.partial_state import PartialState
 from tps_tracer.online.row_store import _Live
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule
 
 MAGIC = b"TPSACC\x00"
 VERSION = 1

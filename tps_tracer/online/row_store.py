@@ -21,7 +21,7 @@ from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.open_runs import OpenRuns
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule
+from tps_tracer.scoring import ScoreRule, WeightSchedule
 
 FloatArray = NDArray[np.float64]
 

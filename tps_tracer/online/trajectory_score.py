@@ -12,7 +12,7 @@ import numpy as np
 from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.evaluation.pairs import eta_by_mode
 from tps_tracer.records.stop_reasons import Role, StopReason
-from tps_tracer.scoring.rules import mix
+from tps_tracer.scoring import mix
 
 
 @dataclass(frozen=True)

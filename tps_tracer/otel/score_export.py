@@ -14,7 +14,7 @@ from typing import Any
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.scoring.rules import ScoreRule
+from tps_tracer.scoring import ScoreRule
 
 
 @dataclass

@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.errors import NotFast
 from tps_tracer.records.stop_reasons import Role, StopReason
-from tps_tracer.scoring.rules import StepLayout
+from tps_tracer.scoring import StepLayout
 from tps_tracer.validity import (
     classify_forecast,
     forecast_outside,

@@ -30,7 +30,7 @@ from tps_tracer.evaluation.report import json_num
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
+from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -1,27 +1,6 @@
-"""Score rules and step weights: strictly proper binary rules (reward-oriented) and weight schedules.
-
-A rule is its two branches S(p, 1), S(p, 0); a score against a (soft) label eta is
-eta S(p,1) + (1 - eta) S(p,0), the one mechanism behind every TPS variant (docs/design.md).
-Rules (paper, Appendix "Beta-family Scoring Rules"):
-
-    log:        S(p,1) = log p,                 S(p,0) = log(1-p)        (p clipped to [1e-6, 1-1e-6])
-    brier:      S(p,1) = -(1-p)^2,              S(p,0) = -p^2
-    beta(a,b):  S(p,1) = -int_p^1 c^(a-1) (1-c)^b dc = -B(a, b+1) * I_{1-p}(b+1, a)
-                S(p,0) = -int_0^p c^a (1-c)^(b-1) dc = -B(a+1, b) * I_p(a+1, b)
-
-Integer beta rules use the closed form, so scipy.special loads only for other parameters.
-Schedules are normalised over the horizon T and truncated at Z without renormalisation (paper,
-Section 3.1):
-
-    linear-front       w_t = 2 (T - t + 1) / (T (T + 1))      (the default)
-    uniform            w_t = 1 / T
-    exponential-front  w_t = 2^-(t-1) / (2 (1 - 2^-T))
-    linear-back        w_t = 2 t / (T (T + 1))
-
-Branch pairs (s1, s0) = (sum_{t<=Z} w_t S(F_t, 1), sum_{t<=Z} w_t S(F_t, 0)) over flat arrays: every TPS
-variant is eta s1 + (1 - eta) s0. Steps of all trajectories sit in one flat array, `offsets` marking where
-each starts (as in CSR); segment sums are np.add.reduceat, no object per step.
-"""
+"""Strictly proper binary score rules (reward-oriented, as their branches S(p, 1), S(p, 0)), step weight
+schedules (normalised over the horizon T, truncated at Z), and the branch pairs every TPS variant mixes
+(docs/design.md, "The branch pair"; formulas in "Conventions")."""
 
 from __future__ import annotations
 
@@ -54,6 +33,8 @@ class ScoreRule(Protocol):
 
 @dataclass(frozen=True)
 class LogRule:
+    """S(p, 1) = log p, S(p, 0) = log(1 - p), p clipped to [eps, 1 - eps]."""
+
     eps: float = LOG_CLIP_EPS
     name: str = "log"
 
@@ -66,6 +47,8 @@ class LogRule:
 
 @dataclass(frozen=True)
 class BrierRule:
+    """S(p, 1) = -(1 - p)^2, S(p, 0) = -p^2."""
+
     name: str = "brier"
 
     def branches(self, p: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -74,7 +57,8 @@ class BrierRule:
 
 @dataclass(frozen=True)
 class BetaRule:
-    """Schervish-Buja threshold mixture with density c^(a-1) (1-c)^(b-1), unnormalised."""
+    """Schervish-Buja threshold mixture with density c^(a-1) (1-c)^(b-1), unnormalised: S(p, 1) =
+    -B(a, b+1) I_{1-p}(b+1, a), S(p, 0) = -B(a+1, b) I_p(a+1, b); integers by the closed form (no scipy)."""
 
     a: float
     b: float
