@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -275,12 +275,12 @@ def parse_logprobs(logprobs: Any) -> TokenLogprobs:
     raise LogprobsFormatError(f"unrecognised logprobs object of type {type(logprobs).__name__}")
 
 
+@dataclass(eq=False)
 class LogprobsStream:
     """Accumulates streamed chat chunks (each with one or a few entries) into one TokenLogprobs."""
 
-    def __init__(self) -> None:
-        self._entries: list[Any] = []
-        self._malformed: str | None = None
+    _entries: list[Any] = field(default_factory=list)
+    _malformed: str | None = None
 
     def add(self, chunk_logprobs: Mapping[str, Any] | Sequence[Any] | None) -> None:
         """Never raises: a chunk that is not a list of entries makes `result()` raise LogprobsFormatError."""
@@ -304,12 +304,7 @@ class LogprobsStream:
 
 
 # ---------------------------------------------------------------- token signals
-# The paper's appendix "Predictor Transparency Tables", over a token mask (all tokens, or the action's):
-#     TP = (1/n) sum_i exp(logprob_i)
-#     q_ij = exp(l_ij) / sum_{j<=k} exp(l_ij)   (top-k mass renormalised to 1; the rest dropped)
-#     H_i = -sum_j q_ij ln q_ij,   EC = 1 - (1/n) sum_i H_i / ln k   (k = 5: the paper's 1 - H/ln 5)
-# A token with fewer than k candidates is scored over those, still divided by ln k, so EC stays in
-# [0, 1]; tokens with no candidates or no chosen logprob (legacy echo) are left out; none left: None.
+# The paper's token probability and entropy confidence over a token mask (formulas: docs/capture.md, "Signals").
 
 
 def per_token_entropy_confidence(lp: TokenLogprobs, k: int = DEFAULT_TOP_K) -> FloatArray:

@@ -552,7 +552,14 @@ class VerbalConfidenceExtractor:
 
     # ---------------------------------------------------------------- tool calls
 
-    def _from_mapping(self, arguments: Mapping[str, Any], scale: str | None) -> Confidence:
+    def _from_one_call(self, arguments: Any, scale: str | None) -> Confidence:
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except (ValueError, RecursionError):
+                return self.from_text(arguments, scale)  # not JSON: maybe still a "confidence: 0.8" string
+        if not isinstance(arguments, Mapping):
+            return MISSING
         readings = [
             self.scale(v, scale) if isinstance(v, str) else self.from_number(v, scale)
             for k, v in arguments.items()
@@ -564,24 +571,12 @@ class VerbalConfidenceExtractor:
             return ambiguous("conflicting_keys")  # `confidence` and `confidence_score` that disagree
         return readings[0]
 
-    def _from_one_call(self, arguments: Any, scale: str | None) -> Confidence:
-        if isinstance(arguments, str):
-            try:
-                decoded = json.loads(arguments)
-            except (ValueError, RecursionError):
-                return self.from_text(arguments, scale)  # not JSON: maybe still a "confidence: 0.8" string
-            return self._from_mapping(decoded, scale) if isinstance(decoded, Mapping) else MISSING
-        if isinstance(arguments, Mapping):
-            return self._from_mapping(arguments, scale)
-        return MISSING
-
     def from_arguments(self, arguments: Any, verbal_scale: str | None = None) -> Confidence:
         """A confidence passed as a tool-call argument: one call's arguments (a mapping or its
         JSON string), or a sequence of them, one per parallel call (the last that states one wins)."""
-        if arguments is None or isinstance(arguments, (str, Mapping)):
-            return self._from_one_call(arguments, verbal_scale)
-        if isinstance(arguments, Sequence) and not isinstance(arguments, (bytes, bytearray)):
-            for call in reversed(arguments):
+        calls = [arguments] if arguments is None or isinstance(arguments, (str, Mapping)) else arguments
+        if isinstance(calls, Sequence) and not isinstance(calls, (bytes, bytearray)):
+            for call in reversed(calls):
                 found = self._from_one_call(call, verbal_scale)
                 if found.status != "missing":
                     return found
