@@ -169,8 +169,7 @@ def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArr
         raise InputError(
             f"{pa.size} forecasts but {ya.size} outcomes: give one outcome per forecast (or one scalar outcome)"
         )
-    s1, s0 = r.branches(pa)
-    return np.asarray(ya * s1 + (1.0 - ya) * s0, dtype=np.float64)
+    return mix(*r.branches(pa), ya)
 
 
 def branches_at(rules: Sequence[ScoreRule], p: float) -> FloatArray:

@@ -58,8 +58,7 @@ def gc_paused() -> Iterator[None]:
     with _gc_lock:
         if _gc_depth == 0:
             _gc_reenable = gc.isenabled()
-            if _gc_reenable:
-                gc.disable()
+            gc.disable()
         _gc_depth += 1
     try:
         yield

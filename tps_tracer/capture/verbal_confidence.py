@@ -47,14 +47,8 @@ class Confidence:
 
 
 MISSING = Confidence(None, "missing")
-
-
-def malformed(reason: str) -> Confidence:
-    return Confidence(None, "malformed", reason)
-
-
-def ambiguous(reason: str) -> Confidence:
-    return Confidence(None, "ambiguous", reason)
+malformed = functools.partial(Confidence, None, "malformed")
+ambiguous = functools.partial(Confidence, None, "ambiguous")
 
 
 def check_scale(scale: str | None) -> str | None:
