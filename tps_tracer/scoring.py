@@ -99,8 +99,7 @@ _MAX_POLY_DEGREE = 16
 
 
 def _incomplete_integral(x: FloatArray, xc: FloatArray, m: int, n: int) -> FloatArray:
-    """int_0^x u^m (1-u)^n du for integers m, n >= 0; xc is 1 - x, given so that it is not rounded twice.
-
+    """int_0^x u^m (1-u)^n du for integers m, n >= 0; xc is 1 - x, given so that it is not rounded twice:
     B(m+1, n+1) times the binomial tail I_x(m+1, n+1) = sum_{j>m} C(N, j) x^j xc^(N-j), N = m+n+1:
     every term is positive, so the sum loses no digits to cancellation (unlike the power series)."""
     big_n = m + n + 1
@@ -158,10 +157,8 @@ def validate_probabilities(p: ArrayLike, what: str = "forecast") -> FloatArray:
 
 
 def score(p: ArrayLike, y: ArrayLike, rule: str | ScoreRule = "log") -> FloatArray:
-    """Score forecasts p against outcomes y (0/1 or a soft label eta in [0, 1]).
-
-    Two 1-D sequences must have equal lengths (3 forecasts against 1 outcome is a mistake); a
-    scalar pairs with every element, and 2+ dimensions broadcast as in numpy."""
+    """Forecasts p against outcomes y (0/1 or a soft label eta in [0, 1]). Two 1-D sequences must have equal
+    lengths (3 forecasts against 1 outcome is a mistake); a scalar pairs with every element, 2+ dims broadcast."""
     r = get_rule(rule)
     pa = validate_probabilities(p, "forecast")
     ya = validate_probabilities(y, "outcome")

@@ -129,9 +129,8 @@ def _floats(n: int, values: Any) -> FloatArray:
 
 
 def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[int]] | None:
-    """(tokens, text, values, counts) of a payload of plain dict entries, read with C-level maps only
-    (no bytecode per token): `values` holds the n chosen logprobs, then the candidates' (counts[i]
-    for token i). None for anything else: the general reading then gives the result or the error."""
+    """(tokens, text, values: the n chosen logprobs then the candidates', counts) of plain dict entries, by
+    C-level maps only (no bytecode per token); None for anything else, which the general reading decides."""
     try:
         tokens = list(map(_TOKEN, content))
         text = "".join(tokens)
@@ -150,9 +149,8 @@ def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[i
 
 
 def _checked_common(values: FloatArray, counts: list[int]) -> tuple[FloatArray, FloatArray] | None:
-    """(chosen, top) exactly as `_check_logprobs` and `_candidates` give them, for the usual payload
-    only (logprobs <= the tolerance, the same number of sorted candidates per token); else None and
-    the general checks sort, pad, cut or name the error. One max checks all (NaN propagates)."""
+    """(chosen, top) exactly as `_check_logprobs` and `_candidates` give them, for the usual payload only (the
+    same number of sorted candidates per token, one max checking all: NaN propagates); else None."""
     n = len(counts)
     k = counts[0] if n else 0
     if k > MAX_CANDIDATES or counts.count(k) != n:
