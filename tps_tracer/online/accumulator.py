@@ -99,11 +99,10 @@ class Accumulator:
         max_pending: int = DEFAULT_MAX_PENDING,
         missing: str = DEFAULT_MISSING,
     ):
-        """predictors=None discovers names from the steps (else other names are rejected). Bad input is
-        rejected and counted in `health` (raised only when strict); runs idle for `idle_timeout` or
-        past `max_live` are stopped as capture_lost, unless an adapter owns their lifetimes. mode
-        "summary" folds settled runs into one partial state (online/summary_store.py); max_pending
-        bounds its clean stops waiting for an outcome. missing: the missing-forecast policy."""
+        """predictors=None discovers names from the steps. Bad input is counted in `health` (raised when
+        strict); runs idle for `idle_timeout` or past `max_live` are stopped as capture_lost unless an
+        adapter owns their lifetimes. mode "summary" folds settled runs away; max_pending bounds its
+        clean stops waiting for an outcome."""
         if mode not in MODES:
             raise InputError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -237,8 +236,7 @@ class Accumulator:
         return False
 
     def _check_metadata(self, tid: str, metadata: Any) -> tuple[dict[str, Any], str | None]:
-        """The record's metadata as strict JSON, and why it was not (an invalid_metadata the caller
-        counts): a non-mapping is dropped, NaN/inf and non-JSON values become null / their repr."""
+        """The metadata as strict JSON (NaN/inf -> null, other values -> repr) and why it was not."""
         if metadata is None:
             return {}, None
         if not isinstance(metadata, Mapping):
@@ -341,8 +339,7 @@ class Accumulator:
         return (stop_reason, q, y, *self._check_metadata(tid, metadata))
 
     def _stop_locked(self, tid: str, checked: _Stop, horizon: int | None) -> tuple[bool, _Closing] | None:
-        """Under the lock: the run reserved and closed, and whether the stop's values conflicted with
-        its own; None if it was already stopped."""
+        """Under the lock: (conflict with the run's own values, the run closed); None if already stopped."""
         reason, q, y, metadata, _ = checked
         found = self._store.live.get(tid)
         if (found is None or not found.repeat) and self._store.stopped(tid):
@@ -363,8 +360,7 @@ class Accumulator:
         return conflict, self._closing(tid, live, reason, horizon, metadata, None)
 
     def _stopped(self, tid: str, checked: _Stop, stopping: tuple[bool, _Closing] | None) -> bool:
-        """After the lock: the stop's record and scoring, then its rejections (a strict-mode one then
-        leaves no run half closed)."""
+        """After the lock: record and score, then reject (a strict-mode raise leaves no run half closed)."""
         if stopping is None:
             self._reject("duplicate_stop", f"{tid!r} was already stopped")
             return False
@@ -410,9 +406,8 @@ class Accumulator:
         return y, q
 
     def _resolve_locked(self, tid: str, y: int | None, q: float | None) -> _Resolution:
-        """Under the lock: (fields for a repeat's record above, or None if no repeat takes it; status;
-        fields for a resolution line; listeners' scores; fold due). The reader's rule: a resolution
-        belongs to the nearest record above it."""
+        """Under the lock: a `_Resolution`. The reader's rule: a resolution belongs to the nearest record
+        above it, a repeat's included."""
         live = self._store.live.get(tid)
         if live is not None and live.repeat:
             live.outcome = live.outcome if y is None or live.outcome is not None else y
@@ -505,8 +500,8 @@ class Accumulator:
             return False
 
     def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """Under the lock: (status, fields to append as a resolution line). The same value twice is a
-        no-op, a different one a conflict; before the record is written the values go out with it."""
+        """Under the lock: (status, fields for a resolution line); the same value twice is a no-op, a
+        different one a conflict."""
         row = self._rows.row_of.get(tid)
         if row is not None and row != RESERVED:
             return self._rows.resolve(tid, row, y, q)
@@ -538,9 +533,8 @@ class Accumulator:
         metadata: Mapping[str, Any] | None,
         abandoned: str | None,
     ) -> _Closing:
-        """Under the lock: a reserved run stopped (horizon checked): its record and the batch due for
-        scoring. The writer's lock is taken here and released once `_closed_run` wrote the record:
-        a resolve that sees `written` waits for that write."""
+        """Under the lock: a reserved run's record and the batch due for scoring. The writer's lock is held
+        from here until `_closed_run` wrote the record: a resolve that sees `written` waits for it."""
         n_steps = len(live.steps)
         live.reason = reason
         live.horizon = int(horizon) if horizon is not None else n_steps
@@ -706,8 +700,7 @@ class Accumulator:
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
-        """Stop as capture_lost (abandoned: idle) every run idle for idle_timeout (none when an adapter
-        owns the lifetimes); how many."""
+        """Stop every run idle for idle_timeout as capture_lost (abandoned: idle); how many."""
         if self.idle_timeout is None or self.lifetime_owner is not None:
             return 0
         now = self._clock() if now is None else now
@@ -780,8 +773,7 @@ class Accumulator:
         seed: int | None = None,
         predictors: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The report of the finished runs (as `tps-tracer report --json`, identical bootstrap replicates:
-        rows in id-key order) plus an "online" section."""
+        """The finished runs' report, as `tps-tracer report --json` gives it, plus an "online" section."""
         self.flush()
         with self._lock:
             table = self._rows.table()
@@ -886,8 +878,7 @@ class Accumulator:
         return accumulator_state.Parts(table, unscored, known, live, repeated, summary, folded)
 
     def _add(self, parts: accumulator_state.Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
-        """Add `parts` and their `health` counts; an id held already is a counted duplicate_id. `fold`:
-        fold what settled (not while being built from a state)."""
+        """Add `parts` and `health` (an id held already is a counted duplicate_id); `fold` what settled."""
         table = parts.table
         duplicates: list[str] = []
         folded_twice = 0

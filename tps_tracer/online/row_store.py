@@ -129,7 +129,7 @@ class _PredictorColumns:
     pairs: FloatArray
     aggregates: FloatArray
     clipped: NDArray[np.int64]  # forecasts the log rule clipped
-    missing: FloatArray  # (n, 4): PredictorPairs.missing
+    missing: FloatArray
     written: NDArray[np.bool_]
 
 
@@ -175,16 +175,11 @@ class RowStore:
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
-        cap, n_aggs = self._cap, len(AGGREGATOR_NAMES)
-        col = _PredictorColumns(
-            np.zeros(cap, dtype=bool),
-            np.full((cap, len(self.rules), len(self.schedules), 2), np.nan),
-            np.full((cap, n_aggs), np.nan),
-            np.zeros(cap, dtype=np.int64),
-            np.zeros((cap, 4)),
-            np.zeros(cap, dtype=bool),
-        )
-        self.predictors[name] = col
+        """A new column; each array's dtype is its fill's (bool, int64, float64)."""
+        rs = (len(self.rules), len(self.schedules), 2)
+        shapes = {"pairs": rs, "aggregates": (len(AGGREGATOR_NAMES),), "missing": (4,)}  # the rest: (n,)
+        arrays = {f: np.full((self._cap, *shapes.get(f, ())), fill) for f, fill in _COLUMN_FILLS.items()}
+        col = self.predictors[name] = _PredictorColumns(**arrays)
         return col
 
     def append_many(
