@@ -114,10 +114,11 @@ def parts(
             for name, c in rows["predictors"].items()
         },
     )
-    live = [(str(t), _Live([dict(step) for step in steps], now, y, q)) for t, steps, y, q in body["live"]]
     repeats = {str(tid) for tid in body.get("live_repeats", [])}
-    for tid, lv in live:
-        lv.repeat = tid in repeats
+    live = [
+        (str(t), _Live([dict(step) for step in steps], now, y, q, repeat=str(t) in repeats))
+        for t, steps, y, q in body["live"]
+    ]
     if repeats - {tid for tid, _ in live}:
         raise KeyError("a live repeat that is not live")
     folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else NO_KEYS

@@ -65,20 +65,19 @@ class LiveStore:
         """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live, or None
         (nothing appended) when `tid` is `stopped`."""
         live = self.live.get(tid)
+        evicted = _NONE_EVICTED
         if live is None:
             if self.stopped(tid):  # only a run's first step pays this call
                 return None
             live = self.live[tid] = _Live()
-            evicted: list[tuple[str, _Live]] = []
+            evicted = []
             while evict and len(self.live) > self.max_live:
                 evicted.append(self.take_oldest(now))
-            live.steps.append(step)
-            live.last_seen = now
-            return evicted
-        self.live.move_to_end(tid)
+        else:
+            self.live.move_to_end(tid)
         live.steps.append(step)
         live.last_seen = now
-        return _NONE_EVICTED
+        return evicted
 
     def begin_repeat(self, tid: str, now: float) -> bool:
         """Open a repeat of `tid` if it is stopped and not live; True when one was opened."""
