@@ -110,7 +110,9 @@ def parts(
         rules=list(rules),
         schedules=list(schedules),
         predictors={
-            name: PredictorPairs(**{f: decode_array(c[f]) for f in _COLUMN_FIELDS if f in c or f in _COLUMN_FIELDS[:3]})
+            name: PredictorPairs(
+                **{f: decode_array(c[f]) for f in _COLUMN_FIELDS if f in c or f in _COLUMN_FIELDS[:3]}  # type: ignore[arg-type]
+            )
             for name, c in rows["predictors"].items()
         },
     )
