@@ -21,7 +21,7 @@ from handler_output import write_handler_output
 
 from tps_tracer import output
 from tps_tracer.cli.main import main
-from tps_tracer.output import append_text, atomic_write, write_text
+from tps_tracer.output import atomic_write, write_text
 from tps_tracer.records import read_trajectories, write_trajectories
 from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 
@@ -66,10 +66,10 @@ def test_permissions_follow_the_old_file_or_the_umask(tmp_path):
 def test_append_keeps_the_old_content_and_a_failed_append_changes_nothing(tmp_path):
     target = tmp_path / "summary.md"
     target.write_text(OLD)
-    append_text(target, "more\n")
+    write_text(target, "more\n", append=True)
     assert target.read_text() == OLD + "more\n"
     with pytest.raises(UnicodeEncodeError):
-        append_text(target, "broken \udc80\n")
+        write_text(target, "broken \udc80\n", append=True)
     assert target.read_text() == OLD + "more\n" and _leftovers(tmp_path) == []
 
 

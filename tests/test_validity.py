@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tps_tracer.errors import InputError
-from tps_tracer.online.accumulator import InputChecks
+from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.online.jsonl_sink import JsonlSink
 from tps_tracer.tracking.tracker import whole_number
 from tps_tracer.validity import horizon, probability
@@ -32,22 +32,21 @@ def test_probability_accepts_real_numbers_in_the_unit_interval_only():
 
 
 def test_every_capture_side_probability_check_agrees(tmp_path):
-    rejected: list[str] = []
-    checks = InputChecks(lambda kind, msg: rejected.append(kind), None)
+    acc = Accumulator(idle_timeout=None)  # its input checks
     sink = JsonlSink(tmp_path / "r.jsonl")
     for v in PROBABILITIES + NOT_PROBABILITIES:
         want = probability(v)
         if v is None:
             continue  # None means "no forecast" / "no q_Z" to these callers, not a bad value
-        assert checks.step("t", {"p": v}) == {"p": want}, v
-        assert checks.q_z("t", v) == want, v
+        assert acc._check_step("t", {"p": v}) == {"p": want}, v
+        assert acc._check_q_z("t", v) == want, v
         if want is None:
             with pytest.raises(InputError):
                 sink.resolve("t", q_z=v)
         else:
             sink.resolve("t", q_z=v)
     sink.close()
-    assert rejected.count("invalid_forecast") == rejected.count("invalid_q_z") == len(NOT_PROBABILITIES) - 1
+    assert acc.rejected["invalid_forecast"] == acc.rejected["invalid_q_z"] == len(NOT_PROBABILITIES) - 1
 
 
 def test_horizon_rule_for_api_values_and_for_labels():
@@ -62,9 +61,8 @@ def test_horizon_rule_for_api_values_and_for_labels():
 
 
 def test_every_capture_side_horizon_check_agrees():
-    rejected: list[str] = []
-    checks = InputChecks(lambda kind, msg: rejected.append(kind), None)
+    acc = Accumulator(idle_timeout=None)
     for v in (1, 5, np.int64(7), 0, 8.0, "8", True, 10**8, 8.5, "9"):
         assert whole_number(v) == horizon(v, labels=True), v
         for n_steps in (0, 6):
-            assert checks.horizon_ok("t", v, n_steps) == (horizon(v, at_least=n_steps) is not None), (v, n_steps)
+            assert acc._horizon_ok("t", v, n_steps) == (horizon(v, at_least=n_steps) is not None), (v, n_steps)

@@ -116,12 +116,7 @@ def _handle(raw: IO[bytes], binary: bool) -> Iterator[IO[Any]]:
     text.detach()
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> None:
-    with atomic_write(path) as fh:
-        fh.write(text)
-
-
-def append_text(path: str | os.PathLike[str], text: str) -> None:
-    """Atomically replace `path` with its old content followed by `text` (created if missing)."""
-    with atomic_write(path, append=True) as fh:
+def write_text(path: str | os.PathLike[str], text: str, append: bool = False) -> None:
+    """Atomically replace `path` with `text` (append: its old content followed by `text`)."""
+    with atomic_write(path, append=append) as fh:
         fh.write(text)

@@ -31,7 +31,7 @@ from tps_tracer.evaluation.gate import (
 )
 from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.output import append_text
+from tps_tracer.output import write_text
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.limits import KINDS
 
@@ -158,7 +158,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         source = ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):
-            append_text(args.markdown, render_gate_markdown(result, source))
+            write_text(args.markdown, render_gate_markdown(result, source), append=True)
     if args.json:
         sys.stdout.write(output.dumps(result))
     else:

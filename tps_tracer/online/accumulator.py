@@ -1,12 +1,5 @@
-"""The online TPS accumulator: steps in, branch-pair rows per finished run, the report out
-(docs/design.md, "the branch pair"); a facade over a live store, a rows store and a summary store.
-
-    acc = Accumulator(predictors=["verbal", "token_prob"], sink="runs.jsonl")
-    acc.observe("task-17", {"verbal": 0.8, "token_prob": 0.71})     # every ReAct step
-    acc.stop("task-17", "clean")                                    # or "max_steps", horizon=budget
-    acc.resolve("task-17", outcome=1)                               # whenever the grade arrives
-    acc.snapshot()                                                  # same object as `report --json`
-"""
+"""The online TPS accumulator: `observe` each step, `stop` a run, `resolve` its outcome, `snapshot` the
+report; a facade over a live store, a rows store and a summary store (docs/design.md, "the branch pair")."""
 
 from __future__ import annotations
 
@@ -49,86 +42,6 @@ DEFAULT_MAX_LIVE = 100_000
 DEFAULT_MAX_PENDING = 100_000
 MODES = ("rows", "summary")
 FOLD_THREAD_NAME = "tps-accumulator-fold"  # summary mode's background thread (scoring and folds)
-
-
-class InputChecks:
-    """What the accumulator accepts: each check returns the cleaned value (None / False if refused)
-    and reports a refusal through `reject(kind, message)`. predictors: the names accepted (None: any)."""
-
-    def __init__(self, reject: Callable[[str, str], None], predictors: frozenset[str] | None):
-        self.reject = reject
-        self.predictors = predictors
-
-    def step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
-        allowed = self.predictors
-        out: dict[str, float | None] = {}
-        for name, v in forecasts.items():
-            if allowed is not None and name not in allowed:
-                self.reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
-                continue
-            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
-                out[name] = v
-            elif v is None:
-                out[name] = None
-            elif (p := probability(v)) is not None:
-                out[name] = p
-            else:
-                self.reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
-                out[name] = None
-        return out
-
-    def valid_id(self, trajectory_id: Any) -> bool:
-        """The reader's rule (records/record_shape.py): an id written is an id read back."""
-        if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
-            return True  # id_problem's common case, without the call
-        problem = id_problem(trajectory_id)
-        if problem is None:
-            return True
-        self.reject("invalid_id", problem)
-        return False
-
-    def outcome(self, trajectory_id: str, outcome: Any) -> int | None:
-        try:
-            return as_outcome(outcome, allow_strings=False)
-        except InvalidOutcome as exc:
-            self.reject("invalid_outcome", f"{trajectory_id!r}: {exc}")
-            return None
-
-    def q_z(self, trajectory_id: str, q_z: Any) -> float | None:
-        if q_z is None:
-            return None
-        q = probability(q_z)
-        if q is not None:
-            return q
-        self.reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
-        return None
-
-    def horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
-        if valid_horizon(horizon, at_least=n_steps) is not None:
-            return True
-        self.reject(
-            "invalid_horizon",
-            f"{tid!r}: horizon {str(horizon)[:40]!r} is not an integer in [{max(n_steps, 1)}, {MAX_HORIZON}] "
-            "(the steps taken, the largest budget accepted); using the steps taken",
-        )
-        return False
-
-    def metadata(self, tid: str, metadata: Any) -> tuple[dict[str, Any], str | None]:
-        """The record's metadata as strict JSON, and why it was not (an invalid_metadata the caller
-        counts): a non-mapping is dropped, NaN/inf and non-JSON values become null / their repr."""
-        if metadata is None:
-            return {}, None
-        if not isinstance(metadata, Mapping):
-            return {}, f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}"
-        md = dict(metadata)
-        try:
-            json.dumps(md, allow_nan=False)
-            if all(type(k) is str for k in md):
-                return md, None
-        except (TypeError, ValueError, RecursionError):
-            pass
-        problem = f"{tid!r}: metadata is not strict JSON; bad values written as null / repr"
-        return {str(k): _json_safe(v, 0) for k, v in md.items()}, problem
 
 
 def _json_safe(value: Any, depth: int) -> Any:
@@ -186,11 +99,10 @@ class Accumulator:
         max_pending: int = DEFAULT_MAX_PENDING,
         missing: str = DEFAULT_MISSING,
     ):
-        """predictors=None discovers names from the steps (else other names are rejected). Bad input is
-        rejected and counted in `health` (raised only when strict); runs idle for `idle_timeout` or
-        past `max_live` are stopped as capture_lost, unless an adapter owns their lifetimes. mode
-        "summary" folds settled runs into one partial state (online/summary_store.py); max_pending
-        bounds its clean stops waiting for an outcome. missing: the missing-forecast policy."""
+        """predictors=None discovers names from the steps. Bad input is counted in `health` (raised when
+        strict); runs idle for `idle_timeout` or past `max_live` are stopped as capture_lost unless an
+        adapter owns their lifetimes. mode "summary" folds settled runs away; max_pending bounds its
+        clean stops waiting for an outcome."""
         if mode not in MODES:
             raise InputError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -200,7 +112,7 @@ class Accumulator:
         if not self.rules or not self.schedules:
             raise InputError("need at least one rule and one weight schedule")
         self.predictors: list[str] | None = list(predictors) if predictors is not None else None
-        self._checks = InputChecks(self._reject, None if predictors is None else frozenset(self.predictors or ()))
+        self._allowed = None if predictors is None else frozenset(self.predictors or ())  # names accepted
         self.bootstrap = bootstrap
         self.seed = seed
         self.policy = policy or CensoringPolicy()
@@ -267,6 +179,78 @@ class Accumulator:
             raise exc
         self.health.count("error", f"accumulator.{where}", f"{type(exc).__name__}: {exc}")
 
+    # -- what the accumulator accepts: each check returns the cleaned value (None / False if refused)
+
+    def _check_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
+        allowed = self._allowed
+        out: dict[str, float | None] = {}
+        for name, v in forecasts.items():
+            if allowed is not None and name not in allowed:
+                self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
+                continue
+            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
+                out[name] = v
+            elif v is None:
+                out[name] = None
+            elif (p := probability(v)) is not None:
+                out[name] = p
+            else:
+                self._reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
+                out[name] = None
+        return out
+
+    def _valid_id(self, trajectory_id: Any) -> bool:
+        """The reader's rule (records/record_shape.py): an id written is an id read back."""
+        if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
+            return True  # id_problem's common case, without the call
+        problem = id_problem(trajectory_id)
+        if problem is None:
+            return True
+        self._reject("invalid_id", problem)
+        return False
+
+    def _check_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
+        try:
+            return as_outcome(outcome, allow_strings=False)
+        except InvalidOutcome as exc:
+            self._reject("invalid_outcome", f"{trajectory_id!r}: {exc}")
+            return None
+
+    def _check_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
+        if q_z is None:
+            return None
+        q = probability(q_z)
+        if q is not None:
+            return q
+        self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
+        return None
+
+    def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
+        if valid_horizon(horizon, at_least=n_steps) is not None:
+            return True
+        self._reject(
+            "invalid_horizon",
+            f"{tid!r}: horizon {str(horizon)[:40]!r} is not an integer in [{max(n_steps, 1)}, {MAX_HORIZON}] "
+            "(the steps taken, the largest budget accepted); using the steps taken",
+        )
+        return False
+
+    def _check_metadata(self, tid: str, metadata: Any) -> tuple[dict[str, Any], str | None]:
+        """The metadata as strict JSON (NaN/inf -> null, other values -> repr) and why it was not."""
+        if metadata is None:
+            return {}, None
+        if not isinstance(metadata, Mapping):
+            return {}, f"{tid!r}: metadata must be a mapping, got {type(metadata).__name__}"
+        md = dict(metadata)
+        try:
+            json.dumps(md, allow_nan=False)
+            if all(type(k) is str for k in md):
+                return md, None
+        except (TypeError, ValueError, RecursionError):
+            pass
+        problem = f"{tid!r}: metadata is not strict JSON; bad values written as null / repr"
+        return {str(k): _json_safe(v, 0) for k, v in md.items()}, problem
+
     def begin(self, trajectory_id: str) -> bool:
         """A new run of `trajectory_id` starts (adapters call this at a new root run or trace). True if
         the id was already stopped: the run is a *repeat*, recorded in the sink and counted
@@ -306,12 +290,12 @@ class Accumulator:
         """observe()'s checks, outside the lock: the step, or None if refused."""
         try:
             # valid_id's first case inlined: every step runs this.
-            if not (type(tid) is str and tid and tid.isascii()) and not self._checks.valid_id(tid):
+            if not (type(tid) is str and tid and tid.isascii()) and not self._valid_id(tid):
                 return None
             if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject("invalid_step", f"{tid!r}: forecasts must be a mapping, got {type(forecasts).__name__}")
                 return None
-            return self._checks.step(tid, forecasts)
+            return self._check_step(tid, forecasts)
         except Exception as exc:
             self._internal("observe", exc)
             return None
@@ -343,20 +327,19 @@ class Accumulator:
 
     def _stop_checked(self, tid: Any, reason: Any, q_z: Any, outcome: Any, metadata: Any) -> _Stop | None:
         """stop()'s checks, outside the lock; None for an invalid id."""
-        if not self._checks.valid_id(tid):
+        if not self._valid_id(tid):
             return None
         try:
             stop_reason = StopReason(reason)
         except ValueError:
             self._reject("invalid_stop_reason", f"{tid!r}: unknown stop reason {reason!r}; using 'other'")
             stop_reason = StopReason.OTHER
-        q = self._checks.q_z(tid, q_z)
-        y = None if outcome is None else self._checks.outcome(tid, outcome)
-        return (stop_reason, q, y, *self._checks.metadata(tid, metadata))
+        q = self._check_q_z(tid, q_z)
+        y = None if outcome is None else self._check_outcome(tid, outcome)
+        return (stop_reason, q, y, *self._check_metadata(tid, metadata))
 
     def _stop_locked(self, tid: str, checked: _Stop, horizon: int | None) -> tuple[bool, _Closing] | None:
-        """Under the lock: the run reserved and closed, and whether the stop's values conflicted with
-        its own; None if it was already stopped."""
+        """Under the lock: (conflict with the run's own values, the run closed); None if already stopped."""
         reason, q, y, metadata, _ = checked
         found = self._store.live.get(tid)
         if (found is None or not found.repeat) and self._store.stopped(tid):
@@ -371,14 +354,13 @@ class Accumulator:
             conflict = conflict or clash
             live.outcome = live.outcome if clash else y
         # Checked before the run leaves the live ones: a strict-mode error leaves it intact.
-        if horizon is not None and not self._checks.horizon_ok(tid, horizon, len(live.steps)):
+        if horizon is not None and not self._horizon_ok(tid, horizon, len(live.steps)):
             horizon = None
         self._store.reserve(tid, live)
         return conflict, self._closing(tid, live, reason, horizon, metadata, None)
 
     def _stopped(self, tid: str, checked: _Stop, stopping: tuple[bool, _Closing] | None) -> bool:
-        """After the lock: the stop's record and scoring, then its rejections (a strict-mode one then
-        leaves no run half closed)."""
+        """After the lock: record and score, then reject (a strict-mode raise leaves no run half closed)."""
         if stopping is None:
             self._reject("duplicate_stop", f"{tid!r} was already stopped")
             return False
@@ -413,10 +395,10 @@ class Accumulator:
 
     def _resolution_checked(self, tid: Any, outcome: Any, q_z: Any) -> tuple[int | None, float | None] | None:
         """resolve()'s checks, outside the lock: (outcome, q_z), or None if nothing valid is left."""
-        if not self._checks.valid_id(tid):
+        if not self._valid_id(tid):
             return None
-        y = self._checks.outcome(tid, outcome)
-        q = self._checks.q_z(tid, q_z)
+        y = self._check_outcome(tid, outcome)
+        q = self._check_q_z(tid, q_z)
         if y is None and q is None:
             if outcome is None and q_z is None:
                 self._reject("empty_resolution", f"{tid!r}: resolve() needs an outcome or a q_z")
@@ -424,9 +406,8 @@ class Accumulator:
         return y, q
 
     def _resolve_locked(self, tid: str, y: int | None, q: float | None) -> _Resolution:
-        """Under the lock: (fields for a repeat's record above, or None if no repeat takes it; status;
-        fields for a resolution line; listeners' scores; fold due). The reader's rule: a resolution
-        belongs to the nearest record above it."""
+        """Under the lock: a `_Resolution`. The reader's rule: a resolution belongs to the nearest record
+        above it, a repeat's included."""
         live = self._store.live.get(tid)
         if live is not None and live.repeat:
             live.outcome = live.outcome if y is None or live.outcome is not None else y
@@ -519,8 +500,8 @@ class Accumulator:
             return False
 
     def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """Under the lock: (status, fields to append as a resolution line). The same value twice is a
-        no-op, a different one a conflict; before the record is written the values go out with it."""
+        """Under the lock: (status, fields for a resolution line); the same value twice is a no-op, a
+        different one a conflict."""
         row = self._rows.row_of.get(tid)
         if row is not None and row != RESERVED:
             return self._rows.resolve(tid, row, y, q)
@@ -552,9 +533,8 @@ class Accumulator:
         metadata: Mapping[str, Any] | None,
         abandoned: str | None,
     ) -> _Closing:
-        """Under the lock: a reserved run stopped (horizon checked): its record and the batch due for
-        scoring. The writer's lock is taken here and released once `_closed_run` wrote the record:
-        a resolve that sees `written` waits for that write."""
+        """Under the lock: a reserved run's record and the batch due for scoring. The writer's lock is held
+        from here until `_closed_run` wrote the record: a resolve that sees `written` waits for it."""
         n_steps = len(live.steps)
         live.reason = reason
         live.horizon = int(horizon) if horizon is not None else n_steps
@@ -720,8 +700,7 @@ class Accumulator:
             self.sweep(now)
 
     def sweep(self, now: float | None = None) -> int:
-        """Stop as capture_lost (abandoned: idle) every run idle for idle_timeout (none when an adapter
-        owns the lifetimes); how many."""
+        """Stop every run idle for idle_timeout as capture_lost (abandoned: idle); how many."""
         if self.idle_timeout is None or self.lifetime_owner is not None:
             return 0
         now = self._clock() if now is None else now
@@ -794,8 +773,7 @@ class Accumulator:
         seed: int | None = None,
         predictors: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The report of the finished runs (as `tps-tracer report --json`, identical bootstrap replicates:
-        rows in id-key order) plus an "online" section."""
+        """The finished runs' report, as `tps-tracer report --json` gives it, plus an "online" section."""
         self.flush()
         with self._lock:
             table = self._rows.table()
@@ -900,8 +878,7 @@ class Accumulator:
         return accumulator_state.Parts(table, unscored, known, live, repeated, summary, folded)
 
     def _add(self, parts: accumulator_state.Parts, health: HealthLedger | None = None, fold: bool = True) -> None:
-        """Add `parts` and their `health` counts; an id held already is a counted duplicate_id. `fold`:
-        fold what settled (not while being built from a state)."""
+        """Add `parts` and `health` (an id held already is a counted duplicate_id); `fold` what settled."""
         table = parts.table
         duplicates: list[str] = []
         folded_twice = 0

@@ -1,7 +1,6 @@
-"""An accumulator's state: what `state()` writes, `from_state()` reads and `merge()` moves, by one path
-(`Parts`). Version 1: the magic ``b"TPSACC\\x00\\x01"``, then UTF-8 JSON, arrays as raw little-endian
-base64 (bit-exact), nothing pickled; rules and schedules travel by name. Keys an older state lacks
-("live_repeats", "repeated", "folded_ids", "clipped", "missing") read as none."""
+"""An accumulator's state, as `state()` writes it and `from_state()` / `merge()` read it (`Parts`): the magic
+``b"TPSACC\\x00\\x01"``, then UTF-8 JSON, arrays as bit-exact base64, nothing pickled; keys an older
+state lacks read as none."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
 NO_KEYS = np.zeros(0, dtype=np.uint64)
 _ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the pair table's arrays, as they are
+_COLUMN_FIELDS = ("usable", "pairs", "aggregates", "clipped", "missing")  # a predictor's (the last two: optional)
 
 
 @dataclass
@@ -63,15 +63,8 @@ def dump(acc: Any, parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
             **{f: encode_array(getattr(table, f)) for f in _ROW_FIELDS[:4]},
             "horizon": encode_array(table.horizon.astype(np.int64)),
             "weight_mass": encode_array(table.weight_mass),
-            "predictors": {
-                name: {
-                    "usable": encode_array(c.usable),
-                    "pairs": encode_array(c.pairs),
-                    "aggregates": encode_array(c.aggregates),
-                    "clipped": encode_array(c.clipped if c.clipped is not None else np.zeros(len(c.usable), np.int64)),
-                    "missing": encode_array(c.missing if c.missing is not None else np.zeros((len(c.usable), 4))),
-                }
-                for name, c in table.predictors.items()
+            "predictors": {  # the row store's tables always hold clipped and missing
+                name: {f: encode_array(getattr(c, f)) for f in _COLUMN_FIELDS} for name, c in table.predictors.items()
             },
         },
         "unscored_outcome": parts.unscored,
@@ -118,20 +111,16 @@ def parts(
         schedules=list(schedules),
         predictors={
             name: PredictorPairs(
-                decode_array(c["usable"]),
-                decode_array(c["pairs"]),
-                decode_array(c["aggregates"]),
-                {},
-                decode_array(c["clipped"]) if "clipped" in c else None,  # an older state: none counted
-                decode_array(c["missing"]) if "missing" in c else None,
+                **{f: decode_array(c[f]) for f in _COLUMN_FIELDS if f in c or f in _COLUMN_FIELDS[:3]}  # type: ignore[arg-type]
             )
             for name, c in rows["predictors"].items()
         },
     )
-    live = [(str(t), _Live([dict(step) for step in steps], now, y, q)) for t, steps, y, q in body["live"]]
     repeats = {str(tid) for tid in body.get("live_repeats", [])}
-    for tid, lv in live:
-        lv.repeat = tid in repeats
+    live = [
+        (str(t), _Live([dict(step) for step in steps], now, y, q, repeat=str(t) in repeats))
+        for t, steps, y, q in body["live"]
+    ]
     if repeats - {tid for tid, _ in live}:
         raise KeyError("a live repeat that is not live")
     folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else NO_KEYS

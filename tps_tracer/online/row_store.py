@@ -65,20 +65,19 @@ class LiveStore:
         """Append a step to `tid` (opened on first sight); the runs evicted to keep max_live, or None
         (nothing appended) when `tid` is `stopped`."""
         live = self.live.get(tid)
+        evicted = _NONE_EVICTED
         if live is None:
             if self.stopped(tid):  # only a run's first step pays this call
                 return None
             live = self.live[tid] = _Live()
-            evicted: list[tuple[str, _Live]] = []
+            evicted = []
             while evict and len(self.live) > self.max_live:
                 evicted.append(self.take_oldest(now))
-            live.steps.append(step)
-            live.last_seen = now
-            return evicted
-        self.live.move_to_end(tid)
+        else:
+            self.live.move_to_end(tid)
         live.steps.append(step)
         live.last_seen = now
-        return _NONE_EVICTED
+        return evicted
 
     def begin_repeat(self, tid: str, now: float) -> bool:
         """Open a repeat of `tid` if it is stopped and not live; True when one was opened."""
@@ -129,7 +128,7 @@ class _PredictorColumns:
     pairs: FloatArray
     aggregates: FloatArray
     clipped: NDArray[np.int64]  # forecasts the log rule clipped
-    missing: FloatArray  # (n, 4): PredictorPairs.missing
+    missing: FloatArray
     written: NDArray[np.bool_]
 
 
@@ -175,33 +174,21 @@ class RowStore:
         self._cap = cap
 
     def add_predictor(self, name: str) -> _PredictorColumns:
-        cap, n_aggs = self._cap, len(AGGREGATOR_NAMES)
-        col = _PredictorColumns(
-            np.zeros(cap, dtype=bool),
-            np.full((cap, len(self.rules), len(self.schedules), 2), np.nan),
-            np.full((cap, n_aggs), np.nan),
-            np.zeros(cap, dtype=np.int64),
-            np.zeros((cap, 4)),
-            np.zeros(cap, dtype=bool),
-        )
-        self.predictors[name] = col
+        """A new column; each array's dtype is its fill's (bool, int64, float64)."""
+        rs = (len(self.rules), len(self.schedules), 2)
+        shapes = {"pairs": rs, "aggregates": (len(AGGREGATOR_NAMES),), "missing": (4,)}  # the rest: (n,)
+        arrays = {f: np.full((self._cap, *shapes.get(f, ())), fill) for f, fill in _COLUMN_FILLS.items()}
+        col = self.predictors[name] = _PredictorColumns(**arrays)
         return col
 
     def append_many(
         self,
         ids: list[str],
-        stop_code: Sequence[int] | NDArray[np.int8],
-        outcome: Sequence[float] | FloatArray,
-        q_z: Sequence[float] | FloatArray,
-        n_steps: Sequence[int] | NDArray[np.int64],
-        horizon: Sequence[int] | FloatArray,
-        weight_mass: FloatArray,
-        predictors: Mapping[
-            str, tuple[NDArray[np.bool_], FloatArray, FloatArray, NDArray[np.int64] | None, FloatArray | None]
-        ],
+        rows: Mapping[str, Any],
+        predictors: Mapping[str, tuple[Any, Any, Any, Any, Any]],
     ) -> None:
-        """Store k finished runs; predictors: name -> (usable, pairs, aggregates, clipped, missing), the
-        last two None (zeros) from an older state."""
+        """Store k finished runs. rows: stop_code, outcome, q_z, n_steps, horizon, weight_mass; predictors:
+        name -> (usable, pairs, aggregates, clipped, missing)."""
         k = len(ids)
         while self.n + k > self._cap:
             self._grow(max(self.n + k, int(self._cap * _GROWTH)))
@@ -209,20 +196,16 @@ class RowStore:
         for j, tid in enumerate(ids):
             self.row_of[tid] = self.n + j
         self.ids.extend(ids)
-        self.stop_code[sl] = stop_code
-        self.outcome[sl] = outcome
-        self.q_z[sl] = q_z
-        self.n_steps[sl] = n_steps
-        self.horizon[sl] = horizon
+        for name, values in rows.items():
+            getattr(self, name)[sl] = values
         self.seq[sl] = np.arange(self._next_seq, self._next_seq + k)
         self._next_seq += k
-        self.weight_mass[sl] = weight_mass
         for name, (usable, pairs, aggs, clipped, missing) in predictors.items():
             col = self.predictors.get(name) or self.add_predictor(name)
             col.usable[sl] = usable
             col.pairs[sl] = pairs
             col.aggregates[sl] = aggs
-            col.clipped[sl] = 0 if clipped is None else clipped
+            col.clipped[sl] = 0 if clipped is None else clipped  # None: an older state's, none counted
             col.missing[sl] = 0.0 if missing is None else missing
             col.written[sl] = True
         self.n += k
@@ -237,32 +220,25 @@ class RowStore:
                 self.unscored_outcome[tid] = lv.outcome
             outcome.append(float(lv.outcome) if clean and lv.outcome is not None else _NAN)
             q_z.append(_NAN if lv.q_z is None else lv.q_z)
-        self.append_many(
-            ids,
-            [STOP_REASONS.index(lv.reason) for lv in lives],
-            outcome,
-            q_z,
-            [len(lv.steps) for lv in lives],
-            [lv.horizon for lv in lives],
-            scored.weight_mass,
-            {
-                name: (scored.usable[j], scored.pairs[j], scored.aggregates[j], scored.clipped[j], scored.missing[j])
-                for j, name in enumerate(names)
-            },
-        )
+        rows = {
+            "stop_code": [STOP_REASONS.index(lv.reason) for lv in lives],
+            "outcome": outcome,
+            "q_z": q_z,
+            "n_steps": [len(lv.steps) for lv in lives],
+            "horizon": [lv.horizon for lv in lives],
+            "weight_mass": scored.weight_mass,
+        }
+        columns = zip(scored.usable, scored.pairs, scored.aggregates, scored.clipped, scored.missing, strict=False)
+        self.append_many(ids, rows, dict(zip(names, columns, strict=False)))
 
     def append_table(self, table: PairTable, unscored: Mapping[str, int]) -> None:
         """Store a pair table's rows (another accumulator's, a state's, a failed fold's)."""
-        self.append_many(
-            table.ids,
-            table.stop_code,
-            table.outcome,
-            table.q_z,
-            table.n_steps,
-            table.horizon.astype(np.int64),
-            table.weight_mass,
-            {name: (c.usable, c.pairs, c.aggregates, c.clipped, c.missing) for name, c in table.predictors.items()},
-        )
+        rows = {f: getattr(table, f) for f in ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")}
+        rows["horizon"] = table.horizon.astype(np.int64)
+        columns = {
+            name: (c.usable, c.pairs, c.aggregates, c.clipped, c.missing) for name, c in table.predictors.items()
+        }
+        self.append_many(table.ids, rows, columns)
         self.unscored_outcome.update(unscored)
 
     def _table(self, sel: slice | NDArray[np.int64], outcome_on_unscored: int) -> PairTable:

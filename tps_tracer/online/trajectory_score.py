@@ -40,8 +40,8 @@ class TrajectoryScore:
     pairs: Mapping[tuple[str, str, str], tuple[float, float]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
-    def _etas(self) -> list[tuple[str, float]]:
-        """(mode, eta) for each censoring mode that scores this run: the report's own table."""
+    def values(self) -> Iterator[ScoreValue]:
+        """Every available score: predictor x rule x schedule x censoring mode (eta: the report's own table)."""
         nan = float("nan")
         table = eta_by_mode(
             np.array([self.role is Role.COMPLETE]),
@@ -49,11 +49,7 @@ class TrajectoryScore:
             np.array([nan if self.outcome is None else float(self.outcome)]),
             np.array([nan if self.q_z is None else float(self.q_z)]),
         )
-        return [(mode, float(eta[0])) for mode, (member, eta) in table.items() if member[0]]
-
-    def values(self) -> Iterator[ScoreValue]:
-        """Every available score: predictor x rule x schedule x censoring mode."""
-        etas = self._etas()
+        etas = [(mode, float(eta[0])) for mode, (member, eta) in table.items() if member[0]]
         for (predictor, rule, weights), (s1, s0) in self.pairs.items():
             for mode, eta in etas:
                 yield ScoreValue(predictor, rule, weights, mode, float(mix(s1, s0, eta)), s1, s0, eta)
