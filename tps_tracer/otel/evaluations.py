@@ -23,7 +23,7 @@ from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
-from tps_tracer.otel.score_names import SentScores, explanation
+from tps_tracer.otel.backends import SentScores, explanation
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import Role
