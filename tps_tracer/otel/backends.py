@@ -38,7 +38,7 @@ DEFAULT_NOT_STORED_TIMEOUT = 120.0
 # predictor's), tps.log.exact (exact censoring, q_Z known), tps.log.uniform (another weight schedule).
 STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped
 DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
-DEFAULT_MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
+MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
 
 Row = tuple[str, "float | str", str, dict[str, Any]]  # name, value, comment, metadata
 
@@ -54,14 +54,9 @@ def explanation(score: TrajectoryScore, v: ScoreValue | None, headline: str | No
     )
 
 
-def backend_rows(
-    score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
-) -> list[Row]:
-    """What every backend gets per run: `tps.stop_reason` (so runs can be filtered by why they
-    stopped), then every usable predictor x rule at one schedule (default the accumulator's first,
-    the same on every run) in each censoring mode asked for. A name differs from the plain one in
-    every respect it differs in, so `export --censoring exact` never reuses a name in use."""
-    facts = {
+def score_facts(score: TrajectoryScore) -> dict[str, Any]:
+    """A run's facts, named alike by every exporter (`tps.`-prefixed on OpenTelemetry signals)."""
+    return {
         "trajectory_id": score.trajectory_id,
         "stop_reason": score.stop_reason.value,
         "role": score.role.value,
@@ -70,6 +65,16 @@ def backend_rows(
         "outcome": score.outcome,
         "q_z": score.q_z,
     }
+
+
+def backend_rows(
+    score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
+) -> list[Row]:
+    """What every backend gets per run: `tps.stop_reason` (so runs can be filtered by why they
+    stopped), then every usable predictor x rule at one schedule (default the accumulator's first,
+    the same on every run) in each censoring mode asked for. A name differs from the plain one in
+    every respect it differs in, so `export --censoring exact` never reuses a name in use."""
+    facts = score_facts(score)
     stop = score.stop_reason.value
     out: list[Row] = [(STOP_NAME, stop, f"stop reason {stop} ({score.role.value})", facts)]
     if weights is None:
@@ -94,8 +99,7 @@ class SentScores:
     """What an exporter already sent, per trajectory and name, so that the accumulator's later
     notifications (a late outcome, a q_Z) re-send only what changed; thread-safe, bounded."""
 
-    def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED):
-        self.max_remembered = max_remembered
+    def __init__(self) -> None:
         self._sent: OrderedDict[str, dict[Hashable, Hashable]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -104,7 +108,7 @@ class SentScores:
         with self._lock:
             sent = self._sent.setdefault(trajectory_id, {})
             self._sent.move_to_end(trajectory_id)
-            while len(self._sent) > self.max_remembered:
+            while len(self._sent) > MAX_REMEMBERED:
                 self._sent.popitem(last=False)
             if sent.get(name, _NEVER) == signature:
                 return False

@@ -6,6 +6,7 @@ skips these spans (scope name).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import threading
 import time
@@ -23,7 +24,7 @@ from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
-from tps_tracer.otel.backends import SentScores, explanation
+from tps_tracer.otel.backends import SentScores, explanation, score_facts
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import Role
@@ -75,31 +76,12 @@ class DerivedSpanIds(IdGenerator):
 
 
 def value_attributes(v: ScoreValue) -> dict[str, Any]:
-    return {
-        "gen_ai.evaluation.name": EVALUATION_NAME,
-        "gen_ai.evaluation.score.value": v.value,
-        "tps.predictor": v.predictor,
-        "tps.rule": v.rule,
-        "tps.weights": v.weights,
-        "tps.censoring": v.censoring,
-        "tps.s1": v.s1,
-        "tps.s0": v.s0,
-        "tps.eta": v.eta,
-    }
+    attrs = {f"tps.{k}": x for k, x in dataclasses.asdict(v).items() if k != "value"}
+    return {"gen_ai.evaluation.name": EVALUATION_NAME, "gen_ai.evaluation.score.value": v.value, **attrs}
 
 
 def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "tps.trajectory_id": score.trajectory_id,
-        "tps.stop_reason": score.stop_reason.value,
-        "tps.role": score.role.value,
-        "tps.horizon": score.horizon,
-        "tps.n_steps": score.n_steps,
-    }
-    if score.outcome is not None:
-        attrs["tps.outcome"] = score.outcome
-    if score.q_z is not None:
-        attrs["tps.q_z"] = score.q_z
+    attrs = {f"tps.{k}": x for k, x in score_facts(score).items() if x is not None}  # outcome, q_z when known
     attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
     attrs["gen_ai.evaluation.score.label"] = score.label
     return attrs
