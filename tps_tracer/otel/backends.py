@@ -596,13 +596,7 @@ class _ByRunId(RetryingDelivery):
 class LangSmithFeedback(_ByRunId):
     backend = "LangSmith"
 
-    def __init__(
-        self,
-        client: Any = None,
-        *,
-        project_name: str | None = None,
-        **options: Unpack[Options],
-    ):
+    def __init__(self, client: Any = None, *, project_name: str | None = None, **options: Unpack[Options]):
         """`project_name`: the tracer's project (default LANGSMITH_PROJECT, else "default")."""
         from langsmith import Client, utils  # the optional `langsmith` extra
 

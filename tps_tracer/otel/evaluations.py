@@ -130,24 +130,19 @@ class EvaluationSpanExporter:
         attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
         if head is not None:
             attrs.update(value_attributes(head))
-        with self._derived_id(score, link, head):
+        # The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
+        # `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
+        # resolved: a live exporter's rule=None and `export`'s explicit first rule agree.
+        headline = None if head is None else (head.rule, head.weights, head.value)
+        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
+        ids = self.ids
+        derived = ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts) if ids else None
+        with derived or contextlib.nullcontext():
             span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
         for v in score.values():
             span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
         span.end()
         self.counts["spans"] += 1
-
-    def _derived_id(
-        self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
-    ) -> contextlib.AbstractContextManager[None]:
-        """The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
-        `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
-        resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
-        if self.ids is None:
-            return contextlib.nullcontext()
-        headline = None if head is None else (head.rule, head.weights, head.value)
-        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
-        return self.ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts)
 
 
 class EvaluationEventExporter:
@@ -250,14 +245,15 @@ class TPSMetrics:
                 if n and (k[3] != EXACT or k in self._exact_with_q_z)
             }
 
-    def _attributes(self, key: Key) -> dict[str, str]:
-        return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
-
     def _observe_means(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(mean, self._attributes(k)) for k, (mean, _) in self.means().items()]
+        return [Observation(mean, _key_attributes(k)) for k, (mean, _) in self.means().items()]
 
     def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(n, self._attributes(k)) for k, (_, n) in self.means().items()]
+        return [Observation(n, _key_attributes(k)) for k, (_, n) in self.means().items()]
+
+
+def _key_attributes(key: Key) -> dict[str, str]:
+    return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
 
 
 class DeliveryCount(SpanExporter):

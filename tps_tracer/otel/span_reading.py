@@ -5,6 +5,7 @@ conventions (with Traceloop's), smolagents, the OpenAI Agents SDK, and our own `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -413,10 +414,9 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
             if parse and logprobs is not None:  # as TokenLogprobs, or as given when malformed
                 from tps_tracer.capture.token_logprobs import parse_logprobs
 
-                try:
+                # LogprobsFormatError (or a bug): left as given, the extractor rejects and counts it
+                with contextlib.suppress(Exception):
                     logprobs = parse_logprobs(logprobs)
-                except Exception:  # LogprobsFormatError (or a bug): the extractor rejects and counts it
-                    pass
             text = text if isinstance(text, str) else out_text
             tool_args = tool_args if tool_args is not None else out_args
     if text is None and tool_args is None:
