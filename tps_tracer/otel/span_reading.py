@@ -524,8 +524,8 @@ def classify_run(
         tool_failed = any(tool_failure(f) and (f.end_time or 0) > last_end for f in failures)
         observed = classify_exception_names(names, tool_failed)
     else:
-        found, detail = classify_output(attributes)
-        observed = found or StopReason.CLEAN, detail
+        reason, detail = classify_output(attributes)
+        observed = reason or StopReason.CLEAN, detail
     if observed[0] is StopReason.MAX_STEPS:
         found = budget_stop(attributes, root_events, root.status.description)
         limit = found[1] if found is not None else None
