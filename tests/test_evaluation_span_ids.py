@@ -20,8 +20,8 @@ from otel_support import agent_for, instrumented, run_tasks
 
 from tps_tracer import Accumulator
 from tps_tracer.otel import EvaluationSpanExporter, TPSSpanProcessor
+from tps_tracer.otel.backends import export_records
 from tps_tracer.otel.evaluations import EVALUATION_SPAN
-from tps_tracer.otel.score_export import export_records
 from tps_tracer.otel.trace_links import TraceLinks
 from tps_tracer.records.jsonl import read_trajectories
 from tps_tracer.sim.world import AgentWorld, WorldConfig

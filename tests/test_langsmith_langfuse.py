@@ -42,8 +42,7 @@ from tps_tracer.cli.main import main
 from tps_tracer.langchain import TPSCallbackHandler
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.online.jsonl_sink import JsonlSink
-from tps_tracer.otel.backends import LangfuseScores, LangSmithFeedback, langfuse_trace_id
-from tps_tracer.otel.score_names import STOP_NAME
+from tps_tracer.otel.backends import STOP_NAME, LangfuseScores, LangSmithFeedback, langfuse_trace_id
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 from tps_tracer.tracking.keys import RUN_ID_KEY

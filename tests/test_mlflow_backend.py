@@ -27,9 +27,8 @@ from world_check import sink_records
 
 from tps_tracer import Accumulator
 from tps_tracer.otel import MlflowAssessments, TPSSpanProcessor
-from tps_tracer.otel.backends import mlflow_trace_id
+from tps_tracer.otel.backends import STOP_NAME, mlflow_trace_id
 from tps_tracer.otel.evaluations import EVALUATION_SPAN
-from tps_tracer.otel.score_names import STOP_NAME
 from tps_tracer.otel.trace_links import SpanLink
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 

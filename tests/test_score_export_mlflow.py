@@ -25,8 +25,7 @@ from world_check import sink_records
 
 from tps_tracer.cli.main import main
 from tps_tracer.online.jsonl_sink import JsonlSink
-from tps_tracer.otel.backends import mlflow_trace_id
-from tps_tracer.otel.score_names import STOP_NAME
+from tps_tracer.otel.backends import STOP_NAME, mlflow_trace_id
 from tps_tracer.otel.trace_links import SpanLink
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.sim.world import AgentWorld, WorldConfig

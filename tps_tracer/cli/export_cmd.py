@@ -82,7 +82,7 @@ def _exporter(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tps_tracer.otel.score_export import OTEL_LINK, export_records
+    from tps_tracer.otel.backends import OTEL_LINK, export_records
     from tps_tracer.records.jsonl import read_trajectories
     from tps_tracer.records.reading import is_parquet
     from tps_tracer.scoring import parse_rules
@@ -131,7 +131,7 @@ def _ids(ids: list[str]) -> str:
 
 def check_linked(records: list[Any], allow_unlinked: bool, link: tuple[str, ...]) -> None:
     """Refuse (InputError: exit 2) an export that would leave runs behind for want of a trace id."""
-    from tps_tracer.otel.score_export import OTEL_LINK, has_trace
+    from tps_tracer.otel.backends import OTEL_LINK, has_trace
 
     how = HOW_TO_LINK if link == OTEL_LINK else HOW_TO_LINK_RUN
     unlinked = [rec.trajectory_id for rec in records if not has_trace(rec, link)]

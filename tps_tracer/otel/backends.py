@@ -1,7 +1,6 @@
-"""Scores written to tracing backends' own APIs: Phoenix span annotations, MLflow assessments,
-LangSmith feedback, Langfuse scores (usage: docs/otel.md, docs/traces.md). Each turns `backend_rows`
-(score_names.py) into its records; `RetryingDelivery` writes them off the agent's threads, retried,
-never silently lost (the durable record of every score is still the accumulator's sink).
+"""Scores written to tracing backends' own APIs (Phoenix annotations, MLflow assessments, LangSmith
+feedback, Langfuse scores: docs/otel.md, docs/traces.md), live or after the fact (`tps-tracer export`),
+under the names every exporter shares; `RetryingDelivery` writes them off the agent's threads, retried.
 """
 
 from __future__ import annotations
@@ -12,15 +11,16 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Hashable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tps_tracer.constants import HEADLINE_PREDICTOR, SIMPLE
-from tps_tracer.online.trajectory_score import TrajectoryScore
-from tps_tracer.otel.score_names import STOP_NAME, Row, SentScores, backend_rows
+from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
+from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.scoring import ScoreRule
 from tps_tracer.tracking.keys import RUN_ID_KEY
 
 if TYPE_CHECKING:
@@ -33,9 +33,155 @@ _IDS = uuid.UUID("6f1d3c2a-7e0b-5c4d-9a8e-2b7f4e1c0d35")  # the uuid5 namespace 
 DEFAULT_MAX_PENDING = 100_000
 DEFAULT_NOT_STORED_TIMEOUT = 120.0
 
+# A backend averages and filters by name, so a name means one quantity on every run: tps.log (the
+# headline predictor's TPS, log rule; the headline fixed per exporter), tps.log.token_prob (another
+# predictor's), tps.log.exact (exact censoring, q_Z known), tps.log.uniform (another weight schedule).
+STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped
+DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
+MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
+
+Row = tuple[str, "float | str", str, dict[str, Any]]  # name, value, comment, metadata
+
+
+def explanation(score: TrajectoryScore, v: ScoreValue | None, headline: str | None = None) -> str:
+    if v is None:
+        if headline is not None and next(score.values(), None) is not None:
+            return f"no score for predictor {headline} on this run; stop reason {score.stop_reason.value}"
+        return f"not scored: stop reason {score.stop_reason.value} ({score.role.value})"
+    return (
+        f"TPS, {v.rule} rule, {v.weights} weights, {v.censoring} censoring, predictor {v.predictor}, "
+        f"over {score.n_steps} of T={score.horizon} steps; stop reason {score.stop_reason.value}"
+    )
+
+
+def score_facts(score: TrajectoryScore) -> dict[str, Any]:
+    """A run's facts, named alike by every exporter (`tps.`-prefixed on OpenTelemetry signals)."""
+    return {
+        "trajectory_id": score.trajectory_id,
+        "stop_reason": score.stop_reason.value,
+        "role": score.role.value,
+        "horizon": score.horizon,
+        "n_steps": score.n_steps,
+        "outcome": score.outcome,
+        "q_z": score.q_z,
+    }
+
+
+def backend_rows(
+    score: TrajectoryScore, headline: str, weights: str | None, censoring: str | Sequence[str]
+) -> list[Row]:
+    """What every backend gets per run: `tps.stop_reason` (so runs can be filtered by why they
+    stopped), then every usable predictor x rule at one schedule (default the accumulator's first,
+    the same on every run) in each censoring mode asked for. A name differs from the plain one in
+    every respect it differs in, so `export --censoring exact` never reuses a name in use."""
+    facts = score_facts(score)
+    stop = score.stop_reason.value
+    out: list[Row] = [(STOP_NAME, stop, f"stop reason {stop} ({score.role.value})", facts)]
+    if weights is None:
+        weights = next((w for (_, _, w) in score.pairs), None)
+    modes = (censoring,) if isinstance(censoring, str) else tuple(censoring)
+    for v in score.values():
+        if v.weights != weights or v.censoring not in modes:
+            continue
+        parts = [f"tps.{v.rule}"]
+        if v.predictor != headline:
+            parts.append(v.predictor)
+        if v.censoring != SIMPLE:
+            parts.append(v.censoring)
+        if v.weights != DEFAULT_WEIGHTS:
+            parts.append(v.weights)
+        value_facts = {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
+        out.append((".".join(parts), v.value, explanation(score, v), {**facts, "label": score.label, **value_facts}))
+    return out
+
+
+class SentScores:
+    """What an exporter already sent, per trajectory and name, so that the accumulator's later
+    notifications (a late outcome, a q_Z) re-send only what changed; thread-safe, bounded."""
+
+    def __init__(self) -> None:
+        self._sent: OrderedDict[str, dict[Hashable, Hashable]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def is_new(self, trajectory_id: str, name: Hashable, signature: Hashable) -> bool:
+        """True (and remembered) when `name` was never sent for this trajectory, or with another signature."""
+        with self._lock:
+            sent = self._sent.setdefault(trajectory_id, {})
+            self._sent.move_to_end(trajectory_id)
+            while len(self._sent) > MAX_REMEMBERED:
+                self._sent.popitem(last=False)
+            if sent.get(name, _NEVER) == signature:
+                return False
+            sent[name] = signature
+            return True
+
+
+_NEVER = object()
+
+
+@dataclass
+class ExportSummary:
+    exported: list[str] = field(default_factory=list)
+    without_trace: list[str] = field(default_factory=list)
+    pending_outcome: list[str] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)  # the accumulator's own refusals, by kind
+    delivery: dict[str, Any] = field(default_factory=dict)  # the exporter's status() after flushing
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exported": len(self.exported),
+            "without_trace": {"count": len(self.without_trace), "ids": self.without_trace},
+            "pending_outcome": {"count": len(self.pending_outcome), "ids": self.pending_outcome},
+            "rejected": self.rejected,
+            "delivery": self.delivery,
+        }
+
+
+OTEL_LINK = ("otel_trace_id", "otel_span_id")  # the metadata a record joins its OpenTelemetry trace by
+
+
+def has_trace(record: TrajectoryRecord, link: Sequence[str] = OTEL_LINK) -> bool:
+    """Whether the record names every id in `link` (OTEL_LINK, or (RUN_ID_KEY,) for LangSmith / Langfuse)."""
+    return all(isinstance(record.metadata.get(key), str) for key in link)
+
+
+def export_records(
+    records: Sequence[TrajectoryRecord],
+    exporter: Callable[[TrajectoryScore], None],
+    rules: Sequence[str | ScoreRule] = ("log", "brier", "beta(2,4)"),
+    weights: Sequence[str] = ("linear-front",),
+    link: Sequence[str] = OTEL_LINK,
+) -> ExportSummary:
+    """Hand every linked run's score to `exporter` (a live exporter: a listener)."""
+    summary = ExportSummary()
+    linked = []
+    for rec in records:
+        if not has_trace(rec, link):
+            summary.without_trace.append(rec.trajectory_id)
+        elif rec.is_pending:
+            summary.pending_outcome.append(rec.trajectory_id)
+        else:
+            linked.append(rec)
+    # Scored on the accumulator the live exporters listen to (clean runs without a grade: no score).
+    from tps_tracer.online.accumulator import Accumulator
+
+    acc = Accumulator(rules=rules, weights=weights, bootstrap=0, base_rate=False, idle_timeout=None)
+    scores: list[TrajectoryScore] = []
+    acc.add_listener(scores.append)
+    for rec in linked:
+        for step in rec.steps:
+            acc.observe(rec.trajectory_id, dict(step.forecasts))
+        acc.stop(rec.trajectory_id, rec.stop_reason, rec.horizon, rec.metadata, q_z=rec.q_z, outcome=rec.outcome)
+    acc.close()
+    summary.rejected = dict(acc.rejected)
+    for score in scores:
+        exporter(score)
+        summary.exported.append(score.trajectory_id)
+    return summary
+
 
 class Options(TypedDict, total=False):
-    """What every backend exporter takes: which scores (score_names.py) and how they are retried."""
+    """What every backend exporter takes: which scores (`backend_rows`) and how they are retried."""
 
     predictor: str  # the headline, fixed: a name means one predictor on every run
     weights: str | None  # default: the accumulator's first schedule
@@ -450,13 +596,7 @@ class _ByRunId(RetryingDelivery):
 class LangSmithFeedback(_ByRunId):
     backend = "LangSmith"
 
-    def __init__(
-        self,
-        client: Any = None,
-        *,
-        project_name: str | None = None,
-        **options: Unpack[Options],
-    ):
+    def __init__(self, client: Any = None, *, project_name: str | None = None, **options: Unpack[Options]):
         """`project_name`: the tracer's project (default LANGSMITH_PROJECT, else "default")."""
         from langsmith import Client, utils  # the optional `langsmith` extra
 

@@ -6,6 +6,7 @@ skips these spans (scope name).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import threading
 import time
@@ -23,7 +24,7 @@ from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
-from tps_tracer.otel.score_names import SentScores, explanation
+from tps_tracer.otel.backends import SentScores, explanation, score_facts
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import Role
@@ -75,31 +76,12 @@ class DerivedSpanIds(IdGenerator):
 
 
 def value_attributes(v: ScoreValue) -> dict[str, Any]:
-    return {
-        "gen_ai.evaluation.name": EVALUATION_NAME,
-        "gen_ai.evaluation.score.value": v.value,
-        "tps.predictor": v.predictor,
-        "tps.rule": v.rule,
-        "tps.weights": v.weights,
-        "tps.censoring": v.censoring,
-        "tps.s1": v.s1,
-        "tps.s0": v.s0,
-        "tps.eta": v.eta,
-    }
+    attrs = {f"tps.{k}": x for k, x in dataclasses.asdict(v).items() if k != "value"}
+    return {"gen_ai.evaluation.name": EVALUATION_NAME, "gen_ai.evaluation.score.value": v.value, **attrs}
 
 
 def trajectory_attributes(score: TrajectoryScore) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "tps.trajectory_id": score.trajectory_id,
-        "tps.stop_reason": score.stop_reason.value,
-        "tps.role": score.role.value,
-        "tps.horizon": score.horizon,
-        "tps.n_steps": score.n_steps,
-    }
-    if score.outcome is not None:
-        attrs["tps.outcome"] = score.outcome
-    if score.q_z is not None:
-        attrs["tps.q_z"] = score.q_z
+    attrs = {f"tps.{k}": x for k, x in score_facts(score).items() if x is not None}  # outcome, q_z when known
     attrs["gen_ai.evaluation.name"] = EVALUATION_NAME
     attrs["gen_ai.evaluation.score.label"] = score.label
     return attrs
@@ -148,24 +130,19 @@ class EvaluationSpanExporter:
         attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
         if head is not None:
             attrs.update(value_attributes(head))
-        with self._derived_id(score, link, head):
+        # The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
+        # `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
+        # resolved: a live exporter's rule=None and `export`'s explicit first rule agree.
+        headline = None if head is None else (head.rule, head.weights, head.value)
+        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
+        ids = self.ids
+        derived = ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts) if ids else None
+        with derived or contextlib.nullcontext():
             span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
         for v in score.values():
             span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
         span.end()
         self.counts["spans"] += 1
-
-    def _derived_id(
-        self, score: TrajectoryScore, link: SpanLink, head: ScoreValue | None
-    ) -> contextlib.AbstractContextManager[None]:
-        """The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
-        `tps-tracer export --to otlp` is one span in a store keyed by span id. The headline is
-        resolved: a live exporter's rule=None and `export`'s explicit first rule agree."""
-        if self.ids is None:
-            return contextlib.nullcontext()
-        headline = None if head is None else (head.rule, head.weights, head.value)
-        facts = (score.trajectory_id, score.stop_reason.value, score.label, headline)
-        return self.ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts)
 
 
 class EvaluationEventExporter:
@@ -268,14 +245,15 @@ class TPSMetrics:
                 if n and (k[3] != EXACT or k in self._exact_with_q_z)
             }
 
-    def _attributes(self, key: Key) -> dict[str, str]:
-        return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
-
     def _observe_means(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(mean, self._attributes(k)) for k, (mean, _) in self.means().items()]
+        return [Observation(mean, _key_attributes(k)) for k, (mean, _) in self.means().items()]
 
     def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(n, self._attributes(k)) for k, (_, n) in self.means().items()]
+        return [Observation(n, _key_attributes(k)) for k, (_, n) in self.means().items()]
+
+
+def _key_attributes(key: Key) -> dict[str, str]:
+    return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
 
 
 class DeliveryCount(SpanExporter):

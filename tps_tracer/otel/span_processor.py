@@ -351,9 +351,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=sr.horizon_label(root_attrs, metadata),
+            budget_label=sr.stated(root_attrs, metadata, "horizon"),
             stopped_by=stated_limit,
-            outcome_label=sr.outcome_label(root_attrs, metadata) if root is not None else None,
+            outcome_label=sr.stated(root_attrs, metadata, "outcome") if root is not None else None,
             extra=extra,
         )
 
@@ -397,6 +397,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             g.state,
             (StopReason.OTHER, "no stop declared"),
             abandoned=abandoned,
-            budget_label=sr.horizon_label({}, g.state.metadata),
+            budget_label=sr.stated({}, g.state.metadata, "horizon"),
             extra=extra,
         )

@@ -5,6 +5,7 @@ conventions (with Traceloop's), smolagents, the OpenAI Agents SDK, and our own `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -37,31 +38,19 @@ from tps_tracer.tracking.keys import (
 )
 
 OI_KIND = "openinference.span.kind"
-OI_OUTPUT_TEXT = "llm.output_messages.0.message.content"
-OI_TOOL_ARGS = "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments"
 OI_OUTPUT_VALUE = "output.value"
 OI_METADATA = "metadata"
 GENAI_OPERATION = "gen_ai.operation.name"
 GENAI_OUTPUT_MESSAGES = "gen_ai.output.messages"
-GENAI_COMPLETION_TEXT = "gen_ai.completion.0.content"
-GENAI_COMPLETION_TOOL_ARGS = "gen_ai.completion.0.tool_calls.0.arguments"
 TRACELOOP_PROPERTIES = "traceloop.association.properties."
-TRACELOOP_OUTPUT = "traceloop.entity.output"
-ERROR_TYPE = "error.type"
 OI_CONTENTS = "llm.output_messages.0.message.contents.{}.message_content.{}"
-MAX_CONTENTS = 64  # content parts read per message (a bound, not a limit any framework reaches)
 MAX_STEPS = "smolagents.max_steps"  # on the agent span: the run's step budget
 # smolagents' RunResult of a run that finished (return_full_result=True): no forced answer.
 _RUN_SUCCEEDED = re.compile(r"^\s*RunResult\(.*\bstate=['\"]success['\"]", re.DOTALL)
 
 TPS_FORECASTS = "tps.forecasts"
-TPS_TRAJECTORY_ID = "tps.trajectory_id"
 TPS_STOP_REASON = "tps.stop_reason"
 TPS_HORIZON = "tps.horizon"
-TPS_OUTCOME = "tps.outcome"
-
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
-
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -102,18 +91,17 @@ def _is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
 def is_llm_span(attributes: Mapping[str, Any]) -> bool:
     """The fast test run in on_end for every span: is this one model call (or a tps-annotated step)?"""
     get = attributes.get
-    return get(OI_KIND) == "LLM" or get(GENAI_OPERATION) in LLM_OPERATIONS or get(TPS_FORECASTS) is not None
+    return (
+        get(OI_KIND) == "LLM"
+        or get(GENAI_OPERATION) in {"chat", "text_completion", "generate_content", "completion"}
+        or get(TPS_FORECASTS) is not None
+    )
 
 
 def is_internal_call(attributes: Mapping[str, Any]) -> bool:
     """A model call a LangChain middleware made for itself (its run metadata names INTERNAL_CALL_KEY)."""
     meta = attributes.get(OI_METADATA)
     return isinstance(meta, str) and f'"{INTERNAL_CALL_KEY}"' in meta
-
-
-def is_tool_span(attributes: Mapping[str, Any]) -> bool:
-    get = attributes.get
-    return get(OI_KIND) == "TOOL" or get(GENAI_OPERATION) == "execute_tool" or get("traceloop.span.kind") == "tool"
 
 
 def _json(value: Any) -> Any:
@@ -219,12 +207,11 @@ def thread_id_of(attributes: Mapping[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
-def _trajectory_id(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> str | None:
-    """`tps.trajectory_id`, else the span's decoded `run_metadata`'s."""
-    found = attributes.get(TPS_TRAJECTORY_ID)
-    if found is None:
-        found = metadata.get(TRAJECTORY_ID_KEY)
-    return None if found is None else str(found)
+def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], name: str) -> Any:
+    """What a span states as `tps.<name>`, else its run metadata as `tps_<name>`, unchecked (horizon,
+    outcome: see `as_outcome`)."""
+    value = attributes.get(f"tps.{name}")
+    return value if value is not None else metadata.get(f"tps_{name}")
 
 
 # ---------------------------------------------------------------- other frameworks' shapes
@@ -237,7 +224,7 @@ def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
 def _contents_text(attributes: Mapping[str, Any]) -> str | None:
     """The text parts of the first output message in OpenInference's structured form (smolagents), joined."""
     texts = []
-    for i in range(MAX_CONTENTS):
+    for i in range(64):  # a bound, not a limit any framework reaches
         kind = attributes.get(OI_CONTENTS.format(i, "type"))
         text = attributes.get(OI_CONTENTS.format(i, "text"))
         if kind is None and text is None:
@@ -306,10 +293,6 @@ def _from_output_value(output: Any) -> tuple[str | None, Any, Any] | None:
     if _is_map(output) and output.get("role") == "assistant":
         return _from_chat_message(output)
     return None
-
-
-def is_agent_span(attributes: Mapping[str, Any]) -> bool:
-    return attributes.get(OI_KIND) == "AGENT" or attributes.get(GENAI_OPERATION) == "invoke_agent"
 
 
 def budget_stop(
@@ -414,10 +397,10 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     own = _json(attributes.get(TPS_FORECASTS))
     if _is_map(own):
         return LlmStep(RawStep(None, forecasts=dict(own)), False)
-    text = attributes.get(OI_OUTPUT_TEXT)
+    text = attributes.get("llm.output_messages.0.message.content")
     if not isinstance(text, str):
         text = _contents_text(attributes)
-    tool_args = attributes.get(OI_TOOL_ARGS)
+    tool_args = attributes.get("llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments")
     logprobs = None
     malformed = False
     output = _output_json(attributes.get(OI_OUTPUT_VALUE))
@@ -431,10 +414,9 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
             if parse and logprobs is not None:  # as TokenLogprobs, or as given when malformed
                 from tps_tracer.capture.token_logprobs import parse_logprobs
 
-                try:
+                # LogprobsFormatError (or a bug): left as given, the extractor rejects and counts it
+                with contextlib.suppress(Exception):
                     logprobs = parse_logprobs(logprobs)
-                except Exception:  # LogprobsFormatError (or a bug): the extractor rejects and counts it
-                    pass
             text = text if isinstance(text, str) else out_text
             tool_args = tool_args if tool_args is not None else out_args
     if text is None and tool_args is None:
@@ -442,7 +424,8 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
         if genai is not None:
             text, tool_args = genai
         else:
-            text, tool_args = attributes.get(GENAI_COMPLETION_TEXT), attributes.get(GENAI_COMPLETION_TOOL_ARGS)
+            text = attributes.get("gen_ai.completion.0.content")
+            tool_args = attributes.get("gen_ai.completion.0.tool_calls.0.arguments")
     return LlmStep(RawStep(text if isinstance(text, str) else None, logprobs, tool_args), malformed)
 
 
@@ -456,13 +439,13 @@ def exception_names(events: Sequence[Any], attributes: Mapping[str, Any]) -> lis
         for e in events
         if e.name == "exception" and e.attributes and e.attributes.get("exception.type")
     ]
-    err = attributes.get(ERROR_TYPE)
+    err = attributes.get("error.type")
     if err:
         names.append(str(err))
     return names
 
 
-_OUTPUT_KEYS = (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, TRACELOOP_OUTPUT)
+_OUTPUT_KEYS = (OI_OUTPUT_VALUE, GENAI_OUTPUT_MESSAGES, "traceloop.entity.output")
 
 
 def _root_output(attributes: Mapping[str, Any]) -> Any:
@@ -476,12 +459,6 @@ def _root_output(attributes: Mapping[str, Any]) -> Any:
 
 def _only_invalid_tool_calls(kind: str, msg: Mapping[str, Any]) -> bool:
     return kind in ("ai", "assistant") and bool(msg.get("invalid_tool_calls")) and not msg.get("tool_calls")
-
-
-def output_is_invalid_tool_calls(attributes: Mapping[str, Any]) -> bool:
-    """A span's output is a model message with only invalid tool calls (a malformed step)."""
-    fields = _message_fields(_final_message(_root_output(attributes)))
-    return fields is not None and _only_invalid_tool_calls(*fields)
 
 
 def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
@@ -524,23 +501,6 @@ def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, s
     return None, ""
 
 
-def classify_root(
-    attributes: Mapping[str, Any], events: Sequence[Any], failed: bool, tool_failed: bool
-) -> tuple[StopReason, str]:
-    """Stop reason of a trajectory from its root span: explicit attribute, exception, or final output."""
-    explicit = attributes.get(TPS_STOP_REASON)
-    if explicit is not None:
-        try:
-            return StopReason(str(explicit)), "tps.stop_reason"
-        except ValueError:
-            return StopReason.OTHER, f"unknown tps.stop_reason {explicit!r}"
-    names = exception_names(events, attributes)
-    if names or failed:
-        return classify_exception_names(names, tool_failed)
-    found, detail = classify_output(attributes)
-    return found or StopReason.CLEAN, detail
-
-
 def classify_run(
     root: Any, attributes: Mapping[str, Any], failed: bool, steps: Sequence[Any], failures: Sequence[Any]
 ) -> tuple[tuple[StopReason, str], Any]:
@@ -550,21 +510,31 @@ def classify_run(
     ended in ERROR. A clean-looking root is still a budget stop when an agent span under it records
     one after the last model call ended (the OpenAI Agents SDK's "Max turns exceeded"), or when the
     last call is a direct child of a smolagents root (`forced_final_answer`)."""
-    tool_failed = tool_failed_last(steps, failures)
+    explicit = attributes.get(TPS_STOP_REASON)
+    if explicit is not None:  # the application's word, with its own tps.horizon
+        try:
+            return (StopReason(str(explicit)), "tps.stop_reason"), attributes.get(TPS_HORIZON)
+        except ValueError:
+            return (StopReason.OTHER, f"unknown tps.stop_reason {explicit!r}"), attributes.get(TPS_HORIZON)
     last_call: Any = max(steps, key=lambda s: s.end_time or 0, default=None)
+    last_end = (last_call.end_time or 0) if last_call is not None else 0
     root_events = events_of(root)
-    observed = classify_root(attributes, root_events, failed, tool_failed)
-    if attributes.get(TPS_STOP_REASON) is not None:  # the application's word, with its own tps.horizon
-        return observed, attributes.get(TPS_HORIZON)
+    names = exception_names(root_events, attributes)
+    if names or failed:  # a tool span failed after the last model call: the run ended on that failure
+        tool_failed = any(tool_failure(f) and (f.end_time or 0) > last_end for f in failures)
+        observed = classify_exception_names(names, tool_failed)
+    else:
+        reason, detail = classify_output(attributes)
+        observed = reason or StopReason.CLEAN, detail
     if observed[0] is StopReason.MAX_STEPS:
         found = budget_stop(attributes, root_events, root.status.description)
         limit = found[1] if found is not None else None
         return observed, limit if limit is not None else attributes.get(MAX_STEPS)
     if observed[0] is StopReason.CLEAN:
-        last_end = (last_call.end_time or 0) if last_call is not None else 0
         for span in failures:
             span_attrs = attrs_of(span)
-            if not is_agent_span(span_attrs) or (span.end_time or 0) < last_end:
+            is_agent = span_attrs.get(OI_KIND) == "AGENT" or span_attrs.get(GENAI_OPERATION) == "invoke_agent"
+            if not is_agent or (span.end_time or 0) < last_end:
                 continue
             found = budget_stop(span_attrs, events_of(span), span.status.description)
             if found is not None:
@@ -577,18 +547,6 @@ def classify_run(
     return observed, None
 
 
-def horizon_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
-    """The run's step budget as the root states it (`tps.horizon`, else `tps_horizon` metadata), unchecked."""
-    value = attributes.get(TPS_HORIZON)
-    return value if value is not None else metadata.get(HORIZON_KEY)
-
-
-def outcome_label(attributes: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
-    """An outcome known up front (`tps.outcome`, else `tps_outcome` metadata), unchecked (see `as_outcome`)."""
-    value = attributes.get(TPS_OUTCOME)
-    return value if value is not None else metadata.get(OUTCOME_KEY)
-
-
 # ---------------------------------------------------------------- a trace's spans read together
 
 
@@ -596,7 +554,10 @@ def tool_failure(span: Any) -> bool:
     """A tool span that ended in error because the tool failed: not the parser's retry tool, nor a tool
     cancelled with its run (CancelledError), which did not fail."""
     attributes = attrs_of(span)
-    if span.name == PARSE_RETRY_TOOL or not is_tool_span(attributes):
+    get = attributes.get
+    if span.name == PARSE_RETRY_TOOL:
+        return False
+    if not (get(OI_KIND) == "TOOL" or get(GENAI_OPERATION) == "execute_tool" or get("traceloop.span.kind") == "tool"):
         return False
     return not {short_name(n) for n in exception_names(events_of(span), attributes)} & NOT_TOOL_FAILURES
 
@@ -630,7 +591,8 @@ def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[s
     named = False
     for i, attrs in enumerate((root_attrs, *(attrs_of(s) for s in steps))):
         span_metadata = run_metadata(attrs) if i else metadata
-        tid = _trajectory_id(attrs, span_metadata)
+        found = stated(attrs, span_metadata, "trajectory_id")
+        tid = None if found is None else str(found)
         if tid is not None and tid.strip():
             return tid, {**span_metadata, **metadata}, False
         named = named or tid is not None
@@ -670,12 +632,8 @@ def enclosing_malformed(steps: Sequence[Any], callers: Mapping[int, Any]) -> set
             marked.update(calls[:-1])
             if node_rejected_answer(attrs):
                 marked.add(calls[-1])
-        elif len(calls) == 1 and output_is_invalid_tool_calls(attrs):
-            marked.add(calls[0])
+        elif len(calls) == 1:  # its output a model message with only invalid tool calls
+            fields = _message_fields(_final_message(_root_output(attrs)))
+            if fields is not None and _only_invalid_tool_calls(*fields):
+                marked.add(calls[0])
     return marked
-
-
-def tool_failed_last(steps: Sequence[Any], failures: Sequence[Any]) -> bool:
-    """A tool span failed after the last model call (the run then ended on that failure)."""
-    last_call = max((s.end_time or 0 for s in steps), default=0)
-    return any(tool_failure(f) and (f.end_time or 0) > last_call for f in failures)

@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -85,10 +85,11 @@ def _add_span(
     ids: tuple[Any, Any, Any],
     times: tuple[int | None, int | None],
     known: set[tuple[int, int]],
-    fields: Callable[[Counter[str]], dict[str, Any]],
+    read_problems: Counter[str],
+    **fields: Any,
 ) -> None:
-    """The stored span `raw` (its (trace, span, parent) ids and (start, end) times) as a ReadableSpan
-    in `out`, or counted under a named reason; `fields(problems)`: its format's other arguments."""
+    """The stored span `raw` (its (trace, span, parent) ids and (start, end) times; `fields`: its
+    format's other arguments, `read_problems` found reading them) in `out`, or counted under a reason."""
     trace_id = _parse_id(ids[0], 16)
     if isinstance(trace_id, str):
         out.per_file[_id_problem(trace_id, "trace_id")] += 1  # no run to count it against
@@ -112,6 +113,7 @@ def _add_span(
         # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
         remote = (trace_id, parent_id) not in known
         parent = SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=_SAMPLED)
+    problems.update(read_problems)
     out.spans.append(
         ReadableSpan(
             name=str(raw.get("name", "")),
@@ -119,7 +121,7 @@ def _add_span(
             parent=parent,
             start_time=start,
             end_time=end,
-            **fields(problems),
+            **fields,
         )
     )
 
@@ -177,49 +179,30 @@ def _attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
 def _otlp_span(
     raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[int, int]]
 ) -> None:
-    def fields(problems: Counter[str]) -> dict[str, Any]:
-        status = raw.get("status") or {}
-        events = [
-            Event(e.get("name", ""), _attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
-            for e in raw.get("events") or []
-            if isinstance(e, dict)
-        ]
-        kind = _KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL)
-        code = _STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3]
-        return dict(
-            resource=resource,
-            attributes=_attributes(raw.get("attributes"), problems),
-            events=events,
-            kind=kind,
-            status=Status(code, status.get("message") or None),
-            instrumentation_scope=scope,
-        )
-
-    ids = (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"))
-    _add_span(raw, out, ids, (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))), known, fields)
-
-
-def _request(obj: Any, out: OtlpRead, pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]]) -> None:
-    if not isinstance(obj, dict) or not isinstance(obj.get("resourceSpans"), list):
-        out.per_file["lines_not_a_trace_request"] += 1
-        return
-    for rs in obj["resourceSpans"]:
-        resource_problems: Counter[str] = Counter()
-        resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), resource_problems))
-        out.per_file.update(resource_problems)
-        for ss in (rs or {}).get("scopeSpans") or []:
-            sc = (ss or {}).get("scope") or {}
-            scope = InstrumentationScope(str(sc.get("name", "")), sc.get("version") or None)
-            for raw in (ss or {}).get("spans") or []:
-                if isinstance(raw, dict):
-                    pending.append((raw, resource, scope))
-                else:
-                    out.per_file["spans_not_objects"] += 1
+    problems: Counter[str] = Counter()
+    status = raw.get("status") or {}
+    events = [
+        Event(e.get("name", ""), _attributes(e.get("attributes"), problems), _nanos(e.get("timeUnixNano")))
+        for e in raw.get("events") or []
+        if isinstance(e, dict)
+    ]
+    _add_span(
+        raw,
+        out,
+        (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId")),
+        (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))),
+        known,
+        problems,
+        resource=resource,
+        attributes=_attributes(raw.get("attributes"), problems),
+        events=events,
+        kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
+        status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
+        instrumentation_scope=scope,
+    )
 
 
-def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
-    out = OtlpRead()
-    pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]] = []
+def _json_lines(lines: Iterable[str], out: OtlpRead) -> Iterator[Any]:
     for line in lines:
         if not line.strip():
             continue
@@ -229,7 +212,28 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
         except json.JSONDecodeError:
             out.per_file["lines_not_json"] += 1
             continue
-        _request(obj, out, pending)
+        yield obj
+
+
+def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
+    out = OtlpRead()
+    pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]] = []
+    for obj in _json_lines(lines, out):  # one ExportTraceServiceRequest a line
+        if not isinstance(obj, dict) or not isinstance(obj.get("resourceSpans"), list):
+            out.per_file["lines_not_a_trace_request"] += 1
+            continue
+        for rs in obj["resourceSpans"]:
+            resource_problems: Counter[str] = Counter()
+            resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), resource_problems))
+            out.per_file.update(resource_problems)
+            for ss in (rs or {}).get("scopeSpans") or []:
+                sc = (ss or {}).get("scope") or {}
+                scope = InstrumentationScope(str(sc.get("name", "")), sc.get("version") or None)
+                for raw in (ss or {}).get("spans") or []:
+                    if isinstance(raw, dict):
+                        pending.append((raw, resource, scope))
+                    else:
+                        out.per_file["spans_not_objects"] += 1
     known = _known_ids((raw.get("traceId"), raw.get("spanId")) for raw, _, _ in pending)
     for raw, resource, scope in pending:
         _otlp_span(raw, resource, scope, out, known)
@@ -305,31 +309,31 @@ def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> di
     return out
 
 
-def _phoenix_events(raw: Any, problems: Counter[str]) -> list[Event]:
+def _phoenix_span(raw: dict[str, Any], out: OtlpRead, known: set[tuple[int, int]]) -> None:
+    ctx: dict[str, Any] = raw["context"]  # a dict: read_phoenix_spans keeps only such spans
+    problems: Counter[str] = Counter()
+    attributes = _phoenix_attributes(raw.get("attributes"), raw.get("span_kind"), problems)  # counted first
     events = []
-    for e in raw or []:
+    for e in raw.get("events") or []:
         if not isinstance(e, dict):
             problems["unreadable_events"] += 1
             continue
         attrs = _phoenix_attributes(e.get("attributes") or {}, None, problems)
         events.append(Event(str(e.get("name", "")), attrs, _iso_nanos(e.get("timestamp"))))
-    return events
-
-
-def _phoenix_span(raw: dict[str, Any], out: OtlpRead, known: set[tuple[int, int]]) -> None:
-    ctx: dict[str, Any] = raw["context"]  # a dict: read_phoenix_spans keeps only such spans
-    ids = (ctx.get("trace_id"), ctx.get("span_id"), raw.get("parent_id"))
-
-    def fields(problems: Counter[str]) -> dict[str, Any]:
-        code = _PHOENIX_STATUS.get(str(raw.get("status_code")), StatusCode.UNSET)
-        status = Status(code, raw.get("status_message") or None)
-        attrs = _phoenix_attributes(raw.get("attributes"), raw.get("span_kind"), problems)
-        events = _phoenix_events(raw.get("events"), problems)
-        return dict(
-            resource=_EMPTY, attributes=attrs, events=events, status=status, instrumentation_scope=_PHOENIX_SCOPE
-        )
-
-    _add_span(raw, out, ids, (_iso_nanos(raw.get("start_time")), _iso_nanos(raw.get("end_time"))), known, fields)
+    code = _PHOENIX_STATUS.get(str(raw.get("status_code")), StatusCode.UNSET)
+    _add_span(
+        raw,
+        out,
+        (ctx.get("trace_id"), ctx.get("span_id"), raw.get("parent_id")),
+        (_iso_nanos(raw.get("start_time")), _iso_nanos(raw.get("end_time"))),
+        known,
+        problems,
+        resource=_EMPTY,
+        attributes=attributes,
+        events=events,
+        status=Status(code, raw.get("status_message") or None),
+        instrumentation_scope=_PHOENIX_SCOPE,
+    )
 
 
 def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
@@ -344,16 +348,7 @@ def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
     if isinstance(doc, dict) and isinstance(doc.get("data"), list):
         out.lines += 1
         return list(doc["data"])
-    spans = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        out.lines += 1
-        try:
-            spans.append(json.loads(line))
-        except json.JSONDecodeError:
-            out.per_file["lines_not_json"] += 1
-    return spans
+    return list(_json_lines(text.splitlines(), out))
 
 
 def read_phoenix_spans(texts: Iterable[str]) -> OtlpRead:

@@ -1,7 +1,7 @@
 """Where each trajectory lives in the tracing backend: trajectory id -> its agent root span.
 
 The span processor adds a link when an agent root span ends. Under the LangChain handler a score
-may be ready before that, so an exporter can wait for the link (`when_known`). Both maps are
+may be ready before that, so an exporter can wait for the link (`for_metadata`). Both maps are
 bounded; callbacks pushed out before their link came are counted as `expired`.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_MAX_LINKS = 100_000
+MAX_LINKS = 100_000
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class SpanLink:
 
 
 class TraceLinks:
-    def __init__(self, max_links: int = DEFAULT_MAX_LINKS):
-        self.max_links = max_links
+    def __init__(self) -> None:
         self._links: OrderedDict[str, SpanLink] = OrderedDict()
         self._waiting: OrderedDict[str, list[Callable[[SpanLink], None]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -54,7 +53,7 @@ class TraceLinks:
         with self._lock:
             self._links[trajectory_id] = link
             self._links.move_to_end(trajectory_id)
-            while len(self._links) > self.max_links:
+            while len(self._links) > MAX_LINKS:
                 self._links.popitem(last=False)
             callbacks = self._waiting.pop(trajectory_id, [])
         for callback in callbacks:
@@ -64,27 +63,24 @@ class TraceLinks:
         with self._lock:
             return self._links.get(trajectory_id)
 
-    def when_known(self, trajectory_id: str, callback: Callable[[SpanLink], None]) -> None:
-        """Call `callback(link)` now if the link is known, else when it is added."""
+    def for_metadata(
+        self, trajectory_id: str, metadata: Mapping[str, Any], callback: Callable[[SpanLink], None]
+    ) -> None:
+        """Call `callback(link)` now if the link is known (the span ids in the stop metadata win when
+        present), else when it is added."""
+        trace_hex, span_hex = metadata.get("otel_trace_id"), metadata.get("otel_span_id")
+        if isinstance(trace_hex, str) and isinstance(span_hex, str):
+            callback(SpanLink.from_hex(trace_hex, span_hex))
+            return
         with self._lock:
             link = self._links.get(trajectory_id)
             if link is None:
                 self._waiting.setdefault(trajectory_id, []).append(callback)
-                while len(self._waiting) > self.max_links:
+                while len(self._waiting) > MAX_LINKS:
                     _, dropped = self._waiting.popitem(last=False)
                     self.expired += len(dropped)
         if link is not None:
             callback(link)
-
-    def for_metadata(
-        self, trajectory_id: str, metadata: Mapping[str, Any], callback: Callable[[SpanLink], None]
-    ) -> None:
-        """Like when_known, but the span ids in the stop metadata win when present."""
-        trace_hex, span_hex = metadata.get("otel_trace_id"), metadata.get("otel_span_id")
-        if isinstance(trace_hex, str) and isinstance(span_hex, str):
-            callback(SpanLink.from_hex(trace_hex, span_hex))
-        else:
-            self.when_known(trajectory_id, callback)
 
     @property
     def n_waiting(self) -> int:
