@@ -18,14 +18,13 @@ from tps_tracer.errors import InputError
 
 logger = logging.getLogger("tps_tracer")
 
-DEFAULT_TIMEOUT = 30.0
 ABANDONED_AT_EXIT = "exit"  # metadata.tps_abandoned of a run still open at interpreter exit
 
 _adapters: weakref.WeakSet[Any] = weakref.WeakSet()  # objects with _close_at_exit(timeout) -> int
 _accumulators: weakref.WeakSet[Any] = weakref.WeakSet()  # objects with _close_at_exit() -> int, and .sink
 _armed = False
 _arm_lock = threading.Lock()
-_timeout = DEFAULT_TIMEOUT
+_timeout = 30.0  # seconds
 
 
 def set_timeout(seconds: float) -> None:
@@ -35,14 +34,10 @@ def set_timeout(seconds: float) -> None:
     _timeout = float(seconds)
 
 
-def register_adapter(adapter: Any) -> None:
+def register(obj: Any, *, adapter: bool) -> None:
+    """Close `obj` at exit: the adapters first, as they drain into the accumulators."""
     _arm()
-    _adapters.add(adapter)
-
-
-def register_accumulator(accumulator: Any) -> None:
-    _arm()
-    _accumulators.add(accumulator)
+    (_adapters if adapter else _accumulators).add(obj)
 
 
 def _after_fork_in_child() -> None:

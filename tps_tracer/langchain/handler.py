@@ -166,12 +166,12 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything captured so far has reached the accumulator."""
-        return self.tracker.flush(timeout)
+        return self.feeder.flush(timeout)
 
     def close(self) -> None:
         """Finish the trajectories still open (abandoned: "closed"), then stop the capture worker."""
         self._finish_open("closed")
-        self.tracker.close()
+        self.feeder.close()
 
     def _finish_open(self, why: str, timeout: float | None = None) -> int:
         try:
@@ -351,7 +351,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     return
                 run = self._by_tid.get(tid)  # a hand-written loop: calls grouped by metadata, ended by declare_stop()
                 if run is None:
-                    if self.tracker.worker.closed:
+                    if self.feeder.closed:
                         self.health.count("dropped", "after_close", "the handler is closed")
                         return
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None, trace_ids=current_span_ids())

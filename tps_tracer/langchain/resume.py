@@ -100,16 +100,12 @@ class _StepCap(BaseCallbackHandler):
         self.limit = limit
         self.calls = 0
 
-    def _start(self) -> None:
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
         self.calls += 1
         if self.calls > self.limit:
             raise BranchStepBudgetExceeded(f"branch step budget of {self.limit} model calls used")
 
-    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
-        self._start()
-
-    def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
-        self._start()
+    on_llm_start = on_chat_model_start
 
 
 class _QuietStepCap(logging.Filter):
@@ -173,7 +169,7 @@ class _Saver:
             if self.use_async:
                 batch = [t async for t in self.saver.alist(config, before=before, limit=1)]
             else:
-                batch = await asyncio.to_thread(self._list_one, config, before)
+                batch = await asyncio.to_thread(lambda b=before: list(self.saver.list(config, before=b, limit=1)))
             if not batch:
                 return None
             tup = batch[0]
@@ -183,9 +179,6 @@ class _Saver:
             ).next:
                 return tup
             before = tup.config
-
-    def _list_one(self, config: dict[str, Any], before: Any) -> list[Any]:
-        return list(self.saver.list(config, before=before, limit=1))
 
 
 async def _saver_for(graph: Any) -> _Saver:
@@ -201,10 +194,7 @@ async def _saver_for(graph: Any) -> _Saver:
 
 
 async def _call(grader: Grader, value: Any) -> int:
-    if inspect.iscoroutinefunction(grader):
-        out = await grader(value)
-    else:
-        out = await asyncio.to_thread(grader, value)
+    out = await grader(value) if inspect.iscoroutinefunction(grader) else await asyncio.to_thread(grader, value)
     y = as_outcome(out)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
     if y is None:
         raise InputError("the grader returned None: no verdict")

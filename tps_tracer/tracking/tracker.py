@@ -1,14 +1,6 @@
 """The framework-free trajectory core under both adapters: one record per run (`TrajectoryState`), the
-rules that turn model calls into steps and a stop, the capture worker, and what adapters share.
-
-- Steps (`decide_call`): malformed output is a repair, following the agent's own retries (the paper:
-  malformed *after the harness's retries*); past `repair_budget` in a row it fixes parse_error. A failed
-  call counts as a call made, never a step.
-- Stop precedence (`decide_stop`): abandoned > a stop fixed during the run > what the run's end shows; a
-  clean-looking end right after malformed output is parse_error, after a failed call that failure.
-- Horizon for max_steps: T = max(the budget, a declared horizon, the calls made); a label that is not a
-  whole number in [1, MAX_HORIZON] is ignored and counted (invalid_horizon_label).
-"""
+rules that turn model calls into steps and a stop (docs/capture.md, "One core"), the capture worker, and
+what adapters share."""
 
 from __future__ import annotations
 
@@ -28,6 +20,7 @@ from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.capture.verbal_confidence import UNDECLARED, check_scale
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.open_runs import OpenRuns, check_timeout, tighter
@@ -36,7 +29,6 @@ from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     ABANDONED_KEY,
     FRAMEWORK_PREFIXES,
-    MAX_HORIZON,
     MAX_KEY_CHARS,
     MAX_USER_KEYS,
     MAX_VALUE_CHARS,
@@ -54,16 +46,9 @@ CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
 
 
 @dataclass(frozen=True)
-class FixedStop:  # declared by the user, or repairs exhausted
+class StopDecision:  # also a stop fixed during the run (declared by the user, or repairs exhausted)
     reason: StopReason
-    horizon: int | None = None
-    detail: str = "declared"
-
-
-@dataclass(frozen=True)
-class StopDecision:
-    reason: StopReason
-    horizon: int | None  # set for max_steps only
+    horizon: int | None  # set for max_steps only (a fixed stop: the declared horizon)
     detail: str
     abandoned: str | None = None
 
@@ -81,7 +66,7 @@ class TrajectoryState:
     tool_errors: int = 0
     last_tool_failed: bool = False  # a tool failed after the last model call
     last_call_failed: tuple[StopReason, str] | None = None  # the last model call raised: what it said
-    fixed: FixedStop | None = None
+    fixed: StopDecision | None = None
     # The last call that returned, held until the next call or the run's end (a parser may reject it).
     pending: RawStep | None = None
     pending_malformed: bool = False
@@ -111,7 +96,7 @@ class TrajectoryState:
         if malformed:
             self.consecutive_malformed += 1
             if repair_budget is not None and self.consecutive_malformed > repair_budget:
-                self.fixed = FixedStop(StopReason.PARSE_ERROR, None, "repairs exhausted")
+                self.fixed = StopDecision(StopReason.PARSE_ERROR, None, "repairs exhausted")
             else:
                 self.repairs += 1
             return False
@@ -120,7 +105,7 @@ class TrajectoryState:
 
     def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
         if self.fixed is None:  # the first fixed stop wins
-            self.fixed = FixedStop(reason, horizon, detail)
+            self.fixed = StopDecision(reason, horizon, detail)
 
     def tool_failed(self, ended_run: bool = True) -> None:
         self.tool_errors += 1
@@ -128,16 +113,11 @@ class TrajectoryState:
             self.last_tool_failed = True
 
 
-def whole_number(value: Any) -> int | None:
-    """A step budget from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
-    return valid_horizon(value, labels=True)
-
-
 def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) -> int | None:
     """The run's step budget: its label if valid, else the default (a bad label counted)."""
     if label is None:
         return default
-    budget = whole_number(label)
+    budget = valid_horizon(label, labels=True)
     if budget is None:
         health.count(
             "rejected",
@@ -169,7 +149,7 @@ def decide_stop(
             reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
     horizon = None
     if reason is StopReason.MAX_STEPS:
-        horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
+        horizon = max(budget or 0, valid_horizon(declared_horizon, labels=True) or 0, state.n_calls, 1)
     return StopDecision(reason, horizon, detail)
 
 
@@ -245,22 +225,6 @@ DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is 
 _HEAVY = frozenset({"step", APPLY})  # the kinds bounded by the queue (their callers wait for room)
 STEP_BATCH = 4  # steps extracted in one numpy pass; small, as the GIL is handed back only between batches
 _NOTHING = object()
-
-
-class _StartsOnFirstPut(queue.SimpleQueue[Any]):
-    """A forked child's queue until its first event starts the child's worker (`handoff`'s put checks no thread)."""
-
-    def __init__(self, worker: CaptureWorker):
-        super().__init__()
-        self._worker = worker
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        worker = self._worker
-        worker._start()  # puts a plain queue in this one's place, then starts the thread
-        if worker._queue is self:  # closed meanwhile: no thread will read it
-            super().put(item)
-        else:
-            worker._queue.put(item)
 
 
 class CaptureWorker:
@@ -369,11 +333,13 @@ class CaptureWorker:
         """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker; an
         event given up is counted and passed to `on_drop`."""
         if not self.background:
-            return self._apply_unless_closed
+            return self._submit
         self._start()
         limit = self.max_queue_size
 
         def put(event: tuple[Any, ...]) -> None:
+            if self._thread is None:  # a forked child's first event starts its worker
+                self._start()
             q = self._queue  # read each time: a forked child gets a new queue
             if (q.qsize() < limit or self._wait_for_room()) and not self.closed:
                 q.put(event)
@@ -392,12 +358,6 @@ class CaptureWorker:
             self._apply(event)
         else:
             self._queue.put(event)
-
-    def _apply_unless_closed(self, event: tuple[Any, ...]) -> None:
-        if self.closed:
-            self._drop(event)
-        else:
-            self._apply(event)
 
     def _submit(self, event: tuple[Any, ...]) -> None:
         if self.closed:
@@ -419,8 +379,6 @@ class CaptureWorker:
         The worker itself never waits (it could not drain its own queue)."""
         if threading.current_thread() is self._thread:
             return True
-        if self._thread is None:
-            self._start()  # a forked child's first event: its worker starts here
         start = time.monotonic()
         deadline = start + self.max_block
         delay = 0.0001
@@ -453,14 +411,12 @@ class CaptureWorker:
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None and not self.closed:
-                if isinstance(self._queue, _StartsOnFirstPut):
-                    self._queue = queue.SimpleQueue()
                 self._thread = threading.Thread(target=self._run, name="tps-tracer-worker", daemon=True)
                 self._thread.start()
 
     def _after_fork_in_child(self) -> None:
         # The thread did not survive the fork and the queued events belong to the parent.
-        self._queue = _StartsOnFirstPut(self)
+        self._queue = queue.SimpleQueue()
         self._thread = None
         self._start_lock = threading.Lock()
         self._open = {}  # the parent's runs: they are recorded there
@@ -658,7 +614,7 @@ class TrajectoryTracker:
             not isinstance(repair_budget, int) or isinstance(repair_budget, bool) or repair_budget < 0
         ):
             raise InputError(f"repair_budget must be None or an integer >= 0, got {repair_budget!r}")
-        if horizon is not None and whole_number(horizon) is None:
+        if horizon is not None and valid_horizon(horizon, labels=True) is None:
             raise InputError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator
         self.health: HealthLedger = accumulator.health
@@ -692,8 +648,13 @@ class TrajectoryTracker:
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
             declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
-            if declared is not None:
-                raw = replace(raw, verbal_scale=self._run_scale(state.tid, declared))
+            if declared is not None:  # an unknown one is counted and reads as undeclared (never as the adapter's)
+                try:
+                    scale = check_scale(declared) or UNDECLARED
+                except ValueError as exc:
+                    self.health.count("rejected", "invalid_verbal_scale", f"{state.tid!r}: {exc}")
+                    scale = UNDECLARED
+                raw = replace(raw, verbal_scale=scale)
             self.worker.step(state, raw)
 
     def returned(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
@@ -707,14 +668,6 @@ class TrajectoryTracker:
             malformed = state.pending_malformed
             state.pending, state.pending_malformed = None, False
             self.model_call(state, raw, malformed)
-
-    def _run_scale(self, tid: str, declared: Any) -> str:
-        """An unknown `tps_verbal_scale` is counted and reads as undeclared (never as the adapter's)."""
-        try:
-            return check_scale(declared) or UNDECLARED
-        except ValueError as exc:
-            self.health.count("rejected", "invalid_verbal_scale", f"{tid!r}: {exc}")
-            return UNDECLARED
 
     def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
         if failure[0] is StopReason.PARSE_ERROR:
@@ -796,12 +749,6 @@ class TrajectoryTracker:
             outcome = None
         self.worker.resolve(trajectory_id, outcome, q_z)
 
-    def flush(self, timeout: float | None = None) -> bool:
-        return self.worker.flush(timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self.worker.close(timeout)
-
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
 TRACKER_OPTIONS = frozenset(
@@ -852,7 +799,7 @@ class TrackedAdapter:
         self._last_sweep = clock()
         self._warned_open = False
         self._lock = threading.Lock()
-        at_exit.register_adapter(self)  # a script that never closes still gets its runs recorded
+        at_exit.register(self, adapter=True)  # a script that never closes still gets its runs recorded
         accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     def sweep(self, now: float | None = None) -> int:
@@ -882,11 +829,11 @@ class TrackedAdapter:
 
     def _close_at_exit(self, timeout: float) -> int:
         """At interpreter exit, unless closed: the open runs abandoned "exit"."""
-        if self.tracker.worker.closed:
+        if self.feeder.closed:
             return 0
         # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
         n = 0 if self.tracker.accumulator.closed else self._finish_open(at_exit.ABANDONED_AT_EXIT, timeout)
-        self.tracker.close(timeout)
+        self.feeder.close(timeout)
         return n
 
     def _forget_at_fork(self) -> None:
