@@ -36,8 +36,12 @@ def set_timeout(seconds: float) -> None:
 
 def register(obj: Any, *, adapter: bool) -> None:
     """Close `obj` at exit: the adapters first, as they drain into the accumulators."""
-    _arm()
-    (_adapters if adapter else _accumulators).add(obj)
+    global _armed
+    with _arm_lock:
+        if not _armed:
+            atexit.register(_at_exit)
+            _armed = True
+        (_adapters if adapter else _accumulators).add(obj)
 
 
 def _after_fork_in_child() -> None:
@@ -57,16 +61,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows (no fork)
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _arm() -> None:
-    global _armed
-    if _armed:
-        return
-    with _arm_lock:
-        if not _armed:
-            atexit.register(_at_exit)
-            _armed = True
 
 
 def _at_exit() -> None:

@@ -1,12 +1,6 @@
-"""`OpenRuns`: a run's lifetime rules, shared by both adapters and the accumulator's live store; not
-thread-safe (called under the owner's lock).
-
-- Idle: a run with no event for `idle_timeout` s is finished early (abandoned: idle) by the owner's sweep.
-- Paused (LangGraph's `interrupt()`) is not idle: it waits for a run naming its trajectory id (else its
-  thread) up to `pause_timeout` s (a week: an approval may wait out a weekend).
-- Late events: keys of runs finished early are remembered GONE_MEMORY idle timeouts; their events are
-  dropped and counted, never opening a new run.
-"""
+"""`OpenRuns`: a run's lifetime rules (idle, paused by LangGraph's `interrupt()`, late events of runs finished
+early; docs/design.md, "A run's lifetime"), shared by both adapters and the accumulator's live store; not
+thread-safe (called under the owner's lock)."""
 
 from __future__ import annotations
 

@@ -129,9 +129,8 @@ def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) 
     return budget
 
 
-def decide_stop(
-    state: TrajectoryState, observed: tuple[StopReason, str], budget: int | None, abandoned: str | None = None
-) -> StopDecision:
+def decide_stop(state: TrajectoryState, observed: tuple[StopReason, str], abandoned: str | None = None) -> StopDecision:
+    """The stop (a max_steps horizon counts the calls made and a declared horizon; `finish` adds the budget)."""
     if abandoned is not None:
         return StopDecision(StopReason.CAPTURE_LOST, None, f"abandoned: {abandoned}", abandoned)
     if state.fixed is not None:
@@ -149,7 +148,7 @@ def decide_stop(
             reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
     horizon = None
     if reason is StopReason.MAX_STEPS:
-        horizon = max(budget or 0, valid_horizon(declared_horizon, labels=True) or 0, state.n_calls, 1)
+        horizon = max(valid_horizon(declared_horizon, labels=True) or 0, state.n_calls, 1)
     return StopDecision(reason, horizon, detail)
 
 
@@ -187,7 +186,7 @@ def record_metadata(
     state: TrajectoryState, decision: StopDecision, source: str, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The record's metadata: the user's scalars, then tps-tracer's keys, which win a clash."""
-    run_md = state.metadata if isinstance(state.metadata, Mapping) else {}
+    run_md = state.metadata
     md, dropped = user_metadata(run_md)
     if dropped:
         md["tps_metadata_dropped"] = dropped
@@ -479,20 +478,16 @@ class CaptureWorker:
         kind = event[0]
         try:
             if kind is APPLY:
-                _, fn, arg = event
-                fn(arg)
+                event[1](event[2])
             elif kind == "step":
-                _, run, raw = event
-                run.steps.append(self._safe_forecasts(raw))
+                event[1].steps.append(self._safe_forecasts(event[2]))
             elif kind == "stop":
                 self._stop(*event[1:])
             elif kind == "resolve":
-                _, tid, outcome, q_z = event
-                self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
+                self.accumulator.resolve(event[1], outcome=event[2], q_z=event[3])
             elif kind == "call":
-                _, job, where = event
-                kind = where
-                job()
+                kind = event[2]  # errors counted under the job's `where`
+                event[1]()
             elif kind == "barrier":
                 event[1].set()
         except Exception as exc:  # never let one bad event stop the worker
@@ -515,7 +510,9 @@ class CaptureWorker:
         verdict = None
         if grader is not None:
             try:
-                verdict = self._verdict(tid, grader, output)
+                verdict = as_outcome(grader(output))
+            except InvalidOutcome as exc:
+                self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
             except Exception as exc:  # the grader's failure loses the verdict, never the record
                 self.health.count("error", "worker.grade", f"grade event failed ({type(exc).__name__}: {exc})")
         outcome = verdict if verdict is not None else run.stop_outcome
@@ -532,14 +529,6 @@ class CaptureWorker:
         if verdict is not None and run.stop_outcome not in (None, verdict):
             # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
-
-    def _verdict(self, tid: str, grader: Callable[[Any], Any], output: Any) -> int | None:
-        verdict = grader(output)
-        try:
-            return as_outcome(verdict)
-        except InvalidOutcome as exc:
-            self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
-            return None
 
     def _safe_forecasts(
         self, raw: RawStep, extracted: dict[str, float | None] | None = None
@@ -647,7 +636,7 @@ class TrajectoryTracker:
         if state.decide_call(malformed, self.repair_budget):
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
-            declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
+            declared = state.metadata.get(VERBAL_SCALE_KEY)
             if declared is not None:  # an unknown one is counted and reads as undeclared (never as the adapter's)
                 try:
                     scale = check_scale(declared) or UNDECLARED
@@ -702,15 +691,14 @@ class TrajectoryTracker:
         if state.n_calls == 0 and abandoned is None:
             self.health.count("ignored", "runs_without_model_calls")
             return None
-        decision = decide_stop(state, observed, None, abandoned)
+        decision = decide_stop(state, observed, abandoned)
         if decision.reason is StopReason.MAX_STEPS:
             label = run_budget(budget_label, self.horizon, state.tid, self.health)
-            if state.fixed is None:  # the run's own budget stopped it: what it allowed, never the label
-                decision = decide_stop(state, observed, run_budget(stopped_by, None, state.tid, self.health), abandoned)
-                if label is not None and label != decision.horizon:
-                    self.health.count("ignored", "horizon_label_not_the_budget")
-            else:
-                decision = decide_stop(state, observed, label, abandoned)
+            # A declared stop's horizon counts the label; the run's own budget, what it allowed (never the label).
+            budget = label if state.fixed is not None else run_budget(stopped_by, None, state.tid, self.health)
+            decision = replace(decision, horizon=max(budget or 0, decision.horizon or 0))
+            if state.fixed is None and label is not None and label != decision.horizon:
+                self.health.count("ignored", "horizon_label_not_the_budget")
         if decision.abandoned is not None:
             self.health.count("abandoned", decision.abandoned)
         md = record_metadata(state, decision, self.source, extra)
