@@ -64,9 +64,7 @@ class OpenRuns(Generic[R]):
             return None
         if tid is None or tid not in self._paused:
             tid = self._threads.get(str(thread)) if thread is not None else None
-        if tid is None:
-            return None
-        return self.unpause(tid)
+        return None if tid is None else self.unpause(tid)
 
     def unpause(self, tid: str, run: R | None = None) -> R | None:
         """Take `tid` out of the paused ones; with `run`, only if that is the run paused under it."""

@@ -108,15 +108,13 @@ class _StepCap(BaseCallbackHandler):
     on_llm_start = on_chat_model_start
 
 
-class _QuietStepCap(logging.Filter):
+def _quiet_step_cap(record: logging.LogRecord) -> bool:
     """LangChain logs every exception a callback raises; the step cap's is the branch's stop reason."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        return not (args and args[0] == _StepCap.__name__)
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not (args and args[0] == _StepCap.__name__)
 
 
-logging.getLogger("langchain_core.callbacks.manager").addFilter(_QuietStepCap())
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_quiet_step_cap)
 
 
 def _with_cap(callbacks: Any, cap: _StepCap) -> Any:
@@ -229,17 +227,8 @@ async def aresume_continuations(
     health: HealthLedger | None = None,
     progress: Callable[[int], Any] | None = None,
 ) -> ResumeSummary:
-    """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
-
-    graph: compiled with the runs' checkpointer. records: the handler's records (a list or a JSON Lines
-    path); censored ones with a `thread_id` are resumed. out: the continuation file (extended).
-    grader: a clean branch's final state -> 0/1 (sync or async); one whose first parameter is annotated
-    as a message gets the final message. budget: None, the original run's step limit (its horizon)
-    counted from the fork; an integer, the branches' recursion_limit. config: extra run config.
-    concurrency: branches in flight. progress: called with 1 per branch. health: counts what failed.
-    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat (outside an event loop:
-    `resume_continuations`).
-    """
+    """Resume every censored run in `records` (with a `thread_id`) `branches` times from `graph`'s checkpointer
+    and append the outcomes to the continuation file `out` (options: docs/censoring.md, "q_Z from your checkpoints")."""
     if branches < 1:
         raise InputError("branches must be >= 1")
     if concurrency < 1:

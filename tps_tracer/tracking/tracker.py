@@ -561,10 +561,9 @@ class CaptureWorker:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event submitted so far is applied; False on timeout."""
         thread = self._thread
-        if not self.background or thread is None or not thread.is_alive():
+        # A job on the worker asking to flush: everything before it is applied.
+        if not self.background or thread is None or not thread.is_alive() or threading.current_thread() is thread:
             return True
-        if threading.current_thread() is thread:
-            return True  # a job on the worker asking to flush: everything before it is applied
         done = threading.Event()
         self._queue.put(("barrier", done))
         return done.wait(timeout)
@@ -780,6 +779,9 @@ class TrackedAdapter:
         idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
         names = TRACKER_OPTIONS.intersection(options)
         self.tracker = TrajectoryTracker(accumulator, source=source, **{k: options[k] for k in names})
+        self.feeder = self.tracker.worker
+        # What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator).
+        self.health: HealthLedger = self.tracker.health
         idle = tighter(check_timeout("idle_timeout", idle_timeout), accumulator.idle_timeout)
         self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
         self.idle_timeout = idle
@@ -798,8 +800,7 @@ class TrackedAdapter:
         with self._lock:
             self._last_sweep = now
             idle = self._take_idle(now)
-            if lifetimes.idle_timeout is not None:
-                lifetimes.expire(now)
+            lifetimes.expire(now)
             expired = lifetimes.expired(now)
         for run in idle:
             self._abandon(run, "idle")
@@ -837,18 +838,9 @@ class TrackedAdapter:
         return self._lifetimes.n_paused
 
     @property
-    def health(self) -> HealthLedger:
-        """What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
-        return self.tracker.health
-
-    @property
     def errors(self) -> dict[str, int]:
         """Internal errors caught on the agent's path or the worker, by where."""
         return self.health.category("error")
-
-    @property
-    def feeder(self) -> CaptureWorker:
-        return self.tracker.worker
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
         """The outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
