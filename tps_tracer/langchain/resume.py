@@ -135,11 +135,9 @@ def _wants_message(grader: Grader) -> bool | None:
         hints = typing.get_type_hints(fn)
     except Exception:  # builtins, odd callables, unresolvable annotations
         return None
-    if not params or params[0].name not in hints:
+    hint = hints.get(params[0].name) if params else None
+    if hint is None or hint is Any:  # Any says nothing about what it reads
         return None
-    hint = hints[params[0].name]
-    if hint is Any:
-        return None  # says nothing about what it reads
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     return any(isinstance(o, type) and (issubclass(o, BaseMessage) or o is str) for o in options)
 

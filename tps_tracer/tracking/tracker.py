@@ -5,6 +5,7 @@ what adapters share."""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import os
@@ -81,10 +82,6 @@ class TrajectoryState:
     stop_outcome: int | None = None
     stop_q_z: float | None = None
 
-    def lose(self, why: str) -> None:
-        if self.capture_lost is None:
-            self.capture_lost = why
-
     def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
         """True when the model call that returned is a step to score."""
         self.n_calls += 1
@@ -103,9 +100,9 @@ class TrajectoryState:
         self.consecutive_malformed = 0
         return True
 
-    def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
+    def declare(self, reason: StopReason, horizon: int | None = None) -> None:
         if self.fixed is None:  # the first fixed stop wins
-            self.fixed = StopDecision(reason, horizon, detail)
+            self.fixed = StopDecision(reason, horizon, "declared")
 
     def tool_failed(self, ended_run: bool = True) -> None:
         self.tool_errors += 1
@@ -397,8 +394,8 @@ class CaptureWorker:
         kind = "after_close" if self.closed else "queue_full"
         if event[0] == "stop":
             self._release(event[1])
-        elif event[0] == "step":
-            event[1].lose(kind)  # the run is recorded capture_lost, never scored with a hole in it
+        elif event[0] == "step" and event[1].capture_lost is None:
+            event[1].capture_lost = kind  # the run is recorded capture_lost, never scored with a hole in it
         self.health.count(
             "dropped",
             kind,
@@ -738,10 +735,7 @@ class TrajectoryTracker:
 
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
-TRACKER_OPTIONS = frozenset(
-    {"repair_budget", "horizon", "grader", "extractor", "calibration", "capture_content", "background"}
-    | {"max_queue_size", "max_block", "verbal_scale"}
-)
+TRACKER_OPTIONS = frozenset(inspect.signature(TrajectoryTracker).parameters) - {"accumulator", "source"}
 
 
 def never_raises(where: str) -> Callable[[_Method], _Method]:
@@ -776,14 +770,13 @@ class TrackedAdapter:
     def _track(self, source: str, options: Mapping[str, Any]) -> None:
         """The tracker and lifetimes from the constructor's arguments; the accumulator's idle_timeout too bounds."""
         accumulator, clock = options["accumulator"], options["clock"]
-        idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
         names = TRACKER_OPTIONS.intersection(options)
         self.tracker = TrajectoryTracker(accumulator, source=source, **{k: options[k] for k in names})
         self.feeder = self.tracker.worker
         # What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator).
         self.health: HealthLedger = self.tracker.health
-        idle = tighter(check_timeout("idle_timeout", idle_timeout), accumulator.idle_timeout)
-        self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
+        idle = tighter(check_timeout("idle_timeout", options["idle_timeout"]), accumulator.idle_timeout)
+        self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", options["pause_timeout"]))
         self.idle_timeout = idle
         self._clock = clock
         self._last_sweep = clock()
