@@ -419,9 +419,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_tool_end")
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        if self._late(run_id):
-            return
-        if isinstance(output, ToolMessage) and output.status == "error":
+        if not self._late(run_id) and isinstance(output, ToolMessage) and output.status == "error":
             with self._lock:
                 run = self._runs.get(run_id)
                 if run is not None:

@@ -145,15 +145,12 @@ def llm_output(response: LLMResult) -> tuple[RawStep, bool]:
         return RawStep(None), True
     gen = gens[0]
     logprobs = (gen.generation_info or {}).get("logprobs")
-    message = getattr(gen, "message", None)
-    tool_args: Any = None
-    malformed = False
-    if message is not None:
-        if logprobs is None:
-            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
-        tool_calls = getattr(message, "tool_calls", None) or []
-        malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
-        tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
+    message = getattr(gen, "message", None)  # None for a completion model: no tool calls
+    if logprobs is None:
+        logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+    tool_calls = getattr(message, "tool_calls", None) or []
+    malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
+    tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
     return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
 
 
@@ -186,8 +183,7 @@ def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
     if logprobs is None and chunk is not None:
         logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
         if logprobs is None:
-            message = getattr(chunk, "message", None)
-            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+            logprobs = (getattr(getattr(chunk, "message", None), "response_metadata", None) or {}).get("logprobs")
     if not logprobs:
         return None
     entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs

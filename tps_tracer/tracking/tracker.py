@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the c
 logger = logging.getLogger("tps_tracer")
 
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
+Forecasts = dict[str, float | None]  # one step's {predictor: forecast}
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class TrajectoryState:
     pending_malformed: bool = False
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
     capture_lost: str | None = None  # why an event of this run never reached the accumulator
-    steps: list[dict[str, float | None]] = field(default_factory=list)  # forecasts, appended on the worker
+    steps: list[Forecasts] = field(default_factory=list)  # forecasts, appended on the worker
     # Outcome / q_Z recorded before the stop, and those the stop carries (CaptureWorker._merge_into_run).
     outcome: int | None = None
     q_z: float | None = None
@@ -527,9 +528,7 @@ class CaptureWorker:
             # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
-    def _safe_forecasts(
-        self, raw: RawStep, extracted: dict[str, float | None] | None = None
-    ) -> dict[str, float | None]:
+    def _safe_forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
         """A step whose extraction fails is kept with no forecasts (counted): later steps never shift."""
         try:
             return self.forecasts(raw) if extracted is None else self._calibrated(extracted)
@@ -540,7 +539,7 @@ class CaptureWorker:
     def _count_extraction(self, exc: Exception) -> None:
         self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
 
-    def forecasts(self, raw: RawStep) -> dict[str, float | None]:
+    def forecasts(self, raw: RawStep) -> Forecasts:
         if raw.forecasts is not None:
             out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
         else:
@@ -549,7 +548,7 @@ class CaptureWorker:
             )
         return self._calibrated(out)
 
-    def _calibrated(self, out: dict[str, float | None]) -> dict[str, float | None]:
+    def _calibrated(self, out: Forecasts) -> Forecasts:
         for name, fn in self.calibration.items():
             p = out.get(name)
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
