@@ -165,7 +165,7 @@ class _Saver:
             if self.use_async:
                 batch = [t async for t in self.saver.alist(config, before=before, limit=1)]
             else:
-                batch = await asyncio.to_thread(lambda b=before: list(self.saver.list(config, before=b, limit=1)))
+                batch = await asyncio.to_thread(self._list_one, config, before)
             if not batch:
                 return None
             tup = batch[0]
@@ -175,6 +175,9 @@ class _Saver:
             ).next:
                 return tup
             before = tup.config
+
+    def _list_one(self, config: dict[str, Any], before: Any) -> list[Any]:
+        return list(self.saver.list(config, before=before, limit=1))
 
 
 async def _saver_for(graph: Any) -> _Saver:

@@ -150,7 +150,7 @@ def llm_output(response: LLMResult) -> tuple[RawStep, bool]:
         logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
     tool_calls = getattr(message, "tool_calls", None) or []
     malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
-    tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
+    tool_args: Any = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
     return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
 
 
