@@ -557,7 +557,7 @@ def test_the_mark_of_a_lost_step_lives_on_its_run(tmp_path):
     for state in states:
         tracker.finish(state)
     gate.set()
-    tracker.flush()
+    tracker.worker.flush()
     acc.close()
     records = sink_records(sink)
     assert {tid: (r.stop_reason, r.metadata["tps_abandoned"]) for tid, r in records.items()} == {

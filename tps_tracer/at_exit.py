@@ -18,14 +18,13 @@ from tps_tracer.errors import InputError
 
 logger = logging.getLogger("tps_tracer")
 
-DEFAULT_TIMEOUT = 30.0
 ABANDONED_AT_EXIT = "exit"  # metadata.tps_abandoned of a run still open at interpreter exit
 
 _adapters: weakref.WeakSet[Any] = weakref.WeakSet()  # objects with _close_at_exit(timeout) -> int
 _accumulators: weakref.WeakSet[Any] = weakref.WeakSet()  # objects with _close_at_exit() -> int, and .sink
 _armed = False
 _arm_lock = threading.Lock()
-_timeout = DEFAULT_TIMEOUT
+_timeout = 30.0  # seconds
 
 
 def set_timeout(seconds: float) -> None:
@@ -35,14 +34,14 @@ def set_timeout(seconds: float) -> None:
     _timeout = float(seconds)
 
 
-def register_adapter(adapter: Any) -> None:
-    _arm()
-    _adapters.add(adapter)
-
-
-def register_accumulator(accumulator: Any) -> None:
-    _arm()
-    _accumulators.add(accumulator)
+def register(obj: Any, *, adapter: bool) -> None:
+    """Close `obj` at exit: the adapters first, as they drain into the accumulators."""
+    global _armed
+    with _arm_lock:
+        if not _armed:
+            atexit.register(_at_exit)
+            _armed = True
+        (_adapters if adapter else _accumulators).add(obj)
 
 
 def _after_fork_in_child() -> None:
@@ -62,16 +61,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows (no fork)
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _arm() -> None:
-    global _armed
-    if _armed:
-        return
-    with _arm_lock:
-        if not _armed:
-            atexit.register(_at_exit)
-            _armed = True
 
 
 def _at_exit() -> None:

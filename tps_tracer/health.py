@@ -38,8 +38,7 @@ class HealthLedger:
             return bucket[kind] if kind is not None else sum(bucket.values())
 
     def category(self, category: str) -> dict[str, int]:
-        with self._lock:
-            return dict(sorted(self._counts.get(category, Counter()).items()))
+        return self.snapshot().get(category, {})
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """{category: {kind: count}} for every category (empty ones included, so the shape is fixed)."""

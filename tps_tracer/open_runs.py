@@ -1,12 +1,6 @@
-"""`OpenRuns`: a run's lifetime rules, shared by both adapters and the accumulator's live store; not
-thread-safe (called under the owner's lock).
-
-- Idle: a run with no event for `idle_timeout` s is finished early (abandoned: idle) by the owner's sweep.
-- Paused (LangGraph's `interrupt()`) is not idle: it waits for a run naming its trajectory id (else its
-  thread) up to `pause_timeout` s (a week: an approval may wait out a weekend).
-- Late events: keys of runs finished early are remembered GONE_MEMORY idle timeouts; their events are
-  dropped and counted, never opening a new run.
-"""
+"""`OpenRuns`: a run's lifetime rules (idle, paused by LangGraph's `interrupt()`, late events of runs finished
+early; docs/design.md, "A run's lifetime"), shared by both adapters and the accumulator's live store; not
+thread-safe (called under the owner's lock)."""
 
 from __future__ import annotations
 
@@ -48,20 +42,20 @@ class OpenRuns(Generic[R]):
     def __init__(self, idle_timeout: float | None, pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT):
         self.idle_timeout = idle_timeout
         self.pause_timeout = pause_timeout
-        self._paused: dict[str, tuple[R, float]] = {}  # trajectory id -> the paused run, since when (oldest first)
+        # trajectory id -> the paused run, since when, its thread (oldest first)
+        self._paused: dict[str, tuple[R, float, str | None]] = {}
         self._threads: dict[str, str] = {}  # LangGraph thread id -> trajectory id of the run paused on it
-        self._thread_of: dict[str, str] = {}  # trajectory id -> its thread (to unindex it)
         self.gone: OrderedDict[Hashable, float] = OrderedDict()  # finished early: key -> when (oldest first)
 
     def pause(self, tid: str, thread: Any, run: R, now: float, *, by_id: bool = True) -> bool:
         """Keep `run` for its resume (by_id: a later run can name `tid`); False when nothing could resume it."""
         if not by_id and thread is None:
             return False
-        self._paused.pop(tid, None)  # re-inserted: the oldest pause stays first
-        self._paused[tid] = (run, now)
+        old = self._paused.pop(tid, None)  # re-inserted: the oldest pause stays first
+        key = str(thread) if thread is not None else (old[2] if old else None)
+        self._paused[tid] = (run, now, key)
         if thread is not None:
             self._threads[str(thread)] = tid
-            self._thread_of[tid] = str(thread)
         return True
 
     def resume(self, tid: str | None, thread: Any = None) -> R | None:
@@ -70,9 +64,7 @@ class OpenRuns(Generic[R]):
             return None
         if tid is None or tid not in self._paused:
             tid = self._threads.get(str(thread)) if thread is not None else None
-        if tid is None:
-            return None
-        return self.unpause(tid)
+        return None if tid is None else self.unpause(tid)
 
     def unpause(self, tid: str, run: R | None = None) -> R | None:
         """Take `tid` out of the paused ones; with `run`, only if that is the run paused under it."""
@@ -80,7 +72,7 @@ class OpenRuns(Generic[R]):
         if kept is None or (run is not None and kept[0] is not run):
             return None
         del self._paused[tid]
-        thread = self._thread_of.pop(tid, None)
+        thread = kept[2]
         if thread is not None and self._threads.get(thread) == tid:
             del self._threads[thread]
         return kept[0]
@@ -89,7 +81,7 @@ class OpenRuns(Generic[R]):
         return tid in self._paused
 
     def paused(self) -> list[R]:
-        return [run for run, _ in self._paused.values()]
+        return [kept[0] for kept in self._paused.values()]
 
     def expired(self, now: float) -> list[R]:
         """The runs paused for `pause_timeout` or longer, taken out (their owner finishes them)."""
@@ -98,7 +90,7 @@ class OpenRuns(Generic[R]):
         cutoff = now - self.pause_timeout
         gone: list[R] = []
         while self._paused:
-            tid, (run, since) = next(iter(self._paused.items()))
+            tid, (run, since, _) = next(iter(self._paused.items()))
             if since > cutoff:
                 break
             self.unpause(tid)
@@ -114,7 +106,6 @@ class OpenRuns(Generic[R]):
         n = len(self._paused)
         self._paused.clear()
         self._threads.clear()
-        self._thread_of.clear()
         self.gone.clear()
         return n
 

@@ -26,8 +26,6 @@ from tps_tracer.capture.stop_signals import (
 )
 from tps_tracer.langchain.run_reading import (
     StreamBudget,
-    budget_trajectory_id,
-    check_max_steps,
     chunk_logprobs,
     current_span_ids,
     exception_names,
@@ -37,6 +35,7 @@ from tps_tracer.langchain.run_reading import (
     is_parse_failure,
     llm_output,
     n_entries,
+    new_budget,
     observed_stop,
     record_extra,
 )
@@ -98,12 +97,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         clock: Callable[[], float] = time.monotonic,
         verbal_scale: str | None = None,
     ):
-        """grader: grades a clean run's final output off the agent's path. horizon: every run's step
-        budget (`tps_horizon` overrides it). calibration: {predictor: map}, adding "<predictor>+cal".
-        repair_budget: None follows the agent's own retries. verbal_scale: the scale of bare stated
-        confidences ("percent", "0-1", "1-10", "1-5"; `tps_verbal_scale` overrides it). A paused run
-        waits up to `pause_timeout` s, an idle one `idle_timeout` s; more than `max_open` open runs
-        only warns (a run cut short biases every score). A full queue holds the caller up to `max_block` s."""
+        """The options are described in docs/capture.md ("LangChain / LangGraph"); the run metadata keys
+        `tps_horizon`, `tps_verbal_scale` override `horizon`, `verbal_scale` per run."""
         self._track("langchain", locals())  # the constructor arguments, by name
         self.accumulator = accumulator
         self.max_open = max_open
@@ -153,25 +148,24 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
         """Your own step budget around a `graph.stream(...)` loop: `with handler.budget(config, max_steps=N)
         as b:` and `if b.exhausted: break`; a stream closed inside is recorded max_steps, horizon N (not
         `other`). target: the run config (its trajectory id set when missing) or the trajectory id."""
-        budget = StreamBudget(budget_trajectory_id(target, self.trajectory_id_key), check_max_steps(max_steps))
+        budget = new_budget(target, self.trajectory_id_key, max_steps)
         with self._lock:
             self._budgets[budget.trajectory_id] = budget
         try:
             yield budget
         finally:
             with self._lock:  # a run still open (its generator not yet closed) keeps the budget until it ends
-                run = self._by_tid.get(budget.trajectory_id)
-                if run is None and self._budgets.get(budget.trajectory_id) is budget:
+                if budget.trajectory_id not in self._by_tid and self._budgets.get(budget.trajectory_id) is budget:
                     del self._budgets[budget.trajectory_id]
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything captured so far has reached the accumulator."""
-        return self.tracker.flush(timeout)
+        return self.feeder.flush(timeout)
 
     def close(self) -> None:
         """Finish the trajectories still open (abandoned: "closed"), then stop the capture worker."""
         self._finish_open("closed")
-        self.tracker.close()
+        self.feeder.close()
 
     def _finish_open(self, why: str, timeout: float | None = None) -> int:
         try:
@@ -351,7 +345,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                     return
                 run = self._by_tid.get(tid)  # a hand-written loop: calls grouped by metadata, ended by declare_stop()
                 if run is None:
-                    if self.tracker.worker.closed:
+                    if self.feeder.closed:
                         self.health.count("dropped", "after_close", "the handler is closed")
                         return
                     run = self._by_tid[tid] = _Run(self.tracker.open(tid, metadata), None, trace_ids=current_span_ids())
@@ -425,9 +419,7 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     @never_raises("on_tool_end")
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        if self._late(run_id):
-            return
-        if isinstance(output, ToolMessage) and output.status == "error":
+        if not self._late(run_id) and isinstance(output, ToolMessage) and output.status == "error":
             with self._lock:
                 run = self._runs.get(run_id)
                 if run is not None:

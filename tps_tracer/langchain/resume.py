@@ -100,27 +100,21 @@ class _StepCap(BaseCallbackHandler):
         self.limit = limit
         self.calls = 0
 
-    def _start(self) -> None:
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
         self.calls += 1
         if self.calls > self.limit:
             raise BranchStepBudgetExceeded(f"branch step budget of {self.limit} model calls used")
 
-    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
-        self._start()
-
-    def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
-        self._start()
+    on_llm_start = on_chat_model_start
 
 
-class _QuietStepCap(logging.Filter):
+def _quiet_step_cap(record: logging.LogRecord) -> bool:
     """LangChain logs every exception a callback raises; the step cap's is the branch's stop reason."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        return not (args and args[0] == _StepCap.__name__)
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not (args and args[0] == _StepCap.__name__)
 
 
-logging.getLogger("langchain_core.callbacks.manager").addFilter(_QuietStepCap())
+logging.getLogger("langchain_core.callbacks.manager").addFilter(_quiet_step_cap)
 
 
 def _with_cap(callbacks: Any, cap: _StepCap) -> Any:
@@ -141,11 +135,9 @@ def _wants_message(grader: Grader) -> bool | None:
         hints = typing.get_type_hints(fn)
     except Exception:  # builtins, odd callables, unresolvable annotations
         return None
-    if not params or params[0].name not in hints:
+    hint = hints.get(params[0].name) if params else None
+    if hint is None or hint is Any:  # Any says nothing about what it reads
         return None
-    hint = hints[params[0].name]
-    if hint is Any:
-        return None  # says nothing about what it reads
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     return any(isinstance(o, type) and (issubclass(o, BaseMessage) or o is str) for o in options)
 
@@ -201,10 +193,7 @@ async def _saver_for(graph: Any) -> _Saver:
 
 
 async def _call(grader: Grader, value: Any) -> int:
-    if inspect.iscoroutinefunction(grader):
-        out = await grader(value)
-    else:
-        out = await asyncio.to_thread(grader, value)
+    out = await grader(value) if inspect.iscoroutinefunction(grader) else await asyncio.to_thread(grader, value)
     y = as_outcome(out)  # the one outcome rule, as for the handler's grader; InvalidOutcome is a ValueError
     if y is None:
         raise InputError("the grader returned None: no verdict")
@@ -239,17 +228,8 @@ async def aresume_continuations(
     health: HealthLedger | None = None,
     progress: Callable[[int], Any] | None = None,
 ) -> ResumeSummary:
-    """Resume every censored run in `records` `branches` times and append the outcomes to `out`.
-
-    graph: compiled with the runs' checkpointer. records: the handler's records (a list or a JSON Lines
-    path); censored ones with a `thread_id` are resumed. out: the continuation file (extended).
-    grader: a clean branch's final state -> 0/1 (sync or async); one whose first parameter is annotated
-    as a message gets the final message. budget: None, the original run's step limit (its horizon)
-    counted from the fork; an integer, the branches' recursion_limit. config: extra run config.
-    concurrency: branches in flight. progress: called with 1 per branch. health: counts what failed.
-    Then `tps-tracer censoring RECORDS --continuations OUT` attaches q_hat (outside an event loop:
-    `resume_continuations`).
-    """
+    """Resume every censored run in `records` (with a `thread_id`) `branches` times from `graph`'s checkpointer
+    and append the outcomes to the continuation file `out` (options: docs/censoring.md, "q_Z from your checkpoints")."""
     if branches < 1:
         raise InputError("branches must be >= 1")
     if concurrency < 1:

@@ -30,12 +30,8 @@ def exception_names(exc: BaseException) -> list[str]:
     while e is not None and e not in chain and len(chain) < 8:
         chain.append(e)
         e = e.__cause__ or e.__context__
-    names = [type(e).__name__ for e in chain]
-    if any(isinstance(e, OutputParserException) for e in chain):
-        names.append("OutputParserException")
-    if any(isinstance(e, ToolException) for e in chain):
-        names.append("ToolException")
-    return names
+    bases = [b.__name__ for b in (OutputParserException, ToolException) if any(isinstance(e, b) for e in chain)]
+    return [type(e).__name__ for e in chain] + bases
 
 
 def classify_error(exc: BaseException, tool_failed: bool = False) -> tuple[StopReason, str]:
@@ -85,13 +81,16 @@ class StreamBudget:
     def exhausted(self) -> bool:
         return self.calls >= self.max_steps
 
-    @property
-    def detail(self) -> str:
-        return f"stream closed under handler.budget(max_steps={self.max_steps})"
+
+def new_budget(target: str | MutableMapping[str, Any], key: str, max_steps: Any) -> StreamBudget:
+    """A budget on the string id, or on the config's metadata[key] (set when missing)."""
+    tid = _budget_trajectory_id(target, key)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
+    return StreamBudget(tid, max_steps)
 
 
-def budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> str:
-    """The id a budget applies to: the string, or the config's metadata[key] (set when missing)."""
+def _budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> str:
     if isinstance(target, str):
         if not target.strip():
             raise InputError("budget: the trajectory id is empty")
@@ -146,15 +145,12 @@ def llm_output(response: LLMResult) -> tuple[RawStep, bool]:
         return RawStep(None), True
     gen = gens[0]
     logprobs = (gen.generation_info or {}).get("logprobs")
-    message = getattr(gen, "message", None)
-    tool_args: Any = None
-    malformed = False
-    if message is not None:
-        if logprobs is None:
-            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
-        tool_calls = getattr(message, "tool_calls", None) or []
-        malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
-        tool_args = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
+    message = getattr(gen, "message", None)  # None for a completion model: no tool calls
+    if logprobs is None:
+        logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+    tool_calls = getattr(message, "tool_calls", None) or []
+    malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
+    tool_args: Any = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
     return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
 
 
@@ -168,17 +164,12 @@ def observed_stop(
 ) -> tuple[tuple[StopReason, str], int | None]:
     """What a root run's end shows, and the limit of the caller's budget that stopped it (else None)."""
     if budget is not None and isinstance(error, GeneratorExit):  # stopped reading under its own budget: censored
-        return (StopReason.MAX_STEPS, budget.detail), budget.max_steps
+        detail = f"stream closed under handler.budget(max_steps={budget.max_steps})"
+        return (StopReason.MAX_STEPS, detail), budget.max_steps
     if error is not None:
         return classify_error(error, tool_failed), None
     found, detail = classify_output(outputs)
     return (found or StopReason.CLEAN, detail), None
-
-
-def check_max_steps(max_steps: Any) -> int:
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
-    return max_steps
 
 
 def final_text(outputs: Any) -> str | None:
@@ -192,8 +183,7 @@ def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
     if logprobs is None and chunk is not None:
         logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
         if logprobs is None:
-            message = getattr(chunk, "message", None)
-            logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+            logprobs = (getattr(getattr(chunk, "message", None), "response_metadata", None) or {}).get("logprobs")
     if not logprobs:
         return None
     entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs

@@ -154,7 +154,7 @@ class Accumulator:
         self._scoring_done = threading.Condition()
         self._closed = False  # see close(): later steps and stops are refused, a resolve raises
         if self._writer.sink is not None:  # a script that never closes still gets its whole file
-            at_exit.register_accumulator(self)
+            at_exit.register(self, adapter=False)
 
     @property
     def sink(self) -> Any:

@@ -1,29 +1,6 @@
-"""The names users put on their runs, and the capture defaults, defined once.
-
-Run metadata (LangChain `config["metadata"]`, OpenInference `metadata`, Traceloop
-association properties) and span attributes that tps-tracer reads:
-
-| metadata key        | span attribute        | meaning                                                    |
-|---------------------|-----------------------|------------------------------------------------------------|
-| tps_trajectory_id   | tps.trajectory_id     | the trajectory's id (default: root run id / trace id)      |
-| tps_task_id         | -                     | the task, copied to the record's metadata as `task_id`     |
-| task_id             | -                     | the same, when `tps_task_id` is not given                  |
-| tps_horizon         | tps.horizon           | the run's step budget T, for max_steps stops               |
-| tps_outcome         | tps.outcome           | an outcome known up front (benchmarks), see `as_outcome`   |
-| tps_verbal_scale    | -                     | the scale of bare numbers in stated confidences of the run |
-|                     |                       | ("percent", "0-1", "1-10", "1-5"), over the adapter's      |
-| -                   | tps.stop_reason       | the stop reason, set by the application                    |
-| -                   | tps.forecasts         | per-step forecasts computed by the application (JSON)      |
-
-Every other JSON-safe scalar the user attaches (e.g. `agent`, `model`) is copied to the
-record's metadata, bounded by the limits below (`tracking/tracker.py: user_metadata`);
-`tps-tracer report --by KEY` splits a report by one of them, and the gate pairs runs on
-`task_id`.
-"""
+"""The names users put on their runs (the table: docs/capture.md, "Metadata keys") and the capture defaults."""
 
 from __future__ import annotations
-
-from tps_tracer.constants import MAX_HORIZON  # noqa: F401  (re-exported: the bound on step budgets)
 
 TRAJECTORY_ID_KEY = "tps_trajectory_id"
 TASK_ID_KEY = "tps_task_id"

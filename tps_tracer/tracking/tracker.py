@@ -1,18 +1,11 @@
 """The framework-free trajectory core under both adapters: one record per run (`TrajectoryState`), the
-rules that turn model calls into steps and a stop, the capture worker, and what adapters share.
-
-- Steps (`decide_call`): malformed output is a repair, following the agent's own retries (the paper:
-  malformed *after the harness's retries*); past `repair_budget` in a row it fixes parse_error. A failed
-  call counts as a call made, never a step.
-- Stop precedence (`decide_stop`): abandoned > a stop fixed during the run > what the run's end shows; a
-  clean-looking end right after malformed output is parse_error, after a failed call that failure.
-- Horizon for max_steps: T = max(the budget, a declared horizon, the calls made); a label that is not a
-  whole number in [1, MAX_HORIZON] is ignored and counted (invalid_horizon_label).
-"""
+rules that turn model calls into steps and a stop (docs/capture.md, "One core"), the capture worker, and
+what adapters share."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import os
@@ -28,6 +21,7 @@ from tps_tracer import at_exit
 from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.capture.stop_signals import MALFORMED_CALL_EXCEPTIONS
 from tps_tracer.capture.verbal_confidence import UNDECLARED, check_scale
+from tps_tracer.constants import MAX_HORIZON
 from tps_tracer.errors import InputError
 from tps_tracer.health import HealthLedger
 from tps_tracer.open_runs import OpenRuns, check_timeout, tighter
@@ -36,7 +30,6 @@ from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking.keys import (
     ABANDONED_KEY,
     FRAMEWORK_PREFIXES,
-    MAX_HORIZON,
     MAX_KEY_CHARS,
     MAX_USER_KEYS,
     MAX_VALUE_CHARS,
@@ -51,19 +44,13 @@ if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the c
 logger = logging.getLogger("tps_tracer")
 
 CONTENT_LIMIT = 4000  # characters kept per text when content capture is on
+Forecasts = dict[str, float | None]  # one step's {predictor: forecast}
 
 
 @dataclass(frozen=True)
-class FixedStop:  # declared by the user, or repairs exhausted
+class StopDecision:  # also a stop fixed during the run (declared by the user, or repairs exhausted)
     reason: StopReason
-    horizon: int | None = None
-    detail: str = "declared"
-
-
-@dataclass(frozen=True)
-class StopDecision:
-    reason: StopReason
-    horizon: int | None  # set for max_steps only
+    horizon: int | None  # set for max_steps only (a fixed stop: the declared horizon)
     detail: str
     abandoned: str | None = None
 
@@ -81,13 +68,13 @@ class TrajectoryState:
     tool_errors: int = 0
     last_tool_failed: bool = False  # a tool failed after the last model call
     last_call_failed: tuple[StopReason, str] | None = None  # the last model call raised: what it said
-    fixed: FixedStop | None = None
+    fixed: StopDecision | None = None
     # The last call that returned, held until the next call or the run's end (a parser may reject it).
     pending: RawStep | None = None
     pending_malformed: bool = False
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
     capture_lost: str | None = None  # why an event of this run never reached the accumulator
-    steps: list[dict[str, float | None]] = field(default_factory=list)  # forecasts, appended on the worker
+    steps: list[Forecasts] = field(default_factory=list)  # forecasts, appended on the worker
     # Outcome / q_Z recorded before the stop, and those the stop carries (CaptureWorker._merge_into_run).
     outcome: int | None = None
     q_z: float | None = None
@@ -95,10 +82,6 @@ class TrajectoryState:
     stopping: bool = False
     stop_outcome: int | None = None
     stop_q_z: float | None = None
-
-    def lose(self, why: str) -> None:
-        if self.capture_lost is None:
-            self.capture_lost = why
 
     def decide_call(self, malformed: bool, repair_budget: int | None) -> bool:
         """True when the model call that returned is a step to score."""
@@ -111,16 +94,16 @@ class TrajectoryState:
         if malformed:
             self.consecutive_malformed += 1
             if repair_budget is not None and self.consecutive_malformed > repair_budget:
-                self.fixed = FixedStop(StopReason.PARSE_ERROR, None, "repairs exhausted")
+                self.fixed = StopDecision(StopReason.PARSE_ERROR, None, "repairs exhausted")
             else:
                 self.repairs += 1
             return False
         self.consecutive_malformed = 0
         return True
 
-    def declare(self, reason: StopReason, horizon: int | None = None, detail: str = "declared") -> None:
+    def declare(self, reason: StopReason, horizon: int | None = None) -> None:
         if self.fixed is None:  # the first fixed stop wins
-            self.fixed = FixedStop(reason, horizon, detail)
+            self.fixed = StopDecision(reason, horizon, "declared")
 
     def tool_failed(self, ended_run: bool = True) -> None:
         self.tool_errors += 1
@@ -128,16 +111,11 @@ class TrajectoryState:
             self.last_tool_failed = True
 
 
-def whole_number(value: Any) -> int | None:
-    """A step budget from metadata or an attribute: an integer in [1, MAX_HORIZON], else None."""
-    return valid_horizon(value, labels=True)
-
-
 def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) -> int | None:
     """The run's step budget: its label if valid, else the default (a bad label counted)."""
     if label is None:
         return default
-    budget = whole_number(label)
+    budget = valid_horizon(label, labels=True)
     if budget is None:
         health.count(
             "rejected",
@@ -149,9 +127,8 @@ def run_budget(label: Any, default: int | None, tid: str, health: HealthLedger) 
     return budget
 
 
-def decide_stop(
-    state: TrajectoryState, observed: tuple[StopReason, str], budget: int | None, abandoned: str | None = None
-) -> StopDecision:
+def decide_stop(state: TrajectoryState, observed: tuple[StopReason, str], abandoned: str | None = None) -> StopDecision:
+    """The stop (a max_steps horizon counts the calls made and a declared horizon; `finish` adds the budget)."""
     if abandoned is not None:
         return StopDecision(StopReason.CAPTURE_LOST, None, f"abandoned: {abandoned}", abandoned)
     if state.fixed is not None:
@@ -169,7 +146,7 @@ def decide_stop(
             reason = StopReason.PARSE_ERROR  # the run raised what its last model call raised (JSONDecodeError)
     horizon = None
     if reason is StopReason.MAX_STEPS:
-        horizon = max(budget or 0, whole_number(declared_horizon) or 0, state.n_calls, 1)
+        horizon = max(valid_horizon(declared_horizon, labels=True) or 0, state.n_calls, 1)
     return StopDecision(reason, horizon, detail)
 
 
@@ -207,7 +184,7 @@ def record_metadata(
     state: TrajectoryState, decision: StopDecision, source: str, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The record's metadata: the user's scalars, then tps-tracer's keys, which win a clash."""
-    run_md = state.metadata if isinstance(state.metadata, Mapping) else {}
+    run_md = state.metadata
     md, dropped = user_metadata(run_md)
     if dropped:
         md["tps_metadata_dropped"] = dropped
@@ -245,22 +222,6 @@ DEFAULT_MAX_BLOCK = 60.0  # seconds a caller waits for room before its event is 
 _HEAVY = frozenset({"step", APPLY})  # the kinds bounded by the queue (their callers wait for room)
 STEP_BATCH = 4  # steps extracted in one numpy pass; small, as the GIL is handed back only between batches
 _NOTHING = object()
-
-
-class _StartsOnFirstPut(queue.SimpleQueue[Any]):
-    """A forked child's queue until its first event starts the child's worker (`handoff`'s put checks no thread)."""
-
-    def __init__(self, worker: CaptureWorker):
-        super().__init__()
-        self._worker = worker
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        worker = self._worker
-        worker._start()  # puts a plain queue in this one's place, then starts the thread
-        if worker._queue is self:  # closed meanwhile: no thread will read it
-            super().put(item)
-        else:
-            worker._queue.put(item)
 
 
 class CaptureWorker:
@@ -369,11 +330,13 @@ class CaptureWorker:
         """The cheapest way in for per-span work: `put((APPLY, fn, arg))` runs `fn(arg)` on the worker; an
         event given up is counted and passed to `on_drop`."""
         if not self.background:
-            return self._apply_unless_closed
+            return self._submit
         self._start()
         limit = self.max_queue_size
 
         def put(event: tuple[Any, ...]) -> None:
+            if self._thread is None:  # a forked child's first event starts its worker
+                self._start()
             q = self._queue  # read each time: a forked child gets a new queue
             if (q.qsize() < limit or self._wait_for_room()) and not self.closed:
                 q.put(event)
@@ -392,12 +355,6 @@ class CaptureWorker:
             self._apply(event)
         else:
             self._queue.put(event)
-
-    def _apply_unless_closed(self, event: tuple[Any, ...]) -> None:
-        if self.closed:
-            self._drop(event)
-        else:
-            self._apply(event)
 
     def _submit(self, event: tuple[Any, ...]) -> None:
         if self.closed:
@@ -419,8 +376,6 @@ class CaptureWorker:
         The worker itself never waits (it could not drain its own queue)."""
         if threading.current_thread() is self._thread:
             return True
-        if self._thread is None:
-            self._start()  # a forked child's first event: its worker starts here
         start = time.monotonic()
         deadline = start + self.max_block
         delay = 0.0001
@@ -440,8 +395,8 @@ class CaptureWorker:
         kind = "after_close" if self.closed else "queue_full"
         if event[0] == "stop":
             self._release(event[1])
-        elif event[0] == "step":
-            event[1].lose(kind)  # the run is recorded capture_lost, never scored with a hole in it
+        elif event[0] == "step" and event[1].capture_lost is None:
+            event[1].capture_lost = kind  # the run is recorded capture_lost, never scored with a hole in it
         self.health.count(
             "dropped",
             kind,
@@ -453,14 +408,12 @@ class CaptureWorker:
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None and not self.closed:
-                if isinstance(self._queue, _StartsOnFirstPut):
-                    self._queue = queue.SimpleQueue()
                 self._thread = threading.Thread(target=self._run, name="tps-tracer-worker", daemon=True)
                 self._thread.start()
 
     def _after_fork_in_child(self) -> None:
         # The thread did not survive the fork and the queued events belong to the parent.
-        self._queue = _StartsOnFirstPut(self)
+        self._queue = queue.SimpleQueue()
         self._thread = None
         self._start_lock = threading.Lock()
         self._open = {}  # the parent's runs: they are recorded there
@@ -523,20 +476,16 @@ class CaptureWorker:
         kind = event[0]
         try:
             if kind is APPLY:
-                _, fn, arg = event
-                fn(arg)
+                event[1](event[2])
             elif kind == "step":
-                _, run, raw = event
-                run.steps.append(self._safe_forecasts(raw))
+                event[1].steps.append(self._safe_forecasts(event[2]))
             elif kind == "stop":
                 self._stop(*event[1:])
             elif kind == "resolve":
-                _, tid, outcome, q_z = event
-                self.accumulator.resolve(tid, outcome=outcome, q_z=q_z)
+                self.accumulator.resolve(event[1], outcome=event[2], q_z=event[3])
             elif kind == "call":
-                _, job, where = event
-                kind = where
-                job()
+                kind = event[2]  # errors counted under the job's `where`
+                event[1]()
             elif kind == "barrier":
                 event[1].set()
         except Exception as exc:  # never let one bad event stop the worker
@@ -559,7 +508,9 @@ class CaptureWorker:
         verdict = None
         if grader is not None:
             try:
-                verdict = self._verdict(tid, grader, output)
+                verdict = as_outcome(grader(output))
+            except InvalidOutcome as exc:
+                self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
             except Exception as exc:  # the grader's failure loses the verdict, never the record
                 self.health.count("error", "worker.grade", f"grade event failed ({type(exc).__name__}: {exc})")
         outcome = verdict if verdict is not None else run.stop_outcome
@@ -577,17 +528,7 @@ class CaptureWorker:
             # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
-    def _verdict(self, tid: str, grader: Callable[[Any], Any], output: Any) -> int | None:
-        verdict = grader(output)
-        try:
-            return as_outcome(verdict)
-        except InvalidOutcome as exc:
-            self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
-            return None
-
-    def _safe_forecasts(
-        self, raw: RawStep, extracted: dict[str, float | None] | None = None
-    ) -> dict[str, float | None]:
+    def _safe_forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
         """A step whose extraction fails is kept with no forecasts (counted): later steps never shift."""
         try:
             return self.forecasts(raw) if extracted is None else self._calibrated(extracted)
@@ -598,7 +539,7 @@ class CaptureWorker:
     def _count_extraction(self, exc: Exception) -> None:
         self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
 
-    def forecasts(self, raw: RawStep) -> dict[str, float | None]:
+    def forecasts(self, raw: RawStep) -> Forecasts:
         if raw.forecasts is not None:
             out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
         else:
@@ -607,7 +548,7 @@ class CaptureWorker:
             )
         return self._calibrated(out)
 
-    def _calibrated(self, out: dict[str, float | None]) -> dict[str, float | None]:
+    def _calibrated(self, out: Forecasts) -> Forecasts:
         for name, fn in self.calibration.items():
             p = out.get(name)
             out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
@@ -616,10 +557,9 @@ class CaptureWorker:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event submitted so far is applied; False on timeout."""
         thread = self._thread
-        if not self.background or thread is None or not thread.is_alive():
+        # A job on the worker asking to flush: everything before it is applied.
+        if not self.background or thread is None or not thread.is_alive() or threading.current_thread() is thread:
             return True
-        if threading.current_thread() is thread:
-            return True  # a job on the worker asking to flush: everything before it is applied
         done = threading.Event()
         self._queue.put(("barrier", done))
         return done.wait(timeout)
@@ -658,7 +598,7 @@ class TrajectoryTracker:
             not isinstance(repair_budget, int) or isinstance(repair_budget, bool) or repair_budget < 0
         ):
             raise InputError(f"repair_budget must be None or an integer >= 0, got {repair_budget!r}")
-        if horizon is not None and whole_number(horizon) is None:
+        if horizon is not None and valid_horizon(horizon, labels=True) is None:
             raise InputError(f"horizon must be a whole number >= 1, got {horizon!r}")
         self.accumulator = accumulator
         self.health: HealthLedger = accumulator.health
@@ -691,9 +631,14 @@ class TrajectoryTracker:
         if state.decide_call(malformed, self.repair_budget):
             if self.capture_content and isinstance(raw.text, str):
                 state.texts.append(raw.text[:CONTENT_LIMIT])
-            declared = state.metadata.get(VERBAL_SCALE_KEY) if isinstance(state.metadata, Mapping) else None
-            if declared is not None:
-                raw = replace(raw, verbal_scale=self._run_scale(state.tid, declared))
+            declared = state.metadata.get(VERBAL_SCALE_KEY)
+            if declared is not None:  # an unknown one is counted and reads as undeclared (never as the adapter's)
+                try:
+                    scale = check_scale(declared) or UNDECLARED
+                except ValueError as exc:
+                    self.health.count("rejected", "invalid_verbal_scale", f"{state.tid!r}: {exc}")
+                    scale = UNDECLARED
+                raw = replace(raw, verbal_scale=scale)
             self.worker.step(state, raw)
 
     def returned(self, state: TrajectoryState, raw: RawStep, malformed: bool) -> None:
@@ -707,14 +652,6 @@ class TrajectoryTracker:
             malformed = state.pending_malformed
             state.pending, state.pending_malformed = None, False
             self.model_call(state, raw, malformed)
-
-    def _run_scale(self, tid: str, declared: Any) -> str:
-        """An unknown `tps_verbal_scale` is counted and reads as undeclared (never as the adapter's)."""
-        try:
-            return check_scale(declared) or UNDECLARED
-        except ValueError as exc:
-            self.health.count("rejected", "invalid_verbal_scale", f"{tid!r}: {exc}")
-            return UNDECLARED
 
     def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
         if failure[0] is StopReason.PARSE_ERROR:
@@ -749,15 +686,14 @@ class TrajectoryTracker:
         if state.n_calls == 0 and abandoned is None:
             self.health.count("ignored", "runs_without_model_calls")
             return None
-        decision = decide_stop(state, observed, None, abandoned)
+        decision = decide_stop(state, observed, abandoned)
         if decision.reason is StopReason.MAX_STEPS:
             label = run_budget(budget_label, self.horizon, state.tid, self.health)
-            if state.fixed is None:  # the run's own budget stopped it: what it allowed, never the label
-                decision = decide_stop(state, observed, run_budget(stopped_by, None, state.tid, self.health), abandoned)
-                if label is not None and label != decision.horizon:
-                    self.health.count("ignored", "horizon_label_not_the_budget")
-            else:
-                decision = decide_stop(state, observed, label, abandoned)
+            # A declared stop's horizon counts the label; the run's own budget, what it allowed (never the label).
+            budget = label if state.fixed is not None else run_budget(stopped_by, None, state.tid, self.health)
+            decision = replace(decision, horizon=max(budget or 0, decision.horizon or 0))
+            if state.fixed is None and label is not None and label != decision.horizon:
+                self.health.count("ignored", "horizon_label_not_the_budget")
         if decision.abandoned is not None:
             self.health.count("abandoned", decision.abandoned)
         md = record_metadata(state, decision, self.source, extra)
@@ -796,18 +732,9 @@ class TrajectoryTracker:
             outcome = None
         self.worker.resolve(trajectory_id, outcome, q_z)
 
-    def flush(self, timeout: float | None = None) -> bool:
-        return self.worker.flush(timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self.worker.close(timeout)
-
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
-TRACKER_OPTIONS = frozenset(
-    {"repair_budget", "horizon", "grader", "extractor", "calibration", "capture_content", "background"}
-    | {"max_queue_size", "max_block", "verbal_scale"}
-)
+TRACKER_OPTIONS = frozenset(inspect.signature(TrajectoryTracker).parameters) - {"accumulator", "source"}
 
 
 def never_raises(where: str) -> Callable[[_Method], _Method]:
@@ -842,17 +769,19 @@ class TrackedAdapter:
     def _track(self, source: str, options: Mapping[str, Any]) -> None:
         """The tracker and lifetimes from the constructor's arguments; the accumulator's idle_timeout too bounds."""
         accumulator, clock = options["accumulator"], options["clock"]
-        idle_timeout, pause_timeout = options["idle_timeout"], options["pause_timeout"]
         names = TRACKER_OPTIONS.intersection(options)
         self.tracker = TrajectoryTracker(accumulator, source=source, **{k: options[k] for k in names})
-        idle = tighter(check_timeout("idle_timeout", idle_timeout), accumulator.idle_timeout)
-        self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", pause_timeout))
+        self.feeder = self.tracker.worker
+        # What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator).
+        self.health: HealthLedger = self.tracker.health
+        idle = tighter(check_timeout("idle_timeout", options["idle_timeout"]), accumulator.idle_timeout)
+        self._lifetimes = OpenRuns(idle, check_timeout("pause_timeout", options["pause_timeout"]))
         self.idle_timeout = idle
         self._clock = clock
         self._last_sweep = clock()
         self._warned_open = False
         self._lock = threading.Lock()
-        at_exit.register_adapter(self)  # a script that never closes still gets its runs recorded
+        at_exit.register(self, adapter=True)  # a script that never closes still gets its runs recorded
         accumulator.finish_on_close(self._finish_open)  # acc.close() records the runs still in flight
 
     def sweep(self, now: float | None = None) -> int:
@@ -863,8 +792,7 @@ class TrackedAdapter:
         with self._lock:
             self._last_sweep = now
             idle = self._take_idle(now)
-            if lifetimes.idle_timeout is not None:
-                lifetimes.expire(now)
+            lifetimes.expire(now)
             expired = lifetimes.expired(now)
         for run in idle:
             self._abandon(run, "idle")
@@ -882,11 +810,11 @@ class TrackedAdapter:
 
     def _close_at_exit(self, timeout: float) -> int:
         """At interpreter exit, unless closed: the open runs abandoned "exit"."""
-        if self.tracker.worker.closed:
+        if self.feeder.closed:
             return 0
         # Runs of a closed accumulator were recorded by its close(): their stops would only be refused.
         n = 0 if self.tracker.accumulator.closed else self._finish_open(at_exit.ABANDONED_AT_EXIT, timeout)
-        self.tracker.close(timeout)
+        self.feeder.close(timeout)
         return n
 
     def _forget_at_fork(self) -> None:
@@ -902,18 +830,9 @@ class TrackedAdapter:
         return self._lifetimes.n_paused
 
     @property
-    def health(self) -> HealthLedger:
-        """What was rejected, dropped, abandoned, malformed or failed (shared with the accumulator)."""
-        return self.tracker.health
-
-    @property
     def errors(self) -> dict[str, int]:
         """Internal errors caught on the agent's path or the worker, by where."""
         return self.health.category("error")
-
-    @property
-    def feeder(self) -> CaptureWorker:
-        return self.tracker.worker
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
         """The outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
