@@ -116,54 +116,53 @@ class GateCriteria:
 
     def check_values(self) -> None:
         """Each field's own range, before any data is read (a NaN threshold would fail every check)."""
-        if self.missing not in MISSING_POLICIES:
-            raise GateOptionError(
-                "missing", f"unknown policy {self.missing!r} (choose from {', '.join(MISSING_POLICIES)})"
-            )
-        if self.predictor is not None and (not isinstance(self.predictor, str) or not self.predictor):
-            raise GateOptionError("predictor", f"must be a non-empty string or None, got {self.predictor!r}")
-        for name, lookup in (("rule", get_rule), ("weights", get_schedule)):
-            try:
-                lookup(getattr(self, name))
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise GateOptionError(name, str(exc)) from None
-        if self.censoring not in CENSORING_MODES:
-            raise GateOptionError("censoring", f"must be one of {', '.join(CENSORING_MODES)}, got {self.censoring!r}")
-        if self.min_score is not None:
-            _finite("min_score", self.min_score)
-        for name in ("vs_base_rate", "allow_capture_loss"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise GateOptionError(name, f"must be true or false, got {getattr(self, name)!r}")
-        if _finite("margin", self.margin) < 0:
-            raise GateOptionError(
-                "margin", f"must be >= 0 (how much worse than the reference is tolerated), got {self.margin!r}"
-            )
-        if self.test not in TESTS:
-            raise GateOptionError("test", f"must be one of {', '.join(TESTS)}, got {self.test!r}")
-        if not is_int(self.min_n) or self.min_n < 1:
-            raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
-        for name in ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring"):
+        for name, ok, message in _FIELD_CHECKS:
             value = getattr(self, name)
-            if value is not None and not 0.0 <= _finite(name, value) <= 1.0:
-                raise GateOptionError(name, f"is a share: must lie in [0, 1], got {value!r}")
-        if not is_int(self.bootstrap) or not MIN_GATE_REPLICATES <= self.bootstrap <= MAX_REPLICATES:
-            raise GateOptionError(
-                "bootstrap",
-                f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
-                f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {self.bootstrap!r}",
-            )
-        if not is_int(self.seed):
-            raise GateOptionError("seed", f"must be an integer, got {self.seed!r}")
-        if not isinstance(self.policy, CensoringPolicy):
-            raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
+            try:
+                passed = ok(value)
+            except (ValueError, TypeError, AttributeError) as exc:  # a lookup's or `_finite`'s own message
+                raise GateOptionError(name, str(exc)) from None
+            if not passed:
+                raise GateOptionError(name, message.format(value, type(value).__name__))
 
 
-def _finite(name: str, value: Any) -> float:
+def _finite(value: Any) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise GateOptionError(name, f"must be a number, got {value!r}")
+        raise ValueError(f"must be a number, got {value!r}")
     if not math.isfinite(value):
-        raise GateOptionError(name, f"must be a finite number, got {value!r}")
+        raise ValueError(f"must be a finite number, got {value!r}")
     return float(value)
+
+
+def _share_ok(value: Any) -> bool:
+    return value is None or 0.0 <= _finite(value) <= 1.0
+
+
+_FLAGS = ("vs_base_rate", "allow_capture_loss")
+_SHARES = ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring")
+
+# GateCriteria's checks in the order a user meets them: (field, test, message formatted with the value, its type).
+_FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
+    ("missing", lambda v: v in MISSING_POLICIES, f"unknown policy {{0!r}} (choose from {', '.join(MISSING_POLICIES)})"),
+    ("predictor", lambda v: v is None or (isinstance(v, str) and v), "must be a non-empty string or None, got {0!r}"),
+    ("rule", lambda v: hasattr(get_rule(v), "branches"), "must be a rule name or a score rule, got {0!r}"),
+    ("weights", get_schedule, ""),
+    ("censoring", lambda v: v in CENSORING_MODES, f"must be one of {', '.join(CENSORING_MODES)}, got {{0!r}}"),
+    ("min_score", lambda v: v is None or math.isfinite(_finite(v)), ""),
+    *((name, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for name in _FLAGS),
+    ("margin", lambda v: _finite(v) >= 0, "must be >= 0 (how much worse than the reference is tolerated), got {0!r}"),
+    ("test", lambda v: v in TESTS, f"must be one of {', '.join(TESTS)}, got {{0!r}}"),
+    ("min_n", lambda v: is_int(v) and v >= 1, "must be an integer >= 1, got {0!r}"),
+    *((name, _share_ok, "is a share: must lie in [0, 1], got {0!r}") for name in _SHARES),
+    (
+        "bootstrap",
+        lambda v: is_int(v) and MIN_GATE_REPLICATES <= v <= MAX_REPLICATES,
+        f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
+        f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {{0!r}}",
+    ),
+    ("seed", is_int, "must be an integer, got {0!r}"),
+    ("policy", lambda v: isinstance(v, CensoringPolicy), "must be a CensoringPolicy, got {1}"),
+)
 
 
 # -- what the gate reads: per run, a fixed-size row per trajectory (never the records or their steps) --
