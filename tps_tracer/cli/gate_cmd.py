@@ -25,11 +25,13 @@ from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateInputError,
     GateOptionError,
+    describe_test,
     evaluate_gate_on_report,
     gate_paths,
+    power_text,
+    rule_text,
     skip_reasons,
 )
-from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.output import append_text
 from tps_tracer.records import CensoringPolicy
