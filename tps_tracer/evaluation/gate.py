@@ -188,10 +188,8 @@ def gate_rows(arrays: TrajectoryArrays, crit: GateCriteria) -> PairTable:
     return pair_table_from_arrays(arrays, list(arrays.predictors), rules, schedules, False, missing=crit.missing)
 
 
-def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) -> PairTable:
+def concat_tables(parts: Sequence[PairTable], missing: str) -> PairTable:
     """One table from consecutive parts; a predictor a part lacks is all gaps there, scored by `missing`."""
-    if not parts:
-        raise InputError("no tables to concatenate")
     if len(parts) == 1:
         return parts[0]
     predictors: dict[str, PredictorPairs] = {}
@@ -231,14 +229,13 @@ def sample_from_paths(
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         inputs = [inputs]  # a grading job's resolution lines in a file of their own: one input (records/reading.py)
-    for k, path in enumerate(inputs):
+    for path in inputs:
         tables = map_chunks(path, lambda a: gate_rows(a, crit), chunk_bytes, progress, set_aside)
+        dup = next((i for t in tables for i in t.ids if i in seen), None)
+        if dup is not None:
+            raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
         if len(inputs) > 1:
-            dup = next((i for t in tables for i in t.ids if i in seen), None)
-            if dup is not None:
-                raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
-            if k < len(inputs) - 1:
-                seen.update(i for t in tables for i in t.ids)
+            seen.update(i for t in tables for i in t.ids)
         parts.extend(tables)
     return sample_from_tables(parts, paths, with_task_ids, crit.missing, set_aside)
 
@@ -339,12 +336,13 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
     raise GateInputError(f"no predictor to gate on: {why}")
 
 
+@dataclass(eq=False)  # hashable, as an exception should be
 class Unusable(Exception):
     """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
 
-    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
-        super().__init__(reason)
-        self.check, self.reason, self.side = check, reason, side
+    check: str
+    reason: str
+    side: str = CANDIDATE
 
     def as_check(self) -> dict[str, Any]:
         return _check(self.check, False, None, None, self.reason, side=self.side)
@@ -617,29 +615,6 @@ def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str |
     )
 
 
-def decides_at(check: dict[str, Any], n: int | None) -> dict[str, Any]:
-    """The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured
-    margin (None at margin 0)."""
-    smallest, margin = check["power"]["smallest_margin"], -check["threshold"]
-    return {"margin": smallest, "n": math.ceil(n * (smallest / margin) ** 2) if margin > 0 and n else None}
-
-
-def undecided_reason(check: dict[str, Any], n: int | None, units: str) -> str:
-    """Why a comparative check cannot decide, and the margin or sample size at which it would."""
-    at, margin = check["decides_at"], -check["threshold"]
-    more = (
-        f", or about {at['n']} {units} (now {n}) at margin {margin:.3g}"
-        if at["n"] is not None
-        else " (no sample size decides margin 0)"
-    )
-    return (
-        f"the 95% CI [{check['ci_low']:.4g}, {check['ci_high']:.4g}] neither rules out a drop beyond the margin "
-        f"nor shows one, and an identical candidate would fail at this sample with probability "
-        f"~{check['power']['p_fail_identical']:.2f}, above the {FALSE_ALARM:.0%} false-alarm bound: it decides at "
-        f"margin {at['margin']:.3g} or more{more}"
-    )
-
-
 def decision(
     name: str,
     point: float,
@@ -674,10 +649,23 @@ def decision(
     }
     if test is not None:
         check["test"] = test
-        check["power"] = power(test, -threshold, reps)
-        if not check["passed"] and check["power"]["underpowered"] and not hi0 < threshold:
-            check.update(undecided=True, decides_at=decides_at(check, n))
-            check["undecided_reason"] = undecided_reason(check, n, units)
+        check["power"] = pw = power(test, -threshold, reps)
+        if not check["passed"] and pw["underpowered"] and not hi0 < threshold:
+            # The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured one.
+            smallest, margin = pw["smallest_margin"], -threshold
+            at_n = math.ceil(n * (smallest / margin) ** 2) if margin > 0 and n else None
+            more = (
+                f", or about {at_n} {units} (now {n}) at margin {margin:.3g}"
+                if at_n is not None
+                else " (no sample size decides margin 0)"
+            )
+            reason = (
+                f"the 95% CI [{lo0:.4g}, {hi0:.4g}] neither rules out a drop beyond the margin nor shows one, and "
+                f"an identical candidate would fail at this sample with probability ~{pw['p_fail_identical']:.2f}, "
+                f"above the {FALSE_ALARM:.0%} false-alarm bound: it decides at margin {smallest:.3g} or more"
+            )
+            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n})
+            check["undecided_reason"] = reason + more
     return check
 
 
@@ -688,11 +676,6 @@ class Comparison:
     paired: bool
     how: str
     counts: dict[str, int]
-
-
-def _salted_keys(ids: Sequence[str], salt: str) -> NDArray[np.uint64]:
-    """Keys independent of the unsalted ones: for resampling two runs independently."""
-    return trajectory_keys([f"{salt}\x00{i}" for i in ids])
 
 
 def _scored_tasks(score: FloatArray, task_ids: Sequence[str]) -> tuple[list[str], FloatArray]:
@@ -744,8 +727,9 @@ def compare(
         # The caller says what the task ids are; here only what the resampling did with repeats.
         repeats = len(c_idx) > len(order) or len(b_idx) > len(order)
         return Comparison(point, reps, True, "; tasks repeat: resampled by task" if repeats else "", counts)
-    bc = bootstrap_means(c_scores[:, None], _salted_keys(c_tasks, "candidate"), bootstrap, seed)
-    bb = bootstrap_means(b_scores[:, None], _salted_keys(b_tasks, "baseline"), bootstrap, seed)
+    # Salted keys, independent of the unsalted ones: the two runs are resampled independently.
+    bc = bootstrap_means(c_scores[:, None], trajectory_keys([f"candidate\x00{t}" for t in c_tasks]), bootstrap, seed)
+    bb = bootstrap_means(b_scores[:, None], trajectory_keys([f"baseline\x00{t}" for t in b_tasks]), bootstrap, seed)
     reps = bc.replicates[:, 0] - bb.replicates[:, 0]
     point = float(bc.point[0] - bb.point[0])
     why = (
