@@ -129,22 +129,15 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
 
     if ray.is_initialized():
         return ray
+    where: dict[str, Any] = {"address": address}
     if address is None:
         # Imported before we set the variable: the constant is read at call time, set it too.
         constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
         if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
             constants.ENABLE_RAY_CLUSTER = False
-        ray.init(
-            # "local": always a new instance (with no address Ray joins another process's, which refuses num_cpus).
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            log_to_driver=False,
-            configure_logging=False,
-        )
-    else:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        # "local": always a new instance (with no address Ray joins another process's, which refuses num_cpus).
+        where = {"address": "local", "num_cpus": num_cpus, "include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+    ray.init(**where, log_to_driver=False, configure_logging=False)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()

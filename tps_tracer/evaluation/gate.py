@@ -296,10 +296,8 @@ def _scorable(sample: GateSample, crit: GateCriteria) -> BoolArray:
 
 
 def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | None) -> tuple[str, str, list[Skipped]]:
-    """(predictor, where the choice came from, predictors passed over with the reason).
-
-    Never from the candidate's data: a prompt change that nulls the candidate's `verbal` must not
-    move the gate to `token_prob` on both sides."""
+    """(predictor, where the choice came from, predictors passed over with the reason); never from the candidate's
+    data: a prompt change that nulls the candidate's `verbal` must not move the gate to `token_prob` on both sides."""
     if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
         try:
             for sample in (cand, base):
