@@ -45,7 +45,7 @@ from tps_tracer.records.reading import (
 )
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring.rules import LogRule, ScoreRule, get_rule, get_schedule
+from tps_tracer.scoring.rules import LogRule, get_rule, get_schedule
 
 BoolArray = NDArray[np.bool_]
 FloatArray = NDArray[np.float64]
@@ -527,14 +527,15 @@ def censoring_warnings(
     return warnings, notes
 
 
-def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
+def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "", tail: str = "") -> list[str]:
+    rule = get_rule(crit.rule)
     if not isinstance(rule, LogRule) or not clipped:
-        return None
-    return (
-        f"log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
+        return []
+    return [
+        f"{who}log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
         f"one on a run that went the other way scores log({rule.eps:g}) = {math.log(rule.eps):.1f} "
-        "times its step weight"
-    )
+        f"times its step weight{tail}"
+    ]
 
 
 # -- the comparative tests (docs/gate.md) --
@@ -1009,9 +1010,7 @@ def evaluate_gate(
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
-        note = clipped_note(get_rule(crit.rule), r.predictor, r.clipped) if r is not None else None
-        if note:
-            notes.append(who + note)
+        notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
     warnings.extend(fragile_warnings(checks))
     if crit.max_flip is not None:
@@ -1173,9 +1172,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
         )
     clipped = (report.get("log_clipped") or {}).get("forecasts", {}).get(predictor, 0)
-    note = clipped_note(get_rule(crit.rule), name, int(clipped))
-    if note:
-        notes.append(note + " (the report's count, over its working sample)")
+    notes += clipped_notes(crit, name, int(clipped), tail=" (the report's count, over its working sample)")
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
         raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")
