@@ -23,8 +23,7 @@ import pytest
 
 from tps_tracer.cli.gate_cmd import _criteria, _settings
 from tps_tracer.evaluation.bootstrap import bootstrap_means, trajectory_keys
-from tps_tracer.evaluation.gate import evaluate_gate
-from tps_tracer.evaluation.gate_stats import FALSE_ALARM, NON_INFERIORITY, REGRESSION, compare, decision
+from tps_tracer.evaluation.gate import FALSE_ALARM, NON_INFERIORITY, REGRESSION, compare, decision, evaluate_gate
 from tps_tracer.synthetic import World, simulate_runs, to_records
 
 THETAS = np.array([0.2, 0.4, 0.6, 0.8])

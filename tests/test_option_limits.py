@@ -86,6 +86,7 @@ def test_a_valid_share_and_threshold_still_pass(ok, capsys):
     "field, value, expect",
     [
         ("min_score", float("nan"), "must be a finite number"),
+        ("rule", 3, "must be a rule name or a score rule, got 3"),
         ("margin", -1.0, "must be >= 0"),
         ("max_flip", 2.0, "must lie in [0, 1]"),
         ("max_excluded_share", -0.1, "must lie in [0, 1]"),

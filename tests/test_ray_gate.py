@@ -16,7 +16,6 @@ from tps_tracer.cli.main import main  # noqa: E402
 from tps_tracer.distributed.ray_engine import gate_path_ray, init_ray, sample_from_path_ray  # noqa: E402
 from tps_tracer.evaluation.gate import GateCriteria, gate_paths, sample_from_paths  # noqa: E402
 from tps_tracer.records.convert import jsonl_to_parquet  # noqa: E402
-from tps_tracer.scoring import get_rule, get_schedule  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +45,10 @@ def runs(tmp_path_factory):
 
 
 def test_blocks_give_the_local_pair_table(local_ray, runs):
-    rule, schedule = get_rule("log"), get_schedule("uniform")
-    local = sample_from_paths([runs / "cand.jsonl"], rule, schedule, True)
+    crit = GateCriteria(rule="log", weights="uniform")
+    local = sample_from_paths([runs / "cand.jsonl"], crit, True)
     for name in ("cand.jsonl", "cand.parquet"):
-        on_ray = sample_from_path_ray(runs / name, rule, schedule, True, num_blocks=4)
+        on_ray = sample_from_path_ray(runs / name, crit, True, num_blocks=4)
         assert on_ray.task_ids == local.task_ids
         assert on_ray.table.ids == local.table.ids
         for p, col in local.table.predictors.items():

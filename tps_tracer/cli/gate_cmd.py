@@ -1,7 +1,5 @@
-"""`tps-tracer gate`: exit 0 pass, 1 fail, 2 bad input, an unusable sample or cannot decide.
-
-Settings come from flags over a `--config` TOML `[gate]` table (flag names, dashes as underscores).
-The result renders as a terminal table (at most WIDTH columns) or a Markdown summary for CI logs.
+"""`tps-tracer gate`: exit 0 pass, 1 fail, 2 bad input, an unusable sample or cannot decide. Settings: flags over a
+`--config` TOML `[gate]` table (flag names, dashes as underscores); rendered as a terminal table or CI Markdown.
 """
 
 from __future__ import annotations
@@ -10,6 +8,7 @@ import argparse
 import json
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,13 @@ from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateInputError,
     GateOptionError,
+    describe_test,
     evaluate_gate_on_report,
     gate_paths,
+    power_text,
+    rule_text,
     skip_reasons,
 )
-from tps_tracer.evaluation.gate_stats import describe_test, power_text, rule_text
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.output import write_text
 from tps_tracer.records import CensoringPolicy
@@ -48,15 +49,19 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
 }
 
 
+def _read(flag: str, path: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(Path(path).read_text(encoding="utf-8-sig"))
+    except OSError as exc:
+        raise GateInputError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not UTF-8, or invalid TOML / JSON
+        raise GateInputError(f"cannot read {flag} {path}: {exc}") from None
+
+
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     if args.config:
-        try:
-            document = tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig"))
-        except OSError as exc:
-            raise GateInputError(f"cannot read --config {args.config}: {exc.strerror or exc}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise GateInputError(f"cannot read --config {args.config}: {exc}") from None
+        document = _read("--config", args.config, tomllib.loads)
         table = document.get("gate")
         if not isinstance(table, dict):  # settings outside [gate] would otherwise be ignored silently
             found = ", ".join(document) or "nothing"
@@ -138,13 +143,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.snapshot:
         if args.files or settings.get("baseline"):
             raise GateInputError("give either record files or --snapshot, and no --baseline with a snapshot")
-        try:
-            report = json.loads(Path(args.snapshot).read_text(encoding="utf-8-sig"))
-        except OSError as exc:
-            raise GateInputError(f"cannot read --snapshot {args.snapshot}: {exc.strerror or exc}") from None
-        except ValueError as exc:  # invalid JSON or not UTF-8
-            raise GateInputError(f"cannot read --snapshot {args.snapshot}: {exc}") from None
-        result = evaluate_gate_on_report(report, crit)
+        result = evaluate_gate_on_report(_read("--snapshot", args.snapshot, json.loads), crit)
         source = args.snapshot
     else:
         if not args.files:
@@ -191,19 +190,21 @@ UNDECIDED = (
 )
 
 
+_PASS_IF = {
+    "absolute": "CI low >= ",
+    "excluded_share": "share <= ",
+    "skipped_share": "share <= ",
+    "stability": "P(flip) <= ",
+}
+
+
 def _pass_if(c: dict[str, Any]) -> str:
     name, thr = c["name"], c.get("threshold")
     if c.get("test") and thr is not None:
         return rule_text(c["test"], -float(thr))
-    if name == "absolute":
-        return f"CI low >= {fmt(thr)}"
     if name in ("sample_size", "baseline_size"):
         return f"n >= {thr}"
-    if name in ("excluded_share", "skipped_share"):
-        return f"share <= {fmt(thr)}"
-    if name == "stability":
-        return f"P(flip) <= {fmt(thr)}"
-    return "see reasons"
+    return _PASS_IF[name] + fmt(thr) if name in _PASS_IF else "see reasons"
 
 
 def _two_sided(result: dict[str, Any]) -> bool:

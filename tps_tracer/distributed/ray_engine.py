@@ -15,13 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from tps_tracer.constants import DEFAULT_MISSING
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import trajectory_keys
 from tps_tracer.evaluation.gate import (
     GateCriteria,
     GateSample,
-    evaluate_gate,
     gate_paths,
     gate_rows,
     sample_from_tables,
@@ -31,7 +29,7 @@ from tps_tracer.evaluation.report import report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records.limits import repeated_ids, repeated_keys
 from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
-from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import get_rule, get_schedule
 
 LOCAL_NUM_CPUS = 2
 _NEEDS_WHOLE = "needs_whole_input"
@@ -131,22 +129,15 @@ def init_ray(address: str | None = None, num_cpus: int = LOCAL_NUM_CPUS) -> Any:
 
     if ray.is_initialized():
         return ray
+    where: dict[str, Any] = {"address": address}
     if address is None:
         # Imported before we set the variable: the constant is read at call time, set it too.
         constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
         if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
             constants.ENABLE_RAY_CLUSTER = False
-        ray.init(
-            # "local": always a new instance (with no address Ray joins another process's, which refuses num_cpus).
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            log_to_driver=False,
-            configure_logging=False,
-        )
-    else:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        # "local": always a new instance (with no address Ray joins another process's, which refuses num_cpus).
+        where = {"address": "local", "num_cpus": num_cpus, "include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+    ray.init(**where, log_to_driver=False, configure_logging=False)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
@@ -245,26 +236,24 @@ def evaluate(
 # -- the gate: a PairTable per block, for the checks that resample trajectories (--baseline, ...) --
 
 
-def _table_of(arrays: Any, rule: ScoreRule, schedule: WeightSchedule, missing: str) -> bytes:
+def _table_of(arrays: Any, crit: GateCriteria) -> bytes:
     # Pickled without its rule and schedule (they hold lambdas, which pickle refuses); the driver puts them back.
-    return pickle.dumps(dataclasses.replace(gate_rows(arrays, rule, schedule, missing), rules=[], schedules=[]))
+    return pickle.dumps(dataclasses.replace(gate_rows(arrays, crit), rules=[], schedules=[]))
 
 
 def sample_from_path_ray(
-    path: str | os.PathLike[str],
-    rule: ScoreRule,
-    schedule: WeightSchedule,
-    with_task_ids: bool,
-    num_blocks: int | None = None,
-    missing: str = DEFAULT_MISSING,
+    path: str | os.PathLike[str], crit: GateCriteria, with_task_ids: bool, num_blocks: int | None = None
 ) -> GateSample:
     """The `GateSample` of a file or directory of shards, its blocks reduced on Ray (or WholeInputNeeded)."""
     [(_, ds, read)] = _datasets(path, num_blocks, one_kind=True)
-    payloads = _map_blocks(ds, read, _table_of, rule, schedule, missing)
-    tables = [dataclasses.replace(pickle.loads(p), rules=[rule], schedules=[schedule]) for p in payloads]
+    rules, schedules = [get_rule(crit.rule)], [get_schedule(crit.weights)]
+    tables = [
+        dataclasses.replace(pickle.loads(p), rules=rules, schedules=schedules)
+        for p in _map_blocks(ds, read, _table_of, crit)
+    ]
     if repeated_ids([i for t in tables for i in t.ids]):
         raise WholeInputNeeded("duplicate trajectory ids")
-    return sample_from_tables(tables, [path], with_task_ids, missing)  # task ids read on the driver
+    return sample_from_tables(tables, [path], with_task_ids, crit.missing)  # task ids read on the driver
 
 
 def gate_path_ray(
@@ -275,16 +264,12 @@ def gate_path_ray(
     num_blocks: int | None = None,
 ) -> dict[str, Any]:
     """`gate_paths(candidate, criteria, baseline)` with both runs' rows computed on Ray."""
-    criteria.validate(baseline is not None)
-    rule, schedule = get_rule(criteria.rule), get_schedule(criteria.weights)
-    init_ray(address)
+
+    def read(paths: Any, with_task_ids: bool) -> GateSample:
+        init_ray(address)
+        return sample_from_path_ray(paths[0], criteria, with_task_ids, num_blocks)
+
     try:
-        cand = sample_from_path_ray(candidate, rule, schedule, baseline is not None, num_blocks, criteria.missing)
-        base = (
-            None
-            if baseline is None
-            else sample_from_path_ray(baseline, rule, schedule, True, num_blocks, criteria.missing)
-        )
+        return gate_paths([candidate], criteria, baseline, read=read)
     except WholeInputNeeded:
         return gate_paths([candidate], criteria, baseline)  # its error, or the result of the exact read
-    return evaluate_gate(cand, criteria, base)

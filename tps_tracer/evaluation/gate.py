@@ -8,27 +8,18 @@ import dataclasses
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.stats import norm
 
 from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_REPLICATES, MISSING_POLICIES, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, trajectory_keys
+from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress, map_chunks
-from tps_tracer.evaluation.gate_stats import (
-    ALPHA,
-    DEFAULT_TEST,
-    PAIRING_OVERLAP,
-    TESTS,
-    censoring_rates_differ,
-    compare,
-    decision,
-    unpaired_text,
-)
 from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import NO_WORKING_SAMPLE, json_num
@@ -54,9 +45,23 @@ from tps_tracer.records.reading import (
 )
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring import LogRule, ScoreRule, WeightSchedule, get_rule, get_schedule
+from tps_tracer.scoring import LogRule, get_rule, get_schedule
 
 BoolArray = NDArray[np.bool_]
+FloatArray = NDArray[np.float64]
+
+REGRESSION = "regression"
+NON_INFERIORITY = "non-inferiority"
+TESTS = (REGRESSION, NON_INFERIORITY)
+DEFAULT_TEST = REGRESSION
+ALPHA = 0.025  # one-sided level of each bound of the two-sided 95% CI
+POWER = 0.80  # the power at which the regression test's smallest detectable drop is quoted
+# An identical candidate FAILs a comparative check at most this often: a gate run on every pull
+# request of an unchanged agent blocks one in twenty at worst, twice the regression test's ALPHA.
+FALSE_ALARM = 0.05
+Z_ALPHA = float(norm.isf(ALPHA))
+Z_POWER = float(norm.isf(1.0 - POWER))
+Z_FALSE_ALARM = float(norm.isf(FALSE_ALARM))
 
 GATE_VERSION = 4  # raised with each change of the result's fields (docs/gate.md: 3 coverage, 4 CANNOT DECIDE)
 PASS, FAIL, UNUSABLE, CANNOT_DECIDE = "pass", "fail", "unusable", "cannot decide"
@@ -116,54 +121,53 @@ class GateCriteria:
 
     def check_values(self) -> None:
         """Each field's own range, before any data is read (a NaN threshold would fail every check)."""
-        if self.missing not in MISSING_POLICIES:
-            raise GateOptionError(
-                "missing", f"unknown policy {self.missing!r} (choose from {', '.join(MISSING_POLICIES)})"
-            )
-        if self.predictor is not None and (not isinstance(self.predictor, str) or not self.predictor):
-            raise GateOptionError("predictor", f"must be a non-empty string or None, got {self.predictor!r}")
-        for name, lookup in (("rule", get_rule), ("weights", get_schedule)):
-            try:
-                lookup(getattr(self, name))
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise GateOptionError(name, str(exc)) from None
-        if self.censoring not in CENSORING_MODES:
-            raise GateOptionError("censoring", f"must be one of {', '.join(CENSORING_MODES)}, got {self.censoring!r}")
-        if self.min_score is not None:
-            _finite("min_score", self.min_score)
-        for name in ("vs_base_rate", "allow_capture_loss"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise GateOptionError(name, f"must be true or false, got {getattr(self, name)!r}")
-        if _finite("margin", self.margin) < 0:
-            raise GateOptionError(
-                "margin", f"must be >= 0 (how much worse than the reference is tolerated), got {self.margin!r}"
-            )
-        if self.test not in TESTS:
-            raise GateOptionError("test", f"must be one of {', '.join(TESTS)}, got {self.test!r}")
-        if not is_int(self.min_n) or self.min_n < 1:
-            raise GateOptionError("min_n", f"must be an integer >= 1, got {self.min_n!r}")
-        for name in ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring"):
+        for name, ok, message in _FIELD_CHECKS:
             value = getattr(self, name)
-            if value is not None and not 0.0 <= _finite(name, value) <= 1.0:
-                raise GateOptionError(name, f"is a share: must lie in [0, 1], got {value!r}")
-        if not is_int(self.bootstrap) or not MIN_GATE_REPLICATES <= self.bootstrap <= MAX_REPLICATES:
-            raise GateOptionError(
-                "bootstrap",
-                f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
-                f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {self.bootstrap!r}",
-            )
-        if not is_int(self.seed):
-            raise GateOptionError("seed", f"must be an integer, got {self.seed!r}")
-        if not isinstance(self.policy, CensoringPolicy):
-            raise GateOptionError("policy", f"must be a CensoringPolicy, got {type(self.policy).__name__}")
+            try:
+                passed = ok(value)
+            except (ValueError, TypeError, AttributeError) as exc:  # a lookup's or `_finite`'s own message
+                raise GateOptionError(name, str(exc)) from None
+            if not passed:
+                raise GateOptionError(name, message.format(value, type(value).__name__))
 
 
-def _finite(name: str, value: Any) -> float:
+def _finite(value: Any) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise GateOptionError(name, f"must be a number, got {value!r}")
+        raise InputError(f"must be a number, got {value!r}")
     if not math.isfinite(value):
-        raise GateOptionError(name, f"must be a finite number, got {value!r}")
+        raise InputError(f"must be a finite number, got {value!r}")
     return float(value)
+
+
+def _share_ok(value: Any) -> bool:
+    return value is None or 0.0 <= _finite(value) <= 1.0
+
+
+_FLAGS = ("vs_base_rate", "allow_capture_loss")
+_SHARES = ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring")
+
+# GateCriteria's checks in the order a user meets them: (field, test, message formatted with the value, its type).
+_FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
+    ("missing", lambda v: v in MISSING_POLICIES, f"unknown policy {{0!r}} (choose from {', '.join(MISSING_POLICIES)})"),
+    ("predictor", lambda v: v is None or (isinstance(v, str) and v), "must be a non-empty string or None, got {0!r}"),
+    ("rule", lambda v: hasattr(get_rule(v), "branches"), "must be a rule name or a score rule, got {0!r}"),
+    ("weights", get_schedule, ""),
+    ("censoring", lambda v: v in CENSORING_MODES, f"must be one of {', '.join(CENSORING_MODES)}, got {{0!r}}"),
+    ("min_score", lambda v: v is None or math.isfinite(_finite(v)), ""),
+    *((name, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for name in _FLAGS),
+    ("margin", lambda v: _finite(v) >= 0, "must be >= 0 (how much worse than the reference is tolerated), got {0!r}"),
+    ("test", lambda v: v in TESTS, f"must be one of {', '.join(TESTS)}, got {{0!r}}"),
+    ("min_n", lambda v: is_int(v) and v >= 1, "must be an integer >= 1, got {0!r}"),
+    *((name, _share_ok, "is a share: must lie in [0, 1], got {0!r}") for name in _SHARES),
+    (
+        "bootstrap",
+        lambda v: is_int(v) and MIN_GATE_REPLICATES <= v <= MAX_REPLICATES,
+        f"must be an integer in [{MIN_GATE_REPLICATES}, {MAX_REPLICATES}] (a CI needs at least "
+        f"{MIN_GATE_REPLICATES}; memory grows as replicates x columns), got {{0!r}}",
+    ),
+    ("seed", is_int, "must be an integer, got {0!r}"),
+    ("policy", lambda v: isinstance(v, CensoringPolicy), "must be a CensoringPolicy, got {1}"),
+)
 
 
 # -- what the gate reads: per run, a fixed-size row per trajectory (never the records or their steps) --
@@ -179,18 +183,13 @@ class GateSample:
     set_aside: SetAside = field(default_factory=SetAside)
 
 
-def gate_rows(
-    arrays: TrajectoryArrays, rule: ScoreRule, schedule: WeightSchedule, missing: str = DEFAULT_MISSING
-) -> PairTable:
-    return pair_table_from_arrays(
-        arrays, list(arrays.predictors), [rule], [schedule], with_summaries=False, missing=missing
-    )
+def gate_rows(arrays: TrajectoryArrays, crit: GateCriteria) -> PairTable:
+    rules, schedules = [get_rule(crit.rule)], [get_schedule(crit.weights)]
+    return pair_table_from_arrays(arrays, list(arrays.predictors), rules, schedules, False, missing=crit.missing)
 
 
-def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) -> PairTable:
+def concat_tables(parts: Sequence[PairTable], missing: str) -> PairTable:
     """One table from consecutive parts; a predictor a part lacks is all gaps there, scored by `missing`."""
-    if not parts:
-        raise InputError("no tables to concatenate")
     if len(parts) == 1:
         return parts[0]
     predictors: dict[str, PredictorPairs] = {}
@@ -218,12 +217,10 @@ def concat_tables(parts: Sequence[PairTable], missing: str = DEFAULT_MISSING) ->
 
 def sample_from_paths(
     paths: Sequence[str | os.PathLike[str]],
-    rule: ScoreRule,
-    schedule: WeightSchedule,
+    crit: GateCriteria,
     with_task_ids: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Progress | None = None,
-    missing: str = DEFAULT_MISSING,
 ) -> GateSample:
     """The files (JSON Lines, Parquet, directories of shards) read chunk by chunk as one run."""
     parts: list[PairTable] = []
@@ -232,16 +229,15 @@ def sample_from_paths(
     set_aside = SetAside()
     if len(paths) > 1 and any(not is_parquet(f) and has_resolution_lines(f) for f in source_files(inputs)):
         inputs = [inputs]  # a grading job's resolution lines in a file of their own: one input (records/reading.py)
-    for k, path in enumerate(inputs):
-        tables = map_chunks(path, lambda a: gate_rows(a, rule, schedule, missing), chunk_bytes, progress, set_aside)
+    for path in inputs:
+        tables = map_chunks(path, lambda a: gate_rows(a, crit), chunk_bytes, progress, set_aside)
+        dup = next((i for t in tables for i in t.ids if i in seen), None)
+        if dup is not None:
+            raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
         if len(inputs) > 1:
-            dup = next((i for t in tables for i in t.ids if i in seen), None)
-            if dup is not None:
-                raise GateInputError(f"{path}: trajectory id {dup!r} also appears in an earlier file")
-            if k < len(inputs) - 1:
-                seen.update(i for t in tables for i in t.ids)
+            seen.update(i for t in tables for i in t.ids)
         parts.extend(tables)
-    return sample_from_tables(parts, paths, with_task_ids, missing, set_aside)
+    return sample_from_tables(parts, paths, with_task_ids, crit.missing, set_aside)
 
 
 def sample_from_tables(
@@ -280,7 +276,7 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
         raise GateInputError("no trajectories")
     set_aside = getattr(run, "set_aside", None)  # what `read_trajectories` set aside (ReadRecords)
     return GateSample(
-        gate_rows(to_arrays(run), get_rule(crit.rule), get_schedule(crit.weights), crit.missing),
+        gate_rows(to_arrays(run), crit),
         [task_id_of(r) for r in run],
         set_aside if isinstance(set_aside, SetAside) else SetAside(),
     )
@@ -300,10 +296,8 @@ def _scorable(sample: GateSample, crit: GateCriteria) -> BoolArray:
 
 
 def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | None) -> tuple[str, str, list[Skipped]]:
-    """(predictor, where the choice came from, predictors passed over with the reason).
-
-    Never from the candidate's data: a prompt change that nulls the candidate's `verbal` must not
-    move the gate to `token_prob` on both sides."""
+    """(predictor, where the choice came from, predictors passed over with the reason); never from the candidate's
+    data: a prompt change that nulls the candidate's `verbal` must not move the gate to `token_prob` on both sides."""
     if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
         try:
             for sample in (cand, base):
@@ -340,12 +334,13 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
     raise GateInputError(f"no predictor to gate on: {why}")
 
 
+@dataclass(eq=False)  # hashable, as an exception should be
 class Unusable(Exception):
     """The sample cannot score the gated quantity: an UNUSABLE verdict (exit 2), with the reason."""
 
-    def __init__(self, check: str, reason: str, side: str = CANDIDATE):
-        super().__init__(reason)
-        self.check, self.reason, self.side = check, reason, side
+    check: str
+    reason: str
+    side: str = CANDIDATE
 
     def as_check(self) -> dict[str, Any]:
         return _check(self.check, False, None, None, self.reason, side=self.side)
@@ -532,14 +527,237 @@ def censoring_warnings(
     return warnings, notes
 
 
-def clipped_note(rule: ScoreRule, predictor: str, clipped: int) -> str | None:
+def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "", tail: str = "") -> list[str]:
+    rule = get_rule(crit.rule)
     if not isinstance(rule, LogRule) or not clipped:
-        return None
-    return (
-        f"log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
+        return []
+    return [
+        f"{who}log rule: {clipped} forecasts of {predictor} were 0 or 1, clipped to [{rule.eps:g}, 1-{rule.eps:g}]; "
         f"one on a run that went the other way scores log({rule.eps:g}) = {math.log(rule.eps):.1f} "
-        "times its step weight"
+        f"times its step weight{tail}"
+    ]
+
+
+# -- the comparative tests (docs/gate.md) --
+# D = candidate - reference has a two-sided 95% percentile bootstrap CI [lo, hi], each bound a one-sided
+# test at ALPHA. regression (default): FAIL only when hi < -margin. non-inferiority: PASS only when
+# lo >= -margin; an identical candidate then fails with probability P0 = Phi(Z_ALPHA - margin / SE), and
+# when P0 > FALSE_ALARM a check that does not pass is FAIL only if hi < -margin, else CANNOT DECIDE,
+# naming the margin (Z_ALPHA + Z_FALSE_ALARM) * SE that would decide. The baseline is compared on the
+# tasks both sides scored, resampled by task, when they overlap enough (PAIRING_OVERLAP), else unpaired.
+
+
+def rule_text(test: str, margin: float) -> str:
+    """What must hold to PASS."""
+    return f"CI {'low' if test == NON_INFERIORITY else 'high'} >= {_fmt(-margin)}"
+
+
+def describe_test(test: str, margin: float) -> str:
+    m, neg = _fmt(margin), _fmt(-margin)
+    if test == NON_INFERIORITY:
+        return (
+            f"non-inferiority, margin {m}: PASS only if the 95% CI lower bound of (candidate - reference) "
+            f">= {neg} (a drop beyond the margin is ruled out; a candidate worse by exactly the margin passes "
+            f"with probability <= {ALPHA:.1%})"
+        )
+    return (
+        f"regression detection, margin {m}: FAIL only if the 95% CI upper bound of (candidate - reference) "
+        f"< {neg} (a significant drop; an identical candidate fails with probability {ALPHA:.1%})"
     )
+
+
+def _fmt(x: float) -> str:
+    return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
+
+
+def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
+    """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
+    probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
+    (found with probability POWER)."""
+    r = reps[~np.isnan(reps)]
+    se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
+    out: dict[str, Any] = {
+        "se": json_num(se),
+        "alpha": ALPHA,
+        "power": POWER,
+        "smallest_margin": None,
+        "detectable_drop": None,
+        "p_fail_identical": None,
+        "underpowered": False,
+    }
+    if not math.isfinite(se) or se <= 0:
+        return out
+    if test == NON_INFERIORITY:
+        p_fail = float(norm.cdf(Z_ALPHA - margin / se))  # P(D_hat - Z*SE < -margin | D = 0)
+        smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
+        out.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
+    else:
+        out.update(detectable_drop=margin + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
+    return out
+
+
+def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str | None:
+    se = pw.get("se")
+    if se is None:
+        return None
+    if pw.get("smallest_margin") is None and pw.get("detectable_drop") is None:  # se == 0
+        return f"{name}: the difference does not vary under resampling (SE 0): no power statement"
+    if test == NON_INFERIORITY:
+        return (
+            f"{name}: SE of the difference {se:.3g}; the smallest margin an identical candidate passes with "
+            f"{1 - FALSE_ALARM:.0%} probability is {pw['smallest_margin']:.3g} (configured {margin:.3g}: an "
+            f"identical candidate fails with probability ~{pw['p_fail_identical']:.2f})"
+        )
+    return (
+        f"{name}: SE of the difference {se:.3g}; a true drop of {pw['detectable_drop']:.3g} is detected (FAIL) "
+        f"with {POWER:.0%} probability, smaller drops may pass"
+    )
+
+
+def decision(
+    name: str,
+    point: float,
+    reps: FloatArray,
+    threshold: float,
+    detail: str,
+    test: str | None = None,
+    n: int | None = None,
+    units: str = "scored runs",
+) -> dict[str, Any]:
+    """One decision check: test None, the CI lower bound against an absolute threshold; else the
+    comparative test against -margin, undecided where a FAIL would break FALSE_ALARM (n units: its SE's sample)."""
+    lo, hi = percentile_ci(reps[:, None])
+    lo0, hi0 = float(lo[0]), float(hi[0])
+    bound = hi0 if test == REGRESSION else lo0
+    # P(flip): the share of replicates whose own verdict differs, each replicate's bound as far from its
+    # estimate as the observed bound from the observed estimate.
+    r = reps[~np.isnan(reps)]
+    flip = None
+    if r.size and math.isfinite(point) and math.isfinite(bound):
+        flip = float(np.mean((r - (point - bound) >= threshold) != (bound >= threshold)))
+    check: dict[str, Any] = {
+        "name": name,
+        "kind": "decision",
+        "passed": bool(math.isfinite(bound) and bound >= threshold),
+        "estimate": json_num(point),
+        "ci_low": json_num(lo0),
+        "ci_high": json_num(hi0),
+        "threshold": threshold,
+        "flip_probability": flip,
+        "detail": detail,
+    }
+    if test is not None:
+        check["test"] = test
+        check["power"] = pw = power(test, -threshold, reps)
+        if not check["passed"] and pw["underpowered"] and not hi0 < threshold:
+            # The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured one.
+            smallest, margin = pw["smallest_margin"], -threshold
+            at_n = math.ceil(n * (smallest / margin) ** 2) if margin > 0 and n else None
+            more = (
+                f", or about {at_n} {units} (now {n}) at margin {margin:.3g}"
+                if at_n is not None
+                else " (no sample size decides margin 0)"
+            )
+            reason = (
+                f"the 95% CI [{lo0:.4g}, {hi0:.4g}] neither rules out a drop beyond the margin nor shows one, and "
+                f"an identical candidate would fail at this sample with probability ~{pw['p_fail_identical']:.2f}, "
+                f"above the {FALSE_ALARM:.0%} false-alarm bound: it decides at margin {smallest:.3g} or more"
+            )
+            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n})
+            check["undecided_reason"] = reason + more
+    return check
+
+
+@dataclass
+class Comparison:
+    point: float
+    replicates: FloatArray
+    paired: bool
+    how: str
+    counts: dict[str, int]
+
+
+def _scored_tasks(score: FloatArray, task_ids: Sequence[str]) -> tuple[list[str], FloatArray]:
+    ok = ~np.isnan(score)
+    return [t for t, k in zip(task_ids, ok, strict=True) if k], score[ok]
+
+
+# Pair when the common tasks are at least this share of the smaller side's scored tasks (and at least 2):
+# the runs were made on one task set. Task ids alone decide, never scores or min_n.
+PAIRING_OVERLAP = 0.5
+
+
+def compare(
+    cand: FloatArray, cand_tasks: Sequence[str], base: FloatArray, base_tasks: Sequence[str], bootstrap: int, seed: int
+) -> Comparison:
+    """Mean(candidate) - mean(baseline) of the scores per run (NaN: not scored) with bootstrap replicates,
+    paired on common scored tasks."""
+    c_tasks, c_scores = _scored_tasks(cand, cand_tasks)
+    b_tasks, b_scores = _scored_tasks(base, base_tasks)
+    common = set(c_tasks) & set(b_tasks)
+    smaller = min(len(set(c_tasks)), len(set(b_tasks)))
+    c_in = np.array([t in common for t in c_tasks], dtype=bool)
+    b_in = np.array([t in common for t in b_tasks], dtype=bool)
+    counts = {
+        "common_tasks": len(common),
+        "candidate_paired_runs": int(c_in.sum()),
+        "baseline_paired_runs": int(b_in.sum()),
+        "candidate_unpaired_runs": int((~c_in).sum()),
+        "baseline_unpaired_runs": int((~b_in).sum()),
+        "candidate_unscored_runs": len(cand) - len(c_tasks),
+        "baseline_unscored_runs": len(base) - len(b_tasks),
+    }
+    if len(common) >= 2 and len(common) >= PAIRING_OVERLAP * smaller:
+        # Task-clustered: one row per common task (each side's score sum and run count) under the task's weight.
+        c_common = [t for t, k in zip(c_tasks, c_in, strict=True) if k]
+        order = {t: i for i, t in enumerate(dict.fromkeys(c_common))}
+        rows = np.zeros((len(order), 4))
+        c_idx = np.array([order[t] for t in c_common], dtype=np.int64)
+        b_idx = np.array([order[t] for t, k in zip(b_tasks, b_in, strict=True) if k], dtype=np.int64)
+        np.add.at(rows[:, 0], c_idx, c_scores[c_in])
+        np.add.at(rows[:, 1], c_idx, 1.0)
+        np.add.at(rows[:, 2], b_idx, b_scores[b_in])
+        np.add.at(rows[:, 3], b_idx, 1.0)
+        sums = replicate_sums(rows, trajectory_keys(list(order)), bootstrap, seed)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a replicate that drew no task: NaN
+            reps = sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3]
+        total = rows.sum(axis=0)
+        point = float(total[0] / total[1] - total[2] / total[3])
+        # The caller says what the task ids are; here only what the resampling did with repeats.
+        repeats = len(c_idx) > len(order) or len(b_idx) > len(order)
+        return Comparison(point, reps, True, "; tasks repeat: resampled by task" if repeats else "", counts)
+    # Salted keys, independent of the unsalted ones: the two runs are resampled independently.
+    bc = bootstrap_means(c_scores[:, None], trajectory_keys([f"candidate\x00{t}" for t in c_tasks]), bootstrap, seed)
+    bb = bootstrap_means(b_scores[:, None], trajectory_keys([f"baseline\x00{t}" for t in b_tasks]), bootstrap, seed)
+    reps = bc.replicates[:, 0] - bb.replicates[:, 0]
+    point = float(bc.point[0] - bb.point[0])
+    why = (
+        "no common task ids"
+        if not common
+        else f"only {len(common)} common tasks of {smaller} (< {PAIRING_OVERLAP:.0%} of the smaller side)"
+    )
+    how = f"unpaired ({len(c_tasks)} vs {len(b_tasks)} scored runs; {why})"
+    return Comparison(point, reps, False, how, counts)
+
+
+def unpaired_text(counts: dict[str, int]) -> str:
+    """The runs left out of a paired comparison, by side and cause."""
+    parts = []
+    for side in ("candidate", "baseline"):
+        out, unscored = counts[f"{side}_unpaired_runs"], counts[f"{side}_unscored_runs"]
+        parts.append(f"{side} {out} scored run(s) on tasks the other side did not score, {unscored} unscored")
+    return "left out of the paired difference: " + "; ".join(parts)
+
+
+def censoring_rates_differ(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two-proportion z test (|z| > 1.96) of the censoring rates of two termination audits."""
+    ra, rb = a.get("censoring_rate"), b.get("censoring_rate")
+    na, nb = a.get("working_sample") or 0, b.get("working_sample") or 0
+    if ra is None or rb is None or not na or not nb:
+        return False
+    pooled = (ra * na + rb * nb) / (na + nb)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
+    return bool(se > 0 and abs(ra - rb) / se > 1.96)
 
 
 # -- the checks --
@@ -792,9 +1010,7 @@ def evaluate_gate(
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
-        note = clipped_note(get_rule(crit.rule), r.predictor, r.clipped) if r is not None else None
-        if note:
-            notes.append(who + note)
+        notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
     warnings.extend(fragile_warnings(checks))
     if crit.max_flip is not None:
@@ -808,20 +1024,21 @@ def gate_paths(
     baseline: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    read: Callable[[Sequence[str | os.PathLike[str]], bool], GateSample] | None = None,
 ) -> dict[str, Any]:
-    """`evaluate_gate` on trajectory files (JSON Lines, Parquet, directories of shards), in bounded memory."""
+    """`evaluate_gate` on trajectory files (JSON Lines, Parquet, directories of shards), in bounded memory;
+    `read(paths, with_task_ids)` reads a run another way (the Ray engine's blocks)."""
     crit = criteria or GateCriteria()
     crit.validate(baseline is not None)
     if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
         candidate = [candidate]
-    rule, schedule = get_rule(crit.rule), get_schedule(crit.weights)
-    paired = baseline is not None  # task ids pair the two runs
-    cand = sample_from_paths(candidate, rule, schedule, paired, chunk_bytes, progress, crit.missing)
-    base = (
-        None
-        if baseline is None
-        else sample_from_paths([baseline], rule, schedule, True, chunk_bytes, progress, crit.missing)
-    )
+
+    def read_files(paths: Sequence[str | os.PathLike[str]], with_task_ids: bool) -> GateSample:
+        return sample_from_paths(paths, crit, with_task_ids, chunk_bytes, progress)
+
+    read = read or read_files
+    cand = read(candidate, baseline is not None)  # task ids pair the two runs
+    base = None if baseline is None else read([baseline], True)
     return evaluate_gate(cand, crit, base)
 
 
@@ -955,16 +1172,12 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
             f"draws {crit.bootstrap} (--bootstrap {reps} --seed {seed} on the records gives this interval)"
         )
     clipped = (report.get("log_clipped") or {}).get("forecasts", {}).get(predictor, 0)
-    note = clipped_note(get_rule(crit.rule), name, int(clipped))
-    if note:
-        notes.append(note + " (the report's count, over its working sample)")
+    notes += clipped_notes(crit, name, int(clipped), tail=" (the report's count, over its working sample)")
     mean, lo, se = row["mean"], row["ci_low"], row["se"]
     if lo is None or mean is None:
         raise GateInputError("the snapshot row has no CI (was it made with bootstrap 0?)")
     flip = None
     if se:
-        from scipy.stats import norm
-
         # Replicate ~ N(mean, se) passes iff rep - (mean - lo) >= min, i.e. rep - mean >= min - lo.
         p_pass = float(norm.sf((crit.min_score - lo) / se))
         flip = p_pass if lo < crit.min_score else 1.0 - p_pass
