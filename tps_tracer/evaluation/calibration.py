@@ -1,17 +1,6 @@
-"""Recalibration: cross-fitted Platt (paper, Appendix "Calibration Procedure"), the saved calibrator
-artifact, "<p>+platt" streams, paired raw-vs-recalibrated deltas and fixed-rank sensitivity.
-
-Cross-fitted Platt:
-1. Split complete trajectories into two halves stratified by Y, alternating in id order; steps
-   inherit their trajectory's half. Runs without an outcome alternate in a stratum of their own:
-   they never train a map, but each is calibrated by the other half's.
-2. Feature x = logit(clip(F, 1e-6, 1 - 1e-6)), standardised by the training half's step-weighted
-   mean and sd (weights w_t of the TPS schedule), sd floored at 1e-6.
-3. p = sigmoid(a + b x) by weighted maximum likelihood with an L2 penalty lambda on the slope only:
-   minimise sum_i w_i logloss_i + (lambda / 2) b^2 (scikit-learn's C = 1 / lambda; the paper's
-   lambda = 1). No class balancing. If b < 0: b = 0, a = logit(weighted in-train success rate).
-4. Apply A's map to B and B's to A; clip to [1e-6, 1 - 1e-6].
-"""
+"""Recalibration: cross-fitted Platt (paper, Appendix "Calibration Procedure"; steps in
+docs/calibration.md), the saved calibrator artifact, "<p>+platt" streams, paired raw-vs-recalibrated
+deltas and fixed-rank sensitivity."""
 
 from __future__ import annotations
 
@@ -31,8 +20,9 @@ from tps_tracer import output
 from tps_tracer.constants import COMPLETE_ONLY, DEFAULT_PENALTY, DEFAULT_REPLICATES, DEFAULT_SEED, SIMPLE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import (
+    PairedDelta,
     bootstrap_means,
-    percentile_ci,
+    delta_from_replicates,
     replicate_weights,
     trajectory_keys,
 )
@@ -424,35 +414,6 @@ def with_calibrator_streams(
 
 
 # -- paired comparisons on the same Poisson replicates (Delta / SE: the paper's paired effect size) --
-
-
-@dataclass(frozen=True)
-class PairedDelta:
-    statistic: str
-    a: float
-    b: float
-    delta: float  # b - a
-    se: float
-    ci_low: float
-    ci_high: float
-    n: int
-
-    @property
-    def z(self) -> float:
-        return self.delta / self.se if self.se > 0 else float("nan")
-
-    def as_dict(self) -> dict[str, float | str | int]:
-        d: dict[str, float | str | int] = dataclasses.asdict(self)
-        d["z"] = self.z
-        return {k: d[k] for k in ("statistic", "a", "b", "delta", "se", "z", "ci_low", "ci_high", "n")}
-
-
-def delta_from_replicates(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDelta:
-    """b - a with the SE and percentile CI of given replicates of the difference (NaN: left out)."""
-    ok = reps[~np.isnan(reps)]
-    se = float(np.std(ok, ddof=1)) if ok.size >= 2 else float("nan")
-    lo, hi = percentile_ci(reps[:, None])
-    return PairedDelta(name, a, b, b - a, se, float(lo[0]), float(hi[0]), n)
 
 
 def paired_mean_delta(
