@@ -431,22 +431,6 @@ def paired_mean_delta(
     return delta_from_replicates(statistic, float(boot.point[0]), float(boot.point[1]), reps, both)
 
 
-def weighted_auroc_failure(c: FloatArray, y: FloatArray, w: FloatArray) -> float:
-    """AUROC for failures with case weights (pair weight w_i w_j, ties 1/2); `auroc_failure` at w = 1."""
-    order = np.argsort(c, kind="stable")
-    c, y, w = c[order], y[order], w[order]
-    fail_w = np.where(y == 0, w, 0.0)
-    succ_w = np.where(y == 1, w, 0.0)
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # tie groups
-    f_g = np.add.reduceat(fail_w, starts)
-    s_g = np.add.reduceat(succ_w, starts)
-    s_above = s_g[::-1].cumsum()[::-1] - s_g  # success weight strictly more confident
-    total = f_g.sum() * s_g.sum()
-    if total <= 0:
-        return float("nan")
-    return float((f_g * (s_above + 0.5 * s_g)).sum() / total)
-
-
 def paired_auroc_delta(
     a: FloatArray,
     b: FloatArray,
@@ -460,7 +444,7 @@ def paired_auroc_delta(
     a, b, y = a[keep], b[keep], y[keep]
     kept_ids = [i for i, k in zip(ids, keep, strict=True) if k]
     w = replicate_weights(trajectory_keys(kept_ids), np.arange(n_replicates), seed)
-    reps = np.array([weighted_auroc_failure(b, y, wr) - weighted_auroc_failure(a, y, wr) for wr in w])
+    reps = np.array([auroc_failure(b, y, wr) - auroc_failure(a, y, wr) for wr in w])
     return delta_from_replicates("auroc", auroc_failure(a, y), auroc_failure(b, y), reps, int(keep.sum()))
 
 
