@@ -1,18 +1,10 @@
-"""The censoring checks (paper, Appendix "q_Z Estimation", Eq. app_qz_delta; "Parse-error sensitivity
-analysis"; "Artificial-Censoring Validation"). On censored prefixes
-
-    TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
-
-Artificial censoring cuts a seeded share r of each length stratum of the complete runs at Z uniform
-on 1..T-1; the direct difference (the real scoring path) equals the closed form to ~1e-12:
-
-    TPS_simple - TPS_complete = prefix-swap + tail-omission
-    prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
-    tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
-"""
+"""The censoring checks (paper, Appendix "q_Z Estimation"; "Parse-error sensitivity analysis";
+"Artificial-Censoring Validation"; formulas in docs/censoring.md): exact vs simple on censored
+prefixes, Delta = q_hat (s1 - s0), and artificial censoring's prefix-swap + tail-omission split."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -168,22 +160,19 @@ def exact_vs_simple(
     with_q = censored & ~np.isnan(table.q_z)
     keys = trajectory_keys(table.ids)
     rows = []
-    for name in predictors:
-        col = table.predictors[name]
-        sel = with_q & col.usable
-        for i, rule in enumerate(rules_):
-            for j, sched in enumerate(scheds):
-                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
-                simple = np.where(sel, s0, np.nan)
-                exact = np.where(sel, mix(s1, s0, np.nan_to_num(table.q_z)), np.nan)
-                correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
-                boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
-                lo, hi = boot.ci()
-                row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
-                for c, stat in enumerate(("simple", "exact", "delta")):
-                    row[stat] = json_num(boot.point[c])
-                    row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
-                rows.append({**row, "delta_se": json_num(boot.se()[2])})
+    for name, (i, rule), (j, sched) in itertools.product(predictors, enumerate(rules_), enumerate(scheds)):
+        sel = with_q & table.predictors[name].usable
+        s1, s0 = table.predictors[name].pairs[:, i, j, 0], table.predictors[name].pairs[:, i, j, 1]
+        simple = np.where(sel, s0, np.nan)
+        exact = np.where(sel, mix(s1, s0, np.nan_to_num(table.q_z)), np.nan)
+        correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
+        boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
+        lo, hi = boot.ci()
+        row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
+        for c, stat in enumerate(("simple", "exact", "delta")):
+            row[stat] = json_num(boot.point[c])
+            row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
+        rows.append({**row, "delta_se": json_num(boot.se()[2])})
     return rows
 
 
@@ -202,31 +191,19 @@ def conditional_projection_check(
     index = {tid: i for i, tid in enumerate(arrays.ids)}
     q_hat = estimates.as_mapping()
     rows = []
-    for name in predictors:
+    for name, (ri, rule), (si, sched) in itertools.product(predictors, enumerate(rules_), enumerate(scheds)):
         col = arrays.predictors[name]
         members = [(tid, index[tid]) for tid in estimates.ids if tid in index and col.usable[index[tid]]]
-        for ri, rule in enumerate(rules_):
-            for si, sched in enumerate(scheds):
-                worst = 0.0
-                for tid, i in members:
-                    f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
-                    w = sched.step_weights(
-                        np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i])
-                    )
-                    ys = estimates.outcomes[tid]
-                    per_branch = score(f[None, :], ys[:, None], rule) @ w  # each branch scored as a complete prefix
-                    branch_avg = float(per_branch.mean())
-                    s1, s0 = table.predictors[name].pairs[i, ri, si]
-                    worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - branch_avg))
-                rows.append(
-                    {
-                        "predictor": name,
-                        "rule": rule.name,
-                        "weights": sched.name,
-                        "n": len(members),
-                        "max_abs_error": worst,
-                    }
-                )
+        worst = 0.0
+        for tid, i in members:
+            f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
+            w = sched.step_weights(np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i]))
+            per_branch = score(f[None, :], estimates.outcomes[tid][:, None], rule) @ w  # each a complete prefix
+            s1, s0 = table.predictors[name].pairs[i, ri, si]
+            worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - float(per_branch.mean())))
+        rows.append(
+            {"predictor": name, "rule": rule.name, "weights": sched.name, "n": len(members), "max_abs_error": worst}
+        )
     return rows
 
 

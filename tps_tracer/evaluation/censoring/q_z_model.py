@@ -1,16 +1,6 @@
-"""Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3).
-
-A nuisance model g(H_Z, Z) ~ P(Y = 1 | H_Z): an L2-penalised logistic regression on prefix features,
-cross-fitted over two trajectory folds so that no prefix is predicted by a model that saw its own
-trajectory. Features describe the prefix, kept separate from the predictor under test:
-
-    step                 Z, the prefix length
-    step_share           Z / T (T: the trajectory's horizon)
-    forecast:NAME        NAME's forecast at step Z      logit:NAME   its log-odds
-    forecast_mean:NAME   NAME's mean forecast over steps 1..Z
-
-`PlugInResult.separated_from(p)` is False when p feeds the model; reports flag those rows.
-"""
+"""Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3): an
+L2-penalised logistic g(H_Z, Z) ~ P(Y = 1 | H_Z) on prefix features (docs/censoring.md), cross-fitted
+over two trajectory folds so that no prefix is predicted by a model that saw its own trajectory."""
 
 from __future__ import annotations
 
