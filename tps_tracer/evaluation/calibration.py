@@ -181,6 +181,13 @@ def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "lin
     return get_schedule(schedule).step_weights(t, big_t)
 
 
+def _fit_on(arrays: TrajectoryArrays, name: str, train: NDArray[np.bool_], w: FloatArray, penalty: float) -> PlattMap:
+    """The Platt map of predictor `name` fitted on the steps of the `train` trajectories (labels: their Y)."""
+    steps = np.repeat(train, arrays.lengths)
+    y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)[steps]
+    return fit_platt(arrays.predictors[name].values[steps], y, w[steps], penalty, int(train.sum()))
+
+
 def cross_fit_platt(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -193,23 +200,17 @@ def cross_fit_platt(
     col = arrays.predictors[predictor]
     complete = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     half = split_halves(arrays.ids, arrays.outcome, complete)
-    lengths = arrays.lengths
-    step_half = np.repeat(half, lengths)
-    step_complete = np.repeat(complete, lengths)
-    step_y = np.repeat(np.nan_to_num(arrays.outcome), lengths)
+    step_half = np.repeat(half, arrays.lengths)
     w = step_weights(arrays, schedule)
     if trajectory_weights is not None:
-        w = w * np.repeat(np.asarray(trajectory_weights, dtype=np.float64), lengths)
+        w = w * np.repeat(np.asarray(trajectory_weights, dtype=np.float64), arrays.lengths)
+    out = np.full_like(col.values, np.nan)
+    usable_steps = np.repeat(col.usable, arrays.lengths)
     maps = []
     for h in (0, 1):
-        train = step_complete & (step_half == h)
-        if not train.any():
+        if not (complete & (half == h)).any():
             raise InputError(f"Platt: half {h} has no complete trajectory with a usable {predictor!r} stream")
-        n_traj = int((complete & (half == h)).sum())
-        maps.append(fit_platt(col.values[train], step_y[train], w[train], penalty, n_traj))
-    out = np.full_like(col.values, np.nan)
-    usable_steps = np.repeat(col.usable, lengths)
-    for h in (0, 1):
+        maps.append(_fit_on(arrays, predictor, complete & (half == h), w, penalty))
         target = usable_steps & (step_half != h)  # trajectories of the other half
         out[target] = maps[h].apply(col.values[target])
     return CrossFitResult(predictor, out, half, (maps[0], maps[1]), col.values, step_half)
@@ -362,7 +363,6 @@ def fit_calibrator(
     sched = get_schedule(schedule)
     complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     w = step_weights(arrays, sched)
-    step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
     names = list(predictors) if predictors is not None else list(arrays.predictors)
     check_known_predictors(names, arrays.predictors)
     fittable, skipped = split_usable(names, lambda p: platt_fit_reason(arrays, p))
@@ -370,10 +370,7 @@ def fit_calibrator(
         raise nothing_left("calibrate", skipped)
     maps = {}
     for name in fittable:
-        col = arrays.predictors[name]
-        train_traj = complete & col.usable
-        train = np.repeat(train_traj, arrays.lengths)
-        maps[name] = m = fit_platt(col.values[train], step_y[train], w[train], penalty, int(train_traj.sum()))
+        maps[name] = m = _fit_on(arrays, name, complete & arrays.predictors[name].usable, w, penalty)
         if not np.isfinite([m.a, m.b, m.mu, m.sigma]).all():  # never write a map that cannot be applied
             raise InputError(f"the Platt fit of {name!r} did not converge to finite parameters")
     fitted_on = {"source": source, "n_trajectories": arrays.n, "n_complete": int(complete.sum())}
@@ -466,9 +463,6 @@ def auroc_deltas(
     return out
 
 
-_REFIT = "+refit"
-
-
 def _log_scores(arrays: TrajectoryArrays, name: str, schedule: str, modes: Sequence[str]) -> dict[str, np.ndarray]:
     table = pair_table_from_arrays(arrays, [name], [get_rule("log")], [get_schedule(schedule)], with_summaries=False)
     sm = score_columns(table, [name], modes=modes)
@@ -487,20 +481,22 @@ def refit_tps_deltas(
     """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate (reused
     maps give a CI conditional on the fit, which undercovers at small N); a replicate that leaves a half
     without a weighted complete trajectory is NaN (left out of the CI)."""
-    raw = _log_scores(arrays, predictor, schedule, modes)
-    fit = cross_fit_platt(arrays, predictor, schedule, penalty)
-    recal = _log_scores(arrays.with_predictor(predictor + _REFIT, fit.values), predictor + _REFIT, schedule, modes)
+
+    def platt_scores(w: FloatArray | None = None) -> dict[str, np.ndarray]:
+        fit = cross_fit_platt(arrays, predictor, schedule, penalty, trajectory_weights=w)
+        return _log_scores(
+            arrays.with_predictor(predictor + "+refit", fit.values), predictor + "+refit", schedule, modes
+        )
+
+    raw, recal = _log_scores(arrays, predictor, schedule, modes), platt_scores()
     keys = trajectory_keys(arrays.ids)
     reps = np.full((n_replicates, len(modes)), np.nan)
     for b in range(n_replicates):
         w = replicate_weights(keys, [b], seed)[0]  # replicate b of the conditional bootstrap's resamples
         try:
-            refit = cross_fit_platt(arrays, predictor, schedule, penalty, trajectory_weights=w)
+            scored = platt_scores(w)
         except InputError:  # a half without a weighted complete trajectory: no fit on this resample
             continue
-        scored = _log_scores(
-            arrays.with_predictor(predictor + _REFIT, refit.values), predictor + _REFIT, schedule, modes
-        )
         for k, mode in enumerate(modes):
             d = scored[mode] - raw[mode]
             ok = ~np.isnan(d)
