@@ -48,40 +48,6 @@ def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int
     return cuts
 
 
-def _censored_copy(arrays: TrajectoryArrays, predictor: str, cuts: IntArray) -> TrajectoryArrays:
-    """The same trajectories with those cut at Z > 0 turned into max_steps prefixes (horizon kept)."""
-    lengths = arrays.lengths
-    keep_len = np.where(cuts > 0, cuts, lengths)
-    t = np.arange(int(arrays.offsets[-1])) - np.repeat(arrays.offsets[:-1], lengths) + 1
-    keep = t <= np.repeat(keep_len, lengths)
-    col = arrays.predictors[predictor]
-    censored = cuts > 0
-    return replace(
-        arrays,
-        offsets=np.concatenate(([0], np.cumsum(keep_len))).astype(np.int64),
-        stop_code=np.where(censored, _MAX_STEPS, arrays.stop_code).astype(np.int8),
-        outcome=np.where(censored, np.nan, arrays.outcome),
-        q_z=np.full(arrays.n, np.nan),
-        predictors={predictor: PredictorColumn(predictor, col.values[keep], col.usable.copy(), dict(col.skipped))},
-    )
-
-
-def _decomposition(
-    f: FloatArray, owner: IntArray, t: FloatArray, horizon: FloatArray, y: FloatArray, cuts: IntArray, n: int,
-    rule: ScoreRule, schedule: WeightSchedule,
-) -> tuple[FloatArray, FloatArray]:  # fmt: skip
-    """(prefix-swap, tail-omission) per trajectory, from the closed form, step by step."""
-    b1, b0 = rule.branches(f)
-    w = schedule.step_weights(t, horizon[owner])
-    z = np.where(cuts > 0, cuts, np.iinfo(np.int64).max)[owner]
-    in_prefix = t <= z
-    cut = (cuts > 0)[owner]
-    y_s = y[owner]
-    swap = np.bincount(owner, weights=np.where(in_prefix & cut, y_s * w * (b0 - b1), 0.0), minlength=n)
-    tail = np.bincount(owner, weights=np.where(in_prefix, 0.0, -w * (y_s * b1 + (1 - y_s) * b0)), minlength=n)
-    return swap.astype(np.float64), tail.astype(np.float64)
-
-
 def artificial_censoring(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -114,15 +80,28 @@ def artificial_censoring(
     t = (np.arange(int(base.offsets[-1])) - np.repeat(base.offsets[:-1], lengths) + 1).astype(np.float64)
     f = base.predictors[predictor].values
     complete = score_matrix(base, [predictor], rules_, scheds, modes=(COMPLETE_ONLY,))
+    y_s = y[owner]
     rows = []
     for rate in rates:
         cuts = censoring_plan(base.ids, lengths, rate, seed)
         censored = cuts > 0
-        simple = score_matrix(_censored_copy(base, predictor, cuts), [predictor], rules_, scheds, modes=(SIMPLE,))
+        in_prefix = t <= np.where(censored, cuts, lengths)[owner]
+        cut_copy = replace(  # the trajectories cut at Z > 0 turned into max_steps prefixes (horizon kept)
+            base,
+            offsets=np.concatenate(([0], np.cumsum(np.where(censored, cuts, lengths)))).astype(np.int64),
+            stop_code=np.where(censored, _MAX_STEPS, base.stop_code).astype(np.int8),
+            outcome=np.where(censored, np.nan, y),
+            q_z=np.full(n, np.nan),
+            predictors={predictor: PredictorColumn(predictor, f[in_prefix], np.ones(n, bool))},
+        )
+        simple = score_matrix(cut_copy, [predictor], rules_, scheds, modes=(SIMPLE,))
         for (key, full), part in zip(zip(complete.keys, complete.columns, strict=True), simple.columns, strict=True):
-            rule, sched = get_rule(key.rule), get_schedule(key.weights)
+            b1, b0 = get_rule(key.rule).branches(f)  # the closed form, step by step
+            w = get_schedule(key.weights).step_weights(t, base.horizon[owner])
+            swap_steps = np.where(in_prefix & censored[owner], y_s * w * (b0 - b1), 0.0)
+            swap = np.bincount(owner, weights=swap_steps, minlength=n)
+            tail = np.bincount(owner, weights=np.where(in_prefix, 0.0, -w * (y_s * b1 + (1 - y_s) * b0)), minlength=n)
             direct = part - full
-            swap, tail = _decomposition(f, owner, t, base.horizon, y, cuts, n, rule, sched)
             rows.append(
                 {
                     "predictor": predictor,
