@@ -300,8 +300,7 @@ class PartialState:
         has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
         eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
-        members = [eta_table[mode][0] for mode in CENSORING_MODES]
-        etas = [eta_table[mode][1] for mode in CENSORING_MODES]
+        members, etas = zip(*(eta_table[mode] for mode in CENSORING_MODES), strict=True)
 
         wanted = table.predictors if spec.predictors is None else spec.predictors
         scored = [p for p in wanted if p in table.predictors]

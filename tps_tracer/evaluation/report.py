@@ -201,18 +201,11 @@ def score_and_delta_rows(
     index = {k: i for i, k in enumerate(keys)}
     deltas = []
     for k in keys:
-        if k.censoring == COMPLETE_ONLY:
-            continue
-        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
-        deltas.append(
-            {
-                "predictor": k.predictor,
-                "rule": k.rule,
-                "weights": k.weights,
-                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
-                **paired_delta_row(boot, index[ref], index[k]),
-            }
-        )
+        if k.censoring != COMPLETE_ONLY:
+            ref = index[dataclasses.replace(k, censoring=COMPLETE_ONLY)]
+            row = {**vars(k), "comparison": f"{k.censoring} - {COMPLETE_ONLY}", **paired_delta_row(boot, ref, index[k])}
+            del row["censoring"]  # (predictor, rule, weights, comparison, delta statistics)
+            deltas.append(row)
     return scores, deltas
 
 
@@ -422,14 +415,13 @@ def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | 
 
     opts = options or ReportOptions()
     read = exact_records(path)
-    set_aside, records = read.set_aside, read
     groups = []
-    for value, recs in split_records(records, key).items():
+    for value, recs in split_records(read, key).items():
         try:
             groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
         except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored
             groups.append({"value": value, "n": len(recs), "error": str(exc)})
     out: dict[str, Any] = {"by": key, "groups": groups}
-    if set_aside:
-        out["input"] = {"set_aside": set_aside.as_dict()}
+    if read.set_aside:
+        out["input"] = {"set_aside": read.set_aside.as_dict()}
     return out
