@@ -4,6 +4,7 @@ plus the per-trajectory scalars of the rank diagnostics; states merge in any ord
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import weakref
@@ -520,12 +521,10 @@ def _mode_split_replicate_sums(
 
 def merge_states(states: Iterable[PartialState]) -> PartialState:
     """Merge any number of states (at least one), in any order."""
-    out: PartialState | None = None
-    for s in states:
-        out = s if out is None else out.merge(s)
-    if out is None:
+    parts = list(states)
+    if not parts:
         raise InputError("no partial state to merge")
-    return out
+    return functools.reduce(PartialState.merge, parts)
 
 
 # -- appending in place -------------------------------------------------------------------------
