@@ -16,7 +16,6 @@ from tps_tracer.evaluation.calibration import (
     paired_mean_delta,
     split_halves,
     step_weights,
-    weighted_auroc_failure,
 )
 from tps_tracer.evaluation.diagnostics import auroc_failure
 from tps_tracer.records import to_arrays
@@ -127,10 +126,10 @@ def test_weighted_auroc_reduces_to_sklearn_and_handles_ties():
     rng = np.random.default_rng(0)
     c = np.round(rng.random(200), 1)  # many ties
     y = (rng.random(200) < c).astype(float)
-    assert weighted_auroc_failure(c, y, np.ones(200)) == pytest.approx(roc_auc_score(1 - y, 1 - c), abs=1e-12)
+    assert auroc_failure(c, y, np.ones(200)) == pytest.approx(roc_auc_score(1 - y, 1 - c), abs=1e-12)
     w = rng.integers(0, 3, 200).astype(float)
     rep = np.repeat(np.arange(200), w.astype(int))
-    assert weighted_auroc_failure(c, y, w) == pytest.approx(roc_auc_score(1 - y[rep], 1 - c[rep]), abs=1e-12)
+    assert auroc_failure(c, y, w) == pytest.approx(roc_auc_score(1 - y[rep], 1 - c[rep]), abs=1e-12)
 
 
 def test_paired_deltas_recalibration_finding_on_a_saturated_stream():

@@ -12,14 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
-from scipy.stats import rankdata
 
 import tps_tracer
 import tps_tracer.records
-from tps_tracer.evaluation.diagnostics import auroc_failure, average_ranks
+from tps_tracer.evaluation.diagnostics import auroc_failure
 
 HEAVY = ("numpy", "scipy", "pydantic", "pyarrow", "pandas")
 
@@ -99,12 +95,6 @@ def test_every_public_name_resolves() -> None:
     with pytest.raises(AttributeError):
         _ = tps_tracer.no_such_name  # type: ignore[attr-defined]
     assert tps_tracer.read_trajectories is tps_tracer.records.jsonl.read_trajectories
-
-
-@settings(max_examples=300, deadline=None)
-@given(arrays(np.float64, st.integers(0, 60), elements=st.sampled_from([0.0, 0.25, 0.5, 1.0, -3.0, 1e-300, 7.5])))
-def test_average_ranks_equal_scipy_rankdata(x: np.ndarray) -> None:
-    assert np.array_equal(average_ranks(x), rankdata(x))
 
 
 def test_auroc_matches_scikit_learn_with_ties() -> None:

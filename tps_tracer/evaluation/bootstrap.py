@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -174,6 +174,34 @@ def percentile_ci(reps: FloatArray, level: float = CI_LEVEL) -> tuple[FloatArray
             linear_quantile(ordered, count, 1.0 - alpha),
         )
     return out_lo, out_hi
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    statistic: str
+    a: float
+    b: float
+    delta: float  # b - a
+    se: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    @property
+    def z(self) -> float:
+        return self.delta / self.se if self.se > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, float | str | int]:
+        d: dict[str, float | str | int] = asdict(self)
+        d["z"] = self.z
+        return {k: d[k] for k in ("statistic", "a", "b", "delta", "se", "z", "ci_low", "ci_high", "n")}
+
+
+def delta_from_replicates(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDelta:
+    """b - a with the SE and percentile CI of given replicates of the difference (NaN: left out)."""
+    se = float(np.nanstd(reps, ddof=1)) if np.sum(~np.isnan(reps)) >= 2 else float("nan")
+    lo, hi = percentile_ci(reps[:, None])
+    return PairedDelta(name, a, b, b - a, se, float(lo[0]), float(hi[0]), n)
 
 
 def replicate_means(sums: FloatArray, dens: FloatArray) -> FloatArray:

@@ -1,17 +1,6 @@
-"""Recalibration: cross-fitted Platt (paper, Appendix "Calibration Procedure"), the saved calibrator
-artifact, "<p>+platt" streams, paired raw-vs-recalibrated deltas and fixed-rank sensitivity.
-
-Cross-fitted Platt:
-1. Split complete trajectories into two halves stratified by Y, alternating in id order; steps
-   inherit their trajectory's half. Runs without an outcome alternate in a stratum of their own:
-   they never train a map, but each is calibrated by the other half's.
-2. Feature x = logit(clip(F, 1e-6, 1 - 1e-6)), standardised by the training half's step-weighted
-   mean and sd (weights w_t of the TPS schedule), sd floored at 1e-6.
-3. p = sigmoid(a + b x) by weighted maximum likelihood with an L2 penalty lambda on the slope only:
-   minimise sum_i w_i logloss_i + (lambda / 2) b^2 (scikit-learn's C = 1 / lambda; the paper's
-   lambda = 1). No class balancing. If b < 0: b = 0, a = logit(weighted in-train success rate).
-4. Apply A's map to B and B's to A; clip to [1e-6, 1 - 1e-6].
-"""
+"""Recalibration: cross-fitted Platt (paper, Appendix "Calibration Procedure"; steps in
+docs/calibration.md), the saved calibrator artifact, "<p>+platt" streams, paired raw-vs-recalibrated
+deltas and fixed-rank sensitivity."""
 
 from __future__ import annotations
 
@@ -31,8 +20,9 @@ from tps_tracer import output
 from tps_tracer.constants import COMPLETE_ONLY, DEFAULT_PENALTY, DEFAULT_REPLICATES, DEFAULT_SEED, SIMPLE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import (
+    PairedDelta,
     bootstrap_means,
-    percentile_ci,
+    delta_from_replicates,
     replicate_weights,
     trajectory_keys,
 )
@@ -191,6 +181,13 @@ def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "lin
     return get_schedule(schedule).step_weights(t, big_t)
 
 
+def _fit_on(arrays: TrajectoryArrays, name: str, train: NDArray[np.bool_], w: FloatArray, penalty: float) -> PlattMap:
+    """The Platt map of predictor `name` fitted on the steps of the `train` trajectories (labels: their Y)."""
+    steps = np.repeat(train, arrays.lengths)
+    y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)[steps]
+    return fit_platt(arrays.predictors[name].values[steps], y, w[steps], penalty, int(train.sum()))
+
+
 def cross_fit_platt(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -203,23 +200,17 @@ def cross_fit_platt(
     col = arrays.predictors[predictor]
     complete = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
     half = split_halves(arrays.ids, arrays.outcome, complete)
-    lengths = arrays.lengths
-    step_half = np.repeat(half, lengths)
-    step_complete = np.repeat(complete, lengths)
-    step_y = np.repeat(np.nan_to_num(arrays.outcome), lengths)
+    step_half = np.repeat(half, arrays.lengths)
     w = step_weights(arrays, schedule)
     if trajectory_weights is not None:
-        w = w * np.repeat(np.asarray(trajectory_weights, dtype=np.float64), lengths)
+        w = w * np.repeat(np.asarray(trajectory_weights, dtype=np.float64), arrays.lengths)
+    out = np.full_like(col.values, np.nan)
+    usable_steps = np.repeat(col.usable, arrays.lengths)
     maps = []
     for h in (0, 1):
-        train = step_complete & (step_half == h)
-        if not train.any():
+        if not (complete & (half == h)).any():
             raise InputError(f"Platt: half {h} has no complete trajectory with a usable {predictor!r} stream")
-        n_traj = int((complete & (half == h)).sum())
-        maps.append(fit_platt(col.values[train], step_y[train], w[train], penalty, n_traj))
-    out = np.full_like(col.values, np.nan)
-    usable_steps = np.repeat(col.usable, lengths)
-    for h in (0, 1):
+        maps.append(_fit_on(arrays, predictor, complete & (half == h), w, penalty))
         target = usable_steps & (step_half != h)  # trajectories of the other half
         out[target] = maps[h].apply(col.values[target])
     return CrossFitResult(predictor, out, half, (maps[0], maps[1]), col.values, step_half)
@@ -372,7 +363,6 @@ def fit_calibrator(
     sched = get_schedule(schedule)
     complete, _ = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
     w = step_weights(arrays, sched)
-    step_y = np.repeat(np.nan_to_num(arrays.outcome), arrays.lengths)
     names = list(predictors) if predictors is not None else list(arrays.predictors)
     check_known_predictors(names, arrays.predictors)
     fittable, skipped = split_usable(names, lambda p: platt_fit_reason(arrays, p))
@@ -380,10 +370,7 @@ def fit_calibrator(
         raise nothing_left("calibrate", skipped)
     maps = {}
     for name in fittable:
-        col = arrays.predictors[name]
-        train_traj = complete & col.usable
-        train = np.repeat(train_traj, arrays.lengths)
-        maps[name] = m = fit_platt(col.values[train], step_y[train], w[train], penalty, int(train_traj.sum()))
+        maps[name] = m = _fit_on(arrays, name, complete & arrays.predictors[name].usable, w, penalty)
         if not np.isfinite([m.a, m.b, m.mu, m.sigma]).all():  # never write a map that cannot be applied
             raise InputError(f"the Platt fit of {name!r} did not converge to finite parameters")
     fitted_on = {"source": source, "n_trajectories": arrays.n, "n_complete": int(complete.sum())}
@@ -426,35 +413,6 @@ def with_calibrator_streams(
 # -- paired comparisons on the same Poisson replicates (Delta / SE: the paper's paired effect size) --
 
 
-@dataclass(frozen=True)
-class PairedDelta:
-    statistic: str
-    a: float
-    b: float
-    delta: float  # b - a
-    se: float
-    ci_low: float
-    ci_high: float
-    n: int
-
-    @property
-    def z(self) -> float:
-        return self.delta / self.se if self.se > 0 else float("nan")
-
-    def as_dict(self) -> dict[str, float | str | int]:
-        d: dict[str, float | str | int] = dataclasses.asdict(self)
-        d["z"] = self.z
-        return {k: d[k] for k in ("statistic", "a", "b", "delta", "se", "z", "ci_low", "ci_high", "n")}
-
-
-def delta_from_replicates(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDelta:
-    """b - a with the SE and percentile CI of given replicates of the difference (NaN: left out)."""
-    ok = reps[~np.isnan(reps)]
-    se = float(np.std(ok, ddof=1)) if ok.size >= 2 else float("nan")
-    lo, hi = percentile_ci(reps[:, None])
-    return PairedDelta(name, a, b, b - a, se, float(lo[0]), float(hi[0]), n)
-
-
 def paired_mean_delta(
     a: FloatArray,
     b: FloatArray,
@@ -470,22 +428,6 @@ def paired_mean_delta(
     return delta_from_replicates(statistic, float(boot.point[0]), float(boot.point[1]), reps, both)
 
 
-def weighted_auroc_failure(c: FloatArray, y: FloatArray, w: FloatArray) -> float:
-    """AUROC for failures with case weights (pair weight w_i w_j, ties 1/2); `auroc_failure` at w = 1."""
-    order = np.argsort(c, kind="stable")
-    c, y, w = c[order], y[order], w[order]
-    fail_w = np.where(y == 0, w, 0.0)
-    succ_w = np.where(y == 1, w, 0.0)
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # tie groups
-    f_g = np.add.reduceat(fail_w, starts)
-    s_g = np.add.reduceat(succ_w, starts)
-    s_above = s_g[::-1].cumsum()[::-1] - s_g  # success weight strictly more confident
-    total = f_g.sum() * s_g.sum()
-    if total <= 0:
-        return float("nan")
-    return float((f_g * (s_above + 0.5 * s_g)).sum() / total)
-
-
 def paired_auroc_delta(
     a: FloatArray,
     b: FloatArray,
@@ -499,7 +441,7 @@ def paired_auroc_delta(
     a, b, y = a[keep], b[keep], y[keep]
     kept_ids = [i for i, k in zip(ids, keep, strict=True) if k]
     w = replicate_weights(trajectory_keys(kept_ids), np.arange(n_replicates), seed)
-    reps = np.array([weighted_auroc_failure(b, y, wr) - weighted_auroc_failure(a, y, wr) for wr in w])
+    reps = np.array([auroc_failure(b, y, wr) - auroc_failure(a, y, wr) for wr in w])
     return delta_from_replicates("auroc", auroc_failure(a, y), auroc_failure(b, y), reps, int(keep.sum()))
 
 
@@ -521,9 +463,6 @@ def auroc_deltas(
     return out
 
 
-_REFIT = "+refit"
-
-
 def _log_scores(arrays: TrajectoryArrays, name: str, schedule: str, modes: Sequence[str]) -> dict[str, np.ndarray]:
     table = pair_table_from_arrays(arrays, [name], [get_rule("log")], [get_schedule(schedule)], with_summaries=False)
     sm = score_columns(table, [name], modes=modes)
@@ -542,20 +481,22 @@ def refit_tps_deltas(
     """TPS_log(Platt) - TPS_log(raw) per censoring mode, both maps refitted in every replicate (reused
     maps give a CI conditional on the fit, which undercovers at small N); a replicate that leaves a half
     without a weighted complete trajectory is NaN (left out of the CI)."""
-    raw = _log_scores(arrays, predictor, schedule, modes)
-    fit = cross_fit_platt(arrays, predictor, schedule, penalty)
-    recal = _log_scores(arrays.with_predictor(predictor + _REFIT, fit.values), predictor + _REFIT, schedule, modes)
+
+    def platt_scores(w: FloatArray | None = None) -> dict[str, np.ndarray]:
+        fit = cross_fit_platt(arrays, predictor, schedule, penalty, trajectory_weights=w)
+        return _log_scores(
+            arrays.with_predictor(predictor + "+refit", fit.values), predictor + "+refit", schedule, modes
+        )
+
+    raw, recal = _log_scores(arrays, predictor, schedule, modes), platt_scores()
     keys = trajectory_keys(arrays.ids)
     reps = np.full((n_replicates, len(modes)), np.nan)
     for b in range(n_replicates):
         w = replicate_weights(keys, [b], seed)[0]  # replicate b of the conditional bootstrap's resamples
         try:
-            refit = cross_fit_platt(arrays, predictor, schedule, penalty, trajectory_weights=w)
+            scored = platt_scores(w)
         except InputError:  # a half without a weighted complete trajectory: no fit on this resample
             continue
-        scored = _log_scores(
-            arrays.with_predictor(predictor + _REFIT, refit.values), predictor + _REFIT, schedule, modes
-        )
         for k, mode in enumerate(modes):
             d = scored[mode] - raw[mode]
             ok = ~np.isnan(d)

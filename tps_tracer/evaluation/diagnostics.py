@@ -21,29 +21,23 @@ def _prep(c: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     return ca, ya
 
 
-def average_ranks(x: FloatArray) -> FloatArray:
-    """scipy.stats.rankdata's average ranks, without importing scipy.stats (~0.5 s of a small report)."""
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    first = np.r_[True, xs[1:] != xs[:-1]]  # the first element of each tie group
-    starts = np.flatnonzero(first)
-    ends = np.r_[starts[1:], xs.size]
-    group_rank = (starts + ends + 1) / 2.0  # mean of the ranks starts+1 .. ends
-    ranks = np.empty(x.size)
-    ranks[order] = group_rank[np.cumsum(first) - 1]
-    return ranks
-
-
-def auroc_failure(c: ArrayLike, y: ArrayLike) -> float:
-    """P(risk of a failure > risk of a success), ties counting 1/2 (Mann-Whitney U / n0 n1)."""
+def auroc_failure(c: ArrayLike, y: ArrayLike, w: ArrayLike | None = None) -> float:
+    """P(risk of a failure > risk of a success), ties counting 1/2 (Mann-Whitney U / n0 n1); case
+    weights `w` (a bootstrap replicate's) weigh each pair by w_i w_j."""
     ca, ya = _prep(c, y)
-    fail = ya == 0
-    n_pos, n_neg = int(fail.sum()), int((~fail).sum())
-    if n_pos == 0 or n_neg == 0:
+    if ca.size == 0:
         return float("nan")
-    ranks = average_ranks(-ca)  # of the risk score
-    u = ranks[fail].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
+    order = np.argsort(ca, kind="stable")
+    ca, ya = ca[order], ya[order]
+    wa = np.ones(ca.size) if w is None else np.asarray(w, dtype=np.float64)[order]
+    starts = np.flatnonzero(np.r_[True, ca[1:] != ca[:-1]])  # tie groups
+    f_g = np.add.reduceat(np.where(ya == 0, wa, 0.0), starts)
+    s_g = np.add.reduceat(np.where(ya == 0, 0.0, wa), starts)
+    s_above = s_g[::-1].cumsum()[::-1] - s_g  # success weight strictly more confident
+    total = f_g.sum() * s_g.sum()
+    if total <= 0:
+        return float("nan")
+    return float((f_g * (s_above + 0.5 * s_g)).sum() / total)
 
 
 def auprc_failure(c: ArrayLike, y: ArrayLike) -> float:

@@ -4,6 +4,7 @@ plus the per-trajectory scalars of the rank diagnostics; states merge in any ord
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import weakref
@@ -300,8 +301,7 @@ class PartialState:
         has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
         eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
-        members = [eta_table[mode][0] for mode in CENSORING_MODES]
-        etas = [eta_table[mode][1] for mode in CENSORING_MODES]
+        members, etas = zip(*(eta_table[mode] for mode in CENSORING_MODES), strict=True)
 
         wanted = table.predictors if spec.predictors is None else spec.predictors
         scored = [p for p in wanted if p in table.predictors]
@@ -521,12 +521,10 @@ def _mode_split_replicate_sums(
 
 def merge_states(states: Iterable[PartialState]) -> PartialState:
     """Merge any number of states (at least one), in any order."""
-    out: PartialState | None = None
-    for s in states:
-        out = s if out is None else out.merge(s)
-    if out is None:
+    parts = list(states)
+    if not parts:
         raise InputError("no partial state to merge")
-    return out
+    return functools.reduce(PartialState.merge, parts)
 
 
 # -- appending in place -------------------------------------------------------------------------

@@ -4,6 +4,7 @@ schedule x censoring mode with bootstrap CIs, Delta_practice, then rank/calibrat
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -14,7 +15,13 @@ import numpy as np
 
 from tps_tracer.constants import CENSORING_MODES, COMPLETE_ONLY, DEFAULT_PENALTY, EXACT, MISSING_POLICIES, SIMPLE
 from tps_tracer.errors import InputError
-from tps_tracer.evaluation.bootstrap import CI_LEVEL, BootstrapResult, percentile_ci, replicate_means
+from tps_tracer.evaluation.bootstrap import (
+    CI_LEVEL,
+    BootstrapResult,
+    PairedDelta,
+    delta_from_replicates,
+    replicate_means,
+)
 from tps_tracer.evaluation.diagnostics import scalar_diagnostics
 from tps_tracer.evaluation.pairs import (
     ColumnKey,
@@ -45,7 +52,6 @@ from tps_tracer.records.stop_reasons import Role
 from tps_tracer.scoring import DEFAULT_SCHEDULE, LogRule, WeightSchedule, get_rule, get_schedule
 
 if TYPE_CHECKING:
-    from tps_tracer.evaluation.calibration import PairedDelta
     from tps_tracer.records.schema import TrajectoryRecord
 
 REPORT_VERSION = 1
@@ -118,28 +124,17 @@ def _bootstrapped_columns(
 ) -> tuple[list[ColumnKey], BootstrapResult]:
     """One column per predictor x rule x schedule x mode: point means from the sums, replicate means
     from the replicate sums."""
-    mode_idx = [CENSORING_MODES.index(m) for m in modes]
-    keys: list[ColumnKey] = []
-    point, n, rep_sum, rep_den = [], [], [], []
-    for name in predictors:
-        st = states[name]
-        for i, rule in enumerate(state.spec.rules):
-            for j, sched in enumerate(state.spec.schedules):
-                for m, mode in zip(mode_idx, modes, strict=True):
-                    keys.append(ColumnKey(name, rule.name, sched.name, mode))
-                    n.append(int(st.count[i, j, m]))
-                    point.append(st.total[i, j, m] / st.count[i, j, m] if st.count[i, j, m] else np.nan)
-                    rep_sum.append(st.rep_total[:, i, j, m])
-                    rep_den.append(st.rep_count[:, m])
-    b = state.spec.bootstrap
-    boot = BootstrapResult(
-        point=np.array(point, dtype=np.float64),
-        n=np.array(n, dtype=np.int64),
-        replicates=replicate_means(
-            np.column_stack(rep_sum) if keys else np.zeros((b, 0)),
-            np.column_stack(rep_den) if keys else np.zeros((b, 0)),
-        ),
-    )
+    spec, b = state.spec, state.spec.bootstrap
+    m = [CENSORING_MODES.index(mode) for mode in modes]
+    rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
+    keys = [ColumnKey(*k) for k in itertools.product(predictors, rules, schedules, modes)]
+    width = len(rules) * len(schedules)  # columns per predictor and mode
+    sts = [states[name] for name in predictors]
+    count = np.concatenate([st.count[..., m].ravel() for st in sts] or [np.zeros(0, dtype=np.int64)])
+    total = np.concatenate([st.total[..., m].ravel() for st in sts] or [np.zeros(0)])
+    rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
+    rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
+    boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
     return keys, boot
 
 
@@ -206,29 +201,19 @@ def score_and_delta_rows(
     index = {k: i for i, k in enumerate(keys)}
     deltas = []
     for k in keys:
-        if k.censoring == COMPLETE_ONLY:
-            continue
-        ref = ColumnKey(k.predictor, k.rule, k.weights, COMPLETE_ONLY)
-        deltas.append(
-            {
-                "predictor": k.predictor,
-                "rule": k.rule,
-                "weights": k.weights,
-                "comparison": f"{k.censoring} - {COMPLETE_ONLY}",
-                **paired_delta_row(boot, index[ref], index[k]),
-            }
-        )
+        if k.censoring != COMPLETE_ONLY:
+            ref = index[dataclasses.replace(k, censoring=COMPLETE_ONLY)]
+            row = {**vars(k), "comparison": f"{k.censoring} - {COMPLETE_ONLY}", **paired_delta_row(boot, ref, index[k])}
+            del row["censoring"]  # (predictor, rule, weights, comparison, delta statistics)
+            deltas.append(row)
     return scores, deltas
 
 
 def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     """mean(column j) - mean(column i) on the same replicates."""
     rep = boot.replicates[:, j] - boot.replicates[:, i]
-    d = boot.point[j] - boot.point[i]
-    d_se = float(np.nanstd(rep, ddof=1)) if np.sum(~np.isnan(rep)) >= 2 else float("nan")
-    d_lo, d_hi = percentile_ci(rep[:, None])
-    z = json_num(d / d_se) if d_se > 0 else None
-    return dict(zip(_DELTA_STATS, (json_num(d), json_num(d_se), z, json_num(d_lo[0]), json_num(d_hi[0])), strict=True))
+    d = delta_from_replicates("", boot.point[i], boot.point[j], rep, 0)
+    return {k: json_num(getattr(d, k)) for k in _DELTA_STATS}
 
 
 def diagnostic_rows(
@@ -430,14 +415,13 @@ def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | 
 
     opts = options or ReportOptions()
     read = exact_records(path)
-    set_aside, records = read.set_aside, read
     groups = []
-    for value, recs in split_records(records, key).items():
+    for value, recs in split_records(read, key).items():
         try:
             groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
         except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored
             groups.append({"value": value, "n": len(recs), "error": str(exc)})
     out: dict[str, Any] = {"by": key, "groups": groups}
-    if set_aside:
-        out["input"] = {"set_aside": set_aside.as_dict()}
+    if read.set_aside:
+        out["input"] = {"set_aside": read.set_aside.as_dict()}
     return out

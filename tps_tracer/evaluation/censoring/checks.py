@@ -1,18 +1,10 @@
-"""The censoring checks (paper, Appendix "q_Z Estimation", Eq. app_qz_delta; "Parse-error sensitivity
-analysis"; "Artificial-Censoring Validation"). On censored prefixes
-
-    TPS_simple = s0,   TPS_exact = q_hat s1 + (1 - q_hat) s0,   Delta = q_hat (s1 - s0)
-
-Artificial censoring cuts a seeded share r of each length stratum of the complete runs at Z uniform
-on 1..T-1; the direct difference (the real scoring path) equals the closed form to ~1e-12:
-
-    TPS_simple - TPS_complete = prefix-swap + tail-omission
-    prefix-swap   =  Y * sum_{t<=Z} w_t [S(F_t, 0) - S(F_t, 1)]      (zero when Y = 0)
-    tail-omission = -sum_{t>Z} w_t S(F_t, Y)                          (>= 0: scores are <= 0)
-"""
+"""The censoring checks (paper, Appendix "q_Z Estimation"; "Parse-error sensitivity analysis";
+"Artificial-Censoring Validation"; formulas in docs/censoring.md): exact vs simple on censored
+prefixes, Delta = q_hat (s1 - s0), and artificial censoring's prefix-swap + tail-omission split."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -56,40 +48,6 @@ def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int
     return cuts
 
 
-def _censored_copy(arrays: TrajectoryArrays, predictor: str, cuts: IntArray) -> TrajectoryArrays:
-    """The same trajectories with those cut at Z > 0 turned into max_steps prefixes (horizon kept)."""
-    lengths = arrays.lengths
-    keep_len = np.where(cuts > 0, cuts, lengths)
-    t = np.arange(int(arrays.offsets[-1])) - np.repeat(arrays.offsets[:-1], lengths) + 1
-    keep = t <= np.repeat(keep_len, lengths)
-    col = arrays.predictors[predictor]
-    censored = cuts > 0
-    return replace(
-        arrays,
-        offsets=np.concatenate(([0], np.cumsum(keep_len))).astype(np.int64),
-        stop_code=np.where(censored, _MAX_STEPS, arrays.stop_code).astype(np.int8),
-        outcome=np.where(censored, np.nan, arrays.outcome),
-        q_z=np.full(arrays.n, np.nan),
-        predictors={predictor: PredictorColumn(predictor, col.values[keep], col.usable.copy(), dict(col.skipped))},
-    )
-
-
-def _decomposition(
-    f: FloatArray, owner: IntArray, t: FloatArray, horizon: FloatArray, y: FloatArray, cuts: IntArray, n: int,
-    rule: ScoreRule, schedule: WeightSchedule,
-) -> tuple[FloatArray, FloatArray]:  # fmt: skip
-    """(prefix-swap, tail-omission) per trajectory, from the closed form, step by step."""
-    b1, b0 = rule.branches(f)
-    w = schedule.step_weights(t, horizon[owner])
-    z = np.where(cuts > 0, cuts, np.iinfo(np.int64).max)[owner]
-    in_prefix = t <= z
-    cut = (cuts > 0)[owner]
-    y_s = y[owner]
-    swap = np.bincount(owner, weights=np.where(in_prefix & cut, y_s * w * (b0 - b1), 0.0), minlength=n)
-    tail = np.bincount(owner, weights=np.where(in_prefix, 0.0, -w * (y_s * b1 + (1 - y_s) * b0)), minlength=n)
-    return swap.astype(np.float64), tail.astype(np.float64)
-
-
 def artificial_censoring(
     arrays: TrajectoryArrays,
     predictor: str,
@@ -122,15 +80,28 @@ def artificial_censoring(
     t = (np.arange(int(base.offsets[-1])) - np.repeat(base.offsets[:-1], lengths) + 1).astype(np.float64)
     f = base.predictors[predictor].values
     complete = score_matrix(base, [predictor], rules_, scheds, modes=(COMPLETE_ONLY,))
+    y_s = y[owner]
     rows = []
     for rate in rates:
         cuts = censoring_plan(base.ids, lengths, rate, seed)
         censored = cuts > 0
-        simple = score_matrix(_censored_copy(base, predictor, cuts), [predictor], rules_, scheds, modes=(SIMPLE,))
+        in_prefix = t <= np.where(censored, cuts, lengths)[owner]
+        cut_copy = replace(  # the trajectories cut at Z > 0 turned into max_steps prefixes (horizon kept)
+            base,
+            offsets=np.concatenate(([0], np.cumsum(np.where(censored, cuts, lengths)))).astype(np.int64),
+            stop_code=np.where(censored, _MAX_STEPS, base.stop_code).astype(np.int8),
+            outcome=np.where(censored, np.nan, y),
+            q_z=np.full(n, np.nan),
+            predictors={predictor: PredictorColumn(predictor, f[in_prefix], np.ones(n, bool))},
+        )
+        simple = score_matrix(cut_copy, [predictor], rules_, scheds, modes=(SIMPLE,))
         for (key, full), part in zip(zip(complete.keys, complete.columns, strict=True), simple.columns, strict=True):
-            rule, sched = get_rule(key.rule), get_schedule(key.weights)
+            b1, b0 = get_rule(key.rule).branches(f)  # the closed form, step by step
+            w = get_schedule(key.weights).step_weights(t, base.horizon[owner])
+            swap_steps = np.where(in_prefix & censored[owner], y_s * w * (b0 - b1), 0.0)
+            swap = np.bincount(owner, weights=swap_steps, minlength=n)
+            tail = np.bincount(owner, weights=np.where(in_prefix, 0.0, -w * (y_s * b1 + (1 - y_s) * b0)), minlength=n)
             direct = part - full
-            swap, tail = _decomposition(f, owner, t, base.horizon, y, cuts, n, rule, sched)
             rows.append(
                 {
                     "predictor": predictor,
@@ -168,22 +139,19 @@ def exact_vs_simple(
     with_q = censored & ~np.isnan(table.q_z)
     keys = trajectory_keys(table.ids)
     rows = []
-    for name in predictors:
-        col = table.predictors[name]
-        sel = with_q & col.usable
-        for i, rule in enumerate(rules_):
-            for j, sched in enumerate(scheds):
-                s1, s0 = col.pairs[:, i, j, 0], col.pairs[:, i, j, 1]
-                simple = np.where(sel, s0, np.nan)
-                exact = np.where(sel, mix(s1, s0, np.nan_to_num(table.q_z)), np.nan)
-                correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
-                boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
-                lo, hi = boot.ci()
-                row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
-                for c, stat in enumerate(("simple", "exact", "delta")):
-                    row[stat] = json_num(boot.point[c])
-                    row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
-                rows.append({**row, "delta_se": json_num(boot.se()[2])})
+    for name, (i, rule), (j, sched) in itertools.product(predictors, enumerate(rules_), enumerate(scheds)):
+        sel = with_q & table.predictors[name].usable
+        s1, s0 = table.predictors[name].pairs[:, i, j, 0], table.predictors[name].pairs[:, i, j, 1]
+        simple = np.where(sel, s0, np.nan)
+        exact = np.where(sel, mix(s1, s0, np.nan_to_num(table.q_z)), np.nan)
+        correction = np.where(sel, table.q_z * (s1 - s0), np.nan)
+        boot = bootstrap_means(np.column_stack([simple, exact, correction]), keys, n_replicates, seed)
+        lo, hi = boot.ci()
+        row = {"predictor": name, "rule": rule.name, "weights": sched.name, "n": int(sel.sum())}
+        for c, stat in enumerate(("simple", "exact", "delta")):
+            row[stat] = json_num(boot.point[c])
+            row[f"{stat}_ci"] = [json_num(lo[c]), json_num(hi[c])]
+        rows.append({**row, "delta_se": json_num(boot.se()[2])})
     return rows
 
 
@@ -202,31 +170,19 @@ def conditional_projection_check(
     index = {tid: i for i, tid in enumerate(arrays.ids)}
     q_hat = estimates.as_mapping()
     rows = []
-    for name in predictors:
+    for name, (ri, rule), (si, sched) in itertools.product(predictors, enumerate(rules_), enumerate(scheds)):
         col = arrays.predictors[name]
         members = [(tid, index[tid]) for tid in estimates.ids if tid in index and col.usable[index[tid]]]
-        for ri, rule in enumerate(rules_):
-            for si, sched in enumerate(scheds):
-                worst = 0.0
-                for tid, i in members:
-                    f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
-                    w = sched.step_weights(
-                        np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i])
-                    )
-                    ys = estimates.outcomes[tid]
-                    per_branch = score(f[None, :], ys[:, None], rule) @ w  # each branch scored as a complete prefix
-                    branch_avg = float(per_branch.mean())
-                    s1, s0 = table.predictors[name].pairs[i, ri, si]
-                    worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - branch_avg))
-                rows.append(
-                    {
-                        "predictor": name,
-                        "rule": rule.name,
-                        "weights": sched.name,
-                        "n": len(members),
-                        "max_abs_error": worst,
-                    }
-                )
+        worst = 0.0
+        for tid, i in members:
+            f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]
+            w = sched.step_weights(np.arange(1, f.size + 1, dtype=np.float64), np.full(f.size, arrays.horizon[i]))
+            per_branch = score(f[None, :], estimates.outcomes[tid][:, None], rule) @ w  # each a complete prefix
+            s1, s0 = table.predictors[name].pairs[i, ri, si]
+            worst = max(worst, abs(float(mix(s1, s0, q_hat[tid])) - float(per_branch.mean())))
+        rows.append(
+            {"predictor": name, "rule": rule.name, "weights": sched.name, "n": len(members), "max_abs_error": worst}
+        )
     return rows
 
 

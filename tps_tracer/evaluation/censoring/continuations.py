@@ -165,18 +165,11 @@ def mc_q_z(
             open_[b.source_trajectory_id] = open_.get(b.source_trajectory_id, 0) + 1
             if unresolved != "exclude":
                 ys.append(1.0 if unresolved == "success" else 0.0)
-    ids, q, n, outcomes, dropped = [], [], [], {}, []
-    for sid, ys in by_id.items():
-        if len(ys) < min_valid:
-            dropped.append(sid)
-            continue
-        ids.append(sid)
-        q.append(float(np.mean(ys)))
-        n.append(len(ys))
-        outcomes[sid] = np.array(ys)
-    return McEstimates(
-        ids, np.array(q), np.array(n, dtype=np.int64), outcomes, min_valid, unresolved, dropped, parse, open_
-    )
+    kept = {sid: np.array(ys) for sid, ys in by_id.items() if len(ys) >= min_valid}
+    q = np.array([float(np.mean(ys)) for ys in kept.values()])
+    n = np.array([ys.size for ys in kept.values()], dtype=np.int64)
+    dropped = [sid for sid in by_id if sid not in kept]
+    return McEstimates(list(kept), q, n, kept, min_valid, unresolved, dropped, parse, open_)
 
 
 @dataclass
@@ -225,24 +218,20 @@ class ContinuationLog:
         self._lock = threading.Lock()
         self.done: set[tuple[str, str]] = set()
         if self.path.exists():
-            self._read_existing()
+            data = self.path.read_bytes()
+            cut = data.rfind(b"\n") + 1
+            if cut < len(data):  # a line the interrupted writer never finished
+                self.health.count(
+                    "malformed",
+                    "continuation_line_truncated",
+                    f"{self.path}: dropped an unfinished last line ({len(data) - cut} bytes)",
+                )
+                with self.path.open("r+b") as fh:
+                    fh.truncate(cut)
+            for b in parse_continuations(data[:cut].decode("utf-8").splitlines(), str(self.path)):
+                self.done.add((b.source_trajectory_id, b.branch))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = self.path.open("a", encoding="utf-8")
-
-    def _read_existing(self) -> None:
-        data = self.path.read_bytes()
-        cut = data.rfind(b"\n") + 1
-        if cut < len(data):  # a line the interrupted writer never finished
-            self.health.count(
-                "malformed",
-                "continuation_line_truncated",
-                f"{self.path}: dropped an unfinished last line ({len(data) - cut} bytes)",
-            )
-            with self.path.open("r+b") as fh:
-                fh.truncate(cut)
-        text = data[:cut].decode("utf-8")
-        for b in parse_continuations(text.splitlines(), str(self.path)):
-            self.done.add((b.source_trajectory_id, b.branch))
 
     def is_done(self, source_trajectory_id: str, branch: int | str) -> bool:
         return (source_trajectory_id, str(branch)) in self.done

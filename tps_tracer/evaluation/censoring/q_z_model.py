@@ -1,16 +1,6 @@
-"""Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3).
-
-A nuisance model g(H_Z, Z) ~ P(Y = 1 | H_Z): an L2-penalised logistic regression on prefix features,
-cross-fitted over two trajectory folds so that no prefix is predicted by a model that saw its own
-trajectory. Features describe the prefix, kept separate from the predictor under test:
-
-    step                 Z, the prefix length
-    step_share           Z / T (T: the trajectory's horizon)
-    forecast:NAME        NAME's forecast at step Z      logit:NAME   its log-odds
-    forecast_mean:NAME   NAME's mean forecast over steps 1..Z
-
-`PlugInResult.separated_from(p)` is False when p feeds the model; reports flag those rows.
-"""
+"""Plug-in and hybrid estimators of q_Z (paper, Appendix "q_Z Estimation", strategies 2 and 3): an
+L2-penalised logistic g(H_Z, Z) ~ P(Y = 1 | H_Z) on prefix features (docs/censoring.md), cross-fitted
+over two trajectory folds so that no prefix is predicted by a model that saw its own trajectory."""
 
 from __future__ import annotations
 
@@ -80,11 +70,12 @@ class _FoldModel:
         return np.asarray(sigmoid(self.a + ((x - self.mu) / self.sd) @ self.beta), dtype=np.float64)
 
 
-def _fit_fold(x: FloatArray, y: FloatArray, w: FloatArray, penalty: float) -> _FoldModel:
+def _fit_fold(x: FloatArray, y: FloatArray) -> _FoldModel:
+    w = np.ones(len(y))
     mu = np.average(x, axis=0, weights=w)
     sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), SD_FLOOR)
     ybar = float(np.clip(np.average(y, weights=w), EPS, 1 - EPS))
-    a, beta = fit_logistic((x - mu) / sd, y, w, penalty, intercept0=float(np.log(ybar / (1 - ybar))))
+    a, beta = fit_logistic((x - mu) / sd, y, w, DEFAULT_PENALTY, intercept0=float(np.log(ybar / (1 - ybar))))
     return _FoldModel(mu, sd, a, beta)
 
 
@@ -118,42 +109,12 @@ class PlugInResult:
         }
 
 
-def _censored_rows(arrays: TrajectoryArrays) -> IntArray:
-    _, censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())
-    return np.flatnonzero(censored & (arrays.lengths > 0))
-
-
-def _cross_fit(
-    x: FloatArray, y: FloatArray, w: FloatArray, fold: NDArray[np.int8]
-) -> tuple[list[_FoldModel], FloatArray]:
-    """Two fold models (each fit on the other fold) and out-of-fold predictions for the training rows."""
-    models = []
-    oof = np.full(len(y), np.nan)
-    for k in (0, 1):
-        train = fold != k
-        if not train.any() or not (fold == k).any():
-            raise InputError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
-        m = _fit_fold(x[train], y[train], w[train], DEFAULT_PENALTY)
-        oof[fold == k] = m.predict(x[fold == k])
-        models.append(m)
-    return models, oof
-
-
-def _predict_censored(
-    arrays: TrajectoryArrays, models: list[_FoldModel], features: Sequence[str]
-) -> tuple[dict[str, float], list[str]]:
-    rows = _censored_rows(arrays)
-    x = prefix_features(arrays, rows, arrays.lengths[rows], features)
-    ok = ~np.isnan(x).any(axis=1)
-    pred = np.mean([m.predict(x[ok]) for m in models], axis=0) if ok.any() else np.zeros(0)
-    ids = [arrays.ids[i] for i in rows[ok]]
-    return dict(zip(ids, pred.tolist(), strict=True)), [arrays.ids[i] for i in rows[~ok]]
-
-
 def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstimates | None = None) -> PlugInResult:
     """g(H_Z, Z) applied to every censored prefix. Plug-in (no `mc`): trained on every prefix of the
     complete trajectories, label Y. Hybrid: trained on the MC-audited censored prefixes, soft label
     q_hat_MC; an audited prefix gets the prediction of the fold model that did not see it."""
+    censored = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[1] & (arrays.lengths > 0)
+    censored_rows = np.flatnonzero(censored)
     if mc is None:
         complete = np.flatnonzero(~np.isnan(arrays.outcome) & (arrays.lengths > 0))
         if complete.size < 4:
@@ -165,8 +126,7 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
         fold = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))[rows]
     else:
         index = {tid: i for i, tid in enumerate(arrays.ids)}
-        censored = set(_censored_rows(arrays).tolist())
-        audited = [(tid, index[tid]) for tid in mc.ids if index.get(tid) in censored]
+        audited = [(tid, index[tid]) for tid in mc.ids if tid in index and censored[index[tid]]]
         if len(audited) < 4:
             raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
         rows = np.array([i for _, i in audited], dtype=np.int64)
@@ -178,8 +138,18 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
         fold[order[1::2]] = 1  # alternate in id order
     x = prefix_features(arrays, rows, cuts, features)
     ok = ~np.isnan(x).any(axis=1)
-    models, oof = _cross_fit(x[ok], y[ok], np.ones(int(ok.sum())), fold[ok])
-    q_hat, without = _predict_censored(arrays, models, features)
+    x, y, fold = x[ok], y[ok], fold[ok]
+    models, oof = [], np.full(len(y), np.nan)
+    for k in (0, 1):  # each fold predicted by the model fitted on the other
+        if not (fold != k).any() or not (fold == k).any():
+            raise InputError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
+        models.append(_fit_fold(x[fold != k], y[fold != k]))
+        oof[fold == k] = models[k].predict(x[fold == k])
+    xc = prefix_features(arrays, censored_rows, arrays.lengths[censored_rows], features)
+    has = ~np.isnan(xc).any(axis=1)
+    pred = np.mean([m.predict(xc[has]) for m in models], axis=0) if has.any() else np.zeros(0)
+    q_hat = dict(zip([arrays.ids[i] for i in censored_rows[has]], pred.tolist(), strict=True))
+    without = [arrays.ids[i] for i in censored_rows[~has]]
     n_ok = int(ok.sum())
     if mc is None:
         return PlugInResult(
@@ -187,12 +157,11 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
         )
     for k, v in zip(np.flatnonzero(ok).tolist(), oof.tolist(), strict=True):
         q_hat[audited[k][0]] = v
-    q_mc = y[ok]
     audit = {
         "audited": n_ok,
-        "mean_q_mc": float(q_mc.mean()),
+        "mean_q_mc": float(y.mean()),
         "mean_q_plug_in_out_of_fold": float(oof.mean()),
-        "mean_abs_difference": float(np.abs(oof - q_mc).mean()),
-        "correlation": float(np.corrcoef(oof, q_mc)[0, 1]) if n_ok > 2 and np.std(q_mc) > 0 else None,
+        "mean_abs_difference": float(np.abs(oof - y).mean()),
+        "correlation": float(np.corrcoef(oof, y)[0, 1]) if n_ok > 2 and np.std(y) > 0 else None,
     }
     return PlugInResult("hybrid", list(features), q_hat, n_ok, n_ok, without, audit, models)
