@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tps_tracer.constants import MAX_RECORD_BYTES
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.arrays import STOP_CODE, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.arrays import STOP_CODE, RawColumns, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
 from tps_tracer.records.limits import PredictorNames, SetAside, duplicate_message
@@ -154,28 +153,15 @@ class Side:
     metadata: list[bytes] = field(default_factory=list)
     extra: list[str | None] = field(default_factory=list)
     step_extra: list[str | None] | None = None  # None: no step has a field outside the schema
+    n_steps: int = 0
 
 
 def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
     """The raw columns (validated as the report validates them) and the side columns of one chunk."""
-    lines: list[bytes] = chunk.splitlines()
-    longest = max(map(len, lines), default=0)
-    if longest > MAX_RECORD_BYTES:  # the byte chunker may let one through; the exact read refuses it
-        raise whole_file("a record beyond the size bound")
-    if longest > jsonl_fast.LONG_LINE:
-        raise NotFast("a long line")
     sides: list[Side] = []
-    step = jsonl_fast.BATCH_LINES
-    parts = [
-        jsonl_fast.parse_batch(lines[i : i + step], lambda r: sides.append(_side(r)))
-        for i in range(0, len(lines), step)
-    ]
-    if not parts:
-        raw, side = jsonl_fast.flatten([]), Side()
-    else:
-        raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
+    raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
     validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
-    return raw, side
+    return raw, _concat_sides(sides)
 
 
 def _side(recs: list[Any]) -> Side:
@@ -189,7 +175,7 @@ def _side(recs: list[Any]) -> Side:
     else:
         extra = [_extra_text(r, known) for r in recs]
     lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
-    step_extra = None
+    step_extra, steps = None, []
     if not set(map(type, lists)) - {list, tuple}:  # else flatten refuses the batch
         steps = list(chain.from_iterable(lists))
         if not set(map(type, steps)) - {dict} and _count(steps, STEP_KEYS) != sum(map(len, steps)):
@@ -197,7 +183,7 @@ def _side(recs: list[Any]) -> Side:
     texts = [e.encode() for e in chain(extra, step_extra or ()) if e is not None]
     if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
         raise NotFast("a number in exponent form (maybe an integer too large for a double)")
-    return Side(metadata, extra, step_extra)
+    return Side(metadata, extra, step_extra, len(steps))
 
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
@@ -221,14 +207,10 @@ def _extra_text(obj: dict[str, Any], known: frozenset[str]) -> str | None:
     return json.dumps(extra) if extra else None
 
 
-def _concat_sides(sides: list[Side], steps: list[int]) -> Side:
+def _concat_sides(sides: list[Side]) -> Side:
     out = Side(list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides)))
     if any(s.step_extra is not None for s in sides):
-        out.step_extra = list(
-            chain.from_iterable(
-                s.step_extra if s.step_extra is not None else [None] * k for s, k in zip(sides, steps, strict=True)
-            )
-        )
+        out.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
     return out
 
 
