@@ -285,12 +285,6 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
     )
 
 
-def arrays_from_arrow(table: Any, from_json: bool = True) -> TrajectoryArrays:
-    """Validated arrays of an Arrow table or batch, or NotFast. `from_json`: a null `steps`, `metadata`,
-    `outcome_pending` or `forecasts` means absent (else it is left to the exact path)."""
-    return validated_arrays(raw_from_arrow(table, from_json=from_json))
-
-
 def _column(table: Any, name: str) -> Any:
     import pyarrow as pa
 
@@ -335,8 +329,8 @@ def _floats(arr: Any, name: str) -> np.ndarray:
 
 
 def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
-    """The raw columns of an Arrow table or batch (one plain type per column), or NotFast."""
-    null_means_absent = from_json
+    """The raw columns of an Arrow table or batch (one plain type per column), or NotFast. `from_json`: a
+    null `steps`, `metadata`, `outcome_pending` or `forecasts` means absent (else the exact path decides)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -356,7 +350,7 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     pending_arr = _column(table, "outcome_pending")
     pending = np.zeros(n, dtype=bool)
     if pending_arr is not None and not pa.types.is_null(pending_arr.type):
-        if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not null_means_absent):
+        if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not from_json):
             raise NotFast("outcome_pending")
         pending = np.asarray(pc.fill_null(pending_arr, False).to_numpy(zero_copy_only=False), dtype=bool)
     q_z = _numbers(_column(table, "q_z"), n, "q_z")
@@ -370,10 +364,10 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     lengths = np.zeros(n, dtype=np.int64)
     t: np.ndarray | None = None
     forecasts: dict[str, np.ndarray] = {}
-    if steps is not None and not (pa.types.is_null(steps.type) and null_means_absent):
+    if steps is not None and not (pa.types.is_null(steps.type) and from_json):
         if not (pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)):
             raise NotFast("steps: not a list")
-        if steps.null_count and not null_means_absent:
+        if steps.null_count and not from_json:
             raise NotFast("steps: null")
         lengths = np.asarray(pc.fill_null(pc.list_value_length(steps), 0).to_numpy(zero_copy_only=False), np.int64)
         items = steps.flatten()
@@ -390,10 +384,10 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
                     t = _floats(t_arr, "steps.t")
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
-                if pa.types.is_null(fc.type) and not null_means_absent:
+                if pa.types.is_null(fc.type) and not from_json:
                     raise NotFast("forecasts: null")
                 if not pa.types.is_null(fc.type):
-                    if not pa.types.is_struct(fc.type) or (fc.null_count and not null_means_absent):
+                    if not pa.types.is_struct(fc.type) or (fc.null_count and not from_json):
                         raise NotFast("forecasts: not an object")
                     for i, col in enumerate(fc.flatten()):
                         name = fc.type.field(i).name

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, arrays_from_arrow, to_arrays, validated_arrays
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, raw_from_arrow, to_arrays, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, Rescan, TrajectoryFileError, whole_file
 from tps_tracer.records.limits import (
     PREDICTORS_MESSAGE,
@@ -97,7 +97,7 @@ def read_arrow_batch(
         rows = (whole() if whole is not None else batch).to_pylist()
         return to_arrays(validated_rows(source, [(first_row + i, row_json(r)) for i, r in enumerate(rows, 1)])), False
 
-    return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
+    return first_that_reads(lambda: (validated_arrays(raw_from_arrow(batch)), True), exact)
 
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
