@@ -89,11 +89,9 @@ class TrajectoryArrays:
         return replace(self, predictors=predictors)
 
 
-def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None) -> TrajectoryArrays:
-    """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
-    if predictors is None:
-        predictors = list(dict.fromkeys(name for rec in records for step in rec.steps for name in step.forecasts))
-    names = list(predictors)
+def to_arrays(records: Sequence[TrajectoryRecord]) -> TrajectoryArrays:
+    """Flatten validated records: a column per predictor name, in first-seen order."""
+    names = list(dict.fromkeys(name for rec in records for step in rec.steps for name in step.forecasts))
     n = len(records)
     lengths = np.fromiter((len(r.steps) for r in records), dtype=np.int64, count=n)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)

@@ -153,18 +153,6 @@ class PredictorNames:
         return None
 
 
-def check_parquet_predictors(schema: Any, source: str) -> None:
-    """Refuse a Parquet schema with more than MAX_PREDICTORS forecast fields before a batch is read."""
-    try:
-        forecasts = schema.field("steps").type.value_type.field("forecasts").type
-        count = forecasts.num_fields
-    except (KeyError, AttributeError, TypeError):
-        return  # not the plain schema: the readers name what is wrong with it
-    if count > MAX_PREDICTORS:
-        message = f"field 'steps.forecasts' has {count} fields: {PREDICTORS_MESSAGE}"
-        raise TrajectoryFileError(source, [RecordError(0, "steps.forecasts", message)])
-
-
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
 
 
