@@ -80,13 +80,17 @@ class TrajectoryArrays:
         flat = np.asarray(values, dtype=np.float64)
         if flat.shape != (int(self.offsets[-1]),):
             raise InputError(f"{name!r}: expected {int(self.offsets[-1])} step values, got shape {flat.shape}")
-        lengths = self.lengths
-        owner = np.repeat(np.arange(self.n), lengths)
-        has_nan = np.bincount(owner, weights=np.isnan(flat).astype(np.float64), minlength=self.n) > 0
-        usable = ~has_nan & (lengths > 0)
-        skipped = {k: v for k, v in {"missing": int(has_nan.sum()), "no_steps": int(np.sum(lengths == 0))}.items() if v}
-        predictors = {**self.predictors, name: PredictorColumn(name, flat, usable, skipped)}
-        return replace(self, predictors=predictors)
+        column = _gap_column(name, flat, self.lengths, np.repeat(np.arange(self.n), self.lengths))
+        return replace(self, predictors={**self.predictors, name: column})
+
+
+def _gap_column(name: str, values: FloatArray, lengths: IntArray, owner: IntArray) -> PredictorColumn:
+    """A column whose NaN steps skip their trajectory ("missing"), one without steps "no_steps"; `owner`:
+    each step's trajectory."""
+    empty = lengths == 0
+    gap = np.bincount(owner[np.isnan(values)], minlength=len(lengths)) > 0
+    counts = {"missing": int(np.sum(gap & ~empty)), "no_steps": int(np.sum(empty))}
+    return PredictorColumn(name, values, ~gap & ~empty, {k: v for k, v in counts.items() if v})
 
 
 def to_arrays(records: Sequence[TrajectoryRecord]) -> TrajectoryArrays:
@@ -148,13 +152,8 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
         for p in parts:
             col = p.predictors.get(name)
             if col is None:  # never mentioned in this chunk: every trajectory with steps lacks it
-                empty = p.lengths == 0
-                col = PredictorColumn(
-                    name,
-                    np.full(int(p.offsets[-1]), np.nan),
-                    np.zeros(p.n, dtype=bool),
-                    {"missing": int(np.sum(~empty)), "no_steps": int(np.sum(empty))},
-                )
+                owner = np.repeat(np.arange(p.n), p.lengths)
+                col = _gap_column(name, np.full(int(p.offsets[-1]), np.nan), p.lengths, owner)
             values.append(col.values)
             usable.append(col.usable)
             for k, v in col.skipped.items():
@@ -258,17 +257,12 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
         if np.any(~np.isnan(raw.t) & (raw.t != position)):
             raise NotFast("steps.t: out of order")
 
-    empty = lengths == 0
     owner = np.repeat(np.arange(n), lengths)
     predictors: dict[str, PredictorColumn] = {}
     for name, values in raw.forecasts.items():
         if np.any(forecast_outside(values)):
             raise NotFast(f"forecasts.{name}: outside [0, 1]")
-        gap = np.bincount(owner[np.isnan(values)], minlength=n) > 0
-        usable = ~gap & ~empty
-        counts = {"missing": int(np.sum(gap & ~empty)), "no_steps": int(np.sum(empty))}
-        skipped = {k: counts[k] for k in SKIP_REASONS if counts.get(k)}
-        predictors[name] = PredictorColumn(name, values, usable, skipped)
+        predictors[name] = _gap_column(name, values, lengths, owner)
 
     outcome_on_unscored = int(np.sum(~clean & has_outcome))
     return TrajectoryArrays(
