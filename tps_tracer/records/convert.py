@@ -28,7 +28,6 @@ from tps_tracer.records.reading import (
     byte_chunks,
     fast_else_whole_file,
     first_that_reads,
-    iter_chunks,
     parquet_records,
 )
 from tps_tracer.records.schema import TrajectoryRecord
@@ -107,9 +106,7 @@ def jsonl_to_parquet(
     except OSError as exc:
         raise OSError(f"cannot write {dst}: {exc.strerror}") from None
     try:
-        summary = fast_else_whole_file(
-            lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp, chunk_bytes)
-        )
+        summary = fast_else_whole_file(lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp))
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -117,15 +114,12 @@ def jsonl_to_parquet(
     return summary
 
 
-def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The exact way: predictor names from a first pass, then the validated records of one whole-file read."""
+def _exact_convert(src: Path, tmp: str) -> ConvertSummary:
+    """The exact way: the validated records of one whole-file read (a repeat's names go with it, as streamed)."""
     import pyarrow.parquet as pq
 
     records = read_trajectories(src)  # an empty file: the exact reader names it
-    names = fast_else_whole_file(
-        lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
-        lambda: list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts)),
-    )
+    names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
     if not names:
         raise TrajectoryFileError(
             str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
