@@ -22,7 +22,7 @@ from tps_tracer.evaluation.chunked import read_arrays, report_from_path
 from tps_tracer.evaluation.report import build_report
 from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.records import TrajectoryFileError, parse_lines, read_trajectories, to_arrays
-from tps_tracer.records.arrays import arrays_from_arrow
+from tps_tracer.records.arrays import raw_from_arrow, validated_arrays
 from tps_tracer.records.convert import jsonl_to_parquet
 from tps_tracer.records.errors import NotFast
 from tps_tracer.records.jsonl_fast import arrays_from_jsonl
@@ -156,7 +156,7 @@ def test_columnar_validation_refuses_what_the_exact_path_refuses_or_reads_differ
     text = "\n".join(json.dumps(r) for r in [{"trajectory_id": "ok", "stop_reason": "clean", "outcome": 0}, row])
     table = pj.read_json(io.BytesIO(text.encode()))  # an Arrow table, as Parquet gives
     with pytest.raises(NotFast, match=why.split(".")[0]):
-        arrays_from_arrow(table)
+        validated_arrays(raw_from_arrow(table, from_json=True))
     with pytest.raises(NotFast, match=why.split(".")[0] + "|orjson"):  # NaN: orjson refuses the literal
         arrays_from_jsonl(text.encode())  # the JSON Lines fast path
     with (

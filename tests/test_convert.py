@@ -27,9 +27,9 @@ def _dumped(records) -> list[dict]:
     return [r.model_dump() for r in records]
 
 
-def _exact(src: Path, dst: Path, chunk_bytes: int) -> None:
+def _exact(src: Path, dst: Path) -> None:
     """The converter's exact path alone (validated records), the independent reference."""
-    _exact_convert(src, str(dst), chunk_bytes)
+    _exact_convert(src, str(dst))
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_plain_file_is_converted_without_record_models_and_equals_the_exact_conv
     assert validations["n"] == 0
     assert summary.trajectories == 3000
     assert pq.ParquetFile(out).metadata.num_row_groups > 5  # one per chunk: bounded by the chunk
-    _exact(src, tmp_path / "exact.parquet", 64 << 10)
+    _exact(src, tmp_path / "exact.parquet")
     assert validations["n"] > 0
     assert pq.read_schema(out) == pq.read_schema(tmp_path / "exact.parquet")
     # Parquet has a column per name, so an absent forecast reads back as null: the exact converter's
@@ -97,7 +97,7 @@ def test_a_predictor_first_named_in_a_later_chunk_widens_the_earlier_row_groups(
         "judge",
     ]
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ("in.jsonl", "out.parquet")]  # segments gone
-    _exact(src, tmp_path / "exact.parquet", 16 << 10)
+    _exact(src, tmp_path / "exact.parquet")
     assert _dumped(parquet_records(out)) == _dumped(parquet_records(tmp_path / "exact.parquet"))
     first = pq.read_table(out).slice(0, 600).column("steps").combine_chunks().values.field("forecasts")
     assert first.field("judge").null_count == len(first)  # the early rows never name it

@@ -39,7 +39,7 @@ def _chunks(
     path: str | os.PathLike[str],
     chunk_bytes: int,
     progress: Progress | None,
-    set_aside: SetAside | None,
+    set_aside: SetAside,
     scan_first: bool,
 ) -> Iterator[Chunk]:
     """The file's chunks, the next one read in a background thread while the caller reduces this one;
@@ -54,8 +54,7 @@ def _chunks(
             pending = reader.submit(next, chunks, None)
             if progress is not None:
                 progress(chunk)
-            if set_aside is not None:
-                set_aside.merge(chunk.set_aside)
+            set_aside.merge(chunk.set_aside)
             yield chunk
 
 

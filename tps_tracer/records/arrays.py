@@ -80,20 +80,22 @@ class TrajectoryArrays:
         flat = np.asarray(values, dtype=np.float64)
         if flat.shape != (int(self.offsets[-1]),):
             raise InputError(f"{name!r}: expected {int(self.offsets[-1])} step values, got shape {flat.shape}")
-        lengths = self.lengths
-        owner = np.repeat(np.arange(self.n), lengths)
-        has_nan = np.bincount(owner, weights=np.isnan(flat).astype(np.float64), minlength=self.n) > 0
-        usable = ~has_nan & (lengths > 0)
-        skipped = {k: v for k, v in {"missing": int(has_nan.sum()), "no_steps": int(np.sum(lengths == 0))}.items() if v}
-        predictors = {**self.predictors, name: PredictorColumn(name, flat, usable, skipped)}
-        return replace(self, predictors=predictors)
+        column = _gap_column(name, flat, self.lengths, np.repeat(np.arange(self.n), self.lengths))
+        return replace(self, predictors={**self.predictors, name: column})
 
 
-def to_arrays(records: Sequence[TrajectoryRecord], predictors: Sequence[str] | None = None) -> TrajectoryArrays:
-    """Flatten validated records. `predictors` defaults to every name seen, in first-seen order."""
-    if predictors is None:
-        predictors = list(dict.fromkeys(name for rec in records for step in rec.steps for name in step.forecasts))
-    names = list(predictors)
+def _gap_column(name: str, values: FloatArray, lengths: IntArray, owner: IntArray) -> PredictorColumn:
+    """A column whose NaN steps skip their trajectory ("missing"), one without steps "no_steps"; `owner`:
+    each step's trajectory."""
+    empty = lengths == 0
+    gap = np.bincount(owner[np.isnan(values)], minlength=len(lengths)) > 0
+    counts = {"missing": int(np.sum(gap & ~empty)), "no_steps": int(np.sum(empty))}
+    return PredictorColumn(name, values, ~gap & ~empty, {k: v for k, v in counts.items() if v})
+
+
+def to_arrays(records: Sequence[TrajectoryRecord]) -> TrajectoryArrays:
+    """Flatten validated records: a column per predictor name, in first-seen order."""
+    names = list(dict.fromkeys(name for rec in records for step in rec.steps for name in step.forecasts))
     n = len(records)
     lengths = np.fromiter((len(r.steps) for r in records), dtype=np.int64, count=n)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -150,13 +152,8 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
         for p in parts:
             col = p.predictors.get(name)
             if col is None:  # never mentioned in this chunk: every trajectory with steps lacks it
-                empty = p.lengths == 0
-                col = PredictorColumn(
-                    name,
-                    np.full(int(p.offsets[-1]), np.nan),
-                    np.zeros(p.n, dtype=bool),
-                    {"missing": int(np.sum(~empty)), "no_steps": int(np.sum(empty))},
-                )
+                owner = np.repeat(np.arange(p.n), p.lengths)
+                col = _gap_column(name, np.full(int(p.offsets[-1]), np.nan), p.lengths, owner)
             values.append(col.values)
             usable.append(col.usable)
             for k, v in col.skipped.items():
@@ -260,17 +257,12 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
         if np.any(~np.isnan(raw.t) & (raw.t != position)):
             raise NotFast("steps.t: out of order")
 
-    empty = lengths == 0
     owner = np.repeat(np.arange(n), lengths)
     predictors: dict[str, PredictorColumn] = {}
     for name, values in raw.forecasts.items():
         if np.any(forecast_outside(values)):
             raise NotFast(f"forecasts.{name}: outside [0, 1]")
-        gap = np.bincount(owner[np.isnan(values)], minlength=n) > 0
-        usable = ~gap & ~empty
-        counts = {"missing": int(np.sum(gap & ~empty)), "no_steps": int(np.sum(empty))}
-        skipped = {k: counts[k] for k in SKIP_REASONS if counts.get(k)}
-        predictors[name] = PredictorColumn(name, values, usable, skipped)
+        predictors[name] = _gap_column(name, values, lengths, owner)
 
     outcome_on_unscored = int(np.sum(~clean & has_outcome))
     return TrajectoryArrays(
@@ -283,12 +275,6 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
         predictors=predictors,
         outcome_on_unscored=outcome_on_unscored,
     )
-
-
-def arrays_from_arrow(table: Any, from_json: bool = True) -> TrajectoryArrays:
-    """Validated arrays of an Arrow table or batch, or NotFast. `from_json`: a null `steps`, `metadata`,
-    `outcome_pending` or `forecasts` means absent (else it is left to the exact path)."""
-    return validated_arrays(raw_from_arrow(table, from_json=from_json))
 
 
 def _column(table: Any, name: str) -> Any:
@@ -335,8 +321,8 @@ def _floats(arr: Any, name: str) -> np.ndarray:
 
 
 def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
-    """The raw columns of an Arrow table or batch (one plain type per column), or NotFast."""
-    null_means_absent = from_json
+    """The raw columns of an Arrow table or batch (one plain type per column), or NotFast. `from_json`: a
+    null `steps`, `metadata`, `outcome_pending` or `forecasts` means absent (else the exact path decides)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -356,7 +342,7 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     pending_arr = _column(table, "outcome_pending")
     pending = np.zeros(n, dtype=bool)
     if pending_arr is not None and not pa.types.is_null(pending_arr.type):
-        if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not null_means_absent):
+        if not pa.types.is_boolean(pending_arr.type) or (pending_arr.null_count and not from_json):
             raise NotFast("outcome_pending")
         pending = np.asarray(pc.fill_null(pending_arr, False).to_numpy(zero_copy_only=False), dtype=bool)
     q_z = _numbers(_column(table, "q_z"), n, "q_z")
@@ -370,10 +356,10 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
     lengths = np.zeros(n, dtype=np.int64)
     t: np.ndarray | None = None
     forecasts: dict[str, np.ndarray] = {}
-    if steps is not None and not (pa.types.is_null(steps.type) and null_means_absent):
+    if steps is not None and not (pa.types.is_null(steps.type) and from_json):
         if not (pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)):
             raise NotFast("steps: not a list")
-        if steps.null_count and not null_means_absent:
+        if steps.null_count and not from_json:
             raise NotFast("steps: null")
         lengths = np.asarray(pc.fill_null(pc.list_value_length(steps), 0).to_numpy(zero_copy_only=False), np.int64)
         items = steps.flatten()
@@ -390,10 +376,10 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
                     t = _floats(t_arr, "steps.t")
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
-                if pa.types.is_null(fc.type) and not null_means_absent:
+                if pa.types.is_null(fc.type) and not from_json:
                     raise NotFast("forecasts: null")
                 if not pa.types.is_null(fc.type):
-                    if not pa.types.is_struct(fc.type) or (fc.null_count and not null_means_absent):
+                    if not pa.types.is_struct(fc.type) or (fc.null_count and not from_json):
                         raise NotFast("forecasts: not an object")
                     for i, col in enumerate(fc.flatten()):
                         name = fc.type.field(i).name

@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -18,22 +18,20 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tps_tracer.constants import MAX_RECORD_BYTES
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.arrays import STOP_CODE, RawColumns, concat_raw, validated_arrays
+from tps_tracer.records.arrays import STOP_CODE, RawColumns, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
 from tps_tracer.records.limits import PredictorNames, SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import (
-    SCAN_BYTES,
     byte_chunks,
     fast_else_whole_file,
     first_that_reads,
-    iter_chunks,
     parquet_records,
 )
 from tps_tracer.records.schema import TrajectoryRecord
+from tps_tracer.validity import classify_forecast
 
 DEFAULT_ROWS_PER_GROUP = 50_000
 
@@ -60,15 +58,6 @@ class ConvertSummary:
         return text
 
 
-def _number(value: Any) -> tuple[float | None, bool]:
-    from tps_tracer.validity import classify_forecast
-
-    number = classify_forecast(value)
-    if isinstance(number, str):
-        return None, number == "non_numeric"
-    return number, False
-
-
 def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str], summary: ConvertSummary) -> Any:
     """An Arrow table of validated records; a non-numeric forecast is written as null and counted."""
     import pyarrow as pa
@@ -79,9 +68,9 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
         for step in rec.steps:
             fc = {}
             for name in predictors:
-                value, dropped = _number(step.forecasts.get(name))
-                summary.non_numeric_as_null += dropped
-                fc[name] = value
+                value = classify_forecast(step.forecasts.get(name))
+                summary.non_numeric_as_null += value == "non_numeric"
+                fc[name] = None if isinstance(value, str) else value
             extra = step.model_extra or {}
             steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
         extra = rec.model_extra or {}
@@ -102,19 +91,6 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
     return pa.Table.from_pylist(rows, schema=arrow_schema(predictors))
 
 
-def drop_repeats(records: list[TrajectoryRecord], seen: set[str], src: Path) -> list[TrajectoryRecord]:
-    """The records whose id no earlier chunk had (`seen`, updated); the repeats are set aside and logged."""
-    repeated = [r for r in records if r.trajectory_id in seen]
-    if repeated:
-        set_aside = SetAside()
-        for r in repeated:
-            set_aside.add("duplicate_id", duplicate_message(r.trajectory_id, "an earlier line has it"))
-        set_aside.log_once(str(src))
-        records = [r for r in records if r.trajectory_id not in seen]
-    seen.update(r.trajectory_id for r in records)
-    return records
-
-
 def jsonl_to_parquet(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], chunk_bytes: int = 32 << 20
 ) -> ConvertSummary:
@@ -130,9 +106,7 @@ def jsonl_to_parquet(
     except OSError as exc:
         raise OSError(f"cannot write {dst}: {exc.strerror}") from None
     try:
-        summary = fast_else_whole_file(
-            lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp, chunk_bytes)
-        )
+        summary = fast_else_whole_file(lambda: write_stream(src, tmp, chunk_bytes), lambda: _exact_convert(src, tmp))
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
@@ -140,21 +114,18 @@ def jsonl_to_parquet(
     return summary
 
 
-def _exact_convert(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
-    """The exact way: predictor names from a first pass, then the validated records of one whole-file read."""
+def _exact_convert(src: Path, tmp: str) -> ConvertSummary:
+    """The exact way: the validated records of one whole-file read (a repeat's names go with it, as streamed)."""
     import pyarrow.parquet as pq
 
-    names = fast_else_whole_file(
-        lambda: list(dict.fromkeys(name for c in iter_chunks(src, chunk_bytes) for name in c.arrays.predictors)),
-        lambda: list(dict.fromkeys(n for r in read_trajectories(src) for s in r.steps for n in s.forecasts)),
-    )
-    if not names:  # an empty file (the exact reader names it), or records without any forecast
-        records = read_trajectories(src)
+    records = read_trajectories(src)  # an empty file: the exact reader names it
+    names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
+    if not names:
         raise TrajectoryFileError(
             str(src), [RecordError(0, "", f"no forecasts in the {len(records)} trajectories: nothing to convert")]
         )
     summary = ConvertSummary(predictors=tuple(names))
-    pq.write_table(records_table(read_trajectories(src), names, summary), tmp, row_group_size=DEFAULT_ROWS_PER_GROUP)
+    pq.write_table(records_table(records, names, summary), tmp, row_group_size=DEFAULT_ROWS_PER_GROUP)
     return summary
 
 
@@ -176,28 +147,15 @@ class Side:
     metadata: list[bytes] = field(default_factory=list)
     extra: list[str | None] = field(default_factory=list)
     step_extra: list[str | None] | None = None  # None: no step has a field outside the schema
+    n_steps: int = 0
 
 
 def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
     """The raw columns (validated as the report validates them) and the side columns of one chunk."""
-    lines: list[bytes] = chunk.splitlines()
-    longest = max(map(len, lines), default=0)
-    if longest > MAX_RECORD_BYTES:  # the byte chunker may let one through; the exact read refuses it
-        raise whole_file("a record beyond the size bound")
-    if longest > jsonl_fast.LONG_LINE:
-        raise NotFast("a long line")
     sides: list[Side] = []
-    step = jsonl_fast.BATCH_LINES
-    parts = [
-        jsonl_fast.parse_batch(lines[i : i + step], lambda r: sides.append(_side(r)))
-        for i in range(0, len(lines), step)
-    ]
-    if not parts:
-        raw, side = jsonl_fast.flatten([]), Side()
-    else:
-        raw, side = concat_raw(parts), _concat_sides(sides, [int(p.lengths.sum()) for p in parts])
+    raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
     validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
-    return raw, side
+    return raw, _concat_sides(sides)
 
 
 def _side(recs: list[Any]) -> Side:
@@ -211,7 +169,7 @@ def _side(recs: list[Any]) -> Side:
     else:
         extra = [_extra_text(r, known) for r in recs]
     lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
-    step_extra = None
+    step_extra, steps = None, []
     if not set(map(type, lists)) - {list, tuple}:  # else flatten refuses the batch
         steps = list(chain.from_iterable(lists))
         if not set(map(type, steps)) - {dict} and _count(steps, STEP_KEYS) != sum(map(len, steps)):
@@ -219,7 +177,7 @@ def _side(recs: list[Any]) -> Side:
     texts = [e.encode() for e in chain(extra, step_extra or ()) if e is not None]
     if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
         raise NotFast("a number in exponent form (maybe an integer too large for a double)")
-    return Side(metadata, extra, step_extra)
+    return Side(metadata, extra, step_extra, len(steps))
 
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
@@ -243,14 +201,10 @@ def _extra_text(obj: dict[str, Any], known: frozenset[str]) -> str | None:
     return json.dumps(extra) if extra else None
 
 
-def _concat_sides(sides: list[Side], steps: list[int]) -> Side:
+def _concat_sides(sides: list[Side]) -> Side:
     out = Side(list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides)))
     if any(s.step_extra is not None for s in sides):
-        out.step_extra = list(
-            chain.from_iterable(
-                s.step_extra if s.step_extra is not None else [None] * k for s, k in zip(sides, steps, strict=True)
-            )
-        )
+        out.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
     return out
 
 
@@ -325,18 +279,8 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
     seen: set[str] = set()
-    # First a scan in small pieces: resolution lines, or a record beyond the size bound (refused before a
-    # chunk holds it; the exact read gives its error).
     try:
-        resolutions = any(b'"resolves"' in piece for _, piece, _ in byte_chunks(src, SCAN_BYTES))
-    except TrajectoryFileError:
-        resolutions = True  # a record beyond the bound: the exact read gives its error
-    if resolutions:  # (raised here, not in the handler: its traceback holds the record's blocks)
-        raise whole_file("resolution lines, or a record beyond the size bound")
-    try:
-        for _, chunk, _ in byte_chunks(src, chunk_bytes):
-            if b'"resolves"' in chunk:  # (the file changed since the scan)
-                raise whole_file("resolution lines")
+        for chunk in _checked_chunks(src, chunk_bytes):
             table_names, table = _chunk_table(chunk, src, names, seen, summary)
             if not limit.add(table_names):
                 raise whole_file("too many predictor names")
@@ -362,6 +306,18 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     return summary
 
 
+def _checked_chunks(src: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The file's chunks; a resolution line or a line byte_chunks refuses sends the whole file the exact way
+    (rows written so far are discarded), which applies the one and names the other."""
+    try:
+        for _, chunk, _ in byte_chunks(src, chunk_bytes):
+            if b'"resolves"' in chunk:
+                raise whole_file("resolution lines")
+            yield chunk
+    except TrajectoryFileError:
+        raise whole_file("a line the exact read refuses") from None
+
+
 def _chunk_table(
     chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary
 ) -> tuple[list[str], Any]:
@@ -381,20 +337,22 @@ def _chunk_table(
         return chunk_names, arrow_table(raw, side, names) if ids else None
 
     def exact() -> tuple[list[str], Any]:
-        records = _exact_records(chunk, src, seen)
+        try:
+            records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
+        except (TrajectoryFileError, UnicodeDecodeError):
+            raise whole_file("an error") from None
+        repeated = SetAside()
+        for r in records:
+            if r.trajectory_id in seen:
+                repeated.add("duplicate_id", duplicate_message(r.trajectory_id, "an earlier line has it"))
+        repeated.log_once(str(src))
+        records = [r for r in records if r.trajectory_id not in seen]
+        seen.update(r.trajectory_id for r in records)
         chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
         names.extend(n for n in chunk_names if n not in names)
         return chunk_names, records_table(records, names, summary) if records else None
 
     return first_that_reads(fast, exact)
-
-
-def _exact_records(chunk: bytes, src: Path, seen: set[str]) -> list[Any]:
-    try:
-        records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
-    except (TrajectoryFileError, UnicodeDecodeError):
-        raise whole_file("an error") from None
-    return drop_repeats(records, seen, src)
 
 
 def _merge(tmp: str, paths: list[str], names: Sequence[str]) -> None:

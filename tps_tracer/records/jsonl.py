@@ -40,16 +40,6 @@ class ShardLinks:
     repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
 
 
-def _check_forecasts(rec: TrajectoryRecord, line: int) -> list[RecordError]:
-    errs = []
-    for i, step in enumerate(rec.steps):
-        for name, value in step.forecasts.items():
-            problem = forecast_problem(value)
-            if problem:
-                errs.append(RecordError(line, f"steps[{i}].forecasts.{name}", problem))
-    return errs
-
-
 def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
     return [
         RecordError(line_no, field_path(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in exc.errors()
@@ -180,7 +170,11 @@ def parse_lines(
             if isinstance(obj.get("trajectory_id"), str):
                 invalid_ids.add(obj["trajectory_id"])  # its resolutions are not reported again
             continue
-        errors.extend(_check_forecasts(rec, line_no))
+        for i, step in enumerate(rec.steps):
+            for name, value in step.forecasts.items():
+                problem = forecast_problem(value)
+                if problem:
+                    errors.append(RecordError(line_no, f"steps[{i}].forecasts.{name}", problem))
         beyond = names.first_beyond(step.forecasts for step in rec.steps)
         if beyond is not None:
             raise TrajectoryFileError(source, [*errors, RecordError(line_no, beyond, PREDICTORS_MESSAGE)])

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tps_tracer.constants import MAX_PREDICTORS
+from tps_tracer.constants import MAX_PREDICTORS, MAX_RECORD_BYTES
 from tps_tracer.records.arrays import (
     STOP_CODE,
     RawColumns,
@@ -42,6 +42,12 @@ _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identi
 
 def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
     """The validated arrays of a chunk of whole JSON Lines (no BOM), or NotFast."""
+    return validated_arrays(raw_from_jsonl(chunk))
+
+
+def raw_from_jsonl(chunk: bytes, side: Callable[[list[Any]], None] | None = None) -> RawColumns:
+    """The raw columns of a chunk of whole JSON Lines, `side` called on each batch's records (convert's
+    side columns: a long line is then NotFast); a record beyond MAX_RECORD_BYTES is the exact read's."""
     # Line ends as text mode reads them (what the exact path sees): \n, \r\n and a lone \r.
     lines: list[Any] = chunk.splitlines()
     if len(lines) <= _FEW_LINES:
@@ -49,15 +55,19 @@ def arrays_from_jsonl(chunk: bytes) -> TrajectoryArrays:
     parts: list[RawColumns] = []
     start = 0
     for i in [i for i, size in enumerate(map(len, lines)) if size > LONG_LINE]:
+        if len(lines[i]) > MAX_RECORD_BYTES:
+            raise NotFast("a record beyond the size bound", whole_file=True)
+        if side is not None:
+            raise NotFast("a long line")
         parts += _batches(lines[start:i])
         parts.append(_long_line(bytes(lines[i])) or parse_batch(lines[i : i + 1]))
         start = i + 1
-    parts += _batches(lines[start:])
-    return validated_arrays(concat_raw(parts) if parts else parse_batch([]))
+    parts += _batches(lines[start:], side)
+    return concat_raw(parts) if parts else parse_batch([], side)
 
 
-def _batches(lines: list[Any]) -> list[RawColumns]:
-    return [parse_batch(lines[i : i + BATCH_LINES]) for i in range(0, len(lines), BATCH_LINES)]
+def _batches(lines: list[Any], side: Callable[[list[Any]], None] | None = None) -> list[RawColumns]:
+    return [parse_batch(lines[i : i + BATCH_LINES], side) for i in range(0, len(lines), BATCH_LINES)]
 
 
 def _long_line(line: bytes) -> RawColumns | None:

@@ -62,28 +62,16 @@ def field_path(parts: Sequence[str | int]) -> str:
 
 
 def _find(obj: Any, hit: Any) -> tuple[list[str | int], Any] | None:
-    """(path, value) of the first value, depth first, for which `hit(value)` is true."""
+    """(path, value) of the first value, depth first, for which `hit(path, value)` is true."""
     stack: list[tuple[list[str | int], Any]] = [([], obj)]
     while stack:
         path, value = stack.pop()
-        if hit(value):
+        if hit(path, value):
             return path, value
         if isinstance(value, dict):
             stack.extend(([*path, k], v) for k, v in reversed(value.items()))
         elif isinstance(value, list):
             stack.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
-    return None
-
-
-def _too_deep(obj: Any) -> list[str | int] | None:
-    stack: list[tuple[list[str | int], Any]] = [([], obj)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, (dict, list)):
-            if len(path) + 1 > MAX_DEPTH:
-                return path
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend(([*path, k], v) for k, v in items)
     return None
 
 
@@ -112,7 +100,7 @@ def load_json(text: str | bytes) -> Any:
     except RecursionError:  # the C scanner counts nesting against the interpreter's recursion limit
         raise JsonRuleError("", _DEPTH_MESSAGE) from None
     if problems:
-        path, value = _find(obj, lambda v: isinstance(v, (_Duplicate, _HugeInt)))  # type: ignore[misc]
+        path, value = _find(obj, lambda _, v: isinstance(v, (_Duplicate, _HugeInt)))  # type: ignore[misc]
         if isinstance(value, _Duplicate):
             key = value.duplicate
             raise JsonRuleError(
@@ -122,8 +110,9 @@ def load_json(text: str | bytes) -> Any:
     try:
         orjson.dumps([obj])  # C speed: fails beyond 254 levels counting the list, i.e. MAX_DEPTH
     except orjson.JSONEncodeError:  # too deep, or something else orjson does not write (a 65-bit int)
-        deep = _too_deep(obj)
-        if deep is not None:  # named down to the third level (the full path is hundreds of "[0]")
+        found = _find(obj, lambda path, v: isinstance(v, (dict, list)) and len(path) >= MAX_DEPTH)
+        if found is not None:  # named down to the third level (the full path is hundreds of "[0]")
+            deep = found[0]
             raise JsonRuleError(field_path(deep[:3]) + ("..." if len(deep) > 3 else ""), _DEPTH_MESSAGE) from None
     return obj
 
@@ -162,18 +151,6 @@ class PredictorNames:
                     if len(self.names) > MAX_PREDICTORS:
                         return f"steps[{i}].forecasts.{name}"
         return None
-
-
-def check_parquet_predictors(schema: Any, source: str) -> None:
-    """Refuse a Parquet schema with more than MAX_PREDICTORS forecast fields before a batch is read."""
-    try:
-        forecasts = schema.field("steps").type.value_type.field("forecasts").type
-        count = forecasts.num_fields
-    except (KeyError, AttributeError, TypeError):
-        return  # not the plain schema: the readers name what is wrong with it
-    if count > MAX_PREDICTORS:
-        message = f"field 'steps.forecasts' has {count} fields: {PREDICTORS_MESSAGE}"
-        raise TrajectoryFileError(source, [RecordError(0, "steps.forecasts", message)])
 
 
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII

@@ -9,8 +9,9 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
-from tps_tracer.records.limits import ReadRecords, SetAside, check_parquet_predictors, duplicate_message
+from tps_tracer.records.limits import PREDICTORS_MESSAGE, ReadRecords, SetAside, duplicate_message
 
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
     from tps_tracer.records.schema import TrajectoryRecord
@@ -49,7 +50,13 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise TrajectoryFileError(str(path), [RecordError(0, "", f"cannot read Parquet ({exc})")]) from None
-    check_parquet_predictors(pf.schema_arrow, str(path))
+    try:
+        count = pf.schema_arrow.field("steps").type.value_type.field("forecasts").type.num_fields
+    except (KeyError, AttributeError, TypeError):
+        count = 0  # not the plain schema: the readers name what is wrong with it
+    if count > MAX_PREDICTORS:
+        message = f"field 'steps.forecasts' has {count} fields: {PREDICTORS_MESSAGE}"
+        raise TrajectoryFileError(str(path), [RecordError(0, "steps.forecasts", message)])
     return pf
 
 

@@ -10,7 +10,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from tps_tracer.records import jsonl_fast
-from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, arrays_from_arrow, to_arrays, validated_arrays
+from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays, raw_from_arrow, to_arrays, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, Rescan, TrajectoryFileError, whole_file
 from tps_tracer.records.limits import (
     PREDICTORS_MESSAGE,
@@ -74,15 +74,11 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
         except (TrajectoryFileError, UnicodeDecodeError):
             raise whole_file(source) from None
 
-    def arrow() -> tuple[TrajectoryArrays, bool]:
-        return validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True
-
-    def orjson_way() -> tuple[TrajectoryArrays, bool]:
-        return jsonl_fast.arrays_from_jsonl(chunk), True
-
     # pyarrow's parser pays from a megabyte on; below, orjson (looked up per call: tests patch them)
-    fast = [arrow, orjson_way] if len(chunk) >= jsonl_fast.MIN_BYTES else [orjson_way]
-    return first_that_reads(*fast, exact)
+    ways = [lambda: (jsonl_fast.arrays_from_jsonl(chunk), True), exact]
+    if len(chunk) >= jsonl_fast.MIN_BYTES:
+        ways.insert(0, lambda: (validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True))
+    return first_that_reads(*ways)
 
 
 def read_arrow_batch(
@@ -97,7 +93,7 @@ def read_arrow_batch(
         rows = (whole() if whole is not None else batch).to_pylist()
         return to_arrays(validated_rows(source, [(first_row + i, row_json(r)) for i, r in enumerate(rows, 1)])), False
 
-    return first_that_reads(lambda: (arrays_from_arrow(batch, from_json=False), True), exact)
+    return first_that_reads(lambda: (validated_arrays(raw_from_arrow(batch)), True), exact)
 
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
@@ -118,22 +114,6 @@ class Chunk:
     done: int = 0  # bytes (JSON Lines) or rows (Parquet) of this file read so far
     size: int = 0  # the file's size in the same unit
     set_aside: SetAside | None = None  # lines read but not scored (a shard read the whole-file way)
-
-
-@dataclass
-class YieldedPart:
-    """What a shard's chunks gave before it fell back to its whole-file read (what resolutions change)."""
-
-    ids: list[str] = field(default_factory=list)
-    outcome: list[Any] = field(default_factory=list)
-    q_z: list[Any] = field(default_factory=list)
-    end: int = 0
-
-    def add(self, arrays: TrajectoryArrays, end: int) -> None:
-        self.ids.extend(arrays.ids)
-        self.outcome.append(arrays.outcome)
-        self.q_z.append(arrays.q_z)
-        self.end = end
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:
@@ -179,21 +159,8 @@ def iter_chunks(
             chunks = _jsonl_chunks(f, k, chunk_bytes, shared, scan_first or len(files) > 1)
         # A shard among many may fall back midway; a single file, or shards sharing resolution lines,
         # fall back whole.
-        done = YieldedPart() if len(files) > 1 and shared is None else None
         gave = False
-        try:
-            for chunk in chunks:
-                if not names.add(chunk.arrays.predictors):
-                    _too_many_predictors(chunk, names)
-                if done is not None:
-                    done.add(chunk.arrays, chunk.done)
-                gave = True
-                yield chunk
-        except NotFast:
-            if done is None:
-                raise
-            arrays, aside, start = shard_rest(f, done)
-            chunk = Chunk(arrays, (k, start), False, str(f), set_aside=aside)
+        for chunk in _midway(chunks, f, k) if len(files) > 1 and shared is None else chunks:
             if not names.add(chunk.arrays.predictors):
                 _too_many_predictors(chunk, names)
             gave = True
@@ -208,20 +175,30 @@ def iter_chunks(
         raise whole_file("a resolution of an id in no shard")
 
 
-def shard_rest(path: Path, done: YieldedPart) -> tuple[TrajectoryArrays, SetAside, int]:
+def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Chunk]:
+    """A shard's chunks; on a NotFast, what its exact read holds beyond those given."""
+    ids: list[str] = []
+    end = 0
+    try:
+        for chunk in chunks:
+            ids.extend(chunk.arrays.ids)
+            end = chunk.done
+            yield chunk
+    except NotFast:
+        arrays, aside, start = shard_rest(path, ids, end)
+        yield Chunk(arrays, (file_index, start), False, str(path), set_aside=aside)
+
+
+def shard_rest(path: Path, ids: list[str], end: int) -> tuple[TrajectoryArrays, SetAside, int]:
     """(arrays, set aside, byte offset) of a shard that fell back midway: what its exact read holds beyond
-    the chunks already given, or all of it (for the caller's duplicate check) when those differ."""
+    the chunks already given (`ids`, ending at byte `end`), or all of it (for the caller's duplicate check)
+    when its first records are not those (a repeat among them was set aside). Shards read this way hold no
+    resolution lines, so the values given are the exact read's."""
     from tps_tracer.records.jsonl import read_trajectories
 
     records = read_trajectories(path)
-    n = len(done.ids)
-    if n:
-        head = to_arrays(records[:n])
-        if head.ids == done.ids and all(
-            np.array_equal(got, np.concatenate(given), equal_nan=True)
-            for got, given in ((head.outcome, done.outcome), (head.q_z, done.q_z))
-        ):
-            return to_arrays(records[n:]), records.set_aside, done.end
+    if ids and [r.trajectory_id for r in records[: len(ids)]] == ids:
+        return to_arrays(records[len(ids) :]), records.set_aside, end
     return to_arrays(records), records.set_aside, 0
 
 
@@ -447,8 +424,7 @@ def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
 
 
 def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
-    """Whether a JSON Lines file mentions "resolves" (a trajectory that does only costs the exact
-    read)"""
+    """Whether a JSON Lines file mentions "resolves" (a trajectory that does only costs the exact read)."""
     tail = b""
     try:
         with path.open("rb") as fh:
@@ -457,7 +433,7 @@ def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
                     return True
                 tail = piece[-len(_KEY) :]
     except OSError:
-        return False  # the reader gives the error
+        pass  # the reader gives the error
     return False
 
 

@@ -9,17 +9,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tps_tracer.errors import InputError
-from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
+from tps_tracer.records.record_shape import as_outcome
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.validity import horizon_below_steps, horizon_range_problem
 
-
-def _binary(v: Any) -> Any:
-    """The one outcome rule (`record_shape.as_outcome`), without strings."""
-    try:
-        return as_outcome(v, allow_strings=False)
-    except InvalidOutcome as exc:
-        raise InputError(str(exc)) from None
+# The one outcome rule (record_shape.py), without strings.
+_BINARY_OUTCOME = field_validator("outcome", mode="before")(lambda v: as_outcome(v, allow_strings=False))
 
 
 class StepRecord(BaseModel):
@@ -41,10 +36,7 @@ class TrajectoryRecord(BaseModel):
     steps: list[StepRecord] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("outcome", mode="before")
-    @classmethod
-    def _binary_outcome(cls, v: Any) -> Any:
-        return _binary(v)
+    _binary_outcome = _BINARY_OUTCOME
 
     @field_validator("horizon")
     @classmethod
@@ -91,10 +83,7 @@ class ResolutionRecord(BaseModel):
     outcome: int | None = None
     q_z: float | None = Field(default=None, ge=0.0, le=1.0)
 
-    @field_validator("outcome", mode="before")
-    @classmethod
-    def _binary_outcome(cls, v: Any) -> Any:
-        return _binary(v)
+    _binary_outcome = _BINARY_OUTCOME
 
     @model_validator(mode="after")
     def _something(self) -> ResolutionRecord:
