@@ -12,6 +12,7 @@ import numpy as np
 from tps_tracer import output
 from tps_tracer.cli.main import (
     CliError,
+    censored_reasons,
     check_replicates,
     flag,
     fmt,
@@ -43,7 +44,6 @@ from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.reading import read_records
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 
@@ -117,10 +117,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
         if bad_rates:
             raise InputError(f"rates must lie in [0, 1], got {bad_rates[0]}")
-    reasons = names(args.informative)
-    unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
-    if unknown_reasons:
-        raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
+    reasons = censored_reasons(args.informative, "--informative")
     check_replicates(args.bootstrap, 0, "0: no confidence intervals")
     records = read_records(args.file)
     arrays = to_arrays(records)

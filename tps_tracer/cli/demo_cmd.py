@@ -31,7 +31,6 @@ from tps_tracer.scoring.rules import get_rule, get_schedule
 from tps_tracer.sim.world import WorldConfig
 
 DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent
-DEMO_RECURSION_LIMIT = 16  # the campaign's budget (8 model calls); resumed branches get a fresh one
 PLATT = "verbal+platt"
 PRIMARY_RULE = "log"
 PRIMARY_WEIGHTS = "linear-front"
@@ -65,10 +64,8 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
                 from langgraph.checkpoint.memory import InMemorySaver
 
                 saver = InMemorySaver()
-            result = run_campaign(
-                world, paths[name], progress=bar.update, bootstrap=0, q_z_oracle=True, checkpointer=saver
-            )
-            graphs[name] = (result.agent, world)
+            agent = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
+            graphs[name] = (agent, world)
     finally:
         bar.close()
     return paths, graphs
@@ -80,6 +77,7 @@ def _resume_q_z(
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
     from tps_tracer.langchain.resume import resume_continuations
+    from tps_tracer.sim.campaign import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
     from tps_tracer.sim.scripted_model import grade_final_state
 
     out.unlink(missing_ok=True)
@@ -93,7 +91,7 @@ def _resume_q_z(
             out,
             branches=args.branches,
             grader=grade_final_state,
-            budget=DEMO_RECURSION_LIMIT,
+            budget=DEFAULT_RECURSION_LIMIT,
             concurrency=args.concurrency,
             progress=bar.update,
         )
@@ -109,21 +107,24 @@ def _resume_q_z(
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     with_q_hat = _scores(resumed, predictors, EXACT)
     with_q_z = _scores(replace(arrays, q_z=exact), predictors, EXACT)
-    rows = np.flatnonzero(has)
+
+    def mean(x: np.ndarray) -> float | None:
+        return float(x.mean()) if has.any() else None
+
     report = {
-        "mean_abs_error": float(err.mean()) if err.size else None,
-        "binomial_mean_abs_error": _binomial_mean_abs_error(exact[has], n_valid) if err.size else None,
+        "mean_abs_error": mean(err),
+        "binomial_mean_abs_error": mean(_binomial_abs_errors(exact[has], n_valid)),
         "n_prefixes": int(has.sum()),
         "branches_per_prefix": args.branches,
-        "mean_valid_branches": float(n_valid.mean()) if err.size else None,
+        "mean_valid_branches": mean(n_valid),
         "min_valid": mc.min_valid,
         "censored_without_estimate": int(censored - has.sum()),
-        "mean_q_hat": float(resumed.q_z[has].mean()) if err.size else None,
-        "mean_q_z": float(exact[has].mean()) if err.size else None,
+        "mean_q_hat": mean(resumed.q_z[has]),
+        "mean_q_z": mean(exact[has]),
         "cen_exact_tps_log": {
-            p: {"q_hat": float(with_q_hat[p][rows].mean()), "q_z": float(with_q_z[p][rows].mean())}
+            p: {"q_hat": float(with_q_hat[p][has].mean()), "q_z": float(with_q_z[p][has].mean())}
             for p in predictors
-            if rows.size
+            if has.any()
         },
         "resume": summary.as_dict(),
         "continuations": str(out),
@@ -131,15 +132,15 @@ def _resume_q_z(
     return resumed, report
 
 
-def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
-    """E|k/n - q| for k ~ Binomial(n, q), averaged over prefixes: the best a q_hat from n branches can do."""
+def _binomial_abs_errors(q: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do."""
     from scipy.stats import binom
 
     out = []
     for qi, ni in zip(q.tolist(), n.tolist(), strict=True):
         k = np.arange(ni + 1)
         out.append(float(np.sum(binom.pmf(k, ni, qi) * np.abs(k / ni - qi))))
-    return float(np.mean(out))
+    return np.array(out)
 
 
 def _progress(total: int, quiet: bool) -> Any:
