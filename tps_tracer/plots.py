@@ -5,7 +5,7 @@ the figures (matplotlib, the optional `plot` extra, imported only to draw)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,17 +87,13 @@ class StepContributions:
         group = np.arange(size) // width
         reached = np.bincount(group, weights=self.reached).astype(np.int64)
         score_sum = np.bincount(group, weights=self.mean_score * self.reached)
-        return StepContributions(
-            self.predictor,
-            self.rule,
-            self.weights,
-            self.censoring,
-            self.t[::width].copy(),
-            np.bincount(group, weights=self.contribution).astype(np.float64),
-            score_sum / np.maximum(reached, 1),
-            reached,
-            self.n,
-            width * self.bin_width,
+        return replace(
+            self,
+            t=self.t[::width].copy(),
+            contribution=np.bincount(group, weights=self.contribution).astype(np.float64),
+            mean_score=score_sum / np.maximum(reached, 1),
+            reached=reached,
+            bin_width=width * self.bin_width,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -185,7 +181,8 @@ _STOP_MARKERS = {
 }
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files; an InputError (exit 2 in the CLI) when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -196,18 +193,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def check_available() -> None:
-    """InputError (exit 2 in the CLI) when matplotlib is not installed."""
-    _pyplot()
-
-
-def close_all() -> None:
-    """Free every figure (a long-lived process drawing many plots would otherwise keep them)."""
-    _pyplot().close("all")
-
-
 def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliability (complete trajectories)") -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
     ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="perfect calibration")
     for b in bins:
@@ -224,7 +211,7 @@ def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliabilit
 
 
 def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
     for tr in traces:
         f = tr["forecasts"]
@@ -259,7 +246,7 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
 
 
 def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
     first = contribs[0]
     bw = first.bin_width
@@ -286,7 +273,7 @@ def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
 def calibration_figure(
     raw: ReliabilityBins, cal: ReliabilityBins, raw_s: StepContributions, cal_s: StepContributions
 ) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     left.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--")
     for b in (raw, cal):

@@ -44,14 +44,15 @@ def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[Tra
     return out
 
 
-def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
-    """The two agents' record files, and (compiled graph, world) per agent (checkpoints under --q-z resume)."""
+def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], Any]:
+    """The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
+    compiled graph (with checkpoints under --q-z resume)."""
     from tps_tracer.sim.campaign import run_campaign
     from tps_tracer.sim.world import AgentWorld
 
     config = DEMO_WORLD
     agents = ("truthful", "overconfident")
-    paths, graphs = {}, {}
+    paths, graph = {}, None
     bar = _progress(len(agents) * args.tasks, quiet=args.json)
     try:
         for name in agents:
@@ -64,15 +65,14 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
                 from langgraph.checkpoint.memory import InMemorySaver
 
                 saver = InMemorySaver()
-            agent = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
-            graphs[name] = (agent, world)
+            graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
     finally:
         bar.close()
-    return paths, graphs
+    return paths, graph
 
 
 def _resume_q_z(
-    args: argparse.Namespace, graph: Any, world: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
+    args: argparse.Namespace, graph: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
 ) -> tuple[Any, dict[str, Any]]:
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
@@ -100,7 +100,7 @@ def _resume_q_z(
     mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, max(1, args.branches // 2)))
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)
-    exact = np.where(has, world_q_z(world, records), np.nan)  # the world's q_Z on the same prefixes
+    exact = np.where(has, arrays.q_z, np.nan)  # the world's q_Z on the same prefixes
     err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
@@ -154,19 +154,6 @@ def _progress(total: int, quiet: bool) -> Any:
 def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarray]:
     sm = score_matrix(arrays, predictors, [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)], modes=(mode,))
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
-
-
-def world_q_z(world: Any, records: list[TrajectoryRecord]) -> np.ndarray:
-    """The world's exact q_Z of every censored run (NaN for the others): q_t at its last recorded step."""
-    return np.array(
-        [
-            world[r.metadata["task_id"]].steps[len(r.steps) - 1].q
-            if r.stop_reason.value == "max_steps" and r.steps
-            else np.nan
-            for r in records
-        ],
-        dtype=float,
-    )
 
 
 def _against_truth(
@@ -319,20 +306,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(budget: 8 model calls). The world knows every task's success process q_t exactly.\n",
             flush=True,
         )
-    paths, graphs = _run_agents(args, out_dir)
+    paths, graph = _run_agents(args, out_dir)
     records = read_trajectories(paths["overconfident"])
     arrays = to_arrays(records)
     platt = cross_fit_platt(arrays, "verbal", PRIMARY_WEIGHTS)
     calibrated = _with_platt(records, platt.values)
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
     write_trajectories(calibrated, paths["overconfident+platt"])
-    cal_arrays = to_arrays(calibrated)
-    truth_arrays = replace(cal_arrays, q_z=world_q_z(graphs["overconfident"][1], calibrated))
+    truth_arrays = cal_arrays = to_arrays(calibrated)
     resume_report = None
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
-        graph, world = graphs["overconfident"]
-        cal_arrays, resume_report = _resume_q_z(args, graph, world, calibrated, cal_arrays, paths["continuations"])
+        cal_arrays, resume_report = _resume_q_z(args, graph, calibrated, cal_arrays, paths["continuations"])
     f = findings(cal_arrays, args.bootstrap, args.seed, truth_arrays)
     if resume_report is not None:
         f["q_z_resume"] = resume_report

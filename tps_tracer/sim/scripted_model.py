@@ -190,8 +190,8 @@ class ScriptedReActModel(BaseChatModel):
 _QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
 
 
-def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
-    """A scripted failure raises ToolException (ending the run unless `handle_errors`); `branches`: a branch's
+def search_tool(world: AgentWorld, branches: bool = False) -> BaseTool:
+    """A scripted failure raises ToolException (ending the run); `branches`: a branch's
     clue is drawn given the clues in the graph state (InjectedState: LangGraph's ToolNode only)."""
 
     def search(query: str) -> str:
@@ -209,7 +209,7 @@ def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool =
         return clue_text(t, step.evidence)
 
     if not branches:
-        return StructuredTool.from_function(search, name="search", handle_tool_error=handle_errors)
+        return StructuredTool.from_function(search, name="search")
 
     def search_or_branch(query: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
@@ -225,4 +225,4 @@ def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool =
             raise ToolException("search backend unavailable")
         return clue_text(len(seen) + 1, evidence)
 
-    return StructuredTool.from_function(search_or_branch, name="search", handle_tool_error=handle_errors)
+    return StructuredTool.from_function(search_or_branch, name="search")

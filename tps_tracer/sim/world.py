@@ -95,18 +95,17 @@ class TaskScript:
     length: int  # natural length L: the L-th step answers
     steps: list[StepScript] = field(repr=False)
 
-    def expected(
-        self, budget: int | None, repairs: bool = True, repair_budget: int = DEFAULT_REPAIR_BUDGET
-    ) -> Expected:
+    def expected(self, budget: int | None, repairs: bool = True) -> Expected:
         """How a run of this task ends under an LLM-call budget (None: unlimited; malformed calls count).
-        repairs: the runtime retries malformed output (text loops) instead of ending the run on it."""
+        repairs: the runtime retries malformed output (text loops, DEFAULT_REPAIR_BUDGET times) instead of
+        ending the run on it."""
         calls = 0
         for step in self.steps[: self.length]:
             for k in range(step.malformed_before + 1):  # the malformed attempts, then the good call (k == m)
                 if budget is not None and calls == budget:
                     return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
                 calls += 1
-                if k < step.malformed_before and (not repairs or k + 1 > repair_budget):
+                if k < step.malformed_before and (not repairs or k + 1 > DEFAULT_REPAIR_BUDGET):
                     return Expected(StopReason.PARSE_ERROR, step.t - 1, calls, None)
             if step.final:
                 return Expected(StopReason.CLEAN, step.t, calls, self.outcome)
@@ -118,14 +117,14 @@ class TaskScript:
 class AgentWorld:
     """Tasks of one world, scripted deterministically from a seed."""
 
-    def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig(), prefix: str = "task"):
+    def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig()):
         if config.forecaster not in FORECASTERS:
             raise InputError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
         self.config = config
         self.seed = seed
         self.tasks: dict[str, TaskScript] = {}
         for i in range(n_tasks):
-            script = self._script(f"{prefix}-{i:05d}", np.random.default_rng([seed, i]))
+            script = self._script(f"task-{i:05d}", np.random.default_rng([seed, i]))
             self.tasks[script.task_id] = script
 
     def __getitem__(self, task_id: str) -> TaskScript:
@@ -133,9 +132,6 @@ class AgentWorld:
 
     def __iter__(self) -> Iterator[TaskScript]:
         return iter(self.tasks.values())
-
-    def __len__(self) -> int:
-        return len(self.tasks)
 
     def _script(self, task_id: str, rng: np.random.Generator) -> TaskScript:
         c = self.config
@@ -241,9 +237,6 @@ class Rendered:
     action_tokens: NDArray[np.bool_]
 
 
-STYLES = ("tagged", "react")
-
-
 def query_of(task_id: str, t: int) -> str:
     return f"{task_id} clue {t}"
 
@@ -270,7 +263,7 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
             text = head + f"Action: {action}"
         start = len(head) + len("Final Answer: " if step.final else "Action: ")
     else:
-        raise InputError(f"unknown style {style!r}; choose from {STYLES}")
+        raise InputError(f"unknown style {style!r}; choose from ('tagged', 'react')")
     tokens = tokenize(text)
     bounds = np.cumsum([0] + [len(tok) for tok in tokens])
     mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)
