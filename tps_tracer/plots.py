@@ -18,7 +18,7 @@ from tps_tracer.evaluation.pairs import eta_by_mode, pair_table_from_arrays
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring.rules import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
@@ -168,17 +168,9 @@ def plot_reason(arrays: TrajectoryArrays, predictor: str, censoring: str = SIMPL
 # -- figures ------------------------------------------------------------------------------------
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
-# One marker per StopReason value (the legend lists those drawn); an unknown value falls back to "*".
-_STOP_MARKERS = {
-    "clean": "o",
-    "max_steps": ">",
-    "parse_error": "x",
-    "tool_error": "s",
-    "env_terminated": "D",
-    "timeout": "v",
-    "other": "P",
-    "capture_lost": "X",
-}
+# One marker per StopReason value, in its order (clean "o", max_steps ">", parse_error "x", ...); the
+# legend lists those drawn, an unknown value falls back to "*".
+_STOP_MARKERS = dict(zip((r.value for r in StopReason), "o>xsDvPX", strict=True))
 
 
 def pyplot() -> Any:

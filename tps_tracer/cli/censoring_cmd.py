@@ -66,12 +66,8 @@ def _q_z_source(
     elif mc is not None:
         estimates, info = mc.as_mapping(), mc.summary()
     else:
-        return (
-            arrays,
-            {"source": "the q_z field of the file", "with_q_z": int(np.sum(~np.isnan(arrays.q_z)))},
-            None,
-            None,
-        )
+        with_q_z = int(np.sum(~np.isnan(arrays.q_z)))
+        return arrays, {"source": "the q_z field of the file", "with_q_z": with_q_z}, None, None
     att = attach_q_z(arrays, estimates)
     info = {
         **info,

@@ -156,31 +156,13 @@ def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarr
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
 
 
-def _against_truth(
-    means: dict[str, dict[str, float]], truth: dict[str, np.ndarray], ids: Any, bootstrap: int, seed: int
-) -> dict[str, Any]:
-    """Each evaluator's pick checked against the ground truth: its rank there and, when not the best,
-    the paired difference (pick minus best) under the ground truth's scores."""
-    t_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
-    ranking = sorted(t_means, key=lambda p: -t_means[p])
-    best = ranking[0]
-    verdicts = {}
-    for mode, m in means.items():
-        pick = max(m, key=m.__getitem__)
-        v: dict[str, Any] = {"pick": pick, "agrees": pick == best, "truth_rank": ranking.index(pick) + 1}
-        if pick != best:
-            d = paired_mean_delta(truth[best], truth[pick], ids, bootstrap, seed, f"{pick} - {best}").as_dict()
-            v["truth_delta"] = d
-        verdicts[mode] = v
-    return {"mean_tps_log": t_means, "ranking": ranking, "best": best, "verdicts": verdicts}
-
-
-def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -> dict[str, Any]:
-    """The paper's two findings on the overconfident agent's records (raw + Platt); the ground truth is
-    cen-exact on `truth_arrays` (the same records with the world's exact q_Z; default `arrays`)."""
+def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[str, Any]:
+    """The paper's two findings on the overconfident agent's records (raw + Platt), and each evaluator's pick
+    checked against the ground truth, cen-exact on `truth_arrays` (the records with the world's exact q_Z):
+    its rank there and, when not the best, the paired difference (pick minus best) under the truth's scores."""
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    simple = _scores(arrays, predictors, SIMPLE)
-    complete = _scores(arrays, predictors, COMPLETE_ONLY)
+    scores = {mode: _scores(arrays, predictors, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
+    simple = scores[SIMPLE]
     tps = paired_mean_delta(simple["verbal"], simple[PLATT], arrays.ids, bootstrap, seed, "tps_log")
     table = pair_table_from_arrays(arrays, ["verbal", PLATT], [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)])
     w = AGGREGATOR_NAMES.index("phi_w")
@@ -188,28 +170,33 @@ def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -
     phi = {p: np.where(clean, table.predictors[p].aggregates[:, w], np.nan) for p in ("verbal", PLATT)}
     auroc = paired_auroc_delta(phi["verbal"], phi[PLATT], table.outcome, arrays.ids, bootstrap, seed)
 
-    exact = _scores(arrays, predictors, EXACT)
-    modes = ((COMPLETE_ONLY, complete), (SIMPLE, simple), (EXACT, exact))
-    means = {mode: {p: float(np.nanmean(col)) for p, col in cols.items()} for mode, cols in modes}
+    means = {mode: {p: float(np.nanmean(col)) for p, col in cols.items()} for mode, cols in scores.items()}
     best = {mode: max(m, key=m.__getitem__) for mode, m in means.items()}
     a, b = best[COMPLETE_ONLY], best[SIMPLE]
     head_to_head = {
         mode: paired_mean_delta(cols[a], cols[b], arrays.ids, bootstrap, seed, f"{b} - {a}").as_dict()
-        for mode, cols in modes
+        for mode, cols in scores.items()
     }
-    n_censored = int(np.sum(table.role_masks(CensoringPolicy())[1]))
-    truth = _scores(truth_arrays if truth_arrays is not None else arrays, predictors, EXACT)
-    checked = _against_truth(means, truth, arrays.ids, bootstrap, seed)
+    truth = _scores(truth_arrays, predictors, EXACT)
+    truth_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
+    ranking = sorted(truth_means, key=lambda p: -truth_means[p])
+    verdicts = {}
+    for mode, pick in best.items():
+        v: dict[str, Any] = {"pick": pick, "agrees": pick == ranking[0], "truth_rank": ranking.index(pick) + 1}
+        if pick != ranking[0]:
+            d = paired_mean_delta(truth[ranking[0]], truth[pick], arrays.ids, bootstrap, seed, f"{pick} - {ranking[0]}")
+            v["truth_delta"] = d.as_dict()
+        verdicts[mode] = v
     return {
         "recalibration": {"auroc": auroc.as_dict(), "tps_log": tps.as_dict()},
         "censoring": {
             "n_trajectories": arrays.n,
-            "n_censored": n_censored,
+            "n_censored": int(np.sum(table.role_masks(CensoringPolicy())[1])),
             "mean_tps_log": means,
             "best": best,
             "verdict_changes": a != b,
             "head_to_head": head_to_head,
-            "ground_truth": checked,
+            "ground_truth": {"mean_tps_log": truth_means, "ranking": ranking, "best": ranking[0], "verdicts": verdicts},
         },
     }
 
@@ -318,7 +305,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
         cal_arrays, resume_report = _resume_q_z(args, graph, calibrated, cal_arrays, paths["continuations"])
-    f = findings(cal_arrays, args.bootstrap, args.seed, truth_arrays)
+    f = findings(cal_arrays, truth_arrays, args.bootstrap, args.seed)
     if resume_report is not None:
         f["q_z_resume"] = resume_report
     f["platt"] = platt.diagnostics()
