@@ -122,10 +122,8 @@ class AgentWorld:
             raise InputError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
         self.config = config
         self.seed = seed
-        self.tasks: dict[str, TaskScript] = {}
-        for i in range(n_tasks):
-            script = self._script(f"task-{i:05d}", np.random.default_rng([seed, i]))
-            self.tasks[script.task_id] = script
+        ids = (f"task-{i:05d}" for i in range(n_tasks))
+        self.tasks = {task_id: self._script(task_id, np.random.default_rng([seed, i])) for i, task_id in enumerate(ids)}
 
     def __getitem__(self, task_id: str) -> TaskScript:
         return self.tasks[task_id]
