@@ -185,7 +185,7 @@ def pyplot() -> Any:
     return plt
 
 
-def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliability (complete trajectories)") -> Any:
+def reliability_figure(bins: Sequence[ReliabilityBins]) -> Any:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
     ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="perfect calibration")
@@ -196,7 +196,7 @@ def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliabilit
         sizes = 20 + 180 * b.count / max(int(b.count.max()), 1)
         ax.scatter(b.mean_forecast, b.observed_rate, s=sizes, color=line.get_color(), alpha=0.35, lw=0)
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin (Phi_w summary)", ylabel="observed success rate")
-    ax.set_title(title + "\nquantile bins; marker area ~ trajectories in bin", fontsize=10)
+    ax.set_title("Reliability (complete trajectories)\nquantile bins; marker area ~ trajectories in bin", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
     return fig

@@ -128,11 +128,8 @@ class ScriptedReActModel(BaseChatModel):
             tokens = tokenize(text)
             lp = openai_logprobs(tokens, np.full(len(tokens), 0.6)) if self.logprobs else None
             if self.style == "tool_calls":
-                bad = {
-                    "name": "search",
-                    "args": '{"query": "unterminated',
-                    "id": f"call_{task_id}_{step.t}_bad{attempt}",
-                }
+                bad_id = f"call_{task_id}_{step.t}_bad{attempt}"
+                bad = {"name": "search", "args": '{"query": "unterminated', "id": bad_id}
                 bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
                 return AIMessage(content=text, invalid_tool_calls=[bad]), lp
             return AIMessage(content=text), lp
@@ -173,15 +170,11 @@ class ScriptedReActModel(BaseChatModel):
             if run_manager:
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
-        valid = [
-            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
-            for i, c in enumerate(message.tool_calls)
+        calls = [(c, json.dumps(c["args"])) for c in message.tool_calls]
+        calls += [(c, c["args"]) for c in message.invalid_tool_calls]  # the raw text, as the model wrote it
+        chunks: list[Any] = [
+            {"name": c["name"], "args": a, "id": c["id"], "index": i} for i, (c, a) in enumerate(calls)
         ]
-        invalid = [
-            {"name": c["name"], "args": c["args"], "id": c["id"], "index": len(valid) + i}
-            for i, c in enumerate(message.invalid_tool_calls)
-        ]
-        chunks: list[Any] = valid + invalid
         tail = AIMessageChunk(content="", tool_call_chunks=chunks, chunk_position="last")
         finish = {"finish_reason": "tool_calls" if message.tool_calls else "stop"}
         yield ChatGenerationChunk(message=tail, generation_info=finish)

@@ -253,13 +253,10 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
     elif style == "react":
         head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
         head += f"Confidence: {step.verbal:.2f}\n"
-        if step.final:
-            action = answer
-            text = head + f"Final Answer: {action}"
-        else:
-            action = f"search\nAction Input: {query_of(task_id, step.t)}"
-            text = head + f"Action: {action}"
-        start = len(head) + len("Final Answer: " if step.final else "Action: ")
+        head += "Final Answer: " if step.final else "Action: "
+        action = answer if step.final else f"search\nAction Input: {query_of(task_id, step.t)}"
+        text = head + action
+        start = len(head)
     else:
         raise InputError(f"unknown style {style!r}; choose from ('tagged', 'react')")
     tokens = tokenize(text)
