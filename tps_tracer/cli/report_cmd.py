@@ -72,9 +72,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_by(path, args.by, options, args)
     if args.engine == "ray":
         report = _report_on_ray(path, options, args.address)
+    elif args.address:
+        raise CliError("--address needs --engine ray")
     else:
-        if args.address:
-            raise CliError("--address needs --engine ray")
         report = report_from_path(path, options, progress=progress_for(path))
     if args.json:
         sys.stdout.write(output.dumps(report))
