@@ -237,17 +237,24 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
     return fig
 
 
+def _step_bars(ax: Any, contribs: Sequence[StepContributions]) -> None:
+    """Each predictor's per-step contributions as bars side by side within a step (bin)."""
+    bw = contribs[0].bin_width
+    width = 0.8 * bw / len(contribs)
+    for k, c in enumerate(contribs):
+        offset = (k - (len(contribs) - 1) / 2) * width + (bw - 1) / 2
+        ax.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
+    ax.set_ylabel("mean w_t S(F_t) (sums to TPS)")
+
+
 def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
     plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
     first = contribs[0]
     bw = first.bin_width
-    width = 0.8 * bw / max(len(contribs), 1)
-    for k, c in enumerate(contribs):
-        offset = (k - (len(contribs) - 1) / 2) * width + (bw - 1) / 2
-        top.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
+    _step_bars(top, contribs)
+    for c in contribs:
         bottom.plot(c.t + (bw - 1) / 2, c.mean_score, marker="o" if len(c.t) < 60 else "", ms=3, label=c.predictor)
-    top.set_ylabel("mean w_t S(F_t) (sums to TPS)")
     title = (
         f"Where the score is earned or lost: {first.rule} rule, {first.weights} weights, {first.censoring} censoring"
     )
@@ -273,16 +280,9 @@ def calibration_figure(
     left.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin", ylabel="observed success rate")
     left.set_title("Reliability: raw vs recalibrated", fontsize=10)
     left.legend(fontsize=8, frameon=False, loc="upper left")
-    bw = raw_s.bin_width
-    for k, s in enumerate((raw_s, cal_s)):
-        right.bar(
-            s.t + (k - 0.5) * 0.4 * bw + (bw - 1) / 2,
-            s.contribution,
-            width=0.4 * bw,
-            label=f"{s.predictor} (TPS {s.total:.3f})",
-        )
-    right.set(xlabel="step t", ylabel="mean w_t S(F_t) (sums to TPS)")
-    grouped = f"; steps in bins of {bw}" if bw > 1 else ""
+    _step_bars(right, (raw_s, cal_s))
+    right.set_xlabel("step t")
+    grouped = f"; steps in bins of {raw_s.bin_width}" if raw_s.bin_width > 1 else ""
     right.set_title(f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring}{grouped})", fontsize=10)
     right.legend(fontsize=8, frameon=False)
     for ax in (left, right):
