@@ -47,24 +47,21 @@ def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[Tra
 def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], Any]:
     """The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
     compiled graph (with checkpoints under --q-z resume)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
     from tps_tracer.sim.campaign import run_campaign
     from tps_tracer.sim.world import AgentWorld
 
-    config = DEMO_WORLD
     agents = ("truthful", "overconfident")
     paths, graph = {}, None
     bar = _progress(len(agents) * args.tasks, quiet=args.json)
     try:
         for name in agents:
-            world = AgentWorld(args.tasks, seed=args.seed, config=replace(config, forecaster=name))
+            world = AgentWorld(args.tasks, seed=args.seed, config=replace(DEMO_WORLD, forecaster=name))
             paths[name] = out_dir / f"{name}.jsonl"
             paths[name].unlink(missing_ok=True)
             bar.set_description(f"{name} agent")
-            saver = None
-            if args.q_z == "resume" and name == "overconfident":
-                from langgraph.checkpoint.memory import InMemorySaver
-
-                saver = InMemorySaver()
+            saver = InMemorySaver() if args.q_z == "resume" and name == "overconfident" else None
             graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
     finally:
         bar.close()

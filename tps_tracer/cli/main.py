@@ -467,14 +467,11 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
         i > 0 and all(c and (c[0].isdigit() or c[0] in "-+.") for c in (r[i] for r in cells[1:]))
         for i in range(len(headers))
     ]
-    lines = []
-    for k, r in enumerate(cells):
-        lines.append(
-            indent
-            + "  ".join(c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)).rstrip()
-        )
-        if k == 0:
-            lines.append(indent + "  ".join("-" * w for w in widths))
+    lines = [
+        indent + "  ".join(c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)).rstrip()
+        for r in cells
+    ]
+    lines.insert(1, indent + "  ".join("-" * w for w in widths))  # under the headers
     return "\n".join(lines)
 
 
