@@ -36,14 +36,6 @@ PRIMARY_RULE = "log"
 PRIMARY_WEIGHTS = "linear-front"
 
 
-def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[TrajectoryRecord]:
-    out = [rec.model_copy(deep=True) for rec in records]
-    steps = (step for rec in out for step in rec.steps)
-    for step, v in zip(steps, values.tolist(), strict=True):
-        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
-    return out
-
-
 def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], Any]:
     """The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
     compiled graph (with checkpoints under --q-z resume)."""
@@ -294,14 +286,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     records = read_trajectories(paths["overconfident"])
     arrays = to_arrays(records)
     platt = cross_fit_platt(arrays, "verbal", PRIMARY_WEIGHTS)
-    calibrated = _with_platt(records, platt.values)
+    steps = (step for rec in records for step in rec.steps)
+    for step, v in zip(steps, platt.values.tolist(), strict=True):  # the records gain the cross-fitted stream
+        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
-    write_trajectories(calibrated, paths["overconfident+platt"])
-    truth_arrays = cal_arrays = to_arrays(calibrated)
+    write_trajectories(records, paths["overconfident+platt"])
+    truth_arrays = cal_arrays = to_arrays(records)
     resume_report = None
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
-        cal_arrays, resume_report = _resume_q_z(args, graph, calibrated, cal_arrays, paths["continuations"])
+        cal_arrays, resume_report = _resume_q_z(args, graph, records, cal_arrays, paths["continuations"])
     f = findings(cal_arrays, truth_arrays, args.bootstrap, args.seed)
     if resume_report is not None:
         f["q_z_resume"] = resume_report

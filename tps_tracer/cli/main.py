@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from tps_tracer.records.reading import Chunk
 
 EXIT_OK = 0
-EXIT_GATE_FAIL = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130

@@ -187,15 +187,6 @@ def q_given(config: WorldConfig, evidence: Sequence[int]) -> float:
     return (config.prior_a + sum(evidence)) / (config.prior_a + config.prior_b + len(evidence))
 
 
-def length_hazard(config: WorldConfig, t: int) -> float:
-    """P(L = t | L >= t) for the natural length L ~ Uniform{min_length..max_length}."""
-    if t < config.min_length:
-        return 0.0
-    if t >= config.max_length:
-        return 1.0
-    return 1.0 / (config.max_length - t + 1)
-
-
 def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> BranchStep:
     """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix."""
     t = len(evidence) + 1
@@ -206,7 +197,8 @@ def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: 
     q = q_given(config, evidence)
     verbal = round(min(1.0, max(0.0, FORECASTERS[config.forecaster](q, noise))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
-    final = bool(u_final < length_hazard(config, t))
+    lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
+    final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
     step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
     return BranchStep(step, int(u_outcome < q) if final and not malformed else None)
 
