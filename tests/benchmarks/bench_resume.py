@@ -42,9 +42,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-resume-"))
     world = AgentWorld(args.tasks, seed=11, config=CONFIG)
     model = ScriptedReActModel(world=world, logprobs=False)
-    agent = run_campaign(
-        world, tmp / "runs.jsonl", model=model, recursion_limit=BUDGET, checkpointer=InMemorySaver()
-    )
+    agent = run_campaign(world, tmp / "runs.jsonl", model=model, recursion_limit=BUDGET, checkpointer=InMemorySaver())
     records = read_trajectories(tmp / "runs.jsonl")
     # q_Z of a prefix: the world's q_t at its last recorded step, P(Y=1 | s_1..s_{Z-1}).
     exact = {

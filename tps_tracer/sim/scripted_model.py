@@ -170,7 +170,7 @@ class ScriptedReActModel(BaseChatModel):
             if run_manager:
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
-        calls = [(c, json.dumps(c["args"])) for c in message.tool_calls]
+        calls: list[tuple[Any, Any]] = [(c, json.dumps(c["args"])) for c in message.tool_calls]
         calls += [(c, c["args"]) for c in message.invalid_tool_calls]  # the raw text, as the model wrote it
         chunks: list[Any] = [
             {"name": c["name"], "args": a, "id": c["id"], "index": i} for i, (c, a) in enumerate(calls)
