@@ -30,7 +30,7 @@ def demo_lines(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("report_text")
     world = AgentWorld(40, seed=3, config=replace(DEMO_WORLD, forecaster="overconfident"))
     sink = tmp / "runs.jsonl"
-    run_campaign(world, sink, bootstrap=0, q_z_oracle=True)
+    run_campaign(world, sink, q_z_oracle=True)
     lines = [json.loads(x) for x in sink.read_text().splitlines()]
     # A q_z recorded after its run's line was written arrives as a resolution line: fold it in,
     # so every test works on whole records (which lines are late depends on the writer's timing).

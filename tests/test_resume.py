@@ -55,16 +55,15 @@ def _campaign(tmp: Path, n_tasks: int, seed: int, saver=None, recursion_limit: i
     world = AgentWorld(n_tasks, seed=seed, config=CONFIG)
     sink = tmp / f"runs-{seed}-{recursion_limit}.jsonl"
     model = ScriptedReActModel(world=world, logprobs=False)  # logprobs only slow the checkpoints down
-    result = run_campaign(
+    agent = run_campaign(
         world,
         sink,
         model=model,
         recursion_limit=recursion_limit,
-        bootstrap=0,
         q_z_oracle=True,
         checkpointer=saver or InMemorySaver(),
     )
-    return world, result.agent, read_trajectories(sink)
+    return world, agent, read_trajectories(sink)
 
 
 @pytest.fixture(scope="module")
@@ -413,7 +412,7 @@ def test_bad_arguments_and_a_graph_without_checkpointer_are_clear_errors(campaig
     _, graph, records = campaign
     with pytest.raises(ValueError, match="branches"):
         resume_continuations(graph, records, tmp_path / "x.jsonl", branches=0, grader=grade_final_state)
-    plain = run_campaign(AgentWorld(1, config=CONFIG), tmp_path / "plain.jsonl", bootstrap=0).agent
+    plain = run_campaign(AgentWorld(1, config=CONFIG), tmp_path / "plain.jsonl")
     with pytest.raises(ValueError, match="no checkpointer"):
         resume_continuations(plain, records, tmp_path / "x.jsonl", branches=1, grader=grade_final_state)
 

@@ -5,7 +5,7 @@ the figures (matplotlib, the optional `plot` extra, imported only to draw)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from tps_tracer.evaluation.pairs import eta_by_mode, pair_table_from_arrays
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
-from tps_tracer.records.stop_reasons import CensoringPolicy
+from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
 
 FloatArray = NDArray[np.float64]
@@ -87,17 +87,13 @@ class StepContributions:
         group = np.arange(size) // width
         reached = np.bincount(group, weights=self.reached).astype(np.int64)
         score_sum = np.bincount(group, weights=self.mean_score * self.reached)
-        return StepContributions(
-            self.predictor,
-            self.rule,
-            self.weights,
-            self.censoring,
-            self.t[::width].copy(),
-            np.bincount(group, weights=self.contribution).astype(np.float64),
-            score_sum / np.maximum(reached, 1),
-            reached,
-            self.n,
-            width * self.bin_width,
+        return replace(
+            self,
+            t=self.t[::width].copy(),
+            contribution=np.bincount(group, weights=self.contribution).astype(np.float64),
+            mean_score=score_sum / np.maximum(reached, 1),
+            reached=reached,
+            bin_width=width * self.bin_width,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -172,20 +168,13 @@ def plot_reason(arrays: TrajectoryArrays, predictor: str, censoring: str = SIMPL
 # -- figures ------------------------------------------------------------------------------------
 
 SUCCESS, FAILURE, UNOBSERVED = "#1b7837", "#c2185b", "#7f7f7f"
-# One marker per StopReason value (the legend lists those drawn); an unknown value falls back to "*".
-_STOP_MARKERS = {
-    "clean": "o",
-    "max_steps": ">",
-    "parse_error": "x",
-    "tool_error": "s",
-    "env_terminated": "D",
-    "timeout": "v",
-    "other": "P",
-    "capture_lost": "X",
-}
+# One marker per StopReason value, in its order (clean "o", max_steps ">", parse_error "x", ...); the
+# legend lists those drawn, an unknown value falls back to "*".
+_STOP_MARKERS = dict(zip((r.value for r in StopReason), "o>xsDvPX", strict=True))
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files; an InputError (exit 2 in the CLI) when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -196,18 +185,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def check_available() -> None:
-    """InputError (exit 2 in the CLI) when matplotlib is not installed."""
-    _pyplot()
-
-
-def close_all() -> None:
-    """Free every figure (a long-lived process drawing many plots would otherwise keep them)."""
-    _pyplot().close("all")
-
-
-def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliability (complete trajectories)") -> Any:
-    plt = _pyplot()
+def reliability_figure(bins: Sequence[ReliabilityBins]) -> Any:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
     ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="perfect calibration")
     for b in bins:
@@ -217,14 +196,14 @@ def reliability_figure(bins: Sequence[ReliabilityBins], title: str = "Reliabilit
         sizes = 20 + 180 * b.count / max(int(b.count.max()), 1)
         ax.scatter(b.mean_forecast, b.observed_rate, s=sizes, color=line.get_color(), alpha=0.35, lw=0)
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin (Phi_w summary)", ylabel="observed success rate")
-    ax.set_title(title + "\nquantile bins; marker area ~ trajectories in bin", fontsize=10)
+    ax.set_title("Reliability (complete trajectories)\nquantile bins; marker area ~ trajectories in bin", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
     return fig
 
 
 def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
     for tr in traces:
         f = tr["forecasts"]
@@ -258,17 +237,24 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
     return fig
 
 
+def _step_bars(ax: Any, contribs: Sequence[StepContributions]) -> None:
+    """Each predictor's per-step contributions as bars side by side within a step (bin)."""
+    bw = contribs[0].bin_width
+    width = 0.8 * bw / len(contribs)
+    for k, c in enumerate(contribs):
+        offset = (k - (len(contribs) - 1) / 2) * width + (bw - 1) / 2
+        ax.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
+    ax.set_ylabel("mean w_t S(F_t) (sums to TPS)")
+
+
 def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
     first = contribs[0]
     bw = first.bin_width
-    width = 0.8 * bw / max(len(contribs), 1)
-    for k, c in enumerate(contribs):
-        offset = (k - (len(contribs) - 1) / 2) * width + (bw - 1) / 2
-        top.bar(c.t + offset, c.contribution, width=width, label=f"{c.predictor} (TPS {c.total:.3f})")
+    _step_bars(top, contribs)
+    for c in contribs:
         bottom.plot(c.t + (bw - 1) / 2, c.mean_score, marker="o" if len(c.t) < 60 else "", ms=3, label=c.predictor)
-    top.set_ylabel("mean w_t S(F_t) (sums to TPS)")
     title = (
         f"Where the score is earned or lost: {first.rule} rule, {first.weights} weights, {first.censoring} censoring"
     )
@@ -286,7 +272,7 @@ def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
 def calibration_figure(
     raw: ReliabilityBins, cal: ReliabilityBins, raw_s: StepContributions, cal_s: StepContributions
 ) -> Any:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     left.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--")
     for b in (raw, cal):
@@ -294,16 +280,9 @@ def calibration_figure(
     left.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin", ylabel="observed success rate")
     left.set_title("Reliability: raw vs recalibrated", fontsize=10)
     left.legend(fontsize=8, frameon=False, loc="upper left")
-    bw = raw_s.bin_width
-    for k, s in enumerate((raw_s, cal_s)):
-        right.bar(
-            s.t + (k - 0.5) * 0.4 * bw + (bw - 1) / 2,
-            s.contribution,
-            width=0.4 * bw,
-            label=f"{s.predictor} (TPS {s.total:.3f})",
-        )
-    right.set(xlabel="step t", ylabel="mean w_t S(F_t) (sums to TPS)")
-    grouped = f"; steps in bins of {bw}" if bw > 1 else ""
+    _step_bars(right, (raw_s, cal_s))
+    right.set_xlabel("step t")
+    grouped = f"; steps in bins of {raw_s.bin_width}" if raw_s.bin_width > 1 else ""
     right.set_title(f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring}{grouped})", fontsize=10)
     right.legend(fontsize=8, frameon=False)
     for ax in (left, right):

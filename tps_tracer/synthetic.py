@@ -170,15 +170,10 @@ def simulate_continuations(
     rng = np.random.default_rng(seed)
     members = only if only is not None else [i for i, r in enumerate(runs.stop_reason) if r is StopReason.MAX_STEPS]
     out = []
+    ends = (StopReason.PARSE_ERROR, StopReason.MAX_STEPS, StopReason.CLEAN)
     for i in members:
-        u = rng.random(branches)
+        kind = np.searchsorted([parse_error_rate, parse_error_rate + unresolved_rate], rng.random(branches), "right")
         y = rng.random(branches) < runs.theta[i]
-        for m in range(branches):
-            if u[m] < parse_error_rate:
-                reason, outcome = StopReason.PARSE_ERROR, None
-            elif u[m] < parse_error_rate + unresolved_rate:
-                reason, outcome = StopReason.MAX_STEPS, None
-            else:
-                reason, outcome = StopReason.CLEAN, int(y[m])
-            out.append(ContinuationBranch(f"sim-{i:05d}", str(m), reason, outcome))
+        for m, k in enumerate(kind.tolist()):
+            out.append(ContinuationBranch(f"sim-{i:05d}", str(m), ends[k], int(y[m]) if k == 2 else None))
     return out

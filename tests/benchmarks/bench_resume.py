@@ -42,9 +42,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-resume-"))
     world = AgentWorld(args.tasks, seed=11, config=CONFIG)
     model = ScriptedReActModel(world=world, logprobs=False)
-    result = run_campaign(
-        world, tmp / "runs.jsonl", model=model, recursion_limit=BUDGET, bootstrap=0, checkpointer=InMemorySaver()
-    )
+    agent = run_campaign(world, tmp / "runs.jsonl", model=model, recursion_limit=BUDGET, checkpointer=InMemorySaver())
     records = read_trajectories(tmp / "runs.jsonl")
     # q_Z of a prefix: the world's q_t at its last recorded step, P(Y=1 | s_1..s_{Z-1}).
     exact = {
@@ -57,7 +55,7 @@ def main() -> int:
     print(f"{'M':>4} {'prefixes':>8} {'mean|q_hat-q_Z|':>16} {'binomial':>9} {'s/branch':>9} {'latency':>8}  stops")
     for m in (4, 16, 64):
         kw = {"grader": grade_final_state, "budget": BUDGET, "concurrency": args.concurrency}
-        s = resume_continuations(result.agent, records, out, branches=m, **kw).as_dict()
+        s = resume_continuations(agent, records, out, branches=m, **kw).as_dict()
         mc = mc_q_z(read_continuations(out), min_valid=1)
         q = np.array([exact[i] for i in mc.ids])
         err = float(np.mean(np.abs(mc.q_hat - q)))

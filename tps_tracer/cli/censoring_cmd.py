@@ -12,6 +12,7 @@ import numpy as np
 from tps_tracer import output
 from tps_tracer.cli.main import (
     CliError,
+    censored_reasons,
     check_replicates,
     flag,
     fmt,
@@ -43,7 +44,6 @@ from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.reading import read_records
 from tps_tracer.records.schema import TrajectoryRecord
-from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 
@@ -66,12 +66,8 @@ def _q_z_source(
     elif mc is not None:
         estimates, info = mc.as_mapping(), mc.summary()
     else:
-        return (
-            arrays,
-            {"source": "the q_z field of the file", "with_q_z": int(np.sum(~np.isnan(arrays.q_z)))},
-            None,
-            None,
-        )
+        with_q_z = int(np.sum(~np.isnan(arrays.q_z)))
+        return arrays, {"source": "the q_z field of the file", "with_q_z": with_q_z}, None, None
     att = attach_q_z(arrays, estimates)
     info = {
         **info,
@@ -117,10 +113,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         bad_rates = [r for r in rates if not 0.0 <= r <= 1.0]
         if bad_rates:
             raise InputError(f"rates must lie in [0, 1], got {bad_rates[0]}")
-    reasons = names(args.informative)
-    unknown_reasons = [r for r in reasons if r not in {x.value for x in StopReason}]
-    if unknown_reasons:
-        raise CliError(f"--informative: unknown stop reason(s) {', '.join(unknown_reasons)}")
+    reasons = censored_reasons(args.informative, "--informative")
     check_replicates(args.bootstrap, 0, "0: no confidence intervals")
     records = read_records(args.file)
     arrays = to_arrays(records)

@@ -31,55 +31,42 @@ from tps_tracer.scoring import get_rule, get_schedule
 from tps_tracer.sim.world import WorldConfig
 
 DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent
-DEMO_RECURSION_LIMIT = 16  # the campaign's budget (8 model calls); resumed branches get a fresh one
 PLATT = "verbal+platt"
 PRIMARY_RULE = "log"
 PRIMARY_WEIGHTS = "linear-front"
 
 
-def _with_platt(records: list[TrajectoryRecord], values: np.ndarray) -> list[TrajectoryRecord]:
-    out = [rec.model_copy(deep=True) for rec in records]
-    steps = (step for rec in out for step in rec.steps)
-    for step, v in zip(steps, values.tolist(), strict=True):
-        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
-    return out
+def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], Any]:
+    """The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
+    compiled graph (with checkpoints under --q-z resume)."""
+    from langgraph.checkpoint.memory import InMemorySaver
 
-
-def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
-    """The two agents' record files, and (compiled graph, world) per agent (checkpoints under --q-z resume)."""
     from tps_tracer.sim.campaign import run_campaign
     from tps_tracer.sim.world import AgentWorld
 
-    config = DEMO_WORLD
     agents = ("truthful", "overconfident")
-    paths, graphs = {}, {}
+    paths, graph = {}, None
     bar = _progress(len(agents) * args.tasks, quiet=args.json)
     try:
         for name in agents:
-            world = AgentWorld(args.tasks, seed=args.seed, config=replace(config, forecaster=name))
+            world = AgentWorld(args.tasks, seed=args.seed, config=replace(DEMO_WORLD, forecaster=name))
             paths[name] = out_dir / f"{name}.jsonl"
             paths[name].unlink(missing_ok=True)
             bar.set_description(f"{name} agent")
-            saver = None
-            if args.q_z == "resume" and name == "overconfident":
-                from langgraph.checkpoint.memory import InMemorySaver
-
-                saver = InMemorySaver()
-            result = run_campaign(
-                world, paths[name], progress=bar.update, bootstrap=0, q_z_oracle=True, checkpointer=saver
-            )
-            graphs[name] = (result.agent, world)
+            saver = InMemorySaver() if args.q_z == "resume" and name == "overconfident" else None
+            graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
     finally:
         bar.close()
-    return paths, graphs
+    return paths, graph
 
 
 def _resume_q_z(
-    args: argparse.Namespace, graph: Any, world: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
+    args: argparse.Namespace, graph: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
 ) -> tuple[Any, dict[str, Any]]:
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
     from tps_tracer.langchain.resume import resume_continuations
+    from tps_tracer.sim.campaign import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
     from tps_tracer.sim.scripted_model import grade_final_state
 
     out.unlink(missing_ok=True)
@@ -93,7 +80,7 @@ def _resume_q_z(
             out,
             branches=args.branches,
             grader=grade_final_state,
-            budget=DEMO_RECURSION_LIMIT,
+            budget=DEFAULT_RECURSION_LIMIT,
             concurrency=args.concurrency,
             progress=bar.update,
         )
@@ -102,28 +89,31 @@ def _resume_q_z(
     mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, max(1, args.branches // 2)))
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)
-    exact = np.where(has, world_q_z(world, records), np.nan)  # the world's q_Z on the same prefixes
+    exact = np.where(has, arrays.q_z, np.nan)  # the world's q_Z on the same prefixes
     err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     with_q_hat = _scores(resumed, predictors, EXACT)
     with_q_z = _scores(replace(arrays, q_z=exact), predictors, EXACT)
-    rows = np.flatnonzero(has)
+
+    def mean(x: np.ndarray) -> float | None:
+        return float(x.mean()) if has.any() else None
+
     report = {
-        "mean_abs_error": float(err.mean()) if err.size else None,
-        "binomial_mean_abs_error": _binomial_mean_abs_error(exact[has], n_valid) if err.size else None,
+        "mean_abs_error": mean(err),
+        "binomial_mean_abs_error": mean(_binomial_abs_errors(exact[has], n_valid)),
         "n_prefixes": int(has.sum()),
         "branches_per_prefix": args.branches,
-        "mean_valid_branches": float(n_valid.mean()) if err.size else None,
+        "mean_valid_branches": mean(n_valid),
         "min_valid": mc.min_valid,
         "censored_without_estimate": int(censored - has.sum()),
-        "mean_q_hat": float(resumed.q_z[has].mean()) if err.size else None,
-        "mean_q_z": float(exact[has].mean()) if err.size else None,
+        "mean_q_hat": mean(resumed.q_z[has]),
+        "mean_q_z": mean(exact[has]),
         "cen_exact_tps_log": {
-            p: {"q_hat": float(with_q_hat[p][rows].mean()), "q_z": float(with_q_z[p][rows].mean())}
+            p: {"q_hat": float(with_q_hat[p][has].mean()), "q_z": float(with_q_z[p][has].mean())}
             for p in predictors
-            if rows.size
+            if has.any()
         },
         "resume": summary.as_dict(),
         "continuations": str(out),
@@ -131,15 +121,15 @@ def _resume_q_z(
     return resumed, report
 
 
-def _binomial_mean_abs_error(q: np.ndarray, n: np.ndarray) -> float:
-    """E|k/n - q| for k ~ Binomial(n, q), averaged over prefixes: the best a q_hat from n branches can do."""
+def _binomial_abs_errors(q: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do."""
     from scipy.stats import binom
 
     out = []
     for qi, ni in zip(q.tolist(), n.tolist(), strict=True):
         k = np.arange(ni + 1)
         out.append(float(np.sum(binom.pmf(k, ni, qi) * np.abs(k / ni - qi))))
-    return float(np.mean(out))
+    return np.array(out)
 
 
 def _progress(total: int, quiet: bool) -> Any:
@@ -155,44 +145,13 @@ def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarr
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
 
 
-def world_q_z(world: Any, records: list[TrajectoryRecord]) -> np.ndarray:
-    """The world's exact q_Z of every censored run (NaN for the others): q_t at its last recorded step."""
-    return np.array(
-        [
-            world[r.metadata["task_id"]].steps[len(r.steps) - 1].q
-            if r.stop_reason.value == "max_steps" and r.steps
-            else np.nan
-            for r in records
-        ],
-        dtype=float,
-    )
-
-
-def _against_truth(
-    means: dict[str, dict[str, float]], truth: dict[str, np.ndarray], ids: Any, bootstrap: int, seed: int
-) -> dict[str, Any]:
-    """Each evaluator's pick checked against the ground truth: its rank there and, when not the best,
-    the paired difference (pick minus best) under the ground truth's scores."""
-    t_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
-    ranking = sorted(t_means, key=lambda p: -t_means[p])
-    best = ranking[0]
-    verdicts = {}
-    for mode, m in means.items():
-        pick = max(m, key=m.__getitem__)
-        v: dict[str, Any] = {"pick": pick, "agrees": pick == best, "truth_rank": ranking.index(pick) + 1}
-        if pick != best:
-            d = paired_mean_delta(truth[best], truth[pick], ids, bootstrap, seed, f"{pick} - {best}").as_dict()
-            v["truth_delta"] = d
-        verdicts[mode] = v
-    return {"mean_tps_log": t_means, "ranking": ranking, "best": best, "verdicts": verdicts}
-
-
-def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -> dict[str, Any]:
-    """The paper's two findings on the overconfident agent's records (raw + Platt); the ground truth is
-    cen-exact on `truth_arrays` (the same records with the world's exact q_Z; default `arrays`)."""
+def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[str, Any]:
+    """The paper's two findings on the overconfident agent's records (raw + Platt), and each evaluator's pick
+    checked against the ground truth, cen-exact on `truth_arrays` (the records with the world's exact q_Z):
+    its rank there and, when not the best, the paired difference (pick minus best) under the truth's scores."""
     predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    simple = _scores(arrays, predictors, SIMPLE)
-    complete = _scores(arrays, predictors, COMPLETE_ONLY)
+    scores = {mode: _scores(arrays, predictors, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
+    simple = scores[SIMPLE]
     tps = paired_mean_delta(simple["verbal"], simple[PLATT], arrays.ids, bootstrap, seed, "tps_log")
     table = pair_table_from_arrays(arrays, ["verbal", PLATT], [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)])
     w = AGGREGATOR_NAMES.index("phi_w")
@@ -200,28 +159,33 @@ def findings(arrays: Any, bootstrap: int, seed: int, truth_arrays: Any = None) -
     phi = {p: np.where(clean, table.predictors[p].aggregates[:, w], np.nan) for p in ("verbal", PLATT)}
     auroc = paired_auroc_delta(phi["verbal"], phi[PLATT], table.outcome, arrays.ids, bootstrap, seed)
 
-    exact = _scores(arrays, predictors, EXACT)
-    modes = ((COMPLETE_ONLY, complete), (SIMPLE, simple), (EXACT, exact))
-    means = {mode: {p: float(np.nanmean(col)) for p, col in cols.items()} for mode, cols in modes}
+    means = {mode: {p: float(np.nanmean(col)) for p, col in cols.items()} for mode, cols in scores.items()}
     best = {mode: max(m, key=m.__getitem__) for mode, m in means.items()}
     a, b = best[COMPLETE_ONLY], best[SIMPLE]
     head_to_head = {
         mode: paired_mean_delta(cols[a], cols[b], arrays.ids, bootstrap, seed, f"{b} - {a}").as_dict()
-        for mode, cols in modes
+        for mode, cols in scores.items()
     }
-    n_censored = int(np.sum(table.role_masks(CensoringPolicy())[1]))
-    truth = _scores(truth_arrays if truth_arrays is not None else arrays, predictors, EXACT)
-    checked = _against_truth(means, truth, arrays.ids, bootstrap, seed)
+    truth = _scores(truth_arrays, predictors, EXACT)
+    truth_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
+    ranking = sorted(truth_means, key=lambda p: -truth_means[p])
+    verdicts = {}
+    for mode, pick in best.items():
+        v: dict[str, Any] = {"pick": pick, "agrees": pick == ranking[0], "truth_rank": ranking.index(pick) + 1}
+        if pick != ranking[0]:
+            d = paired_mean_delta(truth[ranking[0]], truth[pick], arrays.ids, bootstrap, seed, f"{pick} - {ranking[0]}")
+            v["truth_delta"] = d.as_dict()
+        verdicts[mode] = v
     return {
         "recalibration": {"auroc": auroc.as_dict(), "tps_log": tps.as_dict()},
         "censoring": {
             "n_trajectories": arrays.n,
-            "n_censored": n_censored,
+            "n_censored": int(np.sum(table.role_masks(CensoringPolicy())[1])),
             "mean_tps_log": means,
             "best": best,
             "verdict_changes": a != b,
             "head_to_head": head_to_head,
-            "ground_truth": checked,
+            "ground_truth": {"mean_tps_log": truth_means, "ranking": ranking, "best": ranking[0], "verdicts": verdicts},
         },
     }
 
@@ -318,21 +282,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(budget: 8 model calls). The world knows every task's success process q_t exactly.\n",
             flush=True,
         )
-    paths, graphs = _run_agents(args, out_dir)
+    paths, graph = _run_agents(args, out_dir)
     records = read_trajectories(paths["overconfident"])
     arrays = to_arrays(records)
     platt = cross_fit_platt(arrays, "verbal", PRIMARY_WEIGHTS)
-    calibrated = _with_platt(records, platt.values)
+    steps = (step for rec in records for step in rec.steps)
+    for step, v in zip(steps, platt.values.tolist(), strict=True):  # the records gain the cross-fitted stream
+        step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
-    write_trajectories(calibrated, paths["overconfident+platt"])
-    cal_arrays = to_arrays(calibrated)
-    truth_arrays = replace(cal_arrays, q_z=world_q_z(graphs["overconfident"][1], calibrated))
+    write_trajectories(records, paths["overconfident+platt"])
+    truth_arrays = cal_arrays = to_arrays(records)
     resume_report = None
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
-        graph, world = graphs["overconfident"]
-        cal_arrays, resume_report = _resume_q_z(args, graph, world, calibrated, cal_arrays, paths["continuations"])
-    f = findings(cal_arrays, args.bootstrap, args.seed, truth_arrays)
+        cal_arrays, resume_report = _resume_q_z(args, graph, records, cal_arrays, paths["continuations"])
+    f = findings(cal_arrays, truth_arrays, args.bootstrap, args.seed)
     if resume_report is not None:
         f["q_z_resume"] = resume_report
     f["platt"] = platt.diagnostics()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import os
 import signal
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from tps_tracer.records.reading import Chunk
 
 EXIT_OK = 0
-EXIT_GATE_FAIL = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
@@ -57,17 +57,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def reading(what: str, path: Any) -> contextlib.AbstractContextManager[None]:
-    """OSError / undecodable bytes while reading `path` become a CliError naming `what` (e.g. '--calibrator')."""
-    return _file_errors("read", what, path)
-
-
-def writing(what: str, path: Any) -> contextlib.AbstractContextManager[None]:
-    return _file_errors("write", what, path)
-
-
 @contextlib.contextmanager
 def _file_errors(verb: str, what: str, path: Any) -> Iterator[None]:
+    """OSError (and, reading, undecodable bytes) on `path` become a CliError naming `what` (e.g. '--calibrator')."""
     try:
         yield
     except OSError as exc:
@@ -76,6 +68,10 @@ def _file_errors(verb: str, what: str, path: Any) -> Iterator[None]:
         if verb != "read":
             raise
         raise CliError(f"cannot read {what} {path}: not UTF-8 text ({exc.reason})") from exc
+
+
+reading = functools.partial(_file_errors, "read")
+writing = functools.partial(_file_errors, "write")
 
 
 @contextlib.contextmanager
@@ -95,13 +91,13 @@ def names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
-def censored_reasons(text: str | None) -> list[str]:
-    """--treat-as-censored's stop reasons (report and gate, flag or config): an unknown one is a user error."""
+def censored_reasons(text: str | None, option: str = "--treat-as-censored") -> list[str]:
+    """The stop reasons of --treat-as-censored (report, gate) or --informative: an unknown one is a user error."""
     reasons = names(text)
     valid = [r.value for r in StopReason]  # a list: the message names them in one order, run after run
     bad = [r for r in reasons if r not in valid]
     if bad:
-        raise CliError(f"--treat-as-censored: unknown stop reason(s) {', '.join(bad)} (known: {', '.join(valid)})")
+        raise CliError(f"{option}: unknown stop reason(s) {', '.join(bad)} (known: {', '.join(valid)})")
     return reasons
 
 
@@ -175,15 +171,9 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
 RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parquet/.jsonl shards"
 
 
-class Command:
-    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME`, imported when first called."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __call__(self, args: argparse.Namespace) -> int:
-        module = importlib.import_module(f"tps_tracer.cli.{self.name}_cmd")
-        return int(getattr(module, f"cmd_{self.name}")(args))
+def _run_command(name: str, args: argparse.Namespace) -> int:
+    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME`, imported only when it runs."""
+    return int(getattr(importlib.import_module(f"tps_tracer.cli.{name}_cmd"), f"cmd_{name}")(args))
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -199,6 +189,19 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
 
+REPLICATES_HELP = f"bootstrap replicates (0: no CIs; at most {C.MAX_REPLICATES})"
+MISSING_HELP = (
+    "steps without a forecast: carry-forward (default, proper: the last stated forecast, 0.5 before the first), "
+    "or an estimate that can be gamed: fill-backwards, skip-renormalise; drop-run (the former rule, not proper: "
+    "a run with a gap is not scored)"
+)
+
+
+def add_engine(p: argparse.ArgumentParser, engine_help: str, address_help: str) -> None:
+    p.add_argument("--engine", choices=["local", "ray"], default="local", help=engine_help)
+    p.add_argument("--address", help=address_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tps_tracer import __version__
 
@@ -208,28 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("report", help="score a trajectory file (JSON Lines, Parquet, or a directory of shards)")
     p.add_argument("file", help=RECORDS_HELP)
-    add_report_options(p)
-    for add in (add_demo_parser, add_gate_parser, add_calibrate_parser, add_censoring_parser, add_plot_parser):
-        add(sub)
-    for add in (add_convert_parser, add_export_parser, add_import_parser):
-        add(sub)
-    for name, command in sub.choices.items():
-        command.set_defaults(func=Command(name))
-        # `--debug` also after the command name
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        command.formatter_class = DefaultsHelpFormatter
-    return parser
-
-
-REPLICATES_HELP = f"bootstrap replicates (0: no CIs; at most {C.MAX_REPLICATES})"
-MISSING_HELP = (
-    "steps without a forecast: carry-forward (default, proper: the last stated forecast, 0.5 before the first), "
-    "or an estimate that can be gamed: fill-backwards, skip-renormalise; drop-run (the former rule, not proper: "
-    "a run with a gap is not scored)"
-)
-
-
-def add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictors", help="comma-separated predictor names (default: all in the file)")
     p.add_argument("--rules", default="log,brier,beta(2,4)", help="score rules, e.g. 'log,brier,beta(2,4)'")
     p.add_argument(
@@ -270,13 +251,6 @@ def add_report_options(p: argparse.ArgumentParser) -> None:
         "with --engine ray: the Ray cluster to join (default: a local one, 127.0.0.1)",
     )
 
-
-def add_engine(p: argparse.ArgumentParser, engine_help: str, address_help: str) -> None:
-    p.add_argument("--engine", choices=["local", "ray"], default="local", help=engine_help)
-    p.add_argument("--address", help=address_help)
-
-
-def add_demo_parser(sub: Any) -> None:
     d = sub.add_parser("demo", help="end-to-end demo: simulated tasks through a real LangGraph agent (no network)")
     d.add_argument("--out", help="directory for the generated record files (default: a temp dir)")
     d.add_argument("--tasks", type=int, default=C.DEMO_TASKS, help="tasks per agent")
@@ -292,8 +266,6 @@ def add_demo_parser(sub: Any) -> None:
     d.add_argument("--branches", type=int, default=10, help="continuation branches per censored run (--q-z resume)")
     d.add_argument("--concurrency", type=int, default=4, help="branches in flight at once (--q-z resume)")
 
-
-def add_gate_parser(sub: Any) -> None:
     g = sub.add_parser("gate", help="pass/fail a candidate agent on censored TPS with confidence intervals")
     g.add_argument("files", nargs="*", help="candidate trajectory file(s): JSON Lines or Parquet, read as one run")
     g.add_argument("--snapshot", help="gate a saved `report --json` / Accumulator.snapshot() instead of records")
@@ -344,8 +316,6 @@ def add_gate_parser(sub: Any) -> None:
         "with --engine ray: the Ray cluster to join (default: a local one)",
     )
 
-
-def add_calibrate_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="fit a Platt calibrator artifact (JSON) from trajectory records")
     p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("-o", "--output", required=True, help="where to write the calibrator JSON")
@@ -363,8 +333,6 @@ def add_calibrate_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the artifact as JSON instead of tables")
 
-
-def add_censoring_parser(sub: Any) -> None:
     p = sub.add_parser("censoring", help="q_Z estimation, exact-vs-simple, artificial and informative censoring checks")
     p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("--continuations", help="Monte Carlo continuation branches (JSON Lines) of censored prefixes")
@@ -388,8 +356,6 @@ def add_censoring_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=C.DEFAULT_SEED, help="bootstrap and artificial-censoring seed")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
-
-def add_plot_parser(sub: Any) -> None:
     p = sub.add_parser("plot", help="draw reliability, forecast traces and per-step scores (PNG/SVG)")
     p.add_argument("file", help=RECORDS_HELP)
     p.add_argument("-o", "--out", required=True, help="output directory")
@@ -408,16 +374,12 @@ def add_plot_parser(sub: Any) -> None:
     )
     p.add_argument("--traces", type=int, default=80, help="how many trajectories to draw in the traces plot")
 
-
-def add_convert_parser(sub: Any) -> None:
     c = sub.add_parser(
         "convert", help="convert trajectories between JSON Lines and Parquet (one row per trajectory, steps nested)"
     )
     c.add_argument("input", help="a .jsonl file, or a .parquet file / directory of Parquet shards")
     c.add_argument("output", help="the file to write: .parquet from JSON Lines, .jsonl from Parquet")
 
-
-def add_export_parser(sub: Any) -> None:
     e = sub.add_parser(
         "export",
         help="push a records file's scores (late outcomes and q_z applied) to their traces: phoenix, mlflow, otlp, "
@@ -461,8 +423,6 @@ def add_export_parser(sub: Any) -> None:
     e.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for delivery (and for MLflow traces)")
     e.add_argument("--json", action="store_true", help="print the summary as JSON")
 
-
-def add_import_parser(sub: Any) -> None:
     i = sub.add_parser("import", help="turn stored traces (OTLP JSON, or Phoenix's span export) into records")
     i.add_argument("traces", nargs="+", help="OTLP JSON or Phoenix span files")
     i.add_argument(
@@ -475,6 +435,13 @@ def add_import_parser(sub: Any) -> None:
     i.add_argument("-o", "--output", required=True, help="the records file to write (JSON Lines)")
     i.add_argument("--horizon", type=int, help="step budget of every run (a run's tps_horizon metadata overrides it)")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    for name, command in sub.choices.items():
+        command.set_defaults(func=functools.partial(_run_command, name))
+        # `--debug` also after the command name
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.formatter_class = DefaultsHelpFormatter
+    return parser
 
 
 # -- What every command prints: numbers, tables, wrapped prose, a progress line ---------------------
@@ -499,14 +466,11 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: 
         i > 0 and all(c and (c[0].isdigit() or c[0] in "-+.") for c in (r[i] for r in cells[1:]))
         for i in range(len(headers))
     ]
-    lines = []
-    for k, r in enumerate(cells):
-        lines.append(
-            indent
-            + "  ".join(c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)).rstrip()
-        )
-        if k == 0:
-            lines.append(indent + "  ".join("-" * w for w in widths))
+    lines = [
+        indent + "  ".join(c.rjust(w) if ra else c.ljust(w) for c, w, ra in zip(r, widths, right, strict=True)).rstrip()
+        for r in cells
+    ]
+    lines.insert(1, indent + "  ".join("-" * w for w in widths))  # under the headers
     return "\n".join(lines)
 
 

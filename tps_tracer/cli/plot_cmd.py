@@ -41,7 +41,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         rule = get_rule(args.rule).name
     with flag("--weights"):
         sched = get_schedule(args.weights).name
-    plots.check_available()
+    plots.pyplot()  # no matplotlib: exit 2 before any work
     arrays = read_arrays(args.file, progress=progress_for(args.file))  # the columnar reader
     requested = names(args.predictors)
     check_known_predictors(requested or [], arrays.predictors, "--predictors: ")
@@ -94,7 +94,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 fig.savefig(fh, dpi=130, format=args.format)
             written.append(str(path))
         write_text(out / "plot-data.json", text)
-    plots.close_all()
+    plots.pyplot().close("all")  # a long-lived process drawing many plots would keep them
     note = render_skipped(data["skipped_predictors"])
     sys.stdout.write((note + "\n\n" if note else "") + "\n".join([*written, str(out / "plot-data.json")]) + "\n")
     return 0

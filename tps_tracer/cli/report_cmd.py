@@ -72,9 +72,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_by(path, args.by, options, args)
     if args.engine == "ray":
         report = _report_on_ray(path, options, args.address)
+    elif args.address:
+        raise CliError("--address needs --engine ray")
     else:
-        if args.address:
-            raise CliError("--address needs --engine ray")
         report = report_from_path(path, options, progress=progress_for(path))
     if args.json:
         sys.stdout.write(output.dumps(report))
@@ -117,13 +117,11 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
 
 
 def _report_on_ray(path: str, options: ReportOptions, address: str | None) -> dict[str, Any]:
-    try:
-        from tps_tracer.distributed.ray_engine import report_from_path_ray
-    except ImportError as exc:  # pragma: no cover - the module itself imports ray lazily
-        raise CliError(f"--engine ray: {exc}") from None
     if options.calibrate is not None or options.calibrator is not None:
         raise CliError("--calibrate / --calibrator refit on the whole sample: not available with --engine ray")
     try:
+        from tps_tracer.distributed.ray_engine import report_from_path_ray  # imports ray itself, lazily
+
         return report_from_path_ray(path, options, address)
     except ImportError as exc:
         raise CliError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -25,35 +25,22 @@ from tps_tracer.tracking.keys import OUTCOME_KEY, TASK_ID_KEY, TRAJECTORY_ID_KEY
 DEFAULT_RECURSION_LIMIT = 16
 
 
-@dataclass
-class CampaignResult:
-    label: str
-    sink: str
-    accumulator: Accumulator
-    handler: TPSCallbackHandler
-    raised: int  # runs whose invoke raised (tool errors end runs that way)
-    agent: Any = None  # the compiled graph the runs were made with
-
-
 def run_campaign(
     world: AgentWorld,
     sink: str | os.PathLike[str],
-    label: str | None = None,
     model: BaseChatModel | None = None,
     recursion_limit: int = DEFAULT_RECURSION_LIMIT,
     progress: Callable[[int], Any] | None = None,
-    bootstrap: int = 1000,
     q_z_oracle: bool = False,
     checkpointer: Any = None,
-) -> CampaignResult:
-    """q_z_oracle: give every run the world's budget cuts short its exact q_Z = P(Y=1 | H_Z)
-    (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
-    label = label or world.config.forecaster
-    acc = Accumulator(sink=sink, bootstrap=bootstrap)
+) -> Any:
+    """The compiled graph the runs were made with. q_z_oracle: give every run the world's budget cuts short
+    its exact q_Z = P(Y=1 | H_Z) (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
+    label = world.config.forecaster
+    acc = Accumulator(sink=sink, bootstrap=0)  # the records are the product
     handler = TPSCallbackHandler(acc, horizon=recursion_limit // 2)
     tools = [search_tool(world, branches=checkpointer is not None)]
     agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), tools, checkpointer=checkpointer)
-    raised = 0
     q_z_lines: list[tuple[str, float]] = []
     for task in world:
         trajectory_id = f"{label}/{task.task_id}"
@@ -68,10 +55,8 @@ def run_campaign(
         }
         if checkpointer is not None:
             config["configurable"] = {"thread_id": trajectory_id}
-        try:
+        with contextlib.suppress(Exception):  # the run ended on an error; the handler recorded why
             agent.invoke({"messages": [HumanMessage(task_prompt(task.task_id))]}, config=config)
-        except Exception:  # the run ended on an error; the handler recorded why
-            raised += 1
         if q_z_oracle:
             expected = task.expected(recursion_limit // 2, repairs=False)
             if expected.stop_reason is StopReason.MAX_STEPS and expected.n_steps:
@@ -84,4 +69,4 @@ def run_campaign(
         handler.record_outcome(trajectory_id, q_z=q_z)
     handler.close()
     acc.close()
-    return CampaignResult(label, str(sink), acc, handler, raised, agent)
+    return agent

@@ -128,11 +128,8 @@ class ScriptedReActModel(BaseChatModel):
             tokens = tokenize(text)
             lp = openai_logprobs(tokens, np.full(len(tokens), 0.6)) if self.logprobs else None
             if self.style == "tool_calls":
-                bad = {
-                    "name": "search",
-                    "args": '{"query": "unterminated',
-                    "id": f"call_{task_id}_{step.t}_bad{attempt}",
-                }
+                bad_id = f"call_{task_id}_{step.t}_bad{attempt}"
+                bad = {"name": "search", "args": '{"query": "unterminated', "id": bad_id}
                 bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
                 return AIMessage(content=text, invalid_tool_calls=[bad]), lp
             return AIMessage(content=text), lp
@@ -173,15 +170,11 @@ class ScriptedReActModel(BaseChatModel):
             if run_manager:
                 run_manager.on_llm_new_token(token, chunk=chunk, logprobs=info and info["logprobs"])
             yield chunk
-        valid = [
-            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
-            for i, c in enumerate(message.tool_calls)
+        calls: list[tuple[Any, Any]] = [(c, json.dumps(c["args"])) for c in message.tool_calls]
+        calls += [(c, c["args"]) for c in message.invalid_tool_calls]  # the raw text, as the model wrote it
+        chunks: list[Any] = [
+            {"name": c["name"], "args": a, "id": c["id"], "index": i} for i, (c, a) in enumerate(calls)
         ]
-        invalid = [
-            {"name": c["name"], "args": c["args"], "id": c["id"], "index": len(valid) + i}
-            for i, c in enumerate(message.invalid_tool_calls)
-        ]
-        chunks: list[Any] = valid + invalid
         tail = AIMessageChunk(content="", tool_call_chunks=chunks, chunk_position="last")
         finish = {"finish_reason": "tool_calls" if message.tool_calls else "stop"}
         yield ChatGenerationChunk(message=tail, generation_info=finish)
@@ -190,8 +183,8 @@ class ScriptedReActModel(BaseChatModel):
 _QUERY = re.compile(r"^\s*(?P<task>[\w.\-]+)\s+clue\s+(?P<t>\d+)\s*$")
 
 
-def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool = False) -> BaseTool:
-    """A scripted failure raises ToolException (ending the run unless `handle_errors`); `branches`: a branch's
+def search_tool(world: AgentWorld, branches: bool = False) -> BaseTool:
+    """A scripted failure raises ToolException (ending the run); `branches`: a branch's
     clue is drawn given the clues in the graph state (InjectedState: LangGraph's ToolNode only)."""
 
     def search(query: str) -> str:
@@ -209,7 +202,7 @@ def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool =
         return clue_text(t, step.evidence)
 
     if not branches:
-        return StructuredTool.from_function(search, name="search", handle_tool_error=handle_errors)
+        return StructuredTool.from_function(search, name="search")
 
     def search_or_branch(query: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
@@ -225,4 +218,4 @@ def search_tool(world: AgentWorld, handle_errors: bool = False, branches: bool =
             raise ToolException("search backend unavailable")
         return clue_text(len(seen) + 1, evidence)
 
-    return StructuredTool.from_function(search_or_branch, name="search", handle_tool_error=handle_errors)
+    return StructuredTool.from_function(search_or_branch, name="search")

@@ -95,18 +95,17 @@ class TaskScript:
     length: int  # natural length L: the L-th step answers
     steps: list[StepScript] = field(repr=False)
 
-    def expected(
-        self, budget: int | None, repairs: bool = True, repair_budget: int = DEFAULT_REPAIR_BUDGET
-    ) -> Expected:
+    def expected(self, budget: int | None, repairs: bool = True) -> Expected:
         """How a run of this task ends under an LLM-call budget (None: unlimited; malformed calls count).
-        repairs: the runtime retries malformed output (text loops) instead of ending the run on it."""
+        repairs: the runtime retries malformed output (text loops, DEFAULT_REPAIR_BUDGET times) instead of
+        ending the run on it."""
         calls = 0
         for step in self.steps[: self.length]:
             for k in range(step.malformed_before + 1):  # the malformed attempts, then the good call (k == m)
                 if budget is not None and calls == budget:
                     return Expected(StopReason.MAX_STEPS, step.t - 1, calls, None)
                 calls += 1
-                if k < step.malformed_before and (not repairs or k + 1 > repair_budget):
+                if k < step.malformed_before and (not repairs or k + 1 > DEFAULT_REPAIR_BUDGET):
                     return Expected(StopReason.PARSE_ERROR, step.t - 1, calls, None)
             if step.final:
                 return Expected(StopReason.CLEAN, step.t, calls, self.outcome)
@@ -118,24 +117,19 @@ class TaskScript:
 class AgentWorld:
     """Tasks of one world, scripted deterministically from a seed."""
 
-    def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig(), prefix: str = "task"):
+    def __init__(self, n_tasks: int, seed: int = 0, config: WorldConfig = WorldConfig()):
         if config.forecaster not in FORECASTERS:
             raise InputError(f"unknown forecaster {config.forecaster!r}; choose from {sorted(FORECASTERS)}")
         self.config = config
         self.seed = seed
-        self.tasks: dict[str, TaskScript] = {}
-        for i in range(n_tasks):
-            script = self._script(f"{prefix}-{i:05d}", np.random.default_rng([seed, i]))
-            self.tasks[script.task_id] = script
+        ids = (f"task-{i:05d}" for i in range(n_tasks))
+        self.tasks = {task_id: self._script(task_id, np.random.default_rng([seed, i])) for i, task_id in enumerate(ids)}
 
     def __getitem__(self, task_id: str) -> TaskScript:
         return self.tasks[task_id]
 
     def __iter__(self) -> Iterator[TaskScript]:
         return iter(self.tasks.values())
-
-    def __len__(self) -> int:
-        return len(self.tasks)
 
     def _script(self, task_id: str, rng: np.random.Generator) -> TaskScript:
         c = self.config
@@ -193,15 +187,6 @@ def q_given(config: WorldConfig, evidence: Sequence[int]) -> float:
     return (config.prior_a + sum(evidence)) / (config.prior_a + config.prior_b + len(evidence))
 
 
-def length_hazard(config: WorldConfig, t: int) -> float:
-    """P(L = t | L >= t) for the natural length L ~ Uniform{min_length..max_length}."""
-    if t < config.min_length:
-        return 0.0
-    if t >= config.max_length:
-        return 1.0
-    return 1.0 / (config.max_length - t + 1)
-
-
 def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> BranchStep:
     """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix."""
     t = len(evidence) + 1
@@ -212,7 +197,8 @@ def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: 
     q = q_given(config, evidence)
     verbal = round(min(1.0, max(0.0, FORECASTERS[config.forecaster](q, noise))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
-    final = bool(u_final < length_hazard(config, t))
+    lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
+    final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
     step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
     return BranchStep(step, int(u_outcome < q) if final and not malformed else None)
 
@@ -241,9 +227,6 @@ class Rendered:
     action_tokens: NDArray[np.bool_]
 
 
-STYLES = ("tagged", "react")
-
-
 def query_of(task_id: str, t: int) -> str:
     return f"{task_id} clue {t}"
 
@@ -262,15 +245,12 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
     elif style == "react":
         head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
         head += f"Confidence: {step.verbal:.2f}\n"
-        if step.final:
-            action = answer
-            text = head + f"Final Answer: {action}"
-        else:
-            action = f"search\nAction Input: {query_of(task_id, step.t)}"
-            text = head + f"Action: {action}"
-        start = len(head) + len("Final Answer: " if step.final else "Action: ")
+        head += "Final Answer: " if step.final else "Action: "
+        action = answer if step.final else f"search\nAction Input: {query_of(task_id, step.t)}"
+        text = head + action
+        start = len(head)
     else:
-        raise InputError(f"unknown style {style!r}; choose from {STYLES}")
+        raise InputError(f"unknown style {style!r}; choose from ('tagged', 'react')")
     tokens = tokenize(text)
     bounds = np.cumsum([0] + [len(tok) for tok in tokens])
     mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)
