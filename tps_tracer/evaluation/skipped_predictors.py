@@ -6,17 +6,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
-from tps_tracer.records.arrays import ROLES, STOP_REASONS, PredictorColumn, TrajectoryArrays
+from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
-
-if TYPE_CHECKING:
-    from tps_tracer.evaluation.pairs import PredictorPairs
 
 BoolArray = NDArray[np.bool_]
 
@@ -58,6 +55,20 @@ class Skipped:
     reason: str
 
 
+class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair table (no import: pairs imports this)
+    @property
+    def usable(self) -> BoolArray: ...
+
+    @property
+    def skipped(self) -> dict[str, int]: ...
+
+    @property
+    def stated(self) -> BoolArray: ...  # rows with data for the command
+
+    @property
+    def no_data(self) -> str: ...  # what "no row has data" means for it
+
+
 def skip_detail(skipped: dict[str, int]) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in skipped.items() if v)
     return f" (trajectories skipped: {counts})" if counts else ""
@@ -72,9 +83,7 @@ def role_masks(
     return (roles == ROLES.index(Role.COMPLETE)) & ~np.isnan(outcome), roles == ROLES.index(Role.CENSORED)
 
 
-def no_data_reason(
-    col: PredictorColumn | PredictorPairs, sample: BoolArray, sample_name: str = "working sample"
-) -> str | None:
+def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "working sample") -> str | None:
     """Why `col` has no usable trajectory in `sample` (None if it has one)."""
     usable = np.asarray(col.stated) & sample
     if usable.any():
