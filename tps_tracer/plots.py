@@ -19,9 +19,7 @@ from tps_tracer.evaluation.rows import AGGREGATOR_NAMES
 from tps_tracer.evaluation.skipped_predictors import no_data_reason, role_masks
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import FloatArray, ScoreRule, WeightSchedule, get_rule, get_schedule
 
 MAX_STEP_BINS = 200
 MAX_TRACE_POINTS = 2000

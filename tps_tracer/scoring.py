@@ -21,6 +21,7 @@ LOG_CLIP_EPS = 1e-6
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
 
 
 class ScoreRule(Protocol):

@@ -13,8 +13,7 @@ from numpy.typing import NDArray
 
 from tps_tracer.records.schema import StepRecord, TrajectoryRecord
 from tps_tracer.records.stop_reasons import StopReason
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import FloatArray
 
 if TYPE_CHECKING:
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch

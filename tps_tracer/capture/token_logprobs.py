@@ -13,14 +13,10 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_TOP_K
 from tps_tracer.errors import InputError
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
+from tps_tracer.scoring import BoolArray, FloatArray, IntArray
 
 # Logprobs are <= 0; APIs sometimes round a near-certain token to a tiny positive value.
 _POSITIVE_TOLERANCE = 1e-6

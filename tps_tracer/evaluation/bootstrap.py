@@ -14,8 +14,8 @@ from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_REPLICATES, DEFAULT_SEED, MAX_REPLICATES
 from tps_tracer.errors import InputError
+from tps_tracer.scoring import FloatArray
 
-FloatArray = NDArray[np.float64]
 U64 = NDArray[np.uint64]
 
 CI_LEVEL = 0.95

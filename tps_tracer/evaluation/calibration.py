@@ -42,9 +42,7 @@ from tps_tracer.evaluation.skipped_predictors import (
 from tps_tracer.output import write_text
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import FloatArray, ScoreRule, WeightSchedule, get_rule, get_schedule
 
 EPS = 1e-6
 SD_FLOOR = 1e-6

@@ -9,8 +9,7 @@ from numpy.typing import ArrayLike, NDArray
 from tps_tracer.constants import DEFAULT_ECE_BINS
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import linear_quantile
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import FloatArray
 
 
 def _prep(c: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 from scipy.stats import norm
 
 from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_REPLICATES, MISSING_POLICIES, SIMPLE
@@ -45,10 +44,7 @@ from tps_tracer.records.reading import (
 )
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
-from tps_tracer.scoring import LogRule, get_rule, get_schedule
-
-BoolArray = NDArray[np.bool_]
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import BoolArray, FloatArray, LogRule, get_rule, get_schedule
 
 REGRESSION = "regression"
 NON_INFERIORITY = "non-inferiority"

@@ -25,11 +25,7 @@ from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR, flat_weights, sc
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring import ScoreRule, WeightSchedule, branches_at, mix
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
+from tps_tracer.scoring import BoolArray, FloatArray, IntArray, ScoreRule, WeightSchedule, branches_at, mix
 
 _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 

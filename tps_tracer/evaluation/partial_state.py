@@ -31,11 +31,17 @@ from tps_tracer.evaluation.report_options import ReportOptions
 from tps_tracer.evaluation.rows import AGGREGATOR_NAMES, PRIOR
 from tps_tracer.records.arrays import SKIP_REASONS, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role, StopReason
-from tps_tracer.scoring import ScoreRule, WeightSchedule, branches_at, get_rule, get_schedule
+from tps_tracer.scoring import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    ScoreRule,
+    WeightSchedule,
+    branches_at,
+    get_rule,
+    get_schedule,
+)
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
 STATE_VERSION = 1
 _M = len(CENSORING_MODES)  # all three are kept; exact is shown if any run carries q_z
 # Per predictor, over the working sample's runs with steps: how much is missing and what it costs.

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.constants import (
     CARRY_FORWARD,
@@ -21,11 +20,17 @@ from tps_tracer.constants import (
     SKIP_RENORMALISE,
 )
 from tps_tracer.errors import InputError
-from tps_tracer.scoring import DEFAULT_SCHEDULE, LogRule, ScoreRule, StepLayout, WeightSchedule, branches_at
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
+from tps_tracer.scoring import (
+    DEFAULT_SCHEDULE,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    LogRule,
+    ScoreRule,
+    StepLayout,
+    WeightSchedule,
+    branches_at,
+)
 
 _BLOCK_ELEMENTS = 1 << 20  # of the fused (rules x 2 x schedules x steps) product per block: 8 MB
 

@@ -14,8 +14,7 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.arrays import ROLES, STOP_REASONS, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, Role
-
-BoolArray = NDArray[np.bool_]
+from tps_tracer.scoring import BoolArray
 
 BASE_RATE = "base_rate"
 PLATT_SUFFIX = "+platt"

@@ -21,9 +21,7 @@ from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.open_runs import OpenRuns
 from tps_tracer.records.arrays import STOP_REASONS
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring import ScoreRule, WeightSchedule
-
-FloatArray = NDArray[np.float64]
+from tps_tracer.scoring import FloatArray, ScoreRule, WeightSchedule
 
 RESERVED = -1  # row_of value while a stopped trajectory is being scored outside the lock
 

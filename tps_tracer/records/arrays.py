@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.errors import NotFast
 from tps_tracer.records.stop_reasons import Role, StopReason
-from tps_tracer.scoring import StepLayout
+from tps_tracer.scoring import BoolArray, FloatArray, IntArray, StepLayout
 from tps_tracer.validity import (
     classify_forecast,
     forecast_outside,
@@ -25,10 +25,6 @@ from tps_tracer.validity import (
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact path
     from tps_tracer.records.schema import TrajectoryRecord
 
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
 
 STOP_REASONS: tuple[StopReason, ...] = tuple(StopReason)
 ROLES: tuple[Role, ...] = tuple(Role)

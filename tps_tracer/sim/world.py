@@ -19,10 +19,9 @@ from numpy.typing import NDArray
 
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
+from tps_tracer.scoring import FloatArray
 from tps_tracer.synthetic import TaskPrior
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
-
-FloatArray = NDArray[np.float64]
 
 TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,

@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.constants import COMPLETE_ONLY, SIMPLE
 from tps_tracer.errors import InputError
@@ -22,10 +21,7 @@ from tps_tracer.evaluation.report import json_num
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import STOP_REASONS, PredictorColumn, TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
-from tps_tracer.scoring import ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from tps_tracer.scoring import IntArray, ScoreRule, WeightSchedule, get_rule, get_schedule, mix, score
 
 DEFAULT_RATES = (0.25, 0.5, 0.75)
 _MAX_STEPS = STOP_REASONS.index(StopReason.MAX_STEPS)

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_PENALTY
 from tps_tracer.errors import InputError
@@ -18,9 +17,7 @@ from tps_tracer.evaluation.censoring.continuations import McEstimates
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.stop_reasons import CensoringPolicy
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from tps_tracer.scoring import FloatArray, IntArray
 
 
 def _feature_column(arrays: TrajectoryArrays, spec: str, rows: IntArray, cuts: IntArray) -> FloatArray:
