@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # nodes on 127.0.0.1 (see ray_engine.init_ray)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # nodes on 127.0.0.1 (see distributed.init_ray)
 ray = pytest.importorskip("ray")
 
 import tps_tracer as tt  # noqa: E402

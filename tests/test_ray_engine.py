@@ -13,8 +13,7 @@ ray = pytest.importorskip("ray")  # the `ray` extra; `make test` installs it
 
 import tps_tracer as tt  # noqa: E402
 from tps_tracer.cli.main import main  # noqa: E402
-from tps_tracer.distributed import evaluate, report_from_path_ray  # noqa: E402
-from tps_tracer.distributed.ray_engine import init_ray, states_from_path  # noqa: E402
+from tps_tracer.distributed import evaluate, init_ray, report_from_path_ray, states_from_path  # noqa: E402
 from tps_tracer.evaluation.chunked import report_from_path  # noqa: E402
 from tps_tracer.evaluation.partial_state import StateSpec  # noqa: E402
 from tps_tracer.online import Accumulator  # noqa: E402

@@ -13,7 +13,7 @@ from scale_support import trajectory_dicts, write_jsonl
 ray = pytest.importorskip("ray")  # the `ray` extra; `make test` installs it
 
 from tps_tracer.cli.main import main  # noqa: E402
-from tps_tracer.distributed.ray_engine import gate_path_ray, init_ray, sample_from_path_ray  # noqa: E402
+from tps_tracer.distributed import gate_path_ray, init_ray, sample_from_path_ray  # noqa: E402
 from tps_tracer.evaluation.gate import GateCriteria, gate_paths, sample_from_paths  # noqa: E402
 from tps_tracer.records.convert import jsonl_to_parquet  # noqa: E402
 

@@ -14,8 +14,7 @@ pytestmark = pytest.mark.slow
 from scale_support import assert_reports_equal, trajectory_dicts  # noqa: E402
 from test_shards import OPTIONS, _graded_later, _write  # noqa: E402
 
-from tps_tracer.distributed import report_from_path_ray  # noqa: E402
-from tps_tracer.distributed.ray_engine import init_ray  # noqa: E402
+from tps_tracer.distributed import init_ray, report_from_path_ray  # noqa: E402
 from tps_tracer.evaluation.chunked import report_from_path  # noqa: E402
 
 

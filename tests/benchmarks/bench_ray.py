@@ -58,7 +58,7 @@ def child(engine: str, path: str, repeat: int, num_blocks: int) -> dict[str, flo
     else:
         import ray
 
-        from tps_tracer.distributed.ray_engine import init_ray, report_from_path_ray
+        from tps_tracer.distributed import init_ray, report_from_path_ray
 
         t0 = time.perf_counter()
         init_ray(num_cpus=int(engine[-1]))

@@ -13,18 +13,8 @@ from typing import Any
 from tps_tracer.errors import InputError
 
 
-def _resource(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InputError(f"--resource takes KEY=VALUE, got {pair!r}")
-        out[key] = value
-    return out
-
-
-def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(listener, flush(timeout) -> bool, status()) for an OTLP/HTTP endpoint: evaluation spans."""
+def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, Any, None]:
+    """(listener, flush(timeout) -> bool, status(), no closer) for an OTLP/HTTP endpoint: evaluation spans."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -35,8 +25,13 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
 
     endpoint = args.endpoint or "http://127.0.0.1:4318"
     url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-    resource = Resource.create({"service.name": "tps-tracer", **_resource(args.resource)})
-    provider = TracerProvider(resource=resource)
+    resource = {"service.name": "tps-tracer"}
+    for pair in args.resource:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--resource takes KEY=VALUE, got {pair!r}")
+        resource[key] = value
+    provider = TracerProvider(resource=Resource.create(resource))
     counted = DeliveryCount(OTLPSpanExporter(endpoint=url))
     # The default queue (2,048) drops spans when full; a file's export is bounded, so the queue holds it all.
     provider.add_span_processor(BatchSpanProcessor(counted, max_queue_size=1 << 30))
@@ -53,7 +48,7 @@ def _otlp(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Any, Any, 
         sent = {"delivered": counted.delivered, "gave_up": counted.gave_up, "pending": pending}
         return {"spans": created, **sent, "endpoint": url}
 
-    return spans, flush, status
+    return spans, flush, status, None
 
 
 def _exporter(args: argparse.Namespace, options: dict[str, Any]) -> Any:
@@ -96,8 +91,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_linked(records, args.allow_unlinked, link)  # before any exporter is built: nothing sent on refusal
     options: dict[str, Any] = {"predictor": args.predictor, "weights": args.weights, "censoring": args.censoring}
     if args.to == "otlp":
-        listener, flush, status = _otlp(args, options)
-        closer = None
+        listener, flush, status, closer = _otlp(args, options)
     else:
         exporter = _exporter(args, options)
         listener, flush, status, closer = exporter, exporter.flush, exporter.status, exporter.close

@@ -100,7 +100,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
     --max-flip), else the report, gated like a snapshot."""
     if len(args.files) != 1:
         raise GateInputError("--engine ray gates one file or directory of shards")
-    from tps_tracer.distributed.ray_engine import gate_path_ray, report_from_path_ray  # imports Ray when called
+    from tps_tracer.distributed import gate_path_ray, report_from_path_ray  # imports Ray when called
 
     try:
         if settings.get("baseline") or crit.vs_base_rate or crit.max_flip is not None:

@@ -172,8 +172,10 @@ RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parq
 
 
 def _run_command(name: str, args: argparse.Namespace) -> int:
-    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME`, imported only when it runs."""
-    return int(getattr(importlib.import_module(f"tps_tracer.cli.{name}_cmd"), f"cmd_{name}")(args))
+    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME` (import's: in convert_cmd), imported
+    only when it runs."""
+    module = importlib.import_module(f"tps_tracer.cli.{'convert' if name == 'import' else name}_cmd")
+    return int(getattr(module, f"cmd_{name}")(args))
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -182,11 +184,10 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        default = action.default
-        no_default = default is None or default is False or default == "" or default == argparse.SUPPRESS
+        no_default = action.default is None or action.default is False or action.default in ("", argparse.SUPPRESS)
         if no_default or "default" in text or not action.option_strings:
             return text
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+        return f"{text} (default: %(default)s)"  # every option has help (tests/test_cli_help.py)
 
 
 REPLICATES_HELP = f"bootstrap replicates (0: no CIs; at most {C.MAX_REPLICATES})"

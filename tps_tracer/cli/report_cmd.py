@@ -71,7 +71,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.by is not None:
         return _report_by(path, args.by, options, args)
     if args.engine == "ray":
-        report = _report_on_ray(path, options, args.address)
+        if options.calibrate is not None or options.calibrator is not None:
+            raise CliError("--calibrate / --calibrator refit on the whole sample: not available with --engine ray")
+        try:
+            from tps_tracer.distributed import report_from_path_ray  # imports ray itself, lazily
+
+            report = report_from_path_ray(path, options, args.address)
+        except ImportError as exc:
+            raise CliError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
     elif args.address:
         raise CliError("--address needs --engine ray")
     else:
@@ -114,17 +121,6 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
         parts.append("\n".join(legend_lines(scored)) + "\n")
     sys.stdout.write("\n".join(parts))
     return EXIT_OK
-
-
-def _report_on_ray(path: str, options: ReportOptions, address: str | None) -> dict[str, Any]:
-    if options.calibrate is not None or options.calibrator is not None:
-        raise CliError("--calibrate / --calibrator refit on the whole sample: not available with --engine ray")
-    try:
-        from tps_tracer.distributed.ray_engine import report_from_path_ray  # imports ray itself, lazily
-
-        return report_from_path_ray(path, options, address)
-    except ImportError as exc:
-        raise CliError(f"--engine ray needs the 'ray' extra (Ray Data): {exc}") from None
 
 
 _RULES = {
@@ -232,7 +228,7 @@ def legend_lines(reports: Iterable[dict[str, Any]]) -> list[str]:
 
 
 _MODE_TITLES = {"complete-only": "complete-only", "simple": "cen-simple (q_Z~0)", "exact": "cen-exact (q_z)"}
-_MODE_SHORT = {"complete-only": "complete-only", "simple": "cen-simple", "exact": "cen-exact"}
+_MODE_SHORT = {mode: title.split(" ")[0] for mode, title in _MODE_TITLES.items()}
 
 
 def _prose(lines: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
-"""The Ray engine: each block reduced where it lies to a `PartialState` (the report) or the gate's `PairTable`,
-merged on the driver in block order. An input a block cannot read alone goes to the single-process path.
-"""
+"""The Ray engine (docs/scale.md), the only module importing Ray, and only when called (the `ray` extra): each
+block reduced where it lies to a `PartialState` (the report, `evaluate`) or the gate's `PairTable`, merged on the
+driver in block order. An input a block cannot read alone goes to the single-process path."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from tps_tracer.evaluation.gate import (
 from tps_tracer.evaluation.partial_state import PartialState, StateSpec, merge_states
 from tps_tracer.evaluation.report import report_from_state
 from tps_tracer.evaluation.report_options import ReportOptions
+from tps_tracer.records.errors import NotFast, TrajectoryFileError
 from tps_tracer.records.limits import repeated_ids, repeated_keys
-from tps_tracer.records.reading import holds_nothing, is_parquet, source_files
+from tps_tracer.records.reading import holds_nothing, is_parquet, read_arrow_batch, read_jsonl_chunk, source_files
 from tps_tracer.scoring import get_rule, get_schedule
 
 LOCAL_NUM_CPUS = 2
@@ -41,37 +42,20 @@ class WholeInputNeeded(Exception):
 
 def jsonl_block_arrays(batch: Any) -> Any:
     """A block of JSON Lines (Ray Data's `text` column) read by the chunk reader: arrays, None if blank."""
-    from tps_tracer.records.errors import NotFast
-    from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import read_jsonl_chunk
-
     chunk = ("\n".join(batch.column("text").to_pylist()) + "\n").encode("utf-8")
-    if not chunk.strip():
-        return None
-    try:
-        return read_jsonl_chunk(chunk, "ray block")[0]
-    except (NotFast, TrajectoryFileError) as exc:
-        raise WholeInputNeeded(str(exc)) from None
+    return read_jsonl_chunk(chunk, "ray block")[0] if chunk.strip() else None
 
 
 def arrow_block_arrays(batch: Any) -> Any:
     """A block of trajectory rows in the Parquet schema: arrays, None if empty."""
-    from tps_tracer.records.jsonl import TrajectoryFileError
-    from tps_tracer.records.reading import read_arrow_batch
-
-    if batch.num_rows == 0:
-        return None
-    try:
-        return read_arrow_batch(batch, "ray block", 0)[0]
-    except TrajectoryFileError as exc:
-        raise WholeInputNeeded(str(exc)) from None
+    return read_arrow_batch(batch, "ray block", 0)[0] if batch.num_rows else None
 
 
 def _reduce_block(batch: Any, read: Callable[[Any], Any], reduce: Callable[..., bytes], args: tuple[Any, ...]) -> Any:
-    """On a worker: one block's payload, or why it needs the whole input."""
+    """On a worker: one block's payload, or why it needs the whole input (a block the reader refuses)."""
     try:
         arrays = read(batch)
-    except WholeInputNeeded as exc:
+    except (NotFast, TrajectoryFileError) as exc:
         return {"payload": [b""], _NEEDS_WHOLE: [str(exc) or "needs the whole input"]}
     if arrays is None:
         return {"payload": [], _NEEDS_WHOLE: []}
@@ -156,14 +140,15 @@ def _state_of(arrays: Any, spec: StateSpec) -> bytes:
     return pickle.dumps((json.dumps(state.to_dict()), keys.tobytes()))
 
 
-def _states(ds: Any, read: Callable[[Any], Any], spec: StateSpec) -> list[PartialState]:
+def _states(ds: Any, read: Callable[[Any], Any], spec: StateSpec, origin: tuple[int, ...] = ()) -> list[PartialState]:
+    """The blocks' partial states, first-seen predictors keyed by `origin` (the file) and the block's index."""
     payloads = [pickle.loads(p) for p in _map_blocks(ds, read, _state_of, spec)]
     if repeated_keys([np.frombuffer(keys, dtype=np.uint64) for _, keys in payloads]).size:
         raise WholeInputNeeded("duplicate trajectory ids")  # the exact path confirms on the ids and names the lines
     states = []
     for i, (state, _) in enumerate(payloads):
         st = PartialState.from_dict(json.loads(state))
-        st.first_seen = {p: (i, *where) for p, where in st.first_seen.items()}  # block order = input order
+        st.first_seen = {p: (*origin, i, *where) for p, where in st.first_seen.items()}  # block order = input order
         states.append(st)
     return states
 
@@ -178,12 +163,7 @@ def states_from_path(
     path: str | os.PathLike[str], spec: StateSpec, num_blocks: int | None = None
 ) -> list[PartialState]:
     """Partial states of every block of a file or directory of shards (JSON Lines and/or Parquet)."""
-    states: list[PartialState] = []
-    for first, ds, read in _datasets(path, num_blocks):
-        for st in _states(ds, read, spec):
-            st.first_seen = {p: (first, *where) for p, where in st.first_seen.items()}
-            states.append(st)
-    return states
+    return [st for first, ds, read in _datasets(path, num_blocks) for st in _states(ds, read, spec, (first,))]
 
 
 def report_from_path_ray(
