@@ -149,10 +149,7 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         report["informative"] = informative_censoring_shift(
             arrays, predictors, reasons, rules[0], weights[0], args.bootstrap, args.seed
         )
-    if args.json:
-        sys.stdout.write(output.dumps(report))
-    else:
-        sys.stdout.write(render_censoring(report, args.file))
+    sys.stdout.write(output.dumps(report) if args.json else render_censoring(report, args.file))
     return 0
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from tps_tracer import output
 from tps_tracer.cli.main import (
-    EXIT_OK,
     CliError,
     censored_reasons,
     fit_table,
@@ -83,11 +82,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise CliError("--address needs --engine ray")
     else:
         report = report_from_path(path, options, progress=progress_for(path))
-    if args.json:
-        sys.stdout.write(output.dumps(report))
-    else:
-        sys.stdout.write(render_report(report, path, wide=args.wide))
-    return EXIT_OK
+    sys.stdout.write(output.dumps(report) if args.json else render_report(report, path, wide=args.wide))
+    return 0
 
 
 def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Namespace) -> int:
@@ -102,7 +98,7 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
         raise CliError(f"--by: {exc}") from None
     if args.json:
         sys.stdout.write(output.dumps(split))
-        return EXIT_OK
+        return 0
     parts = []
     for group in split["groups"]:
         title = f"{path} [{key} = {group['value']}, {group['n']} trajectories]"
@@ -120,7 +116,7 @@ def _report_by(path: str, key: str, options: ReportOptions, args: argparse.Names
     if scored:  # one legend for every group: the terms are the same
         parts.append("\n".join(legend_lines(scored)) + "\n")
     sys.stdout.write("\n".join(parts))
-    return EXIT_OK
+    return 0
 
 
 _RULES = {
