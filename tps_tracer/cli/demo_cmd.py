@@ -46,8 +46,7 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
 
     agents = ("truthful", "overconfident")
     paths, graph = {}, None
-    bar = _progress(len(agents) * args.tasks, quiet=args.json)
-    try:
+    with _progress(len(agents) * args.tasks, quiet=args.json) as bar:
         for name in agents:
             world = AgentWorld(args.tasks, seed=args.seed, config=replace(DEMO_WORLD, forecaster=name))
             paths[name] = out_dir / f"{name}.jsonl"
@@ -55,8 +54,6 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
             bar.set_description(f"{name} agent")
             saver = InMemorySaver() if args.q_z == "resume" and name == "overconfident" else None
             graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
-    finally:
-        bar.close()
     return paths, graph
 
 
@@ -71,9 +68,8 @@ def _resume_q_z(
 
     out.unlink(missing_ok=True)
     censored = sum(1 for r in records if r.stop_reason.value == "max_steps")
-    bar = _progress(censored * args.branches, quiet=args.json)
-    bar.set_description("resuming censored runs")
-    try:
+    with _progress(censored * args.branches, quiet=args.json) as bar:
+        bar.set_description("resuming censored runs")
         summary = resume_continuations(
             graph,
             records,
@@ -84,8 +80,6 @@ def _resume_q_z(
             concurrency=args.concurrency,
             progress=bar.update,
         )
-    finally:
-        bar.close()
     mc = mc_q_z(read_continuations(out), min_valid=min(DEFAULT_MIN_VALID, max(1, args.branches // 2)))
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)

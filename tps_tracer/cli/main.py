@@ -172,8 +172,7 @@ RECORDS_HELP = "trajectory records: JSON Lines, Parquet, or a directory of .parq
 
 
 def _run_command(name: str, args: argparse.Namespace) -> int:
-    """The command NAME's entry point `tps_tracer.cli.NAME_cmd.cmd_NAME` (import's: in convert_cmd), imported
-    only when it runs."""
+    """Runs `tps_tracer.cli.NAME_cmd.cmd_NAME` (`import`: in convert_cmd), imported only when the command runs."""
     module = importlib.import_module(f"tps_tracer.cli.{'convert' if name == 'import' else name}_cmd")
     return int(getattr(module, f"cmd_{name}")(args))
 
