@@ -1,17 +1,13 @@
-"""A ground-truth world for ReAct agents: every task's success process q_t is known exactly.
-
-theta ~ Beta(a, b), Y ~ Bernoulli(theta); the `search` tool reveals s_t ~ Bernoulli(theta), so
-q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1). Draws are fixed by (seed, task index);
-a continuation branch draws from the law given its prefix (seeded by seed, thread id, step), so a branch
-forked after Z-1 clues succeeds w.p. exactly q_Z.
-"""
+"""A ground-truth world for ReAct agents: theta ~ Beta(a, b), Y ~ Bernoulli(theta), the `search` tool reveals
+s_t ~ Bernoulli(theta), so q_t = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1) exactly. Draws are fixed by (seed, task
+index); a continuation branch draws from the law given its prefix (seed, thread id, step): it succeeds w.p. q_Z."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,33 +16,13 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import FloatArray
-from tps_tracer.synthetic import TaskPrior
+from tps_tracer.synthetic import FORECASTERS, TaskPrior, logit, sigmoid
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
 TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,
 # so the k candidates sum to exactly 1 and the entropy has a closed form.
 ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def _logit(q: float) -> float:
-    q = min(max(q, 1e-9), 1.0 - 1e-9)
-    return math.log(q) - math.log1p(-q)
-
-
-# Forecasters map the true q_t (and a per-step standard normal draw) to a stated confidence.
-Forecaster = Callable[[float, float], float]
-FORECASTERS: dict[str, Forecaster] = {
-    "truthful": lambda q, z: q,
-    # Saturated like the paper's Tau2 verbal stream: same ranking, far too extreme.
-    "overconfident": lambda q, z: _sigmoid(3.0 * _logit(q) + 1.5),
-    "underconfident": lambda q, z: _sigmoid(0.4 * _logit(q)),
-    "noisy": lambda q, z: _sigmoid(_logit(q) + z),
-}
 
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 
@@ -132,7 +108,6 @@ class AgentWorld:
 
     def _script(self, task_id: str, rng: np.random.Generator) -> TaskScript:
         c = self.config
-        forecaster = FORECASTERS[c.forecaster]
         theta = float(rng.beta(c.prior_a, c.prior_b))
         outcome = int(rng.random() < theta)
         length = int(rng.integers(c.min_length, c.max_length + 1))
@@ -142,14 +117,12 @@ class AgentWorld:
         malformed = np.where(rng.random(n) < c.malformed_rate, rng.integers(1, 4, n), 0)
         fails = rng.random(n) < c.tool_failure_rate
         seeds = rng.integers(0, 2**31, n)
-        seen = np.concatenate(([0], np.cumsum(evidence)[:-1]))
-        columns = (seen, noise, evidence, malformed, fails, seeds)
-        draws = zip(*(col.tolist() for col in columns), strict=True)
-        steps = []
-        for t, (s, z, e, m, f, k) in enumerate(draws, start=1):
-            q = (c.prior_a + s) / (c.prior_a + c.prior_b + t - 1)
-            verbal = round(min(1.0, max(0.0, forecaster(q, z))), 2)
-            steps.append(StepScript(t, q, verbal, e, m, f, t == length, k))
+        t = np.arange(1, n + 1)
+        q = (c.prior_a + np.concatenate(([0], np.cumsum(evidence)[:-1]))) / (c.prior_a + c.prior_b + t - 1)
+        verbal = np.clip(FORECASTERS[c.forecaster](q, noise), 0.0, 1.0)
+        columns = (t, q, verbal, evidence, malformed, fails, t == length, seeds)
+        rows = zip(*(col.tolist() for col in columns), strict=True)
+        steps = [StepScript(i, q_i, round(stated, 2), *rest) for i, q_i, stated, *rest in rows]
         return TaskScript(task_id, theta, outcome, length, steps)
 
 
@@ -194,7 +167,7 @@ def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: 
     noise = float(rng.normal())
     token_seed = int(rng.integers(0, 2**31))
     q = q_given(config, evidence)
-    verbal = round(min(1.0, max(0.0, FORECASTERS[config.forecaster](q, noise))), 2)
+    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, noise)))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
     lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
     final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
@@ -256,7 +229,7 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
     # Tokens are confident except in the action, whose confidence tracks q_t.
     rng = np.random.default_rng(step.token_seed)
     probs = rng.uniform(0.85, 0.999, len(tokens))
-    centre = _sigmoid(0.8 * _logit(step.q) + 1.0)
+    centre = sigmoid(0.8 * logit(step.q) + 1.0)
     probs[mask] = np.clip(centre + rng.normal(0.0, 0.05, int(mask.sum())), 0.05, 0.995)
     return Rendered(text, action, tokens, probs, mask)
 
