@@ -68,10 +68,9 @@ class _FoldModel:
 
 
 def _fit_fold(x: FloatArray, y: FloatArray) -> _FoldModel:
+    mu, sd = x.mean(axis=0), np.maximum(x.std(axis=0), SD_FLOOR)
+    ybar = float(np.clip(y.mean(), EPS, 1 - EPS))
     w = np.ones(len(y))
-    mu = np.average(x, axis=0, weights=w)
-    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), SD_FLOOR)
-    ybar = float(np.clip(np.average(y, weights=w), EPS, 1 - EPS))
     a, beta = fit_logistic((x - mu) / sd, y, w, DEFAULT_PENALTY, intercept0=float(np.log(ybar / (1 - ybar))))
     return _FoldModel(mu, sd, a, beta)
 
