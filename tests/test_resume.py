@@ -34,7 +34,7 @@ from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.resume import aresume_continuations, branch_thread_id, resume_continuations
 from tps_tracer.records import read_trajectories
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.sim.campaign import run_campaign
+from tps_tracer.sim.agents import run_campaign
 from tps_tracer.sim.scripted_model import ScriptedReActModel, grade_final_state
 from tps_tracer.sim.world import (
     AgentWorld,

@@ -27,6 +27,7 @@ from tps_tracer.sim.world import (
     WRONG_ANSWER,
     AgentWorld,
     StepScript,
+    TextStyle,
     clue_text,
     continuation_clue,
     continuation_step,
@@ -107,9 +108,8 @@ class ScriptedReActModel(BaseChatModel):
         if thread is not None:
             if self.style != "tool_calls":
                 raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
-            draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
-            answer = ANSWER if draw.outcome else WRONG_ANSWER
-            return self._message(task_id, draw.step, draw.step.malformed_before, answer)
+            step, outcome = continuation_step(world.config, world.seed, thread, clues_seen(messages))
+            return self._message(task_id, step, step.malformed_before, ANSWER if outcome else WRONG_ANSWER)
         script = world[task_id]
         with self._lock:
             n = self._calls.get(task_id, 0)
@@ -122,7 +122,7 @@ class ScriptedReActModel(BaseChatModel):
     def _message(
         self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER
     ) -> tuple[AIMessage, dict[str, Any] | None]:
-        text_style = "react" if self.style == "react" else "tagged"
+        text_style: TextStyle = "react" if self.style == "react" else "tagged"
         if attempt:
             text = render_malformed(task_id, step, attempt, text_style)
             tokens = tokenize(text)

@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -146,21 +147,16 @@ def branch_stream(thread_id: str) -> int:
     return int.from_bytes(hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
 
 
-@dataclass(frozen=True)
-class BranchStep:
-    """One model call of a continuation branch: what the model writes, and Y if it answers."""
-
-    step: StepScript  # evidence is -1: the branch's clue is drawn by the tool
-    outcome: int | None  # Y of the answer (1: the claim is confirmed), None before the answer
-
-
 def q_given(config: WorldConfig, evidence: Sequence[int]) -> float:
     """P(Y = 1 | s_1..s_n) = (a + sum s) / (a + b + n): the exact q_t of step t = n + 1."""
     return (config.prior_a + sum(evidence)) / (config.prior_a + config.prior_b + len(evidence))
 
 
-def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> BranchStep:
-    """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix."""
+def continuation_step(
+    config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]
+) -> tuple[StepScript, int | None]:
+    """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix (its
+    evidence -1: the tool draws the clue), and Y if it answers (1: the claim is confirmed)."""
     t = len(evidence) + 1
     rng = np.random.default_rng([seed, branch_stream(thread_id), t, 0])
     u_malformed, u_final, u_outcome = rng.random(3)
@@ -172,7 +168,7 @@ def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: 
     lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
     final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
     step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
-    return BranchStep(step, int(u_outcome < q) if final and not malformed else None)
+    return step, int(u_outcome < q) if final and not malformed else None
 
 
 def continuation_clue(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> tuple[bool, int]:
@@ -186,6 +182,7 @@ def continuation_clue(config: WorldConfig, seed: int, thread_id: str, evidence: 
 
 ANSWER = "yes"  # the answer that confirms the claim (Y = 1)
 WRONG_ANSWER = "no"  # a continuation branch's answer when it fails (Y = 0)
+TextStyle = Literal["tagged", "react"]  # the paper's tagged format, LangChain's text ReAct format
 
 
 @dataclass(frozen=True)
@@ -193,7 +190,6 @@ class Rendered:
     """A step's text in one output style, its tokens, and their chosen-token probabilities."""
 
     text: str
-    action: str  # the committed action as written (what the action span must cover)
     tokens: list[str]
     probs: FloatArray
     action_tokens: NDArray[np.bool_]
@@ -203,7 +199,7 @@ def query_of(task_id: str, t: int) -> str:
     return f"{task_id} clue {t}"
 
 
-def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = ANSWER) -> Rendered:
+def render(task_id: str, step: StepScript, style: TextStyle = "tagged", answer: str = ANSWER) -> Rendered:
     """The step's text: the paper's tagged format, or LangChain's text ReAct format."""
     if style == "tagged":
         action = f"finish[{answer}]" if step.final else f"search[{query_of(task_id, step.t)}]"
@@ -214,15 +210,13 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
             "<explanation>Based on the evidence so far.</explanation>"
         )
         start = text.index("<action>") + len("<action>")
-    elif style == "react":
+    else:  # react
         head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
         head += f"Confidence: {step.verbal:.2f}\n"
         head += "Final Answer: " if step.final else "Action: "
         action = answer if step.final else f"search\nAction Input: {query_of(task_id, step.t)}"
         text = head + action
         start = len(head)
-    else:
-        raise InputError(f"unknown style {style!r}; choose from ('tagged', 'react')")
     tokens = tokenize(text)
     bounds = np.cumsum([0] + [len(tok) for tok in tokens])
     mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)
@@ -231,10 +225,10 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
     probs = rng.uniform(0.85, 0.999, len(tokens))
     centre = sigmoid(0.8 * logit(step.q) + 1.0)
     probs[mask] = np.clip(centre + rng.normal(0.0, 0.05, int(mask.sum())), 0.05, 0.995)
-    return Rendered(text, action, tokens, probs, mask)
+    return Rendered(text, tokens, probs, mask)
 
 
-def render_malformed(task_id: str, step: StepScript, attempt: int, style: str = "tagged") -> str:
+def render_malformed(task_id: str, step: StepScript, attempt: int, style: TextStyle = "tagged") -> str:
     """An output the runtime's parser rejects: the action is missing."""
     if style == "tagged":
         return (
