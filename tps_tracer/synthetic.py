@@ -146,14 +146,9 @@ def to_records(
     return records
 
 
-EXAMPLE_SIZE = 400
-EXAMPLE_SEED = 7
-
-
 def example_records() -> list[TrajectoryRecord]:
     """The bundled example set (examples/trajectories.jsonl is this, written out)."""
-    runs = simulate_runs(EXAMPLE_SIZE, seed=EXAMPLE_SEED)
-    return to_records(runs, seed=EXAMPLE_SEED, missing_rate=0.01)
+    return to_records(simulate_runs(400, seed=7), seed=7, missing_rate=0.01)
 
 
 def simulate_continuations(

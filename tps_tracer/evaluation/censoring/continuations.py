@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
@@ -99,12 +98,10 @@ def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]
 
 @dataclass
 class McEstimates:
-    """q_hat_MC per retained prefix, with the audit counts of the paper's HotpotQA appendix."""
+    """q_hat_MC per retained prefix (the mean of its valid branch outcomes), with the audit counts of the
+    paper's HotpotQA appendix."""
 
-    ids: list[str]  # retained source ids
-    q_hat: FloatArray
-    n_valid: NDArray[np.int64]
-    outcomes: dict[str, FloatArray]  # valid branch outcomes per retained id (for the projection check)
+    outcomes: dict[str, FloatArray]  # valid branch outcomes per retained source id
     min_valid: int
     unresolved: str
     dropped_too_few: list[str] = field(default_factory=list)
@@ -112,19 +109,19 @@ class McEstimates:
     unresolved_branches: dict[str, int] = field(default_factory=dict)
 
     def as_mapping(self) -> dict[str, float]:
-        return dict(zip(self.ids, self.q_hat.tolist(), strict=True))
+        return {sid: float(np.mean(ys)) for sid, ys in self.outcomes.items()}
 
     def summary(self) -> dict[str, Any]:
-        q = self.q_hat
-        n_src = len(self.ids) + len(self.dropped_too_few)
+        q = np.array(list(self.as_mapping().values()))
+        n_src = len(self.outcomes) + len(self.dropped_too_few)
         return {
             "source": "monte-carlo continuation",
             "prefixes_with_branches": n_src,
-            "retained": len(self.ids),
+            "retained": len(self.outcomes),
             "dropped_fewer_than_min_valid": len(self.dropped_too_few),
             "min_valid": self.min_valid,
             "unresolved_branches_as": self.unresolved,
-            "mean_valid_branches": float(self.n_valid.mean()) if q.size else None,
+            "mean_valid_branches": float(np.mean([ys.size for ys in self.outcomes.values()])) if q.size else None,
             "mean_parse_error_branches_excluded": (sum(self.parse_errors_excluded.values()) / n_src) if n_src else None,
             "unresolved_branches": sum(self.unresolved_branches.values()),
             "mean_q_hat": float(q.mean()) if q.size else None,
@@ -157,10 +154,8 @@ def mc_q_z(
             if unresolved != "exclude":
                 ys.append(1.0 if unresolved == "success" else 0.0)
     kept = {sid: np.array(ys) for sid, ys in by_id.items() if len(ys) >= min_valid}
-    q = np.array([float(np.mean(ys)) for ys in kept.values()])
-    n = np.array([ys.size for ys in kept.values()], dtype=np.int64)
     dropped = [sid for sid in by_id if sid not in kept]
-    return McEstimates(list(kept), q, n, kept, min_valid, unresolved, dropped, parse, open_)
+    return McEstimates(kept, min_valid, unresolved, dropped, parse, open_)
 
 
 @dataclass
