@@ -161,12 +161,11 @@ def run_campaign(
     q_z_lines: list[tuple[str, float]] = []
     for task in world:
         trajectory_id = f"{label}/{task.task_id}"
-        metadata = {TRAJECTORY_ID_KEY: trajectory_id, TASK_ID_KEY: task.task_id, OUTCOME_KEY: task.outcome}
         # The root run id is written into the record (langchain_run_id): derived from the trajectory
         # id, so equal campaigns write equal files.
         config: dict[str, Any] = {
             "callbacks": [handler],
-            "metadata": metadata,
+            "metadata": {TRAJECTORY_ID_KEY: trajectory_id, TASK_ID_KEY: task.task_id, OUTCOME_KEY: task.outcome},
             "recursion_limit": recursion_limit,
             "run_id": uuid.uuid5(uuid.NAMESPACE_URL, trajectory_id),
         }
