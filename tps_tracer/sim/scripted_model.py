@@ -190,16 +190,13 @@ def search_tool(world: AgentWorld, branches: bool = False) -> BaseTool:
     def search(query: str) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
         m = _QUERY.match(query)
-        if not m or m.group("task") not in world.tasks:
+        steps = world[m.group("task")].steps if m and m.group("task") in world.tasks else []
+        t = int(m.group("t")) if m else 0
+        if not 1 <= t <= len(steps):
             raise ToolException(f"no such clue: {query!r}")
-        script = world[m.group("task")]
-        t = int(m.group("t"))
-        if not 1 <= t <= len(script.steps):
-            raise ToolException(f"no such clue: {query!r}")
-        step = script.steps[t - 1]
-        if step.tool_fails:
+        if steps[t - 1].tool_fails:
             raise ToolException("search backend unavailable")
-        return clue_text(t, step.evidence)
+        return clue_text(t, steps[t - 1].evidence)
 
     if not branches:
         return StructuredTool.from_function(search, name="search")

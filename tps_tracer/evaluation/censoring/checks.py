@@ -38,8 +38,7 @@ def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int
         k = round(rate * len(members))
         if length < 2 or k == 0:
             continue
-        chosen = rng.permutation(len(members))[:k]
-        for c in chosen.tolist():
+        for c in rng.permutation(len(members))[:k].tolist():
             cuts[members[c]] = rng.integers(1, length)  # Z in 1..T-1
     return cuts
 
