@@ -20,13 +20,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
-from tps_tracer.records.jsonl import (
-    MAX_REPORTED_ERRORS,
-    RecordError,
-    TrajectoryFileError,
-    invalid_json,
-    runs_into_end,
-)
+from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, invalid_json, runs_into_end
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 
@@ -183,9 +177,8 @@ def attach_q_z(arrays: TrajectoryArrays, estimates: dict[str, float]) -> Attache
             if not 0.0 <= q <= 1.0:
                 raise InputError(f"q_z estimate for {tid!r} is not a probability: {q}")
             q_z[i] = q
-    out = replace(arrays, q_z=q_z)
     attached = int(np.sum(censored & ~np.isnan(q_z)))
-    return AttachedQz(out, attached, int(censored.sum()) - attached, unmatched, not_censored)
+    return AttachedQz(replace(arrays, q_z=q_z), attached, int(censored.sum()) - attached, unmatched, not_censored)
 
 
 # Run metadata that tells a continuation branch from an original run.
