@@ -228,10 +228,9 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
     title = f"Forecast traces of {len(traces)} trajectories, coloured by outcome"
     sampled = [tr for tr in traces if len(tr["forecasts"]) < tr.get("n_steps", len(tr["forecasts"]))]
     if sampled:
-        longest = max(tr["n_steps"] for tr in sampled)
         title += (
             f"\n{len(sampled)} long trace(s) drawn at {len(sampled[0]['forecasts'])} evenly spaced steps "
-            f"(longest: {longest} steps)"
+            f"(longest: {max(tr['n_steps'] for tr in sampled)} steps)"
         )
     _finish(ax, title, handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig

@@ -216,12 +216,7 @@ class ContinuationLog:
         return (source_trajectory_id, str(branch)) in self.done
 
     def append(
-        self,
-        source_trajectory_id: str,
-        branch: int,
-        stop_reason: StopReason,
-        outcome: int | None,
-        **provenance: Any,
+        self, source_trajectory_id: str, branch: int, stop_reason: StopReason, outcome: int | None, **provenance: Any
     ) -> None:
         """Write one finished branch and flush it (an interruption after this keeps it)."""
         if stop_reason is StopReason.CLEAN and outcome not in (0, 1):
