@@ -164,7 +164,7 @@ def conditional_projection_check(
     rows = []
     for name, (ri, rule), (si, sched) in itertools.product(predictors, enumerate(rules_), enumerate(scheds)):
         col = arrays.predictors[name]
-        members = [(tid, index[tid]) for tid in estimates.outcomes if tid in index and col.usable[index[tid]]]
+        members = [(tid, index[tid]) for tid in estimates.ids if tid in index and col.usable[index[tid]]]
         worst = 0.0
         for tid, i in members:
             f = col.values[arrays.offsets[i] : arrays.offsets[i + 1]]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tps_tracer.constants import DEFAULT_MIN_VALID, UNRESOLVED_POLICIES
 from tps_tracer.errors import InputError
@@ -92,10 +93,12 @@ def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]
 
 @dataclass
 class McEstimates:
-    """q_hat_MC per retained prefix (the mean of its valid branch outcomes), with the audit counts of the
-    paper's HotpotQA appendix."""
+    """q_hat_MC per retained prefix, with the audit counts of the paper's HotpotQA appendix."""
 
-    outcomes: dict[str, FloatArray]  # valid branch outcomes per retained source id
+    ids: list[str]  # retained source ids
+    q_hat: FloatArray
+    n_valid: NDArray[np.int64]
+    outcomes: dict[str, FloatArray]  # valid branch outcomes per retained id (for the projection check)
     min_valid: int
     unresolved: str
     dropped_too_few: list[str] = field(default_factory=list)
@@ -103,19 +106,19 @@ class McEstimates:
     unresolved_branches: dict[str, int] = field(default_factory=dict)
 
     def as_mapping(self) -> dict[str, float]:
-        return {sid: float(np.mean(ys)) for sid, ys in self.outcomes.items()}
+        return dict(zip(self.ids, self.q_hat.tolist(), strict=True))
 
     def summary(self) -> dict[str, Any]:
-        q = np.array(list(self.as_mapping().values()))
-        n_src = len(self.outcomes) + len(self.dropped_too_few)
+        q = self.q_hat
+        n_src = len(self.ids) + len(self.dropped_too_few)
         return {
             "source": "monte-carlo continuation",
             "prefixes_with_branches": n_src,
-            "retained": len(self.outcomes),
+            "retained": len(self.ids),
             "dropped_fewer_than_min_valid": len(self.dropped_too_few),
             "min_valid": self.min_valid,
             "unresolved_branches_as": self.unresolved,
-            "mean_valid_branches": float(np.mean([ys.size for ys in self.outcomes.values()])) if q.size else None,
+            "mean_valid_branches": float(self.n_valid.mean()) if q.size else None,
             "mean_parse_error_branches_excluded": (sum(self.parse_errors_excluded.values()) / n_src) if n_src else None,
             "unresolved_branches": sum(self.unresolved_branches.values()),
             "mean_q_hat": float(q.mean()) if q.size else None,
@@ -148,8 +151,10 @@ def mc_q_z(
             if unresolved != "exclude":
                 ys.append(1.0 if unresolved == "success" else 0.0)
     kept = {sid: np.array(ys) for sid, ys in by_id.items() if len(ys) >= min_valid}
+    q = np.array([float(np.mean(ys)) for ys in kept.values()])
+    n = np.array([ys.size for ys in kept.values()], dtype=np.int64)
     dropped = [sid for sid in by_id if sid not in kept]
-    return McEstimates(kept, min_valid, unresolved, dropped, parse, open_)
+    return McEstimates(list(kept), q, n, kept, min_valid, unresolved, dropped, parse, open_)
 
 
 @dataclass

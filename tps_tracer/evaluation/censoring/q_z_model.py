@@ -122,7 +122,7 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
         fold = split_halves(arrays.ids, arrays.outcome, ~np.isnan(arrays.outcome))[rows]
     else:
         index = {tid: i for i, tid in enumerate(arrays.ids)}
-        audited = [(tid, index[tid]) for tid in mc.outcomes if tid in index and censored[index[tid]]]
+        audited = [(tid, index[tid]) for tid in mc.ids if tid in index and censored[index[tid]]]
         if len(audited) < 4:
             raise InputError("hybrid q_Z needs at least 4 audited censored prefixes in the file")
         rows = np.array([i for _, i in audited], dtype=np.int64)
