@@ -94,15 +94,11 @@ class ScriptedReActModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:
         return self
 
-    def _task_id(self, messages: list[BaseMessage]) -> str:
-        for m in messages:
-            found = TASK_MARKER.search(m.text if hasattr(m, "text") else str(m.content))
-            if found:
-                return found.group(1)
-        raise InputError("scripted model: no [task:ID] marker in the prompt")
-
     def _next_output(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any] | None]:
-        task_id = self._task_id(messages)
+        found = next((hit for m in messages if (hit := TASK_MARKER.search(m.text))), None)
+        if found is None:
+            raise InputError("scripted model: no [task:ID] marker in the prompt")
+        task_id = found.group(1)
         world: AgentWorld = self.world
         thread = branch_thread()
         if thread is not None:
