@@ -19,17 +19,20 @@ if TYPE_CHECKING:
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
 
 
-def logit(q: FloatArray) -> FloatArray:
+Values = FloatArray | float  # a stream's values, or one step's (a continuation branch, a rendered step)
+
+
+def logit(q: Values) -> Values:
     q = np.clip(q, 1e-9, 1 - 1e-9)
     return np.log(q) - np.log1p(-q)
 
 
-def sigmoid(x: FloatArray) -> FloatArray:
+def sigmoid(x: Values) -> Values:
     return 1.0 / (1.0 + np.exp(-x))
 
 
 # Both simulators' forecasters: the true q_t (and a standard normal draw z per step) -> a stated confidence.
-Forecaster = Callable[[FloatArray, FloatArray], FloatArray]
+Forecaster = Callable[[Values, Values], Values]
 FORECASTERS: dict[str, Forecaster] = {
     "truthful": lambda q, z: q,
     # Saturated, like the paper's Tau2 verbal stream: same ranking, wrong scale.
