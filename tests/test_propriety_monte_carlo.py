@@ -19,9 +19,9 @@ def runs():
 
 def _distortions(q, rng):
     return {
-        "overconfident": FORECASTERS["overconfident"](q, rng),
-        "underconfident": FORECASTERS["underconfident"](q, rng),
-        "noisy": FORECASTERS["noisy"](q, rng),
+        "overconfident": FORECASTERS["overconfident"](q, 0.0),
+        "underconfident": FORECASTERS["underconfident"](q, 0.0),
+        "noisy": FORECASTERS["noisy"](q, rng.normal(0.0, 1.0, q.shape)),
         "shrunk-to-half": 0.5 + 0.8 * (q - 0.5),  # a mild distortion: a hard case
         "lagged": np.r_[q[:1], q[:-1]],  # yesterday's truth (crosses trajectories: still not q_t)
     }

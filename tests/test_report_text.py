@@ -17,7 +17,7 @@ import pytest
 
 from tests.cli_support import call
 from tps_tracer.cli.demo_cmd import DEMO_WORLD
-from tps_tracer.sim.campaign import run_campaign
+from tps_tracer.sim.agents import run_campaign
 from tps_tracer.sim.world import AgentWorld
 
 WIDTH = 100

@@ -34,7 +34,7 @@ from tps_tracer.health import HealthLedger
 from tps_tracer.langchain.resume import aresume_continuations, branch_thread_id, resume_continuations
 from tps_tracer.records import read_trajectories
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.sim.campaign import run_campaign
+from tps_tracer.sim.agents import run_campaign
 from tps_tracer.sim.scripted_model import ScriptedReActModel, grade_final_state
 from tps_tracer.sim.world import (
     AgentWorld,
@@ -115,11 +115,11 @@ def test_world_continuation_law_succeeds_with_the_exact_q():
         thread = f"prefix#branch-{b}"
         seen = list(prefix)
         while True:
-            draw = continuation_step(config, 3, thread, seen)
-            if draw.step.malformed_before:
+            step, outcome = continuation_step(config, 3, thread, seen)
+            if step.malformed_before:
                 break
-            if draw.step.final:
-                ys.append(draw.outcome)
+            if step.final:
+                ys.append(outcome)
                 break
             fails, s = continuation_clue(config, 3, thread, seen)
             if fails:
@@ -144,7 +144,7 @@ def test_world_q_given_is_the_scripts_q_t():
 def test_branch_draws_are_seeded_by_the_thread_id():
     a = continuation_step(CONFIG, 1, "run#branch-0", [1, 1])
     assert continuation_step(CONFIG, 1, "run#branch-0", [1, 1]) == a
-    draws = {continuation_step(CONFIG, 1, f"run#branch-{m}", [1, 1]).step.token_seed for m in range(20)}
+    draws = {continuation_step(CONFIG, 1, f"run#branch-{m}", [1, 1])[0].token_seed for m in range(20)}
     assert len(draws) == 20
 
 

@@ -183,20 +183,24 @@ def pyplot() -> Any:
     return plt
 
 
+def _finish(ax: Any, title: str, **legend: Any) -> None:
+    """What every panel shares: a small title, a frameless legend, a light grid."""
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, frameon=False, **legend)
+    ax.grid(alpha=0.3)
+
+
 def reliability_figure(bins: Sequence[ReliabilityBins]) -> Any:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 5.2), layout="constrained")
+    fig, ax = pyplot().subplots(figsize=(5.5, 5.2), layout="constrained")
     ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--", label="perfect calibration")
     for b in bins:
-        (line,) = ax.plot(
-            b.mean_forecast, b.observed_rate, marker="o", lw=1.5, label=f"{b.predictor} (T-ECE {b.ece:.3f})"
-        )
+        (line,) = ax.plot(b.mean_forecast, b.observed_rate, marker="o", label=f"{b.predictor} (T-ECE {b.ece:.3f})")
         sizes = 20 + 180 * b.count / max(int(b.count.max()), 1)
         ax.scatter(b.mean_forecast, b.observed_rate, s=sizes, color=line.get_color(), alpha=0.35, lw=0)
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin (Phi_w summary)", ylabel="observed success rate")
-    ax.set_title("Reliability (complete trajectories)\nquantile bins; marker area ~ trajectories in bin", fontsize=10)
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
-    ax.grid(alpha=0.3)
+    _finish(
+        ax, "Reliability (complete trajectories)\nquantile bins; marker area ~ trajectories in bin", loc="upper left"
+    )
     return fig
 
 
@@ -220,18 +224,15 @@ def traces_figure(traces: Sequence[dict[str, Any]], predictor: str) -> Any:
             if any(tr["stop_reason"] == r for tr in traces)
         ),
     ]
-    ax.legend(handles=handles, fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(ylim=(-0.02, 1.02), xlabel="step t", ylabel=f"forecast F_t ({predictor})")
     title = f"Forecast traces of {len(traces)} trajectories, coloured by outcome"
     sampled = [tr for tr in traces if len(tr["forecasts"]) < tr.get("n_steps", len(tr["forecasts"]))]
     if sampled:
-        longest = max(tr["n_steps"] for tr in sampled)
         title += (
             f"\n{len(sampled)} long trace(s) drawn at {len(sampled[0]['forecasts'])} evenly spaced steps "
-            f"(longest: {longest} steps)"
+            f"(longest: {max(tr['n_steps'] for tr in sampled)} steps)"
         )
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
+    _finish(ax, title, handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 
@@ -246,8 +247,7 @@ def _step_bars(ax: Any, contribs: Sequence[StepContributions]) -> None:
 
 
 def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
-    plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
+    fig, (top, bottom) = pyplot().subplots(2, 1, figsize=(8, 6.4), sharex=True, layout="constrained")
     first = contribs[0]
     bw = first.bin_width
     _step_bars(top, contribs)
@@ -258,11 +258,10 @@ def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
     )
     if bw > 1:
         title += f"\nsteps grouped in bins of {bw} (bars: summed contribution; line: mean score over the bin)"
-    top.set_title(title, fontsize=10)
-    top.legend(fontsize=8, frameon=False)
+    _finish(top, title)
     bottom.set(xlabel="step t", ylabel="mean per-step score S(F_t)")
+    bottom.grid(alpha=0.3)
     for ax in (top, bottom):
-        ax.grid(alpha=0.3)
         ax.axhline(0, color="#999999", lw=0.8)
     return fig
 
@@ -270,19 +269,14 @@ def step_scores_figure(contribs: Sequence[StepContributions]) -> Any:
 def calibration_figure(
     raw: ReliabilityBins, cal: ReliabilityBins, raw_s: StepContributions, cal_s: StepContributions
 ) -> Any:
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     left.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--")
     for b in (raw, cal):
         left.plot(b.mean_forecast, b.observed_rate, marker="o", label=f"{b.predictor} (T-ECE {b.ece:.3f})")
     left.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean forecast in bin", ylabel="observed success rate")
-    left.set_title("Reliability: raw vs recalibrated", fontsize=10)
-    left.legend(fontsize=8, frameon=False, loc="upper left")
+    _finish(left, "Reliability: raw vs recalibrated", loc="upper left")
     _step_bars(right, (raw_s, cal_s))
     right.set_xlabel("step t")
     grouped = f"; steps in bins of {raw_s.bin_width}" if raw_s.bin_width > 1 else ""
-    right.set_title(f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring}{grouped})", fontsize=10)
-    right.legend(fontsize=8, frameon=False)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
+    _finish(right, f"TPS by step ({raw_s.rule}, {raw_s.weights}, {raw_s.censoring}{grouped})")
     return fig

@@ -19,23 +19,26 @@ if TYPE_CHECKING:
     from tps_tracer.evaluation.censoring.continuations import ContinuationBranch
 
 
-def _logit(q: FloatArray) -> FloatArray:
+Values = FloatArray | float  # a stream's values, or one step's (a continuation branch, a rendered step)
+
+
+def logit(q: Values) -> Values:
     q = np.clip(q, 1e-9, 1 - 1e-9)
     return np.log(q) - np.log1p(-q)
 
 
-def _sigmoid(x: FloatArray) -> FloatArray:
+def sigmoid(x: Values) -> Values:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-Forecaster = Callable[[FloatArray, np.random.Generator], FloatArray]
-
+# Both simulators' forecasters: the true q_t (and a standard normal draw z per step) -> a stated confidence.
+Forecaster = Callable[[Values, Values], Values]
 FORECASTERS: dict[str, Forecaster] = {
-    "truthful": lambda q, rng: q,
+    "truthful": lambda q, z: q,
     # Saturated, like the paper's Tau2 verbal stream: same ranking, wrong scale.
-    "overconfident": lambda q, rng: _sigmoid(3.0 * _logit(q) + 1.5),
-    "underconfident": lambda q, rng: _sigmoid(0.4 * _logit(q)),
-    "noisy": lambda q, rng: _sigmoid(_logit(q) + rng.normal(0.0, 1.0, q.shape)),
+    "overconfident": lambda q, z: sigmoid(3.0 * logit(q) + 1.5),
+    "underconfident": lambda q, z: sigmoid(0.4 * logit(q)),
+    "noisy": lambda q, z: sigmoid(logit(q) + z),
 }
 
 
@@ -114,7 +117,10 @@ def to_records(
     """Interchange records; `missing_rate` blanks that share of the 'noisy' stream's steps; `names`
     renames forecasters' streams (e.g. {"overconfident": "verbal"}: a worse agent under the gated name)."""
     rng = np.random.default_rng(seed)
-    streams = {name: np.round(FORECASTERS[name](runs.q, rng), 6) for name in forecasters}
+    streams = {}
+    for name in forecasters:  # only the noisy stream draws (in its turn), so each stream's draws stay put
+        z = rng.normal(0.0, 1.0, runs.q.shape) if name == "noisy" else np.zeros_like(runs.q)
+        streams[name] = np.round(FORECASTERS[name](runs.q, z), 6)
     blank = rng.random(runs.q.size) < missing_rate
     q_z = runs.q_z()
     records = []
@@ -143,14 +149,9 @@ def to_records(
     return records
 
 
-EXAMPLE_SIZE = 400
-EXAMPLE_SEED = 7
-
-
 def example_records() -> list[TrajectoryRecord]:
     """The bundled example set (examples/trajectories.jsonl is this, written out)."""
-    runs = simulate_runs(EXAMPLE_SIZE, seed=EXAMPLE_SEED)
-    return to_records(runs, seed=EXAMPLE_SEED, missing_rate=0.01)
+    return to_records(simulate_runs(400, seed=7), seed=7, missing_rate=0.01)
 
 
 def simulate_continuations(

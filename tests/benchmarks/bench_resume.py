@@ -26,7 +26,7 @@ from tps_tracer.evaluation.censoring.continuations import mc_q_z, read_continuat
 from tps_tracer.langchain.resume import resume_continuations
 from tps_tracer.records import read_trajectories
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.sim.campaign import run_campaign
+from tps_tracer.sim.agents import run_campaign
 from tps_tracer.sim.scripted_model import ScriptedReActModel, grade_final_state
 from tps_tracer.sim.world import AgentWorld, WorldConfig
 

@@ -41,7 +41,7 @@ def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path
     compiled graph (with checkpoints under --q-z resume)."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from tps_tracer.sim.campaign import run_campaign
+    from tps_tracer.sim.agents import run_campaign
     from tps_tracer.sim.world import AgentWorld
 
     agents = ("truthful", "overconfident")
@@ -63,7 +63,7 @@ def _resume_q_z(
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
     from tps_tracer.langchain.resume import resume_continuations
-    from tps_tracer.sim.campaign import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
+    from tps_tracer.sim.agents import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
     from tps_tracer.sim.scripted_model import grade_final_state
 
     out.unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from tps_tracer.sim.world import (
     WRONG_ANSWER,
     AgentWorld,
     StepScript,
+    TextStyle,
     clue_text,
     continuation_clue,
     continuation_step,
@@ -93,23 +94,18 @@ class ScriptedReActModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedReActModel:
         return self
 
-    def _task_id(self, messages: list[BaseMessage]) -> str:
-        for m in messages:
-            found = TASK_MARKER.search(m.text if hasattr(m, "text") else str(m.content))
-            if found:
-                return found.group(1)
-        raise InputError("scripted model: no [task:ID] marker in the prompt")
-
     def _next_output(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any] | None]:
-        task_id = self._task_id(messages)
+        found = next((hit for m in messages if (hit := TASK_MARKER.search(m.text))), None)
+        if found is None:
+            raise InputError("scripted model: no [task:ID] marker in the prompt")
+        task_id = found.group(1)
         world: AgentWorld = self.world
         thread = branch_thread()
         if thread is not None:
             if self.style != "tool_calls":
                 raise InputError(f"continuation branches are played in the tool_calls style, not {self.style!r}")
-            draw = continuation_step(world.config, world.seed, thread, clues_seen(messages))
-            answer = ANSWER if draw.outcome else WRONG_ANSWER
-            return self._message(task_id, draw.step, draw.step.malformed_before, answer)
+            step, outcome = continuation_step(world.config, world.seed, thread, clues_seen(messages))
+            return self._message(task_id, step, step.malformed_before, ANSWER if outcome else WRONG_ANSWER)
         script = world[task_id]
         with self._lock:
             n = self._calls.get(task_id, 0)
@@ -122,7 +118,7 @@ class ScriptedReActModel(BaseChatModel):
     def _message(
         self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER
     ) -> tuple[AIMessage, dict[str, Any] | None]:
-        text_style = "react" if self.style == "react" else "tagged"
+        text_style: TextStyle = "react" if self.style == "react" else "tagged"
         if attempt:
             text = render_malformed(task_id, step, attempt, text_style)
             tokens = tokenize(text)
@@ -190,16 +186,13 @@ def search_tool(world: AgentWorld, branches: bool = False) -> BaseTool:
     def search(query: str) -> str:
         """Look up one clue about the task, e.g. 'task-00017 clue 3'."""
         m = _QUERY.match(query)
-        if not m or m.group("task") not in world.tasks:
+        steps = world[m.group("task")].steps if m and m.group("task") in world.tasks else []
+        t = int(m.group("t")) if m else 0
+        if not 1 <= t <= len(steps):
             raise ToolException(f"no such clue: {query!r}")
-        script = world[m.group("task")]
-        t = int(m.group("t"))
-        if not 1 <= t <= len(script.steps):
-            raise ToolException(f"no such clue: {query!r}")
-        step = script.steps[t - 1]
-        if step.tool_fails:
+        if steps[t - 1].tool_fails:
             raise ToolException("search backend unavailable")
-        return clue_text(t, step.evidence)
+        return clue_text(t, steps[t - 1].evidence)
 
     if not branches:
         return StructuredTool.from_function(search, name="search")

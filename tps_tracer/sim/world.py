@@ -1,18 +1,15 @@
-"""A ground-truth world for ReAct agents: every task's success process q_t is known exactly.
-
-theta ~ Beta(a, b), Y ~ Bernoulli(theta); the `search` tool reveals s_t ~ Bernoulli(theta), so
-q_t = P(Y = 1 | H_t) = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1). Draws are fixed by (seed, task index);
-a continuation branch draws from the law given its prefix (seeded by seed, thread id, step), so a branch
-forked after Z-1 clues succeeds w.p. exactly q_Z.
-"""
+"""A ground-truth world for ReAct agents: theta ~ Beta(a, b), Y ~ Bernoulli(theta), the `search` tool reveals
+s_t ~ Bernoulli(theta), so q_t = (a + s_1 + ... + s_{t-1}) / (a + b + t - 1) exactly. Draws are fixed by (seed, task
+index); a continuation branch draws from the law given its prefix (seed, thread id, step): it succeeds w.p. q_Z."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,33 +17,13 @@ from numpy.typing import NDArray
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.scoring import FloatArray
-from tps_tracer.synthetic import TaskPrior
+from tps_tracer.synthetic import FORECASTERS, TaskPrior, logit, sigmoid
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
 TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,
 # so the k candidates sum to exactly 1 and the entropy has a closed form.
 ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def _logit(q: float) -> float:
-    q = min(max(q, 1e-9), 1.0 - 1e-9)
-    return math.log(q) - math.log1p(-q)
-
-
-# Forecasters map the true q_t (and a per-step standard normal draw) to a stated confidence.
-Forecaster = Callable[[float, float], float]
-FORECASTERS: dict[str, Forecaster] = {
-    "truthful": lambda q, z: q,
-    # Saturated like the paper's Tau2 verbal stream: same ranking, far too extreme.
-    "overconfident": lambda q, z: _sigmoid(3.0 * _logit(q) + 1.5),
-    "underconfident": lambda q, z: _sigmoid(0.4 * _logit(q)),
-    "noisy": lambda q, z: _sigmoid(_logit(q) + z),
-}
 
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 
@@ -132,7 +109,6 @@ class AgentWorld:
 
     def _script(self, task_id: str, rng: np.random.Generator) -> TaskScript:
         c = self.config
-        forecaster = FORECASTERS[c.forecaster]
         theta = float(rng.beta(c.prior_a, c.prior_b))
         outcome = int(rng.random() < theta)
         length = int(rng.integers(c.min_length, c.max_length + 1))
@@ -142,14 +118,12 @@ class AgentWorld:
         malformed = np.where(rng.random(n) < c.malformed_rate, rng.integers(1, 4, n), 0)
         fails = rng.random(n) < c.tool_failure_rate
         seeds = rng.integers(0, 2**31, n)
-        seen = np.concatenate(([0], np.cumsum(evidence)[:-1]))
-        columns = (seen, noise, evidence, malformed, fails, seeds)
-        draws = zip(*(col.tolist() for col in columns), strict=True)
-        steps = []
-        for t, (s, z, e, m, f, k) in enumerate(draws, start=1):
-            q = (c.prior_a + s) / (c.prior_a + c.prior_b + t - 1)
-            verbal = round(min(1.0, max(0.0, forecaster(q, z))), 2)
-            steps.append(StepScript(t, q, verbal, e, m, f, t == length, k))
+        t = np.arange(1, n + 1)
+        q = (c.prior_a + np.concatenate(([0], np.cumsum(evidence)[:-1]))) / (c.prior_a + c.prior_b + t - 1)
+        verbal = np.clip(FORECASTERS[c.forecaster](q, noise), 0.0, 1.0)
+        columns = (t, q, verbal, evidence, malformed, fails, t == length, seeds)
+        rows = zip(*(col.tolist() for col in columns), strict=True)
+        steps = [StepScript(i, q_i, round(stated, 2), *rest) for i, q_i, stated, *rest in rows]
         return TaskScript(task_id, theta, outcome, length, steps)
 
 
@@ -173,33 +147,28 @@ def branch_stream(thread_id: str) -> int:
     return int.from_bytes(hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
 
 
-@dataclass(frozen=True)
-class BranchStep:
-    """One model call of a continuation branch: what the model writes, and Y if it answers."""
-
-    step: StepScript  # evidence is -1: the branch's clue is drawn by the tool
-    outcome: int | None  # Y of the answer (1: the claim is confirmed), None before the answer
-
-
 def q_given(config: WorldConfig, evidence: Sequence[int]) -> float:
     """P(Y = 1 | s_1..s_n) = (a + sum s) / (a + b + n): the exact q_t of step t = n + 1."""
     return (config.prior_a + sum(evidence)) / (config.prior_a + config.prior_b + len(evidence))
 
 
-def continuation_step(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> BranchStep:
-    """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix."""
+def continuation_step(
+    config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]
+) -> tuple[StepScript, int | None]:
+    """The model's call t = len(evidence) + 1 in a branch, drawn from the world's law given the prefix (its
+    evidence -1: the tool draws the clue), and Y if it answers (1: the claim is confirmed)."""
     t = len(evidence) + 1
     rng = np.random.default_rng([seed, branch_stream(thread_id), t, 0])
     u_malformed, u_final, u_outcome = rng.random(3)
     noise = float(rng.normal())
     token_seed = int(rng.integers(0, 2**31))
     q = q_given(config, evidence)
-    verbal = round(min(1.0, max(0.0, FORECASTERS[config.forecaster](q, noise))), 2)
+    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, noise)))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
     lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
     final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
     step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
-    return BranchStep(step, int(u_outcome < q) if final and not malformed else None)
+    return step, int(u_outcome < q) if final and not malformed else None
 
 
 def continuation_clue(config: WorldConfig, seed: int, thread_id: str, evidence: Sequence[int]) -> tuple[bool, int]:
@@ -213,6 +182,7 @@ def continuation_clue(config: WorldConfig, seed: int, thread_id: str, evidence: 
 
 ANSWER = "yes"  # the answer that confirms the claim (Y = 1)
 WRONG_ANSWER = "no"  # a continuation branch's answer when it fails (Y = 0)
+TextStyle = Literal["tagged", "react"]  # the paper's tagged format, LangChain's text ReAct format
 
 
 @dataclass(frozen=True)
@@ -220,7 +190,6 @@ class Rendered:
     """A step's text in one output style, its tokens, and their chosen-token probabilities."""
 
     text: str
-    action: str  # the committed action as written (what the action span must cover)
     tokens: list[str]
     probs: FloatArray
     action_tokens: NDArray[np.bool_]
@@ -230,7 +199,7 @@ def query_of(task_id: str, t: int) -> str:
     return f"{task_id} clue {t}"
 
 
-def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = ANSWER) -> Rendered:
+def render(task_id: str, step: StepScript, style: TextStyle = "tagged", answer: str = ANSWER) -> Rendered:
     """The step's text: the paper's tagged format, or LangChain's text ReAct format."""
     if style == "tagged":
         action = f"finish[{answer}]" if step.final else f"search[{query_of(task_id, step.t)}]"
@@ -241,27 +210,25 @@ def render(task_id: str, step: StepScript, style: str = "tagged", answer: str = 
             "<explanation>Based on the evidence so far.</explanation>"
         )
         start = text.index("<action>") + len("<action>")
-    elif style == "react":
+    else:  # react
         head = f"Thought: step {step.t}, {'I now know the final answer' if step.final else 'I need another clue'}.\n"
         head += f"Confidence: {step.verbal:.2f}\n"
         head += "Final Answer: " if step.final else "Action: "
         action = answer if step.final else f"search\nAction Input: {query_of(task_id, step.t)}"
         text = head + action
         start = len(head)
-    else:
-        raise InputError(f"unknown style {style!r}; choose from ('tagged', 'react')")
     tokens = tokenize(text)
     bounds = np.cumsum([0] + [len(tok) for tok in tokens])
     mask = (bounds[:-1] < start + len(action)) & (bounds[1:] > start)
     # Tokens are confident except in the action, whose confidence tracks q_t.
     rng = np.random.default_rng(step.token_seed)
     probs = rng.uniform(0.85, 0.999, len(tokens))
-    centre = _sigmoid(0.8 * _logit(step.q) + 1.0)
+    centre = sigmoid(0.8 * logit(step.q) + 1.0)
     probs[mask] = np.clip(centre + rng.normal(0.0, 0.05, int(mask.sum())), 0.05, 0.995)
-    return Rendered(text, action, tokens, probs, mask)
+    return Rendered(text, tokens, probs, mask)
 
 
-def render_malformed(task_id: str, step: StepScript, attempt: int, style: str = "tagged") -> str:
+def render_malformed(task_id: str, step: StepScript, attempt: int, style: TextStyle = "tagged") -> str:
     """An output the runtime's parser rejects: the action is missing."""
     if style == "tagged":
         return (

@@ -38,8 +38,7 @@ def censoring_plan(ids: Sequence[str], lengths: IntArray, rate: float, seed: int
         k = round(rate * len(members))
         if length < 2 or k == 0:
             continue
-        chosen = rng.permutation(len(members))[:k]
-        for c in chosen.tolist():
+        for c in rng.permutation(len(members))[:k].tolist():
             cuts[members[c]] = rng.integers(1, length)  # Z in 1..T-1
     return cuts
 
@@ -53,28 +52,25 @@ def artificial_censoring(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per rate x rule x schedule (see the module docstring); means over all complete trajectories."""
-    col = arrays.predictors[predictor]
-    sample = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & col.usable
+    sample = role_masks(arrays.stop_code, arrays.outcome, CensoringPolicy())[0] & arrays.predictors[predictor].usable
     if not sample.any():
         raise InputError(f"no complete trajectory with a usable {predictor!r} stream to censor artificially")
+    f, layout = arrays.subset(sample, predictor)
+    n, lengths, y = int(sample.sum()), layout.lengths, arrays.outcome[sample]
     base = replace(
         arrays,
         ids=[tid for tid, s in zip(arrays.ids, sample, strict=True) if s],
-        offsets=np.concatenate(([0], np.cumsum(arrays.lengths[sample]))).astype(np.int64),
-        horizon=arrays.horizon[sample],
+        offsets=layout.offsets,
+        horizon=layout.horizon,
         stop_code=arrays.stop_code[sample],
-        outcome=arrays.outcome[sample],
+        outcome=y,
         q_z=arrays.q_z[sample],
-        predictors={
-            predictor: PredictorColumn(predictor, arrays.subset(sample, predictor)[0], np.ones(int(sample.sum()), bool))
-        },
+        predictors={predictor: PredictorColumn(predictor, f, np.ones(n, bool))},
     )
     rules_ = [get_rule(r) for r in rules]
     scheds = [get_schedule(s) for s in schedules]
-    n, lengths, y = base.n, base.lengths, base.outcome
     owner = np.repeat(np.arange(n), lengths)
-    t = (np.arange(int(base.offsets[-1])) - np.repeat(base.offsets[:-1], lengths) + 1).astype(np.float64)
-    f = base.predictors[predictor].values
+    t = layout.step_index()
     complete = score_matrix(base, [predictor], rules_, scheds, modes=(COMPLETE_ONLY,))
     y_s = y[owner]
     rows = []

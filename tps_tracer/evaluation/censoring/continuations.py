@@ -4,6 +4,7 @@ is the mean clean outcome of a censored prefix's branches, one JSON line each:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -20,13 +21,7 @@ from tps_tracer.errors import InputError
 from tps_tracer.evaluation.skipped_predictors import role_masks
 from tps_tracer.health import HealthLedger
 from tps_tracer.records.arrays import FloatArray, TrajectoryArrays
-from tps_tracer.records.jsonl import (
-    MAX_REPORTED_ERRORS,
-    RecordError,
-    TrajectoryFileError,
-    invalid_json,
-    runs_into_end,
-)
+from tps_tracer.records.jsonl import MAX_REPORTED_ERRORS, RecordError, TrajectoryFileError, invalid_json, runs_into_end
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome
 from tps_tracer.records.stop_reasons import CensoringPolicy, StopReason
 
@@ -48,50 +43,40 @@ def parse_continuations(lines: Iterable[str], source: str = "<input>") -> list[C
         if not text:
             continue
         try:
-            obj = json.loads(text)
+            branch = _branch(json.loads(text), no)
         except json.JSONDecodeError as exc:
             cut = not line.endswith("\n") and runs_into_end(exc, text)
             hint = "; the file looks truncated (last line is incomplete)" if cut else ""
-            errors.append(RecordError(no, "", invalid_json(exc) + hint))
-            continue
-        if not isinstance(obj, dict):
-            errors.append(RecordError(no, "", "expected a JSON object"))
-            continue
-        problem = _branch_problem(obj)
-        if problem:
-            errors.append(RecordError(no, *problem))
-            continue
-        branch = ContinuationBranch(
-            str(obj["source_trajectory_id"]),
-            str(obj.get("branch", no)),
-            StopReason(obj["stop_reason"]),
-            as_outcome(obj["outcome"], allow_strings=False) if obj["stop_reason"] == StopReason.CLEAN.value else None,
-        )
-        key = (branch.source_trajectory_id, branch.branch)
-        if key in seen:
-            errors.append(RecordError(no, "branch", f"duplicate branch {branch.branch!r} of {key[0]!r}"))
-            continue
-        seen.add(key)
-        out.append(branch)
+            branch = RecordError(no, "", invalid_json(exc) + hint)
+        if isinstance(branch, ContinuationBranch):
+            key = (branch.source_trajectory_id, branch.branch)
+            if key not in seen:
+                seen.add(key)
+                out.append(branch)
+                continue
+            branch = RecordError(no, "branch", f"duplicate branch {branch.branch!r} of {key[0]!r}")
+        errors.append(branch)
     if errors:
         raise TrajectoryFileError(source, errors[:MAX_REPORTED_ERRORS], truncated=len(errors) > MAX_REPORTED_ERRORS)
     return out
 
 
-def _branch_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
+def _branch(obj: Any, no: int) -> ContinuationBranch | RecordError:
+    if not isinstance(obj, dict):
+        return RecordError(no, "", "expected a JSON object")
     sid = obj.get("source_trajectory_id")
     if not isinstance(sid, str) or not sid:
-        return "source_trajectory_id", "required, a non-empty string"
+        return RecordError(no, "source_trajectory_id", "required, a non-empty string")
     reason = obj.get("stop_reason")
     if reason not in {r.value for r in StopReason}:
-        return "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}"
+        return RecordError(no, "stop_reason", f"must be one of {', '.join(r.value for r in StopReason)}")
+    outcome = None
     if reason == StopReason.CLEAN.value:  # the one outcome rule (records/record_shape.py): 0, 1, true, false
-        try:
-            if as_outcome(obj.get("outcome"), allow_strings=False) is None:
-                return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
-        except InvalidOutcome:
-            return "outcome", "a clean branch needs outcome 0 or 1 (or true/false)"
-    return None
+        with contextlib.suppress(InvalidOutcome):
+            outcome = as_outcome(obj.get("outcome"), allow_strings=False)
+        if outcome is None:
+            return RecordError(no, "outcome", "a clean branch needs outcome 0 or 1 (or true/false)")
+    return ContinuationBranch(sid, str(obj.get("branch", no)), StopReason(reason), outcome)
 
 
 def read_continuations(path: str | os.PathLike[str]) -> list[ContinuationBranch]:
@@ -197,9 +182,8 @@ def attach_q_z(arrays: TrajectoryArrays, estimates: dict[str, float]) -> Attache
             if not 0.0 <= q <= 1.0:
                 raise InputError(f"q_z estimate for {tid!r} is not a probability: {q}")
             q_z[i] = q
-    out = replace(arrays, q_z=q_z)
     attached = int(np.sum(censored & ~np.isnan(q_z)))
-    return AttachedQz(out, attached, int(censored.sum()) - attached, unmatched, not_censored)
+    return AttachedQz(replace(arrays, q_z=q_z), attached, int(censored.sum()) - attached, unmatched, not_censored)
 
 
 # Run metadata that tells a continuation branch from an original run.
@@ -237,12 +221,7 @@ class ContinuationLog:
         return (source_trajectory_id, str(branch)) in self.done
 
     def append(
-        self,
-        source_trajectory_id: str,
-        branch: int,
-        stop_reason: StopReason,
-        outcome: int | None,
-        **provenance: Any,
+        self, source_trajectory_id: str, branch: int, stop_reason: StopReason, outcome: int | None, **provenance: Any
     ) -> None:
         """Write one finished branch and flush it (an interruption after this keeps it)."""
         if stop_reason is StopReason.CLEAN and outcome not in (0, 1):

@@ -68,10 +68,9 @@ class _FoldModel:
 
 
 def _fit_fold(x: FloatArray, y: FloatArray) -> _FoldModel:
+    mu, sd = x.mean(axis=0), np.maximum(x.std(axis=0), SD_FLOOR)
+    ybar = float(np.clip(y.mean(), EPS, 1 - EPS))
     w = np.ones(len(y))
-    mu = np.average(x, axis=0, weights=w)
-    sd = np.maximum(np.sqrt(np.average((x - mu) ** 2, axis=0, weights=w)), SD_FLOOR)
-    ybar = float(np.clip(np.average(y, weights=w), EPS, 1 - EPS))
     a, beta = fit_logistic((x - mu) / sd, y, w, DEFAULT_PENALTY, intercept0=float(np.log(ybar / (1 - ybar))))
     return _FoldModel(mu, sd, a, beta)
 
@@ -147,18 +146,16 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
     pred = np.mean([m.predict(xc[has]) for m in models], axis=0) if has.any() else np.zeros(0)
     q_hat = dict(zip([arrays.ids[i] for i in censored_rows[has]], pred.tolist(), strict=True))
     without = [arrays.ids[i] for i in censored_rows[~has]]
-    n_ok = int(ok.sum())
-    if mc is None:
-        return PlugInResult(
-            "plug-in", list(features), q_hat, n_ok, int(np.unique(rows[ok]).size), without, None, models
-        )
-    for k, v in zip(np.flatnonzero(ok).tolist(), oof.tolist(), strict=True):
-        q_hat[audited[k][0]] = v
-    audit = {
-        "audited": n_ok,
-        "mean_q_mc": float(y.mean()),
-        "mean_q_plug_in_out_of_fold": float(oof.mean()),
-        "mean_abs_difference": float(np.abs(oof - y).mean()),
-        "correlation": float(np.corrcoef(oof, y)[0, 1]) if n_ok > 2 and np.std(y) > 0 else None,
-    }
-    return PlugInResult("hybrid", list(features), q_hat, n_ok, n_ok, without, audit, models)
+    n_ok, audit = int(ok.sum()), None
+    if mc is not None:
+        for k, v in zip(np.flatnonzero(ok).tolist(), oof.tolist(), strict=True):
+            q_hat[audited[k][0]] = v
+        audit = {
+            "audited": n_ok,
+            "mean_q_mc": float(y.mean()),
+            "mean_q_plug_in_out_of_fold": float(oof.mean()),
+            "mean_abs_difference": float(np.abs(oof - y).mean()),
+            "correlation": float(np.corrcoef(oof, y)[0, 1]) if n_ok > 2 and np.std(y) > 0 else None,
+        }
+    source = "plug-in" if mc is None else "hybrid"  # a hybrid trains on one prefix per trajectory
+    return PlugInResult(source, list(features), q_hat, n_ok, int(np.unique(rows[ok]).size), without, audit, models)
