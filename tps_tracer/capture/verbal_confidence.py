@@ -398,7 +398,7 @@ _OWN_LINE_REACH = 42  # keyword to line end of a lone label: suffix 11, scale 20
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     """The last keyword statement of any of DEFAULT_PATTERNS' forms, `(?s:.*)` backtracking to the keyword.
     A keyword starting no statement costs few engine steps: the label is matched once (atomic), the forms
-    are ruled out by their first character, the own-line form runs only near a line end. VALUE groups: unnamed."""
+    are ruled out by their first character, the own-line form runs only near a line end."""
     # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
     tag_or_key = r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)" + _TAG + "|" + _KEY + ")"
     value = r"([^\n<]{0," + str(WINDOW) + "})"
@@ -422,13 +422,6 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     forms = "(?:" + _atomic("label", label) + "(?:" + "|".join(after) + ")|" + alone + ")"
     source = "(?s:.*)confidence(?:" + tag_or_key + "|" + head + forms + ")"
     return re.compile(source.encode("ascii"))
-
-
-@functools.lru_cache(maxsize=32)
-def _value_groups(pattern: re.Pattern[bytes]) -> tuple[int, ...]:
-    """The groups of a one-pass regex that hold a VALUE: the unnamed ones."""
-    named = set(pattern.groupindex.values())
-    return tuple(i for i in range(1, pattern.groups + 1) if i not in named)
 
 
 _SPACED_LABEL = re.compile((_KW + _SUFFIX + _ANNOTATION + _SEP + _GAP).encode("ascii"))
@@ -501,8 +494,7 @@ class VerbalConfidenceExtractor:
         start = -1
         prose = False  # whether a prose percent is the last statement
         if keyword is not None:
-            g = next(i for i in _value_groups(keyword.re) if keyword.group(i) is not None)
-            s, e = keyword.span(g)
+            s, e = keyword.span(keyword.lastindex or 0)  # VALUE: the group that closes last
             start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
         # A prose percent counts only after the keyword statement: search from there (its
         # lookbehinds still see the text before), and not at all without a `%` (memchr).
