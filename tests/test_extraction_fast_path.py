@@ -22,8 +22,8 @@ import pytest
 
 from tps_tracer.capture import LogprobsFormatError, SignalExtractor, from_openai_chat
 from tps_tracer.capture.token_logprobs import (
-    _entropy_confidence,
     _checked_common,
+    _entropy_confidence,
     _read_common,
     masked_mean,
     per_token_entropy_confidence,
