@@ -101,10 +101,11 @@ _SIGNS = {
 
 _NUM = r"(?P<{g}>[-+]?(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)(?:e[-+]?[0-9]+)?)(?:\s?(?P<{g}pct>%|percent\b|pct\b))?"
 _PRE_CHARS = " \t\r\n\"'`*_(["  # quotes and markdown before a number
-_APPROX = re.compile(
-    r"(?:~|about|around|approximately|approx\.?|roughly|circa|ca\.|nearly|almost|close to|maybe|perhaps)(?![a-z])\s*"
-)
-_BOUND = re.compile(r"(?:>=?|=>|<=?|at least|at most|more than|less than|over|under|above|below)(?![a-z])\s*")
+# Words before a number (`about 0.8`, `at least 80%`), shared by the VALUE reader and the statement forms.
+_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
+_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
+_APPROX = re.compile(r"(?:~|ca\.|close to|" + _APPROX_WORDS + r")(?![a-z])\s*")
+_BOUND = re.compile(r"(?:>=?|=>|<=?|" + _BOUND_WORDS + r")(?![a-z])\s*")
 _BETWEEN = re.compile(r"between\s+" + _NUM.format(g="a") + r"\s+and\s+" + _NUM.format(g="b"))
 # A fraction `8/10`, `8 out of 10`, `9 of 10`, `1 in 3`, `4 (out of 5)`; a range `80-90%`, `0.7 to 0.8`.
 _EXPR = re.compile(
@@ -280,8 +281,6 @@ _READ_ANNOTATION = re.compile(
     r"[(\[]\s*(?:[01]\s*(?:-|to)\s*(?P<top>100|10|5|1)|(?P<pct>%|percent)|(?:out of|/)\s*(?P<of>100|10|5))\s*[)\]]"
 )
 _TOP_SCALES = {"100": "percent", "10": "1-10", "5": "1-5", "1": "0-1"}
-_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
-_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
 # Where a number can start (`?`: any non-ASCII character, folded, such as a full-width digit or `≈`),
 # one flat branch whose alternatives the engine rules out by their first character.
 _DIGIT_START = r"(?:[0-9?]|[-+.][0-9])"

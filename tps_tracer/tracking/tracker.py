@@ -259,10 +259,6 @@ class CaptureWorker:
             ref = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
 
-    @property
-    def errors(self) -> dict[str, int]:
-        return self.health.category("error")
-
     def step(self, run: TrajectoryState, raw: RawStep) -> None:
         if not run.held:  # one dict store, atomic: the lock guards the record's outcome fields only
             run.held = True
