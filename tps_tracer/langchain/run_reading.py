@@ -87,7 +87,7 @@ def new_budget(target: str | MutableMapping[str, Any], key: str, max_steps: Any)
     if isinstance(target, str):
         if not target.strip():
             raise InputError("budget: the trajectory id is empty")
-        tid = target
+        tid: Any = target
     elif not isinstance(target, MutableMapping):
         raise TypeError(f"budget: give a trajectory id or the run config, got {type(target).__name__}")
     else:

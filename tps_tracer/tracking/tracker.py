@@ -466,7 +466,7 @@ class CaptureWorker:
             extracted = None
         for _, run, raw in batch:
             out = next(extracted) if extracted is not None and raw.forecasts is None else None
-            run.steps.append(self._forecasts(raw, out))
+            run.steps.append(self.forecasts(raw, out))
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
@@ -474,7 +474,7 @@ class CaptureWorker:
             if kind is APPLY:
                 event[1](event[2])
             elif kind == "step":
-                event[1].steps.append(self._forecasts(event[2]))
+                event[1].steps.append(self.forecasts(event[2]))
             elif kind == "stop":
                 self._stop(*event[1:])
             elif kind == "resolve":
@@ -524,7 +524,7 @@ class CaptureWorker:
             # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
-    def _forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
+    def forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
         """A step's forecasts, calibrated; one whose extraction fails is kept with none (counted): later
         steps never shift."""
         try:
