@@ -5,7 +5,7 @@
   the general reading and the per-array checks (`_read_general`, `_check_logprobs`,
   `_candidates`), the path every payload took before. The same payload as a list and as a tuple
   must give the same arrays to the bit (-0.0, NaN and -inf included) or the same error.
-- Entropy confidence: rows of width <= 7 are computed as contiguous columns (`_by_columns`);
+- Entropy confidence: rows of width <= 7 are computed as contiguous columns (`_entropy_confidence`);
   `row_wise` below is the row-wise computation used before (and still used above width 7), so
   equality is exact.
 - Forecasts: the five values of `SignalExtractor.forecasts` on the fast path equal those of the
@@ -22,8 +22,8 @@ import pytest
 
 from tps_tracer.capture import LogprobsFormatError, SignalExtractor, from_openai_chat
 from tps_tracer.capture.token_logprobs import (
-    _by_columns,
     _checked_common,
+    _entropy_confidence,
     _read_common,
     masked_mean,
     per_token_entropy_confidence,
@@ -190,7 +190,7 @@ def test_column_entropy_equals_the_row_wise_computation(n: int) -> None:
                 top[rng.random(n) < 0.05, width - 1 :] -= 900.0  # q underflows to 0
                 top[rng.random(n) < 0.05] = -1.5  # ties
                 if width <= 7:
-                    assert same_bits(_by_columns(np.ascontiguousarray(top.T), k), row_wise(top, k)), (width, k)
+                    assert same_bits(_entropy_confidence(top, k), row_wise(top, k)), (width, k)
                 # through the public function, which picks the path itself
                 lp = from_openai_chat(
                     [

@@ -82,7 +82,3 @@ def horizon_range_problem(horizon: int) -> str | None:
 def horizon_outside(horizon: Any) -> Any:
     """True where a given horizon is outside [1, MAX_HORIZON] (NaN, "not given", is not)."""
     return (horizon < 1) | (horizon > MAX_HORIZON)
-
-
-def horizon_below_steps(horizon: Any, n_steps: Any) -> Any:
-    return horizon < n_steps

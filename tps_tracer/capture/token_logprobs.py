@@ -317,7 +317,12 @@ def _entropy_confidence(top: FloatArray, k: int) -> FloatArray:
     if top.shape[1] == 0:
         return np.full(top.shape[0], np.nan)
     if top.size and top.shape[1] <= _COLUMNS_MAX_WIDTH and top[:, -1].min() > -np.inf:
-        return _by_columns(np.ascontiguousarray(top.T), k)
+        # No padding: the row max is the first column, every total >= 1, an underflowed q adds 0.
+        cols = np.ascontiguousarray(top.T)
+        p = np.exp(cols - cols[0])
+        q = p / p.sum(axis=0)
+        log_q = np.log(q) if q.size and q.min() > 0 else np.log(q, out=np.zeros_like(q), where=q > 0)
+        return np.minimum(np.maximum(1.0 + (q * log_q).sum(axis=0) / math.log(k), 0.0), 1.0)
     has = np.isfinite(top[:, 0])
     # Shift by each row's max before exponentiating (stable for very negative logprobs).
     shifted = top - np.where(has, top[:, 0], 0.0)[:, None]
@@ -328,16 +333,6 @@ def _entropy_confidence(top: FloatArray, k: int) -> FloatArray:
         terms = np.where(q > 0, q * np.log(q), 0.0)
     conf = 1.0 + terms.sum(axis=1) / math.log(k)
     return np.where(has, np.clip(conf, 0.0, 1.0), np.nan)
-
-
-def _by_columns(cols: FloatArray, k: int) -> FloatArray:
-    """`_entropy_confidence` of unpadded top = cols.T, cols (width, n) C-contiguous, width <= 7: the row
-    max is the first column, every total >= 1, an underflowed q adds 0."""
-    p = np.exp(cols - cols[0])
-    q = p / p.sum(axis=0)
-    log_q = np.log(q) if q.size and q.min() > 0 else np.log(q, out=np.zeros_like(q), where=q > 0)
-    conf = 1.0 + (q * log_q).sum(axis=0) / math.log(k)
-    return np.minimum(np.maximum(conf, 0.0), 1.0)
 
 
 def batched_per_token(

@@ -101,10 +101,11 @@ _SIGNS = {
 
 _NUM = r"(?P<{g}>[-+]?(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)(?:e[-+]?[0-9]+)?)(?:\s?(?P<{g}pct>%|percent\b|pct\b))?"
 _PRE_CHARS = " \t\r\n\"'`*_(["  # quotes and markdown before a number
-_APPROX = re.compile(
-    r"(?:~|about|around|approximately|approx\.?|roughly|circa|ca\.|nearly|almost|close to|maybe|perhaps)(?![a-z])\s*"
-)
-_BOUND = re.compile(r"(?:>=?|=>|<=?|at least|at most|more than|less than|over|under|above|below)(?![a-z])\s*")
+# Words before a number (`about 0.8`, `at least 80%`), shared by the VALUE reader and the statement forms.
+_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
+_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
+_APPROX = re.compile(r"(?:~|ca\.|close to|" + _APPROX_WORDS + r")(?![a-z])\s*")
+_BOUND = re.compile(r"(?:>=?|=>|<=?|" + _BOUND_WORDS + r")(?![a-z])\s*")
 _BETWEEN = re.compile(r"between\s+" + _NUM.format(g="a") + r"\s+and\s+" + _NUM.format(g="b"))
 # A fraction `8/10`, `8 out of 10`, `9 of 10`, `1 in 3`, `4 (out of 5)`; a range `80-90%`, `0.7 to 0.8`.
 _EXPR = re.compile(
@@ -280,8 +281,6 @@ _READ_ANNOTATION = re.compile(
     r"[(\[]\s*(?:[01]\s*(?:-|to)\s*(?P<top>100|10|5|1)|(?P<pct>%|percent)|(?:out of|/)\s*(?P<of>100|10|5))\s*[)\]]"
 )
 _TOP_SCALES = {"100": "percent", "10": "1-10", "5": "1-5", "1": "0-1"}
-_APPROX_WORDS = r"(?:about|around|approximately|approx\.?|roughly|circa|nearly|almost|maybe|perhaps)"
-_BOUND_WORDS = r"(?:at least|at most|more than|less than|over|under|above|below)"
 # Where a number can start (`?`: any non-ASCII character, folded, such as a full-width digit or `≈`),
 # one flat branch whose alternatives the engine rules out by their first character.
 _DIGIT_START = r"(?:[0-9?]|[-+.][0-9])"
@@ -398,7 +397,7 @@ _OWN_LINE_REACH = 42  # keyword to line end of a lone label: suffix 11, scale 20
 def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     """The last keyword statement of any of DEFAULT_PATTERNS' forms, `(?s:.*)` backtracking to the keyword.
     A keyword starting no statement costs few engine steps: the label is matched once (atomic), the forms
-    are ruled out by their first character, the own-line form runs only near a line end. VALUE groups: unnamed."""
+    are ruled out by their first character, the own-line form runs only near a line end."""
     # One lookbehind for both: `<` or a quote before the keyword (group `lt`: which).
     tag_or_key = r"(?<=(?:(?P<lt><)|[\"'])confidence)(?(lt)" + _TAG + "|" + _KEY + ")"
     value = r"([^\n<]{0," + str(WINDOW) + "})"
@@ -422,13 +421,6 @@ def _keyword_regex(levels: tuple[str, ...]) -> re.Pattern[bytes]:
     forms = "(?:" + _atomic("label", label) + "(?:" + "|".join(after) + ")|" + alone + ")"
     source = "(?s:.*)confidence(?:" + tag_or_key + "|" + head + forms + ")"
     return re.compile(source.encode("ascii"))
-
-
-@functools.lru_cache(maxsize=32)
-def _value_groups(pattern: re.Pattern[bytes]) -> tuple[int, ...]:
-    """The groups of a one-pass regex that hold a VALUE: the unnamed ones."""
-    named = set(pattern.groupindex.values())
-    return tuple(i for i in range(1, pattern.groups + 1) if i not in named)
 
 
 _SPACED_LABEL = re.compile((_KW + _SUFFIX + _ANNOTATION + _SEP + _GAP).encode("ascii"))
@@ -501,8 +493,7 @@ class VerbalConfidenceExtractor:
         start = -1
         prose = False  # whether a prose percent is the last statement
         if keyword is not None:
-            g = next(i for i in _value_groups(keyword.re) if keyword.group(i) is not None)
-            s, e = keyword.span(g)
+            s, e = keyword.span(keyword.lastindex or 0)  # VALUE: the group that closes last
             start = buf.rfind(b"confidence", 0, s)  # nothing between the keyword and VALUE spells it
         # A prose percent counts only after the keyword statement: search from there (its
         # lookbehinds still see the text before), and not at all without a `%` (memchr).

@@ -84,29 +84,25 @@ class StreamBudget:
 
 def new_budget(target: str | MutableMapping[str, Any], key: str, max_steps: Any) -> StreamBudget:
     """A budget on the string id, or on the config's metadata[key] (set when missing)."""
-    tid = _budget_trajectory_id(target, key)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
-    return StreamBudget(tid, max_steps)
-
-
-def _budget_trajectory_id(target: str | MutableMapping[str, Any], key: str) -> str:
     if isinstance(target, str):
         if not target.strip():
             raise InputError("budget: the trajectory id is empty")
-        return target
-    if not isinstance(target, MutableMapping):
+        tid: Any = target
+    elif not isinstance(target, MutableMapping):
         raise TypeError(f"budget: give a trajectory id or the run config, got {type(target).__name__}")
-    metadata = target.get("metadata")
-    if metadata is None:
-        metadata = target["metadata"] = {}
-    if not isinstance(metadata, Mapping):
-        raise TypeError("budget: config['metadata'] is not a mapping")
-    tid = metadata.get(key)
-    if tid is None or not str(tid).strip():
-        tid = str(uuid.uuid4())
-        target["metadata"] = {**metadata, key: tid}
-    return str(tid)
+    else:
+        metadata = target.get("metadata")
+        if metadata is None:
+            metadata = target["metadata"] = {}
+        if not isinstance(metadata, Mapping):
+            raise TypeError("budget: config['metadata'] is not a mapping")
+        tid = metadata.get(key)
+        if tid is None or not str(tid).strip():
+            tid = str(uuid.uuid4())
+            target["metadata"] = {**metadata, key: tid}
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise InputError(f"budget: max_steps must be a whole number >= 1, got {max_steps!r}")
+    return StreamBudget(str(tid), max_steps)
 
 
 def _span_ids(span: Any) -> dict[str, str] | None:

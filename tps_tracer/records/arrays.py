@@ -18,7 +18,6 @@ from tps_tracer.scoring import BoolArray, FloatArray, IntArray, StepLayout
 from tps_tracer.validity import (
     classify_forecast,
     forecast_outside,
-    horizon_below_steps,
     horizon_outside,
 )
 
@@ -241,7 +240,7 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
     horizon_given = raw.horizon
     if np.any(horizon_outside(horizon_given)):
         raise NotFast("horizon outside [1, MAX_HORIZON]")
-    if np.any(horizon_below_steps(horizon_given, lengths)):
+    if np.any(horizon_given < lengths):
         raise NotFast("horizon < number of steps")
     horizon = np.where(np.isnan(horizon_given), lengths.astype(np.float64), horizon_given)
 

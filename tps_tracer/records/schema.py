@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tps_tracer.errors import InputError
 from tps_tracer.records.record_shape import as_outcome
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.validity import horizon_below_steps, horizon_range_problem
+from tps_tracer.validity import horizon_range_problem
 
 # The one outcome rule (record_shape.py), without strings.
 _BINARY_OUTCOME = field_validator("outcome", mode="before")(lambda v: as_outcome(v, allow_strings=False))
@@ -52,7 +52,7 @@ class TrajectoryRecord(BaseModel):
             raise InputError("outcome_pending is true but an outcome is given")
         if self.stop_reason is StopReason.CLEAN and self.outcome is None and not self.outcome_pending:
             raise InputError("a 'clean' stop needs an outcome (0 or 1), or outcome_pending: true")
-        if self.horizon is not None and horizon_below_steps(self.horizon, len(self.steps)):
+        if self.horizon is not None and self.horizon < len(self.steps):
             raise InputError(f"horizon ({self.horizon}) is smaller than the number of steps ({len(self.steps)})")
         for i, step in enumerate(self.steps):
             if step.t is not None and step.t != i + 1:

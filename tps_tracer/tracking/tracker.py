@@ -259,10 +259,6 @@ class CaptureWorker:
             ref = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
 
-    @property
-    def errors(self) -> dict[str, int]:
-        return self.health.category("error")
-
     def step(self, run: TrajectoryState, raw: RawStep) -> None:
         if not run.held:  # one dict store, atomic: the lock guards the record's outcome fields only
             run.held = True
@@ -470,7 +466,7 @@ class CaptureWorker:
             extracted = None
         for _, run, raw in batch:
             out = next(extracted) if extracted is not None and raw.forecasts is None else None
-            run.steps.append(self._safe_forecasts(raw, out))
+            run.steps.append(self.forecasts(raw, out))
 
     def _apply(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
@@ -478,7 +474,7 @@ class CaptureWorker:
             if kind is APPLY:
                 event[1](event[2])
             elif kind == "step":
-                event[1].steps.append(self._safe_forecasts(event[2]))
+                event[1].steps.append(self.forecasts(event[2]))
             elif kind == "stop":
                 self._stop(*event[1:])
             elif kind == "resolve":
@@ -528,31 +524,28 @@ class CaptureWorker:
             # The verdict came first, as when it was a resolution; the accumulator counts the conflict.
             self.accumulator.resolve(tid, outcome=run.stop_outcome)
 
-    def _safe_forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
-        """A step whose extraction fails is kept with no forecasts (counted): later steps never shift."""
+    def forecasts(self, raw: RawStep, extracted: Forecasts | None = None) -> Forecasts:
+        """A step's forecasts, calibrated; one whose extraction fails is kept with none (counted): later
+        steps never shift."""
         try:
-            return self.forecasts(raw) if extracted is None else self._calibrated(extracted)
+            if extracted is not None:
+                out = extracted
+            elif raw.forecasts is not None:
+                out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
+            else:
+                out = self.extractor.forecasts(
+                    raw.text, raw.logprobs, tool_arguments=raw.tool_arguments, verbal_scale=raw.verbal_scale
+                )
+            for name, fn in self.calibration.items():
+                p = out.get(name)
+                out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
+            return out
         except Exception as exc:
             self._count_extraction(exc)
             return {}
 
     def _count_extraction(self, exc: Exception) -> None:
         self.health.count("error", "extraction", f"signal extraction failed ({type(exc).__name__}: {exc})")
-
-    def forecasts(self, raw: RawStep) -> Forecasts:
-        if raw.forecasts is not None:
-            out = dict(raw.forecasts)  # the accumulator validates them (non-numbers are rejected, counted)
-        else:
-            out = self.extractor.forecasts(
-                raw.text, raw.logprobs, tool_arguments=raw.tool_arguments, verbal_scale=raw.verbal_scale
-            )
-        return self._calibrated(out)
-
-    def _calibrated(self, out: Forecasts) -> Forecasts:
-        for name, fn in self.calibration.items():
-            p = out.get(name)
-            out[name + CALIBRATED_SUFFIX] = float(fn(p)) if isinstance(p, (int, float)) else None
-        return out
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event submitted so far is applied; False on timeout."""
