@@ -25,7 +25,7 @@ from tps_tracer.otel.span_reading import attrs_of, events_of
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking import tracker
-from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
+from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
@@ -351,9 +351,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=sr.stated(root_attrs, metadata, "horizon"),
+            budget_label=sr.stated(root_attrs, metadata, HORIZON_KEY),
             stopped_by=stated_limit,
-            outcome_label=sr.stated(root_attrs, metadata, "outcome") if root is not None else None,
+            outcome_label=sr.stated(root_attrs, metadata, OUTCOME_KEY) if root is not None else None,
             extra=extra,
         )
 
@@ -397,6 +397,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             g.state,
             (StopReason.OTHER, "no stop declared"),
             abandoned=abandoned,
-            budget_label=sr.stated({}, g.state.metadata, "horizon"),
+            budget_label=g.state.metadata.get(HORIZON_KEY),
             extra=extra,
         )

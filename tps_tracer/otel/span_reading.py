@@ -105,8 +105,14 @@ def is_internal_call(attributes: Mapping[str, Any]) -> bool:
 
 
 def _json(value: Any) -> Any:
+    """A string decoded as `json` decodes it (None if it is not JSON), by orjson (a model's output is
+    most of a step's cost), with what orjson refuses (NaN, Infinity, lone surrogates) left to `json`."""
     if not isinstance(value, str):
         return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(value)
     except ValueError:
@@ -119,20 +125,9 @@ _PAUSE_GC_ABOVE = 8192
 
 
 def _output_json(value: Any) -> Any:
-    """`_json` for a model's output (most of a step's cost): orjson, with what it refuses (NaN,
-    Infinity, lone surrogates) left to `json`."""
-    if not isinstance(value, str):
-        return value
-    if len(value) < _PAUSE_GC_ABOVE:
-        return _decode(value)
+    if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):
+        return _json(value)
     with gc_paused():  # its dicts would set off the cyclic collector every 700 (4.5x the decoding)
-        return _decode(value)
-
-
-def _decode(value: str) -> Any:
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
         return _json(value)
 
 
@@ -207,11 +202,11 @@ def thread_id_of(attributes: Mapping[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
-def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], name: str) -> Any:
-    """What a span states as `tps.<name>`, else its run metadata as `tps_<name>`, unchecked (horizon,
-    outcome: see `as_outcome`)."""
-    value = attributes.get(f"tps.{name}")
-    return value if value is not None else metadata.get(f"tps_{name}")
+def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], key: str) -> Any:
+    """What a span states as `tps.<name>`, else its run metadata as `key` (`tps_<name>`, tracking/keys.py),
+    unchecked (horizon, outcome: see `as_outcome`)."""
+    value = attributes.get("tps." + key.removeprefix("tps_"))
+    return value if value is not None else metadata.get(key)
 
 
 # ---------------------------------------------------------------- other frameworks' shapes
@@ -467,7 +462,7 @@ def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
     # Only metadata naming create_agent is decoded (~6 us each): every other span's costs a substring test.
     if not isinstance(meta, str) or stop_signals.AGENT_INTEGRATION not in meta:
         return False
-    return stop_signals.is_agent_model_node(_decode(meta))
+    return stop_signals.is_agent_model_node(_json(meta))
 
 
 def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
@@ -591,7 +586,7 @@ def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[s
     named = False
     for i, attrs in enumerate((root_attrs, *(attrs_of(s) for s in steps))):
         span_metadata = run_metadata(attrs) if i else metadata
-        found = stated(attrs, span_metadata, "trajectory_id")
+        found = stated(attrs, span_metadata, TRAJECTORY_ID_KEY)
         tid = None if found is None else str(found)
         if tid is not None and tid.strip():
             return tid, {**span_metadata, **metadata}, False
