@@ -229,7 +229,7 @@ def _contents_text(attributes: Mapping[str, Any]) -> str | None:
     return "".join(texts) if texts else None
 
 
-def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any, bool]:
     content = message.get("content")
     text = content if isinstance(content, str) else None
     if _is_list(content):  # content blocks [{"type": "text", "text": ...}]
@@ -241,7 +241,7 @@ def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any
     if _is_list(calls) and calls and _is_map(calls[0]):
         function = calls[0].get("function")
         args = function.get("arguments") if _is_map(function) else calls[0].get("arguments")
-    return text, None, args
+    return text, None, args, False
 
 
 def _is_response(obj: Any) -> bool:
@@ -252,7 +252,7 @@ def _is_response(obj: Any) -> bool:
     )
 
 
-def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any, bool]:
     texts: list[str] = []
     logprobs: list[Any] = []
     has_logprobs = False
@@ -271,11 +271,11 @@ def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
                     logprobs.extend(part["logprobs"])
         elif item.get("type") == "function_call" and tool_args is None:
             tool_args = item.get("arguments")
-    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args
+    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args, False
 
 
-def _from_output_value(output: Any) -> tuple[str | None, Any, Any] | None:
-    """(text, logprobs, tool args) from the OpenAI Agents SDK's spans: a generation span's chat message
+def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from the OpenAI Agents SDK's spans: a generation span's chat message
     dicts (streamed: [one Responses-API response]), a response span's response (`message` items with
     `output_text` parts and their `logprobs`, `function_call` items)."""
     if _is_response(output):
@@ -350,8 +350,8 @@ def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     return (text if isinstance(text, str) else None), logprobs, tool_args, malformed
 
 
-def _from_openai_response(output: Any) -> tuple[str | None, Any, Any] | None:
-    """(text, logprobs, tool args) from a raw OpenAI chat / completions response."""
+def _from_openai_response(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from a raw OpenAI chat / completions response."""
     choices = output.get("choices") if _is_map(output) else None
     if not (_is_seq(choices) and choices and _is_map(choices[0])):
         return None
@@ -362,7 +362,7 @@ def _from_openai_response(output: Any) -> tuple[str | None, Any, Any] | None:
     calls = message.get("tool_calls") if message else None
     if _is_seq(calls) and calls and _is_map(calls[0]):
         tool_args = (calls[0].get("function") or {}).get("arguments")
-    return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args
+    return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args, False
 
 
 def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
@@ -400,10 +400,7 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     malformed = False
     output = _output_json(attributes.get(OI_OUTPUT_VALUE))
     if output is not None:
-        found = _from_llm_result(output)
-        if found is None:
-            other = _from_openai_response(output) or _from_output_value(output)
-            found = None if other is None else (*other, False)
+        found = _from_llm_result(output) or _from_openai_response(output) or _from_output_value(output)
         if found is not None:
             out_text, logprobs, out_args, malformed = found
             if parse and logprobs is not None:  # as TokenLogprobs, or as given when malformed
