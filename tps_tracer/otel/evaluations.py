@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import threading
 import time
@@ -209,11 +210,11 @@ class TPSMetrics:
         self._max_tracked = max_tracked
         meter.create_observable_gauge(
             "tps.score.mean",
-            callbacks=[self._observe_means],
+            callbacks=[functools.partial(self._observe, 0)],
             description="Running mean of per-trajectory TPS (reward orientation: higher is better)",
         )
         meter.create_observable_counter(
-            "tps.scored", callbacks=[self._observe_counts], description="Trajectories in tps.score.mean"
+            "tps.scored", callbacks=[functools.partial(self._observe, 1)], description="Trajectories in tps.score.mean"
         )
         self._trajectories = meter.create_counter(
             "tps.trajectories", description="Finished trajectories by stop reason and scoring role"
@@ -245,15 +246,10 @@ class TPSMetrics:
                 if n and (k[3] != EXACT or k in self._exact_with_q_z)
             }
 
-    def _observe_means(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(mean, _key_attributes(k)) for k, (mean, _) in self.means().items()]
-
-    def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(n, _key_attributes(k)) for k, (_, n) in self.means().items()]
-
-
-def _key_attributes(key: Key) -> dict[str, str]:
-    return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
+    def _observe(self, which: int, options: CallbackOptions) -> Iterable[Observation]:
+        """The means (which=0) or their counts (1), labelled with their key."""
+        labels = ("predictor", "rule", "weights", "censoring")
+        return [Observation(v[which], dict(zip(labels, k, strict=True))) for k, v in self.means().items()]
 
 
 class DeliveryCount(SpanExporter):

@@ -84,8 +84,9 @@ def _is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
-    return type(value) is list or isinstance(value, Sequence)
+def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
+    """A JSON array (any sequence but a string), a plain list decided without the ABC machinery."""
+    return type(value) is list or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
 
 
 def is_llm_span(attributes: Mapping[str, Any]) -> bool:
@@ -143,7 +144,7 @@ def _message_fields(obj: Any) -> tuple[str, Mapping[str, Any]] | None:
         return str(obj.get("type", "")), obj["data"]
     if _is_map(obj.get("kwargs")):
         ident = obj.get("id")
-        name = str(ident[-1]) if _is_seq(ident) and ident else ""
+        name = str(ident[-1]) if _is_list(ident) and ident else ""
         kind = {"AIMessage": "ai", "AIMessageChunk": "ai", "ToolMessage": "tool", "HumanMessage": "human"}.get(name)
         return kind or str(obj["kwargs"].get("type", "")), obj["kwargs"]
     kind = obj.get("type") or obj.get("role")
@@ -153,7 +154,7 @@ def _message_fields(obj: Any) -> tuple[str, Mapping[str, Any]] | None:
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
-    if _is_seq(content):  # content blocks
+    if _is_list(content):  # content blocks
         parts = [b.get("text") if _is_map(b) else b for b in content]
         texts = [p for p in parts if isinstance(p, str)]
         return "".join(texts) if texts else None
@@ -165,14 +166,14 @@ def _final_message(output: Any) -> Any:
     if _is_map(output):
         for key in ("messages", "outputs"):
             inner = output.get(key)
-            if _is_seq(inner) and not isinstance(inner, str) and inner:
+            if _is_list(inner) and inner:
                 return inner[-1]
             if _is_map(inner):
                 return _final_message(inner)
         if "output" in output:
             return output["output"]
         return output if "kwargs" in output or "data" in output else None
-    if _is_seq(output) and not isinstance(output, str) and output:
+    if _is_list(output) and output:
         return output[-1]
     return output
 
@@ -210,10 +211,6 @@ def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], key: str)
 
 
 # ---------------------------------------------------------------- other frameworks' shapes
-
-
-def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
-    return _is_seq(value) and not isinstance(value, (str, bytes))
 
 
 def _contents_text(attributes: Mapping[str, Any]) -> str | None:
@@ -329,7 +326,7 @@ class LlmStep:
 def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     """(text, logprobs, tool args, malformed) from a serialised LangChain LLMResult."""
     gens = output.get("generations") if _is_map(output) else None
-    if not (_is_seq(gens) and gens and _is_seq(gens[0]) and gens[0] and _is_map(gens[0][0])):
+    if not (_is_list(gens) and gens and _is_list(gens[0]) and gens[0] and _is_map(gens[0][0])):
         return None
     gen = gens[0][0]
     info = gen.get("generation_info") or {}
@@ -353,14 +350,14 @@ def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
 def _from_openai_response(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     """(text, logprobs, tool args, malformed) from a raw OpenAI chat / completions response."""
     choices = output.get("choices") if _is_map(output) else None
-    if not (_is_seq(choices) and choices and _is_map(choices[0])):
+    if not (_is_list(choices) and choices and _is_map(choices[0])):
         return None
     choice = choices[0]
     message = choice.get("message") if _is_map(choice.get("message")) else {}
     text = message.get("content") if message else choice.get("text")
     tool_args = None
     calls = message.get("tool_calls") if message else None
-    if _is_seq(calls) and calls and _is_map(calls[0]):
+    if _is_list(calls) and calls and _is_map(calls[0]):
         tool_args = (calls[0].get("function") or {}).get("arguments")
     return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args, False
 
@@ -368,7 +365,7 @@ def _from_openai_response(output: Any) -> tuple[str | None, Any, Any, bool] | No
 def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
     """(text, tool args) from `gen_ai.output.messages` (role + parts)."""
     messages = _json(value)
-    if not _is_seq(messages) or not messages or not _is_map(messages[-1]):
+    if not _is_list(messages) or not messages or not _is_map(messages[-1]):
         return None
     parts = messages[-1].get("parts") or []
     texts = [p.get("content") for p in parts if _is_map(p) and p.get("type") == "text"]
@@ -482,7 +479,7 @@ def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, s
         return None, ""
     kind, msg = fields
     text = _content_text(msg.get("content"))
-    if text is None and _is_seq(msg.get("parts")):  # GenAI semconv message
+    if text is None and _is_list(msg.get("parts")):  # GenAI semconv message
         text = _content_text([{"text": p.get("content")} for p in msg["parts"] if _is_map(p)])
     if text is not None and is_budget_text(text):
         return StopReason.MAX_STEPS, "budget message"
