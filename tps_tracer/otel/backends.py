@@ -38,7 +38,7 @@ DEFAULT_NOT_STORED_TIMEOUT = 120.0
 # predictor's), tps.log.exact (exact censoring, q_Z known), tps.log.uniform (another weight schedule).
 STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped
 DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
-MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
+MAX_REMEMBERED = 100_000  # trajectories whose sent values (or counted modes: TPSMetrics) are kept, oldest first out
 
 Row = tuple[str, "float | str", str, dict[str, Any]]  # name, value, comment, metadata
 
@@ -83,15 +83,10 @@ def backend_rows(
     for v in score.values():
         if v.weights != weights or v.censoring not in modes:
             continue
-        parts = [f"tps.{v.rule}"]
-        if v.predictor != headline:
-            parts.append(v.predictor)
-        if v.censoring != SIMPLE:
-            parts.append(v.censoring)
-        if v.weights != DEFAULT_WEIGHTS:
-            parts.append(v.weights)
+        plain = ((v.predictor, headline), (v.censoring, SIMPLE), (v.weights, DEFAULT_WEIGHTS))
+        name = ".".join([f"tps.{v.rule}", *(part for part, usual in plain if part != usual)])
         value_facts = {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
-        out.append((".".join(parts), v.value, explanation(score, v), {**facts, "label": score.label, **value_facts}))
+        out.append((name, v.value, explanation(score, v), {**facts, "label": score.label, **value_facts}))
     return out
 
 
@@ -410,7 +405,6 @@ class PhoenixAnnotations(RetryingDelivery):
         links: TraceLinks | None = None,
         *,
         client: Any = None,
-        batch_size: int = 200,
         **options: Unpack[Options],
     ):
         if client is None:
@@ -418,7 +412,7 @@ class PhoenixAnnotations(RetryingDelivery):
 
             client = Client(base_url=endpoint)
         self.client = client
-        super().__init__(links, batch_size=batch_size, **options)
+        super().__init__(links, **options)
 
     def record(self, score: TrajectoryScore, link: SpanLink, row: Row) -> dict[str, Any]:
         name, value, comment, metadata = row
@@ -632,14 +626,14 @@ class LangSmithFeedback(_ByRunId):
 class LangfuseScores(_ByRunId):
     backend = "Langfuse"
 
-    def __init__(self, client: Any = None, *, batch_size: int = 100, **options: Unpack[Options]):
+    def __init__(self, client: Any = None, **options: Unpack[Options]):
         """`client`: a `langfuse.Langfuse`; default `get_client()` (LANGFUSE_* settings)."""
         if client is None:
             from langfuse import get_client  # the optional `langfuse` extra
 
             client = get_client()
         self.client = client
-        super().__init__(batch_size=batch_size, **options)
+        super().__init__(batch_size=100, **options)
 
     def record(self, score: TrajectoryScore, link: str, row: Row) -> dict[str, Any]:
         name, value, comment, metadata = row

@@ -180,11 +180,9 @@ def _json_lines(lines: Iterable[str], out: OtlpRead) -> Iterator[Any]:
             continue
         out.lines += 1
         try:
-            obj = json.loads(line)
+            yield json.loads(line)
         except json.JSONDecodeError:
             out.per_file["lines_not_json"] += 1
-            continue
-        yield obj
 
 
 def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
@@ -195,9 +193,7 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
             out.per_file["lines_not_a_trace_request"] += 1
             continue
         for rs in obj["resourceSpans"]:
-            resource_problems: Counter[str] = Counter()
-            resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), resource_problems))
-            out.per_file.update(resource_problems)
+            resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), out.per_file))
             for ss in (rs or {}).get("scopeSpans") or []:
                 sc = (ss or {}).get("scope") or {}
                 scope = InstrumentationScope(str(sc.get("name", "")), sc.get("version") or None)
