@@ -189,7 +189,7 @@ def test_score_before_its_trace_waits_then_lands_and_a_missing_trace_is_given_up
     orphan(dataclasses.replace(scores[0], metadata={"otel_trace_id": ghost.trace_hex, "otel_span_id": ghost.span_hex}))
     assert orphan.flush(30)
     lost = orphan.status()
-    assert lost["gave_up"] == len(orphan.items(scores[0], ghost)) and lost["sent"] == 0  # items(): all, sent or not
+    assert lost["gave_up"] == len(orphan.rows(scores[0])) and lost["sent"] == 0  # rows(): all, sent or not
     assert "RESOURCE_DOES_NOT_EXIST" in lost["last_error"]
     for exporter_ in (assessments, orphan):
         exporter_.close()

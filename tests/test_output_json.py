@@ -30,7 +30,10 @@ CASES = [
 
 @pytest.mark.parametrize("text", CASES)
 def test_output_json_reads_as_json(text: str) -> None:
-    want = sr._json(text)
+    try:
+        want = json.loads(text)
+    except ValueError:
+        want = None
     got = sr._output_json(text)
     assert json.dumps(got, allow_nan=True) == json.dumps(want, allow_nan=True)
     assert type(got) is type(want)

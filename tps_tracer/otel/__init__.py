@@ -1,8 +1,5 @@
-"""OpenTelemetry: capture TPS from spans (`TPSSpanProcessor`), export scores next to the traces.
-
-Exporters are accumulator listeners: `accumulator.add_listener(exporter)`. Names are imported on
-first use (PEP 562), so `TPSSpanProcessor` does not load the exporters.
-"""
+"""OpenTelemetry: capture TPS from spans (`TPSSpanProcessor`), export scores next to the traces (exporters
+are accumulator listeners). Names are imported on first use (PEP 562): the processor loads no exporter."""
 
 from __future__ import annotations
 

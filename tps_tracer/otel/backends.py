@@ -38,7 +38,7 @@ DEFAULT_NOT_STORED_TIMEOUT = 120.0
 # predictor's), tps.log.exact (exact censoring, q_Z known), tps.log.uniform (another weight schedule).
 STOP_NAME = "tps.stop_reason"  # every annotation exporter's record of why the run stopped
 DEFAULT_WEIGHTS = "linear-front"  # the accumulator's and every command's default schedule
-MAX_REMEMBERED = 100_000  # trajectories whose sent values are kept (oldest first out)
+MAX_REMEMBERED = 100_000  # trajectories whose sent values (or counted modes: TPSMetrics) are kept, oldest first out
 
 Row = tuple[str, "float | str", str, dict[str, Any]]  # name, value, comment, metadata
 
@@ -83,15 +83,10 @@ def backend_rows(
     for v in score.values():
         if v.weights != weights or v.censoring not in modes:
             continue
-        parts = [f"tps.{v.rule}"]
-        if v.predictor != headline:
-            parts.append(v.predictor)
-        if v.censoring != SIMPLE:
-            parts.append(v.censoring)
-        if v.weights != DEFAULT_WEIGHTS:
-            parts.append(v.weights)
+        plain = ((v.predictor, headline), (v.censoring, SIMPLE), (v.weights, DEFAULT_WEIGHTS))
+        name = ".".join([f"tps.{v.rule}", *(part for part, usual in plain if part != usual)])
         value_facts = {"predictor": v.predictor, "weights": v.weights, "censoring": v.censoring, "s1": v.s1, "s0": v.s0}
-        out.append((".".join(parts), v.value, explanation(score, v), {**facts, "label": score.label, **value_facts}))
+        out.append((name, v.value, explanation(score, v), {**facts, "label": score.label, **value_facts}))
     return out
 
 
@@ -110,13 +105,10 @@ class SentScores:
             self._sent.move_to_end(trajectory_id)
             while len(self._sent) > MAX_REMEMBERED:
                 self._sent.popitem(last=False)
-            if sent.get(name, _NEVER) == signature:
+            if name in sent and sent[name] == signature:
                 return False
             sent[name] = signature
             return True
-
-
-_NEVER = object()
 
 
 @dataclass
@@ -204,7 +196,7 @@ class _Waiting:
 
 
 class RetryingDelivery:
-    """A backend exporter: `items(score, link)` are its records, `_send(batch)` writes them and returns
+    """A backend exporter: `record(score, link, row)` is its record of a row, `_send(batch)` writes them and returns
     why records refused for good were refused (counted in `gave_up`, not retried). While the backend
     is down a batch is retried with backoff; a record whose trace the backend has not stored yet
     (`_not_stored_yet`: spans travel by another exporter) waits on its own, up to `not_stored_timeout`.
@@ -244,7 +236,7 @@ class RetryingDelivery:
     def rows(self, score: TrajectoryScore) -> list[Row]:
         return backend_rows(score, self.predictor, self.weights, self.censoring)
 
-    def items(self, score: TrajectoryScore, link: Any) -> list[Any]:
+    def record(self, score: TrajectoryScore, link: Any, row: Row) -> Any:
         raise NotImplementedError
 
     def _send(self, batch: Sequence[Any]) -> list[str] | None:
@@ -256,12 +248,14 @@ class RetryingDelivery:
     def __call__(self, score: TrajectoryScore) -> None:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self._enqueue(score, link))
 
-    def identity(self, record: Any) -> tuple[Hashable, Hashable]:
-        """(name, signature): a later notification re-sends a record only when its signature changed."""
-        raise NotImplementedError
+    def signature(self, row: Row) -> Hashable:
+        """A later notification re-sends a row only when this changed (value or label)."""
+        return row[1], row[3].get("label")
 
     def new_records(self, score: TrajectoryScore, link: Any) -> list[Any]:
-        return [r for r in self.items(score, link) if self.sent_scores.is_new(score.trajectory_id, *self.identity(r))]
+        tid = score.trajectory_id
+        new = [row for row in self.rows(score) if self.sent_scores.is_new(tid, row[0], self.signature(row))]
+        return [self.record(score, link, row) for row in new]
 
     def _enqueue(self, score: TrajectoryScore, link: Any) -> None:
         records = self.new_records(score, link)
@@ -411,7 +405,6 @@ class PhoenixAnnotations(RetryingDelivery):
         links: TraceLinks | None = None,
         *,
         client: Any = None,
-        batch_size: int = 200,
         **options: Unpack[Options],
     ):
         if client is None:
@@ -419,30 +412,22 @@ class PhoenixAnnotations(RetryingDelivery):
 
             client = Client(base_url=endpoint)
         self.client = client
-        super().__init__(links, batch_size=batch_size, **options)
+        super().__init__(links, **options)
 
-    def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
-        out = []
-        for name, value, comment, metadata in self.rows(score):
-            if name == STOP_NAME:
-                result = {"label": value, "explanation": score.role.value}
-            else:  # the label goes in the result, not the metadata
-                metadata = {k: v for k, v in metadata.items() if k != "label"}
-                result = {"score": value, "label": score.label, "explanation": comment}
-            out.append(
-                {
-                    "name": name,
-                    "annotator_kind": "CODE",
-                    "span_id": link.span_hex,
-                    "result": result,
-                    "metadata": metadata,
-                }
-            )
-        return out
-
-    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
-        result = record["result"]
-        return record["name"], (result.get("score"), result.get("label"))
+    def record(self, score: TrajectoryScore, link: SpanLink, row: Row) -> dict[str, Any]:
+        name, value, comment, metadata = row
+        if name == STOP_NAME:
+            result = {"label": value, "explanation": score.role.value}
+        else:  # the label goes in the result, not the metadata
+            metadata = {k: v for k, v in metadata.items() if k != "label"}
+            result = {"score": value, "label": score.label, "explanation": comment}
+        return {
+            "name": name,
+            "annotator_kind": "CODE",
+            "span_id": link.span_hex,
+            "result": result,
+            "metadata": metadata,
+        }
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         # sync=False: Phoenix queues an annotation whose span it has not stored yet.
@@ -478,22 +463,17 @@ class MlflowAssessments(RetryingDelivery):
         # One assessment per request (MLflow has no batch write): a failure never re-sends a written one.
         super().__init__(links, batch_size=1, **options)
 
-    def items(self, score: TrajectoryScore, link: SpanLink) -> list[dict[str, Any]]:
-        where = {"trace_id": mlflow_trace_id(link), "span_id": link.span_hex}
-        return [
-            {
-                **where,
-                "name": name,
-                "value": value,
-                "rationale": comment,
-                # MLflow stores metadata as strings; absent facts are left out, not "None".
-                "metadata": {k: str(v) for k, v in metadata.items() if v is not None},
-            }
-            for name, value, comment, metadata in self.rows(score)
-        ]
-
-    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
-        return record["name"], (record["value"], record["metadata"].get("label"))
+    def record(self, score: TrajectoryScore, link: SpanLink, row: Row) -> dict[str, Any]:
+        name, value, comment, metadata = row
+        return {
+            "trace_id": mlflow_trace_id(link),
+            "span_id": link.span_hex,
+            "name": name,
+            "value": value,
+            "rationale": comment,
+            # MLflow stores metadata as strings; absent facts are left out, not "None".
+            "metadata": {k: str(v) for k, v in metadata.items() if v is not None},
+        }
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         for item in batch:
@@ -586,8 +566,8 @@ class _ByRunId(RetryingDelivery):
                 score.trajectory_id,
             )
 
-    def identity(self, record: dict[str, Any]) -> tuple[str, Any]:
-        return record["id"], (record["value"], record["comment"])
+    def signature(self, row: Row) -> Hashable:
+        return row[1], row[2]  # value, comment
 
     def status(self) -> dict[str, Any]:
         return {**super().status(), "without_run_id": self.without_run_id}
@@ -607,19 +587,17 @@ class LangSmithFeedback(_ByRunId):
         # One feedback per request (LangSmith has no batch write): a failure never re-sends a written one.
         super().__init__(batch_size=1, **options)
 
-    def items(self, score: TrajectoryScore, link: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": record_id(link, name),
-                "run_id": link,
-                "key": name,
-                "score": value if isinstance(value, float) else None,  # the SDK rounds it to 4 decimals
-                "value": value,  # exact
-                "comment": comment,
-                "extra": metadata,
-            }
-            for name, value, comment, metadata in self.rows(score)
-        ]
+    def record(self, score: TrajectoryScore, link: str, row: Row) -> dict[str, Any]:
+        name, value, comment, metadata = row
+        return {
+            "id": record_id(link, name),
+            "run_id": link,
+            "key": name,
+            "score": value if isinstance(value, float) else None,  # the SDK rounds it to 4 decimals
+            "value": value,  # exact
+            "comment": comment,
+            "extra": metadata,
+        }
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> None:
         if self._session_id is None:
@@ -648,29 +626,26 @@ class LangSmithFeedback(_ByRunId):
 class LangfuseScores(_ByRunId):
     backend = "Langfuse"
 
-    def __init__(self, client: Any = None, *, batch_size: int = 100, **options: Unpack[Options]):
+    def __init__(self, client: Any = None, **options: Unpack[Options]):
         """`client`: a `langfuse.Langfuse`; default `get_client()` (LANGFUSE_* settings)."""
         if client is None:
             from langfuse import get_client  # the optional `langfuse` extra
 
             client = get_client()
         self.client = client
-        super().__init__(batch_size=batch_size, **options)
+        super().__init__(batch_size=100, **options)
 
-    def items(self, score: TrajectoryScore, link: str) -> list[dict[str, Any]]:
-        trace_id = langfuse_trace_id(link)
-        return [
-            {
-                "id": record_id(link, name),
-                "traceId": trace_id,
-                "name": name,
-                "value": value,
-                "dataType": "NUMERIC" if isinstance(value, float) else "CATEGORICAL",
-                "comment": comment,
-                "metadata": metadata,
-            }
-            for name, value, comment, metadata in self.rows(score)
-        ]
+    def record(self, score: TrajectoryScore, link: str, row: Row) -> dict[str, Any]:
+        name, value, comment, metadata = row
+        return {
+            "id": record_id(link, name),
+            "traceId": langfuse_trace_id(link),
+            "name": name,
+            "value": value,
+            "dataType": "NUMERIC" if isinstance(value, float) else "CATEGORICAL",
+            "comment": comment,
+            "metadata": metadata,
+        }
 
     def _send(self, batch: Sequence[dict[str, Any]]) -> list[str]:
         # The SDK's create_score drops a failed write with a log line; the API call raises, so a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import threading
 import time
@@ -24,7 +25,7 @@ from opentelemetry.trace import TracerProvider
 
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
-from tps_tracer.otel.backends import SentScores, explanation, score_facts
+from tps_tracer.otel.backends import MAX_REMEMBERED, SentScores, explanation, score_facts
 from tps_tracer.otel.span_processor import SCOPE_NAME
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import Role
@@ -101,7 +102,6 @@ class EvaluationSpanExporter:
         rule: str | None = None,
         weights: str | None = None,
         censoring: str = SIMPLE,
-        sent_scores: SentScores | None = None,
     ):
         """The headline is `predictor` (fixed, so the span's value means one predictor on every run)
         / rule / weights (default: the accumulator's first, the same on every run) under
@@ -112,7 +112,7 @@ class EvaluationSpanExporter:
         self.ids = DerivedSpanIds.install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
         self.links = links
         self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
-        self.sent_scores = sent_scores if sent_scores is not None else SentScores()
+        self.sent_scores = SentScores()
         self.counts: Counter[str] = Counter()
 
     def __call__(self, score: TrajectoryScore) -> None:
@@ -196,7 +196,7 @@ class TPSMetrics:
     """TPS is a reward (<= 0 for the log rule) and histograms reject negative values, so the means are
     gauges over exact running sums: the snapshot's means, without its bootstrap CI."""
 
-    def __init__(self, meter_provider: MeterProvider, max_tracked: int = 100_000):
+    def __init__(self, meter_provider: MeterProvider):
         from tps_tracer import __version__
 
         meter = meter_provider.get_meter(SCOPE_NAME, __version__)
@@ -206,14 +206,13 @@ class TPSMetrics:
         self._exact_with_q_z: set[Key] = set()
         # Modes counted per trajectory (bounded): a late q_Z re-sends the run with "exact" added.
         self._seen: OrderedDict[str, frozenset[str]] = OrderedDict()
-        self._max_tracked = max_tracked
         meter.create_observable_gauge(
             "tps.score.mean",
-            callbacks=[self._observe_means],
+            callbacks=[functools.partial(self._observe, 0)],
             description="Running mean of per-trajectory TPS (reward orientation: higher is better)",
         )
         meter.create_observable_counter(
-            "tps.scored", callbacks=[self._observe_counts], description="Trajectories in tps.score.mean"
+            "tps.scored", callbacks=[functools.partial(self._observe, 1)], description="Trajectories in tps.score.mean"
         )
         self._trajectories = meter.create_counter(
             "tps.trajectories", description="Finished trajectories by stop reason and scoring role"
@@ -232,7 +231,7 @@ class TPSMetrics:
                     self._exact_with_q_z.add(key)
             self._seen[score.trajectory_id] = (before or frozenset()) | {v.censoring for v in values}
             self._seen.move_to_end(score.trajectory_id)
-            while len(self._seen) > self._max_tracked:
+            while len(self._seen) > MAX_REMEMBERED:
                 self._seen.popitem(last=False)
         if before is None:
             self._trajectories.add(1, {"stop_reason": score.stop_reason.value, "role": score.role.value})
@@ -245,15 +244,10 @@ class TPSMetrics:
                 if n and (k[3] != EXACT or k in self._exact_with_q_z)
             }
 
-    def _observe_means(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(mean, _key_attributes(k)) for k, (mean, _) in self.means().items()]
-
-    def _observe_counts(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(n, _key_attributes(k)) for k, (_, n) in self.means().items()]
-
-
-def _key_attributes(key: Key) -> dict[str, str]:
-    return dict(zip(("predictor", "rule", "weights", "censoring"), key, strict=True))
+    def _observe(self, which: int, options: CallbackOptions) -> Iterable[Observation]:
+        """The means (which=0) or their counts (1), labelled with their key."""
+        labels = ("predictor", "rule", "weights", "censoring")
+        return [Observation(v[which], dict(zip(labels, k, strict=True))) for k, v in self.means().items()]
 
 
 class DeliveryCount(SpanExporter):

@@ -25,7 +25,7 @@ from tps_tracer.otel.span_reading import attrs_of, events_of
 from tps_tracer.otel.trace_links import SpanLink, TraceLinks
 from tps_tracer.records.stop_reasons import StopReason
 from tps_tracer.tracking import tracker
-from tps_tracer.tracking.keys import PARSE_RETRY_TOOL
+from tps_tracer.tracking.keys import HORIZON_KEY, OUTCOME_KEY, PARSE_RETRY_TOOL
 from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
 
 if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the capture path's import
@@ -278,25 +278,22 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         return idle
 
     def _abandon(self, run: Any, why: str) -> None:
-        if isinstance(run, tuple):
-            self._finish_early(run[0], run[1], why)
-        elif isinstance(run, _Grouped):
+        """A run taken out early (idle, paused too long, shut down); a trace without a model call is only
+        counted, one whose root ended is finished from it (not abandoned), its unended spans counted."""
+        if isinstance(run, _Grouped):
             self.feeder.call(functools.partial(self._end_grouped, run, abandoned=why), "finish")
-        else:  # paused
+        elif not isinstance(run, tuple):  # paused
             self.feeder.call(
                 functools.partial(self.tracker.finish, run, (StopReason.OTHER, "paused"), abandoned=why), "finish"
             )
-
-    def _finish_early(self, trace_id: int, st: _Trace, why: str) -> None:
-        """A trace taken out early: without a model call only counted; with its root ended, finished from
-        it (not abandoned), its unended spans counted."""
-        if st.root is None and not st.llm:
+        elif run[1].root is None and not run[1].llm:
             self.health.count("abandoned", why)
-            return
-        abandoned = None if st.root is not None and st.lost is None else why
-        if abandoned is None and st.open > 0:
-            self.health.count("ignored", "unended_spans", n=st.open)
-        self.feeder.call(lambda: self._finish(trace_id, st, abandoned=abandoned), "finish")
+        else:
+            trace_id, st = run
+            abandoned = None if st.root is not None and st.lost is None else why
+            if abandoned is None and st.open > 0:
+                self.health.count("ignored", "unended_spans", n=st.open)
+            self.feeder.call(functools.partial(self._finish, trace_id, st, abandoned), "finish")
 
     def _finish(self, trace_id: int, st: _Trace, abandoned: str | None = None) -> None:
         abandoned = abandoned or st.lost
@@ -351,9 +348,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             state,
             observed,
             abandoned=abandoned,
-            budget_label=sr.stated(root_attrs, metadata, "horizon"),
+            budget_label=sr.stated(root_attrs, metadata, HORIZON_KEY),
             stopped_by=stated_limit,
-            outcome_label=sr.stated(root_attrs, metadata, "outcome") if root is not None else None,
+            outcome_label=sr.stated(root_attrs, metadata, OUTCOME_KEY) if root is not None else None,
             extra=extra,
         )
 
@@ -397,6 +394,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             g.state,
             (StopReason.OTHER, "no stop declared"),
             abandoned=abandoned,
-            budget_label=sr.stated({}, g.state.metadata, "horizon"),
+            budget_label=g.state.metadata.get(HORIZON_KEY),
             extra=extra,
         )

@@ -84,8 +84,9 @@ def _is_map(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
-    return type(value) is list or isinstance(value, Sequence)
+def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
+    """A JSON array (any sequence but a string), a plain list decided without the ABC machinery."""
+    return type(value) is list or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
 
 
 def is_llm_span(attributes: Mapping[str, Any]) -> bool:
@@ -105,8 +106,14 @@ def is_internal_call(attributes: Mapping[str, Any]) -> bool:
 
 
 def _json(value: Any) -> Any:
+    """A string decoded as `json` decodes it (None if it is not JSON), by orjson (a model's output is
+    most of a step's cost), with what orjson refuses (NaN, Infinity, lone surrogates) left to `json`."""
     if not isinstance(value, str):
         return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(value)
     except ValueError:
@@ -119,20 +126,9 @@ _PAUSE_GC_ABOVE = 8192
 
 
 def _output_json(value: Any) -> Any:
-    """`_json` for a model's output (most of a step's cost): orjson, with what it refuses (NaN,
-    Infinity, lone surrogates) left to `json`."""
-    if not isinstance(value, str):
-        return value
-    if len(value) < _PAUSE_GC_ABOVE:
-        return _decode(value)
+    if not (isinstance(value, str) and len(value) >= _PAUSE_GC_ABOVE):
+        return _json(value)
     with gc_paused():  # its dicts would set off the cyclic collector every 700 (4.5x the decoding)
-        return _decode(value)
-
-
-def _decode(value: str) -> Any:
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
         return _json(value)
 
 
@@ -148,7 +144,7 @@ def _message_fields(obj: Any) -> tuple[str, Mapping[str, Any]] | None:
         return str(obj.get("type", "")), obj["data"]
     if _is_map(obj.get("kwargs")):
         ident = obj.get("id")
-        name = str(ident[-1]) if _is_seq(ident) and ident else ""
+        name = str(ident[-1]) if _is_list(ident) and ident else ""
         kind = {"AIMessage": "ai", "AIMessageChunk": "ai", "ToolMessage": "tool", "HumanMessage": "human"}.get(name)
         return kind or str(obj["kwargs"].get("type", "")), obj["kwargs"]
     kind = obj.get("type") or obj.get("role")
@@ -158,7 +154,7 @@ def _message_fields(obj: Any) -> tuple[str, Mapping[str, Any]] | None:
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
-    if _is_seq(content):  # content blocks
+    if _is_list(content):  # content blocks
         parts = [b.get("text") if _is_map(b) else b for b in content]
         texts = [p for p in parts if isinstance(p, str)]
         return "".join(texts) if texts else None
@@ -170,14 +166,14 @@ def _final_message(output: Any) -> Any:
     if _is_map(output):
         for key in ("messages", "outputs"):
             inner = output.get(key)
-            if _is_seq(inner) and not isinstance(inner, str) and inner:
+            if _is_list(inner) and inner:
                 return inner[-1]
             if _is_map(inner):
                 return _final_message(inner)
         if "output" in output:
             return output["output"]
         return output if "kwargs" in output or "data" in output else None
-    if _is_seq(output) and not isinstance(output, str) and output:
+    if _is_list(output) and output:
         return output[-1]
     return output
 
@@ -207,18 +203,14 @@ def thread_id_of(attributes: Mapping[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
-def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], name: str) -> Any:
-    """What a span states as `tps.<name>`, else its run metadata as `tps_<name>`, unchecked (horizon,
-    outcome: see `as_outcome`)."""
-    value = attributes.get(f"tps.{name}")
-    return value if value is not None else metadata.get(f"tps_{name}")
+def stated(attributes: Mapping[str, Any], metadata: Mapping[str, Any], key: str) -> Any:
+    """What a span states as `tps.<name>`, else its run metadata as `key` (`tps_<name>`, tracking/keys.py),
+    unchecked (horizon, outcome: see `as_outcome`)."""
+    value = attributes.get("tps." + key.removeprefix("tps_"))
+    return value if value is not None else metadata.get(key)
 
 
 # ---------------------------------------------------------------- other frameworks' shapes
-
-
-def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
-    return _is_seq(value) and not isinstance(value, (str, bytes))
 
 
 def _contents_text(attributes: Mapping[str, Any]) -> str | None:
@@ -234,7 +226,7 @@ def _contents_text(attributes: Mapping[str, Any]) -> str | None:
     return "".join(texts) if texts else None
 
 
-def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any, bool]:
     content = message.get("content")
     text = content if isinstance(content, str) else None
     if _is_list(content):  # content blocks [{"type": "text", "text": ...}]
@@ -246,7 +238,7 @@ def _from_chat_message(message: Mapping[str, Any]) -> tuple[str | None, Any, Any
     if _is_list(calls) and calls and _is_map(calls[0]):
         function = calls[0].get("function")
         args = function.get("arguments") if _is_map(function) else calls[0].get("arguments")
-    return text, None, args
+    return text, None, args, False
 
 
 def _is_response(obj: Any) -> bool:
@@ -257,7 +249,7 @@ def _is_response(obj: Any) -> bool:
     )
 
 
-def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
+def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any, bool]:
     texts: list[str] = []
     logprobs: list[Any] = []
     has_logprobs = False
@@ -276,11 +268,11 @@ def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any]:
                     logprobs.extend(part["logprobs"])
         elif item.get("type") == "function_call" and tool_args is None:
             tool_args = item.get("arguments")
-    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args
+    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args, False
 
 
-def _from_output_value(output: Any) -> tuple[str | None, Any, Any] | None:
-    """(text, logprobs, tool args) from the OpenAI Agents SDK's spans: a generation span's chat message
+def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from the OpenAI Agents SDK's spans: a generation span's chat message
     dicts (streamed: [one Responses-API response]), a response span's response (`message` items with
     `output_text` parts and their `logprobs`, `function_call` items)."""
     if _is_response(output):
@@ -334,7 +326,7 @@ class LlmStep:
 def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     """(text, logprobs, tool args, malformed) from a serialised LangChain LLMResult."""
     gens = output.get("generations") if _is_map(output) else None
-    if not (_is_seq(gens) and gens and _is_seq(gens[0]) and gens[0] and _is_map(gens[0][0])):
+    if not (_is_list(gens) and gens and _is_list(gens[0]) and gens[0] and _is_map(gens[0][0])):
         return None
     gen = gens[0][0]
     info = gen.get("generation_info") or {}
@@ -355,25 +347,25 @@ def _from_llm_result(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     return (text if isinstance(text, str) else None), logprobs, tool_args, malformed
 
 
-def _from_openai_response(output: Any) -> tuple[str | None, Any, Any] | None:
-    """(text, logprobs, tool args) from a raw OpenAI chat / completions response."""
+def _from_openai_response(output: Any) -> tuple[str | None, Any, Any, bool] | None:
+    """(text, logprobs, tool args, malformed) from a raw OpenAI chat / completions response."""
     choices = output.get("choices") if _is_map(output) else None
-    if not (_is_seq(choices) and choices and _is_map(choices[0])):
+    if not (_is_list(choices) and choices and _is_map(choices[0])):
         return None
     choice = choices[0]
     message = choice.get("message") if _is_map(choice.get("message")) else {}
     text = message.get("content") if message else choice.get("text")
     tool_args = None
     calls = message.get("tool_calls") if message else None
-    if _is_seq(calls) and calls and _is_map(calls[0]):
+    if _is_list(calls) and calls and _is_map(calls[0]):
         tool_args = (calls[0].get("function") or {}).get("arguments")
-    return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args
+    return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args, False
 
 
 def _from_genai_messages(value: Any) -> tuple[str | None, Any] | None:
     """(text, tool args) from `gen_ai.output.messages` (role + parts)."""
     messages = _json(value)
-    if not _is_seq(messages) or not messages or not _is_map(messages[-1]):
+    if not _is_list(messages) or not messages or not _is_map(messages[-1]):
         return None
     parts = messages[-1].get("parts") or []
     texts = [p.get("content") for p in parts if _is_map(p) and p.get("type") == "text"]
@@ -405,10 +397,7 @@ def _read_llm_step(attributes: Mapping[str, Any], parse: bool) -> LlmStep:
     malformed = False
     output = _output_json(attributes.get(OI_OUTPUT_VALUE))
     if output is not None:
-        found = _from_llm_result(output)
-        if found is None:
-            other = _from_openai_response(output) or _from_output_value(output)
-            found = None if other is None else (*other, False)
+        found = _from_llm_result(output) or _from_openai_response(output) or _from_output_value(output)
         if found is not None:
             out_text, logprobs, out_args, malformed = found
             if parse and logprobs is not None:  # as TokenLogprobs, or as given when malformed
@@ -467,7 +456,7 @@ def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
     # Only metadata naming create_agent is decoded (~6 us each): every other span's costs a substring test.
     if not isinstance(meta, str) or stop_signals.AGENT_INTEGRATION not in meta:
         return False
-    return stop_signals.is_agent_model_node(_decode(meta))
+    return stop_signals.is_agent_model_node(_json(meta))
 
 
 def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
@@ -490,7 +479,7 @@ def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, s
         return None, ""
     kind, msg = fields
     text = _content_text(msg.get("content"))
-    if text is None and _is_seq(msg.get("parts")):  # GenAI semconv message
+    if text is None and _is_list(msg.get("parts")):  # GenAI semconv message
         text = _content_text([{"text": p.get("content")} for p in msg["parts"] if _is_map(p)])
     if text is not None and is_budget_text(text):
         return StopReason.MAX_STEPS, "budget message"
@@ -591,7 +580,7 @@ def run_identity(root_attrs: Mapping[str, Any], steps: Sequence[Any]) -> tuple[s
     named = False
     for i, attrs in enumerate((root_attrs, *(attrs_of(s) for s in steps))):
         span_metadata = run_metadata(attrs) if i else metadata
-        found = stated(attrs, span_metadata, "trajectory_id")
+        found = stated(attrs, span_metadata, TRAJECTORY_ID_KEY)
         tid = None if found is None else str(found)
         if tid is not None and tid.strip():
             return tid, {**span_metadata, **metadata}, False

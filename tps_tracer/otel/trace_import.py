@@ -69,61 +69,38 @@ def _id_problem(reason: str, which: str) -> str:
     return f"spans_without_{which}" if reason == MISSING else f"spans_with_{reason}_{which}"
 
 
-def _known_ids(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[int, int]]:
-    """The (trace id, span id) of every span a file holds, to tell a local parent from a remote one."""
-    out = set()
-    for trace_text, span_text in pairs:
-        t, sp = _parse_id(trace_text, 16), _parse_id(span_text, 8)
-        if isinstance(t, int) and isinstance(sp, int):
-            out.add((t, sp))
-    return out
+# A span as a format stores it: (trace, span, parent) ids, (start, end) times, what reading it found
+# unreadable, and ReadableSpan's other arguments (its name among them).
+Stored = tuple[tuple[Any, Any, Any], tuple[int | None, int | None], Counter[str], dict[str, Any]]
 
 
-def _add_span(
-    raw: dict[str, Any],
-    out: OtlpRead,
-    ids: tuple[Any, Any, Any],
-    times: tuple[int | None, int | None],
-    known: set[tuple[int, int]],
-    read_problems: Counter[str],
-    **fields: Any,
-) -> None:
-    """The stored span `raw` (its (trace, span, parent) ids and (start, end) times; `fields`: its
-    format's other arguments, `read_problems` found reading them) in `out`, or counted under a reason."""
-    trace_id = _parse_id(ids[0], 16)
-    if isinstance(trace_id, str):
-        out.per_file[_id_problem(trace_id, "trace_id")] += 1  # no run to count it against
-        return
-    problems = out.per_trace[f"{trace_id:032x}"]
-    span_id = _parse_id(ids[1], 8)
-    parent_id = _parse_id(ids[2], 8)
-    start, end = times
-    if isinstance(span_id, str):
-        problems[_id_problem(span_id, "span_id")] += 1
-        return
-    if parent_id == INVALID:  # read as a root, the run would be split or misplaced: refused
-        problems[_id_problem(parent_id, "parent_span_id")] += 1
-        return
-    if start is None or end is None or end < start:
-        problems["spans_with_unreadable_times"] += 1
-        return
-    context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
-    parent = None  # missing, or all zeros (OpenTelemetry's "no parent"): a root
-    if not isinstance(parent_id, str):
-        # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
-        remote = (trace_id, parent_id) not in known
-        parent = SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=_SAMPLED)
-    problems.update(read_problems)
-    out.spans.append(
-        ReadableSpan(
-            name=str(raw.get("name", "")),
-            context=context,
-            parent=parent,
-            start_time=start,
-            end_time=end,
-            **fields,
-        )
-    )
+def _add_spans(stored: list[Stored], out: OtlpRead) -> None:
+    """The stored spans in `out`, or each counted under a reason."""
+    ids = [(_parse_id(t, 16), _parse_id(sp, 8), _parse_id(p, 8)) for (t, sp, p), *_ in stored]
+    # Every span the file holds, to tell a local parent from a remote one.
+    known = {(t, sp) for t, sp, _ in ids if isinstance(t, int) and isinstance(sp, int)}
+    for (trace_id, span_id, parent_id), (_, (start, end), read_problems, fields) in zip(ids, stored, strict=True):
+        if isinstance(trace_id, str):
+            out.per_file[_id_problem(trace_id, "trace_id")] += 1  # no run to count it against
+            continue
+        problems = out.per_trace[f"{trace_id:032x}"]
+        if isinstance(span_id, str):
+            problems[_id_problem(span_id, "span_id")] += 1
+            continue
+        if parent_id == INVALID:  # read as a root, the run would be split or misplaced: refused
+            problems[_id_problem(parent_id, "parent_span_id")] += 1
+            continue
+        if start is None or end is None or end < start:
+            problems["spans_with_unreadable_times"] += 1
+            continue
+        context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+        parent = None  # missing, or all zeros (OpenTelemetry's "no parent"): a root
+        if not isinstance(parent_id, str):
+            # A parent the file does not hold was elsewhere: remote, as the live processor would see it.
+            remote = (trace_id, parent_id) not in known
+            parent = SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=_SAMPLED)
+        problems.update(read_problems)
+        out.spans.append(ReadableSpan(context=context, parent=parent, start_time=start, end_time=end, **fields))
 
 
 # ---------------------------------------------------------------- OTLP JSON: one ExportTraceServiceRequest a line
@@ -176,9 +153,7 @@ def _attributes(items: Any, problems: Counter[str]) -> dict[str, Any]:
     return out
 
 
-def _otlp_span(
-    raw: dict[str, Any], resource: Resource, scope: InstrumentationScope, out: OtlpRead, known: set[tuple[int, int]]
-) -> None:
+def _otlp_span(raw: dict[str, Any], resource: Resource, scope: InstrumentationScope) -> Stored:
     problems: Counter[str] = Counter()
     status = raw.get("status") or {}
     events = [
@@ -186,20 +161,17 @@ def _otlp_span(
         for e in raw.get("events") or []
         if isinstance(e, dict)
     ]
-    _add_span(
-        raw,
-        out,
-        (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId")),
-        (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))),
-        known,
-        problems,
-        resource=resource,
-        attributes=_attributes(raw.get("attributes"), problems),
-        events=events,
-        kind=_KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
-        status=Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
-        instrumentation_scope=scope,
-    )
+    fields = {
+        "name": str(raw.get("name", "")),
+        "resource": resource,
+        "attributes": _attributes(raw.get("attributes"), problems),
+        "events": events,
+        "kind": _KINDS.get(_enum(raw.get("kind"), _KIND_NAMES), SpanKind.INTERNAL),
+        "status": Status(_STATUS[_enum(status.get("code"), _STATUS_NAMES) % 3], status.get("message") or None),
+        "instrumentation_scope": scope,
+    }
+    ids = (raw.get("traceId"), raw.get("spanId"), raw.get("parentSpanId"))
+    return ids, (_nanos(raw.get("startTimeUnixNano")), _nanos(raw.get("endTimeUnixNano"))), problems, fields
 
 
 def _json_lines(lines: Iterable[str], out: OtlpRead) -> Iterator[Any]:
@@ -208,35 +180,29 @@ def _json_lines(lines: Iterable[str], out: OtlpRead) -> Iterator[Any]:
             continue
         out.lines += 1
         try:
-            obj = json.loads(line)
+            yield json.loads(line)
         except json.JSONDecodeError:
             out.per_file["lines_not_json"] += 1
-            continue
-        yield obj
 
 
 def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
     out = OtlpRead()
-    pending: list[tuple[dict[str, Any], Resource, InstrumentationScope]] = []
+    stored: list[Stored] = []
     for obj in _json_lines(lines, out):  # one ExportTraceServiceRequest a line
         if not isinstance(obj, dict) or not isinstance(obj.get("resourceSpans"), list):
             out.per_file["lines_not_a_trace_request"] += 1
             continue
         for rs in obj["resourceSpans"]:
-            resource_problems: Counter[str] = Counter()
-            resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), resource_problems))
-            out.per_file.update(resource_problems)
+            resource = Resource(_attributes(((rs or {}).get("resource") or {}).get("attributes"), out.per_file))
             for ss in (rs or {}).get("scopeSpans") or []:
                 sc = (ss or {}).get("scope") or {}
                 scope = InstrumentationScope(str(sc.get("name", "")), sc.get("version") or None)
                 for raw in (ss or {}).get("spans") or []:
                     if isinstance(raw, dict):
-                        pending.append((raw, resource, scope))
+                        stored.append(_otlp_span(raw, resource, scope))
                     else:
                         out.per_file["spans_not_objects"] += 1
-    known = _known_ids((raw.get("traceId"), raw.get("spanId")) for raw, _, _ in pending)
-    for raw, resource, scope in pending:
-        _otlp_span(raw, resource, scope, out, known)
+    _add_spans(stored, out)
     return out
 
 
@@ -309,7 +275,7 @@ def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> di
     return out
 
 
-def _phoenix_span(raw: dict[str, Any], out: OtlpRead, known: set[tuple[int, int]]) -> None:
+def _phoenix_span(raw: dict[str, Any]) -> Stored:
     ctx: dict[str, Any] = raw["context"]  # a dict: read_phoenix_spans keeps only such spans
     problems: Counter[str] = Counter()
     attributes = _phoenix_attributes(raw.get("attributes"), raw.get("span_kind"), problems)  # counted first
@@ -321,19 +287,16 @@ def _phoenix_span(raw: dict[str, Any], out: OtlpRead, known: set[tuple[int, int]
         attrs = _phoenix_attributes(e.get("attributes") or {}, None, problems)
         events.append(Event(str(e.get("name", "")), attrs, _iso_nanos(e.get("timestamp"))))
     code = _PHOENIX_STATUS.get(str(raw.get("status_code")), StatusCode.UNSET)
-    _add_span(
-        raw,
-        out,
-        (ctx.get("trace_id"), ctx.get("span_id"), raw.get("parent_id")),
-        (_iso_nanos(raw.get("start_time")), _iso_nanos(raw.get("end_time"))),
-        known,
-        problems,
-        resource=_EMPTY,
-        attributes=attributes,
-        events=events,
-        status=Status(code, raw.get("status_message") or None),
-        instrumentation_scope=_PHOENIX_SCOPE,
-    )
+    fields = {
+        "name": str(raw.get("name", "")),
+        "resource": _EMPTY,
+        "attributes": attributes,
+        "events": events,
+        "status": Status(code, raw.get("status_message") or None),
+        "instrumentation_scope": _PHOENIX_SCOPE,
+    }
+    ids = (ctx.get("trace_id"), ctx.get("span_id"), raw.get("parent_id"))
+    return ids, (_iso_nanos(raw.get("start_time")), _iso_nanos(raw.get("end_time"))), problems, fields
 
 
 def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
@@ -353,16 +316,14 @@ def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
 
 def read_phoenix_spans(texts: Iterable[str]) -> OtlpRead:
     out = OtlpRead()
-    raws: list[dict[str, Any]] = []
+    stored: list[Stored] = []
     for text in texts:  # one text per file
         for obj in _phoenix_objects(text, out):
             if isinstance(obj, dict) and isinstance(obj.get("context"), dict):
-                raws.append(obj)
+                stored.append(_phoenix_span(obj))
             else:
                 out.per_file["spans_not_objects"] += 1
-    known = _known_ids((raw["context"].get("trace_id"), raw["context"].get("span_id")) for raw in raws)
-    for raw in raws:
-        _phoenix_span(raw, out, known)
+    _add_spans(stored, out)
     return out
 
 

@@ -1,9 +1,5 @@
-"""Where each trajectory lives in the tracing backend: trajectory id -> its agent root span.
-
-The span processor adds a link when an agent root span ends. Under the LangChain handler a score
-may be ready before that, so an exporter can wait for the link (`for_metadata`). Both maps are
-bounded; callbacks pushed out before their link came are counted as `expired`.
-"""
+"""Where each trajectory lives in the tracing backend (its agent root span), added by the span processor
+as the root ends; under the LangChain handler a score may come first, and waits (`for_metadata`)."""
 
 from __future__ import annotations
 
@@ -47,7 +43,7 @@ class TraceLinks:
         self._links: OrderedDict[str, SpanLink] = OrderedDict()
         self._waiting: OrderedDict[str, list[Callable[[SpanLink], None]]] = OrderedDict()
         self._lock = threading.Lock()
-        self.expired = 0
+        self.expired = 0  # callbacks pushed out of the bounded wait before their link came
 
     def add(self, trajectory_id: str, link: SpanLink) -> None:
         with self._lock:
