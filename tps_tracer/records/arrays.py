@@ -116,23 +116,25 @@ def to_arrays(records: Sequence[TrajectoryRecord]) -> TrajectoryArrays:
         usable = np.array([not r for r in reasons], dtype=bool)
         counts = {k: reasons.count(k) for k in SKIP_REASONS if k in reasons}
         predictor_cols[name] = PredictorColumn(name, columns[name], usable, counts)
-    stop_code = np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8)
-    outcome = np.array([float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64)
-    clean = stop_code == STOP_REASONS.index(StopReason.CLEAN)
-    outcome_on_unscored = int(np.sum(~clean & ~np.isnan(outcome)))
-    outcome[~clean] = np.nan
-    q_z = np.array([r.q_z if r.q_z is not None else np.nan for r in records], dtype=np.float64)
-    horizon = np.array([r.effective_horizon for r in records], dtype=np.float64)
-    return TrajectoryArrays(
-        ids=[r.trajectory_id for r in records],
-        offsets=offsets,
-        horizon=horizon,
-        stop_code=stop_code,
-        outcome=outcome,
-        q_z=q_z,
-        predictors=predictor_cols,
-        outcome_on_unscored=outcome_on_unscored,
+    return _clean_outcomes(
+        TrajectoryArrays(
+            [r.trajectory_id for r in records],
+            offsets,
+            np.array([r.effective_horizon for r in records], dtype=np.float64),
+            np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8),
+            np.array([float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64),
+            np.array([r.q_z if r.q_z is not None else np.nan for r in records], dtype=np.float64),
+            predictor_cols,
+        )
     )
+
+
+def _clean_outcomes(arrays: TrajectoryArrays) -> TrajectoryArrays:
+    """Both readers' rule: an outcome is kept on a clean stop only; the others' are counted, not scored."""
+    clean = arrays.stop_code == _CLEAN
+    arrays.outcome_on_unscored = int(np.sum(~clean & ~np.isnan(arrays.outcome)))
+    arrays.outcome = np.where(clean, arrays.outcome, np.nan)
+    return arrays
 
 
 def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
@@ -260,17 +262,7 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
             raise NotFast(f"forecasts.{name}: outside [0, 1]")
         predictors[name] = _gap_column(name, values, lengths, owner)
 
-    outcome_on_unscored = int(np.sum(~clean & has_outcome))
-    return TrajectoryArrays(
-        ids=raw.ids,
-        offsets=offsets,
-        horizon=horizon,
-        stop_code=stop_code,
-        outcome=np.where(clean, outcome, np.nan),
-        q_z=q_z,
-        predictors=predictors,
-        outcome_on_unscored=outcome_on_unscored,
-    )
+    return _clean_outcomes(TrajectoryArrays(raw.ids, offsets, horizon, stop_code, outcome, q_z, predictors))
 
 
 def _column(table: Any, name: str) -> Any:

@@ -89,30 +89,6 @@ def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
     return _NUMBER_TAIL.fullmatch(tail) is not None  # cut in a number ("0." or "1e")
 
 
-def _set_aside_resolutions(
-    resolutions: list[tuple[int, ResolutionRecord]],
-    first_line_of: dict[str, int],
-    repeats: dict[str, list[int]],
-    set_aside: SetAside,
-) -> list[tuple[int, ResolutionRecord]]:
-    """The resolutions to apply; those of no record, or of a set-aside repeat, are counted instead
-    (`limits.SetAside`)."""
-    kept = []
-    for line_no, res in resolutions:
-        first = first_line_of.get(res.resolves)
-        if first is None:
-            set_aside.add("orphan_resolution", f"line {line_no}: no trajectory {res.resolves!r} in the file")
-            continue
-        above = [n for n in (first, *repeats.get(res.resolves, ())) if n < line_no]
-        if above and above[-1] != first:
-            set_aside.add(
-                "duplicate_resolution", f"line {line_no}: resolves the repeated {res.resolves!r} of line {above[-1]}"
-            )
-            continue
-        kept.append((line_no, res))
-    return kept
-
-
 def parse_lines(
     lines: Iterable[str],
     source: str = "<input>",
@@ -195,8 +171,18 @@ def parse_lines(
         if links is not None:
             links.foreign.extend((n, r) for n, r in resolutions if r.resolves not in first_line_of)
             resolutions = [(n, r) for n, r in resolutions if r.resolves in first_line_of]
-        if not strict:
-            resolutions = _set_aside_resolutions(resolutions, first_line_of, repeats, set_aside)
+        if not strict:  # a resolution of no record, or whose nearest record above is a repeat, is set aside
+            kept = []
+            for line_no, res in resolutions:
+                later = [n for n in repeats.get(res.resolves, ()) if n < line_no]
+                if res.resolves not in first_line_of:
+                    set_aside.add("orphan_resolution", f"line {line_no}: no trajectory {res.resolves!r} in the file")
+                elif later:
+                    message = f"line {line_no}: resolves the repeated {res.resolves!r} of line {later[-1]}"
+                    set_aside.add("duplicate_resolution", message)
+                else:
+                    kept.append((line_no, res))
+            resolutions = kept
         records = apply_resolution_records(records, resolutions, errors)
     if errors:
         # A last line without a newline whose JSON stops mid-value is the sign of a writer killed

@@ -146,11 +146,11 @@ def iter_chunks(
     # Resolution lines of any shard apply to every shard: found first.
     shared = None
     if len(files) > 1:
-        jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
         try:
-            shared = scan_shards([(k, ((o, b) for o, b, _ in byte_chunks(f, SCAN_BYTES))) for k, f in jsonl])
+            shared = scan_resolutions((k, _pieces(f)) for k, f in enumerate(files) if not is_parquet(f))
         except OSError:
             raise whole_file("a shard that cannot be read") from None
+        shared = shared if shared is not None and shared.spans else None
     names = PredictorNames()  # over the whole input
     for k, f in enumerate(files):
         if is_parquet(f):
@@ -165,13 +165,13 @@ def iter_chunks(
                 _too_many_predictors(chunk, names)
             gave = True
             yield chunk
-        if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
+        if not gave and len(files) > 1 and not (shared is not None and k in shared.spans):
             note = SetAside()
             note.add("empty_shard", str(f))
             note.log_once(str(path))
             if set_aside is not None:
                 set_aside.merge(note)
-    if shared is not None and shared.pending.by_id:
+    if shared is not None and shared.by_id:
         raise whole_file("a resolution of an id in no shard")
 
 
@@ -260,16 +260,14 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
 
 
 def _jsonl_chunks(
-    path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None, scan_first: bool
+    path: Path, file_index: int, chunk_bytes: int, shared: Resolutions | None, scan_first: bool
 ) -> Iterator[Chunk]:
     """One pass over a file without resolution lines: they are looked for in each chunk as it is read; one
     met after chunks were given raises `Rescan` (it may resolve a record above), `scan_first` finds them first."""
     try:
-        own = pending = None
-        if shared is not None:
-            own, pending = shared.lines.get(file_index), shared.pending
-        elif scan_first:
-            own = pending = scan_resolutions((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
+        found = shared
+        if shared is None and scan_first:
+            found = scan_resolutions([(file_index, _pieces(path))])
         scanned = shared is not None or scan_first
         given = False
         for offset, chunk, size in byte_chunks(path, chunk_bytes):
@@ -277,26 +275,28 @@ def _jsonl_chunks(
             if not scanned and _KEY in chunk:
                 if given:
                     raise Rescan()
-                whole = [(offset, chunk)] if end == size else ((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
-                own = pending = scan_resolutions(whole)
+                whole = [(offset, chunk)] if end == size else _pieces(path)
+                found = scan_resolutions([(file_index, whole)])
                 scanned = True
-            if own is not None:
-                chunk = own.drop_lines(chunk, offset)
-            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=own is not None)
-            if pending is not None:
-                arrays = apply_resolutions(arrays, pending)
+            if found is not None:
+                chunk = found.drop_lines(chunk, file_index, offset)
+            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=found is not None)
+            if found is not None:
+                arrays = apply_resolutions(arrays, found)
             if arrays.n:
                 given = True
                 yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
-        if shared is None and pending is not None and pending.by_id:
+        if shared is None and found is not None and found.by_id:
             raise whole_file("a resolution of an id not in the file")
     except OSError:
         raise whole_file(str(path)) from None
 
 
-def _parquet_chunks(
-    path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
-) -> Iterator[Chunk]:
+def _pieces(path: Path) -> Iterator[tuple[int, bytes]]:
+    return ((offset, piece) for offset, piece, _ in byte_chunks(path, SCAN_BYTES))
+
+
+def _parquet_chunks(path: Path, file_index: int, batch_rows: int, shared: Resolutions | None = None) -> Iterator[Chunk]:
     from tps_tracer.records.parquet import open_parquet, projected_batches  # pyarrow
 
     pf = open_parquet(path)
@@ -306,7 +306,7 @@ def _parquet_chunks(
     for row, batch, whole in projected_batches(pf, batch_rows):
         arrays, fast = read_arrow_batch(batch, str(path), row, whole)
         if shared is not None:  # resolution lines of the input's JSON Lines shards
-            arrays = apply_resolutions(arrays, shared.pending)
+            arrays = apply_resolutions(arrays, shared)
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
 
@@ -317,48 +317,52 @@ _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 @dataclass
 class Resolutions:
-    """A file's resolution lines: their byte spans, and what they say per id."""
+    """The resolution lines of an input's JSON Lines files (any shard's apply to every shard): their byte
+    spans per file, and what they say per id."""
 
-    spans: list[tuple[int, int]]  # (start, end) byte offsets of each resolution line, end after its "\n"
-    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in file order
+    spans: dict[int, list[tuple[int, int]]]  # file index -> (start, end) of each line, end after its "\n"
+    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in input order; emptied as applied
 
-    def drop_lines(self, chunk: bytes, offset: int) -> bytes:
-        lo = bisect.bisect_left(self.spans, (offset, -1))
-        hi = bisect.bisect_left(self.spans, (offset + len(chunk), -1))
-        inside = self.spans[lo:hi]
-        if not inside:
-            return chunk
+    def drop_lines(self, chunk: bytes, file_index: int, offset: int) -> bytes:
+        spans = self.spans.get(file_index, [])
+        lo = bisect.bisect_left(spans, (offset, -1))
+        hi = bisect.bisect_left(spans, (offset + len(chunk), -1))
         parts, at = [], 0
-        for s, e in inside:
+        for s, e in spans[lo:hi]:
             parts.append(chunk[at : s - offset])
             at = e - offset
         parts.append(chunk[at:])
         return b"".join(parts)
 
 
-def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
-    """The resolution lines of a file given as (offset, bytes ending at a line end) pieces, or None
-    when no line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
+def scan_resolutions(files: Iterable[tuple[int, Iterable[tuple[int, bytes]]]]) -> Resolutions | None:
+    """The resolution lines of (file index, its (offset, bytes ending at a line end) pieces), or None when no
+    line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
     found: Resolutions | None = None
-    for offset, piece in pieces:
-        hit = piece.find(_KEY)
-        while hit >= 0:
-            start = piece.rfind(b"\n", 0, hit) + 1
-            newline = piece.find(b"\n", hit)
-            end = len(piece) if newline < 0 else newline + 1
-            found = found or Resolutions([], {})
-            _add_line(found, piece[start:end], offset + start, offset + end)
-            hit = piece.find(_KEY, end)
+    for k, pieces in files:
+        for offset, piece in pieces:
+            hit = piece.find(_KEY)
+            while hit >= 0:
+                start = piece.rfind(b"\n", 0, hit) + 1
+                newline = piece.find(b"\n", hit)
+                end = len(piece) if newline < 0 else newline + 1
+                found = found or Resolutions({}, {})
+                said = _resolution(piece[start:end])
+                if said is not None:
+                    found.spans.setdefault(k, []).append((offset + start, offset + end))
+                    found.by_id.setdefault(said[0], []).append(said[1:])
+                hit = piece.find(_KEY, end)
     return found  # (possibly without spans: the hits were trajectories mentioning the word)
 
 
-def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
+def _resolution(line: bytes) -> tuple[str, float | None, float | None] | None:
+    """(id, outcome, q_z) of a resolution line; None for a trajectory that mentions the word (e.g. in its metadata)."""
     try:
         obj = load_json(line)
     except (ValueError, UnicodeDecodeError):
         raise whole_file("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:
-        return  # a trajectory that mentions the word (e.g. in its metadata)
+        return None
     from pydantic import ValidationError  # (~0.3 s of import: only for resolution lines)
 
     from tps_tracer.records.schema import ResolutionRecord
@@ -367,30 +371,7 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
         res = ResolutionRecord.model_validate(obj)
     except ValidationError:
         raise whole_file("an invalid resolution line") from None
-    outcome = None if res.outcome is None else float(res.outcome)
-    found.spans.append((start, end))
-    found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
-
-
-@dataclass
-class SharedResolutions:
-    """The resolution lines of every JSON Lines shard of one input: they apply to any shard."""
-
-    lines: dict[int, Resolutions]  # file index -> its resolution lines
-    pending: Resolutions  # id -> (outcome, q_z) over every shard, in input order; emptied as applied
-
-
-def scan_shards(files: list[tuple[int, Iterable[tuple[int, bytes]]]]) -> SharedResolutions | None:
-    lines: dict[int, Resolutions] = {}
-    pending = Resolutions([], {})
-    for k, pieces in files:
-        found = scan_resolutions(pieces)
-        if found is None:
-            continue
-        lines[k] = found
-        for tid, said in found.by_id.items():
-            pending.by_id.setdefault(tid, []).extend(said)
-    return SharedResolutions(lines, pending) if any(r.spans for r in lines.values()) else None
+    return res.resolves, None if res.outcome is None else float(res.outcome), res.q_z
 
 
 def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:
@@ -547,11 +528,7 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
 
 
 def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
-    if Path(path).is_dir() or is_parquet(path):
-        return list(parquet_records(path))
-    from tps_tracer.records.jsonl import read_trajectories
-
-    return read_trajectories(path)
+    return list(parquet_records(path))
 
 
 def task_id_from(trajectory_id: str, metadata: Any) -> str:
