@@ -220,21 +220,15 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
             values = np.where(nan, 0, values).astype(np.int64)
         return pa.array(values, type=kind, mask=nan if nan.any() else None)
 
-    forecasts = pa.StructArray.from_arrays(
-        [
-            masked(raw.forecasts[name], pa.float64()) if name in raw.forecasts else pa.nulls(n_steps, pa.float64())
-            for name in names
-        ],
-        fields=list(arrow_schema(names).field("steps").type.value_type.field("forecasts").type),
-    )
+    forecasts = [
+        masked(raw.forecasts[name], pa.float64()) if name in raw.forecasts else pa.nulls(n_steps, pa.float64())
+        for name in names
+    ]
     t = masked(raw.t, pa.int64()) if raw.t is not None else pa.nulls(n_steps, pa.int64())
     step_extra = (
         pa.array(side.step_extra, pa.string()) if side.step_extra is not None else pa.nulls(n_steps, pa.string())
     )
-    step = pa.StructArray.from_arrays([t, forecasts, step_extra], names=["t", "forecasts", "extra"])
-    offsets = np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32)
-    steps = pa.ListArray.from_arrays(pa.array(offsets), step)
-    schema = arrow_schema(names)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32))
     columns = [
         pa.array(raw.ids, pa.string()),
         pa.array(_STOP_NAMES[raw.stop_code], pa.string()),
@@ -242,11 +236,23 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
         pa.array(raw.outcome_pending, pa.bool_()),
         masked(raw.horizon, pa.int64()),
         masked(raw.q_z, pa.float64()),
-        steps.cast(schema.field("steps").type),
+        _steps(offsets, t, forecasts, step_extra, names),
         pa.array(side.metadata, pa.string()),
         pa.array(side.extra, pa.string()),
     ]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(columns, schema=arrow_schema(names))
+
+
+def _steps(offsets: Any, t: Any, forecasts: list[Any], extra: Any, names: Sequence[str]) -> Any:
+    """The `steps` column of `arrow_schema(names)` from its parts (a forecast column per name)."""
+    import pyarrow as pa
+
+    steps_type = arrow_schema(names).field("steps").type
+    fields = list(steps_type.value_type.field("forecasts").type)
+    step = pa.StructArray.from_arrays(
+        [t, pa.StructArray.from_arrays(forecasts, fields=fields), extra], names=["t", "forecasts", "extra"]
+    )
+    return pa.ListArray.from_arrays(offsets, step).cast(steps_type)
 
 
 def widen(table: Any, names: Sequence[str]) -> Any:
@@ -254,20 +260,14 @@ def widen(table: Any, names: Sequence[str]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = arrow_schema(names)
     steps = table.column("steps").combine_chunks()
     values = steps.values
     old = values.field("forecasts")
     have = {old.type.field(i).name: i for i in range(old.type.num_fields)}
     children = [old.field(have[n]) if n in have else pa.nulls(len(old), pa.float64()) for n in names]
-    fields = list(schema.field("steps").type.value_type.field("forecasts").type)
-    forecasts = pa.StructArray.from_arrays(children, fields=fields)
-    step = pa.StructArray.from_arrays(
-        [values.field("t"), forecasts, values.field("extra")], names=["t", "forecasts", "extra"]
-    )
     offsets = pc.subtract(steps.offsets, steps.offsets[0]) if len(steps) else steps.offsets
-    new_steps = pa.ListArray.from_arrays(offsets, step).cast(schema.field("steps").type)
-    return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(schema)
+    new_steps = _steps(offsets, values.field("t"), children, values.field("extra"), names)
+    return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(arrow_schema(names))
 
 
 def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:

@@ -404,18 +404,12 @@ def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
     return str(path) if isinstance(path, str | os.PathLike) else ", ".join(map(str, path))
 
 
-def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
+def has_resolution_lines(path: Path) -> bool:
     """Whether a JSON Lines file mentions "resolves" (a trajectory that does only costs the exact read)."""
-    tail = b""
     try:
-        with path.open("rb") as fh:
-            while piece := fh.read(block):
-                if _KEY in tail + piece[: len(_KEY)] or _KEY in piece:
-                    return True
-                tail = piece[-len(_KEY) :]
-    except OSError:
-        pass  # the reader gives the error
-    return False
+        return any(_KEY in piece for _, piece in _pieces(path))
+    except (OSError, TrajectoryFileError):
+        return False  # the reader gives the error
 
 
 def holds_nothing(path: Path) -> bool:
@@ -534,10 +528,6 @@ def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
 def task_id_from(trajectory_id: str, metadata: Any) -> str:
     task = metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id
     return str(task)
-
-
-def task_id_of(record: TrajectoryRecord) -> str:
-    return task_id_from(record.trajectory_id, record.metadata)
 
 
 def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
