@@ -293,15 +293,7 @@ def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: boo
         raise NotFast(f"{name}: type {t}")
     if pa.types.is_floating(t) and pc.any(pc.is_nan(arr)).as_py():
         raise NotFast(f"{name}: NaN")
-    return _floats(arr, name)
-
-
-def _floats(arr: Any, name: str) -> np.ndarray:
-    """As float64; NotFast for an integer beyond 2**53, which Arrow refuses to cast (the exact path decides)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
+    try:  # Arrow refuses to cast an integer beyond 2**53: the exact path decides
         values = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
     except pa.ArrowInvalid:
         raise NotFast(f"{name}: an integer beyond 2**53") from None
@@ -358,10 +350,8 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
             children = items.flatten()
             if "t" in fields:
                 t_arr = children[fields["t"]]
-                if not (pa.types.is_null(t_arr.type) or pa.types.is_integer(t_arr.type)):
-                    raise NotFast("steps.t: type")
                 if not pa.types.is_null(t_arr.type):
-                    t = _floats(t_arr, "steps.t")
+                    t = _numbers(t_arr, len(items), "steps.t", integer=True)
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
                 if pa.types.is_null(fc.type) and not from_json:

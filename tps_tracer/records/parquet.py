@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
-from tps_tracer.records.limits import PREDICTORS_MESSAGE, ReadRecords, SetAside, duplicate_message
+from tps_tracer.records.limits import PREDICTORS_MESSAGE, SetAside, duplicate_message
 
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
     from tps_tracer.records.schema import TrajectoryRecord
@@ -132,12 +132,6 @@ def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
         obj.update(fields)
     else:
         obj["extra"] = extra  # not an object: kept as the field it is
-
-
-def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768) -> ReadRecords:
-    out = ReadRecords()
-    out.extend(parquet_file_iter(path, batch_rows, out.set_aside))
-    return out
 
 
 def parquet_file_iter(

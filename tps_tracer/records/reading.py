@@ -419,50 +419,32 @@ def holds_nothing(path: Path) -> bool:
             import pyarrow.parquet as pq
 
             return bool(pq.ParquetFile(path).metadata.num_rows == 0)
-        with path.open("rb") as fh:
-            while piece := fh.read(1 << 16):
-                if piece.strip(b" \t\r\n\x0b\x0c\xef\xbb\xbf"):  # (a BOM is nothing too)
-                    return False
-        return True
-    except (OSError, ValueError):  # (pyarrow's errors are both kinds)
+        return next(byte_chunks(path, 1 << 16), None) is None
+    except (OSError, ValueError):  # (pyarrow's errors are both kinds; a refused line is a ValueError)
         return False
 
 
 def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
     """Every record of the shards read as their concatenation: a resolution belongs to the nearest record
     of its id above it (records/limits.py, `SetAside`), errors name the shard and line."""
-    from tps_tracer.records.jsonl import ShardLinks, read_trajectories
-    from tps_tracer.records.parquet import parquet_file_records
+    from tps_tracer.records.jsonl import ShardLinks, apply_resolution_records
 
     out = ReadRecords()
     shard_of: dict[str, int] = {}
     links: list[ShardLinks] = []
     for k, f in enumerate(files):
-        link = ShardLinks()
-        part = parquet_file_records(f) if is_parquet(f) else read_trajectories(f, links=link)
+        links.append(ShardLinks())
+        part = _exact_file(f, links[k])
         for rec in part:
             if rec.trajectory_id in shard_of:
                 message = duplicate_message(rec.trajectory_id, "also in an earlier shard")
                 raise TrajectoryFileError(str(f), [RecordError(0, "trajectory_id", message)])
             shard_of[rec.trajectory_id] = k
-        if not part and not link.foreign and not part.set_aside:
+        if not part and not links[k].foreign and not part.set_aside:
             out.set_aside.add("empty_shard", str(f))
         out.set_aside.merge(part.set_aside)
         out.extend(part)
-        links.append(link)
-    _apply_foreign(out, files, links, shard_of)
-    if not out:
-        message = "the files hold no trajectories"
-        if Path(source).is_dir():
-            message = "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
-        raise TrajectoryFileError(source, [RecordError(0, "", message)])
-    return out
-
-
-def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLinks], shard_of: dict[str, int]) -> None:
-    from tps_tracer.records.jsonl import apply_resolution_records
-
-    for k, link in enumerate(links):
+    for k, link in enumerate(links):  # resolutions of another shard's records
         kept = []
         for line, res in link.foreign:
             j = shard_of.get(res.resolves)
@@ -482,20 +464,32 @@ def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLin
             out[:] = apply_resolution_records(out, kept, errors)
             if errors:
                 raise TrajectoryFileError(str(files[k]), errors[:20], truncated=len(errors) > 20)
+    if not out:
+        message = "the files hold no trajectories"
+        if Path(source).is_dir():
+            message = "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
+        raise TrajectoryFileError(source, [RecordError(0, "", message)])
+    return out
+
+
+def _exact_file(path: Path, links: ShardLinks | None = None) -> ReadRecords:
+    """One file's exact read; a Parquet file's errors name the row."""
+    from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.parquet import parquet_file_iter
+
+    if not is_parquet(path):
+        return read_trajectories(path, links=links)
+    out = ReadRecords()
+    out.extend(parquet_file_iter(path, set_aside=out.set_aside))
+    return out
 
 
 def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
     """The exact whole-file read of one input: JSON Lines, Parquet (errors name the row), or shards."""
     if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
         return read_shards(source_files(path), input_name(path))
-    if not is_parquet(path):
-        from tps_tracer.records.jsonl import read_trajectories
-
-        return read_trajectories(path)
-    from tps_tracer.records.parquet import parquet_file_records
-
-    records = parquet_file_records(path)
-    if not records:
+    records = _exact_file(Path(path))
+    if not records:  # (an empty JSON Lines file is its reader's error)
         raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
     return records
 
