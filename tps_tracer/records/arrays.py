@@ -160,15 +160,13 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
             name, np.concatenate(values), np.concatenate(usable), {k: v for k, v in skipped.items() if v}
         )
     lengths = np.concatenate([p.lengths for p in parts])
+    joined = {k: np.concatenate([getattr(p, k) for p in parts]) for k in ("horizon", "stop_code", "outcome", "q_z")}
     return TrajectoryArrays(
         ids=[i for p in parts for i in p.ids],
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        horizon=np.concatenate([p.horizon for p in parts]),
-        stop_code=np.concatenate([p.stop_code for p in parts]),
-        outcome=np.concatenate([p.outcome for p in parts]),
-        q_z=np.concatenate([p.q_z for p in parts]),
         predictors=predictors,
         outcome_on_unscored=sum(p.outcome_on_unscored for p in parts),
+        **joined,
     )
 
 

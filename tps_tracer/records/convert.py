@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_CODE, RawColumns, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
-from tps_tracer.records.limits import PredictorNames, SetAside, duplicate_message
+from tps_tracer.records.limits import SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import (
     byte_chunks,
@@ -150,14 +151,6 @@ class Side:
     n_steps: int = 0
 
 
-def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
-    """The raw columns (validated as the report validates them) and the side columns of one chunk."""
-    sides: list[Side] = []
-    raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
-    validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
-    return raw, _concat_sides(sides)
-
-
 def _side(recs: list[Any]) -> Side:
     if set(map(type, recs)) - {dict}:
         raise NotFast("a line is not an object")
@@ -276,13 +269,12 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
 
     summary = ConvertSummary()
     names: list[str] = []
-    limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
     seen: set[str] = set()
     try:
         for chunk in _checked_chunks(src, chunk_bytes):
-            table_names, table = _chunk_table(chunk, src, names, seen, summary)
-            if not limit.add(table_names):
+            table = _chunk_table(chunk, src, names, seen, summary)
+            if len(names) > MAX_PREDICTORS:
                 raise whole_file("too many predictor names")
             if table is None:
                 continue
@@ -318,25 +310,24 @@ def _checked_chunks(src: Path, chunk_bytes: int) -> Iterator[bytes]:
         raise whole_file("a line the exact read refuses") from None
 
 
-def _chunk_table(
-    chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary
-) -> tuple[list[str], Any]:
-    """(the chunk's predictor names, its table in the names seen so far, or None when empty)"""
+def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary) -> Any:
+    """The chunk's table in the names seen so far (`names` grows), or None when empty."""
 
-    def fast() -> tuple[list[str], Any]:
-        raw, side = fast_chunk(chunk)
+    def fast() -> Any:
+        sides: list[Side] = []
+        raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
+        validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
         ids = raw.ids
         if len(set(ids)) != len(ids) or not seen.isdisjoint(ids):
             raise NotFast("a repeated id")
-        chunk_names = list(raw.forecasts)
-        names.extend(n for n in chunk_names if n not in names)
+        names.extend(n for n in raw.forecasts if n not in names)
         if ids and not names:  # no column to write yet: the exact way (which names such a file)
             raise whole_file("no forecasts yet")
         seen.update(ids)
         summary.trajectories += len(ids)
-        return chunk_names, arrow_table(raw, side, names) if ids else None
+        return arrow_table(raw, _concat_sides(sides), names) if ids else None
 
-    def exact() -> tuple[list[str], Any]:
+    def exact() -> Any:
         try:
             records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
         except (TrajectoryFileError, UnicodeDecodeError):
@@ -348,9 +339,9 @@ def _chunk_table(
         repeated.log_once(str(src))
         records = [r for r in records if r.trajectory_id not in seen]
         seen.update(r.trajectory_id for r in records)
-        chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
+        chunk_names = dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts)
         names.extend(n for n in chunk_names if n not in names)
-        return chunk_names, records_table(records, names, summary) if records else None
+        return records_table(records, names, summary) if records else None
 
     return first_that_reads(fast, exact)
 

@@ -110,8 +110,7 @@ def parse_lines(
     first_line_of: dict[str, int] = {}
     repeats: dict[str, list[int]] = {}  # id -> lines of its later, set-aside records
     invalid_ids: set[str] = set()
-    last_line_no = 0
-    last_raw = ""
+    last_line_no, last_raw = 0, ""
     cut_at_end = False  # the last JSON error ran into the end of its line (a cut record)
     for line_no, raw in enumerate(lines, start=1):
         last_line_no, last_raw = line_no, raw
@@ -203,10 +202,9 @@ def read_trajectories(
     source: str | os.PathLike[str] | IO[str], strict: bool = False, links: ShardLinks | None = None
 ) -> ReadRecords:
     """Read a trajectory JSON Lines file (path or open text stream); see `parse_lines`."""
-    if hasattr(source, "read"):
-        stream: Any = source
-        name = getattr(stream, "name", "<stream>")
-        return parse_lines(bounded_lines(stream, name), name, strict, links=links)
+    if not isinstance(source, str | os.PathLike):  # an open text stream
+        name = getattr(source, "name", "<stream>")
+        return parse_lines(bounded_lines(source, name), name, strict, links=links)
     path = Path(source)
     try:
         # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped

@@ -31,10 +31,9 @@ BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
 LONG_LINE = 8 << 20  # a longer line has its steps parsed in pieces (see `_long_line`)
 PIECE_BYTES = 2 << 20
-_NONE, _INT, _FLOAT, _BOOL, _STR = type(None), int, float, bool, str
-_NUMBER = frozenset({_NONE, _INT, _FLOAT})  # q_z, forecasts (null = not given / missing)
-_OUTCOME = frozenset({_NONE, _INT, _FLOAT, _BOOL})  # `true` / `false` are outcomes 1 / 0
-_INTEGER = frozenset({_NONE, _INT})  # horizon, t
+_NUMBER = frozenset({type(None), int, float})  # q_z, forecasts (null = not given / missing)
+_OUTCOME = frozenset({type(None), int, float, bool})  # `true` / `false` are outcomes 1 / 0
+_INTEGER = frozenset({type(None), int})  # horizon, t
 _ABSENT_OBJECT: dict[str, Any] = {}  # the value of an absent `metadata` / `forecasts` (never mutated)
 _ABSENT_LIST: list[Any] = []  # the value of an absent `steps` (never mutated)
 _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identity (orjson never gives a NaN)
@@ -165,12 +164,11 @@ def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
         raise NotFast(f"orjson: {exc}") from None
 
 
-def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> set[type]:
-    """The exact types of the values (bool is not int here); NotFast unless all are allowed."""
+def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> None:
+    """NotFast unless each value's exact type is allowed (bool is not int here)."""
     found = set(map(type, values))
     if not (found <= allowed if isinstance(allowed, frozenset) else found <= {allowed}):
         raise NotFast(f"{what}: {sorted(t.__name__ for t in found)}")
-    return found
 
 
 def _field(
@@ -193,11 +191,11 @@ def flatten(recs: list[Any]) -> RawColumns:
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
         raise NotFast("resolution line")
-    ids = _field(recs, "trajectory_id", _STR)
-    reasons = _field(recs, "stop_reason", _STR)
+    ids = _field(recs, "trajectory_id", str)
+    reasons = _field(recs, "stop_reason", str)
     stop_code = np.fromiter(map(STOP_CODE.get, reasons, repeat(-1)), dtype=np.int64, count=n)
     outcome = _field(recs, "outcome", _OUTCOME)
-    pending = _field(recs, "outcome_pending", _BOOL, False)  # an explicit null is refused (NoneType)
+    pending = _field(recs, "outcome_pending", bool, False)  # an explicit null is refused (NoneType)
     q_z = _field(recs, "q_z", _NUMBER)
     horizon = _field(recs, "horizon", _INTEGER)
     _field(recs, "metadata", dict, _ABSENT_OBJECT)

@@ -134,15 +134,13 @@ def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
         obj["extra"] = extra  # not an object: kept as the field it is
 
 
-def parquet_file_iter(
-    path: str | os.PathLike[str], batch_rows: int = 32_768, set_aside: SetAside | None = None
-) -> Iterator[TrajectoryRecord]:
+def parquet_file_iter(path: str | os.PathLike[str], set_aside: SetAside | None = None) -> Iterator[TrajectoryRecord]:
     """Validated records of one Parquet file, a batch at a time; a row repeating an earlier row's id is
     set aside in `set_aside` (the first kept), as for a repeated JSON Lines record."""
     aside = set_aside if set_aside is not None else SetAside()
     first_row: dict[str, int] = {}
     row = 0
-    for batch in open_parquet(path).iter_batches(batch_size=batch_rows):
+    for batch in open_parquet(path).iter_batches(batch_size=32_768):
         keep = []
         for r in batch.to_pylist():
             row += 1

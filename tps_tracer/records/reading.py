@@ -176,7 +176,11 @@ def iter_chunks(
 
 
 def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Chunk]:
-    """A shard's chunks; on a NotFast, what its exact read holds beyond those given."""
+    """A shard's chunks; on a NotFast, what its exact read holds beyond those given, or all of it (for the
+    caller's duplicate check) when its first records are not those (a repeat among them was set aside).
+    Shards read this way hold no resolution lines, so the values given are the exact read's."""
+    from tps_tracer.records.jsonl import read_trajectories
+
     ids: list[str] = []
     end = 0
     try:
@@ -185,21 +189,10 @@ def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Ch
             end = chunk.done
             yield chunk
     except NotFast:
-        arrays, aside, start = shard_rest(path, ids, end)
-        yield Chunk(arrays, (file_index, start), False, str(path), set_aside=aside)
-
-
-def shard_rest(path: Path, ids: list[str], end: int) -> tuple[TrajectoryArrays, SetAside, int]:
-    """(arrays, set aside, byte offset) of a shard that fell back midway: what its exact read holds beyond
-    the chunks already given (`ids`, ending at byte `end`), or all of it (for the caller's duplicate check)
-    when its first records are not those (a repeat among them was set aside). Shards read this way hold no
-    resolution lines, so the values given are the exact read's."""
-    from tps_tracer.records.jsonl import read_trajectories
-
-    records = read_trajectories(path)
-    if ids and [r.trajectory_id for r in records[: len(ids)]] == ids:
-        return to_arrays(records[len(ids) :]), records.set_aside, end
-    return to_arrays(records), records.set_aside, 0
+        records = read_trajectories(path)
+        given = bool(ids) and [r.trajectory_id for r in records[: len(ids)]] == ids
+        rest = records[len(ids) :] if given else records
+        yield Chunk(to_arrays(rest), (file_index, end if given else 0), False, str(path), set_aside=records.set_aside)
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
@@ -265,19 +258,17 @@ def _jsonl_chunks(
     """One pass over a file without resolution lines: they are looked for in each chunk as it is read; one
     met after chunks were given raises `Rescan` (it may resolve a record above), `scan_first` finds them first."""
     try:
-        found = shared
+        found = shared  # None: the file's resolution lines are not looked for yet
         if shared is None and scan_first:
-            found = scan_resolutions([(file_index, _pieces(path))])
-        scanned = shared is not None or scan_first
+            found = scan_resolutions([(file_index, _pieces(path))]) or Resolutions({}, {})
         given = False
         for offset, chunk, size in byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
-            if not scanned and _KEY in chunk:
+            if found is None and _KEY in chunk:
                 if given:
                     raise Rescan()
                 whole = [(offset, chunk)] if end == size else _pieces(path)
                 found = scan_resolutions([(file_index, whole)])
-                scanned = True
             if found is not None:
                 chunk = found.drop_lines(chunk, file_index, offset)
             arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=found is not None)
@@ -388,14 +379,13 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
         if lines is None:  # the id's second record: which one a line resolves is the exact read's call
             raise whole_file("a repeated id with resolution lines")
         for y, q in lines:
-            if y is not None:
-                if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
-                    raise whole_file("an outcome for a non-clean stop, or a conflicting one")
-                outcome[i] = y
-            if q is not None:
-                if not (np.isnan(q_z[i]) or q_z[i] == q):
-                    raise whole_file("a conflicting q_z")
-                q_z[i] = q
+            if y is not None and arrays.stop_code[i] != _CLEAN:
+                raise whole_file("an outcome for a non-clean stop")
+            for column, value in ((outcome, y), (q_z, q)):
+                if value is not None:
+                    if not (np.isnan(column[i]) or column[i] == value):
+                        raise whole_file("a conflicting outcome or q_z")
+                    column[i] = value
     arrays.outcome, arrays.q_z = outcome, q_z
     return arrays
 
@@ -494,7 +484,7 @@ def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     return records
 
 
-def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
+def parquet_records(src: str | os.PathLike[str]) -> Iterator[TrajectoryRecord]:
     """Validated records of a Parquet file or directory, streamed shard by shard (read whole when a
     JSON Lines shard holds resolution lines); a repeated id is set aside within a file, an error across."""
     from tps_tracer.records.jsonl import read_trajectories
@@ -506,7 +496,7 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
         return
     seen: set[str] = set()
     for path in files:
-        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
+        records = parquet_file_iter(path) if is_parquet(path) else read_trajectories(path)
         for rec in records:
             if rec.trajectory_id in seen:
                 msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
@@ -531,17 +521,23 @@ def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     tasks: list[str] = []
     for f in source_files(path):
         if is_parquet(f):
-            _parquet_task_ids(f, ids, tasks)
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(f)
+            columns = [c for c in ("trajectory_id", "metadata") if c in pf.schema_arrow.names]
+            for batch in pf.iter_batches(columns=columns, batch_size=32_768):
+                batch_ids = batch.column("trajectory_id").to_pylist()
+                metas = batch.column("metadata").to_pylist() if "metadata" in columns else [None] * len(batch_ids)
+                ids.extend(batch_ids)
+                for i, m in zip(batch_ids, metas, strict=True):  # metadata as JSON text or a struct
+                    tasks.append(task_id_from(i, json.loads(m) if isinstance(m, str) else m))
             continue
         with open(f, encoding="utf-8-sig") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
+            for line in filter(str.strip, fh):  # (a blank line skipped)
                 obj = _loads(line)
-                if "resolves" in obj:  # a resolution line, not a trajectory
-                    continue
-                ids.append(obj["trajectory_id"])
-                tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
+                if "resolves" not in obj:  # a resolution line is not a trajectory
+                    ids.append(obj["trajectory_id"])
+                    tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
     return ids, tasks
 
 
@@ -555,19 +551,3 @@ def _loads(line: str) -> Any:
     if isinstance(meta, dict) and "task_id" in meta and type(meta["task_id"]) is not str:
         return json.loads(line)
     return obj
-
-
-def _parquet_task_ids(path: str | os.PathLike[str], ids: list[str], tasks: list[str]) -> None:
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(path)
-    columns = [c for c in ("trajectory_id", "metadata") if c in pf.schema_arrow.names]
-    for batch in pf.iter_batches(columns=columns, batch_size=32_768):
-        batch_ids = batch.column("trajectory_id").to_pylist()
-        if "metadata" not in columns:
-            metas: list[Any] = [None] * len(batch_ids)
-        else:
-            metas = batch.column("metadata").to_pylist()
-            metas = [json.loads(m) if isinstance(m, str) else m for m in metas]  # JSON text or a struct
-        ids.extend(batch_ids)
-        tasks.extend(task_id_from(i, m) for i, m in zip(batch_ids, metas, strict=True))
