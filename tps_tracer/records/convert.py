@@ -137,8 +137,7 @@ def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -
     if first is None:
         what = "the directory holds" if Path(src).is_dir() else "the file holds"
         raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
-    n = write_trajectories(itertools.chain([first], records), dst)
-    return ConvertSummary(trajectories=n)
+    return ConvertSummary(trajectories=write_trajectories(itertools.chain([first], records), dst))
 
 
 @dataclass
@@ -175,9 +174,7 @@ def _side(recs: list[Any]) -> Side:
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
     """`[orjson.dumps(o) for o in objects]` in one call (~4 us a call saved): dumped as one array with a
-    control byte orjson never writes between the items, and cut there."""
-    if set(map(type, objects)) - {dict}:
-        raise NotFast("metadata is not an object")  # as flatten would
+    control byte orjson never writes between the items, and cut there (metadata not an object: flatten refuses it)."""
     if not objects:
         return []
     seq: list[Any] = [_CUT] * (2 * len(objects) + 1)
@@ -192,13 +189,6 @@ def _count(dicts: list[dict[str, Any]], keys: frozenset[str]) -> int:
 def _extra_text(obj: dict[str, Any], known: frozenset[str]) -> str | None:
     extra = {k: v for k, v in obj.items() if k not in known}
     return json.dumps(extra) if extra else None
-
-
-def _concat_sides(sides: list[Side]) -> Side:
-    out = Side(list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides)))
-    if any(s.step_extra is not None for s in sides):
-        out.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
-    return out
 
 
 def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
@@ -325,7 +315,12 @@ def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summ
             raise whole_file("no forecasts yet")
         seen.update(ids)
         summary.trajectories += len(ids)
-        return arrow_table(raw, _concat_sides(sides), names) if ids else None
+        side = Side(
+            list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides))
+        )
+        if any(s.step_extra is not None for s in sides):
+            side.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
+        return arrow_table(raw, side, names) if ids else None
 
     def exact() -> Any:
         try:

@@ -61,12 +61,10 @@ def apply_resolution_records(
         update: dict[str, Any] = {}
         for name in ("outcome", "q_z"):
             new, old = getattr(res, name), getattr(rec, name)
-            if new is None:
-                continue
-            if old is not None and old != new:
+            if new is not None and old is not None and old != new:
                 errors.append(RecordError(line_no, name, f"{res.resolves!r} already has {name} {old!r}, not {new!r}"))
-                continue
-            update[name] = new
+            elif new is not None:
+                update[name] = new
         if "outcome" in update:
             update["outcome_pending"] = False
         out[i] = rec.model_copy(update=update)
@@ -147,8 +145,7 @@ def parse_lines(
             continue
         for i, step in enumerate(rec.steps):
             for name, value in step.forecasts.items():
-                problem = forecast_problem(value)
-                if problem:
+                if problem := forecast_problem(value):
                     errors.append(RecordError(line_no, f"steps[{i}].forecasts.{name}", problem))
         beyond = names.first_beyond(step.forecasts for step in rec.steps)
         if beyond is not None:

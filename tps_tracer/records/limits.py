@@ -173,14 +173,11 @@ def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.Path
     non-blank byte is not `{`, or that passed MAX_RECORD_BYTES. A byte >= 0x80 may start Unicode
     whitespace, which the exact reader strips: left to the bound."""
     for part in parts:
-        rest = part.lstrip(_SPACE)  # C speed: a line of a gigabyte of spaces is not walked in Python
-        if not rest:
-            continue
-        first = rest[0]
-        if first != ord("{") and first < 0x80:
-            line = line_number_at(path, offset)
-            raise TrajectoryFileError(str(path), [RecordError(line, "", _START_MESSAGE.format(chr(first)))])
-        break
+        if rest := part.lstrip(_SPACE):  # C speed: a line of a gigabyte of spaces is not walked in Python
+            if rest[0] != ord("{") and rest[0] < 0x80:
+                message = _START_MESSAGE.format(chr(rest[0]))
+                raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", message)])
+            break
     if size > MAX_RECORD_BYTES:
         raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", _SIZE_MESSAGE)])
 
@@ -276,13 +273,11 @@ def repeated_ids(ids: Sequence[str]) -> list[str]:
 
 
 def check_unique_ids(ids: Sequence[str]) -> None:
-    dups = repeated_ids(ids)
-    if not dups:
-        return
-    more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
-    raise DuplicateIdError(
-        f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
-    )
+    if dups := repeated_ids(ids):
+        more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
+        raise DuplicateIdError(
+            f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
+        )
 
 
 def repeated_keys(keys: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:

@@ -125,12 +125,10 @@ def _object_or_text(value: Any) -> Any:
 
 
 def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
-    if extra is None:
-        return
     fields = _object_or_text(extra)
     if isinstance(fields, dict):
         obj.update(fields)
-    else:
+    elif extra is not None:
         obj["extra"] = extra  # not an object: kept as the field it is
 
 
@@ -145,11 +143,9 @@ def parquet_file_iter(path: str | os.PathLike[str], set_aside: SetAside | None =
         for r in batch.to_pylist():
             row += 1
             tid = r.get("trajectory_id")
-            if isinstance(tid, str) and tid in first_row:
+            if isinstance(tid, str) and first_row.setdefault(tid, row) != row:  # a repeat: the first row is kept
                 aside.add("duplicate_id", f"row {row}: {duplicate_message(tid, f'first seen on row {first_row[tid]}')}")
                 continue
-            if isinstance(tid, str):
-                first_row[tid] = row
             keep.append((row, row_json(r)))
         yield from validated_rows(path, keep)
     aside.log_once(str(path))

@@ -99,7 +99,6 @@ def read_arrow_batch(
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
 SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines
-PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
 _NON_SPACE = re.compile(rb"\S")
@@ -117,7 +116,7 @@ class Chunk:
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:
-    return Path(path).suffix.lower() in PARQUET_SUFFIXES
+    return Path(path).suffix.lower() in (".parquet", ".pq")
 
 
 def source_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -176,9 +175,8 @@ def iter_chunks(
 
 
 def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Chunk]:
-    """A shard's chunks; on a NotFast, what its exact read holds beyond those given, or all of it (for the
-    caller's duplicate check) when its first records are not those (a repeat among them was set aside).
-    Shards read this way hold no resolution lines, so the values given are the exact read's."""
+    """A shard's chunks; on a NotFast, its exact read beyond those given, or all of it (for the caller's duplicate
+    check) when its first records differ (a repeat among them set aside); such shards hold no resolution lines."""
     from tps_tracer.records.jsonl import read_trajectories
 
     ids: list[str] = []
@@ -510,8 +508,7 @@ def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
 
 
 def task_id_from(trajectory_id: str, metadata: Any) -> str:
-    task = metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id
-    return str(task)
+    return str(metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id)
 
 
 def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
