@@ -3,7 +3,7 @@
 The readers' results are checked against the exact whole-file reader (`read_trajectories` ->
 `to_arrays` -> `build_report`), computed independently of the chunked path. The shard cases are
 the ones where a shard among many falls back to its whole-file read after its first chunks were
-already given: before reading.shard_rest, the shard's whole read was given again and the report
+already given: before reading._midway read only the rest, the shard's whole read was given again and the report
 failed with "duplicate id" errors naming the shard twice.
 """
 

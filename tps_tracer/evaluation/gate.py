@@ -40,7 +40,7 @@ from tps_tracer.records.reading import (
     is_parquet,
     read_task_ids,
     source_files,
-    task_id_of,
+    task_id_from,
 )
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
@@ -273,7 +273,7 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
     set_aside = getattr(run, "set_aside", None)  # what `read_trajectories` set aside (ReadRecords)
     return GateSample(
         gate_rows(to_arrays(run), crit),
-        [task_id_of(r) for r in run],
+        [task_id_from(r.trajectory_id, r.metadata) for r in run],
         set_aside if isinstance(set_aside, SetAside) else SetAside(),
     )
 

@@ -14,21 +14,12 @@ if TYPE_CHECKING:
     from tps_tracer.records.schema import StepRecord, TrajectoryRecord
     from tps_tracer.records.stop_reasons import DEFAULT_ROLES, CensoringPolicy, Role, StopReason
 
-_HOME = {
-    "PredictorColumn": "arrays",
-    "TrajectoryArrays": "arrays",
-    "to_arrays": "arrays",
-    "RecordError": "errors",
-    "TrajectoryFileError": "errors",
-    "parse_lines": "jsonl",
-    "read_trajectories": "jsonl",
-    "write_trajectories": "jsonl",
-    "StepRecord": "schema",
-    "TrajectoryRecord": "schema",
-    "DEFAULT_ROLES": "stop_reasons",
-    "CensoringPolicy": "stop_reasons",
-    "Role": "stop_reasons",
-    "StopReason": "stop_reasons",
+_WHERE = {
+    "arrays": ("PredictorColumn", "TrajectoryArrays", "to_arrays"),
+    "errors": ("RecordError", "TrajectoryFileError"),
+    "jsonl": ("parse_lines", "read_trajectories", "write_trajectories"),
+    "schema": ("StepRecord", "TrajectoryRecord"),
+    "stop_reasons": ("DEFAULT_ROLES", "CensoringPolicy", "Role", "StopReason"),
 }
 
 __all__ = [
@@ -49,4 +40,4 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _HOME)
+__getattr__, __dir__ = lazy_names(__name__, {n: m for m, names in _WHERE.items() for n in names})

@@ -115,23 +115,25 @@ def to_arrays(records: Sequence[TrajectoryRecord]) -> TrajectoryArrays:
         usable = np.array([not r for r in reasons], dtype=bool)
         counts = {k: reasons.count(k) for k in SKIP_REASONS if k in reasons}
         predictor_cols[name] = PredictorColumn(name, columns[name], usable, counts)
-    stop_code = np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8)
-    outcome = np.array([float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64)
-    clean = stop_code == STOP_REASONS.index(StopReason.CLEAN)
-    outcome_on_unscored = int(np.sum(~clean & ~np.isnan(outcome)))
-    outcome[~clean] = np.nan
-    q_z = np.array([r.q_z if r.q_z is not None else np.nan for r in records], dtype=np.float64)
-    horizon = np.array([r.effective_horizon for r in records], dtype=np.float64)
-    return TrajectoryArrays(
-        ids=[r.trajectory_id for r in records],
-        offsets=offsets,
-        horizon=horizon,
-        stop_code=stop_code,
-        outcome=outcome,
-        q_z=q_z,
-        predictors=predictor_cols,
-        outcome_on_unscored=outcome_on_unscored,
+    return _clean_outcomes(
+        TrajectoryArrays(
+            [r.trajectory_id for r in records],
+            offsets,
+            np.array([r.effective_horizon for r in records], dtype=np.float64),
+            np.array([STOP_REASONS.index(r.stop_reason) for r in records], dtype=np.int8),
+            np.array([float(r.outcome) if r.outcome is not None else np.nan for r in records], dtype=np.float64),
+            np.array([r.q_z if r.q_z is not None else np.nan for r in records], dtype=np.float64),
+            predictor_cols,
+        )
     )
+
+
+def _clean_outcomes(arrays: TrajectoryArrays) -> TrajectoryArrays:
+    """Both readers' rule: an outcome is kept on a clean stop only; the others' are counted, not scored."""
+    clean = arrays.stop_code == _CLEAN
+    arrays.outcome_on_unscored = int(np.sum(~clean & ~np.isnan(arrays.outcome)))
+    arrays.outcome = np.where(clean, arrays.outcome, np.nan)
+    return arrays
 
 
 def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
@@ -157,15 +159,13 @@ def concat_arrays(parts: Sequence[TrajectoryArrays]) -> TrajectoryArrays:
             name, np.concatenate(values), np.concatenate(usable), {k: v for k, v in skipped.items() if v}
         )
     lengths = np.concatenate([p.lengths for p in parts])
+    joined = {k: np.concatenate([getattr(p, k) for p in parts]) for k in ("horizon", "stop_code", "outcome", "q_z")}
     return TrajectoryArrays(
         ids=[i for p in parts for i in p.ids],
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-        horizon=np.concatenate([p.horizon for p in parts]),
-        stop_code=np.concatenate([p.stop_code for p in parts]),
-        outcome=np.concatenate([p.outcome for p in parts]),
-        q_z=np.concatenate([p.q_z for p in parts]),
         predictors=predictors,
         outcome_on_unscored=sum(p.outcome_on_unscored for p in parts),
+        **joined,
     )
 
 
@@ -259,17 +259,7 @@ def validated_arrays(raw: RawColumns) -> TrajectoryArrays:
             raise NotFast(f"forecasts.{name}: outside [0, 1]")
         predictors[name] = _gap_column(name, values, lengths, owner)
 
-    outcome_on_unscored = int(np.sum(~clean & has_outcome))
-    return TrajectoryArrays(
-        ids=raw.ids,
-        offsets=offsets,
-        horizon=horizon,
-        stop_code=stop_code,
-        outcome=np.where(clean, outcome, np.nan),
-        q_z=q_z,
-        predictors=predictors,
-        outcome_on_unscored=outcome_on_unscored,
-    )
+    return _clean_outcomes(TrajectoryArrays(raw.ids, offsets, horizon, stop_code, outcome, q_z, predictors))
 
 
 def _column(table: Any, name: str) -> Any:
@@ -300,15 +290,7 @@ def _numbers(arr: Any, n: int, name: str, *, integer: bool = False, boolean: boo
         raise NotFast(f"{name}: type {t}")
     if pa.types.is_floating(t) and pc.any(pc.is_nan(arr)).as_py():
         raise NotFast(f"{name}: NaN")
-    return _floats(arr, name)
-
-
-def _floats(arr: Any, name: str) -> np.ndarray:
-    """As float64; NotFast for an integer beyond 2**53, which Arrow refuses to cast (the exact path decides)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
+    try:  # Arrow refuses to cast an integer beyond 2**53: the exact path decides
         values = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
     except pa.ArrowInvalid:
         raise NotFast(f"{name}: an integer beyond 2**53") from None
@@ -365,10 +347,8 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
             children = items.flatten()
             if "t" in fields:
                 t_arr = children[fields["t"]]
-                if not (pa.types.is_null(t_arr.type) or pa.types.is_integer(t_arr.type)):
-                    raise NotFast("steps.t: type")
                 if not pa.types.is_null(t_arr.type):
-                    t = _floats(t_arr, "steps.t")
+                    t = _numbers(t_arr, len(items), "steps.t", integer=True)
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
                 if pa.types.is_null(fc.type) and not from_json:

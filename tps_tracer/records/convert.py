@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_CODE, RawColumns, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
 from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
-from tps_tracer.records.limits import PredictorNames, SetAside, duplicate_message
+from tps_tracer.records.limits import SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import (
     byte_chunks,
@@ -136,8 +137,7 @@ def parquet_to_jsonl(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -
     if first is None:
         what = "the directory holds" if Path(src).is_dir() else "the file holds"
         raise TrajectoryFileError(str(src), [RecordError(0, "", f"{what} no trajectories")])
-    n = write_trajectories(itertools.chain([first], records), dst)
-    return ConvertSummary(trajectories=n)
+    return ConvertSummary(trajectories=write_trajectories(itertools.chain([first], records), dst))
 
 
 @dataclass
@@ -148,14 +148,6 @@ class Side:
     extra: list[str | None] = field(default_factory=list)
     step_extra: list[str | None] | None = None  # None: no step has a field outside the schema
     n_steps: int = 0
-
-
-def fast_chunk(chunk: bytes) -> tuple[RawColumns, Side]:
-    """The raw columns (validated as the report validates them) and the side columns of one chunk."""
-    sides: list[Side] = []
-    raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
-    validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
-    return raw, _concat_sides(sides)
 
 
 def _side(recs: list[Any]) -> Side:
@@ -182,9 +174,7 @@ def _side(recs: list[Any]) -> Side:
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
     """`[orjson.dumps(o) for o in objects]` in one call (~4 us a call saved): dumped as one array with a
-    control byte orjson never writes between the items, and cut there."""
-    if set(map(type, objects)) - {dict}:
-        raise NotFast("metadata is not an object")  # as flatten would
+    control byte orjson never writes between the items, and cut there (metadata not an object: flatten refuses it)."""
     if not objects:
         return []
     seq: list[Any] = [_CUT] * (2 * len(objects) + 1)
@@ -201,13 +191,6 @@ def _extra_text(obj: dict[str, Any], known: frozenset[str]) -> str | None:
     return json.dumps(extra) if extra else None
 
 
-def _concat_sides(sides: list[Side]) -> Side:
-    out = Side(list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides)))
-    if any(s.step_extra is not None for s in sides):
-        out.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
-    return out
-
-
 def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
     """The chunk in `arrow_schema(names)` (a name the chunk lacks: null)."""
     import pyarrow as pa
@@ -220,21 +203,15 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
             values = np.where(nan, 0, values).astype(np.int64)
         return pa.array(values, type=kind, mask=nan if nan.any() else None)
 
-    forecasts = pa.StructArray.from_arrays(
-        [
-            masked(raw.forecasts[name], pa.float64()) if name in raw.forecasts else pa.nulls(n_steps, pa.float64())
-            for name in names
-        ],
-        fields=list(arrow_schema(names).field("steps").type.value_type.field("forecasts").type),
-    )
+    forecasts = [
+        masked(raw.forecasts[name], pa.float64()) if name in raw.forecasts else pa.nulls(n_steps, pa.float64())
+        for name in names
+    ]
     t = masked(raw.t, pa.int64()) if raw.t is not None else pa.nulls(n_steps, pa.int64())
     step_extra = (
         pa.array(side.step_extra, pa.string()) if side.step_extra is not None else pa.nulls(n_steps, pa.string())
     )
-    step = pa.StructArray.from_arrays([t, forecasts, step_extra], names=["t", "forecasts", "extra"])
-    offsets = np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32)
-    steps = pa.ListArray.from_arrays(pa.array(offsets), step)
-    schema = arrow_schema(names)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32))
     columns = [
         pa.array(raw.ids, pa.string()),
         pa.array(_STOP_NAMES[raw.stop_code], pa.string()),
@@ -242,11 +219,23 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
         pa.array(raw.outcome_pending, pa.bool_()),
         masked(raw.horizon, pa.int64()),
         masked(raw.q_z, pa.float64()),
-        steps.cast(schema.field("steps").type),
+        _steps(offsets, t, forecasts, step_extra, names),
         pa.array(side.metadata, pa.string()),
         pa.array(side.extra, pa.string()),
     ]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(columns, schema=arrow_schema(names))
+
+
+def _steps(offsets: Any, t: Any, forecasts: list[Any], extra: Any, names: Sequence[str]) -> Any:
+    """The `steps` column of `arrow_schema(names)` from its parts (a forecast column per name)."""
+    import pyarrow as pa
+
+    steps_type = arrow_schema(names).field("steps").type
+    fields = list(steps_type.value_type.field("forecasts").type)
+    step = pa.StructArray.from_arrays(
+        [t, pa.StructArray.from_arrays(forecasts, fields=fields), extra], names=["t", "forecasts", "extra"]
+    )
+    return pa.ListArray.from_arrays(offsets, step).cast(steps_type)
 
 
 def widen(table: Any, names: Sequence[str]) -> Any:
@@ -254,20 +243,14 @@ def widen(table: Any, names: Sequence[str]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = arrow_schema(names)
     steps = table.column("steps").combine_chunks()
     values = steps.values
     old = values.field("forecasts")
     have = {old.type.field(i).name: i for i in range(old.type.num_fields)}
     children = [old.field(have[n]) if n in have else pa.nulls(len(old), pa.float64()) for n in names]
-    fields = list(schema.field("steps").type.value_type.field("forecasts").type)
-    forecasts = pa.StructArray.from_arrays(children, fields=fields)
-    step = pa.StructArray.from_arrays(
-        [values.field("t"), forecasts, values.field("extra")], names=["t", "forecasts", "extra"]
-    )
     offsets = pc.subtract(steps.offsets, steps.offsets[0]) if len(steps) else steps.offsets
-    new_steps = pa.ListArray.from_arrays(offsets, step).cast(schema.field("steps").type)
-    return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(schema)
+    new_steps = _steps(offsets, values.field("t"), children, values.field("extra"), names)
+    return table.set_column(table.schema.get_field_index("steps"), "steps", new_steps).cast(arrow_schema(names))
 
 
 def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
@@ -276,13 +259,12 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
 
     summary = ConvertSummary()
     names: list[str] = []
-    limit = PredictorNames()
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
     seen: set[str] = set()
     try:
         for chunk in _checked_chunks(src, chunk_bytes):
-            table_names, table = _chunk_table(chunk, src, names, seen, summary)
-            if not limit.add(table_names):
+            table = _chunk_table(chunk, src, names, seen, summary)
+            if len(names) > MAX_PREDICTORS:
                 raise whole_file("too many predictor names")
             if table is None:
                 continue
@@ -318,25 +300,29 @@ def _checked_chunks(src: Path, chunk_bytes: int) -> Iterator[bytes]:
         raise whole_file("a line the exact read refuses") from None
 
 
-def _chunk_table(
-    chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary
-) -> tuple[list[str], Any]:
-    """(the chunk's predictor names, its table in the names seen so far, or None when empty)"""
+def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary) -> Any:
+    """The chunk's table in the names seen so far (`names` grows), or None when empty."""
 
-    def fast() -> tuple[list[str], Any]:
-        raw, side = fast_chunk(chunk)
+    def fast() -> Any:
+        sides: list[Side] = []
+        raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
+        validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
         ids = raw.ids
         if len(set(ids)) != len(ids) or not seen.isdisjoint(ids):
             raise NotFast("a repeated id")
-        chunk_names = list(raw.forecasts)
-        names.extend(n for n in chunk_names if n not in names)
+        names.extend(n for n in raw.forecasts if n not in names)
         if ids and not names:  # no column to write yet: the exact way (which names such a file)
             raise whole_file("no forecasts yet")
         seen.update(ids)
         summary.trajectories += len(ids)
-        return chunk_names, arrow_table(raw, side, names) if ids else None
+        side = Side(
+            list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides))
+        )
+        if any(s.step_extra is not None for s in sides):
+            side.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
+        return arrow_table(raw, side, names) if ids else None
 
-    def exact() -> tuple[list[str], Any]:
+    def exact() -> Any:
         try:
             records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
         except (TrajectoryFileError, UnicodeDecodeError):
@@ -348,9 +334,9 @@ def _chunk_table(
         repeated.log_once(str(src))
         records = [r for r in records if r.trajectory_id not in seen]
         seen.update(r.trajectory_id for r in records)
-        chunk_names = list(dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts))
+        chunk_names = dict.fromkeys(n for r in records for s in r.steps for n in s.forecasts)
         names.extend(n for n in chunk_names if n not in names)
-        return chunk_names, records_table(records, names, summary) if records else None
+        return records_table(records, names, summary) if records else None
 
     return first_that_reads(fast, exact)
 

@@ -61,12 +61,10 @@ def apply_resolution_records(
         update: dict[str, Any] = {}
         for name in ("outcome", "q_z"):
             new, old = getattr(res, name), getattr(rec, name)
-            if new is None:
-                continue
-            if old is not None and old != new:
+            if new is not None and old is not None and old != new:
                 errors.append(RecordError(line_no, name, f"{res.resolves!r} already has {name} {old!r}, not {new!r}"))
-                continue
-            update[name] = new
+            elif new is not None:
+                update[name] = new
         if "outcome" in update:
             update["outcome_pending"] = False
         out[i] = rec.model_copy(update=update)
@@ -87,30 +85,6 @@ def runs_into_end(exc: json.JSONDecodeError, text: str) -> bool:
     if not tail or any(word.startswith(tail) for word in ("true", "false", "null")):  # cut in a literal
         return True
     return _NUMBER_TAIL.fullmatch(tail) is not None  # cut in a number ("0." or "1e")
-
-
-def _set_aside_resolutions(
-    resolutions: list[tuple[int, ResolutionRecord]],
-    first_line_of: dict[str, int],
-    repeats: dict[str, list[int]],
-    set_aside: SetAside,
-) -> list[tuple[int, ResolutionRecord]]:
-    """The resolutions to apply; those of no record, or of a set-aside repeat, are counted instead
-    (`limits.SetAside`)."""
-    kept = []
-    for line_no, res in resolutions:
-        first = first_line_of.get(res.resolves)
-        if first is None:
-            set_aside.add("orphan_resolution", f"line {line_no}: no trajectory {res.resolves!r} in the file")
-            continue
-        above = [n for n in (first, *repeats.get(res.resolves, ())) if n < line_no]
-        if above and above[-1] != first:
-            set_aside.add(
-                "duplicate_resolution", f"line {line_no}: resolves the repeated {res.resolves!r} of line {above[-1]}"
-            )
-            continue
-        kept.append((line_no, res))
-    return kept
 
 
 def parse_lines(
@@ -134,8 +108,7 @@ def parse_lines(
     first_line_of: dict[str, int] = {}
     repeats: dict[str, list[int]] = {}  # id -> lines of its later, set-aside records
     invalid_ids: set[str] = set()
-    last_line_no = 0
-    last_raw = ""
+    last_line_no, last_raw = 0, ""
     cut_at_end = False  # the last JSON error ran into the end of its line (a cut record)
     for line_no, raw in enumerate(lines, start=1):
         last_line_no, last_raw = line_no, raw
@@ -172,8 +145,7 @@ def parse_lines(
             continue
         for i, step in enumerate(rec.steps):
             for name, value in step.forecasts.items():
-                problem = forecast_problem(value)
-                if problem:
+                if problem := forecast_problem(value):
                     errors.append(RecordError(line_no, f"steps[{i}].forecasts.{name}", problem))
         beyond = names.first_beyond(step.forecasts for step in rec.steps)
         if beyond is not None:
@@ -195,8 +167,18 @@ def parse_lines(
         if links is not None:
             links.foreign.extend((n, r) for n, r in resolutions if r.resolves not in first_line_of)
             resolutions = [(n, r) for n, r in resolutions if r.resolves in first_line_of]
-        if not strict:
-            resolutions = _set_aside_resolutions(resolutions, first_line_of, repeats, set_aside)
+        if not strict:  # a resolution of no record, or whose nearest record above is a repeat, is set aside
+            kept = []
+            for line_no, res in resolutions:
+                later = [n for n in repeats.get(res.resolves, ()) if n < line_no]
+                if res.resolves not in first_line_of:
+                    set_aside.add("orphan_resolution", f"line {line_no}: no trajectory {res.resolves!r} in the file")
+                elif later:
+                    message = f"line {line_no}: resolves the repeated {res.resolves!r} of line {later[-1]}"
+                    set_aside.add("duplicate_resolution", message)
+                else:
+                    kept.append((line_no, res))
+            resolutions = kept
         records = apply_resolution_records(records, resolutions, errors)
     if errors:
         # A last line without a newline whose JSON stops mid-value is the sign of a writer killed
@@ -217,10 +199,9 @@ def read_trajectories(
     source: str | os.PathLike[str] | IO[str], strict: bool = False, links: ShardLinks | None = None
 ) -> ReadRecords:
     """Read a trajectory JSON Lines file (path or open text stream); see `parse_lines`."""
-    if hasattr(source, "read"):
-        stream: Any = source
-        name = getattr(stream, "name", "<stream>")
-        return parse_lines(bounded_lines(stream, name), name, strict, links=links)
+    if not isinstance(source, str | os.PathLike):  # an open text stream
+        name = getattr(source, "name", "<stream>")
+        return parse_lines(bounded_lines(source, name), name, strict, links=links)
     path = Path(source)
     try:
         # utf-8-sig: a byte-order mark (editors on Windows write one) is skipped

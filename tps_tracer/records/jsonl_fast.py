@@ -31,10 +31,9 @@ BATCH_LINES = 1_000
 _FEW_LINES = 8  # a chunk of at most this many lines is parsed through views (see `_views`)
 LONG_LINE = 8 << 20  # a longer line has its steps parsed in pieces (see `_long_line`)
 PIECE_BYTES = 2 << 20
-_NONE, _INT, _FLOAT, _BOOL, _STR = type(None), int, float, bool, str
-_NUMBER = frozenset({_NONE, _INT, _FLOAT})  # q_z, forecasts (null = not given / missing)
-_OUTCOME = frozenset({_NONE, _INT, _FLOAT, _BOOL})  # `true` / `false` are outcomes 1 / 0
-_INTEGER = frozenset({_NONE, _INT})  # horizon, t
+_NUMBER = frozenset({type(None), int, float})  # q_z, forecasts (null = not given / missing)
+_OUTCOME = frozenset({type(None), int, float, bool})  # `true` / `false` are outcomes 1 / 0
+_INTEGER = frozenset({type(None), int})  # horizon, t
 _ABSENT_OBJECT: dict[str, Any] = {}  # the value of an absent `metadata` / `forecasts` (never mutated)
 _ABSENT_LIST: list[Any] = []  # the value of an absent `steps` (never mutated)
 _ABSENT = float("nan")  # an absent forecast: read as NaN, and counted by identity (orjson never gives a NaN)
@@ -165,17 +164,20 @@ def _parse(lines: Sequence[bytes | memoryview]) -> list[Any]:
         raise NotFast(f"orjson: {exc}") from None
 
 
-def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> set[type]:
-    """The exact types of the values (bool is not int here); NotFast unless all are allowed."""
+def _only(values: Iterable[Any], allowed: frozenset[type] | type, what: str) -> None:
+    """NotFast unless each value's exact type is allowed (bool is not int here)."""
     found = set(map(type, values))
     if not (found <= allowed if isinstance(allowed, frozenset) else found <= {allowed}):
         raise NotFast(f"{what}: {sorted(t.__name__ for t in found)}")
-    return found
 
 
-def _field(dicts: list[dict[str, Any]], key: str, default: Any = None) -> list[Any]:
-    """`[d.get(key, default) for d in dicts]`, ~15% faster."""
-    return list(map(dict.get, dicts, repeat(key), repeat(default)))
+def _field(
+    dicts: list[dict[str, Any]], key: str, allowed: frozenset[type] | type, default: Any = None, what: str = ""
+) -> list[Any]:
+    """`[d.get(key, default) for d in dicts]` (~15% faster), NotFast unless each value's type is `allowed`."""
+    values = list(map(dict.get, dicts, repeat(key), repeat(default)))
+    _only(values, allowed, what or key)
+    return values
 
 
 def _floats(values: list[Any]) -> np.ndarray:
@@ -189,35 +191,26 @@ def flatten(recs: list[Any]) -> RawColumns:
     _only(recs, dict, "a line is not an object")
     if any("resolves" in r for r in recs):
         raise NotFast("resolution line")
-    ids = _field(recs, "trajectory_id")
-    _only(ids, _STR, "trajectory_id")
-    reasons = _field(recs, "stop_reason")
-    _only(reasons, _STR, "stop_reason")
+    ids = _field(recs, "trajectory_id", str)
+    reasons = _field(recs, "stop_reason", str)
     stop_code = np.fromiter(map(STOP_CODE.get, reasons, repeat(-1)), dtype=np.int64, count=n)
-    outcome = _field(recs, "outcome")
-    _only(outcome, _OUTCOME, "outcome")
-    pending = _field(recs, "outcome_pending", False)  # an explicit null is refused (NoneType)
-    _only(pending, _BOOL, "outcome_pending")
-    q_z = _field(recs, "q_z")
-    _only(q_z, _NUMBER, "q_z")
-    horizon = _field(recs, "horizon")
-    _only(horizon, _INTEGER, "horizon")
-    _only(_field(recs, "metadata", _ABSENT_OBJECT), dict, "metadata")
+    outcome = _field(recs, "outcome", _OUTCOME)
+    pending = _field(recs, "outcome_pending", bool, False)  # an explicit null is refused (NoneType)
+    q_z = _field(recs, "q_z", _NUMBER)
+    horizon = _field(recs, "horizon", _INTEGER)
+    _field(recs, "metadata", dict, _ABSENT_OBJECT)
 
-    steps = _field(recs, "steps", _ABSENT_LIST)
-    _only(steps, list, "steps")
+    steps = _field(recs, "steps", list, _ABSENT_LIST)
     recs.clear()  # the record dicts; their steps live on in `steps`
     lengths = np.fromiter(map(len, steps), dtype=np.int64, count=n)
     flat = list(chain.from_iterable(steps))
     del steps
     _only(flat, dict, "steps: items are not objects")
-    t_values = _field(flat, "t")
-    t_types = _only(t_values, _INTEGER, "steps.t")
-    fcs = _field(flat, "forecasts", _ABSENT_OBJECT)
+    t_values = _field(flat, "t", _INTEGER, what="steps.t")
+    fcs = _field(flat, "forecasts", dict, _ABSENT_OBJECT)
     del flat  # the step dicts; their t and forecasts live on in the two lists
-    t = _floats(t_values) if _INT in t_types else None
+    t = _floats(t_values) if t_values.count(None) < len(t_values) else None  # None: no step gives one
     del t_values
-    _only(fcs, dict, "forecasts")
     return RawColumns(
         ids=ids,
         stop_code=stop_code,
@@ -251,8 +244,7 @@ def _forecast_columns(fcs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
 def _columns(fcs: list[dict[str, Any]], names: list[str]) -> dict[str, tuple[np.ndarray, int]]:
     out = {}
     for name in names:
-        values = _field(fcs, name, _ABSENT)
-        _only(values, _NUMBER, f"forecasts.{name}")
+        values = _field(fcs, name, _NUMBER, _ABSENT, f"forecasts.{name}")
         out[name] = (_floats(values), len(values) - values.count(_ABSENT))
     return out
 

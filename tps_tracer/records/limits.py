@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 
 PROBE_CHARS = 1 << 20  # the text reader reads a line in pieces of this many characters
+_START_MESSAGE = "not a JSON object (the line starts with {!r}), refused before reading the rest"
 _DEPTH_MESSAGE = f"nested more than {MAX_DEPTH} arrays/objects deep (the maximum)"
 _SIZE_MESSAGE = (
     f"the record is longer than {MAX_RECORD_BYTES / (1 << 20):g} MiB (the maximum record size); refused unread"
@@ -156,23 +157,13 @@ class PredictorNames:
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() strips in ASCII
 
 
-def _start_message(first: str) -> str:
-    return f"not a JSON object (the line starts with {first!r}), refused before reading the rest"
-
-
 def line_number_at(path: str | os.PathLike[str], offset: int) -> int:
     """The number (from 1) of the line starting at byte `offset`, as text mode counts; for errors only."""
     lines, last = 0, b""
     with open(path, "rb") as fh:
-        remaining = offset
-        while remaining > 0:
-            piece = fh.read(min(remaining, 8 << 20))
-            if not piece:
-                break
-            remaining -= len(piece)
-            both = last + piece
+        while (remaining := offset - fh.tell()) > 0 and (piece := fh.read(min(remaining, 8 << 20))):
             # a \r\n split across pieces is counted once: count over the joined byte
-            lines += piece.count(b"\n") + piece.count(b"\r") - both.count(b"\r\n")
+            lines += piece.count(b"\n") + piece.count(b"\r") - (last + piece).count(b"\r\n")
             last = piece[-1:]
     return lines + 1
 
@@ -182,14 +173,11 @@ def check_unfinished_line(parts: Sequence[bytes], size: int, path: str | os.Path
     non-blank byte is not `{`, or that passed MAX_RECORD_BYTES. A byte >= 0x80 may start Unicode
     whitespace, which the exact reader strips: left to the bound."""
     for part in parts:
-        rest = part.lstrip(_SPACE)  # C speed: a line of a gigabyte of spaces is not walked in Python
-        if not rest:
-            continue
-        first = rest[0]
-        if first != ord("{") and first < 0x80:
-            line = line_number_at(path, offset)
-            raise TrajectoryFileError(str(path), [RecordError(line, "", _start_message(chr(first)))])
-        break
+        if rest := part.lstrip(_SPACE):  # C speed: a line of a gigabyte of spaces is not walked in Python
+            if rest[0] != ord("{") and rest[0] < 0x80:
+                message = _START_MESSAGE.format(chr(rest[0]))
+                raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", message)])
+            break
     if size > MAX_RECORD_BYTES:
         raise TrajectoryFileError(str(path), [RecordError(line_number_at(path, offset), "", _SIZE_MESSAGE)])
 
@@ -198,22 +186,16 @@ def bounded_lines(fh: IO[str], source: str) -> Iterator[str]:
     """A text stream's lines, each read PROBE_CHARS at a time: one that does not start like an object, or
     passes MAX_RECORD_BYTES, is refused before it is held whole."""
     line_no = 0
-    while True:
-        line = fh.readline(PROBE_CHARS)
-        if not line:
-            return
+    while line := fh.readline(PROBE_CHARS):
         line_no += 1
         if len(line) < PROBE_CHARS or line.endswith("\n"):
             yield line
             continue
         first = line.removeprefix("\ufeff").lstrip()[:1]
         if first and first != "{":
-            raise TrajectoryFileError(source, [RecordError(line_no, "", _start_message(first))])
+            raise TrajectoryFileError(source, [RecordError(line_no, "", _START_MESSAGE.format(first))])
         parts, size = [line], len(line.encode("utf-8", "surrogatepass"))
-        while not parts[-1].endswith("\n"):
-            more = fh.readline(PROBE_CHARS)
-            if not more:
-                break
+        while not parts[-1].endswith("\n") and (more := fh.readline(PROBE_CHARS)):
             parts.append(more)
             size += len(more.encode("utf-8", "surrogatepass"))
             if size > MAX_RECORD_BYTES:
@@ -234,10 +216,8 @@ _WHAT = {
 
 @dataclass
 class SetAside:
-    """Lines read but not scored, counted by kind (`_WHAT`), the first of each named: a repeated id (a re-run
-    appended to a sink: the first kept), the resolutions of such a repeat (a resolution belongs to the
-    nearest record of its id above it, else the first), a resolution of no record, an empty shard. The
-    lenient read counts them; `strict=True` refuses each as a line error."""
+    """Lines read but not scored, counted by kind (`_WHAT`), the first of each named (a resolution belongs to the
+    nearest record of its id above it, else the first); the lenient read counts them, `strict=True` refuses them."""
 
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, str] = field(default_factory=dict)  # kind -> "source line N: ..." of its first line
@@ -293,13 +273,11 @@ def repeated_ids(ids: Sequence[str]) -> list[str]:
 
 
 def check_unique_ids(ids: Sequence[str]) -> None:
-    dups = repeated_ids(ids)
-    if not dups:
-        return
-    more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
-    raise DuplicateIdError(
-        f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
-    )
+    if dups := repeated_ids(ids):
+        more = f" (and {len(dups) - 3} more)" if len(dups) > 3 else ""
+        raise DuplicateIdError(
+            f"duplicate trajectory id(s) {', '.join(map(repr, dups[:3]))}{more}: each trajectory must appear once"
+        )
 
 
 def repeated_keys(keys: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records.errors import RecordError, TrajectoryFileError, require_pyarrow
-from tps_tracer.records.limits import PREDICTORS_MESSAGE, ReadRecords, SetAside, duplicate_message
+from tps_tracer.records.limits import PREDICTORS_MESSAGE, SetAside, duplicate_message
 
 if TYPE_CHECKING:  # pydantic (~0.3 s of import): only the exact read needs it
     from tps_tracer.records.schema import TrajectoryRecord
@@ -125,39 +125,27 @@ def _object_or_text(value: Any) -> Any:
 
 
 def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
-    if extra is None:
-        return
     fields = _object_or_text(extra)
     if isinstance(fields, dict):
         obj.update(fields)
-    else:
+    elif extra is not None:
         obj["extra"] = extra  # not an object: kept as the field it is
 
 
-def parquet_file_records(path: str | os.PathLike[str], batch_rows: int = 32_768) -> ReadRecords:
-    out = ReadRecords()
-    out.extend(parquet_file_iter(path, batch_rows, out.set_aside))
-    return out
-
-
-def parquet_file_iter(
-    path: str | os.PathLike[str], batch_rows: int = 32_768, set_aside: SetAside | None = None
-) -> Iterator[TrajectoryRecord]:
+def parquet_file_iter(path: str | os.PathLike[str], set_aside: SetAside | None = None) -> Iterator[TrajectoryRecord]:
     """Validated records of one Parquet file, a batch at a time; a row repeating an earlier row's id is
     set aside in `set_aside` (the first kept), as for a repeated JSON Lines record."""
     aside = set_aside if set_aside is not None else SetAside()
     first_row: dict[str, int] = {}
     row = 0
-    for batch in open_parquet(path).iter_batches(batch_size=batch_rows):
+    for batch in open_parquet(path).iter_batches(batch_size=32_768):
         keep = []
         for r in batch.to_pylist():
             row += 1
             tid = r.get("trajectory_id")
-            if isinstance(tid, str) and tid in first_row:
+            if isinstance(tid, str) and first_row.setdefault(tid, row) != row:  # a repeat: the first row is kept
                 aside.add("duplicate_id", f"row {row}: {duplicate_message(tid, f'first seen on row {first_row[tid]}')}")
                 continue
-            if isinstance(tid, str):
-                first_row[tid] = row
             keep.append((row, row_json(r)))
         yield from validated_rows(path, keep)
     aside.log_once(str(path))

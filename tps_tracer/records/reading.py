@@ -99,7 +99,6 @@ def read_arrow_batch(
 DEFAULT_CHUNK_BYTES = 32 << 20  # JSON Lines bytes per chunk
 DEFAULT_BATCH_ROWS = 32_768  # Parquet rows per chunk
 SCAN_BYTES = 8 << 20  # pieces of the byte search for resolution lines
-PARQUET_SUFFIXES = (".parquet", ".pq")
 _BOM = b"\xef\xbb\xbf"
 
 _NON_SPACE = re.compile(rb"\S")
@@ -117,7 +116,7 @@ class Chunk:
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:
-    return Path(path).suffix.lower() in PARQUET_SUFFIXES
+    return Path(path).suffix.lower() in (".parquet", ".pq")
 
 
 def source_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -146,11 +145,11 @@ def iter_chunks(
     # Resolution lines of any shard apply to every shard: found first.
     shared = None
     if len(files) > 1:
-        jsonl = [(k, f) for k, f in enumerate(files) if not is_parquet(f)]
         try:
-            shared = scan_shards([(k, ((o, b) for o, b, _ in byte_chunks(f, SCAN_BYTES))) for k, f in jsonl])
+            shared = scan_resolutions((k, _pieces(f)) for k, f in enumerate(files) if not is_parquet(f))
         except OSError:
             raise whole_file("a shard that cannot be read") from None
+        shared = shared if shared is not None and shared.spans else None
     names = PredictorNames()  # over the whole input
     for k, f in enumerate(files):
         if is_parquet(f):
@@ -165,18 +164,21 @@ def iter_chunks(
                 _too_many_predictors(chunk, names)
             gave = True
             yield chunk
-        if not gave and len(files) > 1 and not (shared is not None and k in shared.lines):
+        if not gave and len(files) > 1 and not (shared is not None and k in shared.spans):
             note = SetAside()
             note.add("empty_shard", str(f))
             note.log_once(str(path))
             if set_aside is not None:
                 set_aside.merge(note)
-    if shared is not None and shared.pending.by_id:
+    if shared is not None and shared.by_id:
         raise whole_file("a resolution of an id in no shard")
 
 
 def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Chunk]:
-    """A shard's chunks; on a NotFast, what its exact read holds beyond those given."""
+    """A shard's chunks; on a NotFast, its exact read beyond those given, or all of it (for the caller's duplicate
+    check) when its first records differ (a repeat among them set aside); such shards hold no resolution lines."""
+    from tps_tracer.records.jsonl import read_trajectories
+
     ids: list[str] = []
     end = 0
     try:
@@ -185,21 +187,10 @@ def _midway(chunks: Iterator[Chunk], path: Path, file_index: int) -> Iterator[Ch
             end = chunk.done
             yield chunk
     except NotFast:
-        arrays, aside, start = shard_rest(path, ids, end)
-        yield Chunk(arrays, (file_index, start), False, str(path), set_aside=aside)
-
-
-def shard_rest(path: Path, ids: list[str], end: int) -> tuple[TrajectoryArrays, SetAside, int]:
-    """(arrays, set aside, byte offset) of a shard that fell back midway: what its exact read holds beyond
-    the chunks already given (`ids`, ending at byte `end`), or all of it (for the caller's duplicate check)
-    when its first records are not those (a repeat among them was set aside). Shards read this way hold no
-    resolution lines, so the values given are the exact read's."""
-    from tps_tracer.records.jsonl import read_trajectories
-
-    records = read_trajectories(path)
-    if ids and [r.trajectory_id for r in records[: len(ids)]] == ids:
-        return to_arrays(records[len(ids) :]), records.set_aside, end
-    return to_arrays(records), records.set_aside, 0
+        records = read_trajectories(path)
+        given = bool(ids) and [r.trajectory_id for r in records[: len(ids)]] == ids
+        rest = records[len(ids) :] if given else records
+        yield Chunk(to_arrays(rest), (file_index, end if given else 0), False, str(path), set_aside=records.set_aside)
 
 
 def _too_many_predictors(chunk: Chunk, names: PredictorNames) -> None:
@@ -260,43 +251,41 @@ def byte_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]
 
 
 def _jsonl_chunks(
-    path: Path, file_index: int, chunk_bytes: int, shared: SharedResolutions | None, scan_first: bool
+    path: Path, file_index: int, chunk_bytes: int, shared: Resolutions | None, scan_first: bool
 ) -> Iterator[Chunk]:
     """One pass over a file without resolution lines: they are looked for in each chunk as it is read; one
     met after chunks were given raises `Rescan` (it may resolve a record above), `scan_first` finds them first."""
     try:
-        own = pending = None
-        if shared is not None:
-            own, pending = shared.lines.get(file_index), shared.pending
-        elif scan_first:
-            own = pending = scan_resolutions((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
-        scanned = shared is not None or scan_first
+        found = shared  # None: the file's resolution lines are not looked for yet
+        if shared is None and scan_first:
+            found = scan_resolutions([(file_index, _pieces(path))]) or Resolutions({}, {})
         given = False
         for offset, chunk, size in byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
-            if not scanned and _KEY in chunk:
+            if found is None and _KEY in chunk:
                 if given:
                     raise Rescan()
-                whole = [(offset, chunk)] if end == size else ((o, b) for o, b, _ in byte_chunks(path, SCAN_BYTES))
-                own = pending = scan_resolutions(whole)
-                scanned = True
-            if own is not None:
-                chunk = own.drop_lines(chunk, offset)
-            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=own is not None)
-            if pending is not None:
-                arrays = apply_resolutions(arrays, pending)
+                whole = [(offset, chunk)] if end == size else _pieces(path)
+                found = scan_resolutions([(file_index, whole)])
+            if found is not None:
+                chunk = found.drop_lines(chunk, file_index, offset)
+            arrays, fast = read_jsonl_chunk(chunk, str(path), resolutions_scanned=found is not None)
+            if found is not None:
+                arrays = apply_resolutions(arrays, found)
             if arrays.n:
                 given = True
                 yield Chunk(arrays, (file_index, offset), fast, str(path), end, size)
-        if shared is None and pending is not None and pending.by_id:
+        if shared is None and found is not None and found.by_id:
             raise whole_file("a resolution of an id not in the file")
     except OSError:
         raise whole_file(str(path)) from None
 
 
-def _parquet_chunks(
-    path: Path, file_index: int, batch_rows: int, shared: SharedResolutions | None = None
-) -> Iterator[Chunk]:
+def _pieces(path: Path) -> Iterator[tuple[int, bytes]]:
+    return ((offset, piece) for offset, piece, _ in byte_chunks(path, SCAN_BYTES))
+
+
+def _parquet_chunks(path: Path, file_index: int, batch_rows: int, shared: Resolutions | None = None) -> Iterator[Chunk]:
     from tps_tracer.records.parquet import open_parquet, projected_batches  # pyarrow
 
     pf = open_parquet(path)
@@ -306,7 +295,7 @@ def _parquet_chunks(
     for row, batch, whole in projected_batches(pf, batch_rows):
         arrays, fast = read_arrow_batch(batch, str(path), row, whole)
         if shared is not None:  # resolution lines of the input's JSON Lines shards
-            arrays = apply_resolutions(arrays, shared.pending)
+            arrays = apply_resolutions(arrays, shared)
         if arrays.n:
             yield Chunk(arrays, (file_index, row), fast, str(path), row + batch.num_rows, total)
 
@@ -317,48 +306,52 @@ _CLEAN = STOP_REASONS.index(StopReason.CLEAN)
 
 @dataclass
 class Resolutions:
-    """A file's resolution lines: their byte spans, and what they say per id."""
+    """The resolution lines of an input's JSON Lines files (any shard's apply to every shard): their byte
+    spans per file, and what they say per id."""
 
-    spans: list[tuple[int, int]]  # (start, end) byte offsets of each resolution line, end after its "\n"
-    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in file order
+    spans: dict[int, list[tuple[int, int]]]  # file index -> (start, end) of each line, end after its "\n"
+    by_id: dict[str, list[tuple[float | None, float | None]]]  # id -> (outcome, q_z) in input order; emptied as applied
 
-    def drop_lines(self, chunk: bytes, offset: int) -> bytes:
-        lo = bisect.bisect_left(self.spans, (offset, -1))
-        hi = bisect.bisect_left(self.spans, (offset + len(chunk), -1))
-        inside = self.spans[lo:hi]
-        if not inside:
-            return chunk
+    def drop_lines(self, chunk: bytes, file_index: int, offset: int) -> bytes:
+        spans = self.spans.get(file_index, [])
+        lo = bisect.bisect_left(spans, (offset, -1))
+        hi = bisect.bisect_left(spans, (offset + len(chunk), -1))
         parts, at = [], 0
-        for s, e in inside:
+        for s, e in spans[lo:hi]:
             parts.append(chunk[at : s - offset])
             at = e - offset
         parts.append(chunk[at:])
         return b"".join(parts)
 
 
-def scan_resolutions(pieces: Iterable[tuple[int, bytes]]) -> Resolutions | None:
-    """The resolution lines of a file given as (offset, bytes ending at a line end) pieces, or None
-    when no line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
+def scan_resolutions(files: Iterable[tuple[int, Iterable[tuple[int, bytes]]]]) -> Resolutions | None:
+    """The resolution lines of (file index, its (offset, bytes ending at a line end) pieces), or None when no
+    line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
     found: Resolutions | None = None
-    for offset, piece in pieces:
-        hit = piece.find(_KEY)
-        while hit >= 0:
-            start = piece.rfind(b"\n", 0, hit) + 1
-            newline = piece.find(b"\n", hit)
-            end = len(piece) if newline < 0 else newline + 1
-            found = found or Resolutions([], {})
-            _add_line(found, piece[start:end], offset + start, offset + end)
-            hit = piece.find(_KEY, end)
+    for k, pieces in files:
+        for offset, piece in pieces:
+            hit = piece.find(_KEY)
+            while hit >= 0:
+                start = piece.rfind(b"\n", 0, hit) + 1
+                newline = piece.find(b"\n", hit)
+                end = len(piece) if newline < 0 else newline + 1
+                found = found or Resolutions({}, {})
+                said = _resolution(piece[start:end])
+                if said is not None:
+                    found.spans.setdefault(k, []).append((offset + start, offset + end))
+                    found.by_id.setdefault(said[0], []).append(said[1:])
+                hit = piece.find(_KEY, end)
     return found  # (possibly without spans: the hits were trajectories mentioning the word)
 
 
-def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
+def _resolution(line: bytes) -> tuple[str, float | None, float | None] | None:
+    """(id, outcome, q_z) of a resolution line; None for a trajectory that mentions the word (e.g. in its metadata)."""
     try:
         obj = load_json(line)
     except (ValueError, UnicodeDecodeError):
         raise whole_file("a line mentioning 'resolves' is not JSON") from None
     if not isinstance(obj, dict) or "resolves" not in obj:
-        return  # a trajectory that mentions the word (e.g. in its metadata)
+        return None
     from pydantic import ValidationError  # (~0.3 s of import: only for resolution lines)
 
     from tps_tracer.records.schema import ResolutionRecord
@@ -367,30 +360,7 @@ def _add_line(found: Resolutions, line: bytes, start: int, end: int) -> None:
         res = ResolutionRecord.model_validate(obj)
     except ValidationError:
         raise whole_file("an invalid resolution line") from None
-    outcome = None if res.outcome is None else float(res.outcome)
-    found.spans.append((start, end))
-    found.by_id.setdefault(res.resolves, []).append((outcome, res.q_z))
-
-
-@dataclass
-class SharedResolutions:
-    """The resolution lines of every JSON Lines shard of one input: they apply to any shard."""
-
-    lines: dict[int, Resolutions]  # file index -> its resolution lines
-    pending: Resolutions  # id -> (outcome, q_z) over every shard, in input order; emptied as applied
-
-
-def scan_shards(files: list[tuple[int, Iterable[tuple[int, bytes]]]]) -> SharedResolutions | None:
-    lines: dict[int, Resolutions] = {}
-    pending = Resolutions([], {})
-    for k, pieces in files:
-        found = scan_resolutions(pieces)
-        if found is None:
-            continue
-        lines[k] = found
-        for tid, said in found.by_id.items():
-            pending.by_id.setdefault(tid, []).extend(said)
-    return SharedResolutions(lines, pending) if any(r.spans for r in lines.values()) else None
+    return res.resolves, None if res.outcome is None else float(res.outcome), res.q_z
 
 
 def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> TrajectoryArrays:
@@ -407,14 +377,13 @@ def apply_resolutions(arrays: TrajectoryArrays, resolutions: Resolutions) -> Tra
         if lines is None:  # the id's second record: which one a line resolves is the exact read's call
             raise whole_file("a repeated id with resolution lines")
         for y, q in lines:
-            if y is not None:
-                if arrays.stop_code[i] != _CLEAN or not (np.isnan(outcome[i]) or outcome[i] == y):
-                    raise whole_file("an outcome for a non-clean stop, or a conflicting one")
-                outcome[i] = y
-            if q is not None:
-                if not (np.isnan(q_z[i]) or q_z[i] == q):
-                    raise whole_file("a conflicting q_z")
-                q_z[i] = q
+            if y is not None and arrays.stop_code[i] != _CLEAN:
+                raise whole_file("an outcome for a non-clean stop")
+            for column, value in ((outcome, y), (q_z, q)):
+                if value is not None:
+                    if not (np.isnan(column[i]) or column[i] == value):
+                        raise whole_file("a conflicting outcome or q_z")
+                    column[i] = value
     arrays.outcome, arrays.q_z = outcome, q_z
     return arrays
 
@@ -423,18 +392,12 @@ def input_name(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
     return str(path) if isinstance(path, str | os.PathLike) else ", ".join(map(str, path))
 
 
-def has_resolution_lines(path: Path, block: int = 8 << 20) -> bool:
+def has_resolution_lines(path: Path) -> bool:
     """Whether a JSON Lines file mentions "resolves" (a trajectory that does only costs the exact read)."""
-    tail = b""
     try:
-        with path.open("rb") as fh:
-            while piece := fh.read(block):
-                if _KEY in tail + piece[: len(_KEY)] or _KEY in piece:
-                    return True
-                tail = piece[-len(_KEY) :]
-    except OSError:
-        pass  # the reader gives the error
-    return False
+        return any(_KEY in piece for _, piece in _pieces(path))
+    except (OSError, TrajectoryFileError):
+        return False  # the reader gives the error
 
 
 def holds_nothing(path: Path) -> bool:
@@ -444,50 +407,32 @@ def holds_nothing(path: Path) -> bool:
             import pyarrow.parquet as pq
 
             return bool(pq.ParquetFile(path).metadata.num_rows == 0)
-        with path.open("rb") as fh:
-            while piece := fh.read(1 << 16):
-                if piece.strip(b" \t\r\n\x0b\x0c\xef\xbb\xbf"):  # (a BOM is nothing too)
-                    return False
-        return True
-    except (OSError, ValueError):  # (pyarrow's errors are both kinds)
+        return next(byte_chunks(path, 1 << 16), None) is None
+    except (OSError, ValueError):  # (pyarrow's errors are both kinds; a refused line is a ValueError)
         return False
 
 
 def read_shards(files: Sequence[Path], source: str) -> ReadRecords:
     """Every record of the shards read as their concatenation: a resolution belongs to the nearest record
     of its id above it (records/limits.py, `SetAside`), errors name the shard and line."""
-    from tps_tracer.records.jsonl import ShardLinks, read_trajectories
-    from tps_tracer.records.parquet import parquet_file_records
+    from tps_tracer.records.jsonl import ShardLinks, apply_resolution_records
 
     out = ReadRecords()
     shard_of: dict[str, int] = {}
     links: list[ShardLinks] = []
     for k, f in enumerate(files):
-        link = ShardLinks()
-        part = parquet_file_records(f) if is_parquet(f) else read_trajectories(f, links=link)
+        links.append(ShardLinks())
+        part = _exact_file(f, links[k])
         for rec in part:
             if rec.trajectory_id in shard_of:
                 message = duplicate_message(rec.trajectory_id, "also in an earlier shard")
                 raise TrajectoryFileError(str(f), [RecordError(0, "trajectory_id", message)])
             shard_of[rec.trajectory_id] = k
-        if not part and not link.foreign and not part.set_aside:
+        if not part and not links[k].foreign and not part.set_aside:
             out.set_aside.add("empty_shard", str(f))
         out.set_aside.merge(part.set_aside)
         out.extend(part)
-        links.append(link)
-    _apply_foreign(out, files, links, shard_of)
-    if not out:
-        message = "the files hold no trajectories"
-        if Path(source).is_dir():
-            message = "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
-        raise TrajectoryFileError(source, [RecordError(0, "", message)])
-    return out
-
-
-def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLinks], shard_of: dict[str, int]) -> None:
-    from tps_tracer.records.jsonl import apply_resolution_records
-
-    for k, link in enumerate(links):
+    for k, link in enumerate(links):  # resolutions of another shard's records
         kept = []
         for line, res in link.foreign:
             j = shard_of.get(res.resolves)
@@ -507,25 +452,37 @@ def _apply_foreign(out: ReadRecords, files: Sequence[Path], links: list[ShardLin
             out[:] = apply_resolution_records(out, kept, errors)
             if errors:
                 raise TrajectoryFileError(str(files[k]), errors[:20], truncated=len(errors) > 20)
+    if not out:
+        message = "the files hold no trajectories"
+        if Path(source).is_dir():
+            message = "the directory holds no trajectories (each of its shards is empty or holds only resolutions)"
+        raise TrajectoryFileError(source, [RecordError(0, "", message)])
+    return out
+
+
+def _exact_file(path: Path, links: ShardLinks | None = None) -> ReadRecords:
+    """One file's exact read; a Parquet file's errors name the row."""
+    from tps_tracer.records.jsonl import read_trajectories
+    from tps_tracer.records.parquet import parquet_file_iter
+
+    if not is_parquet(path):
+        return read_trajectories(path, links=links)
+    out = ReadRecords()
+    out.extend(parquet_file_iter(path, set_aside=out.set_aside))
+    return out
 
 
 def exact_records(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ReadRecords:
     """The exact whole-file read of one input: JSON Lines, Parquet (errors name the row), or shards."""
     if not isinstance(path, str | os.PathLike) or Path(path).is_dir():
         return read_shards(source_files(path), input_name(path))
-    if not is_parquet(path):
-        from tps_tracer.records.jsonl import read_trajectories
-
-        return read_trajectories(path)
-    from tps_tracer.records.parquet import parquet_file_records
-
-    records = parquet_file_records(path)
-    if not records:
+    records = _exact_file(Path(path))
+    if not records:  # (an empty JSON Lines file is its reader's error)
         raise TrajectoryFileError(str(path), [RecordError(0, "", "the file holds no trajectories")])
     return records
 
 
-def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> Iterator[TrajectoryRecord]:
+def parquet_records(src: str | os.PathLike[str]) -> Iterator[TrajectoryRecord]:
     """Validated records of a Parquet file or directory, streamed shard by shard (read whole when a
     JSON Lines shard holds resolution lines); a repeated id is set aside within a file, an error across."""
     from tps_tracer.records.jsonl import read_trajectories
@@ -537,7 +494,7 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
         return
     seen: set[str] = set()
     for path in files:
-        records = parquet_file_iter(path, batch_rows) if is_parquet(path) else read_trajectories(path)
+        records = parquet_file_iter(path) if is_parquet(path) else read_trajectories(path)
         for rec in records:
             if rec.trajectory_id in seen:
                 msg = duplicate_message(rec.trajectory_id, "also in an earlier shard")
@@ -547,20 +504,11 @@ def parquet_records(src: str | os.PathLike[str], batch_rows: int = 32_768) -> It
 
 
 def read_records(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
-    if Path(path).is_dir() or is_parquet(path):
-        return list(parquet_records(path))
-    from tps_tracer.records.jsonl import read_trajectories
-
-    return read_trajectories(path)
+    return list(parquet_records(path))
 
 
 def task_id_from(trajectory_id: str, metadata: Any) -> str:
-    task = metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id
-    return str(task)
-
-
-def task_id_of(record: TrajectoryRecord) -> str:
-    return task_id_from(record.trajectory_id, record.metadata)
+    return str(metadata.get("task_id", trajectory_id) if isinstance(metadata, dict) else trajectory_id)
 
 
 def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
@@ -570,17 +518,23 @@ def read_task_ids(path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     tasks: list[str] = []
     for f in source_files(path):
         if is_parquet(f):
-            _parquet_task_ids(f, ids, tasks)
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(f)
+            columns = [c for c in ("trajectory_id", "metadata") if c in pf.schema_arrow.names]
+            for batch in pf.iter_batches(columns=columns, batch_size=32_768):
+                batch_ids = batch.column("trajectory_id").to_pylist()
+                metas = batch.column("metadata").to_pylist() if "metadata" in columns else [None] * len(batch_ids)
+                ids.extend(batch_ids)
+                for i, m in zip(batch_ids, metas, strict=True):  # metadata as JSON text or a struct
+                    tasks.append(task_id_from(i, json.loads(m) if isinstance(m, str) else m))
             continue
         with open(f, encoding="utf-8-sig") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
+            for line in filter(str.strip, fh):  # (a blank line skipped)
                 obj = _loads(line)
-                if "resolves" in obj:  # a resolution line, not a trajectory
-                    continue
-                ids.append(obj["trajectory_id"])
-                tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
+                if "resolves" not in obj:  # a resolution line is not a trajectory
+                    ids.append(obj["trajectory_id"])
+                    tasks.append(task_id_from(obj["trajectory_id"], obj.get("metadata")))
     return ids, tasks
 
 
@@ -594,19 +548,3 @@ def _loads(line: str) -> Any:
     if isinstance(meta, dict) and "task_id" in meta and type(meta["task_id"]) is not str:
         return json.loads(line)
     return obj
-
-
-def _parquet_task_ids(path: str | os.PathLike[str], ids: list[str], tasks: list[str]) -> None:
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(path)
-    columns = [c for c in ("trajectory_id", "metadata") if c in pf.schema_arrow.names]
-    for batch in pf.iter_batches(columns=columns, batch_size=32_768):
-        batch_ids = batch.column("trajectory_id").to_pylist()
-        if "metadata" not in columns:
-            metas: list[Any] = [None] * len(batch_ids)
-        else:
-            metas = batch.column("metadata").to_pylist()
-            metas = [json.loads(m) if isinstance(m, str) else m for m in metas]  # JSON text or a struct
-        ids.extend(batch_ids)
-        tasks.extend(task_id_from(i, m) for i, m in zip(batch_ids, metas, strict=True))

@@ -41,8 +41,7 @@ class TrajectoryRecord(BaseModel):
     @field_validator("horizon")
     @classmethod
     def _horizon_in_range(cls, v: int | None) -> int | None:
-        problem = None if v is None else horizon_range_problem(v)
-        if problem:
+        if v is not None and (problem := horizon_range_problem(v)):
             raise InputError(problem)
         return v
 

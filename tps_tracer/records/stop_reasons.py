@@ -61,10 +61,7 @@ class CensoringPolicy:
 
     @classmethod
     def treating_as_censored(cls, reasons: Iterable[str | StopReason]) -> CensoringPolicy:
-        roles = dict(DEFAULT_ROLES)
-        for r in reasons:
-            roles[StopReason(r)] = Role.CENSORED
-        return cls(roles)
+        return cls({**DEFAULT_ROLES, **{StopReason(r): Role.CENSORED for r in reasons}})
 
     def role(self, reason: StopReason) -> Role:
         return self.roles.get(reason, DEFAULT_ROLES[reason])
