@@ -135,8 +135,7 @@ def split_halves(ids: list[str], outcome: FloatArray, complete: NDArray[np.bool_
     strata = [complete & (outcome == 1), complete & (outcome == 0), ~complete]
     for mask in strata:
         members = sorted(np.flatnonzero(mask), key=lambda i: ids[i])
-        for rank, i in enumerate(members):
-            half[i] = rank % 2
+        half[members] = np.arange(len(members)) % 2
     return half
 
 

@@ -122,9 +122,8 @@ def states_nothing(g: FloatArray) -> bool:
 
 
 def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censored: BoolArray) -> FloatArray:
-    out = np.zeros(len(GAP_STATS))
     if col.missing is None:
-        return out
+        return np.zeros(len(GAP_STATS))
     has = table.n_steps > 0
     work = (complete | censored) & has
     gaps, stated = col.missing[:, 0], col.missing[:, 1]
@@ -133,7 +132,7 @@ def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censor
     cost = y * col.missing[:, 2] + (1.0 - y) * col.missing[:, 3]
     costed = work & np.isfinite(cost)
     c_hit, c_clean = complete & has & hit, complete & has & ~hit
-    out[:] = (
+    values = [
         table.n_steps[work].sum(),
         gaps[work].sum(),
         work.sum(),
@@ -145,8 +144,8 @@ def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censor
         y[c_clean].sum(),
         cost[costed].sum(),
         costed.sum(),
-    )
-    return out
+    ]
+    return np.array(values, dtype=float)
 
 
 @dataclass
@@ -310,21 +309,16 @@ class PartialState:
         scored = [p for p in wanted if p in table.predictors]
         sm = score_columns(table, scored, spec.policy, CENSORING_MODES)
         # Every score column, the base-rate mass columns and the presence patterns, with their mode.
-        value_cols: list[FloatArray] = []
-        mode_of: list[int] = []
-        for c, column in enumerate(sm.columns):
-            value_cols.append(np.where(np.isnan(column), 0.0, column))
-            mode_of.append(c % _M)
+        value_cols = [np.where(np.isnan(column), 0.0, column) for column in sm.columns]
+        mode_of = [c % _M for c in range(len(value_cols))]
         for j in range(s_n):
             mass = table.weight_mass[:, j]
             for m, (member, eta) in enumerate(zip(members, etas, strict=True)):
                 sel = member & has_steps
                 value_cols.extend([np.where(sel, eta * mass, 0.0), np.where(sel, (1.0 - eta) * mass, 0.0)])
                 mode_of.extend([m, m])
-        present_cols: list[NDArray[np.bool_]] = []
-        for name in scored:
-            present_cols.extend(member & table.predictors[name].usable for member in members)
-        present_cols.extend(member & has_steps for member in members)
+        masks = [*(table.predictors[name].usable for name in scored), has_steps]
+        present_cols = [member & mask for mask in masks for member in members]
         mode_of.extend(list(range(_M)) * (len(scored) + 1))
         k_scores, k_values = len(sm.columns), len(value_cols)
         k_all = k_values + len(present_cols)

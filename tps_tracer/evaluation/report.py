@@ -386,18 +386,14 @@ class TooManyGroups(InputError):
     pass
 
 
-def group_label(value: Any) -> str:
-    """Strings as they are, other values as JSON; records without the key form the group `(missing)`."""
-    if value is None:
-        return MISSING
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
 def split_records(records: list[TrajectoryRecord], key: str) -> dict[str, list[TrajectoryRecord]]:
-    """The records grouped by `metadata[key]`, groups in the order their value first occurs."""
+    """The records grouped by `metadata[key]` (strings as they are, other values as JSON; records without
+    the key form the group `(missing)`), groups in the order their value first occurs."""
     groups: dict[str, list[TrajectoryRecord]] = {}
     for rec in records:
-        groups.setdefault(group_label(rec.metadata.get(key)), []).append(rec)
+        value = rec.metadata.get(key)
+        label = MISSING if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        groups.setdefault(label, []).append(rec)
         if len(groups) > MAX_GROUPS:
             raise TooManyGroups(
                 f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "

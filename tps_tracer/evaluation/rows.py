@@ -1,7 +1,6 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (segments:
-(predictor, trajectory) pairs, predictor-major; each weighted sum one `np.add.reduceat`, in blocks);
-every scoring path calls `score_rows`. A step without a forecast (NaN) scores under one declared
-policy: carry-forward (default, proper), fill-backwards, skip-renormalise, drop-run (docs/report.md)."""
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (each weighted
+sum one `np.add.reduceat` over (predictor, trajectory) segments, in blocks); every scoring path calls
+`score_rows`. A step without a forecast (NaN) scores under one declared policy (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -125,7 +124,7 @@ def score_rows(
     seg_pairs = np.empty((n_pred * m, n_rules, n_schedules, 2))
     seg_aggs = np.empty((n_pred * m, n_aggs))
     gap_free = np.empty(n_pred * m, dtype=bool)
-    seg_gaps = np.empty((n_pred * m, 4))
+    seg_gaps = np.zeros((n_pred * m, 4))
     seg_clipped = np.zeros(n_pred * m, dtype=np.int64)
     per_step = max(1, 2 * n_rules * n_schedules)
     lo = 0
@@ -141,7 +140,6 @@ def score_rows(
         n_gaps = np.add.reduceat(gaps, local)
         seg_gaps[lo:hi, 0] = n_gaps
         seg_gaps[lo:hi, 1] = lens_b - n_gaps
-        seg_gaps[lo:hi, 2:] = 0.0
         clean = filled_by_policy(v, local, lens_b, missing)
         if a == 0 and b == n_pred * n_steps:  # one block (a micro-batch): the weights repeat per predictor
             w = np.tile(weights, n_pred)

@@ -56,9 +56,6 @@ class Skipped:
 
 class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair table (no import: pairs imports this)
     @property
-    def usable(self) -> BoolArray: ...
-
-    @property
     def skipped(self) -> dict[str, int]: ...
 
     @property
