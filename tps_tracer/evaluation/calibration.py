@@ -49,6 +49,9 @@ SD_FLOOR = 1e-6
 _NEWTON_STEPS = 100
 ARTIFACT_KIND = "tps-tracer.calibrator"
 ARTIFACT_VERSION = 1
+# The artifact's keys after kind and version, in file order, and the Calibrator fields they hold.
+_ARTIFACT_FIELDS = {k: k for k in ("method", "schedule", "penalty", "eps", "fitted_on", "maps", "cross_fit")}
+_ARTIFACT_FIELDS["skipped_predictors"] = "skipped"
 
 
 def sigmoid(u: FloatArray) -> FloatArray:
@@ -263,18 +266,10 @@ class Calibrator:
         return False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": ARTIFACT_KIND,
-            "version": ARTIFACT_VERSION,
-            "method": self.method,
-            "schedule": self.schedule,
-            "penalty": self.penalty,
-            "eps": self.eps,
-            "fitted_on": self.fitted_on,
-            "maps": {name: m.as_dict() for name, m in self.maps.items()},
-            "cross_fit": self.cross_fit,
-            "skipped_predictors": self.skipped,
-        }
+        out = {"kind": ARTIFACT_KIND, "version": ARTIFACT_VERSION}
+        out.update({key: getattr(self, name) for key, name in _ARTIFACT_FIELDS.items()})
+        out["maps"] = {name: m.as_dict() for name, m in self.maps.items()}
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Strict JSON, written atomically: a failure leaves the previous file, never a truncated one."""

@@ -321,8 +321,7 @@ class PartialState:
         present_cols = [member & mask for mask in masks for member in members]
         mode_of.extend(list(range(_M)) * (len(scored) + 1))
         k_scores, k_values = len(sm.columns), len(value_cols)
-        k_all = k_values + len(present_cols)
-        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols]) if n else np.zeros((0, k_all))
+        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols])
         totals = x.sum(axis=0)
         reps = _mode_split_replicate_sums(x, np.array(mode_of), complete, censored, keys, b, spec.seed)
 
@@ -488,8 +487,6 @@ def _mode_split_replicate_sums(
     complete trajectories the three modes agree (summed once), on censored ones complete-only is zero."""
     groups = [np.flatnonzero(mode_of == m) for m in range(_M)]
     out = np.zeros((n_replicates, x.shape[1]))
-    if n_replicates == 0 or x.shape[0] == 0:
-        return out
     from_complete = replicate_sums(x[np.ix_(complete, groups[0])], keys[complete], n_replicates, seed)
     cens_cols = np.concatenate(groups[1:])
     from_censored = replicate_sums(x[np.ix_(censored, cens_cols)], keys[censored], n_replicates, seed)

@@ -122,8 +122,7 @@ def report_from_state(
 def _bootstrapped_columns(
     state: PartialState, states: dict[str, PredictorState], predictors: list[str], modes: Sequence[str]
 ) -> tuple[list[ColumnKey], BootstrapResult]:
-    """One column per predictor x rule x schedule x mode: point means from the sums, replicate means
-    from the replicate sums."""
+    """One column per predictor x rule x schedule x mode, its means from the state's sums."""
     spec, b = state.spec, state.spec.bootstrap
     m = [CENSORING_MODES.index(mode) for mode in modes]
     rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
