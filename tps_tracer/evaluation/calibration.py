@@ -114,9 +114,7 @@ def fit_platt(
     n_trajectories: int = 0,
 ) -> PlattMap:
     """Weighted, slope-penalised logistic fit on per-step records (steps 2 and 3 above)."""
-    f = np.asarray(forecasts, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
+    f, y, w = (np.asarray(v, dtype=np.float64) for v in (forecasts, labels, weights))
     if f.size == 0 or w.sum() <= 0:
         raise InputError("Platt fit needs at least one weighted step")
     x_raw = logit(f)

@@ -385,33 +385,28 @@ class TooManyGroups(InputError):
     pass
 
 
-def split_records(records: list[TrajectoryRecord], key: str) -> dict[str, list[TrajectoryRecord]]:
-    """The records grouped by `metadata[key]` (strings as they are, other values as JSON; records without
-    the key form the group `(missing)`), groups in the order their value first occurs."""
-    groups: dict[str, list[TrajectoryRecord]] = {}
-    for rec in records:
-        value = rec.metadata.get(key)
-        label = MISSING if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        groups.setdefault(label, []).append(rec)
-        if len(groups) > MAX_GROUPS:
-            raise TooManyGroups(
-                f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "
-                "split by a key that names a group (agent, model), not a run"
-            )
-    return groups
-
-
 def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | None = None) -> dict[str, Any]:
     """{"by": key, "groups": [{"value", "n", "report" or "error"}], "input"?}: each group scored on its
-    own, as `report` of a file holding only its records. The records are read whole (the columnar
-    readers keep no metadata), so memory grows with the file."""
+    own, as `report` of a file holding only its records. Groups are labelled by `metadata[key]` (strings as
+    they are, other values as JSON, `(missing)` without the key) in the order their value first occurs.
+    The records are read whole (the columnar readers keep no metadata), so memory grows with the file."""
     from tps_tracer.records.arrays import to_arrays
     from tps_tracer.records.reading import exact_records
 
     opts = options or ReportOptions()
     read = exact_records(path)
+    by_label: dict[str, list[TrajectoryRecord]] = {}
+    for rec in read:
+        value = rec.metadata.get(key)
+        label = MISSING if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        by_label.setdefault(label, []).append(rec)
+        if len(by_label) > MAX_GROUPS:
+            raise TooManyGroups(
+                f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "
+                "split by a key that names a group (agent, model), not a run"
+            )
     groups = []
-    for value, recs in split_records(read, key).items():
+    for value, recs in by_label.items():
         try:
             groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
         except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored
