@@ -104,7 +104,18 @@ def report_from_state(
         predictors.append(BASE_RATE)
         covered.append(BASE_RATE)
     modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
-    keys, boot = _bootstrapped_columns(state, states, predictors, modes)
+    # One column per predictor x rule x schedule x mode, its means from the state's sums.
+    spec, b = state.spec, state.spec.bootstrap
+    m = [CENSORING_MODES.index(mode) for mode in modes]
+    rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
+    keys = [ColumnKey(*k) for k in itertools.product(predictors, rules, schedules, modes)]
+    width = len(rules) * len(schedules)  # columns per predictor and mode
+    sts = [states[name] for name in predictors]
+    count = np.concatenate([st.count[..., m].ravel() for st in sts] or [np.zeros(0, dtype=np.int64)])
+    total = np.concatenate([st.total[..., m].ravel() for st in sts] or [np.zeros(0)])
+    rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
+    rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
+    boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
     scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
     diagnostics, scalar_rows = diagnostic_rows(
         [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
@@ -117,24 +128,6 @@ def report_from_state(
         "scalar_predictors": scalar_rows,
         "recalibration": recalibration_rows(keys, boot, recalibrated, aurocs or {}),
     }
-
-
-def _bootstrapped_columns(
-    state: PartialState, states: dict[str, PredictorState], predictors: list[str], modes: Sequence[str]
-) -> tuple[list[ColumnKey], BootstrapResult]:
-    """One column per predictor x rule x schedule x mode, its means from the state's sums."""
-    spec, b = state.spec, state.spec.bootstrap
-    m = [CENSORING_MODES.index(mode) for mode in modes]
-    rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
-    keys = [ColumnKey(*k) for k in itertools.product(predictors, rules, schedules, modes)]
-    width = len(rules) * len(schedules)  # columns per predictor and mode
-    sts = [states[name] for name in predictors]
-    count = np.concatenate([st.count[..., m].ravel() for st in sts] or [np.zeros(0, dtype=np.int64)])
-    total = np.concatenate([st.total[..., m].ravel() for st in sts] or [np.zeros(0)])
-    rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
-    rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
-    boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
-    return keys, boot
 
 
 def _no_data_reason(st: PredictorState) -> str | None:
