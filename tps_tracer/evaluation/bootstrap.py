@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -58,8 +58,7 @@ def _splitmix64(x: U64) -> U64:
 
 def trajectory_key(trajectory_id: str) -> int:
     """A stable 64-bit key for a trajectory id (BLAKE2b); surrogatepass: any str, a lone surrogate too."""
-    data = trajectory_id.encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    return int(trajectory_keys([trajectory_id])[0])
 
 
 def trajectory_keys(ids: Sequence[str]) -> U64:
@@ -81,10 +80,9 @@ del _J, _LO
 
 
 def _weights_into(rep_keys: U64, keys: U64) -> FloatArray:
-    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit the plain definition's
-    (tests/test_bootstrap.py):
-    splitmix64's last step keeps the top 16 bits, so they index the table before it; only
-    straddling buckets finish the hash and take the binary search."""
+    """Poisson(1) weights (len(rep_keys), len(keys)), bit for bit the plain definition's: splitmix64's
+    last step keeps the top 16 bits, so they index the table before it; only straddling buckets finish
+    the hash and take the binary search."""
     z = np.bitwise_xor(rep_keys[:, None], keys[None, :])
     tmp = np.empty_like(z)
     with np.errstate(over="ignore"):
@@ -163,17 +161,14 @@ class BootstrapResult:
 def percentile_ci(reps: FloatArray, level: float = CI_LEVEL) -> tuple[FloatArray, FloatArray]:
     """Percentile interval of replicate statistics, column-wise (NaN replicates ignored)."""
     alpha = (1.0 - level) / 2.0
-    out_lo = np.full(reps.shape[1], np.nan)
-    out_hi = np.full(reps.shape[1], np.nan)
+    out = np.full((2, reps.shape[1]), np.nan)
     cols = np.any(~np.isnan(reps), axis=0)
     if cols.any():
         ordered = np.sort(reps[:, cols], axis=0)  # NaN sort last
         count = np.sum(~np.isnan(ordered), axis=0)
-        out_lo[cols], out_hi[cols] = (
-            linear_quantile(ordered, count, alpha),
-            linear_quantile(ordered, count, 1.0 - alpha),
-        )
-    return out_lo, out_hi
+        for i, q in enumerate((alpha, 1.0 - alpha)):
+            out[i, cols] = linear_quantile(ordered, count, q)
+    return out[0], out[1]
 
 
 @dataclass(frozen=True)
@@ -192,9 +187,7 @@ class PairedDelta:
         return self.delta / self.se if self.se > 0 else float("nan")
 
     def as_dict(self) -> dict[str, float | str | int]:
-        d: dict[str, float | str | int] = asdict(self)
-        d["z"] = self.z
-        return {k: d[k] for k in ("statistic", "a", "b", "delta", "se", "z", "ci_low", "ci_high", "n")}
+        return {k: getattr(self, k) for k in ("statistic", "a", "b", "delta", "se", "z", "ci_low", "ci_high", "n")}
 
 
 def delta_from_replicates(name: str, a: float, b: float, reps: FloatArray, n: int) -> PairedDelta:

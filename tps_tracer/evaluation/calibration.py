@@ -49,6 +49,9 @@ SD_FLOOR = 1e-6
 _NEWTON_STEPS = 100
 ARTIFACT_KIND = "tps-tracer.calibrator"
 ARTIFACT_VERSION = 1
+# The artifact's keys after kind and version, in file order, and the Calibrator fields they hold.
+_ARTIFACT_FIELDS = {k: k for k in ("method", "schedule", "penalty", "eps", "fitted_on", "maps", "cross_fit")}
+_ARTIFACT_FIELDS["skipped_predictors"] = "skipped"
 
 
 def sigmoid(u: FloatArray) -> FloatArray:
@@ -111,9 +114,7 @@ def fit_platt(
     n_trajectories: int = 0,
 ) -> PlattMap:
     """Weighted, slope-penalised logistic fit on per-step records (steps 2 and 3 above)."""
-    f = np.asarray(forecasts, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
+    f, y, w = (np.asarray(v, dtype=np.float64) for v in (forecasts, labels, weights))
     if f.size == 0 or w.sum() <= 0:
         raise InputError("Platt fit needs at least one weighted step")
     x_raw = logit(f)
@@ -135,8 +136,7 @@ def split_halves(ids: list[str], outcome: FloatArray, complete: NDArray[np.bool_
     strata = [complete & (outcome == 1), complete & (outcome == 0), ~complete]
     for mask in strata:
         members = sorted(np.flatnonzero(mask), key=lambda i: ids[i])
-        for rank, i in enumerate(members):
-            half[i] = rank % 2
+        half[members] = np.arange(len(members)) % 2
     return half
 
 
@@ -264,18 +264,10 @@ class Calibrator:
         return False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": ARTIFACT_KIND,
-            "version": ARTIFACT_VERSION,
-            "method": self.method,
-            "schedule": self.schedule,
-            "penalty": self.penalty,
-            "eps": self.eps,
-            "fitted_on": self.fitted_on,
-            "maps": {name: m.as_dict() for name, m in self.maps.items()},
-            "cross_fit": self.cross_fit,
-            "skipped_predictors": self.skipped,
-        }
+        out = {"kind": ARTIFACT_KIND, "version": ARTIFACT_VERSION}
+        out.update({key: getattr(self, name) for key, name in _ARTIFACT_FIELDS.items()})
+        out["maps"] = {name: m.as_dict() for name, m in self.maps.items()}
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Strict JSON, written atomically: a failure leaves the previous file, never a truncated one."""

@@ -71,17 +71,15 @@ def _check_unique(path: str | os.PathLike[str], keys: list[np.ndarray], chunk_by
     within_a_shard = False
     for chunk in iter_chunks(path, chunk_bytes):
         for tid, key in zip(chunk.arrays.ids, trajectory_keys(chunk.arrays.ids).tolist(), strict=True):
-            if key in wanted:
-                if key in where and where[key] == chunk.source:
-                    within_a_shard = True  # set aside, as in a file read alone: the exact read names both lines
-                elif key in where:
-                    errors.append(
-                        RecordError(
-                            0, "trajectory_id", duplicate_message(tid, f"in {chunk.source}, first seen in {where[key]}")
-                        )
-                    )
-                else:
-                    where[key] = chunk.source
+            if key not in wanted:
+                continue
+            if key not in where:
+                where[key] = chunk.source
+            elif where[key] == chunk.source:
+                within_a_shard = True  # set aside, as in a file read alone: the exact read names both lines
+            else:
+                message = duplicate_message(tid, f"in {chunk.source}, first seen in {where[key]}")
+                errors.append(RecordError(0, "trajectory_id", message))
     if errors:  # else: distinct ids whose 64-bit keys collide, which is allowed
         raise TrajectoryFileError(input_name(path), errors[:20], truncated=len(errors) > 20)
     if within_a_shard:

@@ -205,11 +205,9 @@ def audit_of_counts(
     n = int(np.sum(stop_counts))
     by_reason = {r.value: int(stop_counts[i]) for i, r in enumerate(STOP_REASONS)}
     roles = {role.value: 0 for role in Role}
-    censored_with_q = 0
     for i, r in enumerate(STOP_REASONS):
         roles[policy.role(r).value] += int(stop_counts[i])
-        if policy.role(r) is Role.CENSORED:
-            censored_with_q += int(q_z_counts[i])
+    censored_with_q = sum(int(q_z_counts[i]) for i, r in enumerate(STOP_REASONS) if policy.role(r) is Role.CENSORED)
     roles[Role.COMPLETE.value] -= pending  # clean stops without their outcome are neither scored nor censored
     working = roles[Role.COMPLETE.value] + roles[Role.CENSORED.value]
     return {

@@ -122,9 +122,8 @@ def states_nothing(g: FloatArray) -> bool:
 
 
 def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censored: BoolArray) -> FloatArray:
-    out = np.zeros(len(GAP_STATS))
     if col.missing is None:
-        return out
+        return np.zeros(len(GAP_STATS))
     has = table.n_steps > 0
     work = (complete | censored) & has
     gaps, stated = col.missing[:, 0], col.missing[:, 1]
@@ -133,7 +132,7 @@ def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censor
     cost = y * col.missing[:, 2] + (1.0 - y) * col.missing[:, 3]
     costed = work & np.isfinite(cost)
     c_hit, c_clean = complete & has & hit, complete & has & ~hit
-    out[:] = (
+    values = [
         table.n_steps[work].sum(),
         gaps[work].sum(),
         work.sum(),
@@ -145,8 +144,8 @@ def gap_stats(col: PredictorPairs, table: PairTable, complete: BoolArray, censor
         y[c_clean].sum(),
         cost[costed].sum(),
         costed.sum(),
-    )
-    return out
+    ]
+    return np.array(values, dtype=float)
 
 
 @dataclass
@@ -169,23 +168,20 @@ class PredictorState:
     def absent(cls, spec: StateSpec, n: int, n_empty: int, base: BaseRateState) -> PredictorState:
         """A predictor a chunk never mentions (as `PredictorPairs.never_stated`): under a fill policy
         every run forecasts PRIOR throughout, otherwise all its runs are skipped."""
-        r, s, b = len(spec.rules), len(spec.schedules), spec.bootstrap
         runs, complete = int(base.count[CENSORING_MODES.index(SIMPLE)]), int(base.count[_COMPLETE])
         gaps = np.array([base.steps, base.steps, runs, runs, 0, complete, base.outcomes.sum(), 0, 0, 0, 0], dtype=float)
-        if spec.missing in (SKIP_RENORMALISE, DROP_RUN):
-            return cls(
-                usable=0,
-                skipped={k: v for k, v in (("missing", n - n_empty), ("no_steps", n_empty)) if v},
-                missing_q_z=0,
-                count=np.zeros((r, s, _M), dtype=np.int64),
-                total=np.zeros((r, s, _M)),
-                rep_total=np.zeros((b, r, s, _M)),
-                rep_count=np.zeros((b, _M)),
-                summaries=np.zeros((0, len(AGGREGATOR_NAMES))),
-                outcomes=np.zeros(0),
-                gaps=gaps,
-            )
-        return dataclasses.replace(cls.constant(spec, base, n, n_empty, PRIOR), gaps=gaps)
+        st = dataclasses.replace(cls.constant(spec, base, n, n_empty, PRIOR), gaps=gaps)
+        if spec.missing not in (SKIP_RENORMALISE, DROP_RUN):
+            return st
+        return dataclasses.replace(
+            st,
+            usable=0,
+            skipped={k: v for k, v in (("missing", n - n_empty), ("no_steps", n_empty)) if v},
+            missing_q_z=0,
+            **{k: np.zeros_like(getattr(st, k)) for k in ("count", "total", "rep_total", "rep_count")},
+            summaries=np.zeros((0, len(AGGREGATOR_NAMES))),
+            outcomes=np.zeros(0),
+        )
 
     @classmethod
     def constant(cls, spec: StateSpec, base: BaseRateState, n: int, n_empty: int, p: float) -> PredictorState:
@@ -313,25 +309,19 @@ class PartialState:
         scored = [p for p in wanted if p in table.predictors]
         sm = score_columns(table, scored, spec.policy, CENSORING_MODES)
         # Every score column, the base-rate mass columns and the presence patterns, with their mode.
-        value_cols: list[FloatArray] = []
-        mode_of: list[int] = []
-        for c, column in enumerate(sm.columns):
-            value_cols.append(np.where(np.isnan(column), 0.0, column))
-            mode_of.append(c % _M)
+        value_cols = [np.where(np.isnan(column), 0.0, column) for column in sm.columns]
+        mode_of = [c % _M for c in range(len(value_cols))]
         for j in range(s_n):
             mass = table.weight_mass[:, j]
             for m, (member, eta) in enumerate(zip(members, etas, strict=True)):
                 sel = member & has_steps
                 value_cols.extend([np.where(sel, eta * mass, 0.0), np.where(sel, (1.0 - eta) * mass, 0.0)])
                 mode_of.extend([m, m])
-        present_cols: list[NDArray[np.bool_]] = []
-        for name in scored:
-            present_cols.extend(member & table.predictors[name].usable for member in members)
-        present_cols.extend(member & has_steps for member in members)
+        masks = [*(table.predictors[name].usable for name in scored), has_steps]
+        present_cols = [member & mask for mask in masks for member in members]
         mode_of.extend(list(range(_M)) * (len(scored) + 1))
         k_scores, k_values = len(sm.columns), len(value_cols)
-        k_all = k_values + len(present_cols)
-        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols]) if n else np.zeros((0, k_all))
+        x = np.column_stack(value_cols + [p.astype(np.float64) for p in present_cols])
         totals = x.sum(axis=0)
         reps = _mode_split_replicate_sums(x, np.array(mode_of), complete, censored, keys, b, spec.seed)
 
@@ -410,22 +400,6 @@ class PartialState:
             predictors=predictors,
             base=_merged(self.base, other.base),
         )
-
-    def with_room_for(self, other: PartialState) -> PartialState:
-        """This state with its per-trajectory arrays in buffers with room for `other`'s rows: a caller
-        merging under a lock makes the copy a full buffer needs here, before taking it."""
-        predictors = {
-            name: dataclasses.replace(
-                st,
-                summaries=reserve_rows(st.summaries, other.predictors[name].summaries.shape[0]),
-                outcomes=reserve_rows(st.outcomes, other.predictors[name].outcomes.shape[0]),
-            )
-            if name in other.predictors
-            else st
-            for name, st in self.predictors.items()
-        }
-        base = dataclasses.replace(self.base, outcomes=reserve_rows(self.base.outcomes, other.base.outcomes.shape[0]))
-        return dataclasses.replace(self, predictors=predictors, base=base)
 
     def predictor_names(self) -> list[str]:  # in first-seen order
         return sorted(self.first_seen, key=lambda p: self.first_seen[p])
@@ -513,8 +487,6 @@ def _mode_split_replicate_sums(
     complete trajectories the three modes agree (summed once), on censored ones complete-only is zero."""
     groups = [np.flatnonzero(mode_of == m) for m in range(_M)]
     out = np.zeros((n_replicates, x.shape[1]))
-    if n_replicates == 0 or x.shape[0] == 0:
-        return out
     from_complete = replicate_sums(x[np.ix_(complete, groups[0])], keys[complete], n_replicates, seed)
     cens_cols = np.concatenate(groups[1:])
     from_censored = replicate_sums(x[np.ix_(censored, cens_cols)], keys[censored], n_replicates, seed)
@@ -556,21 +528,6 @@ _lock = threading.RLock()  # guards the tails (re-entrant: a buffer freed by GC 
 _tails: dict[int, _Tail] = {}  # id(buffer) -> its tail; entries leave with their buffer
 
 
-def _tail_of(a: NDArray[Any]) -> _Tail | None:
-    """Under _lock: the tail of the buffer `a` is a prefix of, if `a` is a prefix of one of ours."""
-    buf = a.base
-    if buf is None or not isinstance(buf, np.ndarray):
-        return None
-    tail = _tails.get(id(buf))
-    if tail is None or tail.buffer() is not buf:
-        return None
-    if a.dtype != buf.dtype or a.shape[1:] != buf.shape[1:] or a.strides != buf.strides:
-        return None
-    if a.size and a.ctypes.data != buf.ctypes.data:
-        return None
-    return tail
-
-
 def _view(buf: NDArray[Any], n: int) -> NDArray[Any]:
     out = buf[:n]
     out.flags.writeable = False  # shared with longer prefixes: nobody may write into it
@@ -587,38 +544,10 @@ def _copy_yielding(buf: NDArray[Any], a: NDArray[Any]) -> None:
     otherwise stall the host agent's threads."""
     m = a.shape[0]
     step = max(1, COPY_SLICE_BYTES // max(1, a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))))
-    if m <= step:
-        buf[:m] = a
-        return
     for i in range(0, m, step):
-        j = min(m, i + step)
-        buf[i:j] = a[i:j]
-        time.sleep(0)  # let a thread waiting for the GIL run now, not after the 5 ms switch interval
-
-
-def _fresh(a: NDArray[Any], b: NDArray[Any] | None, extra: int, dtype: Any) -> NDArray[Any]:
-    """A new buffer holding a (and b), with room; private until registered, so copied without the lock."""
-    m, k = a.shape[0], 0 if b is None else b.shape[0]
-    cap = max(MIN_CAPACITY, int((m + max(k, extra)) * GROWTH))
-    buf = np.empty((cap, *a.shape[1:]), dtype=dtype)
-    _copy_yielding(buf, a)
-    if b is not None:
-        buf[m : m + k] = b
-    with _lock:
-        _tails[id(buf)] = _Tail(weakref.ref(buf), m + k)
-    weakref.finalize(buf, _forget, id(buf))
-    return _view(buf, m + k)
-
-
-def reserve_rows(a: NDArray[Any], extra: int) -> NDArray[Any]:
-    """`a` itself if `extra` rows can be appended to it in place, else a copy of `a` with room."""
-    with _lock:
-        tail = _tail_of(a)
-        if tail is not None and tail.used == a.shape[0]:
-            buf = tail.buffer()
-            if buf is not None and a.shape[0] + extra <= buf.shape[0]:
-                return a
-    return _fresh(a, None, extra, a.dtype)
+        buf[i : min(m, i + step)] = a[i : i + step]
+        if i + step < m:
+            time.sleep(0)  # let a thread waiting for the GIL run now, not after the 5 ms switch interval
 
 
 def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
@@ -627,13 +556,28 @@ def concat_rows(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
         return np.concatenate([a, b])  # raises as concatenate does
     m, k = a.shape[0], b.shape[0]
     dtype = np.result_type(a, b)
+    buf = a.base
     with _lock:
-        tail = _tail_of(a)
-        if tail is not None and tail.used == m and a.dtype == dtype:
-            buf = tail.buffer()
-            assert buf is not None  # _tail_of checked it is alive
-            if m + k <= buf.shape[0]:
-                buf[m : m + k] = b
-                tail.used = m + k
-                return _view(buf, m + k)
-    return _fresh(a, b, k, dtype)
+        tail = _tails.get(id(buf))
+        if (
+            isinstance(buf, np.ndarray)
+            and tail is not None
+            and tail.buffer() is buf
+            and tail.used == m
+            and m + k <= buf.shape[0]
+            and a.dtype == buf.dtype == dtype
+            and a.shape[1:] == buf.shape[1:]
+            and a.strides == buf.strides
+            and (not a.size or a.ctypes.data == buf.ctypes.data)
+        ):
+            buf[m : m + k] = b
+            tail.used = m + k
+            return _view(buf, m + k)
+    # A new buffer with room: private until registered, so copied without the lock.
+    buf = np.empty((max(MIN_CAPACITY, int((m + k) * GROWTH)), *a.shape[1:]), dtype=dtype)
+    _copy_yielding(buf, a)
+    buf[m : m + k] = b
+    with _lock:
+        _tails[id(buf)] = _Tail(weakref.ref(buf), m + k)
+    weakref.finalize(buf, _forget, id(buf))
+    return _view(buf, m + k)

@@ -104,7 +104,18 @@ def report_from_state(
         predictors.append(BASE_RATE)
         covered.append(BASE_RATE)
     modes = CENSORING_MODES if audit["censored_with_q_z"] > 0 else (COMPLETE_ONLY, SIMPLE)
-    keys, boot = _bootstrapped_columns(state, states, predictors, modes)
+    # One column per predictor x rule x schedule x mode, its means from the state's sums.
+    spec, b = state.spec, state.spec.bootstrap
+    m = [CENSORING_MODES.index(mode) for mode in modes]
+    rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
+    keys = [ColumnKey(*k) for k in itertools.product(predictors, rules, schedules, modes)]
+    width = len(rules) * len(schedules)  # columns per predictor and mode
+    sts = [states[name] for name in predictors]
+    count = np.concatenate([st.count[..., m].ravel() for st in sts] or [np.zeros(0, dtype=np.int64)])
+    total = np.concatenate([st.total[..., m].ravel() for st in sts] or [np.zeros(0)])
+    rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
+    rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
+    boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
     scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
     diagnostics, scalar_rows = diagnostic_rows(
         [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
@@ -117,25 +128,6 @@ def report_from_state(
         "scalar_predictors": scalar_rows,
         "recalibration": recalibration_rows(keys, boot, recalibrated, aurocs or {}),
     }
-
-
-def _bootstrapped_columns(
-    state: PartialState, states: dict[str, PredictorState], predictors: list[str], modes: Sequence[str]
-) -> tuple[list[ColumnKey], BootstrapResult]:
-    """One column per predictor x rule x schedule x mode: point means from the sums, replicate means
-    from the replicate sums."""
-    spec, b = state.spec, state.spec.bootstrap
-    m = [CENSORING_MODES.index(mode) for mode in modes]
-    rules, schedules = [r.name for r in spec.rules], [s.name for s in spec.schedules]
-    keys = [ColumnKey(*k) for k in itertools.product(predictors, rules, schedules, modes)]
-    width = len(rules) * len(schedules)  # columns per predictor and mode
-    sts = [states[name] for name in predictors]
-    count = np.concatenate([st.count[..., m].ravel() for st in sts] or [np.zeros(0, dtype=np.int64)])
-    total = np.concatenate([st.total[..., m].ravel() for st in sts] or [np.zeros(0)])
-    rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
-    rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
-    boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
-    return keys, boot
 
 
 def _no_data_reason(st: PredictorState) -> str | None:
@@ -386,37 +378,28 @@ class TooManyGroups(InputError):
     pass
 
 
-def group_label(value: Any) -> str:
-    """Strings as they are, other values as JSON; records without the key form the group `(missing)`."""
-    if value is None:
-        return MISSING
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def split_records(records: list[TrajectoryRecord], key: str) -> dict[str, list[TrajectoryRecord]]:
-    """The records grouped by `metadata[key]`, groups in the order their value first occurs."""
-    groups: dict[str, list[TrajectoryRecord]] = {}
-    for rec in records:
-        groups.setdefault(group_label(rec.metadata.get(key)), []).append(rec)
-        if len(groups) > MAX_GROUPS:
-            raise TooManyGroups(
-                f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "
-                "split by a key that names a group (agent, model), not a run"
-            )
-    return groups
-
-
 def reports_by(path: str | os.PathLike[str], key: str, options: ReportOptions | None = None) -> dict[str, Any]:
     """{"by": key, "groups": [{"value", "n", "report" or "error"}], "input"?}: each group scored on its
-    own, as `report` of a file holding only its records. The records are read whole (the columnar
-    readers keep no metadata), so memory grows with the file."""
+    own, as `report` of a file holding only its records. Groups are labelled by `metadata[key]` (strings as
+    they are, other values as JSON, `(missing)` without the key) in the order their value first occurs.
+    The records are read whole (the columnar readers keep no metadata), so memory grows with the file."""
     from tps_tracer.records.arrays import to_arrays
     from tps_tracer.records.reading import exact_records
 
     opts = options or ReportOptions()
     read = exact_records(path)
+    by_label: dict[str, list[TrajectoryRecord]] = {}
+    for rec in read:
+        value = rec.metadata.get(key)
+        label = MISSING if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        by_label.setdefault(label, []).append(rec)
+        if len(by_label) > MAX_GROUPS:
+            raise TooManyGroups(
+                f"metadata key {key!r} has more than {MAX_GROUPS} distinct values: "
+                "split by a key that names a group (agent, model), not a run"
+            )
     groups = []
-    for value, recs in split_records(read, key).items():
+    for value, recs in by_label.items():
         try:
             groups.append({"value": value, "n": len(recs), "report": build_report(to_arrays(recs), opts)})
         except InputError as exc:  # e.g. no forecasts in this group: the other groups are still scored

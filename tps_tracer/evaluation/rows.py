@@ -1,7 +1,6 @@
-"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (segments:
-(predictor, trajectory) pairs, predictor-major; each weighted sum one `np.add.reduceat`, in blocks);
-every scoring path calls `score_rows`. A step without a forecast (NaN) scores under one declared
-policy: carry-forward (default, proper), fill-backwards, skip-renormalise, drop-run (docs/report.md)."""
+"""The scoring kernel: flat per-step forecasts -> per-trajectory rows in one vectorised pass (each weighted
+sum one `np.add.reduceat` over (predictor, trajectory) segments, in blocks); every scoring path calls
+`score_rows`. A step without a forecast (NaN) scores under one declared policy (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -107,34 +106,25 @@ def score_rows(
     lens = np.asarray(lengths, dtype=np.int64)
     n, n_pred, n_rules = lens.size, len(values), len(rules)
     n_aggs = len(AGGREGATOR_NAMES) if with_summaries else 0
-    pairs = np.full((n_pred, n, n_rules, n_schedules, 2), np.nan)
-    aggregates = np.full((n_pred, n, n_aggs), np.nan)
-    ok = np.zeros((n_pred, n), dtype=bool)
     mass = np.zeros((n, n_schedules))
-    clipped = np.zeros((n_pred, n), dtype=np.int64)
-    gap_info = np.zeros((n_pred, n, 4))
     # The forecasts the log rule clips (a sure failing run would score -inf) are counted, by its own eps.
     eps = next((r.eps for r in rules if isinstance(r, LogRule)), None)
     prior: FloatArray | None = None  # branches at PRIOR, computed once a block has a silent run
     has = np.flatnonzero(lens > 0)
     m = has.size
-    if m == 0:
-        return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
     seg_lens = lens[has]
     n_steps = int(seg_lens.sum())
-    starts = np.concatenate(([0], np.cumsum(seg_lens)[:-1]))
-    mass[has] = np.add.reduceat(weights[:n_schedules], starts, axis=1).T
-    if n_pred == 0:
-        return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
-
-    flat = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])  # predictor-major
+    if m:
+        starts = np.concatenate(([0], np.cumsum(seg_lens)[:-1]))
+        mass[has] = np.add.reduceat(weights[:n_schedules], starts, axis=1).T
+    flat = np.concatenate([np.zeros(0), *(np.asarray(v, dtype=np.float64) for v in values)])  # predictor-major
     all_lens = np.tile(seg_lens, n_pred)
     all_ends = np.cumsum(all_lens)
     all_starts = all_ends - all_lens
     seg_pairs = np.empty((n_pred * m, n_rules, n_schedules, 2))
     seg_aggs = np.empty((n_pred * m, n_aggs))
     gap_free = np.empty(n_pred * m, dtype=bool)
-    seg_gaps = np.empty((n_pred * m, 4))
+    seg_gaps = np.zeros((n_pred * m, 4))
     seg_clipped = np.zeros(n_pred * m, dtype=np.int64)
     per_step = max(1, 2 * n_rules * n_schedules)
     lo = 0
@@ -150,7 +140,6 @@ def score_rows(
         n_gaps = np.add.reduceat(gaps, local)
         seg_gaps[lo:hi, 0] = n_gaps
         seg_gaps[lo:hi, 1] = lens_b - n_gaps
-        seg_gaps[lo:hi, 2:] = 0.0
         clean = filled_by_policy(v, local, lens_b, missing)
         if a == 0 and b == n_pred * n_steps:  # one block (a micro-batch): the weights repeat per predictor
             w = np.tile(weights, n_pred)
@@ -174,56 +163,37 @@ def score_rows(
         if n_aggs:
             seg_aggs[lo:hi] = summaries(clean, local, lens_b, w[n_schedules], counted).T
         gap_free[lo:hi] = usable_segments(n_gaps, lens_b, missing)
-        if n_rules and n_gaps.any():
-            seg_gaps[lo:hi, 2:] = _gap_cost(v, gaps, local, lens_b, n_gaps, rules[0], w[0], missing, branches[0])
+        if n_rules and n_gaps.any():  # the gaps' cost: carry-forward's pair minus skip-renormalise's
+            carried = branches[0]  # every policy but fill-backwards fills the way carry-forward does
+            if missing == FILL_BACKWARDS:
+                carried = np.stack(rules[0].branches(filled_by_policy(v, local, lens_b, CARRY_FORWARD)))
+            w0, stated = w[0], ~gaps
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.add.reduceat(w0, local) / np.add.reduceat(w0 * stated, local)
+                estimate = np.add.reduceat(carried * (w0 * stated), local, axis=-1) * scale
+            cost = (np.add.reduceat(carried * w0, local, axis=-1) - estimate).T
+            cost[n_gaps == 0] = 0.0
+            cost[n_gaps == lens_b] = np.nan
+            seg_gaps[lo:hi, 2:] = cost
         if eps is not None:  # exactly the forecasts np.clip(p, eps, 1 - eps) moves; NaN (a gap) never counts
             seg_clipped[lo:hi] = np.add.reduceat((v < eps) | (v > 1.0 - eps), local)
         lo = hi
 
-    if m == n:  # every trajectory has steps (the usual case): the block results are the rows
-        ok = gap_free.reshape(n_pred, n)
-        clipped = seg_clipped.reshape(n_pred, n)
-        gap_info = seg_gaps.reshape(n_pred, n, 4)
-        pairs = seg_pairs.reshape(n_pred, n, n_rules, n_schedules, 2)
-        aggregates = seg_aggs.reshape(n_pred, n, n_aggs)
-    else:
-        ok[:, has] = gap_free.reshape(n_pred, m)
-        clipped[:, has] = seg_clipped.reshape(n_pred, m)
-        gap_info[:, has] = seg_gaps.reshape(n_pred, m, 4)
-        pairs[:, has] = seg_pairs.reshape(n_pred, m, n_rules, n_schedules, 2)
-        aggregates[:, has] = seg_aggs.reshape(n_pred, m, n_aggs)
+    def spread(seg: np.ndarray, fill: float) -> np.ndarray:
+        """(P * m, ...) block results -> (P, n, ...) rows; `fill` on the rows without steps."""
+        rows = seg.reshape(n_pred, m, *seg.shape[1:])
+        if m == n:  # every trajectory has steps (the usual case): the block results are the rows
+            return rows
+        out = np.full((n_pred, n, *seg.shape[1:]), fill, dtype=seg.dtype)
+        out[:, has] = rows
+        return out
+
+    ok, clipped, gap_info = spread(gap_free, False), spread(seg_clipped, 0), spread(seg_gaps, 0.0)
+    pairs, aggregates = spread(seg_pairs, np.nan), spread(seg_aggs, np.nan)
     pairs[~ok] = np.nan
     aggregates[~ok] = np.nan
     clipped[~ok] = 0  # an unusable row is not scored: nothing of it was clipped
     return ScoredRows(pairs, aggregates, ok, mass, clipped, gap_info)
-
-
-def _gap_cost(
-    v: FloatArray,
-    gaps: BoolArray,
-    starts: IntArray,
-    lengths: IntArray,
-    n_gaps: IntArray,
-    rule: ScoreRule,
-    w: FloatArray,
-    missing: str,
-    branches: FloatArray,
-) -> FloatArray:
-    """(k, 2): the cost of missingness per segment, carry-forward's branch pair minus skip-renormalise's,
-    for one rule and schedule (`branches`: of the policy's fill, reused unless fill-backwards)."""
-    if missing == FILL_BACKWARDS:
-        carried = np.stack(rule.branches(filled_by_policy(v, starts, lengths, CARRY_FORWARD)))
-    else:  # every other policy fills the way carry-forward does
-        carried = branches
-    stated = ~gaps
-    full = np.add.reduceat(carried * w, starts, axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.add.reduceat(w, starts) / np.add.reduceat(w * stated, starts)
-        estimate = np.add.reduceat(carried * (w * stated), starts, axis=-1) * scale
-    cost = (full - estimate).T
-    cost[n_gaps == 0] = 0.0
-    cost[n_gaps == lengths] = np.nan
-    return cost
 
 
 # -- the accumulator's micro-batches

@@ -56,9 +56,6 @@ class Skipped:
 
 class HasCoverage(Protocol):  # PredictorColumn, or PredictorPairs of a pair table (no import: pairs imports this)
     @property
-    def usable(self) -> BoolArray: ...
-
-    @property
     def skipped(self) -> dict[str, int]: ...
 
     @property
@@ -84,8 +81,7 @@ def role_masks(
 
 def no_data_reason(col: HasCoverage, sample: BoolArray, sample_name: str = "working sample") -> str | None:
     """Why `col` has no usable trajectory in `sample` (None if it has one)."""
-    usable = np.asarray(col.stated) & sample
-    if usable.any():
+    if (np.asarray(col.stated) & sample).any():
         return None
     if not np.asarray(col.stated).any():
         return col.no_data + skip_detail(col.skipped)

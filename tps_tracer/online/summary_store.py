@@ -175,7 +175,7 @@ class SummaryStore:
             with self.lock:
                 summary = self.summary
             try:
-                merged = part if summary is None else summary.with_room_for(part).merge(part)
+                merged = part if summary is None else summary.merge(part)
             except Exception as exc:  # never expected; the merge under the lock below does without
                 self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
                 break
