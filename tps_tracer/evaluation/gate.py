@@ -19,7 +19,14 @@ from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_RE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress, map_chunks
-from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.pairs import (
+    PairTable,
+    PredictorPairs,
+    audit_of_table,
+    pair_table_from_arrays,
+    score_columns,
+    skip_counts,
+)
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import NO_WORKING_SAMPLE, json_num
 from tps_tracer.evaluation.report_options import OptionError, is_int
@@ -135,10 +142,6 @@ def _finite(value: Any) -> float:
     return float(value)
 
 
-def _share_ok(value: Any) -> bool:
-    return value is None or 0.0 <= _finite(value) <= 1.0
-
-
 _FLAGS = ("vs_base_rate", "allow_capture_loss")
 _SHARES = ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring")
 
@@ -149,12 +152,12 @@ _FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
     ("rule", lambda v: hasattr(get_rule(v), "branches"), "must be a rule name or a score rule, got {0!r}"),
     ("weights", get_schedule, ""),
     ("censoring", lambda v: v in CENSORING_MODES, f"must be one of {', '.join(CENSORING_MODES)}, got {{0!r}}"),
-    ("min_score", lambda v: v is None or math.isfinite(_finite(v)), ""),
-    *((name, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for name in _FLAGS),
+    ("min_score", lambda v: v is None or _finite(v) is not None, ""),  # _finite raises unless a finite number
+    *((f, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for f in _FLAGS),
     ("margin", lambda v: _finite(v) >= 0, "must be >= 0 (how much worse than the reference is tolerated), got {0!r}"),
     ("test", lambda v: v in TESTS, f"must be one of {', '.join(TESTS)}, got {{0!r}}"),
     ("min_n", lambda v: is_int(v) and v >= 1, "must be an integer >= 1, got {0!r}"),
-    *((name, _share_ok, "is a share: must lie in [0, 1], got {0!r}") for name in _SHARES),
+    *((f, lambda v: v is None or 0 <= _finite(v) <= 1, "is a share: must lie in [0, 1], got {0!r}") for f in _SHARES),
     (
         "bootstrap",
         lambda v: is_int(v) and MIN_GATE_REPLICATES <= v <= MAX_REPLICATES,
@@ -196,14 +199,10 @@ def concat_tables(parts: Sequence[PairTable], missing: str) -> PairTable:
             else PredictorPairs.never_stated(p.n_steps, p.weight_mass, p.rules, 0, missing)
             for p in parts
         ]
-        both = list(zip(cols, parts, strict=True))
         predictors[name] = PredictorPairs(
-            np.concatenate([c.usable for c in cols]),
-            np.concatenate([c.pairs for c in cols]),
-            np.empty((sum(p.n for p in parts), 0)),
-            dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
-            np.concatenate([np.zeros(p.n, np.int64) if c.clipped is None else c.clipped for c, p in both]),
-            np.concatenate([np.zeros((p.n, 4)) if c.missing is None else c.missing for c, p in both]),
+            aggregates=np.empty((sum(p.n for p in parts), 0)),
+            skipped=dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
+            **{f: np.concatenate([getattr(c, f) for c in cols]) for f in ("usable", "pairs", "clipped", "missing")},
         )
     rows = ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")
     arrays: dict[str, Any] = {a: np.concatenate([getattr(p, a) for p in parts]) for a in rows}
@@ -308,26 +307,23 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
             except InputError as exc:
                 raise GateInputError(f"--predictor: {exc}") from None
         return crit.predictor, "--predictor", []
+    # The baseline's first predictor with data; else the candidate's first, passing over only the by-design nulls.
+    sample = cand if base is None else base
+    on_base = base is not None
+    working = _scorable(sample, crit)
     skipped: list[Skipped] = []
-    if base is not None:
-        working = _scorable(base, crit)
-        for name in base.table.predictors:
-            reason = no_data_reason(base.table.predictors[name], working)
-            if reason is None:
-                return name, "the baseline's first predictor with data", skipped
-            skipped.append(Skipped(name, f"no data in the baseline: {reason}"))
-        why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
-        raise GateInputError(f"the baseline has no predictor to gate on: {why}")
-    working = _scorable(cand, crit)
-    for name in cand.table.predictors:
-        reason = no_data_reason(cand.table.predictors[name], working)
-        if reason is None or name not in BY_DESIGN_NULL:
+    for name, col in sample.table.predictors.items():
+        reason = no_data_reason(col, working)
+        if on_base and reason is None:
+            return name, "the baseline's first predictor with data", skipped
+        if not on_base and (reason is None or name not in BY_DESIGN_NULL):
             return name, "the first predictor in the candidate's file", skipped
-        skipped.append(Skipped(name, f"{reason} (null by design for native tool calls)"))
-    if not cand.table.predictors:
-        raise GateInputError(NO_PREDICTOR)
+        why = f"no data in the baseline: {reason}" if on_base else f"{reason} (null by design for native tool calls)"
+        skipped.append(Skipped(name, why))
     why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped)
-    raise GateInputError(f"no predictor to gate on: {why}")
+    if on_base:
+        raise GateInputError(f"the baseline has no predictor to gate on: {why or NO_PREDICTOR}")
+    raise GateInputError(f"no predictor to gate on: {why}" if why else NO_PREDICTOR)
 
 
 @dataclass(eq=False)  # hashable, as an exception should be
@@ -380,14 +376,10 @@ class _Run:
         self.missing_q_z = sm.missing_q_z[predictor]
         self.audit = audit_of_table(gated, crit.policy)
         scored = ~np.isnan(self.score)
-        skipped = {
-            "missing": int(np.sum(working & ~col.usable & (table.n_steps > 0))),  # some step has no forecast
-            "no_steps": int(np.sum(working & ~col.usable & (table.n_steps == 0))),
-        }
         self.coverage = _coverage(
             int(working.sum()),
             int(scored.sum()),
-            {k: v for k, v in skipped.items() if v},
+            skip_counts(col.usable | ~working, table.n_steps),  # the working sample's unusable runs
             int(np.sum(working & col.usable & ~scored)),
             self.audit["pending_outcome"],
             int(np.sum(censored & scored)),
@@ -736,26 +728,6 @@ def compare(
     return Comparison(point, reps, False, how, counts)
 
 
-def unpaired_text(counts: dict[str, int]) -> str:
-    """The runs left out of a paired comparison, by side and cause."""
-    parts = []
-    for side in ("candidate", "baseline"):
-        out, unscored = counts[f"{side}_unpaired_runs"], counts[f"{side}_unscored_runs"]
-        parts.append(f"{side} {out} scored run(s) on tasks the other side did not score, {unscored} unscored")
-    return "left out of the paired difference: " + "; ".join(parts)
-
-
-def censoring_rates_differ(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two-proportion z test (|z| > 1.96) of the censoring rates of two termination audits."""
-    ra, rb = a.get("censoring_rate"), b.get("censoring_rate")
-    na, nb = a.get("working_sample") or 0, b.get("working_sample") or 0
-    if ra is None or rb is None or not na or not nb:
-        return False
-    pooled = (ra * na + rb * nb) / (na + nb)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
-    return bool(se > 0 and abs(ra - rb) / se > 1.96)
-
-
 # -- the checks --
 
 
@@ -773,9 +745,9 @@ def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, 
 
 
 def _assumption_checks(
-    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
+    audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
 ) -> list[dict[str, Any]]:
-    who = "" if side == CANDIDATE else f"{side}: "
+    n, who = coverage["gated"], "" if side == CANDIDATE else f"{side}: "
     # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
     size = "sample_size" if side == CANDIDATE else "baseline_size"
     detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
@@ -792,7 +764,7 @@ def _assumption_checks(
             f"metadata.tps_abandoned says why) are not scored; {verdict}"
         )
         checks.append(_check("capture_loss", crit.allow_capture_loss, lost, 0, detail))
-    if crit.max_excluded_share is not None:
+    if crit.max_excluded_share is not None and side == CANDIDATE:  # the baseline's excluded share is not gated
         share = audit.get("excluded_share") or 0.0
         detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
         checks.append(
@@ -824,19 +796,6 @@ def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
             f"--censoring exact needs q_z, and none of the candidate's {n_cens} censored runs carries one "
             "(estimate it with `tps-tracer censoring --write-records`, or gate with --censoring simple)",
         )
-
-
-def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
-    out = []
-    for c in checks:
-        flip = c.get("flip_probability")
-        if flip is not None and flip > FRAGILE_FLIP and not c.get("undecided"):  # no verdict to call fragile
-            verb = "passes" if c["passed"] else "fails"
-            out.append(
-                f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
-                "of the same size could reverse it (--max-flip makes stability a check)"
-            )
-    return out
 
 
 def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str, Any]:
@@ -910,6 +869,13 @@ def _result(
         for c in checks
         if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
     ] + [f"{c['name']}: {c['detail']}" for c in checks if c["name"] in REFUSING_CHECKS and not c["passed"]]
+    fragile = [
+        f"fragile verdict: {c['name']} {'passes' if c['passed'] else 'fails'}, but P(flip) is "
+        f"{c['flip_probability']:.3f} (> {FRAGILE_FLIP}): a new sample of the same size could reverse it "
+        "(--max-flip makes stability a check)"
+        for c in checks
+        if (c.get("flip_probability") or 0) > FRAGILE_FLIP and not c.get("undecided")  # undecided: no verdict
+    ]
     verdict = UNUSABLE if reasons else FAIL if failed else CANNOT_DECIDE if undecided else PASS
     if verdict == CANNOT_DECIDE:
         reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
@@ -922,7 +888,7 @@ def _result(
         "failed_checks": failed,
         "undecided_checks": undecided,
         "reasons": reasons,
-        "warnings": warnings,
+        "warnings": warnings + fragile,
         "notes": notes,
         "settings": settings or _result_settings(crit),
         "audit": audit,
@@ -977,14 +943,9 @@ def evaluate_gate(
     )
     lo, hi = boot.ci()
     score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
-    checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
-    if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
-        n_base = int(np.sum(~np.isnan(base.score)))
-        checks += [
-            c
-            for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, BASELINE)
-            if c["name"] != "excluded_share"
-        ]
+    checks = _assumption_checks(run.audit, run.coverage, run.predictor, crit)
+    if base is not None:  # the baseline's sample, held to the same limits
+        checks += _assumption_checks(base.audit, base.coverage, base.predictor, crit, BASELINE)
     if crit.min_score is not None:
         detail = "CI lower bound of the score"
         checks.append(decision("absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, detail))
@@ -1001,14 +962,13 @@ def evaluate_gate(
     comparison = None
     if base is not None:
         warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
-        check, comparison = _baseline_check(run, base, crit, warnings, notes)
+        check, comparison = _vs_baseline(run, base, crit, warnings, notes)
         checks.append(check)
     notes.extend(more_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
         notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
-    warnings.extend(fragile_warnings(checks))
     if crit.max_flip is not None:
         checks.append(_stability_check(checks, crit.max_flip))
     return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
@@ -1038,26 +998,19 @@ def gate_paths(
     return evaluate_gate(cand, crit, base)
 
 
-def _pairing(cand: _Run, base: _Run, n: int) -> str:
-    """What paired the runs: metadata.task_id, else the trajectory id."""
-    from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
-    if not any(from_metadata):  # task ids equal to the trajectory ids pair the same runs
-        return f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)"
-    if all(from_metadata):
-        return f"paired by task id over {n} tasks (metadata.task_id)"
-    return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"
-
-
-def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]) -> list[str]:
-    """Every difference between the sides that changes what is compared."""
-    found: list[str] = []
+def _vs_baseline(
+    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The vs_baseline check and the result's `comparison`, which lists every difference between the sides that
+    changes what is compared (`asymmetries`)."""
+    asym: list[str] = []
     ca, ba = cand.audit, base.audit
     cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
-    cn, bn = ca["roles"]["censored"], ba["roles"]["censored"]
     if (cq > 0) != (bq > 0):
+        cn, bn = ca["roles"]["censored"], ba["roles"]["censored"]
         who = "candidate" if cq else "baseline"
         text = f"q_z on the {who} only (candidate {cq} of {cn} censored runs, baseline {bq} of {bn})"
-        found.append(text)
+        asym.append(text)
         if crit.censoring == EXACT:
             warnings.append(
                 f"{text}: under cen-exact the other side cannot score its censored runs, so the difference "
@@ -1071,31 +1024,39 @@ def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str]
             f"predictor sets differ: candidate only {', '.join(only_c) or 'none'}; "
             f"baseline only {', '.join(only_b) or 'none'}"
         )
-        found.append(text)
+        asym.append(text)
         notes.append(text)
     cr, br = ca["censoring_rate"], ba["censoring_rate"]
-    if cr is not None and br is not None:
+    if cr is not None and br is not None:  # then both working samples are non-empty
         text = f"censoring rate candidate {cr:.1%}, baseline {br:.1%}"
-        if censoring_rates_differ(ca, ba):
-            found.append(text)
+        na, nb = ca["working_sample"], ba["working_sample"]
+        pooled = (cr * na + br * nb) / (na + nb)
+        se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
+        if se > 0 and abs(cr - br) / se > 1.96:  # two-proportion z test
+            asym.append(text)
             warnings.append(
                 f"{text} differ significantly: the runs stop on the step budget at different rates, and "
                 "cen-simple scores budget stops pessimistically (q_Z ~ 0)"
             )
         else:
             notes.append(text)
-    return found
-
-
-def _baseline_check(
-    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    asym = _asymmetries(cand, base, crit, warnings, notes)
     cmp = compare(cand.score, cand.task_ids, base.score, base.task_ids, crit.bootstrap, crit.seed)
-    counts = cmp.counts
-    how = _pairing(cand, base, counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
+    counts, how = cmp.counts, cmp.how
+    if cmp.paired:
+        n = counts["common_tasks"]
+        from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
+        if not any(from_metadata):  # task ids equal to the trajectory ids pair the same runs
+            how = f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)" + how
+        else:
+            where = "metadata.task_id" if all(from_metadata) else "metadata.task_id, else the trajectory id"
+            how = f"paired by task id over {n} tasks ({where})" + how
     if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
-        notes.append(unpaired_text(counts))
+        left_out = [
+            f"{side} {counts[f'{side}_unpaired_runs']} scored run(s) on tasks the other side did not score, "
+            f"{counts[f'{side}_unscored_runs']} unscored"
+            for side in (CANDIDATE, BASELINE)
+        ]
+        notes.append("left out of the paired difference: " + "; ".join(left_out))
     elif not cmp.paired and counts["common_tasks"]:
         warnings.append(
             f"the runs share only {counts['common_tasks']} scored tasks (less than {PAIRING_OVERLAP:.0%} of the "
@@ -1158,7 +1119,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
-    checks = _assumption_checks(int(row["n"]), audit, coverage, name, crit)
+    checks = _assumption_checks(audit, coverage, name, crit)
     warnings.extend(coverage_warnings(coverage, audit, name))
     saved = report.get("settings") or {}
     if coverage["replicates"] != crit.bootstrap:  # near the threshold the records route's CI may decide otherwise
@@ -1180,7 +1141,6 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
     more = {"kind": "decision", "ci_low": lo, "ci_high": row["ci_high"], "flip_probability": flip}
     checks.append(_check("absolute", lo >= crit.min_score, mean, crit.min_score, detail, **more))
-    warnings.extend(fragile_warnings(checks))
     settings = {**_result_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     score["predictor_source"] = source
