@@ -208,17 +208,13 @@ def _pass_if(c: dict[str, Any]) -> str:
 
 
 def _two_sided(result: dict[str, Any]) -> bool:
-    """A baseline is gated: a `side` column says which run each row is about."""
     return any(c.get("side") == "baseline" for c in result["checks"])
 
 
-def _headers(result: dict[str, Any]) -> list[str]:
-    return [_HEADERS[0], "side", *_HEADERS[1:]] if _two_sided(result) else _HEADERS
-
-
-def _rows(result: dict[str, Any]) -> list[list[str]]:
-    rows = []
+def _table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The check table's headers and rows; a `side` column when a baseline is gated."""
     side = _two_sided(result)
+    rows = []
     for c in result["checks"]:
         ci = f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if c.get("ci_low") is not None else ""
         flip, est = c.get("flip_probability"), c.get("estimate")
@@ -233,7 +229,7 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
                 "" if flip is None else f"{flip:.3f}",
             ]
         )
-    return rows
+    return ([_HEADERS[0], "side", *_HEADERS[1:]] if side else _HEADERS), rows
 
 
 def _pct(x: float | None) -> str:
@@ -342,7 +338,7 @@ def render_gate_text(result: dict[str, Any], source: str) -> str:
     for h in _headline(result):
         lines += _wrap("  ", h)
     lines.append("")
-    lines += fit_table(_headers(result), _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
+    lines += fit_table(*_table(result), indent="    ").splitlines()  # rows as blocks past WIDTH
     for label, text in _messages(result):
         lines += _wrap("  ", f"{label}: {text}")
     if result["exit_code"] == 2:
@@ -357,9 +353,9 @@ def render_gate_markdown(result: dict[str, Any], source: str) -> str:
     icon = {"pass": "✅", "fail": "❌"}.get(result["verdict"], "⚠️")
     out = [f"## {icon} tps-tracer gate: {result['verdict'].upper()}", "", f"`{source}`", ""]
     out += [f"- {h}" for h in _headline(result)]
-    headers = _headers(result)
+    headers, rows = _table(result)
     out += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in _rows(result):
+    for row in rows:
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
     out.append("")
     for label, text in _messages(result):

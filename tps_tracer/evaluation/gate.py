@@ -174,8 +174,7 @@ _FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
 
 @dataclass
 class GateSample:
-    """One run's pair table (the gated rule and schedule, every predictor), its task ids for pairing
-    with a baseline, and the lines its files held that the gate does not judge."""
+    """One run: its pair table (the gated rule and schedule), task ids to pair it with a baseline, lines set aside."""
 
     table: PairTable
     task_ids: list[str]
@@ -242,8 +241,7 @@ def sample_from_tables(
     missing: str,
     set_aside: SetAside | None = None,
 ) -> GateSample:
-    """The run of the consecutive tables read from `paths`; task ids (a baseline comparison only) in one
-    more streaming pass, else the trajectory ids."""
+    """Task ids (a baseline comparison only) are read in one more streaming pass, else the trajectory ids serve."""
     if sum(p.n for p in parts) == 0:
         raise GateInputError("no trajectories")
     table = concat_tables(parts, missing)
@@ -536,7 +534,6 @@ def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "
 
 
 def rule_text(test: str, margin: float) -> str:
-    """What must hold to PASS."""
     return f"CI {'low' if test == NON_INFERIORITY else 'high'} >= {_fmt(-margin)}"
 
 
@@ -732,7 +729,6 @@ def compare(
 
 
 def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
-    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
     return {
         "name": name,
         "kind": "assumption",
@@ -853,12 +849,11 @@ def _result(
     audit: dict[str, Any] | None = None,
     coverage: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
-    skipped_predictors: Sequence[Skipped] | None = None,
-    comparison: dict[str, Any] | None = None,
-    read: dict[str, Any] | None = None,
+    **sections: Any,
 ) -> dict[str, Any]:
     """The verdict follows from the checks: a failed sample-size or refusing check, UNUSABLE; else
-    any other failed check, FAIL; else an undecided check, CANNOT DECIDE (with its reason); else PASS."""
+    any other failed check, FAIL; else an undecided check, CANNOT DECIDE (with its reason); else PASS.
+    `sections` (skipped_predictors, comparison, input) are added unless None."""
     for c in checks:
         c.setdefault("side", SIDE_OF.get(c["name"], CANDIDATE))
     undecided = [c["name"] for c in checks if c.get("undecided")]
@@ -894,13 +889,7 @@ def _result(
         "audit": audit,
         "coverage": coverage,
     }
-    if skipped_predictors is not None:
-        result["skipped_predictors"] = as_dicts(skipped_predictors)
-    if comparison is not None:
-        result["comparison"] = comparison
-    if read:
-        result["input"] = read
-    return result
+    return result | {k: v for k, v in sections.items() if v is not None}
 
 
 # -- the routes --
@@ -917,16 +906,16 @@ def evaluate_gate(
     cand_sample = _sample(candidate, crit)
     base_sample = None if baseline is None else _sample(baseline, crit)
     predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
-    read: dict[str, Any] = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else {}
+    read: dict[str, Any] | None = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else None
     if base_sample is not None and base_sample.set_aside:
-        read["baseline"] = {"set_aside": base_sample.set_aside.as_dict()}
+        read = {**(read or {}), "baseline": {"set_aside": base_sample.set_aside.as_dict()}}
     try:
         run = _Run(cand_sample, crit, predictor, CANDIDATE)
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, BASELINE)
     except Unusable as u:
         score, unusable = _score(crit, predictor, source), [u.as_check()]
-        return _result(crit, score, unusable, [], [], skipped_predictors=skipped, read=read)
+        return _result(crit, score, unusable, [], [], skipped_predictors=as_dicts(skipped), input=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
@@ -971,7 +960,8 @@ def evaluate_gate(
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
     if crit.max_flip is not None:
         checks.append(_stability_check(checks, crit.max_flip))
-    return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
+    sections = {"skipped_predictors": as_dicts(skipped), "comparison": comparison, "input": read}
+    return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, **sections)
 
 
 def gate_paths(
@@ -988,11 +978,7 @@ def gate_paths(
     crit.validate(baseline is not None)
     if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
         candidate = [candidate]
-
-    def read_files(paths: Sequence[str | os.PathLike[str]], with_task_ids: bool) -> GateSample:
-        return sample_from_paths(paths, crit, with_task_ids, chunk_bytes, progress)
-
-    read = read or read_files
+    read = read or (lambda paths, with_task_ids: sample_from_paths(paths, crit, with_task_ids, chunk_bytes, progress))
     cand = read(candidate, baseline is not None)  # task ids pair the two runs
     base = None if baseline is None else read([baseline], True)
     return evaluate_gate(cand, crit, base)
@@ -1001,8 +987,7 @@ def gate_paths(
 def _vs_baseline(
     cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The vs_baseline check and the result's `comparison`, which lists every difference between the sides that
-    changes what is compared (`asymmetries`)."""
+    """The vs_baseline check and the `comparison`, whose `asymmetries` change what is compared."""
     asym: list[str] = []
     ca, ba = cand.audit, base.audit
     cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
@@ -1115,7 +1100,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         _check_exact(audit, crit)
     except Unusable as u:
         score, unusable = _score(crit, name, source), [u.as_check()]
-        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], read=read)
+        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], input=read)
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
@@ -1145,4 +1130,4 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     score["predictor_source"] = source
     notes = ["gated from a saved report/snapshot", *notes]
-    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=read)
+    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, input=read)
