@@ -112,11 +112,8 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
             predictors=[crit.predictor] if crit.predictor else None,
             rules=[crit.rule],
             schedules=[crit.weights],
-            bootstrap=crit.bootstrap,
-            seed=crit.seed,
-            policy=crit.policy,
             base_rate=False,
-            missing=crit.missing,
+            **{name: getattr(crit, name) for name in ("bootstrap", "seed", "policy", "missing")},  # same names
         )
         report = report_from_path_ray(args.files[0], options, args.address)
     except ImportError as exc:
@@ -237,7 +234,6 @@ def _pct(x: float | None) -> str:
 
 
 def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
-    """Scored of working (the report's denominator, named alike), each exclusion, replicates."""
     label = f"coverage ({side})" if side else "coverage"
     parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
     n_skipped = sum(block["skipped"].values())
@@ -252,7 +248,6 @@ def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
 
 
 def missing_line(block: dict[str, Any], predictor: str) -> str | None:
-    """The gated predictor's steps without a forecast (None when the block has no counts)."""
     g = block.get("missing_forecasts")
     if not g or g.get("steps") is None:
         return None
@@ -307,7 +302,6 @@ def _headline(result: dict[str, Any]) -> list[str]:
 
 
 def _messages(result: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, text) of every line below the table."""
     two_sided = _two_sided(result)
     failed = [
         f"{c['name']} ({c['side']})" if two_sided else c["name"]

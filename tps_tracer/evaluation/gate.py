@@ -463,26 +463,6 @@ def skip_reasons(block: dict[str, Any]) -> str:
     return f"reasons over the whole file: {reasons}" if file_wide else reasons
 
 
-def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
-    out = []
-    share = block["skipped_share"]
-    if share is not None and share > WARN_SHARE:
-        n = sum(block["skipped"].values())
-        out.append(
-            f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
-            f"forecast ({skip_reasons(block)}); the verdict covers the other {block['gated']} runs only"
-        )
-    pending = block["pending_outcome"]
-    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
-    p_share = _share(pending, clean)
-    if p_share is not None and p_share > WARN_SHARE:
-        out.append(
-            f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
-            "gate again once they are graded"
-        )
-    return out
-
-
 def censoring_warnings(
     audit: dict[str, Any], crit: GateCriteria, missing_q_z: int, coverage: dict[str, Any] | None = None
 ) -> tuple[list[str], list[str]]:
@@ -555,32 +535,6 @@ def _fmt(x: float) -> str:
     return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
 
 
-def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
-    """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
-    probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
-    (found with probability POWER)."""
-    r = reps[~np.isnan(reps)]
-    se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-    out: dict[str, Any] = {
-        "se": json_num(se),
-        "alpha": ALPHA,
-        "power": POWER,
-        "smallest_margin": None,
-        "detectable_drop": None,
-        "p_fail_identical": None,
-        "underpowered": False,
-    }
-    if not math.isfinite(se) or se <= 0:
-        return out
-    if test == NON_INFERIORITY:
-        p_fail = float(norm.cdf(Z_ALPHA - margin / se))  # P(D_hat - Z*SE < -margin | D = 0)
-        smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
-        out.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
-    else:
-        out.update(detectable_drop=margin + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
-    return out
-
-
 def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str | None:
     se = pw.get("se")
     if se is None:
@@ -632,8 +586,25 @@ def decision(
         "detail": detail,
     }
     if test is not None:
+        # Power at this sample's SE: non-inferiority's smallest margin an identical candidate passes with
+        # probability 1 - FALSE_ALARM, and its P(fail) at the margin; regression's drop found with probability POWER.
+        se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
         check["test"] = test
-        check["power"] = pw = power(test, -threshold, reps)
+        check["power"] = pw = {
+            "se": json_num(se),
+            "alpha": ALPHA,
+            "power": POWER,
+            "smallest_margin": None,
+            "detectable_drop": None,
+            "p_fail_identical": None,
+            "underpowered": False,
+        }
+        if math.isfinite(se) and se > 0 and test == NON_INFERIORITY:
+            p_fail = float(norm.cdf(Z_ALPHA + threshold / se))  # P(D_hat - Z*SE < -margin | D = 0)
+            smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
+            pw.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
+        elif math.isfinite(se) and se > 0:
+            pw.update(detectable_drop=-threshold + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
         if not check["passed"] and pw["underpowered"] and not hi0 < threshold:
             # The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured one.
             smallest, margin = pw["smallest_margin"], -threshold
@@ -741,8 +712,14 @@ def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, 
 
 
 def _assumption_checks(
-    audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
+    audit: dict[str, Any],
+    coverage: dict[str, Any],
+    predictor: str,
+    crit: GateCriteria,
+    warnings: list[str],
+    side: str = CANDIDATE,
 ) -> list[dict[str, Any]]:
+    """One side's checks on its sample; what the verdict leaves out, past WARN_SHARE, goes to `warnings`."""
     n, who = coverage["gated"], "" if side == CANDIDATE else f"{side}: "
     # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
     size = "sample_size" if side == CANDIDATE else "baseline_size"
@@ -767,6 +744,7 @@ def _assumption_checks(
             _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
         )
     if coverage["skipped"]:
+        skipped, working = sum(coverage["skipped"].values()), coverage["working_sample"]
         share, limit = coverage["skipped_share"] or 0.0, crit.max_skipped_share
         verdict = (
             "gated on the rest"
@@ -774,10 +752,22 @@ def _assumption_checks(
             else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
         )
         detail = (
-            f"{who}{sum(coverage['skipped'].values())} of {coverage['working_sample']} working-sample runs have no "
-            f"{predictor} forecast to score ({skip_reasons(coverage)}); {verdict}"
+            f"{who}{skipped} of {working} working-sample runs have no {predictor} forecast to score "
+            f"({skip_reasons(coverage)}); {verdict}"
         )
         checks.append(_check("skipped_share", share <= limit, share, limit, detail))
+        if share > WARN_SHARE:
+            warnings.append(
+                f"{who}{skipped} of {working} working-sample runs ({share:.1%}) are not scored: no {predictor} "
+                f"forecast ({skip_reasons(coverage)}); the verdict covers the other {n} runs only"
+            )
+    pending = coverage["pending_outcome"]
+    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+    if pending and pending / clean > WARN_SHARE:
+        warnings.append(
+            f"{who}{pending} of {clean} clean runs ({pending / clean:.1%}) still wait for their outcome and are not "
+            "scored; gate again once they are graded"
+        )
     for c in checks:
         c["side"] = side
     return checks
@@ -811,17 +801,6 @@ def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str
 
 
 # -- the verdict: one assembler for every route --
-
-
-def _result_settings(crit: GateCriteria) -> dict[str, Any]:
-    return {
-        "bootstrap": crit.bootstrap,
-        "seed": crit.seed,
-        "ci_level": CI_LEVEL,
-        "margin": crit.margin,
-        "test": crit.test,
-        "alpha_one_sided": ALPHA,
-    }
 
 
 def _score(
@@ -885,7 +864,15 @@ def _result(
         "reasons": reasons,
         "warnings": warnings + fragile,
         "notes": notes,
-        "settings": settings or _result_settings(crit),
+        "settings": {
+            "bootstrap": crit.bootstrap,
+            "seed": crit.seed,
+            "ci_level": CI_LEVEL,
+            "margin": crit.margin,
+            "test": crit.test,
+            "alpha_one_sided": ALPHA,
+            **(settings or {}),  # a snapshot's own bootstrap and seed
+        },
         "audit": audit,
         "coverage": coverage,
     }
@@ -932,9 +919,10 @@ def evaluate_gate(
     )
     lo, hi = boot.ci()
     score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
-    checks = _assumption_checks(run.audit, run.coverage, run.predictor, crit)
+    warnings, censoring_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
+    checks = _assumption_checks(run.audit, run.coverage, run.predictor, crit, warnings)
     if base is not None:  # the baseline's sample, held to the same limits
-        checks += _assumption_checks(base.audit, base.coverage, base.predictor, crit, BASELINE)
+        checks += _assumption_checks(base.audit, base.coverage, base.predictor, crit, warnings, BASELINE)
     if crit.min_score is not None:
         detail = "CI lower bound of the score"
         checks.append(decision("absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, detail))
@@ -946,14 +934,11 @@ def evaluate_gate(
             decision("vs_base_rate", delta, delta_reps, -crit.margin + 0.0, detail, crit.test, int(both.sum()))
         )
     notes: list[str] = []
-    warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
-    warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
     if base is not None:
-        warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
         check, comparison = _vs_baseline(run, base, crit, warnings, notes)
         checks.append(check)
-    notes.extend(more_notes)
+    notes.extend(censoring_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
         notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
@@ -1104,8 +1089,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
-    checks = _assumption_checks(audit, coverage, name, crit)
-    warnings.extend(coverage_warnings(coverage, audit, name))
+    checks = _assumption_checks(audit, coverage, name, crit, warnings)
     saved = report.get("settings") or {}
     if coverage["replicates"] != crit.bootstrap:  # near the threshold the records route's CI may decide otherwise
         reps, seed = coverage["replicates"], saved.get("seed")
@@ -1126,7 +1110,7 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
     more = {"kind": "decision", "ci_low": lo, "ci_high": row["ci_high"], "flip_probability": flip}
     checks.append(_check("absolute", lo >= crit.min_score, mean, crit.min_score, detail, **more))
-    settings = {**_result_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
+    settings = {"bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     score["predictor_source"] = source
     notes = ["gated from a saved report/snapshot", *notes]
