@@ -141,17 +141,15 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.files or settings.get("baseline"):
             raise GateInputError("give either record files or --snapshot, and no --baseline with a snapshot")
         result = evaluate_gate_on_report(_read("--snapshot", args.snapshot, json.loads), crit)
-        source = args.snapshot
+    elif not args.files:
+        raise GateInputError("give candidate trajectory file(s) or --snapshot")
+    elif args.engine == "ray":
+        result = _gate_on_ray(args, settings, crit)
+    elif args.address:
+        raise GateInputError("--address needs --engine ray")
     else:
-        if not args.files:
-            raise GateInputError("give candidate trajectory file(s) or --snapshot")
-        if args.engine == "ray":
-            result = _gate_on_ray(args, settings, crit)
-        else:
-            if args.address:
-                raise GateInputError("--address needs --engine ray")
-            result = gate_paths(args.files, crit, settings.get("baseline"), progress=progress_for(args.files[0]))
-        source = ", ".join(args.files)
+        result = gate_paths(args.files, crit, settings.get("baseline"), progress=progress_for(args.files[0]))
+    source = args.snapshot or ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):
             write_text(args.markdown, render_gate_markdown(result, source), append=True)

@@ -56,7 +56,6 @@ from tps_tracer.scoring import BoolArray, FloatArray, LogRule, get_rule, get_sch
 REGRESSION = "regression"
 NON_INFERIORITY = "non-inferiority"
 TESTS = (REGRESSION, NON_INFERIORITY)
-DEFAULT_TEST = REGRESSION
 ALPHA = 0.025  # one-sided level of each bound of the two-sided 95% CI
 POWER = 0.80  # the power at which the regression test's smallest detectable drop is quoted
 # An identical candidate FAILs a comparative check at most this often: a gate run on every pull
@@ -79,8 +78,6 @@ MIN_GATE_REPLICATES = 100  # fewer make the 2.5% / 97.5% percentiles too coarse 
 # Left-out runs are chosen by the agent's behaviour: scoring d lower, they move the gated mean by
 # share * d. At 10% and d 0.5 (failed vs succeeded log score) that is 0.05, a typical margin: warn.
 WARN_SHARE = 0.1
-# Above 20% even d 0.25 moves the mean by a margin: the verdict would describe another population.
-DEFAULT_MAX_SKIPPED_SHARE = 0.2
 # Null on every step by design for a native tool-calling agent: the default choice passes over them.
 BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
 SNAPSHOT_REPLICATES = "the snapshot's own bootstrap (its settings.bootstrap; --bootstrap does not apply)"
@@ -105,11 +102,12 @@ class GateCriteria:
     min_score: float | None = None
     vs_base_rate: bool = False
     margin: float = 0.0
-    test: str = DEFAULT_TEST
+    test: str = REGRESSION
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
-    max_skipped_share: float = DEFAULT_MAX_SKIPPED_SHARE
+    # Above 20% even d 0.25 (WARN_SHARE) moves the mean by a margin: the verdict would describe another population.
+    max_skipped_share: float = 0.2
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
     bootstrap: int = 2000
@@ -420,42 +418,6 @@ def _coverage(
     }
 
 
-def coverage_of_report(
-    report: dict[str, Any], predictor: str, rule: str, weights: str, censoring: str
-) -> dict[str, Any]:
-    """From a saved report: its score rows count per censoring mode (cen-simple: every working-sample
-    run the predictor scores), its `coverage` the skip reasons over the whole file."""
-    audit = report.get("audit") or {}
-    n_of = {
-        r.get("censoring"): int(r.get("n") or 0)
-        for r in report.get("scores") or []
-        if r.get("predictor") == predictor and r.get("rule") == rule and r.get("weights") == weights
-    }
-    working = int(audit.get("working_sample") or 0)
-    gated = n_of.get(censoring, 0)
-    reach = n_of.get(SIMPLE, gated)
-    skipped = {"unscored": working - reach} if working > reach else {}
-    complete = n_of.get("complete-only")
-    block = _coverage(
-        working,
-        gated,
-        skipped,
-        reach - gated,
-        int(audit.get("pending_outcome") or 0),
-        None if complete is None else gated - complete,
-        (report.get("settings") or {}).get("bootstrap"),
-        SNAPSHOT_REPLICATES,
-    )
-    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
-    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
-    if skipped and file_wide:
-        block["skip_reasons_in_file"] = file_wide
-    gaps = report.get("missing_forecasts") or {}
-    if predictor in (gaps.get("predictors") or {}):
-        block["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][predictor]}
-    return block
-
-
 def skip_reasons(block: dict[str, Any]) -> str:
     """The coverage's skip reasons; a snapshot counts them over the whole file only (excluded runs too)."""
     file_wide = block.get("skip_reasons_in_file")
@@ -619,8 +581,7 @@ def decision(
                 f"an identical candidate would fail at this sample with probability ~{pw['p_fail_identical']:.2f}, "
                 f"above the {FALSE_ALARM:.0%} false-alarm bound: it decides at margin {smallest:.3g} or more"
             )
-            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n})
-            check["undecided_reason"] = reason + more
+            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n}, undecided_reason=reason + more)
     return check
 
 
@@ -1069,7 +1030,34 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     predictor = crit.predictor or (names[0] if names else None)  # None: no row, fails below
     name = str(predictor)
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
-    coverage = coverage_of_report(report, name, rule, weights, crit.censoring)
+    # The gated runs counted from the score rows per censoring mode (cen-simple: every working-sample run the
+    # predictor scores); the skip reasons from the report's `coverage`, over the whole file.
+    n_of = {
+        r.get("censoring"): int(r.get("n") or 0)
+        for r in rows
+        if r.get("predictor") == name and r.get("rule") == rule and r.get("weights") == weights
+    }
+    working, gated = int(audit.get("working_sample") or 0), n_of.get(crit.censoring, 0)
+    reach, complete = n_of.get(SIMPLE, gated), n_of.get("complete-only")
+    unscored = {"unscored": working - reach} if working > reach else {}
+    saved = report.get("settings") or {}
+    coverage = _coverage(
+        working,
+        gated,
+        unscored,
+        reach - gated,
+        int(audit.get("pending_outcome") or 0),
+        None if complete is None else gated - complete,
+        saved.get("bootstrap"),
+        SNAPSHOT_REPLICATES,
+    )
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == name), None)
+    if unscored and file_wide:
+        coverage["skip_reasons_in_file"] = file_wide
+    gaps = report.get("missing_forecasts") or {}
+    if name in (gaps.get("predictors") or {}):
+        coverage["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][name]}
     n_cens = int((audit.get("roles") or {}).get("censored") or 0)
     missing_q_z = max(0, n_cens - int(audit.get("censored_with_q_z") or 0))
     warnings, notes = censoring_warnings(audit, crit, missing_q_z, coverage)
@@ -1090,7 +1078,6 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
     checks = _assumption_checks(audit, coverage, name, crit, warnings)
-    saved = report.get("settings") or {}
     if coverage["replicates"] != crit.bootstrap:  # near the threshold the records route's CI may decide otherwise
         reps, seed = coverage["replicates"], saved.get("seed")
         notes.append(
