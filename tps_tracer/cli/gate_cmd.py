@@ -48,6 +48,8 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     for key in keys.split()
 }
 
+_FIELD_OF = {key: field for key, (_, field) in _SETTINGS.items() if field is not None}
+
 
 def _read(flag: str, path: str, parse: Callable[[str], Any]) -> Any:
     try:
@@ -84,11 +86,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _criteria(settings: dict[str, Any]) -> GateCriteria:
-    crit = GateCriteria()
-    for key, value in settings.items():
-        field = _SETTINGS[key][1]
-        if field is not None:
-            setattr(crit, field, value)
+    crit = GateCriteria(**{_FIELD_OF[key]: value for key, value in settings.items() if key in _FIELD_OF})
     reasons = censored_reasons(settings.get("treat_as_censored"))
     if reasons:
         crit.policy = CensoringPolicy.treating_as_censored(reasons)
@@ -127,7 +125,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
 
 
 # GateCriteria field -> its flag (a GateOptionError names the field).
-_FLAG_OF = {field: "--" + key.replace("_", "-") for key, (_, field) in _SETTINGS.items() if field is not None}
+_FLAG_OF = {field: "--" + key.replace("_", "-") for key, field in _FIELD_OF.items()}
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

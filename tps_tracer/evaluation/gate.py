@@ -291,9 +291,8 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
     data: a prompt change that nulls the candidate's `verbal` must not move the gate to `token_prob` on both sides."""
     if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
         try:
-            for sample in (cand, base):
-                if sample is not None:
-                    check_no_base_rate(sample.table.predictors)
+            for sample in [s for s in (cand, base) if s is not None]:
+                check_no_base_rate(sample.table.predictors)
         except InputError as exc:
             raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
@@ -390,10 +389,6 @@ class _Run:
 # -- coverage: what the verdict rests on --
 
 
-def _share(num: int, den: int) -> float | None:
-    return num / den if den else None
-
-
 def _coverage(
     working: int,
     gated: int,
@@ -408,11 +403,11 @@ def _coverage(
         "working_sample": working,
         "gated": gated,
         "skipped": skipped,
-        "skipped_share": _share(sum(skipped.values()), working),
+        "skipped_share": sum(skipped.values()) / working if working else None,
         "dropped_by_censoring_mode": dropped_by_censoring,
         "pending_outcome": pending,
         "censored_gated": censored_gated,
-        "censoring_rate_gated": None if censored_gated is None else _share(censored_gated, gated),
+        "censoring_rate_gated": censored_gated / gated if censored_gated is not None and gated else None,
         "replicates": replicates,
         "replicates_source": replicates_source,
     }
@@ -748,15 +743,13 @@ def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
 def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str, Any]:
     """--max-flip: a verdict that resampling reverses this often is evidence neither way (no FAIL)."""
     flips = [c["flip_probability"] for c in checks if c["kind"] == "decision" and c["flip_probability"] is not None]
-    worst = max(flips) if flips else float("nan")
+    worst = max(flips, default=float("nan"))
     stable = bool(flips) and worst <= limit
-    fragile: dict[str, Any] = {}
-    if not stable:
-        reason = (
-            f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
-            "sample of the same size could reverse it"
-        )
-        fragile = {"undecided": True, "undecided_reason": reason}
+    reason = (
+        f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+        "sample of the same size could reverse it"
+    )
+    fragile = {} if stable else {"undecided": True, "undecided_reason": reason}
     detail = "largest verdict-flip probability under resampling"
     return _check("stability", stable, json_num(worst), limit, detail, kind="decision", **fragile)
 
@@ -868,9 +861,7 @@ def evaluate_gate(
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
-    scored = ~np.isnan(run.score)
-    n = int(scored.sum())
-    both = scored & ~np.isnan(run.reference)
+    both = ~np.isnan(run.score) & ~np.isnan(run.reference)
     # One bootstrap for the score and the paired (score, base-rate) columns: they share the weights.
     boot = bootstrap_means(
         np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)]),
@@ -879,6 +870,7 @@ def evaluate_gate(
         crit.seed,
     )
     lo, hi = boot.ci()
+    n = run.coverage["gated"]
     score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
     warnings, censoring_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
     checks = _assumption_checks(run.audit, run.coverage, run.predictor, crit, warnings)
@@ -981,14 +973,14 @@ def _vs_baseline(
         else:
             where = "metadata.task_id" if all(from_metadata) else "metadata.task_id, else the trajectory id"
             how = f"paired by task id over {n} tasks ({where})" + how
-    if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
-        left_out = [
-            f"{side} {counts[f'{side}_unpaired_runs']} scored run(s) on tasks the other side did not score, "
-            f"{counts[f'{side}_unscored_runs']} unscored"
-            for side in (CANDIDATE, BASELINE)
-        ]
-        notes.append("left out of the paired difference: " + "; ".join(left_out))
-    elif not cmp.paired and counts["common_tasks"]:
+        if counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]:
+            left_out = [
+                f"{side} {counts[f'{side}_unpaired_runs']} scored run(s) on tasks the other side did not score, "
+                f"{counts[f'{side}_unscored_runs']} unscored"
+                for side in (CANDIDATE, BASELINE)
+            ]
+            notes.append("left out of the paired difference: " + "; ".join(left_out))
+    elif counts["common_tasks"]:
         warnings.append(
             f"the runs share only {counts['common_tasks']} scored tasks (less than {PAIRING_OVERLAP:.0%} of the "
             "smaller side's): compared unpaired, on different task sets"
@@ -997,7 +989,7 @@ def _vs_baseline(
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
     units = "tasks both sides score" if cmp.paired else "scored runs on each side"
-    n_units = counts["common_tasks"] if cmp.paired else min(int(np.sum(~np.isnan(cand.score))), int(b_ok.sum()))
+    n_units = counts["common_tasks"] if cmp.paired else min(cand.coverage["gated"], base.coverage["gated"])
     detail = f"candidate minus baseline, {how}"
     check = decision("vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, detail, crit.test, n_units, units)
     comparison = {
