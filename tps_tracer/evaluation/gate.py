@@ -546,8 +546,7 @@ def decision(
         # Power at this sample's SE: non-inferiority's smallest margin an identical candidate passes with
         # probability 1 - FALSE_ALARM, and its P(fail) at the margin; regression's drop found with probability POWER.
         se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-        check["test"] = test
-        check["power"] = pw = {
+        pw: dict[str, Any] = {
             "se": json_num(se),
             "alpha": ALPHA,
             "power": POWER,
@@ -556,6 +555,7 @@ def decision(
             "p_fail_identical": None,
             "underpowered": False,
         }
+        check.update(test=test, power=pw)
         if math.isfinite(se) and se > 0 and test == NON_INFERIORITY:
             p_fail = float(norm.cdf(Z_ALPHA + threshold / se))  # P(D_hat - Z*SE < -margin | D = 0)
             smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
@@ -898,7 +898,7 @@ def evaluate_gate(
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
     if crit.max_flip is not None:
         checks.append(_stability_check(checks, crit.max_flip))
-    sections = {"skipped_predictors": as_dicts(skipped), "comparison": comparison, "input": read}
+    sections: dict[str, Any] = {"skipped_predictors": as_dicts(skipped), "comparison": comparison, "input": read}
     return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, **sections)
 
 
