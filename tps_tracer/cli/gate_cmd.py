@@ -20,6 +20,7 @@ else:  # pragma: no cover - Python 3.10
 from tps_tracer import output
 from tps_tracer.cli.main import WIDTH, CliError, censored_reasons, fit_table, fmt, progress_for, writing
 from tps_tracer.evaluation.gate import (
+    NON_INFERIORITY,
     SNAPSHOT_REPLICATES,
     GateCriteria,
     GateInputError,
@@ -28,7 +29,6 @@ from tps_tracer.evaluation.gate import (
     evaluate_gate_on_report,
     gate_paths,
     power_text,
-    rule_text,
     skip_reasons,
 )
 from tps_tracer.evaluation.report_options import ReportOptions
@@ -194,7 +194,7 @@ _PASS_IF = {
 def _pass_if(c: dict[str, Any]) -> str:
     name, thr = c["name"], c.get("threshold")
     if c.get("test") and thr is not None:
-        return rule_text(c["test"], -float(thr))
+        return f"CI {'low' if c['test'] == NON_INFERIORITY else 'high'} >= {fmt(float(thr) + 0.0)}"  # + 0.0: no "-0"
     if name in ("sample_size", "baseline_size"):
         return f"n >= {thr}"
     return _PASS_IF[name] + fmt(thr) if name in _PASS_IF else "see reasons"

@@ -470,10 +470,6 @@ def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "
 # tasks both sides scored, resampled by task, when they overlap enough (PAIRING_OVERLAP), else unpaired.
 
 
-def rule_text(test: str, margin: float) -> str:
-    return f"CI {'low' if test == NON_INFERIORITY else 'high'} >= {_fmt(-margin)}"
-
-
 def describe_test(test: str, margin: float) -> str:
     m, neg = _fmt(margin), _fmt(-margin)
     if test == NON_INFERIORITY:
