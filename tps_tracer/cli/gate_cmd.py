@@ -20,6 +20,7 @@ else:  # pragma: no cover - Python 3.10
 from tps_tracer import output
 from tps_tracer.cli.main import WIDTH, CliError, censored_reasons, fit_table, fmt, progress_for, writing
 from tps_tracer.evaluation.gate import (
+    NON_INFERIORITY,
     SNAPSHOT_REPLICATES,
     GateCriteria,
     GateInputError,
@@ -28,7 +29,6 @@ from tps_tracer.evaluation.gate import (
     evaluate_gate_on_report,
     gate_paths,
     power_text,
-    rule_text,
     skip_reasons,
 )
 from tps_tracer.evaluation.report_options import ReportOptions
@@ -47,6 +47,8 @@ _SETTINGS: dict[str, tuple[type, str | None]] = {
     )
     for key in keys.split()
 }
+
+_FIELD_OF = {key: field for key, (_, field) in _SETTINGS.items() if field is not None}
 
 
 def _read(flag: str, path: str, parse: Callable[[str], Any]) -> Any:
@@ -84,11 +86,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _criteria(settings: dict[str, Any]) -> GateCriteria:
-    crit = GateCriteria()
-    for key, value in settings.items():
-        field = _SETTINGS[key][1]
-        if field is not None:
-            setattr(crit, field, value)
+    crit = GateCriteria(**{_FIELD_OF[key]: value for key, value in settings.items() if key in _FIELD_OF})
     reasons = censored_reasons(settings.get("treat_as_censored"))
     if reasons:
         crit.policy = CensoringPolicy.treating_as_censored(reasons)
@@ -112,11 +110,8 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
             predictors=[crit.predictor] if crit.predictor else None,
             rules=[crit.rule],
             schedules=[crit.weights],
-            bootstrap=crit.bootstrap,
-            seed=crit.seed,
-            policy=crit.policy,
             base_rate=False,
-            missing=crit.missing,
+            **{name: getattr(crit, name) for name in ("bootstrap", "seed", "policy", "missing")},  # same names
         )
         report = report_from_path_ray(args.files[0], options, args.address)
     except ImportError as exc:
@@ -130,7 +125,7 @@ def _gate_on_ray(args: argparse.Namespace, settings: dict[str, Any], crit: GateC
 
 
 # GateCriteria field -> its flag (a GateOptionError names the field).
-_FLAG_OF = {field: "--" + key.replace("_", "-") for key, (_, field) in _SETTINGS.items() if field is not None}
+_FLAG_OF = {field: "--" + key.replace("_", "-") for key, field in _FIELD_OF.items()}
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -144,17 +139,15 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if args.files or settings.get("baseline"):
             raise GateInputError("give either record files or --snapshot, and no --baseline with a snapshot")
         result = evaluate_gate_on_report(_read("--snapshot", args.snapshot, json.loads), crit)
-        source = args.snapshot
+    elif not args.files:
+        raise GateInputError("give candidate trajectory file(s) or --snapshot")
+    elif args.engine == "ray":
+        result = _gate_on_ray(args, settings, crit)
+    elif args.address:
+        raise GateInputError("--address needs --engine ray")
     else:
-        if not args.files:
-            raise GateInputError("give candidate trajectory file(s) or --snapshot")
-        if args.engine == "ray":
-            result = _gate_on_ray(args, settings, crit)
-        else:
-            if args.address:
-                raise GateInputError("--address needs --engine ray")
-            result = gate_paths(args.files, crit, settings.get("baseline"), progress=progress_for(args.files[0]))
-        source = ", ".join(args.files)
+        result = gate_paths(args.files, crit, settings.get("baseline"), progress=progress_for(args.files[0]))
+    source = args.snapshot or ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):
             write_text(args.markdown, render_gate_markdown(result, source), append=True)
@@ -201,24 +194,20 @@ _PASS_IF = {
 def _pass_if(c: dict[str, Any]) -> str:
     name, thr = c["name"], c.get("threshold")
     if c.get("test") and thr is not None:
-        return rule_text(c["test"], -float(thr))
+        return f"CI {'low' if c['test'] == NON_INFERIORITY else 'high'} >= {fmt(float(thr) + 0.0)}"  # + 0.0: no "-0"
     if name in ("sample_size", "baseline_size"):
         return f"n >= {thr}"
     return _PASS_IF[name] + fmt(thr) if name in _PASS_IF else "see reasons"
 
 
 def _two_sided(result: dict[str, Any]) -> bool:
-    """A baseline is gated: a `side` column says which run each row is about."""
     return any(c.get("side") == "baseline" for c in result["checks"])
 
 
-def _headers(result: dict[str, Any]) -> list[str]:
-    return [_HEADERS[0], "side", *_HEADERS[1:]] if _two_sided(result) else _HEADERS
-
-
-def _rows(result: dict[str, Any]) -> list[list[str]]:
-    rows = []
+def _table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The check table's headers and rows; a `side` column when a baseline is gated."""
     side = _two_sided(result)
+    rows = []
     for c in result["checks"]:
         ci = f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if c.get("ci_low") is not None else ""
         flip, est = c.get("flip_probability"), c.get("estimate")
@@ -233,7 +222,7 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
                 "" if flip is None else f"{flip:.3f}",
             ]
         )
-    return rows
+    return ([_HEADERS[0], "side", *_HEADERS[1:]] if side else _HEADERS), rows
 
 
 def _pct(x: float | None) -> str:
@@ -241,7 +230,6 @@ def _pct(x: float | None) -> str:
 
 
 def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
-    """Scored of working (the report's denominator, named alike), each exclusion, replicates."""
     label = f"coverage ({side})" if side else "coverage"
     parts = [f"{label}: scored {block['gated']} of {block['working_sample']} working-sample runs"]
     n_skipped = sum(block["skipped"].values())
@@ -256,7 +244,6 @@ def coverage_line(block: dict[str, Any], predictor: str, side: str = "") -> str:
 
 
 def missing_line(block: dict[str, Any], predictor: str) -> str | None:
-    """The gated predictor's steps without a forecast (None when the block has no counts)."""
     g = block.get("missing_forecasts")
     if not g or g.get("steps") is None:
         return None
@@ -311,7 +298,6 @@ def _headline(result: dict[str, Any]) -> list[str]:
 
 
 def _messages(result: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, text) of every line below the table."""
     two_sided = _two_sided(result)
     failed = [
         f"{c['name']} ({c['side']})" if two_sided else c["name"]
@@ -342,7 +328,7 @@ def render_gate_text(result: dict[str, Any], source: str) -> str:
     for h in _headline(result):
         lines += _wrap("  ", h)
     lines.append("")
-    lines += fit_table(_headers(result), _rows(result), indent="    ").splitlines()  # rows as blocks past WIDTH
+    lines += fit_table(*_table(result), indent="    ").splitlines()  # rows as blocks past WIDTH
     for label, text in _messages(result):
         lines += _wrap("  ", f"{label}: {text}")
     if result["exit_code"] == 2:
@@ -357,9 +343,9 @@ def render_gate_markdown(result: dict[str, Any], source: str) -> str:
     icon = {"pass": "✅", "fail": "❌"}.get(result["verdict"], "⚠️")
     out = [f"## {icon} tps-tracer gate: {result['verdict'].upper()}", "", f"`{source}`", ""]
     out += [f"- {h}" for h in _headline(result)]
-    headers = _headers(result)
+    headers, rows = _table(result)
     out += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in _rows(result):
+    for row in rows:
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
     out.append("")
     for label, text in _messages(result):

@@ -19,7 +19,14 @@ from tps_tracer.constants import CENSORING_MODES, DEFAULT_MISSING, EXACT, MAX_RE
 from tps_tracer.errors import InputError
 from tps_tracer.evaluation.bootstrap import CI_LEVEL, bootstrap_means, percentile_ci, replicate_sums, trajectory_keys
 from tps_tracer.evaluation.chunked import Progress, map_chunks
-from tps_tracer.evaluation.pairs import PairTable, PredictorPairs, audit_of_table, pair_table_from_arrays, score_columns
+from tps_tracer.evaluation.pairs import (
+    PairTable,
+    PredictorPairs,
+    audit_of_table,
+    pair_table_from_arrays,
+    score_columns,
+    skip_counts,
+)
 from tps_tracer.evaluation.partial_state import gap_stats, gap_summary
 from tps_tracer.evaluation.report import NO_WORKING_SAMPLE, json_num
 from tps_tracer.evaluation.report_options import OptionError, is_int
@@ -49,7 +56,6 @@ from tps_tracer.scoring import BoolArray, FloatArray, LogRule, get_rule, get_sch
 REGRESSION = "regression"
 NON_INFERIORITY = "non-inferiority"
 TESTS = (REGRESSION, NON_INFERIORITY)
-DEFAULT_TEST = REGRESSION
 ALPHA = 0.025  # one-sided level of each bound of the two-sided 95% CI
 POWER = 0.80  # the power at which the regression test's smallest detectable drop is quoted
 # An identical candidate FAILs a comparative check at most this often: a gate run on every pull
@@ -72,8 +78,6 @@ MIN_GATE_REPLICATES = 100  # fewer make the 2.5% / 97.5% percentiles too coarse 
 # Left-out runs are chosen by the agent's behaviour: scoring d lower, they move the gated mean by
 # share * d. At 10% and d 0.5 (failed vs succeeded log score) that is 0.05, a typical margin: warn.
 WARN_SHARE = 0.1
-# Above 20% even d 0.25 moves the mean by a margin: the verdict would describe another population.
-DEFAULT_MAX_SKIPPED_SHARE = 0.2
 # Null on every step by design for a native tool-calling agent: the default choice passes over them.
 BY_DESIGN_NULL = ("action_token_prob", "action_entropy_conf")
 SNAPSHOT_REPLICATES = "the snapshot's own bootstrap (its settings.bootstrap; --bootstrap does not apply)"
@@ -98,11 +102,12 @@ class GateCriteria:
     min_score: float | None = None
     vs_base_rate: bool = False
     margin: float = 0.0
-    test: str = DEFAULT_TEST
+    test: str = REGRESSION
     min_n: int = 30
     max_excluded_share: float | None = None
     allow_capture_loss: bool = False  # gate a sample holding capture_lost runs (their scores unknown)
-    max_skipped_share: float = DEFAULT_MAX_SKIPPED_SHARE
+    # Above 20% even d 0.25 (WARN_SHARE) moves the mean by a margin: the verdict would describe another population.
+    max_skipped_share: float = 0.2
     max_flip: float | None = None
     high_censoring: float = 0.2  # warn above this censoring rate when no q_z is available
     bootstrap: int = 2000
@@ -135,10 +140,6 @@ def _finite(value: Any) -> float:
     return float(value)
 
 
-def _share_ok(value: Any) -> bool:
-    return value is None or 0.0 <= _finite(value) <= 1.0
-
-
 _FLAGS = ("vs_base_rate", "allow_capture_loss")
 _SHARES = ("max_excluded_share", "max_skipped_share", "max_flip", "high_censoring")
 
@@ -149,12 +150,12 @@ _FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
     ("rule", lambda v: hasattr(get_rule(v), "branches"), "must be a rule name or a score rule, got {0!r}"),
     ("weights", get_schedule, ""),
     ("censoring", lambda v: v in CENSORING_MODES, f"must be one of {', '.join(CENSORING_MODES)}, got {{0!r}}"),
-    ("min_score", lambda v: v is None or math.isfinite(_finite(v)), ""),
-    *((name, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for name in _FLAGS),
+    ("min_score", lambda v: v is None or _finite(v) is not None, ""),  # _finite raises unless a finite number
+    *((f, lambda v: isinstance(v, (bool, np.bool_)), "must be true or false, got {0!r}") for f in _FLAGS),
     ("margin", lambda v: _finite(v) >= 0, "must be >= 0 (how much worse than the reference is tolerated), got {0!r}"),
     ("test", lambda v: v in TESTS, f"must be one of {', '.join(TESTS)}, got {{0!r}}"),
     ("min_n", lambda v: is_int(v) and v >= 1, "must be an integer >= 1, got {0!r}"),
-    *((name, _share_ok, "is a share: must lie in [0, 1], got {0!r}") for name in _SHARES),
+    *((f, lambda v: v is None or 0 <= _finite(v) <= 1, "is a share: must lie in [0, 1], got {0!r}") for f in _SHARES),
     (
         "bootstrap",
         lambda v: is_int(v) and MIN_GATE_REPLICATES <= v <= MAX_REPLICATES,
@@ -171,8 +172,7 @@ _FIELD_CHECKS: tuple[tuple[str, Any, str], ...] = (
 
 @dataclass
 class GateSample:
-    """One run's pair table (the gated rule and schedule, every predictor), its task ids for pairing
-    with a baseline, and the lines its files held that the gate does not judge."""
+    """One run: its pair table (the gated rule and schedule), task ids to pair it with a baseline, lines set aside."""
 
     table: PairTable
     task_ids: list[str]
@@ -196,14 +196,10 @@ def concat_tables(parts: Sequence[PairTable], missing: str) -> PairTable:
             else PredictorPairs.never_stated(p.n_steps, p.weight_mass, p.rules, 0, missing)
             for p in parts
         ]
-        both = list(zip(cols, parts, strict=True))
         predictors[name] = PredictorPairs(
-            np.concatenate([c.usable for c in cols]),
-            np.concatenate([c.pairs for c in cols]),
-            np.empty((sum(p.n for p in parts), 0)),
-            dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
-            np.concatenate([np.zeros(p.n, np.int64) if c.clipped is None else c.clipped for c, p in both]),
-            np.concatenate([np.zeros((p.n, 4)) if c.missing is None else c.missing for c, p in both]),
+            aggregates=np.empty((sum(p.n for p in parts), 0)),
+            skipped=dict(sum((Counter(c.skipped) for c in cols), Counter())),  # zero counts dropped
+            **{f: np.concatenate([getattr(c, f) for c in cols]) for f in ("usable", "pairs", "clipped", "missing")},
         )
     rows = ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")
     arrays: dict[str, Any] = {a: np.concatenate([getattr(p, a) for p in parts]) for a in rows}
@@ -243,8 +239,7 @@ def sample_from_tables(
     missing: str,
     set_aside: SetAside | None = None,
 ) -> GateSample:
-    """The run of the consecutive tables read from `paths`; task ids (a baseline comparison only) in one
-    more streaming pass, else the trajectory ids."""
+    """Task ids (a baseline comparison only) are read in one more streaming pass, else the trajectory ids serve."""
     if sum(p.n for p in parts) == 0:
         raise GateInputError("no trajectories")
     table = concat_tables(parts, missing)
@@ -296,9 +291,8 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
     data: a prompt change that nulls the candidate's `verbal` must not move the gate to `token_prob` on both sides."""
     if crit.predictor in (None, BASE_RATE):  # a file column of that name is read unless another is named
         try:
-            for sample in (cand, base):
-                if sample is not None:
-                    check_no_base_rate(sample.table.predictors)
+            for sample in [s for s in (cand, base) if s is not None]:
+                check_no_base_rate(sample.table.predictors)
         except InputError as exc:
             raise GateInputError(str(exc)) from None
     if crit.predictor is not None:
@@ -308,26 +302,23 @@ def choose_predictor(crit: GateCriteria, cand: GateSample, base: GateSample | No
             except InputError as exc:
                 raise GateInputError(f"--predictor: {exc}") from None
         return crit.predictor, "--predictor", []
+    # The baseline's first predictor with data; else the candidate's first, passing over only the by-design nulls.
+    sample = cand if base is None else base
+    on_base = base is not None
+    working = _scorable(sample, crit)
     skipped: list[Skipped] = []
-    if base is not None:
-        working = _scorable(base, crit)
-        for name in base.table.predictors:
-            reason = no_data_reason(base.table.predictors[name], working)
-            if reason is None:
-                return name, "the baseline's first predictor with data", skipped
-            skipped.append(Skipped(name, f"no data in the baseline: {reason}"))
-        why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped) or NO_PREDICTOR
-        raise GateInputError(f"the baseline has no predictor to gate on: {why}")
-    working = _scorable(cand, crit)
-    for name in cand.table.predictors:
-        reason = no_data_reason(cand.table.predictors[name], working)
-        if reason is None or name not in BY_DESIGN_NULL:
+    for name, col in sample.table.predictors.items():
+        reason = no_data_reason(col, working)
+        if on_base and reason is None:
+            return name, "the baseline's first predictor with data", skipped
+        if not on_base and (reason is None or name not in BY_DESIGN_NULL):
             return name, "the first predictor in the candidate's file", skipped
-        skipped.append(Skipped(name, f"{reason} (null by design for native tool calls)"))
-    if not cand.table.predictors:
-        raise GateInputError(NO_PREDICTOR)
+        why = f"no data in the baseline: {reason}" if on_base else f"{reason} (null by design for native tool calls)"
+        skipped.append(Skipped(name, why))
     why = "; ".join(f"{s.predictor}: {s.reason}" for s in skipped)
-    raise GateInputError(f"no predictor to gate on: {why}")
+    if on_base:
+        raise GateInputError(f"the baseline has no predictor to gate on: {why or NO_PREDICTOR}")
+    raise GateInputError(f"no predictor to gate on: {why}" if why else NO_PREDICTOR)
 
 
 @dataclass(eq=False)  # hashable, as an exception should be
@@ -380,14 +371,10 @@ class _Run:
         self.missing_q_z = sm.missing_q_z[predictor]
         self.audit = audit_of_table(gated, crit.policy)
         scored = ~np.isnan(self.score)
-        skipped = {
-            "missing": int(np.sum(working & ~col.usable & (table.n_steps > 0))),  # some step has no forecast
-            "no_steps": int(np.sum(working & ~col.usable & (table.n_steps == 0))),
-        }
         self.coverage = _coverage(
             int(working.sum()),
             int(scored.sum()),
-            {k: v for k, v in skipped.items() if v},
+            skip_counts(col.usable | ~working, table.n_steps),  # the working sample's unusable runs
             int(np.sum(working & col.usable & ~scored)),
             self.audit["pending_outcome"],
             int(np.sum(censored & scored)),
@@ -400,10 +387,6 @@ class _Run:
 
 
 # -- coverage: what the verdict rests on --
-
-
-def _share(num: int, den: int) -> float | None:
-    return num / den if den else None
 
 
 def _coverage(
@@ -420,50 +403,14 @@ def _coverage(
         "working_sample": working,
         "gated": gated,
         "skipped": skipped,
-        "skipped_share": _share(sum(skipped.values()), working),
+        "skipped_share": sum(skipped.values()) / working if working else None,
         "dropped_by_censoring_mode": dropped_by_censoring,
         "pending_outcome": pending,
         "censored_gated": censored_gated,
-        "censoring_rate_gated": None if censored_gated is None else _share(censored_gated, gated),
+        "censoring_rate_gated": censored_gated / gated if censored_gated is not None and gated else None,
         "replicates": replicates,
         "replicates_source": replicates_source,
     }
-
-
-def coverage_of_report(
-    report: dict[str, Any], predictor: str, rule: str, weights: str, censoring: str
-) -> dict[str, Any]:
-    """From a saved report: its score rows count per censoring mode (cen-simple: every working-sample
-    run the predictor scores), its `coverage` the skip reasons over the whole file."""
-    audit = report.get("audit") or {}
-    n_of = {
-        r.get("censoring"): int(r.get("n") or 0)
-        for r in report.get("scores") or []
-        if r.get("predictor") == predictor and r.get("rule") == rule and r.get("weights") == weights
-    }
-    working = int(audit.get("working_sample") or 0)
-    gated = n_of.get(censoring, 0)
-    reach = n_of.get(SIMPLE, gated)
-    skipped = {"unscored": working - reach} if working > reach else {}
-    complete = n_of.get("complete-only")
-    block = _coverage(
-        working,
-        gated,
-        skipped,
-        reach - gated,
-        int(audit.get("pending_outcome") or 0),
-        None if complete is None else gated - complete,
-        (report.get("settings") or {}).get("bootstrap"),
-        SNAPSHOT_REPLICATES,
-    )
-    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
-    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == predictor), None)
-    if skipped and file_wide:
-        block["skip_reasons_in_file"] = file_wide
-    gaps = report.get("missing_forecasts") or {}
-    if predictor in (gaps.get("predictors") or {}):
-        block["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][predictor]}
-    return block
 
 
 def skip_reasons(block: dict[str, Any]) -> str:
@@ -471,26 +418,6 @@ def skip_reasons(block: dict[str, Any]) -> str:
     file_wide = block.get("skip_reasons_in_file")
     reasons = ", ".join(f"{k} {v}" for k, v in (file_wide or block["skipped"]).items()) or "none"
     return f"reasons over the whole file: {reasons}" if file_wide else reasons
-
-
-def coverage_warnings(block: dict[str, Any], audit: dict[str, Any], predictor: str) -> list[str]:
-    out = []
-    share = block["skipped_share"]
-    if share is not None and share > WARN_SHARE:
-        n = sum(block["skipped"].values())
-        out.append(
-            f"{n} of {block['working_sample']} working-sample runs ({share:.1%}) are not scored: no {predictor} "
-            f"forecast ({skip_reasons(block)}); the verdict covers the other {block['gated']} runs only"
-        )
-    pending = block["pending_outcome"]
-    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
-    p_share = _share(pending, clean)
-    if p_share is not None and p_share > WARN_SHARE:
-        out.append(
-            f"{pending} of {clean} clean runs ({p_share:.1%}) still wait for their outcome and are not scored; "
-            "gate again once they are graded"
-        )
-    return out
 
 
 def censoring_warnings(
@@ -543,11 +470,6 @@ def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "
 # tasks both sides scored, resampled by task, when they overlap enough (PAIRING_OVERLAP), else unpaired.
 
 
-def rule_text(test: str, margin: float) -> str:
-    """What must hold to PASS."""
-    return f"CI {'low' if test == NON_INFERIORITY else 'high'} >= {_fmt(-margin)}"
-
-
 def describe_test(test: str, margin: float) -> str:
     m, neg = _fmt(margin), _fmt(-margin)
     if test == NON_INFERIORITY:
@@ -564,32 +486,6 @@ def describe_test(test: str, margin: float) -> str:
 
 def _fmt(x: float) -> str:
     return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
-
-
-def power(test: str, margin: float, reps: FloatArray) -> dict[str, Any]:
-    """With this sample's SE: non-inferiority's `smallest_margin` (an identical candidate passes with
-    probability 1 - FALSE_ALARM) and `p_fail_identical` at the margin; regression's `detectable_drop`
-    (found with probability POWER)."""
-    r = reps[~np.isnan(reps)]
-    se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-    out: dict[str, Any] = {
-        "se": json_num(se),
-        "alpha": ALPHA,
-        "power": POWER,
-        "smallest_margin": None,
-        "detectable_drop": None,
-        "p_fail_identical": None,
-        "underpowered": False,
-    }
-    if not math.isfinite(se) or se <= 0:
-        return out
-    if test == NON_INFERIORITY:
-        p_fail = float(norm.cdf(Z_ALPHA - margin / se))  # P(D_hat - Z*SE < -margin | D = 0)
-        smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
-        out.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
-    else:
-        out.update(detectable_drop=margin + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
-    return out
 
 
 def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str | None:
@@ -643,8 +539,25 @@ def decision(
         "detail": detail,
     }
     if test is not None:
-        check["test"] = test
-        check["power"] = pw = power(test, -threshold, reps)
+        # Power at this sample's SE: non-inferiority's smallest margin an identical candidate passes with
+        # probability 1 - FALSE_ALARM, and its P(fail) at the margin; regression's drop found with probability POWER.
+        se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
+        pw: dict[str, Any] = {
+            "se": json_num(se),
+            "alpha": ALPHA,
+            "power": POWER,
+            "smallest_margin": None,
+            "detectable_drop": None,
+            "p_fail_identical": None,
+            "underpowered": False,
+        }
+        check.update(test=test, power=pw)
+        if math.isfinite(se) and se > 0 and test == NON_INFERIORITY:
+            p_fail = float(norm.cdf(Z_ALPHA + threshold / se))  # P(D_hat - Z*SE < -margin | D = 0)
+            smallest = (Z_ALPHA + Z_FALSE_ALARM) * se
+            pw.update(smallest_margin=smallest, p_fail_identical=p_fail, underpowered=bool(p_fail > FALSE_ALARM))
+        elif math.isfinite(se) and se > 0:
+            pw.update(detectable_drop=-threshold + (Z_ALPHA + Z_POWER) * se, p_fail_identical=ALPHA)
         if not check["passed"] and pw["underpowered"] and not hi0 < threshold:
             # The margin this sample decides, and the sample (SE ~ 1/sqrt(n)) that decides the configured one.
             smallest, margin = pw["smallest_margin"], -threshold
@@ -659,8 +572,7 @@ def decision(
                 f"an identical candidate would fail at this sample with probability ~{pw['p_fail_identical']:.2f}, "
                 f"above the {FALSE_ALARM:.0%} false-alarm bound: it decides at margin {smallest:.3g} or more"
             )
-            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n})
-            check["undecided_reason"] = reason + more
+            check.update(undecided=True, decides_at={"margin": smallest, "n": at_n}, undecided_reason=reason + more)
     return check
 
 
@@ -736,31 +648,10 @@ def compare(
     return Comparison(point, reps, False, how, counts)
 
 
-def unpaired_text(counts: dict[str, int]) -> str:
-    """The runs left out of a paired comparison, by side and cause."""
-    parts = []
-    for side in ("candidate", "baseline"):
-        out, unscored = counts[f"{side}_unpaired_runs"], counts[f"{side}_unscored_runs"]
-        parts.append(f"{side} {out} scored run(s) on tasks the other side did not score, {unscored} unscored")
-    return "left out of the paired difference: " + "; ".join(parts)
-
-
-def censoring_rates_differ(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two-proportion z test (|z| > 1.96) of the censoring rates of two termination audits."""
-    ra, rb = a.get("censoring_rate"), b.get("censoring_rate")
-    na, nb = a.get("working_sample") or 0, b.get("working_sample") or 0
-    if ra is None or rb is None or not na or not nb:
-        return False
-    pooled = (ra * na + rb * nb) / (na + nb)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
-    return bool(se > 0 and abs(ra - rb) / se > 1.96)
-
-
 # -- the checks --
 
 
 def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, **more: Any) -> dict[str, Any]:
-    """One row of the result's `checks` (an assumption check unless `kind` says otherwise)."""
     return {
         "name": name,
         "kind": "assumption",
@@ -773,9 +664,15 @@ def _check(name: str, passed: bool, estimate: Any, threshold: Any, detail: str, 
 
 
 def _assumption_checks(
-    n: int, audit: dict[str, Any], coverage: dict[str, Any], predictor: str, crit: GateCriteria, side: str = CANDIDATE
+    audit: dict[str, Any],
+    coverage: dict[str, Any],
+    predictor: str,
+    crit: GateCriteria,
+    warnings: list[str],
+    side: str = CANDIDATE,
 ) -> list[dict[str, Any]]:
-    who = "" if side == CANDIDATE else f"{side}: "
+    """One side's checks on its sample; what the verdict leaves out, past WARN_SHARE, goes to `warnings`."""
+    n, who = coverage["gated"], "" if side == CANDIDATE else f"{side}: "
     # A tiny baseline makes a wide CI, which the default regression test would pass: unusable instead.
     size = "sample_size" if side == CANDIDATE else "baseline_size"
     detail = f"{who}{n} scored trajectories; at least {crit.min_n} needed for a CI-based verdict"
@@ -792,13 +689,14 @@ def _assumption_checks(
             f"metadata.tps_abandoned says why) are not scored; {verdict}"
         )
         checks.append(_check("capture_loss", crit.allow_capture_loss, lost, 0, detail))
-    if crit.max_excluded_share is not None:
+    if crit.max_excluded_share is not None and side == CANDIDATE:  # the baseline's excluded share is not gated
         share = audit.get("excluded_share") or 0.0
         detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
         checks.append(
             _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
         )
     if coverage["skipped"]:
+        skipped, working = sum(coverage["skipped"].values()), coverage["working_sample"]
         share, limit = coverage["skipped_share"] or 0.0, crit.max_skipped_share
         verdict = (
             "gated on the rest"
@@ -806,10 +704,22 @@ def _assumption_checks(
             else f"the gate refuses to judge the rest alone (exit 2) unless --max-skipped-share >= {share:.3f}"
         )
         detail = (
-            f"{who}{sum(coverage['skipped'].values())} of {coverage['working_sample']} working-sample runs have no "
-            f"{predictor} forecast to score ({skip_reasons(coverage)}); {verdict}"
+            f"{who}{skipped} of {working} working-sample runs have no {predictor} forecast to score "
+            f"({skip_reasons(coverage)}); {verdict}"
         )
         checks.append(_check("skipped_share", share <= limit, share, limit, detail))
+        if share > WARN_SHARE:
+            warnings.append(
+                f"{who}{skipped} of {working} working-sample runs ({share:.1%}) are not scored: no {predictor} "
+                f"forecast ({skip_reasons(coverage)}); the verdict covers the other {n} runs only"
+            )
+    pending = coverage["pending_outcome"]
+    clean = max(int((audit.get("stop_reasons") or {}).get("clean") or 0), pending)
+    if pending and pending / clean > WARN_SHARE:
+        warnings.append(
+            f"{who}{pending} of {clean} clean runs ({pending / clean:.1%}) still wait for their outcome and are not "
+            "scored; gate again once they are graded"
+        )
     for c in checks:
         c["side"] = side
     return checks
@@ -826,47 +736,21 @@ def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
         )
 
 
-def fragile_warnings(checks: Sequence[dict[str, Any]]) -> list[str]:
-    out = []
-    for c in checks:
-        flip = c.get("flip_probability")
-        if flip is not None and flip > FRAGILE_FLIP and not c.get("undecided"):  # no verdict to call fragile
-            verb = "passes" if c["passed"] else "fails"
-            out.append(
-                f"fragile verdict: {c['name']} {verb}, but P(flip) is {flip:.3f} (> {FRAGILE_FLIP}): a new sample "
-                "of the same size could reverse it (--max-flip makes stability a check)"
-            )
-    return out
-
-
 def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str, Any]:
     """--max-flip: a verdict that resampling reverses this often is evidence neither way (no FAIL)."""
     flips = [c["flip_probability"] for c in checks if c["kind"] == "decision" and c["flip_probability"] is not None]
-    worst = max(flips) if flips else float("nan")
+    worst = max(flips, default=float("nan"))
     stable = bool(flips) and worst <= limit
-    fragile: dict[str, Any] = {}
-    if not stable:
-        reason = (
-            f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
-            "sample of the same size could reverse it"
-        )
-        fragile = {"undecided": True, "undecided_reason": reason}
+    reason = (
+        f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+        "sample of the same size could reverse it"
+    )
+    fragile = {} if stable else {"undecided": True, "undecided_reason": reason}
     detail = "largest verdict-flip probability under resampling"
     return _check("stability", stable, json_num(worst), limit, detail, kind="decision", **fragile)
 
 
 # -- the verdict: one assembler for every route --
-
-
-def _result_settings(crit: GateCriteria) -> dict[str, Any]:
-    return {
-        "bootstrap": crit.bootstrap,
-        "seed": crit.seed,
-        "ci_level": CI_LEVEL,
-        "margin": crit.margin,
-        "test": crit.test,
-        "alpha_one_sided": ALPHA,
-    }
 
 
 def _score(
@@ -894,12 +778,11 @@ def _result(
     audit: dict[str, Any] | None = None,
     coverage: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
-    skipped_predictors: Sequence[Skipped] | None = None,
-    comparison: dict[str, Any] | None = None,
-    read: dict[str, Any] | None = None,
+    **sections: Any,
 ) -> dict[str, Any]:
     """The verdict follows from the checks: a failed sample-size or refusing check, UNUSABLE; else
-    any other failed check, FAIL; else an undecided check, CANNOT DECIDE (with its reason); else PASS."""
+    any other failed check, FAIL; else an undecided check, CANNOT DECIDE (with its reason); else PASS.
+    `sections` (skipped_predictors, comparison, input) are added unless None."""
     for c in checks:
         c.setdefault("side", SIDE_OF.get(c["name"], CANDIDATE))
     undecided = [c["name"] for c in checks if c.get("undecided")]
@@ -910,6 +793,13 @@ def _result(
         for c in checks
         if c["name"] in ("sample_size", "baseline_size") and not c["passed"]
     ] + [f"{c['name']}: {c['detail']}" for c in checks if c["name"] in REFUSING_CHECKS and not c["passed"]]
+    fragile = [
+        f"fragile verdict: {c['name']} {'passes' if c['passed'] else 'fails'}, but P(flip) is "
+        f"{c['flip_probability']:.3f} (> {FRAGILE_FLIP}): a new sample of the same size could reverse it "
+        "(--max-flip makes stability a check)"
+        for c in checks
+        if (c.get("flip_probability") or 0) > FRAGILE_FLIP and not c.get("undecided")  # undecided: no verdict
+    ]
     verdict = UNUSABLE if reasons else FAIL if failed else CANNOT_DECIDE if undecided else PASS
     if verdict == CANNOT_DECIDE:
         reasons = [f"{c['name']}: {c['undecided_reason']}" for c in checks if c.get("undecided")]
@@ -922,19 +812,21 @@ def _result(
         "failed_checks": failed,
         "undecided_checks": undecided,
         "reasons": reasons,
-        "warnings": warnings,
+        "warnings": warnings + fragile,
         "notes": notes,
-        "settings": settings or _result_settings(crit),
+        "settings": {
+            "bootstrap": crit.bootstrap,
+            "seed": crit.seed,
+            "ci_level": CI_LEVEL,
+            "margin": crit.margin,
+            "test": crit.test,
+            "alpha_one_sided": ALPHA,
+            **(settings or {}),  # a snapshot's own bootstrap and seed
+        },
         "audit": audit,
         "coverage": coverage,
     }
-    if skipped_predictors is not None:
-        result["skipped_predictors"] = as_dicts(skipped_predictors)
-    if comparison is not None:
-        result["comparison"] = comparison
-    if read:
-        result["input"] = read
-    return result
+    return result | {k: v for k, v in sections.items() if v is not None}
 
 
 # -- the routes --
@@ -951,23 +843,21 @@ def evaluate_gate(
     cand_sample = _sample(candidate, crit)
     base_sample = None if baseline is None else _sample(baseline, crit)
     predictor, source, skipped = choose_predictor(crit, cand_sample, base_sample)
-    read: dict[str, Any] = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else {}
+    read: dict[str, Any] | None = {"set_aside": cand_sample.set_aside.as_dict()} if cand_sample.set_aside else None
     if base_sample is not None and base_sample.set_aside:
-        read["baseline"] = {"set_aside": base_sample.set_aside.as_dict()}
+        read = {**(read or {}), "baseline": {"set_aside": base_sample.set_aside.as_dict()}}
     try:
         run = _Run(cand_sample, crit, predictor, CANDIDATE)
         _check_exact(run.audit, crit)
         base = None if base_sample is None else _Run(base_sample, crit, predictor, BASELINE)
     except Unusable as u:
         score, unusable = _score(crit, predictor, source), [u.as_check()]
-        return _result(crit, score, unusable, [], [], skipped_predictors=skipped, read=read)
+        return _result(crit, score, unusable, [], [], skipped_predictors=as_dicts(skipped), input=read)
     if crit.vs_base_rate and run.base_rate is None:
         raise GateInputError(
             "--vs-base-rate: no complete trajectory (a clean stop with an outcome), so no base rate to compare with"
         )
-    scored = ~np.isnan(run.score)
-    n = int(scored.sum())
-    both = scored & ~np.isnan(run.reference)
+    both = ~np.isnan(run.score) & ~np.isnan(run.reference)
     # One bootstrap for the score and the paired (score, base-rate) columns: they share the weights.
     boot = bootstrap_means(
         np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)]),
@@ -976,15 +866,12 @@ def evaluate_gate(
         crit.seed,
     )
     lo, hi = boot.ci()
+    n = run.coverage["gated"]
     score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
-    checks = _assumption_checks(n, run.audit, run.coverage, run.predictor, crit)
-    if base is not None:  # the baseline's sample, held to the same limits (its excluded share is not gated)
-        n_base = int(np.sum(~np.isnan(base.score)))
-        checks += [
-            c
-            for c in _assumption_checks(n_base, base.audit, base.coverage, base.predictor, crit, BASELINE)
-            if c["name"] != "excluded_share"
-        ]
+    warnings, censoring_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
+    checks = _assumption_checks(run.audit, run.coverage, run.predictor, crit, warnings)
+    if base is not None:  # the baseline's sample, held to the same limits
+        checks += _assumption_checks(base.audit, base.coverage, base.predictor, crit, warnings, BASELINE)
     if crit.min_score is not None:
         detail = "CI lower bound of the score"
         checks.append(decision("absolute", float(boot.point[0]), boot.replicates[:, 0], crit.min_score, detail))
@@ -996,22 +883,19 @@ def evaluate_gate(
             decision("vs_base_rate", delta, delta_reps, -crit.margin + 0.0, detail, crit.test, int(both.sum()))
         )
     notes: list[str] = []
-    warnings, more_notes = censoring_warnings(run.audit, crit, run.missing_q_z, run.coverage)
-    warnings.extend(coverage_warnings(run.coverage, run.audit, run.predictor))
     comparison = None
     if base is not None:
-        warnings.extend("baseline: " + w for w in coverage_warnings(base.coverage, base.audit, base.predictor))
-        check, comparison = _baseline_check(run, base, crit, warnings, notes)
+        check, comparison = _vs_baseline(run, base, crit, warnings, notes)
         checks.append(check)
-    notes.extend(more_notes)
+    notes.extend(censoring_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
         notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
-    warnings.extend(fragile_warnings(checks))
     if crit.max_flip is not None:
         checks.append(_stability_check(checks, crit.max_flip))
-    return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, None, skipped, comparison, read)
+    sections: dict[str, Any] = {"skipped_predictors": as_dicts(skipped), "comparison": comparison, "input": read}
+    return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, **sections)
 
 
 def gate_paths(
@@ -1028,36 +912,24 @@ def gate_paths(
     crit.validate(baseline is not None)
     if isinstance(candidate, (str, os.PathLike)):  # one path, not a sequence of characters
         candidate = [candidate]
-
-    def read_files(paths: Sequence[str | os.PathLike[str]], with_task_ids: bool) -> GateSample:
-        return sample_from_paths(paths, crit, with_task_ids, chunk_bytes, progress)
-
-    read = read or read_files
+    read = read or (lambda paths, with_task_ids: sample_from_paths(paths, crit, with_task_ids, chunk_bytes, progress))
     cand = read(candidate, baseline is not None)  # task ids pair the two runs
     base = None if baseline is None else read([baseline], True)
     return evaluate_gate(cand, crit, base)
 
 
-def _pairing(cand: _Run, base: _Run, n: int) -> str:
-    """What paired the runs: metadata.task_id, else the trajectory id."""
-    from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
-    if not any(from_metadata):  # task ids equal to the trajectory ids pair the same runs
-        return f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)"
-    if all(from_metadata):
-        return f"paired by task id over {n} tasks (metadata.task_id)"
-    return f"paired by task id over {n} tasks (metadata.task_id, else the trajectory id)"
-
-
-def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]) -> list[str]:
-    """Every difference between the sides that changes what is compared."""
-    found: list[str] = []
+def _vs_baseline(
+    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The vs_baseline check and the `comparison`, whose `asymmetries` change what is compared."""
+    asym: list[str] = []
     ca, ba = cand.audit, base.audit
     cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
-    cn, bn = ca["roles"]["censored"], ba["roles"]["censored"]
     if (cq > 0) != (bq > 0):
+        cn, bn = ca["roles"]["censored"], ba["roles"]["censored"]
         who = "candidate" if cq else "baseline"
         text = f"q_z on the {who} only (candidate {cq} of {cn} censored runs, baseline {bq} of {bn})"
-        found.append(text)
+        asym.append(text)
         if crit.censoring == EXACT:
             warnings.append(
                 f"{text}: under cen-exact the other side cannot score its censored runs, so the difference "
@@ -1071,32 +943,40 @@ def _asymmetries(cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str]
             f"predictor sets differ: candidate only {', '.join(only_c) or 'none'}; "
             f"baseline only {', '.join(only_b) or 'none'}"
         )
-        found.append(text)
+        asym.append(text)
         notes.append(text)
     cr, br = ca["censoring_rate"], ba["censoring_rate"]
-    if cr is not None and br is not None:
+    if cr is not None and br is not None:  # then both working samples are non-empty
         text = f"censoring rate candidate {cr:.1%}, baseline {br:.1%}"
-        if censoring_rates_differ(ca, ba):
-            found.append(text)
+        na, nb = ca["working_sample"], ba["working_sample"]
+        pooled = (cr * na + br * nb) / (na + nb)
+        se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
+        if se > 0 and abs(cr - br) / se > 1.96:  # two-proportion z test
+            asym.append(text)
             warnings.append(
                 f"{text} differ significantly: the runs stop on the step budget at different rates, and "
                 "cen-simple scores budget stops pessimistically (q_Z ~ 0)"
             )
         else:
             notes.append(text)
-    return found
-
-
-def _baseline_check(
-    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    asym = _asymmetries(cand, base, crit, warnings, notes)
     cmp = compare(cand.score, cand.task_ids, base.score, base.task_ids, crit.bootstrap, crit.seed)
-    counts = cmp.counts
-    how = _pairing(cand, base, counts["common_tasks"]) + cmp.how if cmp.paired else cmp.how
-    if cmp.paired and (counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]):
-        notes.append(unpaired_text(counts))
-    elif not cmp.paired and counts["common_tasks"]:
+    counts, how = cmp.counts, cmp.how
+    if cmp.paired:
+        n = counts["common_tasks"]
+        from_metadata = [t != i for run in (cand, base) for t, i in zip(run.task_ids, run.ids, strict=True)]
+        if not any(from_metadata):  # task ids equal to the trajectory ids pair the same runs
+            how = f"paired by trajectory id over {n} trajectories (task ids, where given, equal them)" + how
+        else:
+            where = "metadata.task_id" if all(from_metadata) else "metadata.task_id, else the trajectory id"
+            how = f"paired by task id over {n} tasks ({where})" + how
+        if counts["candidate_unpaired_runs"] or counts["baseline_unpaired_runs"]:
+            left_out = [
+                f"{side} {counts[f'{side}_unpaired_runs']} scored run(s) on tasks the other side did not score, "
+                f"{counts[f'{side}_unscored_runs']} unscored"
+                for side in (CANDIDATE, BASELINE)
+            ]
+            notes.append("left out of the paired difference: " + "; ".join(left_out))
+    elif counts["common_tasks"]:
         warnings.append(
             f"the runs share only {counts['common_tasks']} scored tasks (less than {PAIRING_OVERLAP:.0%} of the "
             "smaller side's): compared unpaired, on different task sets"
@@ -1105,7 +985,7 @@ def _baseline_check(
     base_mean = float(np.mean(base.score[b_ok])) if b_ok.any() else float("nan")
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
     units = "tasks both sides score" if cmp.paired else "scored runs on each side"
-    n_units = counts["common_tasks"] if cmp.paired else min(int(np.sum(~np.isnan(cand.score))), int(b_ok.sum()))
+    n_units = counts["common_tasks"] if cmp.paired else min(cand.coverage["gated"], base.coverage["gated"])
     detail = f"candidate minus baseline, {how}"
     check = decision("vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, detail, crit.test, n_units, units)
     comparison = {
@@ -1138,7 +1018,34 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     predictor = crit.predictor or (names[0] if names else None)  # None: no row, fails below
     name = str(predictor)
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
-    coverage = coverage_of_report(report, name, rule, weights, crit.censoring)
+    # The gated runs counted from the score rows per censoring mode (cen-simple: every working-sample run the
+    # predictor scores); the skip reasons from the report's `coverage`, over the whole file.
+    n_of = {
+        r.get("censoring"): int(r.get("n") or 0)
+        for r in rows
+        if r.get("predictor") == name and r.get("rule") == rule and r.get("weights") == weights
+    }
+    working, gated = int(audit.get("working_sample") or 0), n_of.get(crit.censoring, 0)
+    reach, complete = n_of.get(SIMPLE, gated), n_of.get("complete-only")
+    unscored = {"unscored": working - reach} if working > reach else {}
+    saved = report.get("settings") or {}
+    coverage = _coverage(
+        working,
+        gated,
+        unscored,
+        reach - gated,
+        int(audit.get("pending_outcome") or 0),
+        None if complete is None else gated - complete,
+        saved.get("bootstrap"),
+        SNAPSHOT_REPLICATES,
+    )
+    columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
+    file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == name), None)
+    if unscored and file_wide:
+        coverage["skip_reasons_in_file"] = file_wide
+    gaps = report.get("missing_forecasts") or {}
+    if name in (gaps.get("predictors") or {}):
+        coverage["missing_forecasts"] = {"policy": gaps.get("policy"), **gaps["predictors"][name]}
     n_cens = int((audit.get("roles") or {}).get("censored") or 0)
     missing_q_z = max(0, n_cens - int(audit.get("censored_with_q_z") or 0))
     warnings, notes = censoring_warnings(audit, crit, missing_q_z, coverage)
@@ -1154,13 +1061,11 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         _check_exact(audit, crit)
     except Unusable as u:
         score, unusable = _score(crit, name, source), [u.as_check()]
-        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], read=read)
+        return _result(crit, score, unusable, warnings, notes, skipped_predictors=[], input=read)
     row = next((r for r in candidates if r["predictor"] == predictor), None)
     if row is None:
         raise GateInputError(f"the snapshot has no row for {predictor} / {rule} / {weights} / {crit.censoring}")
-    checks = _assumption_checks(int(row["n"]), audit, coverage, name, crit)
-    warnings.extend(coverage_warnings(coverage, audit, name))
-    saved = report.get("settings") or {}
+    checks = _assumption_checks(audit, coverage, name, crit, warnings)
     if coverage["replicates"] != crit.bootstrap:  # near the threshold the records route's CI may decide otherwise
         reps, seed = coverage["replicates"], saved.get("seed")
         notes.append(
@@ -1180,9 +1085,8 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     detail = "CI lower bound of the score (from the snapshot; flip probability: normal approximation)"
     more = {"kind": "decision", "ci_low": lo, "ci_high": row["ci_high"], "flip_probability": flip}
     checks.append(_check("absolute", lo >= crit.min_score, mean, crit.min_score, detail, **more))
-    warnings.extend(fragile_warnings(checks))
-    settings = {**_result_settings(crit), "bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
+    settings = {"bootstrap": saved.get("bootstrap"), "seed": saved.get("seed")}
     score = {k: row[k] for k in ("predictor", "rule", "weights", "censoring", "n", "mean", "ci_low", "ci_high")}
     score["predictor_source"] = source
     notes = ["gated from a saved report/snapshot", *notes]
-    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, read=read)
+    return _result(crit, score, checks, warnings, notes, audit, coverage, settings, input=read)
