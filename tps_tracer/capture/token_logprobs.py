@@ -224,8 +224,7 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
     except (TypeError, ValueError, OverflowError) as exc:
         raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
     top = _candidates(flat, list(map(len, tops)))
-    # text_offset is only checked: the offsets are the token strings' (on first use), which the API's spell
-    # whenever they are consistent.
+    # text_offset is only checked: offsets that spell the text equal the token strings' (built on first use).
     given, n = logprobs.get("text_offset"), len(tokens)
     if given is not None:
         if not isinstance(given, (list, tuple)) or len(given) != n:

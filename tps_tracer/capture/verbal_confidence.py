@@ -458,13 +458,14 @@ class VerbalConfidenceExtractor:
 
     def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
         """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
+        scale = self._scale(verbal_scale)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
             return malformed("not_a_number")
         if value < 0:
             return Confidence(0.0, "clipped")
         if isinstance(value, int) and value > 100:  # compared, never converted: float(10**400) would raise
             return Confidence(1.0, "clipped")
-        return on_scale(float(value), isinstance(value, float), self._scale(verbal_scale))
+        return on_scale(float(value), isinstance(value, float), scale)
 
     # ---------------------------------------------------------------- text
 
