@@ -81,14 +81,12 @@ SpanLocator = Callable[[str], Span | None]
 def tag_span(tag: str = "action") -> SpanLocator:
     """The inner text of the last `<tag>...</tag>` (the paper's format); an unclosed tag gives None."""
     ascii_only = tag.isascii()  # a non-ASCII tag name cannot be matched on the folded text
-    last_opening: re.Pattern[Any]
-    closing: re.Pattern[Any]
-    if ascii_only:
-        name = re.escape(tag.lower()).encode("ascii")
-        last_opening, closing = re.compile(rb"(?s:.*)<" + name + rb">"), re.compile(rb"</" + name + rb">")
-    else:
-        last_opening = re.compile(rf"(?s:.*)<{re.escape(tag)}>", re.IGNORECASE)
-        closing = re.compile(rf"</{re.escape(tag)}>", re.IGNORECASE)
+    name = re.escape(tag.lower() if ascii_only else tag)
+    sources = (f"(?s:.*)<{name}>", f"</{name}>")
+    compiled: list[re.Pattern[Any]] = [
+        re.compile(p.encode("ascii")) if ascii_only else re.compile(p, re.I) for p in sources
+    ]
+    last_opening, closing = compiled
 
     def locate(text: str) -> Span | None:
         subject = folded(text) if ascii_only else text
@@ -108,36 +106,27 @@ _FINAL = re.compile(rb"final[ \t]{0,8}answer[ \t]{0,8}:")
 _NON_SPACE = re.compile(rb"\S")
 
 
-def _react_pair(low: bytes) -> Span | None:
-    """The last `Action:` / `Action Input:` pair with only a one-line tool name between them (the tool
-    may also sit on the input's line), spanning the tool name to the input line's end. Earlier
-    `Action:` labels are tried, MAX_ACTION_LABELS at most, each searching only up to the last one."""
+def react_span(text: str) -> Span | None:
+    """LangChain's text ReAct action: the last `Action:` / `Action Input:` pair with only a one-line tool
+    name between them (the tool may also sit on the input's line), spanning the tool name to the input
+    line's end; earlier `Action:` labels are tried, MAX_ACTION_LABELS at most, each searching only up to
+    the last one. Else the answer after the first `Final Answer:` (the finishing action, so a clean run's
+    last step has a span too)."""
+    low = folded(text)
     end = len(low)
     for _ in range(MAX_ACTION_LABELS):
         action = _LAST_ACTION.match(low, 0, end)
         if action is None:
-            return None
+            break
         inp = _INPUT.search(low, action.end(), end)
         if inp is not None:
             between = low[action.end() : inp.start()]
             tool = between.strip()
             if b"\n" not in tool:
                 start = action.end() + len(between) - len(between.lstrip()) if tool else inp.end()
-                line_end = low.find(b"\n", inp.end())
-                line_end = len(low) if line_end < 0 else line_end
-                stop = inp.end() + len(low[inp.end() : line_end].rstrip())
+                stop = inp.end() + len(low[inp.end() :].partition(b"\n")[0].rstrip())
                 return (start, max(start, stop))
         end = low.rfind(b"action", 0, action.end())
-    return None
-
-
-def react_span(text: str) -> Span | None:
-    """LangChain's text ReAct action (`_react_pair`), else the answer after the first `Final Answer:`
-    (the finishing action, so a clean run's last step has a span too)."""
-    low = folded(text)
-    pair = _react_pair(low)
-    if pair is not None:
-        return pair
     label = _FINAL.search(low)
     first = _NON_SPACE.search(low, label.end()) if label else None
     return (first.start(), len(low.rstrip())) if first else None

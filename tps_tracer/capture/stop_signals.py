@@ -98,9 +98,8 @@ def classify_failed_call(names: Iterable[str]) -> tuple[StopReason, str]:
     return classify_exception_names(chain)
 
 
-# langchain 1.x create_agent: its runs carry this `ls_integration` metadata, its model node this `langgraph_node`.
+# langchain 1.x create_agent: its runs carry this `ls_integration` metadata, its model node `langgraph_node` "model".
 AGENT_INTEGRATION = "langchain_create_agent"
-AGENT_MODEL_NODE = "model"
 
 
 def is_agent_model_node(metadata: Any) -> bool:
@@ -108,7 +107,7 @@ def is_agent_model_node(metadata: Any) -> bool:
     return (
         isinstance(metadata, Mapping)
         and metadata.get("ls_integration") == AGENT_INTEGRATION
-        and metadata.get("langgraph_node") == AGENT_MODEL_NODE
+        and metadata.get("langgraph_node") == "model"
     )
 
 
@@ -129,7 +128,7 @@ def node_rejected_answer(output: Any) -> bool:
     commands = output if isinstance(output, Sequence) and not isinstance(output, str) else [output]
     for command in commands:
         update = _field(command, "update")
-        messages = _field(update, "messages") if update is not None else None
+        messages = _field(update, "messages")
         if not isinstance(messages, Sequence) or isinstance(messages, str):
             continue
         read = [_message(m) for m in messages]

@@ -45,7 +45,8 @@ class TokenLogprobs:
     @property
     def offsets(self) -> IntArray:
         if self._offsets is None:
-            self._offsets, _ = _offsets_from_strings(self.tokens)
+            self._offsets = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, self.tokens), dtype=np.int64, count=self.n), out=self._offsets[1:])
         return self._offsets
 
     @property
@@ -93,37 +94,6 @@ def _candidates(flat: FloatArray, counts: list[int]) -> FloatArray:
     return arr
 
 
-def _offsets_from_strings(tokens: list[str]) -> tuple[IntArray, str]:
-    offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens)), out=offsets[1:])
-    return offsets, "".join(tokens)
-
-
-def _offsets_from_bytes(chunks: list[Sequence[int]]) -> tuple[IntArray, str]:
-    try:
-        raw = b"".join(map(bytes, chunks))
-    except (TypeError, ValueError, OverflowError) as exc:  # bytes([256]), bytes(["a"]), bytes([-1])
-        raise LogprobsFormatError(f"malformed 'bytes' ({type(exc).__name__}: {exc})") from None
-    text = raw.decode("utf-8", errors="replace")
-    byte_offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-    np.cumsum([len(c) for c in chunks], out=byte_offsets[1:])
-    if len(raw) == len(text):  # ASCII: bytes are characters
-        return byte_offsets, text
-    # A byte starts a character unless it is a UTF-8 continuation byte (10xxxxxx); the
-    # character index of byte offset o is the number of character starts before o.
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))
-    return starts[byte_offsets].astype(np.int64), text
-
-
-def _floats(n: int, values: Any) -> FloatArray:
-    """`n` Python numbers as float64, as np.fromiter converts them, faster; anything else raises. A
-    bytearray keeps the array writable, as every other parsed array is."""
-    buf = bytearray(8 * n)
-    struct.pack_into(f"{n}d", buf, 0, *values)
-    return np.frombuffer(buf, dtype=np.float64)
-
-
 def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[int]] | None:
     """(tokens, text, values: the n chosen logprobs then the candidates', counts) of plain dict entries, by
     C-level maps only (no bytecode per token); None for anything else, which the general reading decides."""
@@ -136,9 +106,14 @@ def _read_common(content: list[Any]) -> tuple[list[str], str, FloatArray, list[i
         except TypeError:  # a null top_logprobs: no candidates, as in the general reading
             cand_lists = [c or () for c in cand_lists]
             counts = list(map(len, cand_lists))
-        values = _floats(
-            len(tokens) + sum(counts), chain(map(_LOGPROB, content), map(_LOGPROB, chain.from_iterable(cand_lists)))
+        # The numbers as float64, as np.fromiter converts them, faster; anything else raises. A bytearray
+        # keeps the array writable, as every other parsed array is.
+        n = len(tokens) + sum(counts)
+        buf = bytearray(8 * n)
+        struct.pack_into(
+            f"{n}d", buf, 0, *chain(map(_LOGPROB, content), map(_LOGPROB, chain.from_iterable(cand_lists)))
         )
+        values = np.frombuffer(buf, dtype=np.float64)
     except Exception:  # whatever it is, the general reading below names it
         return None
     return tokens, text, values, counts
@@ -195,20 +170,30 @@ def _arrays(content: Sequence[Any]) -> tuple[list[str], str, FloatArray, FloatAr
 
 def from_openai_chat(logprobs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> TokenLogprobs:
     """Chat-completions logprobs: the `{"content": [...]}` object or the list of entries."""
-    if isinstance(logprobs, Mapping):
-        content = logprobs.get("content")
-        if content is None:
-            raise LogprobsFormatError("no 'content' list (the response carries no token logprobs)")
-    else:
-        content = logprobs
+    content = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
+    if content is None and isinstance(logprobs, Mapping):
+        raise LogprobsFormatError("no 'content' list (the response carries no token logprobs)")
     if not isinstance(content, Sequence) or isinstance(content, (str, bytes)):
         raise LogprobsFormatError(f"'content' must be a list of token entries, got {type(content).__name__}")
     tokens, text, chosen, top = _arrays(content)
     # Token strings spell the text unless a character was split across tokens (shown as "bytes:\\x.."
     # or U+FFFD): only then are text and offsets rebuilt from the UTF-8 bytes.
-    offsets: IntArray | None = None
-    if ("bytes:" in text or "\ufffd" in text) and content and all(isinstance(e.get("bytes"), list) for e in content):
-        offsets, text = _offsets_from_bytes([e["bytes"] for e in content])
+    split = ("bytes:" in text or "\ufffd" in text) and content
+    if not (split and all(isinstance(e.get("bytes"), list) for e in content)):
+        return TokenLogprobs(tokens, chosen, top, None, text)
+    chunks = [e["bytes"] for e in content]
+    try:
+        raw = b"".join(map(bytes, chunks))
+    except (TypeError, ValueError, OverflowError) as exc:  # bytes([256]), bytes(["a"]), bytes([-1])
+        raise LogprobsFormatError(f"malformed 'bytes' ({type(exc).__name__}: {exc})") from None
+    text = raw.decode("utf-8", errors="replace")
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in chunks], out=offsets[1:])
+    if len(raw) != len(text):  # not ASCII: byte offsets as character offsets
+        # A byte starts a character unless it is a UTF-8 continuation byte (10xxxxxx); the
+        # character index of byte offset o is the number of character starts before o.
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        offsets = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))[offsets].astype(np.int64)
     return TokenLogprobs(tokens, chosen, top, offsets, text)
 
 
@@ -235,22 +220,18 @@ def from_legacy_completion(logprobs: Mapping[str, Any]) -> TokenLogprobs:
         raise LogprobsFormatError("tokens must be strings")
     chosen = _check_logprobs(chosen, "token_logprobs")
     try:
-        top = _candidates(np.array([v for r in tops for v in r], dtype=np.float64), list(map(len, tops)))
+        flat = np.array([v for r in tops for v in r], dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
-        if isinstance(exc, LogprobsFormatError):
-            raise
         raise LogprobsFormatError(f"malformed top_logprobs ({exc})") from None
-    offsets, text = _offsets_from_strings(tokens)
+    top = _candidates(flat, list(map(len, tops)))
+    # text_offset is only checked: offsets that spell the text equal the token strings' (built on first use).
     given, n = logprobs.get("text_offset"), len(tokens)
     if given is not None:
         if not isinstance(given, (list, tuple)) or len(given) != n:
             raise LogprobsFormatError(f"text_offset must be a list of {n} integers (one per token)")
         if not all(type(v) is int and 0 <= v < _MAX_OFFSET for v in given):
             raise LogprobsFormatError("text_offset holds a value that is not an integer in [0, 2^53)")
-        rel = np.fromiter(given, dtype=np.int64, count=n) - (given[0] if n else 0)
-        if n and np.array_equal(rel, offsets[:-1]):  # the API's offsets only if they spell the same text
-            offsets = np.append(rel, len(text))
-    return TokenLogprobs(tokens, chosen, top, offsets, text)
+    return TokenLogprobs(tokens, chosen, top, None, "".join(tokens))
 
 
 def parse_logprobs(logprobs: Any) -> TokenLogprobs:
@@ -278,14 +259,10 @@ class LogprobsStream:
 
     def add(self, chunk_logprobs: Mapping[str, Any] | Sequence[Any] | None) -> None:
         """Never raises: a chunk that is not a list of entries makes `result()` raise LogprobsFormatError."""
-        if chunk_logprobs is None:
-            return
         content = chunk_logprobs.get("content") if isinstance(chunk_logprobs, Mapping) else chunk_logprobs
-        if content is None:
-            return
         if isinstance(content, (list, tuple)):
             self._entries.extend(content)
-        elif self._malformed is None:
+        elif content is not None and self._malformed is None:
             self._malformed = f"a streamed chunk's logprobs are a {type(content).__name__}, not a list of entries"
 
     def __len__(self) -> int:
@@ -359,9 +336,8 @@ def batched_per_token(
     steps = [parsed[i] for i in group]
     prob = np.exp(np.concatenate([lp.logprob for lp in steps]))  # type: ignore[union-attr]
     ent = _entropy_confidence(np.concatenate([lp.top_logprobs[:, :width] for lp in steps]), k)  # type: ignore[union-attr]
-    ends = np.cumsum([lp.n for lp in steps]).tolist()  # type: ignore[union-attr]
-    starts = [0, *ends[:-1]]
-    return {i: (prob[a:b], ent[a:b]) for i, a, b in zip(group, starts, ends, strict=True)}
+    cuts = np.cumsum([lp.n for lp in steps[:-1]])  # type: ignore[union-attr]
+    return dict(zip(group, zip(np.split(prob, cuts), np.split(ent, cuts), strict=True), strict=True))
 
 
 def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | None:
@@ -372,9 +348,7 @@ def masked_mean(values: FloatArray, mask: BoolArray | None = None) -> float | No
         if math.isfinite(total):
             return min(1.0, max(0.0, total / sel.size))
     sel = sel[~np.isnan(sel)]
-    if sel.size == 0:
-        return None
-    return float(min(1.0, max(0.0, sel.mean())))
+    return float(min(1.0, max(0.0, sel.mean()))) if sel.size else None
 
 
 def token_mask(lp: TokenLogprobs, span: tuple[int, int]) -> BoolArray:

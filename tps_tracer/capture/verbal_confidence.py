@@ -10,7 +10,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from tps_tracer.errors import InputError
@@ -129,12 +129,11 @@ def normalise(raw: str) -> str:
 
 
 class _Number:
-    """One number, and how it was written (which decides its scale)."""
+    """Group `g` of a match, a number, and how it was written (which decides its scale)."""
 
-    def __init__(self, text: str, percent: bool):
-        self.text = text
-        self.percent = percent
-        self.comma = "," in text
+    def __init__(self, m: re.Match[str], g: str):
+        self.text = text = m.group(g)
+        self.percent = m.group(g + "pct") is not None
         digits = text.replace(",", ".")
         self.value = float(digits)  # the grammar admits only what float() reads
         self.point = "." in digits or "e" in digits
@@ -145,7 +144,7 @@ class _Number:
         if len(self.text) > MAX_NUMBER_CHARS:
             return malformed("too_long")
         whole, _, frac = self.text.lstrip("+-").partition(",")
-        if self.comma and whole.strip("0") != "" and len(frac.split("e")[0]) == 3:
+        if "," in self.text and whole.strip("0") != "" and len(frac.split("e")[0]) == 3:
             return ambiguous("comma")
         return None
 
@@ -158,10 +157,6 @@ class _Number:
         if self.negative or math.isinf(self.value):
             return _clip(self.value)
         return on_scale(self.value, self.point, scale)
-
-
-def _number(m: re.Match[str], g: str) -> _Number:
-    return _Number(m.group(g), m.group(g + "pct") is not None)
 
 
 def _fraction(a: _Number, b: _Number) -> Confidence:
@@ -178,8 +173,7 @@ def _fraction(a: _Number, b: _Number) -> Confidence:
 
 
 def _range(a: _Number, b: _Number, scale: str | None) -> Confidence:
-    if a.percent != b.percent:  # `80-90%`: the sign written once covers both ends
-        a.percent = b.percent = True
+    a.percent = b.percent = a.percent or b.percent  # `80-90%`: the sign written once covers both ends
     lo, hi = a.read(scale), b.read(scale)
     for end in (lo, hi):
         if end.status == "clipped":
@@ -198,16 +192,16 @@ def _expression(s: str, pos: int, scale: str | None) -> tuple[Confidence, int] |
     """The number, fraction or range at `pos` and where it ends; None if there is none."""
     m = _BETWEEN.match(s, pos)
     if m is not None:
-        return _range(_number(m, "a"), _number(m, "b"), scale), m.end()
+        return _range(_Number(m, "a"), _Number(m, "b"), scale), m.end()
     m = _EXPR.match(s, pos)
     if m is None:
         return None
-    a = _number(m, "a")
+    a = _Number(m, "a")
     op = m.group("op")
     a_end = m.end("apct") if m.group("apct") is not None else m.end("a")
     if op is None or ("(" in op and m.group("close") is None):
         return a.read(scale), a_end  # `4 (out of` with no closing bracket: the number alone
-    b = _number(m, "b")
+    b = _Number(m, "b")
     end = m.end() if "(" in op else (m.end("bpct") if m.group("bpct") is not None else m.end("b"))
     if "-" in op or "to" in op:
         return _range(a, b, scale), end
@@ -233,13 +227,12 @@ def read_value(raw: str, scale: str | None, levels: Mapping[str, float]) -> Conf
     s = normalise(raw)
     pos = len(s) - len(s.lstrip(_PRE_CHARS))
     bound = _BOUND.match(s, pos)
-    if bound is not None and bound.end() > pos:
+    if bound is not None:
         after = _APPROX.match(s, bound.end())  # `at least about 80%`
         start = after.end() if after is not None else bound.end()
         return ambiguous("bound") if _expression(s, start, scale) is not None else malformed("not_a_number")
     approx = _APPROX.match(s, pos)
-    if approx is not None:
-        pos = approx.end()
+    pos = approx.end() if approx else pos
     found = _expression(s, pos, scale)
     if found is None:
         word = _level(s, pos, levels)
@@ -430,12 +423,12 @@ def _separator_kept(label: str) -> str:
     """The non-ASCII character a spaced label ends with when it is no dash or space: the start of VALUE
     (`Confidence ≈ 0.7` is 0.7, `Confidence → 70%` malformed, never read as if it were not there)."""
     end = len(label.rstrip(" \t"))
+    # 96: longer than any spaced label (a prose percent's "label" runs from an earlier keyword).
     if end == 0 or (label[end - 1].isascii() and label[end - 1] != "?") or len(label) > 96:
-        return ""  # 96: longer than any spaced label (a prose percent's "label" runs from an earlier keyword)
-    if _SPACED_LABEL.fullmatch(folded(label)) is None:
         return ""
-    sign = normalise(label[end - 1]).strip()
-    return "" if sign in ("", "-") else label[end - 1 :]
+    if _SPACED_LABEL.fullmatch(folded(label)) is None or normalise(label[end - 1]).strip() in ("", "-"):
+        return ""
+    return label[end - 1 :]
 
 
 def _normal_key(key: str) -> str:
@@ -451,28 +444,17 @@ class VerbalConfidenceExtractor:
     argument_keys: Sequence[str] = ("confidence", "confidence_score", "confidence_level", "confidence_value")
     verbal_scale: str | None = None
     levels: Mapping[str, float] | None = None
-    _levels: dict[str, float] = field(init=False, repr=False)
-    _fast: re.Pattern[bytes] | None = field(init=False, repr=False)
-    _compiled: list[re.Pattern[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_scale(self.verbal_scale)
         self._levels = check_levels(self.levels)
-        levels = tuple(DEFAULT_LEVELS) + tuple(self._levels)
         self._keys = {_normal_key(k) for k in self.argument_keys}
         # The default grammar takes the one-pass path; given patterns (even the default ones) run one by one.
-        if self.patterns is None:
-            self._fast, self._compiled = _keyword_regex(levels), []
-        else:
-            self._fast = None
-            self._compiled = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns]
+        self._fast = _keyword_regex(DEFAULT_LEVELS + tuple(self._levels)) if self.patterns is None else None
+        self._compiled = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in self.patterns or ()]
 
     def _scale(self, scale: str | None) -> str | None:
         return self.verbal_scale if scale is None else check_scale(scale)
-
-    def scale(self, raw: str, verbal_scale: str | None = None) -> Confidence:
-        """One VALUE (the text after a statement's label)."""
-        return read_value(raw, self._scale(verbal_scale), self._levels)
 
     def from_number(self, value: Any, verbal_scale: str | None = None) -> Confidence:
         """A JSON number (tool-call argument): an int as a bare integer, a float as a decimal."""
@@ -487,9 +469,18 @@ class VerbalConfidenceExtractor:
 
     # ---------------------------------------------------------------- text
 
-    def _last_statement_fast(self, fast: re.Pattern[bytes], text: str) -> tuple[str, str] | None:
+    def _last_statement(self, text: str) -> tuple[str, str] | None:
+        """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
+        if self._fast is None:  # given patterns: the first of the matches that start last
+            best = max((m for p in self._compiled for m in p.finditer(text)), key=re.Match.start, default=None)
+            if best is None:
+                return None
+            raw = best.group(1) if best.re.groups else best.group(0)
+            # A group that did not take part: malformed.
+            raw = "" if raw is None else _separator_kept(best.group(0)) + raw
+            return raw, best.group(0)
         buf = folded(text)
-        keyword = fast.match(buf)
+        keyword = self._fast.match(buf)
         start = -1
         prose = False  # whether a prose percent is the last statement
         if keyword is not None:
@@ -510,30 +501,16 @@ class VerbalConfidenceExtractor:
         # A spaced label's non-separator character starts its VALUE (never a prose percent's).
         return ("" if prose else _separator_kept(label)) + text[s:e], label
 
-    def _last_statement(self, text: str) -> tuple[str, str] | None:
-        """(raw VALUE, the text from the keyword to VALUE) of the statement that starts last."""
-        if self._fast is not None:
-            return self._last_statement_fast(self._fast, text)
-        # The first of the matches that start last.
-        best = max((m for pattern in self._compiled for m in pattern.finditer(text)), key=re.Match.start, default=None)
-        if best is None:
-            return None
-        raw = best.group(1) if best.re.groups else best.group(0)
-        raw = "" if raw is None else _separator_kept(best.group(0)) + raw  # a group that did not take part: malformed
-        return raw, best.group(0)
-
     def from_text(self, text: str | None, verbal_scale: str | None = None) -> Confidence:
         """The last statement of the text (any form), read with the grammar; missing if none."""
-        if not text or not isinstance(text, str):
-            return MISSING
-        found = self._last_statement(text)
+        found = self._last_statement(text) if text and isinstance(text, str) else None
         if found is None:
             return MISSING
         raw, label = found
         written = _READ_ANNOTATION.search(normalise(label)) if "(" in label or "[" in label else None
         if written is not None:  # the statement's own scale wins over any declared one
             verbal_scale = "percent" if written["pct"] else _TOP_SCALES[written["top"] or written["of"]]
-        return self.scale(raw, verbal_scale)
+        return read_value(raw, self._scale(verbal_scale), self._levels)
 
     # ---------------------------------------------------------------- tool calls
 
@@ -546,7 +523,7 @@ class VerbalConfidenceExtractor:
         if not isinstance(arguments, Mapping):
             return MISSING
         readings = [
-            self.scale(v, scale) if isinstance(v, str) else self.from_number(v, scale)
+            read_value(v, self._scale(scale), self._levels) if isinstance(v, str) else self.from_number(v, scale)
             for k, v in arguments.items()
             if isinstance(k, str) and _normal_key(k) in self._keys
         ]
