@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import ToolMessage
 from langchain_core.outputs import LLMResult
 
 from tps_tracer.capture.step_signals import RawStep, SignalExtractor
 from tps_tracer.capture.stop_signals import (
     NOT_TOOL_FAILURES,
+    PARSE_EXCEPTIONS,
     classify_failed_call,
     is_agent_model_node,
     node_rejected_answer,
@@ -30,14 +32,11 @@ from tps_tracer.langchain.run_reading import (
     current_span_ids,
     exception_names,
     final_message,
-    final_text,
     instrumentor_span_ids,
-    is_parse_failure,
     llm_output,
     n_entries,
     new_budget,
     observed_stop,
-    record_extra,
 )
 from tps_tracer.open_runs import DEFAULT_PAUSE_TIMEOUT, is_interrupt
 from tps_tracer.records.stop_reasons import StopReason
@@ -47,6 +46,7 @@ from tps_tracer.tracking.keys import (
     INTERNAL_CALL_KEY,
     OUTCOME_KEY,
     PARSE_RETRY_TOOL,
+    RUN_ID_KEY,
     TRAJECTORY_ID_KEY,
 )
 from tps_tracer.tracking.tracker import TrackedAdapter, TrajectoryState, never_raises
@@ -309,17 +309,16 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             self._pause(run, run_id)
         elif run is not None:
             self._end(run, outputs=None, error=error)
-        elif interrupt:
+        elif interrupt or not self._late(run_id):
             with self._lock:
                 inner = self._runs.get(run_id)
-                if inner is not None:
+                if inner is not None and interrupt:
                     inner.interrupted = True
-        elif not self._late(run_id):
-            with self._lock:
-                inner = self._runs.get(run_id)
-                if inner is not None:
+                elif inner is not None:
                     inner.model_nodes.discard(run_id)
-                    if is_parse_failure(error) and inner.state.pending is not None:
+                    # A chain rejected the model's output (a parser, create_agent's structured output).
+                    parse_failure = isinstance(error, OutputParserException) or type(error).__name__ in PARSE_EXCEPTIONS
+                    if parse_failure and inner.state.pending is not None:
                         inner.state.pending_malformed = True
 
     @never_raises("on_agent_action")
@@ -330,7 +329,9 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
                 if run is not None and run.state.pending is not None:
                     run.state.pending_malformed = True
 
-    def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None) -> None:
+    def _model_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        """Both model starts (chat and completion): the call joins its run, or groups a hand-written loop."""
+        metadata = kwargs.get("metadata")
         if self._late(parent_run_id, child=run_id):
             return  # a model call of a run finished early: never a new trajectory of its own
         if metadata and INTERNAL_CALL_KEY in metadata:
@@ -362,13 +363,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             if budget is not None:
                 budget.calls += 1
 
-    @never_raises("on_chat_model_start")
-    def on_chat_model_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._llm_start(run_id, parent_run_id, kwargs.get("metadata"))
-
-    @never_raises("on_llm_start")
-    def on_llm_start(self, *args: Any, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._llm_start(run_id, parent_run_id, kwargs.get("metadata"))
+    on_chat_model_start = never_raises("on_chat_model_start")(_model_start)
+    on_llm_start = never_raises("on_llm_start")(_model_start)
 
     @never_raises("on_llm_new_token")
     def on_llm_new_token(self, token: Any, *, run_id: UUID, chunk: Any = None, **kwargs: Any) -> None:
@@ -437,7 +433,6 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
 
     def _end(self, run: _Run, outputs: Any, error: BaseException | None, abandoned: str | None = None) -> None:
         state = run.state
-        closed_by_caller = isinstance(error, GeneratorExit)  # the caller stopped reading its stream
         with self._lock:
             if run.ended:
                 return
@@ -454,11 +449,17 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             tool_failed = state.last_tool_failed
             self.tracker.commit(state)
             budget = self._budgets.pop(state.tid, None)
-            if closed_by_caller and budget is None:
+            if isinstance(error, GeneratorExit) and budget is None:  # the caller stopped reading its stream
                 self._closed_streams[state.tid] = None
                 while len(self._closed_streams) > 1024:  # only to explain a late declare_stop
                     self._closed_streams.popitem(last=False)
         md = state.metadata
+        # The OTel span the record joins, the root run of the invocation that ended it, LangGraph's thread.
+        extra: dict[str, Any] = dict(run.trace_ids or {})
+        if run.root is not None:
+            extra[RUN_ID_KEY] = str(run.root)
+        if md.get("thread_id") is not None:
+            extra["thread_id"] = str(md["thread_id"])
         observed, stopped_by = observed_stop(outputs, error, tool_failed, budget)
         decision = self.tracker.finish(
             state,
@@ -467,9 +468,8 @@ class TPSCallbackHandler(BaseCallbackHandler, TrackedAdapter):
             budget_label=md.get(HORIZON_KEY),
             stopped_by=stopped_by,
             outcome_label=md.get(OUTCOME_KEY),
-            final_output=final_message(outputs) if self.tracker.grader is not None else None,
-            final_text=final_text(outputs) if self.tracker.capture_content else None,
-            extra=record_extra(run.trace_ids, run.root, md.get("thread_id")),
+            final_output=final_message(outputs),
+            extra=extra,
         )
         if decision is not None:
             self.last_trajectory_id = state.tid

@@ -165,7 +165,7 @@ class _Saver:
             if self.use_async:
                 batch = [t async for t in self.saver.alist(config, before=before, limit=1)]
             else:
-                batch = await asyncio.to_thread(self._list_one, config, before)
+                batch = await asyncio.to_thread(list, self.saver.list(config, before=before, limit=1))  # a generator
             if not batch:
                 return None
             tup = batch[0]
@@ -175,21 +175,6 @@ class _Saver:
             ).next:
                 return tup
             before = tup.config
-
-    def _list_one(self, config: dict[str, Any], before: Any) -> list[Any]:
-        return list(self.saver.list(config, before=before, limit=1))
-
-
-async def _saver_for(graph: Any) -> _Saver:
-    saver = getattr(graph, "checkpointer", None)
-    if saver is None or saver is True or saver is False:
-        raise InputError("the graph has no checkpointer: compile it with checkpointer=InMemorySaver() / SqliteSaver")
-    probe = {"configurable": {"thread_id": "tps-tracer-probe", "checkpoint_ns": ""}}
-    try:
-        await saver.aget_tuple(probe)
-    except NotImplementedError:
-        return _Saver(graph, use_async=False)
-    return _Saver(graph, use_async=True)
 
 
 async def _call(grader: Grader, value: Any) -> int:
@@ -253,7 +238,14 @@ async def aresume_continuations(
     )
     health = health if health is not None else HealthLedger()
     recs = read_trajectories(records) if isinstance(records, str | os.PathLike) else list(records)
-    ops = await _saver_for(graph)
+    saver = getattr(graph, "checkpointer", None)
+    if saver is None or saver is True or saver is False:
+        raise InputError("the graph has no checkpointer: compile it with checkpointer=InMemorySaver() / SqliteSaver")
+    try:
+        await saver.aget_tuple({"configurable": {"thread_id": "tps-tracer-probe", "checkpoint_ns": ""}})
+        ops = _Saver(graph, use_async=True)
+    except NotImplementedError:
+        ops = _Saver(graph, use_async=False)
     wants_message = _wants_message(grader)
     prefixes: list[_Prefix] = []
     policy = policy or CensoringPolicy()
@@ -281,13 +273,8 @@ async def aresume_continuations(
         base["recursion_limit"] = budget
 
     with ContinuationLog(out, health) as log:
-        todo = []
-        for p in prefixes:
-            for m in range(branches):
-                if log.is_done(p.trajectory_id, m):
-                    summary.already_done += 1
-                else:
-                    todo.append((p, m))
+        todo = [(p, m) for p in prefixes for m in range(branches) if not log.is_done(p.trajectory_id, m)]
+        summary.already_done = len(prefixes) * branches - len(todo)
 
         async def run_branch(p: _Prefix, m: int) -> None:
             t0 = time.perf_counter()
@@ -323,8 +310,7 @@ async def aresume_continuations(
                         outcome = await _grade(grader, final, wants_message, summary)
                     except Exception as exc:  # counted, never raised
                         summary.grader_errors += 1
-                        if summary.grader_error_example is None:
-                            summary.grader_error_example = f"{thread}: {exc!r}"
+                        summary.grader_error_example = summary.grader_error_example or f"{thread}: {exc!r}"
                         summary.branch_seconds += time.perf_counter() - t0
                         health.count("error", "resume_grader", f"grading {thread!r} failed: {exc!r}")
                         return

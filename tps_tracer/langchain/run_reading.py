@@ -15,10 +15,9 @@ from langchain_core.outputs import LLMResult
 from langchain_core.tools import ToolException
 
 from tps_tracer.capture.step_signals import RawStep
-from tps_tracer.capture.stop_signals import PARSE_EXCEPTIONS, classify_exception_names, is_budget_text
+from tps_tracer.capture.stop_signals import classify_exception_names, is_budget_text
 from tps_tracer.errors import InputError
 from tps_tracer.records.stop_reasons import StopReason
-from tps_tracer.tracking.keys import RUN_ID_KEY
 
 TRACE_ID_KEY, SPAN_ID_KEY = "otel_trace_id", "otel_span_id"  # the span processor's names, so records join traces
 
@@ -134,25 +133,25 @@ def n_entries(logprobs: Any) -> int:
     return len(entries) if isinstance(entries, Sequence) and not isinstance(entries, (str, bytes)) else 0
 
 
+def _logprobs(gen: Any) -> Any:
+    """A generation's (or streamed chunk's) logprobs: its generation_info's, else its message's metadata's."""
+    logprobs = (getattr(gen, "generation_info", None) or {}).get("logprobs")
+    if logprobs is None:
+        logprobs = (getattr(getattr(gen, "message", None), "response_metadata", None) or {}).get("logprobs")
+    return logprobs
+
+
 def llm_output(response: LLMResult) -> tuple[RawStep, bool]:
     """The call's raw output and whether it is malformed (only invalid tool calls)."""
     gens = response.generations[0] if response.generations else []
     if not gens:
         return RawStep(None), True
     gen = gens[0]
-    logprobs = (gen.generation_info or {}).get("logprobs")
     message = getattr(gen, "message", None)  # None for a completion model: no tool calls
-    if logprobs is None:
-        logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
     tool_calls = getattr(message, "tool_calls", None) or []
     malformed = bool(getattr(message, "invalid_tool_calls", None)) and not tool_calls
     tool_args: Any = [c.get("args") for c in tool_calls if isinstance(c, Mapping)] or None
-    return RawStep(gen.text if isinstance(gen.text, str) else None, logprobs, tool_args), malformed
-
-
-def is_parse_failure(error: BaseException) -> bool:
-    """A chain rejected the model's output (a parser, create_agent's structured output)."""
-    return isinstance(error, OutputParserException) or type(error).__name__ in PARSE_EXCEPTIONS
+    return RawStep(gen.text if isinstance(gen.text, str) else None, _logprobs(gen), tool_args), malformed
 
 
 def observed_stop(
@@ -168,29 +167,11 @@ def observed_stop(
     return (found or StopReason.CLEAN, detail), None
 
 
-def final_text(outputs: Any) -> str | None:
-    last = final_message(outputs)
-    text = last if isinstance(last, str) else getattr(last, "text", None)
-    return text if isinstance(text, str) else None
-
-
 def chunk_logprobs(logprobs: Any, chunk: Any) -> list[Any] | None:
     """A streamed chunk's logprob entries, kept in case the final result has fewer (LangGraph's v3 events)."""
     if logprobs is None and chunk is not None:
-        logprobs = (getattr(chunk, "generation_info", None) or {}).get("logprobs")
-        if logprobs is None:
-            logprobs = (getattr(getattr(chunk, "message", None), "response_metadata", None) or {}).get("logprobs")
+        logprobs = _logprobs(chunk)
     if not logprobs:
         return None
     entries = logprobs.get("content") if isinstance(logprobs, Mapping) else logprobs
     return entries if isinstance(entries, list) and entries else None
-
-
-def record_extra(trace_ids: dict[str, str] | None, root: Any, thread: Any) -> dict[str, Any] | None:
-    """The OTel span the record joins, the root run of the invocation that ended it, LangGraph's thread."""
-    extra: dict[str, Any] = dict(trace_ids or {})
-    if root is not None:
-        extra[RUN_ID_KEY] = str(root)
-    if thread is not None:
-        extra["thread_id"] = str(thread)
-    return extra or None

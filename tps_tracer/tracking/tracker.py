@@ -62,7 +62,7 @@ class TrajectoryState:
     n_calls: int = 0  # every model call, malformed and failed ones included (>= the steps fed)
     calls_started: int = 0  # one still in flight when the run ends (cancelled) was made all the same
     failed_calls: int = 0
-    repairs: int = 0
+    parse_repairs: int = 0
     consecutive_malformed: int = 0
     ignored_calls: int = 0
     tool_errors: int = 0
@@ -75,7 +75,7 @@ class TrajectoryState:
     texts: list[str] = field(default_factory=list)  # step texts, only with capture_content
     capture_lost: str | None = None  # why an event of this run never reached the accumulator
     steps: list[Forecasts] = field(default_factory=list)  # forecasts, appended on the worker
-    # Outcome / q_Z recorded before the stop, and those the stop carries (CaptureWorker._merge_into_run).
+    # Outcome / q_Z recorded before the stop, and those the stop carries (CaptureWorker.resolve).
     outcome: int | None = None
     q_z: float | None = None
     held: bool = False
@@ -96,7 +96,7 @@ class TrajectoryState:
             if repair_budget is not None and self.consecutive_malformed > repair_budget:
                 self.fixed = StopDecision(StopReason.PARSE_ERROR, None, "repairs exhausted")
             else:
-                self.repairs += 1
+                self.parse_repairs += 1
             return False
         self.consecutive_malformed = 0
         return True
@@ -180,36 +180,6 @@ def _json_scalar(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= MAX_VALUE_CHARS and id_problem(value or "x") is None
 
 
-def record_metadata(
-    state: TrajectoryState, decision: StopDecision, source: str, extra: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The record's metadata: the user's scalars, then tps-tracer's keys, which win a clash."""
-    run_md = state.metadata
-    md, dropped = user_metadata(run_md)
-    if dropped:
-        md["tps_metadata_dropped"] = dropped
-    md.update(source=source, llm_calls=state.n_calls)
-    task = run_md.get(TASK_ID_KEY)
-    task = run_md.get("task_id") if task is None else task
-    if task is not None:
-        md["task_id"] = str(task)
-    if decision.detail:
-        md["stop_detail"] = decision.detail
-    if decision.abandoned is not None:
-        md[ABANDONED_KEY] = decision.abandoned
-    for key, n in (
-        ("parse_repairs", state.repairs),
-        ("failed_calls", state.failed_calls),
-        ("tool_errors", state.tool_errors),
-        ("ignored_calls", state.ignored_calls),
-    ):
-        if n:
-            md[key] = n
-    if extra:
-        md.update(extra)
-    return md
-
-
 # The capture worker: forecasts extracted off the agent's path, the finished run into the accumulator in
 # one call. Backpressure, never dropping (an evaluator that drops runs scores the survivors): only an event
 # given up after `max_block` s is counted (queue_full) and marks its run capture_lost.
@@ -284,30 +254,26 @@ class CaptureWorker:
         self._submit(("stop", run, reason, horizon, metadata, grader, output))
 
     def resolve(self, trajectory_id: str, outcome: int | None = None, q_z: float | None = None) -> None:
-        if (outcome is not None or q_z is not None) and self._merge_into_run(trajectory_id, outcome, q_z):
+        """Values for a run not yet in the accumulator go on its record (one line); a value differing from
+        the queued stop's stays a resolution after it; otherwise a resolution."""
+        with self._open_lock:
+            run = self._open.get(trajectory_id) if outcome is not None or q_z is not None else None
+            stopping = run is not None and run.stopping
+            if run is not None:
+                outcome_field, q_z_field = ("stop_outcome", "stop_q_z") if stopping else ("outcome", "q_z")
+                known, known_q_z = getattr(run, outcome_field), getattr(run, q_z_field)
+                if (outcome is None or known in (None, outcome)) and (q_z is None or known_q_z in (None, q_z)):
+                    setattr(run, outcome_field, known if outcome is None else outcome)
+                    setattr(run, q_z_field, known_q_z if q_z is None else q_z)
+                    return
+        if run is not None and not stopping:
+            self.health.count(
+                "rejected",
+                "conflicting_resolution",
+                f"{trajectory_id!r}: conflicts with the outcome / q_z already given",
+            )
             return
         self._submit(("resolve", trajectory_id, outcome, q_z))
-
-    def _merge_into_run(self, trajectory_id: str, outcome: int | None, q_z: float | None) -> bool:
-        """Put the values on a run not yet in the accumulator (one record); a value differing from the
-        queued stop's stays a resolution after it."""
-        with self._open_lock:
-            run = self._open.get(trajectory_id)
-            if run is None:
-                return False
-            stopping = run.stopping
-            outcome_field, q_z_field = ("stop_outcome", "stop_q_z") if stopping else ("outcome", "q_z")
-            known, known_q_z = getattr(run, outcome_field), getattr(run, q_z_field)
-            if (outcome is None or known in (None, outcome)) and (q_z is None or known_q_z in (None, q_z)):
-                setattr(run, outcome_field, known if outcome is None else outcome)
-                setattr(run, q_z_field, known_q_z if q_z is None else q_z)
-                return True
-            if stopping:
-                return False
-        self.health.count(
-            "rejected", "conflicting_resolution", f"{trajectory_id!r}: conflicts with the outcome / q_z already given"
-        )
-        return True
 
     def _release(self, run: TrajectoryState) -> None:
         """The stop is applied (or dropped): later outcomes go to the accumulator as resolutions."""
@@ -508,7 +474,7 @@ class CaptureWorker:
             except InvalidOutcome as exc:
                 self.health.count("rejected", "invalid_outcome", f"{tid!r}: the grader's verdict: {exc}")
             except Exception as exc:  # the grader's failure loses the verdict, never the record
-                self.health.count("error", "worker.grade", f"grade event failed ({type(exc).__name__}: {exc})")
+                self._failed("grade", exc)
         outcome = verdict if verdict is not None else run.stop_outcome
         self.accumulator.finished(
             tid,
@@ -569,7 +535,7 @@ class CaptureWorker:
 
 
 class TrajectoryTracker:
-    """What adapters call: open, model_call / returned + commit, failed_call, finish, record_outcome."""
+    """What adapters call: open, model_call / returned + commit, failed_call, finish."""
 
     def __init__(
         self,
@@ -605,14 +571,7 @@ class TrajectoryTracker:
             if extractor is not None:
                 raise InputError("give verbal_scale to the SignalExtractor passed as `extractor`, not both")
             extractor = SignalExtractor(health=self.health, verbal_scale=verbal_scale)
-        self.worker = CaptureWorker(
-            accumulator,
-            extractor,
-            calibration,
-            background=background,
-            max_queue_size=max_queue_size,
-            max_block=max_block,
-        )
+        self.worker = CaptureWorker(accumulator, extractor, calibration, background, max_queue_size, max_block)
         # The accumulator drains this worker's queue before it snapshots or closes: nothing that ended is lost.
         accumulator.leave_lifetimes_to(source, drain=self.worker.flush)
 
@@ -646,7 +605,7 @@ class TrajectoryTracker:
             state.pending, state.pending_malformed = None, False
             self.model_call(state, raw, malformed)
 
-    def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str] = (StopReason.OTHER, "")) -> None:
+    def failed_call(self, state: TrajectoryState, failure: tuple[StopReason, str]) -> None:
         if failure[0] is StopReason.PARSE_ERROR:
             self.model_call(state, RawStep(None), malformed=True)
         else:
@@ -665,11 +624,11 @@ class TrajectoryTracker:
         stopped_by: Any = None,
         outcome_label: Any = None,
         final_output: Any = None,
-        final_text: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> StopDecision | None:
         """Record the finished trajectory; None when no model call was made. budget_label: the run's
-        stated budget (a declared stop's horizon); stopped_by: the limit whose stop `observed` shows."""
+        stated budget (a declared stop's horizon); stopped_by: the limit whose stop `observed` shows;
+        final_output: what the grader reads (its text kept with capture_content)."""
         if state.capture_lost is not None and abandoned is None:
             abandoned = state.capture_lost  # never scored with a hole
         in_flight = state.calls_started - state.n_calls
@@ -687,13 +646,29 @@ class TrajectoryTracker:
             decision = replace(decision, horizon=max(budget or 0, decision.horizon or 0))
             if state.fixed is None and label is not None and label != decision.horizon:
                 self.health.count("ignored", "horizon_label_not_the_budget")
+        # The record's metadata: the user's scalars, then tps-tracer's keys, which win a clash.
+        md, dropped = user_metadata(state.metadata)
+        if dropped:
+            md["tps_metadata_dropped"] = dropped
+        md.update(source=self.source, llm_calls=state.n_calls)
+        task = state.metadata.get(TASK_ID_KEY)
+        task = state.metadata.get("task_id") if task is None else task
+        if task is not None:
+            md["task_id"] = str(task)
+        if decision.detail:
+            md["stop_detail"] = decision.detail
         if decision.abandoned is not None:
+            md[ABANDONED_KEY] = decision.abandoned
             self.health.count("abandoned", decision.abandoned)
-        md = record_metadata(state, decision, self.source, extra)
+        for key in ("parse_repairs", "failed_calls", "tool_errors", "ignored_calls"):  # the state's, when nonzero
+            if getattr(state, key):
+                md[key] = getattr(state, key)
+        md.update(extra or {})
         if self.capture_content:
             md["step_texts"] = state.texts
-            if final_text is not None:
-                md["final_output"] = final_text[:CONTENT_LIMIT]
+            text = final_output if isinstance(final_output, str) else getattr(final_output, "text", None)
+            if isinstance(text, str):
+                md["final_output"] = text[:CONTENT_LIMIT]
         # An outcome known now goes out with the record: one line.
         known = None
         if decision.reason is StopReason.CLEAN:
@@ -704,26 +679,6 @@ class TrajectoryTracker:
         grader = self.grader if decision.reason is StopReason.CLEAN and known is None else None
         self.worker.stop(state, decision.reason.value, decision.horizon, md, known, grader, final_output)
         return decision
-
-    def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The outcome and/or a censored run's q_Z, any time after the run; after close: counted, logged."""
-        if self.accumulator.closed:
-            self.health.count("rejected", "resolve_after_close")
-            logger.warning(
-                "tps-tracer: record_outcome(%r) after acc.close(): the accumulator and its sink are closed, so "
-                "this outcome is not recorded; record outcomes before close(), or append them to the file with "
-                "JsonlSink(path).resolve(...)",
-                trajectory_id,
-            )
-            return
-        try:
-            outcome = as_outcome(success)
-        except InvalidOutcome as exc:
-            self.health.count("rejected", "invalid_outcome", f"{trajectory_id!r}: record_outcome: {exc}")
-            if q_z is None:
-                return
-            outcome = None
-        self.worker.resolve(trajectory_id, outcome, q_z)
 
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
@@ -828,8 +783,25 @@ class TrackedAdapter:
         return self.health.category("error")
 
     def record_outcome(self, trajectory_id: str, success: Any = None, q_z: float | None = None) -> None:
-        """The outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run."""
-        self.tracker.record_outcome(trajectory_id, success, q_z)
+        """The outcome (True/False, 1/0, "true"/"false") or a censored run's q_Z, any time after the run;
+        after the accumulator's close: counted, logged."""
+        if self.tracker.accumulator.closed:
+            self.health.count("rejected", "resolve_after_close")
+            logger.warning(
+                "tps-tracer: record_outcome(%r) after acc.close(): the accumulator and its sink are closed, so "
+                "this outcome is not recorded; record outcomes before close(), or append them to the file with "
+                "JsonlSink(path).resolve(...)",
+                trajectory_id,
+            )
+            return
+        try:
+            outcome = as_outcome(success)
+        except InvalidOutcome as exc:
+            self.health.count("rejected", "invalid_outcome", f"{trajectory_id!r}: record_outcome: {exc}")
+            if q_z is None:
+                return
+            outcome = None
+        self.feeder.resolve(trajectory_id, outcome, q_z)
 
     def _fail(self, where: str, exc: BaseException) -> None:
         self.health.count("error", where, f"{where} ({type(exc).__name__}: {exc}); the agent is unaffected")
