@@ -181,24 +181,6 @@ class Accumulator:
 
     # -- what the accumulator accepts: each check returns the cleaned value (None / False if refused)
 
-    def _check_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
-        allowed = self._allowed
-        out: dict[str, float | None] = {}
-        for name, v in forecasts.items():
-            if allowed is not None and name not in allowed:
-                self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
-                continue
-            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
-                out[name] = v
-            elif v is None:
-                out[name] = None
-            elif (p := probability(v)) is not None:
-                out[name] = p
-            else:
-                self._reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
-                out[name] = None
-        return out
-
     def _valid_id(self, trajectory_id: Any) -> bool:
         """The reader's rule (records/record_shape.py): an id written is an id read back."""
         if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
@@ -295,7 +277,22 @@ class Accumulator:
             if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject("invalid_step", f"{tid!r}: forecasts must be a mapping, got {type(forecasts).__name__}")
                 return None
-            return self._check_step(tid, forecasts)
+            allowed = self._allowed
+            out: dict[str, float | None] = {}
+            for name, v in forecasts.items():
+                if allowed is not None and name not in allowed:
+                    self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
+                    continue
+                if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
+                    out[name] = v
+                elif v is None:
+                    out[name] = None
+                elif (p := probability(v)) is not None:
+                    out[name] = p
+                else:
+                    self._reject("invalid_forecast", f"{tid!r}: forecast {name}={v!r} is not a number in [0, 1]")
+                    out[name] = None
+            return out
         except Exception as exc:
             self._internal("observe", exc)
             return None
