@@ -28,7 +28,7 @@ from tps_tracer.evaluation.rows import BatchScorer, check_missing_policy
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.jsonl_sink import JsonlSink, RecordWriter
-from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live
+from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live, settle
 from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem, record_object
@@ -412,10 +412,20 @@ class Accumulator:
             return {}, "ok", {}, [], False
         if tid in self._repeated:
             return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}, "ok", {}, [], False
-        status, written = self._apply_resolution(tid, y, q)
-        row = self._rows.row_of.get(tid, RESERVED)
+        row = self._rows.row_of.get(tid)
+        if row is None or row == RESERVED:  # a live or reserved run: no row to score or fold yet
+            run = self._store.finishing[tid] if row == RESERVED else self._store.live.get(tid)
+            if run is None:
+                return None, "resolve_unknown", {}, [], False
+            status, newly = settle(run.outcome, run.q_z, y, q)
+            if status == "ok":
+                run.outcome = newly.get("outcome", run.outcome)
+                run.q_z = newly.get("q_z", run.q_z)
+                run.last_seen = self._clock()
+            return None, status, newly if run.written else {}, [], False
+        status, written = self._rows.resolve(tid, row, y, q)
         scores = []
-        if written and self._listeners and row != RESERVED:
+        if written and self._listeners:
             score = self._rows.score_of(tid, row, self.policy, self._listener_meta.get(tid, {}))
             # Only what changes a score is news to the exporters.
             if ("outcome" in written and score.role is Role.COMPLETE) or (
@@ -423,7 +433,7 @@ class Accumulator:
             ):
                 scores.append(score)
         fold_due = False
-        if self.mode == "summary" and written and row != RESERVED:
+        if self.mode == "summary" and written:
             self._summaries.resolved_rows += 1  # fold once a batch of rows settled
             if self._summaries.resolved_rows >= self.batch_size:
                 self._summaries.resolved_rows = 0
@@ -496,25 +506,6 @@ class Accumulator:
             self._internal("stop", exc)
             return False
 
-    def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """Under the lock: (status, fields for a resolution line); the same value twice is a no-op, a
-        different one a conflict."""
-        row = self._rows.row_of.get(tid)
-        if row is not None and row != RESERVED:
-            return self._rows.resolve(tid, row, y, q)
-        target = self._store.finishing[tid] if row == RESERVED else self._store.live.get(tid)
-        if target is None:
-            return "resolve_unknown", {}
-        if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
-            return "conflicting_resolution", {}
-        newly: dict[str, Any] = {}
-        if y is not None and target.outcome is None:
-            target.outcome = newly["outcome"] = y
-        if q is not None and target.q_z is None:
-            target.q_z = newly["q_z"] = q
-        target.last_seen = self._clock()
-        return "ok", newly if target.written else {}
-
     def _abandon(self, tid: str, live: _Live, why: str) -> None:
         """A reserved run finished early (evicted, idle, closed): stopped as capture_lost."""
         with self._lock:
@@ -532,9 +523,8 @@ class Accumulator:
     ) -> _Closing:
         """Under the lock: a reserved run's record and the batch due for scoring. The writer's lock is held
         from here until `_closed_run` wrote the record: a resolve that sees `written` waits for it."""
-        n_steps = len(live.steps)
         live.reason = reason
-        live.horizon = int(horizon) if horizon is not None else n_steps
+        live.horizon = int(horizon) if horizon is not None else len(live.steps)
         record: dict[str, Any] | None = None
         if self._writer.sink is not None:
             record = record_object(
