@@ -1,7 +1,6 @@
 """At interpreter exit, what was captured reaches the file: the registered adapters are drained (open runs
 recorded `tps_abandoned: exit`), then the accumulators closed, bounded by `set_timeout` (30 s). A forked
-child forgets the runs open at the fork (counted), so the parent's runs are never written twice.
-"""
+child forgets the runs open at the fork (counted), so the parent's runs are never written twice."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ class Accumulator:
         self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
         self._scoring = 0  # batches handed to the background and not yet rows
         self._scoring_done = threading.Condition()
-        self._closed = False  # see close(): later steps and stops are refused, a resolve raises
+        self.closed = False  # see close(): later steps and stops are refused, a resolve raises
         if self._writer.sink is not None:  # a script that never closes still gets its whole file
             at_exit.register(self, adapter=False)
 
@@ -248,7 +248,7 @@ class Accumulator:
 
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("observe", trajectory_id)
         try:
             step = self._step_checked(trajectory_id, forecasts)
@@ -309,7 +309,7 @@ class Accumulator:
         """Finish a run: write its record, queue it for scoring (its role picks eta at snapshot time).
         `horizon`: the step budget T (default: the steps taken); `q_z`, `outcome`: as resolve() before
         the stop (written with the record). An id never observed is a zero-step run (audited)."""
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("stop", trajectory_id)
         try:
             checked = self._stop_checked(trajectory_id, reason, q_z, outcome, metadata)
@@ -373,7 +373,7 @@ class Accumulator:
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished run; False if rejected. After
         close() it raises AccumulatorClosedError (a grader's call, never the agent's path)."""
-        if self._closed:
+        if self.closed:
             self.health.count("rejected", "resolve_after_close")
             raise AccumulatorClosedError(
                 f"resolve({trajectory_id!r}): the accumulator is closed; resolve before close(), or append the "
@@ -474,7 +474,7 @@ class Accumulator:
         their rejections, checked first and applied in one hold of the lock. Without an adapter owning
         the lifetimes it is those four calls (a step may evict, a sweep stop, other runs between them)."""
         tid = trajectory_id
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("stop", tid)
         if self.lifetime_owner is None:
             self.begin(tid)
@@ -704,10 +704,6 @@ class Accumulator:
         snapshots still work. Closing twice does nothing."""
         self._shut(stop_live, "closed")
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _forget_at_fork(self) -> None:
         """In a forked child the live runs are the parent's: forget them (counted); fresh locks."""
         self._lock = self._summaries.lock = threading.Lock()
@@ -722,11 +718,11 @@ class Accumulator:
 
     def _shut(self, stop_live: bool, why: str) -> int:
         """close(): how many live runs were recorded as abandoned (`why`)."""
-        if self._closed:
+        if self.closed:
             return 0
         self._call_adapters(self._finishers, "finish", why)
         self._call_adapters(self._drains, "drain")
-        self._closed = True  # after the drain, which still applies the adapters' events
+        self.closed = True  # after the drain, which still applies the adapters' events
         leftover: list[tuple[str, _Live]] = []
         if stop_live:
             with self._lock:
@@ -790,9 +786,7 @@ class Accumulator:
             "finished": finished,
             "live": n_live,
             "pending_outcome": pending,
-            "abandoned": health["abandoned"],
-            "rejected": health["rejected"],
-            "set_aside": health["set_aside"],
+            **{category: health[category] for category in ("abandoned", "rejected", "set_aside")},
             "health": health,
             "sink": self._writer.counts(),
         }

@@ -259,11 +259,8 @@ class RowStore:
         ids = self.ids[sel] if isinstance(sel, slice) else [self.ids[i] for i in sel.tolist()]
         return PairTable(
             ids=list(ids),
-            stop_code=pick(self.stop_code),
-            outcome=pick(self.outcome),
-            q_z=pick(self.q_z),
+            **{f: pick(getattr(self, f)) for f in ("stop_code", "outcome", "q_z", "horizon")},
             n_steps=n_steps,
-            horizon=pick(self.horizon),
             rules=self.rules,
             schedules=self.schedules,
             weight_mass=weight_mass,
@@ -280,10 +277,8 @@ class RowStore:
             absent = PredictorPairs.never_stated(
                 n_steps[unwritten], weight_mass[unwritten], self.rules, out.aggregates.shape[1], self.missing
             )
-            out.usable[unwritten] = absent.usable
-            out.pairs[unwritten] = absent.pairs
-            out.aggregates[unwritten] = absent.aggregates
-            out.missing[unwritten] = absent.missing
+            for f in ("usable", "pairs", "aggregates", "missing"):
+                getattr(out, f)[unwritten] = getattr(absent, f)
         out.skipped = skip_counts(out.usable, n_steps)
         return out
 
@@ -335,13 +330,12 @@ class RowStore:
         held_y = self.outcome[row] if clean else self.unscored_outcome.get(tid, _NAN)
         held_q = self.q_z[row]
         status, newly = settle(None if math.isnan(held_y) else held_y, None if math.isnan(held_q) else held_q, y, q)
-        if "outcome" in newly:
-            if clean:
-                self.outcome[row] = y
-            else:  # kept only to detect a conflict
-                self.unscored_outcome[tid] = y
+        if "outcome" in newly and clean:
+            self.outcome[row] = newly["outcome"]
+        elif "outcome" in newly:  # kept only to detect a conflict
+            self.unscored_outcome[tid] = newly["outcome"]
         if "q_z" in newly:
-            self.q_z[row] = q
+            self.q_z[row] = newly["q_z"]
         return status, newly
 
     def score_of(self, tid: str, row: int, policy: CensoringPolicy, metadata: Mapping[str, Any]) -> TrajectoryScore:
