@@ -186,10 +186,9 @@ class Accumulator:
         if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
             return True  # id_problem's common case, without the call
         problem = id_problem(trajectory_id)
-        if problem is None:
-            return True
-        self._reject("invalid_id", problem)
-        return False
+        if problem is not None:
+            self._reject("invalid_id", problem)
+        return problem is None
 
     def _check_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
         try:
@@ -199,13 +198,10 @@ class Accumulator:
             return None
 
     def _check_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
-        if q_z is None:
-            return None
-        q = probability(q_z)
-        if q is not None:
-            return q
-        self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
-        return None
+        q = None if q_z is None else probability(q_z)
+        if q is None and q_z is not None:
+            self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
+        return q
 
     def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
         if valid_horizon(horizon, at_least=n_steps) is not None:
@@ -874,16 +870,14 @@ class Accumulator:
                 self._known.setdefault(name, None)
                 if name not in self._rows.predictors:
                     self._rows.add_predictor(name)
-            take_ids: set[str] = set()
-            take_rows = []
+            take: dict[str, int] = {}  # id -> its row in `table`
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or tid in folded_ids:
+                if tid in self._rows.row_of or tid in self._store.live or tid in take or tid in folded_ids:
                     duplicates.append(tid)
                 else:
-                    take_rows.append(i)
-                    take_ids.add(tid)
-            idx = np.array(take_rows, dtype=np.int64)
-            self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take_ids})
+                    take[tid] = i
+            idx = np.array(list(take.values()), dtype=np.int64)
+            self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take})
             for tid, live in parts.live:
                 if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or tid in folded_ids)):
                     duplicates.append(tid)

@@ -154,22 +154,19 @@ class SummaryStore:
         return int(twice.size)
 
     def finish(self, fold: _Fold) -> None:
-        """Outside the lock: build the taken rows' state and merge it; on failure the rows go back (counted)."""
-        if fold.part is None and fold.table is not None:
+        """Outside the lock: build the taken rows' state (on failure the rows go back, counted) and merge it,
+        then swap it in under the lock unless another fold swapped meanwhile (then again): the lock is held
+        for a check and an assignment."""
+        part = fold.part
+        if part is None and fold.table is not None:
             try:
-                fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
+                part = fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
             except Exception as exc:
                 with self.lock:
                     del self.folding[fold.token]
                     self.rows.append_table(fold.table, fold.unscored)
                 self.internal("fold", exc)
                 return
-        self._merge(fold)
-
-    def _merge(self, fold: _Fold) -> None:
-        """Outside the lock: merge, then swap in under the lock unless another fold swapped meanwhile
-        (then again): the lock is held for a check and an assignment."""
-        part = fold.part
         assert part is not None
         while True:  # a retry means another fold was merged: some fold always progresses
             with self.lock:
