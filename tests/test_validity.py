@@ -37,7 +37,7 @@ def test_every_capture_side_probability_check_agrees(tmp_path):
         want = probability(v)
         if v is None:
             continue  # None means "no forecast" / "no q_Z" to these callers, not a bad value
-        assert acc._check_step("t", {"p": v}) == {"p": want}, v
+        assert acc._step_checked("t", {"p": v}) == {"p": want}, v
         assert acc._check_q_z("t", v) == want, v
         if want is None:
             with pytest.raises(InputError):

@@ -1,7 +1,6 @@
 """At interpreter exit, what was captured reaches the file: the registered adapters are drained (open runs
 recorded `tps_abandoned: exit`), then the accumulators closed, bounded by `set_timeout` (30 s). A forked
-child forgets the runs open at the fork (counted), so the parent's runs are never written twice.
-"""
+child forgets the runs open at the fork (counted), so the parent's runs are never written twice."""
 
 from __future__ import annotations
 
@@ -68,11 +67,26 @@ def _at_exit() -> None:
     if not adapters and not accumulators:
         return
     timeout = _timeout
+    deadline = time.monotonic() + timeout
     done = threading.Event()
 
     def work() -> None:
+        """Adapters first, then accumulators."""
         try:
-            close_all(adapters, accumulators, time.monotonic() + timeout)
+            abandoned = sum(_guarded(adapter, max(0.0, deadline - time.monotonic())) for adapter in adapters)
+            if time.monotonic() >= deadline:  # a worker was given up on (close(timeout)): its queue may be cut
+                logger.warning(
+                    "tps-tracer: the capture workers did not finish within the exit timeout; %s may lack the last runs",
+                    _sinks(accumulators),
+                )
+            abandoned += sum(_guarded(accumulator) for accumulator in accumulators)
+            if abandoned:
+                logger.warning(
+                    "tps-tracer: %d run(s) still open at interpreter exit were recorded as capture_lost "
+                    "(metadata.tps_abandoned: %s)",
+                    abandoned,
+                    ABANDONED_AT_EXIT,
+                )
         finally:
             done.set()
 
@@ -92,28 +106,6 @@ def _at_exit() -> None:
 
 def _sinks(accumulators: list[Any]) -> str:
     return ", ".join(str(getattr(a.sink, "path", a.sink)) for a in accumulators) or "the sinks"
-
-
-def close_all(adapters: list[Any], accumulators: list[Any], deadline: float) -> int:
-    """Adapters first, then accumulators; how many runs still open were recorded as abandoned."""
-    abandoned = 0
-    for adapter in adapters:
-        abandoned += _guarded(adapter, max(0.0, deadline - time.monotonic()))
-    if time.monotonic() >= deadline:  # a worker was given up on (close(timeout)): its queue may be cut
-        logger.warning(
-            "tps-tracer: the capture workers did not finish within the exit timeout; %s may lack the last runs",
-            _sinks(accumulators),
-        )
-    for accumulator in accumulators:
-        abandoned += _guarded(accumulator)
-    if abandoned:
-        logger.warning(
-            "tps-tracer: %d run(s) still open at interpreter exit were recorded as capture_lost "
-            "(metadata.tps_abandoned: %s)",
-            abandoned,
-            ABANDONED_AT_EXIT,
-        )
-    return abandoned
 
 
 def _guarded(obj: Any, *args: float) -> int:

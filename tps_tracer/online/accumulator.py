@@ -28,7 +28,7 @@ from tps_tracer.evaluation.rows import BatchScorer, check_missing_policy
 from tps_tracer.health import CATEGORIES, HealthLedger
 from tps_tracer.online import accumulator_state
 from tps_tracer.online.jsonl_sink import JsonlSink, RecordWriter
-from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live
+from tps_tracer.online.row_store import RESERVED, LiveStore, RowStore, _Live, settle
 from tps_tracer.online.summary_store import BackgroundWork, SummaryStore
 from tps_tracer.online.trajectory_score import TrajectoryScore
 from tps_tracer.records.record_shape import InvalidOutcome, as_outcome, id_problem, record_object
@@ -152,7 +152,7 @@ class Accumulator:
         self._background = BackgroundWork(FOLD_THREAD_NAME) if mode == "summary" else None
         self._scoring = 0  # batches handed to the background and not yet rows
         self._scoring_done = threading.Condition()
-        self._closed = False  # see close(): later steps and stops are refused, a resolve raises
+        self.closed = False  # see close(): later steps and stops are refused, a resolve raises
         if self._writer.sink is not None:  # a script that never closes still gets its whole file
             at_exit.register(self, adapter=False)
 
@@ -181,33 +181,14 @@ class Accumulator:
 
     # -- what the accumulator accepts: each check returns the cleaned value (None / False if refused)
 
-    def _check_step(self, trajectory_id: str, forecasts: Mapping[str, Any]) -> dict[str, float | None]:
-        allowed = self._allowed
-        out: dict[str, float | None] = {}
-        for name, v in forecasts.items():
-            if allowed is not None and name not in allowed:
-                self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
-                continue
-            if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
-                out[name] = v
-            elif v is None:
-                out[name] = None
-            elif (p := probability(v)) is not None:
-                out[name] = p
-            else:
-                self._reject("invalid_forecast", f"{trajectory_id!r}: forecast {name}={v!r} is not a number in [0, 1]")
-                out[name] = None
-        return out
-
     def _valid_id(self, trajectory_id: Any) -> bool:
         """The reader's rule (records/record_shape.py): an id written is an id read back."""
         if type(trajectory_id) is str and trajectory_id and trajectory_id.isascii():
             return True  # id_problem's common case, without the call
         problem = id_problem(trajectory_id)
-        if problem is None:
-            return True
-        self._reject("invalid_id", problem)
-        return False
+        if problem is not None:
+            self._reject("invalid_id", problem)
+        return problem is None
 
     def _check_outcome(self, trajectory_id: str, outcome: Any) -> int | None:
         try:
@@ -217,13 +198,10 @@ class Accumulator:
             return None
 
     def _check_q_z(self, trajectory_id: str, q_z: Any) -> float | None:
-        if q_z is None:
-            return None
-        q = probability(q_z)
-        if q is not None:
-            return q
-        self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
-        return None
+        q = None if q_z is None else probability(q_z)
+        if q is None and q_z is not None:
+            self._reject("invalid_q_z", f"{trajectory_id!r}: q_z must be a probability in [0, 1], got {q_z!r}")
+        return q
 
     def _horizon_ok(self, tid: str, horizon: Any, n_steps: int) -> bool:
         if valid_horizon(horizon, at_least=n_steps) is not None:
@@ -266,7 +244,7 @@ class Accumulator:
 
     def observe(self, trajectory_id: str, forecasts: Mapping[str, float | None]) -> bool:
         """Record one step's forecasts {predictor: probability or None}; False if rejected."""
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("observe", trajectory_id)
         try:
             step = self._step_checked(trajectory_id, forecasts)
@@ -295,7 +273,22 @@ class Accumulator:
             if type(forecasts) is not dict and not isinstance(forecasts, Mapping):
                 self._reject("invalid_step", f"{tid!r}: forecasts must be a mapping, got {type(forecasts).__name__}")
                 return None
-            return self._check_step(tid, forecasts)
+            allowed = self._allowed
+            out: dict[str, float | None] = {}
+            for name, v in forecasts.items():
+                if allowed is not None and name not in allowed:
+                    self._reject("unconfigured_predictor", f"predictor {name!r} is not one of {sorted(allowed)}")
+                    continue
+                if type(v) is float and 0.0 <= v <= 1.0:  # probability()'s first case, inlined: every forecast
+                    out[name] = v
+                elif v is None:
+                    out[name] = None
+                elif (p := probability(v)) is not None:
+                    out[name] = p
+                else:
+                    self._reject("invalid_forecast", f"{tid!r}: forecast {name}={v!r} is not a number in [0, 1]")
+                    out[name] = None
+            return out
         except Exception as exc:
             self._internal("observe", exc)
             return None
@@ -312,7 +305,7 @@ class Accumulator:
         """Finish a run: write its record, queue it for scoring (its role picks eta at snapshot time).
         `horizon`: the step budget T (default: the steps taken); `q_z`, `outcome`: as resolve() before
         the stop (written with the record). An id never observed is a zero-step run (audited)."""
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("stop", trajectory_id)
         try:
             checked = self._stop_checked(trajectory_id, reason, q_z, outcome, metadata)
@@ -376,7 +369,7 @@ class Accumulator:
     def resolve(self, trajectory_id: str, outcome: int | bool | None = None, q_z: float | None = None) -> bool:
         """Attach a late outcome (0/1) and/or q_Z to a live or finished run; False if rejected. After
         close() it raises AccumulatorClosedError (a grader's call, never the agent's path)."""
-        if self._closed:
+        if self.closed:
             self.health.count("rejected", "resolve_after_close")
             raise AccumulatorClosedError(
                 f"resolve({trajectory_id!r}): the accumulator is closed; resolve before close(), or append the "
@@ -415,10 +408,20 @@ class Accumulator:
             return {}, "ok", {}, [], False
         if tid in self._repeated:
             return {k: v for k, v in (("outcome", y), ("q_z", q)) if v is not None}, "ok", {}, [], False
-        status, written = self._apply_resolution(tid, y, q)
-        row = self._rows.row_of.get(tid, RESERVED)
+        row = self._rows.row_of.get(tid)
+        if row is None or row == RESERVED:  # a live or reserved run: no row to score or fold yet
+            run = self._store.finishing[tid] if row == RESERVED else self._store.live.get(tid)
+            if run is None:
+                return None, "resolve_unknown", {}, [], False
+            status, newly = settle(run.outcome, run.q_z, y, q)
+            if status == "ok":
+                run.outcome = newly.get("outcome", run.outcome)
+                run.q_z = newly.get("q_z", run.q_z)
+                run.last_seen = self._clock()
+            return None, status, newly if run.written else {}, [], False
+        status, written = self._rows.resolve(tid, row, y, q)
         scores = []
-        if written and self._listeners and row != RESERVED:
+        if written and self._listeners:
             score = self._rows.score_of(tid, row, self.policy, self._listener_meta.get(tid, {}))
             # Only what changes a score is news to the exporters.
             if ("outcome" in written and score.role is Role.COMPLETE) or (
@@ -426,7 +429,7 @@ class Accumulator:
             ):
                 scores.append(score)
         fold_due = False
-        if self.mode == "summary" and written and row != RESERVED:
+        if self.mode == "summary" and written:
             self._summaries.resolved_rows += 1  # fold once a batch of rows settled
             if self._summaries.resolved_rows >= self.batch_size:
                 self._summaries.resolved_rows = 0
@@ -467,7 +470,7 @@ class Accumulator:
         their rejections, checked first and applied in one hold of the lock. Without an adapter owning
         the lifetimes it is those four calls (a step may evict, a sweep stop, other runs between them)."""
         tid = trajectory_id
-        if self._closed:
+        if self.closed:
             return self._refuse_closed("stop", tid)
         if self.lifetime_owner is None:
             self.begin(tid)
@@ -499,25 +502,6 @@ class Accumulator:
             self._internal("stop", exc)
             return False
 
-    def _apply_resolution(self, tid: str, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """Under the lock: (status, fields for a resolution line); the same value twice is a no-op, a
-        different one a conflict."""
-        row = self._rows.row_of.get(tid)
-        if row is not None and row != RESERVED:
-            return self._rows.resolve(tid, row, y, q)
-        target = self._store.finishing[tid] if row == RESERVED else self._store.live.get(tid)
-        if target is None:
-            return "resolve_unknown", {}
-        if (y is not None and target.outcome not in (None, y)) or (q is not None and target.q_z not in (None, q)):
-            return "conflicting_resolution", {}
-        newly: dict[str, Any] = {}
-        if y is not None and target.outcome is None:
-            target.outcome = newly["outcome"] = y
-        if q is not None and target.q_z is None:
-            target.q_z = newly["q_z"] = q
-        target.last_seen = self._clock()
-        return "ok", newly if target.written else {}
-
     def _abandon(self, tid: str, live: _Live, why: str) -> None:
         """A reserved run finished early (evicted, idle, closed): stopped as capture_lost."""
         with self._lock:
@@ -535,9 +519,8 @@ class Accumulator:
     ) -> _Closing:
         """Under the lock: a reserved run's record and the batch due for scoring. The writer's lock is held
         from here until `_closed_run` wrote the record: a resolve that sees `written` waits for it."""
-        n_steps = len(live.steps)
         live.reason = reason
-        live.horizon = int(horizon) if horizon is not None else n_steps
+        live.horizon = int(horizon) if horizon is not None else len(live.steps)
         record: dict[str, Any] | None = None
         if self._writer.sink is not None:
             record = record_object(
@@ -717,10 +700,6 @@ class Accumulator:
         snapshots still work. Closing twice does nothing."""
         self._shut(stop_live, "closed")
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _forget_at_fork(self) -> None:
         """In a forked child the live runs are the parent's: forget them (counted); fresh locks."""
         self._lock = self._summaries.lock = threading.Lock()
@@ -735,11 +714,11 @@ class Accumulator:
 
     def _shut(self, stop_live: bool, why: str) -> int:
         """close(): how many live runs were recorded as abandoned (`why`)."""
-        if self._closed:
+        if self.closed:
             return 0
         self._call_adapters(self._finishers, "finish", why)
         self._call_adapters(self._drains, "drain")
-        self._closed = True  # after the drain, which still applies the adapters' events
+        self.closed = True  # after the drain, which still applies the adapters' events
         leftover: list[tuple[str, _Live]] = []
         if stop_live:
             with self._lock:
@@ -803,9 +782,7 @@ class Accumulator:
             "finished": finished,
             "live": n_live,
             "pending_outcome": pending,
-            "abandoned": health["abandoned"],
-            "rejected": health["rejected"],
-            "set_aside": health["set_aside"],
+            **{category: health[category] for category in ("abandoned", "rejected", "set_aside")},
             "health": health,
             "sink": self._writer.counts(),
         }
@@ -893,16 +870,14 @@ class Accumulator:
                 self._known.setdefault(name, None)
                 if name not in self._rows.predictors:
                     self._rows.add_predictor(name)
-            take_ids: set[str] = set()
-            take_rows = []
+            take: dict[str, int] = {}  # id -> its row in `table`
             for i, tid in enumerate(table.ids):
-                if tid in self._rows.row_of or tid in self._store.live or tid in take_ids or tid in folded_ids:
+                if tid in self._rows.row_of or tid in self._store.live or tid in take or tid in folded_ids:
                     duplicates.append(tid)
                 else:
-                    take_rows.append(i)
-                    take_ids.add(tid)
-            idx = np.array(take_rows, dtype=np.int64)
-            self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take_ids})
+                    take[tid] = i
+            idx = np.array(list(take.values()), dtype=np.int64)
+            self._rows.append_table(table.reordered(idx), {t: y for t, y in parts.unscored.items() if t in take})
             for tid, live in parts.live:
                 if tid in self._store.live or (not live.repeat and (tid in self._rows.row_of or tid in folded_ids)):
                     duplicates.append(tid)

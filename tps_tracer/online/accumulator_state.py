@@ -25,8 +25,7 @@ from tps_tracer.scoring import ScoreRule, WeightSchedule
 MAGIC = b"TPSACC\x00"
 VERSION = 1
 _ALLOWED_DTYPES = frozenset({"<f8", "<i8", "|i1", "|b1", "<u8"})
-NO_KEYS = np.zeros(0, dtype=np.uint64)
-_ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")  # the pair table's arrays, as they are
+_ROW_FIELDS = ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")  # the pair table's arrays
 _COLUMN_FIELDS = ("usable", "pairs", "aggregates", "clipped", "missing")  # a predictor's (the last two: optional)
 
 
@@ -60,9 +59,8 @@ def dump(acc: Any, parts: Parts, health: dict[str, dict[str, int]]) -> bytes:
         "known": parts.known,
         "rows": {
             "ids": table.ids,
-            **{f: encode_array(getattr(table, f)) for f in _ROW_FIELDS[:4]},
-            "horizon": encode_array(table.horizon.astype(np.int64)),
-            "weight_mass": encode_array(table.weight_mass),
+            **{f: encode_array(getattr(table, f)) for f in _ROW_FIELDS},
+            "horizon": encode_array(table.horizon.astype(np.int64)),  # saved as integers (format version 1)
             "predictors": {  # the row store's tables always hold clipped and missing
                 name: {f: encode_array(getattr(c, f)) for f in _COLUMN_FIELDS} for name, c in table.predictors.items()
             },
@@ -106,7 +104,6 @@ def parts(
     table = PairTable(
         ids=ids,
         **{f: decode_array(rows[f]) for f in _ROW_FIELDS},  # type: ignore[arg-type]
-        horizon=decode_array(rows["horizon"]),
         rules=list(rules),
         schedules=list(schedules),
         predictors={
@@ -123,7 +120,7 @@ def parts(
     ]
     if repeats - {tid for tid, _ in live}:
         raise KeyError("a live repeat that is not live")
-    folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else NO_KEYS
+    folded_ids = decode_array(body["folded_ids"]).astype(np.uint64) if "folded_ids" in body else np.zeros(0, np.uint64)
     if folded_ids.size and body["settings"]["mode"] != "summary":
         raise KeyError("folded_ids in a row-mode state")
     return Parts(

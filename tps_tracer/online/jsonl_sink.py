@@ -47,10 +47,6 @@ class JsonlSink:
         with self.lock:
             self._open()
 
-    def _after_fork_in_child(self) -> None:
-        """A fresh lock: a parent thread may have held it at the fork (lines are unbuffered)."""
-        self.lock = threading.Lock()
-
     def _open_file(self) -> BinaryIO:
         """The path opened for appending, unbuffered (tests wrap it to inject faults)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,10 +198,10 @@ class RecordWriter:
         self.after_fork(fork=False)
 
     def after_fork(self, fork: bool = True) -> None:
-        """Fresh locks (in a forked child a parent thread may have held one)."""
+        """Fresh locks (in a forked child a parent thread may have held one; lines are unbuffered)."""
         sink = self.sink
-        if fork and hasattr(sink, "_after_fork_in_child"):
-            sink._after_fork_in_child()
+        if fork and isinstance(sink, JsonlSink):
+            sink.lock = threading.Lock()
         own = isinstance(sink, JsonlSink) and type(sink).write is JsonlSink.write
         self.lock = sink.lock if own else threading.Lock()
         self._write: Callable[[dict[str, Any]], None] | None = sink.write_held if own else None

@@ -38,6 +38,19 @@ class _Live:
     repeat: bool = False  # a new run under a stopped id: written, never scored
 
 
+def settle(held_y: float | None, held_q: float | None, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
+    """A late outcome / q_Z against a run's values (None: not known): (status, the fields newly set). The
+    same value twice is a no-op, a different one a conflict that sets nothing."""
+    if (y is not None and held_y not in (None, y)) or (q is not None and held_q not in (None, q)):
+        return "conflicting_resolution", {}
+    newly: dict[str, Any] = {}
+    if y is not None and held_y is None:
+        newly["outcome"] = y
+    if q is not None and held_q is None:
+        newly["q_z"] = q
+    return "ok", newly
+
+
 _NONE_EVICTED: list[tuple[str, _Live]] = []  # shared, never appended to: a step of a live run evicts nothing
 
 
@@ -231,8 +244,7 @@ class RowStore:
 
     def append_table(self, table: PairTable, unscored: Mapping[str, int]) -> None:
         """Store a pair table's rows (another accumulator's, a state's, a failed fold's)."""
-        rows = {f: getattr(table, f) for f in ("stop_code", "outcome", "q_z", "n_steps", "weight_mass")}
-        rows["horizon"] = table.horizon.astype(np.int64)
+        rows = {f: getattr(table, f) for f in ("stop_code", "outcome", "q_z", "n_steps", "horizon", "weight_mass")}
         columns = {
             name: (c.usable, c.pairs, c.aggregates, c.clipped, c.missing) for name, c in table.predictors.items()
         }
@@ -247,11 +259,8 @@ class RowStore:
         ids = self.ids[sel] if isinstance(sel, slice) else [self.ids[i] for i in sel.tolist()]
         return PairTable(
             ids=list(ids),
-            stop_code=pick(self.stop_code),
-            outcome=pick(self.outcome),
-            q_z=pick(self.q_z),
+            **{f: pick(getattr(self, f)) for f in ("stop_code", "outcome", "q_z", "horizon")},
             n_steps=n_steps,
-            horizon=pick(self.horizon),
             rules=self.rules,
             schedules=self.schedules,
             weight_mass=weight_mass,
@@ -268,10 +277,8 @@ class RowStore:
             absent = PredictorPairs.never_stated(
                 n_steps[unwritten], weight_mass[unwritten], self.rules, out.aggregates.shape[1], self.missing
             )
-            out.usable[unwritten] = absent.usable
-            out.pairs[unwritten] = absent.pairs
-            out.aggregates[unwritten] = absent.aggregates
-            out.missing[unwritten] = absent.missing
+            for f in ("usable", "pairs", "aggregates", "missing"):
+                getattr(out, f)[unwritten] = getattr(absent, f)
         out.skipped = skip_counts(out.usable, n_steps)
         return out
 
@@ -318,25 +325,18 @@ class RowStore:
         return taken, keys[idx], unscored
 
     def resolve(self, tid: str, row: int, y: int | None, q: float | None) -> tuple[str, dict[str, Any]]:
-        """A late outcome / q_Z for a stored row: (status, fields newly set), as `_apply_resolution`."""
+        """`settle` on a stored row (NaN: not known)."""
         clean = self.stop_code[row] == _CLEAN_CODE
-        old_y = self.outcome[row] if clean else self.unscored_outcome.get(tid, _NAN)
-        old_q = self.q_z[row]
-        if (y is not None and not math.isnan(old_y) and old_y != y) or (
-            q is not None and not math.isnan(old_q) and old_q != q
-        ):
-            return "conflicting_resolution", {}
-        written: dict[str, Any] = {}
-        if y is not None and math.isnan(old_y):
-            written["outcome"] = y
-            if clean:
-                self.outcome[row] = y
-            else:  # kept only to detect a conflict
-                self.unscored_outcome[tid] = y
-        if q is not None and math.isnan(old_q):
-            written["q_z"] = q
-            self.q_z[row] = q
-        return "ok", written
+        held_y = self.outcome[row] if clean else self.unscored_outcome.get(tid, _NAN)
+        held_q = self.q_z[row]
+        status, newly = settle(None if math.isnan(held_y) else held_y, None if math.isnan(held_q) else held_q, y, q)
+        if "outcome" in newly and clean:
+            self.outcome[row] = newly["outcome"]
+        elif "outcome" in newly:  # kept only to detect a conflict
+            self.unscored_outcome[tid] = newly["outcome"]
+        if "q_z" in newly:
+            self.q_z[row] = newly["q_z"]
+        return status, newly
 
     def score_of(self, tid: str, row: int, policy: CensoringPolicy, metadata: Mapping[str, Any]) -> TrajectoryScore:
         """A stored row as the TrajectoryScore listeners receive."""

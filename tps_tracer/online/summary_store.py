@@ -154,39 +154,29 @@ class SummaryStore:
         return int(twice.size)
 
     def finish(self, fold: _Fold) -> None:
-        """Outside the lock: build the taken rows' state and merge it; on failure the rows go back (counted)."""
-        if fold.part is None and fold.table is not None:
+        """Outside the lock: build the taken rows' state (on failure the rows go back, counted) and merge it,
+        then swap it in under the lock unless another fold swapped meanwhile (then again): the lock is held
+        for a check and an assignment."""
+        part = fold.part
+        if part is None and fold.table is not None:
             try:
-                fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
+                part = fold.part = PartialState.from_table(fold.table, self.spec, fold.first_seen)
             except Exception as exc:
                 with self.lock:
                     del self.folding[fold.token]
                     self.rows.append_table(fold.table, fold.unscored)
                 self.internal("fold", exc)
                 return
-        self._merge(fold)
-
-    def _merge(self, fold: _Fold) -> None:
-        """Outside the lock: merge, then swap in under the lock unless another fold swapped meanwhile
-        (then again): the lock is held for a check and an assignment."""
-        part = fold.part
         assert part is not None
-        for _ in range(8):
+        while True:  # a retry means another fold was merged: some fold always progresses
             with self.lock:
                 summary = self.summary
-            try:
-                merged = part if summary is None else summary.merge(part)
-            except Exception as exc:  # never expected; the merge under the lock below does without
-                self.health.count("error", "accumulator.fold", f"{type(exc).__name__}: {exc}")
-                break
+            merged = part if summary is None else summary.merge(part)
             with self.lock:
                 if self.summary is summary:
                     self.summary = merged
                     del self.folding[fold.token]
                     return
-        with self.lock:  # folds racing each other every time: merge under the lock
-            self.summary = part if self.summary is None else self.summary.merge(part)
-            del self.folding[fold.token]
 
     def settled(self) -> tuple[PartialState | None, list[_Fold], dict[str, tuple[int, ...]]]:
         """Under the lock: what `settled_state` merges (the summary, the folds under way)."""
@@ -233,23 +223,16 @@ class SummaryStore:
         return rows if settled is None else rows.merge(settled)
 
 
-# -- summary mode's background thread: backpressure blocks, never loses work.
-
-DEFAULT_MAX_PENDING_JOBS = 64  # jobs of one batch (64 trajectories) each: ~4k trajectories waiting at most
-DEFAULT_LINGER = 1.0
-DEFAULT_STALL_TIMEOUT = 30.0  # seconds a full queue may make no progress before the caller does the job
-
-
 class BackgroundWork:
-    """Jobs run in order on a thread started on demand and ended after `linger` idle seconds; a job
-    runs on the caller only when waiting could be forever (see submit)."""
+    """Summary mode's thread: jobs run in order on a thread started on demand and ended after `linger`
+    idle seconds; backpressure blocks, and a job runs on the caller only when waiting could be forever."""
 
     def __init__(
         self,
         name: str,
-        max_pending: int = DEFAULT_MAX_PENDING_JOBS,
-        linger: float = DEFAULT_LINGER,
-        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        max_pending: int = 64,  # jobs of one batch (64 trajectories) each: ~4k trajectories waiting at most
+        linger: float = 1.0,
+        stall_timeout: float = 30.0,  # seconds a full queue may make no progress before the caller does the job
     ):
         self.name = name
         self.max_pending = max(1, max_pending)
