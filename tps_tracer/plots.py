@@ -109,10 +109,9 @@ def step_contributions(
 ) -> StepContributions:
     """Per-step decomposition of TPS; eta as in the report's modes."""
     rule_, sched = get_rule(rule), get_schedule(schedule)
-    col = arrays.predictors[predictor]
     table = pair_table_from_arrays(arrays, [predictor], [rule_], [sched])
     member, eta = eta_by_mode(*table.role_masks(CensoringPolicy()), table.outcome, table.q_z)[censoring]
-    member = member & col.usable
+    member = member & arrays.predictors[predictor].usable
     if not member.any():
         raise InputError(f"no trajectory of {predictor!r} in the {censoring} sample")
     values, layout = arrays.subset(member, predictor)

@@ -82,7 +82,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     predictors = names(args.predictors) or None
     check_known_predictors(predictors or [], arrays.predictors, "--predictors: ")
     calibrator = fit_calibrator(arrays, predictors, schedule, args.penalty, source=str(args.file))
-    fitted = list(calibrator.maps)
     fixed = None
     if args.fixed_rank:
         with flag("--fixed-rank"):
@@ -92,7 +91,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 raise InputError(f"{args.fixed_rank}: {reason}")
             fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule)
     calibrator.cross_fit = cross_fit_evaluation(
-        arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps
+        arrays, list(calibrator.maps), schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps
     )
     with writing("-o", args.output):
         calibrator.save(args.output)  # only after everything was computed; atomic

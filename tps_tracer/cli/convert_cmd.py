@@ -54,10 +54,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if len(formats) > 1:
         raise InputError("the trace files mix OTLP JSON and Phoenix spans: import them separately (or pass --format)")
     fmt = formats.pop()
-    if fmt == "phoenix":
-        read = read_phoenix_spans(texts)
-    else:
-        read = read_otlp_json(line for t in texts for line in t.splitlines())
+    read = read_phoenix_spans(texts) if fmt == "phoenix" else read_otlp_json(ln for t in texts for ln in t.splitlines())
     summary = import_spans(read, args.output, horizon=args.horizon)
     if args.json:
         print(json.dumps({**summary.as_dict(), "format": fmt}, indent=2))

@@ -62,6 +62,8 @@ def _resume_q_z(
 ) -> tuple[Any, dict[str, Any]]:
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
+    from scipy.stats import binom
+
     from tps_tracer.langchain.resume import resume_continuations
     from tps_tracer.sim.agents import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
     from tps_tracer.sim.scripted_model import grade_final_state
@@ -87,16 +89,18 @@ def _resume_q_z(
     err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
-    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    with_q_hat = _scores(resumed, predictors, EXACT)
-    with_q_z = _scores(replace(arrays, q_z=exact), predictors, EXACT)
+    # E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do (pmf 0 for k > n).
+    k, n, q = np.arange(n_valid.max(initial=0) + 1), n_valid[:, None], exact[has][:, None]
+    binomial = np.sum(binom.pmf(k, n, q) * np.abs(k / n - q), axis=1)
+    with_q_hat = _scores(resumed, EXACT)
+    with_q_z = _scores(replace(arrays, q_z=exact), EXACT)
 
     def mean(x: np.ndarray) -> float | None:
         return float(x.mean()) if has.any() else None
 
     report = {
         "mean_abs_error": mean(err),
-        "binomial_mean_abs_error": mean(_binomial_abs_errors(exact[has], n_valid)),
+        "binomial_mean_abs_error": mean(binomial),
         "n_prefixes": int(has.sum()),
         "branches_per_prefix": args.branches,
         "mean_valid_branches": mean(n_valid),
@@ -106,24 +110,13 @@ def _resume_q_z(
         "mean_q_z": mean(exact[has]),
         "cen_exact_tps_log": {
             p: {"q_hat": float(with_q_hat[p][has].mean()), "q_z": float(with_q_z[p][has].mean())}
-            for p in predictors
+            for p in with_q_hat
             if has.any()
         },
         "resume": summary.as_dict(),
         "continuations": str(out),
     }
     return resumed, report
-
-
-def _binomial_abs_errors(q: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do."""
-    from scipy.stats import binom
-
-    out = []
-    for qi, ni in zip(q.tolist(), n.tolist(), strict=True):
-        k = np.arange(ni + 1)
-        out.append(float(np.sum(binom.pmf(k, ni, qi) * np.abs(k / ni - qi))))
-    return np.array(out)
 
 
 def _progress(total: int, quiet: bool) -> Any:
@@ -134,7 +127,9 @@ def _progress(total: int, quiet: bool) -> Any:
     return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet or not interactive, leave=False)
 
 
-def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarray]:
+def _scores(arrays: Any, mode: str) -> dict[str, np.ndarray]:
+    """Per predictor with data, its primary-rule score column under `mode`."""
+    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     sm = score_matrix(arrays, predictors, [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)], modes=(mode,))
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
 
@@ -143,10 +138,8 @@ def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[
     """The paper's two findings on the overconfident agent's records (raw + Platt), and each evaluator's pick
     checked against the ground truth, cen-exact on `truth_arrays` (the records with the world's exact q_Z):
     its rank there and, when not the best, the paired difference (pick minus best) under the truth's scores."""
-    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    scores = {mode: _scores(arrays, predictors, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
-    simple = scores[SIMPLE]
-    tps = paired_mean_delta(simple["verbal"], simple[PLATT], arrays.ids, bootstrap, seed, "tps_log")
+    scores = {mode: _scores(arrays, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
+    tps = paired_mean_delta(scores[SIMPLE]["verbal"], scores[SIMPLE][PLATT], arrays.ids, bootstrap, seed, "tps_log")
     table = pair_table_from_arrays(arrays, ["verbal", PLATT], [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)])
     w = AGGREGATOR_NAMES.index("phi_w")
     clean = ~np.isnan(table.outcome)
@@ -160,7 +153,7 @@ def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[
         mode: paired_mean_delta(cols[a], cols[b], arrays.ids, bootstrap, seed, f"{b} - {a}").as_dict()
         for mode, cols in scores.items()
     }
-    truth = _scores(truth_arrays, predictors, EXACT)
+    truth = _scores(truth_arrays, EXACT)
     truth_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
     ranking = sorted(truth_means, key=lambda p: -truth_means[p])
     verdicts = {}
