@@ -12,9 +12,9 @@ from tps_tracer import output
 from tps_tracer.cli.main import (
     CliError,
     check_replicates,
+    delta_cells,
     flag,
     fmt,
-    fmt_ci,
     names,
     progress_for,
     render_skipped,
@@ -121,8 +121,7 @@ def render_calibration(
             splits.append([name, str(d["fit_on_half"]), fmt(d["b"], 4), fallback, mapping, f"[{lo:.4g}, {hi:.4g}]"])
         refit = ((f"TPS_log {m} (refit)", v) for m, v in ev.get("tps_log_refit", {}).items())
         for label, d in [*((f"TPS_log {m}", v) for m, v in ev["tps_log"].items()), *refit, ("AUROC", ev["auroc"])]:
-            deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), fmt_ci(d["delta"], d["ci_low"], d["ci_high"])])
-            deltas[-1].append(fmt(d["z"], 3))
+            deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), *delta_cells(d)])
     parts = [
         *filter(None, [render_skipped(cal.skipped)]),
         f"Calibrator written to {path}: Platt maps fitted on {cal.fitted_on['n_complete']} complete trajectories "
