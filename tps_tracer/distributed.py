@@ -63,14 +63,13 @@ def _reduce_block(batch: Any, read: Callable[[Any], Any], reduce: Callable[..., 
 
 
 def _map_blocks(ds: Any, read: Callable[[Any], Any], reduce: Callable[..., bytes], *args: Any) -> list[bytes]:
-    out = ds.map_batches(
+    rows = ds.map_batches(
         _reduce_block,
         batch_format="pyarrow",
         batch_size=None,
         fn_kwargs={"read": read, "reduce": reduce, "args": args},
         zero_copy_batch=True,
-    )
-    rows = out.take_all()
+    ).take_all()
     whole = [r[_NEEDS_WHOLE] for r in rows if r[_NEEDS_WHOLE]]
     if whole:
         raise WholeInputNeeded(whole[0])
@@ -92,12 +91,8 @@ def _datasets(
     jsonl = [str(f) for f in files if not is_parquet(f)]
     if one_kind and parquet and jsonl:  # the block order across the two kinds would not be the file order
         raise WholeInputNeeded("a directory of both JSON Lines and Parquet shards")
-    groups = []
-    if jsonl:
-        groups.append((order[jsonl[0]], ray.data.read_text(jsonl, override_num_blocks=num_blocks), jsonl_block_arrays))
-    if parquet:
-        ds = ray.data.read_parquet(parquet, override_num_blocks=num_blocks)
-        groups.append((order[parquet[0]], ds, arrow_block_arrays))
+    kinds = ((jsonl, ray.data.read_text, jsonl_block_arrays), (parquet, ray.data.read_parquet, arrow_block_arrays))
+    groups = [(order[fs[0]], open_(fs, override_num_blocks=num_blocks), read) for fs, open_, read in kinds if fs]
     if num_blocks is not None:  # Ray Data may still bundle small files into one read task
         groups = [(first, ds.repartition(num_blocks), read) for first, ds, read in groups]
     return sorted(groups, key=lambda g: g[0])
@@ -205,9 +200,8 @@ def evaluate(
     else:
         items = [source] if isinstance(source, (PartialState, dict)) else list(source)
         states = [s if isinstance(s, PartialState) else PartialState.from_dict(s) for s in items]
-        for s in states:
-            if s.spec.signature() != spec.signature():
-                raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
+        if any(s.spec.signature() != spec.signature() for s in states):
+            raise InputError("a partial state was computed with other rules, schedules, policy, bootstrap or seed")
     if not states:
         raise InputError("no trajectories to evaluate")
     return report_from_state(merge_states(states), opts)

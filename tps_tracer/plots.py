@@ -50,12 +50,11 @@ def reliability_bins(arrays: TrajectoryArrays, predictor: str, n_bins: int = DEF
     complete, _ = table.role_masks(CensoringPolicy())
     sel = complete & table.predictors[predictor].usable
     c = table.predictors[predictor].aggregates[sel, AGGREGATOR_NAMES.index("phi_w")]
-    y = table.outcome[sel]
     b = quantile_bins(c, n_bins)
     counts = np.bincount(b, minlength=int(b.max()) + 1 if b.size else 0)
     used = counts > 0
     mean_c = np.bincount(b, weights=c)[used] / counts[used]
-    mean_y = np.bincount(b, weights=y)[used] / counts[used]
+    mean_y = np.bincount(b, weights=table.outcome[sel])[used] / counts[used]
     return ReliabilityBins(predictor, mean_c, mean_y, counts[used].astype(np.int64))
 
 
@@ -109,21 +108,19 @@ def step_contributions(
 ) -> StepContributions:
     """Per-step decomposition of TPS; eta as in the report's modes."""
     rule_, sched = get_rule(rule), get_schedule(schedule)
-    col = arrays.predictors[predictor]
     table = pair_table_from_arrays(arrays, [predictor], [rule_], [sched])
     member, eta = eta_by_mode(*table.role_masks(CensoringPolicy()), table.outcome, table.q_z)[censoring]
-    member = member & col.usable
+    member = member & arrays.predictors[predictor].usable
     if not member.any():
         raise InputError(f"no trajectory of {predictor!r} in the {censoring} sample")
     values, layout = arrays.subset(member, predictor)
     b1, b0 = rule_.branches(values)
     e = np.repeat(eta[member], layout.lengths)
     s = e * b1 + (1 - e) * b0
-    w = layout.weights(sched)
     t = layout.step_index().astype(np.int64)
     n = int(member.sum())
     size = int(t.max())
-    contribution = np.bincount(t - 1, weights=w * s, minlength=size) / n
+    contribution = np.bincount(t - 1, weights=layout.weights(sched) * s, minlength=size) / n
     reached = np.bincount(t - 1, minlength=size)
     mean_score = np.bincount(t - 1, weights=s, minlength=size) / np.maximum(reached, 1)
     return StepContributions(

@@ -12,9 +12,9 @@ from tps_tracer import output
 from tps_tracer.cli.main import (
     CliError,
     check_replicates,
+    delta_cells,
     flag,
     fmt,
-    fmt_ci,
     names,
     progress_for,
     render_skipped,
@@ -82,7 +82,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     predictors = names(args.predictors) or None
     check_known_predictors(predictors or [], arrays.predictors, "--predictors: ")
     calibrator = fit_calibrator(arrays, predictors, schedule, args.penalty, source=str(args.file))
-    fitted = list(calibrator.maps)
     fixed = None
     if args.fixed_rank:
         with flag("--fixed-rank"):
@@ -92,7 +91,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 raise InputError(f"{args.fixed_rank}: {reason}")
             fixed = fixed_rank_sensitivity(arrays, args.fixed_rank, "log", schedule)
     calibrator.cross_fit = cross_fit_evaluation(
-        arrays, fitted, schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps
+        arrays, list(calibrator.maps), schedule, args.penalty, args.bootstrap, args.seed, refit=args.refit_maps
     )
     with writing("-o", args.output):
         calibrator.save(args.output)  # only after everything was computed; atomic
@@ -122,8 +121,7 @@ def render_calibration(
             splits.append([name, str(d["fit_on_half"]), fmt(d["b"], 4), fallback, mapping, f"[{lo:.4g}, {hi:.4g}]"])
         refit = ((f"TPS_log {m} (refit)", v) for m, v in ev.get("tps_log_refit", {}).items())
         for label, d in [*((f"TPS_log {m}", v) for m, v in ev["tps_log"].items()), *refit, ("AUROC", ev["auroc"])]:
-            deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), fmt_ci(d["delta"], d["ci_low"], d["ci_high"])])
-            deltas[-1].append(fmt(d["z"], 3))
+            deltas.append([name, label, fmt(d["a"], 4), fmt(d["b"], 4), *delta_cells(d)])
     parts = [
         *filter(None, [render_skipped(cal.skipped)]),
         f"Calibrator written to {path}: Platt maps fitted on {cal.fitted_on['n_complete']} complete trajectories "

@@ -43,7 +43,6 @@ from tps_tracer.evaluation.skipped_predictors import (
 from tps_tracer.records import CensoringPolicy, to_arrays, write_trajectories
 from tps_tracer.records.arrays import TrajectoryArrays
 from tps_tracer.records.reading import read_records
-from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.scoring import parse_rules, parse_schedules
 
 
@@ -79,27 +78,6 @@ def _q_z_source(
     return att.arrays, info, mc, model
 
 
-def records_with_estimates(
-    records: list[TrajectoryRecord], estimated: TrajectoryArrays | None
-) -> tuple[list[TrajectoryRecord], dict[str, int]]:
-    """The records with the estimated q_z where one was attached (the others as they are), and the counts."""
-    counts = {"records": len(records), "q_z_added": 0, "q_z_replaced": 0, "q_z_unchanged": 0, "q_z_kept": 0}
-    if estimated is None:  # the q_z of the file itself: nothing to change
-        counts["q_z_kept"] = sum(r.q_z is not None for r in records)
-        return list(records), counts
-    out = []
-    for rec, q in zip(records, estimated.q_z.tolist(), strict=True):
-        if np.isnan(q):
-            counts["q_z_kept"] += rec.q_z is not None  # not covered by the estimates: keep what it had
-        else:
-            new = round(float(q), 9)
-            key = "q_z_added" if rec.q_z is None else ("q_z_unchanged" if rec.q_z == new else "q_z_replaced")
-            counts[key] += 1
-            rec = rec.model_copy(update={"q_z": new})
-        out.append(rec)
-    return out, counts
-
-
 def cmd_censoring(args: argparse.Namespace) -> int:
     with flag("--rules"):
         rules = [r.name for r in parse_rules(args.rules)]
@@ -128,17 +106,27 @@ def cmd_censoring(args: argparse.Namespace) -> int:
         raise nothing_left("check", skipped)
     estimated, source, mc, model = _q_z_source(args, arrays)
     if args.write_records:
-        out, changes = records_with_estimates(records, estimated if estimated is not arrays else None)
+        # The records with the estimated q_z where there is one (NaN, or the file's own q_z: as they are).
+        q_z = [np.nan] * len(records) if estimated is arrays else estimated.q_z.tolist()
+        changes = {"records": len(records), "q_z_added": 0, "q_z_replaced": 0, "q_z_unchanged": 0, "q_z_kept": 0}
+        out = []
+        for rec, q in zip(records, q_z, strict=True):
+            if np.isnan(q):
+                changes["q_z_kept"] += rec.q_z is not None  # not covered by the estimates: keep what it had
+            else:
+                new = round(float(q), 9)
+                key = "q_z_added" if rec.q_z is None else ("q_z_unchanged" if rec.q_z == new else "q_z_replaced")
+                changes[key] += 1
+                rec = rec.model_copy(update={"q_z": new})
+            out.append(rec)
         with writing("--write-records", args.write_records):
             write_trajectories(out, args.write_records)  # atomic: a failure leaves the old file
-        source["written_to"] = args.write_records
-        source["records_written"] = changes
+        source.update(written_to=args.write_records, records_written=changes)
     arrays = estimated
-    report: dict[str, Any] = {"q_z": source, "skipped_predictors": as_dicts(skipped)}
     exact = exact_vs_simple(arrays, predictors, rules, weights, n_replicates=args.bootstrap, seed=args.seed)
     for row in exact:
         row["separated_from_q_z_model"] = model.separated_from(row["predictor"]) if model else True
-    report["exact_vs_simple"] = exact
+    report: dict[str, Any] = {"q_z": source, "skipped_predictors": as_dicts(skipped), "exact_vs_simple": exact}
     if mc is not None:
         report["projection_identity"] = conditional_projection_check(arrays, mc, predictors, rules, weights)
     if rates:

@@ -4,6 +4,7 @@ TRACES... -o records.jsonl`: stored traces into records (`otel/trace_import.py`)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -34,16 +35,12 @@ def format_of(text: str) -> str:
     text = text.lstrip()
     if text.startswith("["):
         return "phoenix"
-    try:
-        obj = json.loads(text.split("\n", 1)[0])
-    except json.JSONDecodeError:
-        try:
-            obj = json.loads(text)  # one indented document
-        except json.JSONDecodeError:
-            return "otlp"  # counted as lines that are not JSON by the OTLP reader
-    if isinstance(obj, dict) and ("context" in obj or isinstance(obj.get("data"), list)):
-        return "phoenix"
-    return "otlp"
+    for candidate in (text.split("\n", 1)[0], text):  # the first line, else one indented document
+        with contextlib.suppress(json.JSONDecodeError):
+            obj = json.loads(candidate)
+            phoenix = isinstance(obj, dict) and ("context" in obj or isinstance(obj.get("data"), list))
+            return "phoenix" if phoenix else "otlp"
+    return "otlp"  # not JSON: counted as such lines by the OTLP reader
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -54,10 +51,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if len(formats) > 1:
         raise InputError("the trace files mix OTLP JSON and Phoenix spans: import them separately (or pass --format)")
     fmt = formats.pop()
-    if fmt == "phoenix":
-        read = read_phoenix_spans(texts)
-    else:
-        read = read_otlp_json(line for t in texts for line in t.splitlines())
+    read = read_phoenix_spans(texts) if fmt == "phoenix" else read_otlp_json(ln for t in texts for ln in t.splitlines())
     summary = import_spans(read, args.output, horizon=args.horizon)
     if args.json:
         print(json.dumps({**summary.as_dict(), "format": fmt}, indent=2))

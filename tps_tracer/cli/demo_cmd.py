@@ -28,7 +28,7 @@ from tps_tracer.records import read_trajectories, to_arrays, write_trajectories
 from tps_tracer.records.schema import TrajectoryRecord
 from tps_tracer.records.stop_reasons import CensoringPolicy
 from tps_tracer.scoring import get_rule, get_schedule
-from tps_tracer.sim.world import WorldConfig
+from tps_tracer.sim.world import AgentWorld, WorldConfig
 
 DEMO_WORLD = WorldConfig(malformed_rate=0.02, tool_failure_rate=0.005, max_length=14)  # forecaster set per agent
 PLATT = "verbal+platt"
@@ -36,40 +36,20 @@ PRIMARY_RULE = "log"
 PRIMARY_WEIGHTS = "linear-front"
 
 
-def _run_agents(args: argparse.Namespace, out_dir: Path) -> tuple[dict[str, Path], Any]:
-    """The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
-    compiled graph (with checkpoints under --q-z resume)."""
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    from tps_tracer.sim.agents import run_campaign
-    from tps_tracer.sim.world import AgentWorld
-
-    agents = ("truthful", "overconfident")
-    paths, graph = {}, None
-    with _progress(len(agents) * args.tasks, quiet=args.json) as bar:
-        for name in agents:
-            world = AgentWorld(args.tasks, seed=args.seed, config=replace(DEMO_WORLD, forecaster=name))
-            paths[name] = out_dir / f"{name}.jsonl"
-            paths[name].unlink(missing_ok=True)
-            bar.set_description(f"{name} agent")
-            saver = InMemorySaver() if args.q_z == "resume" and name == "overconfident" else None
-            graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
-    return paths, graph
-
-
 def _resume_q_z(
     args: argparse.Namespace, graph: Any, records: list[TrajectoryRecord], arrays: Any, out: Path
 ) -> tuple[Any, dict[str, Any]]:
     """Resume the censored runs from their checkpoints: the arrays with q_hat as q_z (NaN below the minimum
     valid branches: half the branches, at most 5 as in the paper), and the comparison with the exact q_Z."""
+    from scipy.stats import binom
+
     from tps_tracer.langchain.resume import resume_continuations
     from tps_tracer.sim.agents import DEFAULT_RECURSION_LIMIT  # resumed branches get a fresh budget
     from tps_tracer.sim.scripted_model import grade_final_state
 
     out.unlink(missing_ok=True)
     censored = sum(1 for r in records if r.stop_reason.value == "max_steps")
-    with _progress(censored * args.branches, quiet=args.json) as bar:
-        bar.set_description("resuming censored runs")
+    with _progress(censored * args.branches, quiet=args.json, desc="resuming censored runs") as bar:
         summary = resume_continuations(
             graph,
             records,
@@ -84,19 +64,20 @@ def _resume_q_z(
     resumed = attach_q_z(arrays, mc.as_mapping()).arrays
     has = ~np.isnan(resumed.q_z)
     exact = np.where(has, arrays.q_z, np.nan)  # the world's q_Z on the same prefixes
-    err = np.abs(resumed.q_z[has] - exact[has])
     valid_of = dict(zip(mc.ids, mc.n_valid.tolist(), strict=True))
     n_valid = np.array([valid_of[tid] for tid in np.asarray(arrays.ids)[has]], dtype=np.int64)
-    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    with_q_hat = _scores(resumed, predictors, EXACT)
-    with_q_z = _scores(replace(arrays, q_z=exact), predictors, EXACT)
+    # E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do (pmf 0 for k > n).
+    k, n, q = np.arange(n_valid.max(initial=0) + 1), n_valid[:, None], exact[has][:, None]
+    binomial = np.sum(binom.pmf(k, n, q) * np.abs(k / n - q), axis=1)
+    with_q_hat = _scores(resumed, EXACT)
+    with_q_z = _scores(replace(arrays, q_z=exact), EXACT)
 
     def mean(x: np.ndarray) -> float | None:
         return float(x.mean()) if has.any() else None
 
-    report = {
-        "mean_abs_error": mean(err),
-        "binomial_mean_abs_error": mean(_binomial_abs_errors(exact[has], n_valid)),
+    return resumed, {
+        "mean_abs_error": mean(np.abs(resumed.q_z[has] - exact[has])),
+        "binomial_mean_abs_error": mean(binomial),
         "n_prefixes": int(has.sum()),
         "branches_per_prefix": args.branches,
         "mean_valid_branches": mean(n_valid),
@@ -106,35 +87,25 @@ def _resume_q_z(
         "mean_q_z": mean(exact[has]),
         "cen_exact_tps_log": {
             p: {"q_hat": float(with_q_hat[p][has].mean()), "q_z": float(with_q_z[p][has].mean())}
-            for p in predictors
+            for p in with_q_hat
             if has.any()
         },
         "resume": summary.as_dict(),
         "continuations": str(out),
     }
-    return resumed, report
 
 
-def _binomial_abs_errors(q: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """E|k/n - q| for k ~ Binomial(n, q) per prefix: the best a q_hat from n branches can do."""
-    from scipy.stats import binom
-
-    out = []
-    for qi, ni in zip(q.tolist(), n.tolist(), strict=True):
-        k = np.arange(ni + 1)
-        out.append(float(np.sum(binom.pmf(k, ni, qi) * np.abs(k / ni - qi))))
-    return np.array(out)
-
-
-def _progress(total: int, quiet: bool) -> Any:
+def _progress(total: int, quiet: bool, desc: str | None = None) -> Any:
     """A progress bar on stderr, only on a terminal (in a CI log its redraws are noise)."""
     from tqdm import tqdm
 
     interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet or not interactive, leave=False)
+    return tqdm(total=total, unit="run", file=sys.stderr, disable=quiet or not interactive, leave=False, desc=desc)
 
 
-def _scores(arrays: Any, predictors: list[str], mode: str) -> dict[str, np.ndarray]:
+def _scores(arrays: Any, mode: str) -> dict[str, np.ndarray]:
+    """Per predictor with data, its primary-rule score column under `mode`."""
+    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
     sm = score_matrix(arrays, predictors, [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)], modes=(mode,))
     return {k.predictor: col for k, col in zip(sm.keys, sm.columns, strict=True)}
 
@@ -143,10 +114,8 @@ def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[
     """The paper's two findings on the overconfident agent's records (raw + Platt), and each evaluator's pick
     checked against the ground truth, cen-exact on `truth_arrays` (the records with the world's exact q_Z):
     its rank there and, when not the best, the paired difference (pick minus best) under the truth's scores."""
-    predictors = [p for p in arrays.predictors if arrays.predictors[p].usable.any()]
-    scores = {mode: _scores(arrays, predictors, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
-    simple = scores[SIMPLE]
-    tps = paired_mean_delta(simple["verbal"], simple[PLATT], arrays.ids, bootstrap, seed, "tps_log")
+    scores = {mode: _scores(arrays, mode) for mode in (COMPLETE_ONLY, SIMPLE, EXACT)}
+    tps = paired_mean_delta(scores[SIMPLE]["verbal"], scores[SIMPLE][PLATT], arrays.ids, bootstrap, seed, "tps_log")
     table = pair_table_from_arrays(arrays, ["verbal", PLATT], [get_rule(PRIMARY_RULE)], [get_schedule(PRIMARY_WEIGHTS)])
     w = AGGREGATOR_NAMES.index("phi_w")
     clean = ~np.isnan(table.outcome)
@@ -160,16 +129,15 @@ def findings(arrays: Any, truth_arrays: Any, bootstrap: int, seed: int) -> dict[
         mode: paired_mean_delta(cols[a], cols[b], arrays.ids, bootstrap, seed, f"{b} - {a}").as_dict()
         for mode, cols in scores.items()
     }
-    truth = _scores(truth_arrays, predictors, EXACT)
+    truth = _scores(truth_arrays, EXACT)
     truth_means = {p: float(np.nanmean(col)) for p, col in truth.items()}
     ranking = sorted(truth_means, key=lambda p: -truth_means[p])
-    verdicts = {}
+    verdicts: dict[str, dict[str, Any]] = {}
     for mode, pick in best.items():
-        v: dict[str, Any] = {"pick": pick, "agrees": pick == ranking[0], "truth_rank": ranking.index(pick) + 1}
+        verdicts[mode] = {"pick": pick, "agrees": pick == ranking[0], "truth_rank": ranking.index(pick) + 1}
         if pick != ranking[0]:
             d = paired_mean_delta(truth[ranking[0]], truth[pick], arrays.ids, bootstrap, seed, f"{pick} - {ranking[0]}")
-            v["truth_delta"] = d.as_dict()
-        verdicts[mode] = v
+            verdicts[mode]["truth_delta"] = d.as_dict()
     return {
         "recalibration": {"auroc": auroc.as_dict(), "tps_log": tps.as_dict()},
         "censoring": {
@@ -237,10 +205,9 @@ def _print_findings(f: dict[str, Any]) -> None:
     else:
         how = "a gap the ground truth separates from 0" if separated_any else "a gap within this sample's noise"
         _say(f"So {' and '.join(wrong)} put first a stream the ground truth ranks lower: {how}.", "  ")
-
-
-def _print_q_z_resume(r: dict[str, Any]) -> None:
-    run = r["resume"]
+    if "q_z_resume" not in f:
+        return
+    r, run = f["q_z_resume"], f["q_z_resume"]["resume"]
     print()
     _say(
         f"q_Z from resumed checkpoints: {r['n_prefixes']} censored runs x {r['branches_per_prefix']} branches "
@@ -261,6 +228,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:  # the simulated world's agent and the progress bar: the `demo` extra, named before any work
         import langgraph.prebuilt  # noqa: F401
         import tqdm  # noqa: F401
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from tps_tracer.sim.agents import run_campaign
     except ModuleNotFoundError as exc:
         raise missing_extra(exc, "the demo", "demo") or exc from exc
     if args.tasks < 1:
@@ -276,32 +246,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "(budget: 8 model calls). The world knows every task's success process q_t exactly.\n",
             flush=True,
         )
-    paths, graph = _run_agents(args, out_dir)
+    # The two agents' record files (censored runs carry the world's exact q_Z), and the overconfident agent's
+    # compiled graph (with checkpoints under --q-z resume).
+    paths, graph = {}, None
+    with _progress(2 * args.tasks, quiet=args.json) as bar:
+        for name in ("truthful", "overconfident"):
+            world = AgentWorld(args.tasks, seed=args.seed, config=replace(DEMO_WORLD, forecaster=name))
+            paths[name] = out_dir / f"{name}.jsonl"
+            paths[name].unlink(missing_ok=True)
+            bar.set_description(f"{name} agent")
+            saver = InMemorySaver() if args.q_z == "resume" and name == "overconfident" else None
+            graph = run_campaign(world, paths[name], progress=bar.update, q_z_oracle=True, checkpointer=saver)
     records = read_trajectories(paths["overconfident"])
-    arrays = to_arrays(records)
-    platt = cross_fit_platt(arrays, "verbal", PRIMARY_WEIGHTS)
+    platt = cross_fit_platt(to_arrays(records), "verbal", PRIMARY_WEIGHTS)
     steps = (step for rec in records for step in rec.steps)
     for step, v in zip(steps, platt.values.tolist(), strict=True):  # the records gain the cross-fitted stream
         step.forecasts[PLATT] = None if np.isnan(v) else round(v, 9)
     paths["overconfident+platt"] = out_dir / "overconfident+platt.jsonl"
     write_trajectories(records, paths["overconfident+platt"])
     truth_arrays = cal_arrays = to_arrays(records)
-    resume_report = None
+    resumed: dict[str, Any] = {}
     if args.q_z == "resume":
         paths["continuations"] = out_dir / "overconfident.continuations.jsonl"
-        cal_arrays, resume_report = _resume_q_z(args, graph, records, cal_arrays, paths["continuations"])
+        cal_arrays, resumed["q_z_resume"] = _resume_q_z(args, graph, records, cal_arrays, paths["continuations"])
     f = findings(cal_arrays, truth_arrays, args.bootstrap, args.seed)
-    if resume_report is not None:
-        f["q_z_resume"] = resume_report
-    f["platt"] = platt.diagnostics()
-    f["files"] = {k: str(v) for k, v in paths.items()}
+    f.update(resumed, platt=platt.diagnostics(), files={k: str(v) for k, v in paths.items()})
     if args.json:
         sys.stdout.write(output.dumps(f))
         return 0
     _say("Wrote " + ", ".join(str(p) for p in paths.values()))
     opts = ReportOptions(rules=("log", "brier"), bootstrap=args.bootstrap, seed=args.seed)
-    print()
-    print(render_report(build_report(cal_arrays, opts), str(paths["overconfident+platt"])))
+    print("\n" + render_report(build_report(cal_arrays, opts), str(paths["overconfident+platt"])))
     truthful = build_report(to_arrays(read_trajectories(paths["truthful"])), replace(opts, rules=("log",)))
     ref = next(
         s for s in truthful["scores"] if s["predictor"] == "verbal" and s["censoring"] == SIMPLE and s["rule"] == "log"
@@ -309,7 +284,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ci = f" [{ref['ci_low']:.3f}, {ref['ci_high']:.3f}]" if ref.get("ci_low") is not None else ""
     _say(f"Reference: the truthful agent's verbal TPS_log (cen-simple) is {ref['mean']:.3f}{ci} on the same tasks.")
     _print_findings(f)
-    if resume_report is not None:
-        _print_q_z_resume(resume_report)
     print(f"\nScore any of these files yourself: tps-tracer report {paths['overconfident+platt']}")
     return 0

@@ -103,7 +103,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     failed = not delivered or summary.delivery.get("gave_up", 0) or summary.delivery.get("dropped", 0)
     if args.json:
         print(json.dumps({**summary.as_dict(), "to": args.to, "complete": not failed}, indent=2))
-    print(_line(summary, args.to, failed), file=sys.stderr)
+    # "exported" only when the backend took them all: a CI log is read for that word.
+    parts = [f"tps-tracer: {len(summary.exported)} runs {'sent to' if failed else 'exported to'} {args.to}"]
+    if summary.without_trace:
+        parts.append(f"{len(summary.without_trace)} without trace ids, not exported ({_ids(summary.without_trace)})")
+    if summary.pending_outcome:
+        waiting = summary.pending_outcome
+        parts.append(f"{len(waiting)} clean runs still waiting for their outcome ({_ids(waiting)})")
+    if failed:
+        parts.append(f"delivery incomplete: {summary.delivery}")
+    print("; ".join(parts), file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -142,17 +151,3 @@ def check_linked(records: list[Any], allow_unlinked: bool, link: tuple[str, ...]
             f"{len(unlinked)} of {len(records)} runs name no trace ({_ids(unlinked)}); nothing exported. "
             f"Pass --allow-unlinked to export the other {len(records) - len(unlinked)} and count these; {how}"
         )
-
-
-def _line(summary: Any, to: str, failed: bool) -> str:
-    # "exported" only when the backend took them all: a CI log is read for that word.
-    verb = "sent to" if failed else "exported to"
-    parts = [f"tps-tracer: {len(summary.exported)} runs {verb} {to}"]
-    if summary.without_trace:
-        parts.append(f"{len(summary.without_trace)} without trace ids, not exported ({_ids(summary.without_trace)})")
-    if summary.pending_outcome:
-        waiting = summary.pending_outcome
-        parts.append(f"{len(waiting)} clean runs still waiting for their outcome ({_ids(waiting)})")
-    if failed:
-        parts.append(f"delivery incomplete: {summary.delivery}")
-    return "; ".join(parts)

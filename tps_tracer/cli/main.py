@@ -458,6 +458,11 @@ def fmt_ci(mean: float | None, lo: float | None, hi: float | None) -> str:
     return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
 
 
+def delta_cells(d: dict[str, Any]) -> list[str]:
+    """A paired delta's two cells: 'delta [CI]' and delta/SE."""
+    return [fmt_ci(d["delta"], d["ci_low"], d["ci_high"]), fmt(d["z"], 3)]
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
     """Right-align columns whose cells are all numbers (or intervals), left-align text columns."""
     cells = [list(headers)] + [list(r) for r in rows]

@@ -33,10 +33,9 @@ from tps_tracer.scoring import get_rule, get_schedule
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    if args.bins < 1:
-        raise CliError(f"--bins must be >= 1, got {args.bins}")
-    if args.traces < 0:
-        raise CliError(f"--traces must be >= 0, got {args.traces}")
+    for option, value, least in (("--bins", args.bins, 1), ("--traces", args.traces, 0)):
+        if value < least:
+            raise CliError(f"{option} must be >= {least}, got {value}")
     with flag("--rule"):
         rule = get_rule(args.rule).name
     with flag("--weights"):
@@ -73,8 +72,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         for p in fittable:
             cal_bins = reliability_bins(calibrated, p + PLATT_SUFFIX, args.bins)
             cal_steps = step_contributions(calibrated, p + PLATT_SUFFIX, rule, sched, args.censoring).binned()
-            raw_bins, raw_steps = bins[predictors.index(p)], steps[predictors.index(p)]
-            figures[f"calibration-{p}"] = plots.calibration_figure(raw_bins, cal_bins, raw_steps, cal_steps)
+            raw = predictors.index(p)
+            figures[f"calibration-{p}"] = plots.calibration_figure(bins[raw], cal_bins, steps[raw], cal_steps)
             data["calibration"].append({"reliability": cal_bins.as_dict(), "step_scores": cal_steps.as_dict()})
     data["skipped_predictors"] = as_dicts(skipped)
     data["drawing"] = {

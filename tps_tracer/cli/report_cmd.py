@@ -13,6 +13,7 @@ from tps_tracer import output
 from tps_tracer.cli.main import (
     CliError,
     censored_reasons,
+    delta_cells,
     fit_table,
     flag,
     fmt,
@@ -301,10 +302,6 @@ def _ci(row: dict[str, Any]) -> str:
     return f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]" if row["ci_low"] is not None else "-"
 
 
-def _delta_cells(d: dict[str, Any]) -> list[str]:
-    return [fmt_ci(d["delta"], d["ci_low"], d["ci_high"]), fmt(d["z"], 3)]
-
-
 def _scores_text(report: dict[str, Any], wide: bool) -> str:
     modes = list(dict.fromkeys(r["censoring"] for r in report["scores"]))
     by_key: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
@@ -337,7 +334,7 @@ def _deltas_text(report: dict[str, Any], wide: bool) -> str:
     title = "Delta_practice: censored extension minus complete-only (paired bootstrap)"
     deltas = report["deltas"]
     if wide:
-        rows = [[d["predictor"], d["rule"], d["weights"], d["comparison"], *_delta_cells(d)] for d in deltas]
+        rows = [[d["predictor"], d["rule"], d["weights"], d["comparison"], *delta_cells(d)] for d in deltas]
         headers = ["predictor", "rule", "weights", "comparison", "delta [95% CI]", "delta/SE"]
         return "\n".join([title, render_table(headers, rows)])
     keys = _key_columns(deltas)
@@ -378,7 +375,7 @@ def _recalibration_text(report: dict[str, Any], wide: bool) -> str | None:
         return None
     cal = report["settings"]["calibration"]
     rows = [
-        [r["predictor"], r["recalibrated"], c["statistic"], *_delta_cells(c)]
+        [r["predictor"], r["recalibrated"], c["statistic"], *delta_cells(c)]
         for r in report["recalibration"]
         for c in r["comparisons"]
     ]
