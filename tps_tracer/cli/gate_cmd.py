@@ -32,7 +32,6 @@ from tps_tracer.evaluation.gate import (
     skip_reasons,
 )
 from tps_tracer.evaluation.report_options import ReportOptions
-from tps_tracer.output import write_text
 from tps_tracer.records import CensoringPolicy
 from tps_tracer.records.limits import KINDS
 
@@ -54,10 +53,8 @@ _FIELD_OF = {key: field for key, (_, field) in _SETTINGS.items() if field is not
 def _read(flag: str, path: str, parse: Callable[[str], Any]) -> Any:
     try:
         return parse(Path(path).read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise GateInputError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # not UTF-8, or invalid TOML / JSON
-        raise GateInputError(f"cannot read {flag} {path}: {exc}") from None
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, or invalid TOML / JSON
+        raise GateInputError(f"cannot read {flag} {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,11 +75,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise GateInputError(f"{args.config}: {key} must be a {kind.__name__}, got {value!r}")
             merged[key] = value
-    for key in _SETTINGS:
-        value = getattr(args, key, None)
-        if value is not None:
-            merged[key] = value
-    return merged
+    flags = {key: value for key in _SETTINGS if (value := getattr(args, key, None)) is not None}
+    return merged | flags
 
 
 def _criteria(settings: dict[str, Any]) -> GateCriteria:
@@ -150,11 +144,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     source = args.snapshot or ", ".join(args.files)
     if args.markdown:  # appended atomically (old summary + this one, then one rename)
         with writing("--markdown", args.markdown):
-            write_text(args.markdown, render_gate_markdown(result, source), append=True)
-    if args.json:
-        sys.stdout.write(output.dumps(result))
-    else:
-        sys.stdout.write(render_gate_text(result, source))
+            output.write_text(args.markdown, render_gate_markdown(result, source), append=True)
+    sys.stdout.write(output.dumps(result) if args.json else render_gate_text(result, source))
     return int(result["exit_code"])
 
 
@@ -267,8 +258,7 @@ def set_aside_lines(block: dict[str, Any] | None) -> list[str]:
     """Per side, the lines the gate did not judge (a re-run, an empty shard)."""
     lines = []
     for who, side in (("", block or {}), ("baseline: ", (block or {}).get("baseline") or {})):
-        if side.get("set_aside"):
-            kinds = side["set_aside"]
+        if kinds := side.get("set_aside"):
             text = "; ".join(f"{k} {kinds[k]['count']} (first: {kinds[k]['first']})" for k in KINDS if k in kinds)
             lines.append(f"{who}set aside (not scored): {text}")
     return lines
@@ -352,7 +342,5 @@ def render_gate_markdown(result: dict[str, Any], source: str) -> str:
         out.append(
             f"- {text}" if label == "note" else f"- {label}: {text}" if label == "power" else f"- **{label}**: {text}"
         )
-    out += ["", "<details><summary>legend</summary>", ""]
-    out += [f"- {item}" for item in _legend(result)]
-    out += ["", "</details>"]
+    out += ["", "<details><summary>legend</summary>", "", *(f"- {item}" for item in _legend(result)), "", "</details>"]
     return "\n".join(out) + "\n\n"

@@ -277,10 +277,9 @@ def _sample(run: Sequence[TrajectoryRecord] | GateSample, crit: GateCriteria) ->
 
 
 def _scorable(sample: GateSample, crit: GateCriteria) -> BoolArray:
-    table = sample.table
-    if table.n == 0:
+    if sample.table.n == 0:
         raise GateInputError("no trajectories")
-    complete, censored = table.role_masks(crit.policy)
+    complete, censored = sample.table.role_masks(crit.policy)
     if not complete.any() and not censored.any():
         raise GateInputError(NO_WORKING_SAMPLE)
     return complete | censored
@@ -342,15 +341,11 @@ class _Run:
         complete, censored = table.role_masks(crit.policy)
         names = [p for p in table.predictors if p != BASE_RATE]
         if predictor not in table.predictors:
-            raise Unusable(
-                "gated_predictor",
-                f"the {side} has no predictor {predictor!r} (found: {', '.join(names) or 'none'})",
-                side,
-            )
+            found = ", ".join(names) or "none"
+            raise Unusable("gated_predictor", f"the {side} has no predictor {predictor!r} (found: {found})", side)
         with_data = [p for p in names if no_data_reason(table.predictors[p], working) is None]
         col = table.predictors[predictor]
-        reason = no_data_reason(col, working)
-        if reason is not None:
+        if (reason := no_data_reason(col, working)) is not None:
             raise Unusable(
                 "gated_predictor",
                 f"the {side} cannot score predictor {predictor!r}: {reason}; predictors with data: "
@@ -471,7 +466,7 @@ def clipped_notes(crit: GateCriteria, predictor: str, clipped: int, who: str = "
 
 
 def describe_test(test: str, margin: float) -> str:
-    m, neg = _fmt(margin), _fmt(-margin)
+    m, neg = f"{margin + 0.0:.4g}", f"{-margin + 0.0:.4g}"  # + 0.0: no "-0"
     if test == NON_INFERIORITY:
         return (
             f"non-inferiority, margin {m}: PASS only if the 95% CI lower bound of (candidate - reference) "
@@ -482,10 +477,6 @@ def describe_test(test: str, margin: float) -> str:
         f"regression detection, margin {m}: FAIL only if the 95% CI upper bound of (candidate - reference) "
         f"< {neg} (a significant drop; an identical candidate fails with probability {ALPHA:.1%})"
     )
-
-
-def _fmt(x: float) -> str:
-    return f"{x + 0.0:.4g}"  # + 0.0: no "-0"
 
 
 def power_text(name: str, test: str, margin: float, pw: dict[str, Any]) -> str | None:
@@ -542,15 +533,8 @@ def decision(
         # Power at this sample's SE: non-inferiority's smallest margin an identical candidate passes with
         # probability 1 - FALSE_ALARM, and its P(fail) at the margin; regression's drop found with probability POWER.
         se = float(np.std(r, ddof=1)) if r.size >= 2 else float("nan")
-        pw: dict[str, Any] = {
-            "se": json_num(se),
-            "alpha": ALPHA,
-            "power": POWER,
-            "smallest_margin": None,
-            "detectable_drop": None,
-            "p_fail_identical": None,
-            "underpowered": False,
-        }
+        pw: dict[str, Any] = {"se": json_num(se), "alpha": ALPHA, "power": POWER}
+        pw |= dict.fromkeys(("smallest_margin", "detectable_drop", "p_fail_identical")) | {"underpowered": False}
         check.update(test=test, power=pw)
         if math.isfinite(se) and se > 0 and test == NON_INFERIORITY:
             p_fail = float(norm.cdf(Z_ALPHA + threshold / se))  # P(D_hat - Z*SE < -margin | D = 0)
@@ -690,11 +674,9 @@ def _assumption_checks(
         )
         checks.append(_check("capture_loss", crit.allow_capture_loss, lost, 0, detail))
     if crit.max_excluded_share is not None and side == CANDIDATE:  # the baseline's excluded share is not gated
-        share = audit.get("excluded_share") or 0.0
+        share, limit = audit.get("excluded_share") or 0.0, crit.max_excluded_share
         detail = "share of runs ended by informative stops (parse/tool errors, ...), not scored"
-        checks.append(
-            _check("excluded_share", share <= crit.max_excluded_share, share, crit.max_excluded_share, detail)
-        )
+        checks.append(_check("excluded_share", share <= limit, share, limit, detail))
     if coverage["skipped"]:
         skipped, working = sum(coverage["skipped"].values()), coverage["working_sample"]
         share, limit = coverage["skipped_share"] or 0.0, crit.max_skipped_share
@@ -734,20 +716,6 @@ def _check_exact(audit: dict[str, Any], crit: GateCriteria) -> None:
             f"--censoring exact needs q_z, and none of the candidate's {n_cens} censored runs carries one "
             "(estimate it with `tps-tracer censoring --write-records`, or gate with --censoring simple)",
         )
-
-
-def _stability_check(checks: Sequence[dict[str, Any]], limit: float) -> dict[str, Any]:
-    """--max-flip: a verdict that resampling reverses this often is evidence neither way (no FAIL)."""
-    flips = [c["flip_probability"] for c in checks if c["kind"] == "decision" and c["flip_probability"] is not None]
-    worst = max(flips, default=float("nan"))
-    stable = bool(flips) and worst <= limit
-    reason = (
-        f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
-        "sample of the same size could reverse it"
-    )
-    fragile = {} if stable else {"undecided": True, "undecided_reason": reason}
-    detail = "largest verdict-flip probability under resampling"
-    return _check("stability", stable, json_num(worst), limit, detail, kind="decision", **fragile)
 
 
 # -- the verdict: one assembler for every route --
@@ -859,12 +827,8 @@ def evaluate_gate(
         )
     both = ~np.isnan(run.score) & ~np.isnan(run.reference)
     # One bootstrap for the score and the paired (score, base-rate) columns: they share the weights.
-    boot = bootstrap_means(
-        np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)]),
-        trajectory_keys(run.ids),
-        crit.bootstrap,
-        crit.seed,
-    )
+    columns = np.column_stack([run.score, np.where(both, run.reference, np.nan), np.where(both, run.score, np.nan)])
+    boot = bootstrap_means(columns, trajectory_keys(run.ids), crit.bootstrap, crit.seed)
     lo, hi = boot.ci()
     n = run.coverage["gated"]
     score = _score(crit, run.predictor, source, n, json_num(boot.point[0]), json_num(lo[0]), json_num(hi[0]))
@@ -878,22 +842,26 @@ def evaluate_gate(
     if crit.vs_base_rate:
         detail = f"score minus the base-rate forecast ({run.base_rate:.4g}) on the same trajectories, paired"
         delta = float(boot.point[2] - boot.point[1])
-        delta_reps = boot.replicates[:, 2] - boot.replicates[:, 1]
-        checks.append(
-            decision("vs_base_rate", delta, delta_reps, -crit.margin + 0.0, detail, crit.test, int(both.sum()))
-        )
+        reps = boot.replicates[:, 2] - boot.replicates[:, 1]
+        checks.append(decision("vs_base_rate", delta, reps, -crit.margin + 0.0, detail, crit.test, int(both.sum())))
     notes: list[str] = []
-    comparison = None
-    if base is not None:
-        check, comparison = _vs_baseline(run, base, crit, warnings, notes)
-        checks.append(check)
+    comparison = None if base is None else _vs_baseline(run, base, crit, checks, warnings, notes)
     notes.extend(censoring_notes)
     notes.append(f"gated predictor {run.predictor}: {source}")
     for who, r in (("", run), ("baseline: ", base)):
         notes += clipped_notes(crit, r.predictor, r.clipped, who) if r is not None else []
     notes.extend(f"default predictor: skipped {s.predictor} ({s.reason})" for s in skipped)
-    if crit.max_flip is not None:
-        checks.append(_stability_check(checks, crit.max_flip))
+    if crit.max_flip is not None:  # a verdict that resampling reverses this often is evidence neither way (no FAIL)
+        flips = [c["flip_probability"] for c in checks if c["kind"] == "decision" and c["flip_probability"] is not None]
+        worst, limit = max(flips, default=float("nan")), crit.max_flip
+        stable = bool(flips) and worst <= limit
+        reason = (
+            f"the verdict flips in {worst:.1%} of the bootstrap replicates (more than --max-flip {limit:g}): a new "
+            "sample of the same size could reverse it"
+        )
+        fragile = {} if stable else {"undecided": True, "undecided_reason": reason}
+        detail = "largest verdict-flip probability under resampling"
+        checks.append(_check("stability", stable, json_num(worst), limit, detail, kind="decision", **fragile))
     sections: dict[str, Any] = {"skipped_predictors": as_dicts(skipped), "comparison": comparison, "input": read}
     return _result(crit, score, checks, warnings, notes, run.audit, run.coverage, **sections)
 
@@ -919,9 +887,9 @@ def gate_paths(
 
 
 def _vs_baseline(
-    cand: _Run, base: _Run, crit: GateCriteria, warnings: list[str], notes: list[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The vs_baseline check and the `comparison`, whose `asymmetries` change what is compared."""
+    cand: _Run, base: _Run, crit: GateCriteria, checks: list[dict[str, Any]], warnings: list[str], notes: list[str]
+) -> dict[str, Any]:
+    """Appends the vs_baseline check; returns the `comparison`, whose `asymmetries` change what is compared."""
     asym: list[str] = []
     ca, ba = cand.audit, base.audit
     cq, bq = ca["censored_with_q_z"], ba["censored_with_q_z"]
@@ -986,9 +954,9 @@ def _vs_baseline(
     notes.append(f"baseline: mean {base_mean:.6g} over {int(b_ok.sum())} scored runs; compared {how}")
     units = "tasks both sides score" if cmp.paired else "scored runs on each side"
     n_units = counts["common_tasks"] if cmp.paired else min(cand.coverage["gated"], base.coverage["gated"])
-    detail = f"candidate minus baseline, {how}"
-    check = decision("vs_baseline", cmp.point, cmp.replicates, -crit.margin + 0.0, detail, crit.test, n_units, units)
-    comparison = {
+    detail, floor = f"candidate minus baseline, {how}", -crit.margin + 0.0  # + 0.0: no "-0"
+    checks.append(decision("vs_baseline", cmp.point, cmp.replicates, floor, detail, crit.test, n_units, units))
+    return {
         "paired": cmp.paired,
         "how": how,
         **counts,
@@ -996,7 +964,6 @@ def _vs_baseline(
         "baseline_mean": json_num(base_mean),
         "baseline_coverage": base.coverage,
     }
-    return check, comparison
 
 
 def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | None = None) -> dict[str, Any]:
@@ -1014,9 +981,8 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
         raise GateInputError("not a tps-tracer report or snapshot (no 'scores' / 'audit')") from None
     rule, weights = get_rule(crit.rule).name, get_schedule(crit.weights).name
     candidates = [r for r in rows if r["rule"] == rule and r["weights"] == weights and r["censoring"] == crit.censoring]
-    names = [r["predictor"] for r in candidates if r["predictor"] != BASE_RATE]
-    predictor = crit.predictor or (names[0] if names else None)  # None: no row, fails below
-    name = str(predictor)
+    predictor = crit.predictor or next((r["predictor"] for r in candidates if r["predictor"] != BASE_RATE), None)
+    name = str(predictor)  # "None": no row, fails below
     source = "--predictor" if crit.predictor else "the report's first scored predictor"
     # The gated runs counted from the score rows per censoring mode (cen-simple: every working-sample run the
     # predictor scores); the skip reasons from the report's `coverage`, over the whole file.
@@ -1029,15 +995,9 @@ def evaluate_gate_on_report(report: dict[str, Any], criteria: GateCriteria | Non
     reach, complete = n_of.get(SIMPLE, gated), n_of.get("complete-only")
     unscored = {"unscored": working - reach} if working > reach else {}
     saved = report.get("settings") or {}
+    pending, censored_gated = int(audit.get("pending_outcome") or 0), None if complete is None else gated - complete
     coverage = _coverage(
-        working,
-        gated,
-        unscored,
-        reach - gated,
-        int(audit.get("pending_outcome") or 0),
-        None if complete is None else gated - complete,
-        saved.get("bootstrap"),
-        SNAPSHOT_REPLICATES,
+        working, gated, unscored, reach - gated, pending, censored_gated, saved.get("bootstrap"), SNAPSHOT_REPLICATES
     )
     columns = [c for c in report.get("coverage") or [] if isinstance(c, dict)]
     file_wide = next((c.get("skipped") for c in columns if c.get("predictor") == name), None)
