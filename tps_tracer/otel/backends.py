@@ -344,16 +344,15 @@ class RetryingDelivery:
             waiting = _Waiting(0.0, 0, now, self.retry_initial / 2, item)
         with self._cond:
             self._in_flight = 0
-            if now - waiting.first_failed >= self.not_stored_timeout:
+            give_up = now - waiting.first_failed >= self.not_stored_timeout
+            if give_up:
                 self.gave_up += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self._cond.notify_all()
-                give_up = True
             else:
                 waiting.delay = min(waiting.delay * 2, self.retry_max)
                 waiting.due, waiting.seq = now + waiting.delay, next(self._seq)
                 heapq.heappush(self._waiting, waiting)
-                give_up = False
         if give_up and self.gave_up & (self.gave_up - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: no log flood
             logger.warning(
                 "tps-tracer: %s never stored the trace of a score after %.0f s; %d given up so far (%s)",

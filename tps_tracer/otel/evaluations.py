@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import TracerProvider
 
+from tps_tracer import __version__
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.backends import MAX_REMEMBERED, SentScores, explanation, score_facts
@@ -106,8 +107,6 @@ class EvaluationSpanExporter:
         """The headline is `predictor` (fixed, so the span's value means one predictor on every run)
         / rule / weights (default: the accumulator's first, the same on every run) under
         `censoring`. A later notification emits another span only when headline value or label changed."""
-        from tps_tracer import __version__
-
         self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self.ids = DerivedSpanIds.install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
         self.links = links
@@ -151,8 +150,6 @@ class EvaluationEventExporter:
 
     def __init__(self, logger_provider: LoggerProvider, links: TraceLinks):
         """logger_provider: an SDK LoggerProvider with your exporters; links: `processor.links`."""
-        from tps_tracer import __version__
-
         self.logger = logger_provider.get_logger(SCOPE_NAME, __version__)
         self.links = links
         self.sent_scores = SentScores()
@@ -197,8 +194,6 @@ class TPSMetrics:
     gauges over exact running sums: the snapshot's means, without its bootstrap CI."""
 
     def __init__(self, meter_provider: MeterProvider):
-        from tps_tracer import __version__
-
         meter = meter_provider.get_meter(SCOPE_NAME, __version__)
         self._lock = threading.Lock()
         self._sums: dict[Key, list[float]] = {}  # key -> [sum, n]

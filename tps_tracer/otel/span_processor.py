@@ -9,7 +9,7 @@ import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
@@ -90,7 +90,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         other options are TPSCallbackHandler's; more than `max_open_traces` only warns."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
-        self.accumulator = accumulator
         self.capture = capture
         self.links = links if links is not None else TraceLinks()
         self.root_matcher = root_matcher
@@ -256,8 +255,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if self.root_matcher is None or st.open <= 0:
             del self._traces[trace_id]
             return st
-        done = _Trace(open=0, llm=st.llm, failures=st.failures, root=st.root, dropped=st.dropped)
-        done.generation, done.last_ended, done.callers = st.generation, st.last_ended, st.callers
+        done = replace(st, open=0, lost=None, interrupted=False)
         st.llm, st.failures, st.root, st.last_ended, st.callers, st.dropped = [], [], None, None, {}, 0
         st.generation += 1
         return done

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from tps_tracer.errors import InputError
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel.span_processor import TPSSpanProcessor
-from tps_tracer.otel.span_reading import OI_KIND
+from tps_tracer.otel.span_reading import OI_KIND, OI_METADATA
 from tps_tracer.output import write_text
 
 UNREADABLE_KEY = "import_unreadable"
@@ -212,7 +212,6 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
 # (a metadata key containing a dot comes back nested; the `tps_*` keys the processor reads have
 # none). Times are ISO 8601 at microsecond precision; the span kind is not kept (read as INTERNAL).
 
-METADATA = "metadata"
 _PHOENIX_STATUS = {code.name: code for code in StatusCode}
 _PHOENIX_SCOPE = InstrumentationScope("phoenix-export")  # Phoenix keeps neither the scope
 _EMPTY = Resource({})  # nor the resource
@@ -261,15 +260,15 @@ def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> di
             problems["unreadable_attributes"] += 1
         flat = {}
     for key, v in flat.items():
-        if key.startswith(METADATA + "."):
-            _nest(metadata, key[len(METADATA) + 1 :], v)
+        if key.startswith(OI_METADATA + "."):
+            _nest(metadata, key[len(OI_METADATA) + 1 :], v)
             continue
         try:
             out[key] = _value(v)
         except TypeError:
             problems["unreadable_attributes"] += 1
     if metadata:
-        out[METADATA] = json.dumps(metadata)
+        out[OI_METADATA] = json.dumps(metadata)
     if isinstance(span_kind, str) and span_kind and span_kind != "UNKNOWN":
         out[OI_KIND] = span_kind
     return out
