@@ -242,16 +242,6 @@ def _value(v: Any) -> Any:
     raise TypeError(type(v).__name__)
 
 
-def _nest(into: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for p in parents:
-        child = into.get(p)
-        if not isinstance(child, dict):
-            child = into[p] = {}
-        into = child
-    into[last] = value
-
-
 def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -260,8 +250,14 @@ def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> di
             problems["unreadable_attributes"] += 1
         flat = {}
     for key, v in flat.items():
-        if key.startswith(OI_METADATA + "."):
-            _nest(metadata, key[len(OI_METADATA) + 1 :], v)
+        if key.startswith(OI_METADATA + "."):  # "metadata.a.b" back into {"a": {"b": v}}
+            *parents, last = key.split(".")[1:]
+            into = metadata
+            for p in parents:
+                if not isinstance(into.get(p), dict):
+                    into[p] = {}
+                into = into[p]
+            into[last] = v
             continue
         try:
             out[key] = _value(v)
@@ -304,12 +300,11 @@ def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        doc = doc["data"]
     if isinstance(doc, list):
         out.lines += 1
-        return doc
-    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-        out.lines += 1
-        return list(doc["data"])
+        return list(doc)
     return list(_json_lines(text.splitlines(), out))
 
 
