@@ -176,7 +176,7 @@ def main() -> None:
     providers["SDK + TPS, agent path only"] = TracerProvider()
     providers["SDK + TPS, agent path only"].add_span_processor(path_e2e)
     # All work: the loop plus the flush that waits for the worker's bookkeeping and scoring.
-    tps_e2e = TPSSpanProcessor(Accumulator(bootstrap=0))
+    tps_e2e = TPSSpanProcessor(acc_e2e := Accumulator(bootstrap=0))
     all_work = TracerProvider()
     all_work.add_span_processor(tps_e2e)
     e2e: dict[str, list[float]] = {name: [] for name in [*providers, ALL_WORK]}
@@ -221,7 +221,7 @@ def main() -> None:
     tps.shutdown()
     tps_e2e.shutdown()
     print(
-        f"trajectories captured: {acc.n_finished} + {tps_e2e.accumulator.n_finished} "
+        f"trajectories captured: {acc.n_finished} + {acc_e2e.n_finished} "
         f"(expected {ROUNDS * TRACES} each), "
         f"processor errors: {dict(tps.errors) or 'none'}, health: {tps.health.snapshot()}"
     )

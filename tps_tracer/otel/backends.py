@@ -30,8 +30,6 @@ logger = logging.getLogger("tps_tracer")
 
 SOURCE = "tps-tracer"  # the source every backend records our writes under
 _IDS = uuid.UUID("6f1d3c2a-7e0b-5c4d-9a8e-2b7f4e1c0d35")  # the uuid5 namespace of LangSmith / Langfuse ids
-DEFAULT_MAX_PENDING = 100_000
-DEFAULT_NOT_STORED_TIMEOUT = 120.0
 
 # A backend averages and filters by name, so a name means one quantity on every run: tps.log (the
 # headline predictor's TPS, log rule; the headline fixed per exporter), tps.log.token_prob (another
@@ -214,8 +212,8 @@ class RetryingDelivery:
         batch_size: int = 200,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
-        max_pending: int = DEFAULT_MAX_PENDING,
-        not_stored_timeout: float = DEFAULT_NOT_STORED_TIMEOUT,
+        max_pending: int = 100_000,
+        not_stored_timeout: float = 120.0,
     ):
         self.links = links if links is not None else TraceLinks()
         self.predictor, self.weights, self.censoring = predictor, weights, censoring
@@ -344,16 +342,15 @@ class RetryingDelivery:
             waiting = _Waiting(0.0, 0, now, self.retry_initial / 2, item)
         with self._cond:
             self._in_flight = 0
-            if now - waiting.first_failed >= self.not_stored_timeout:
+            give_up = now - waiting.first_failed >= self.not_stored_timeout
+            if give_up:
                 self.gave_up += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self._cond.notify_all()
-                give_up = True
             else:
                 waiting.delay = min(waiting.delay * 2, self.retry_max)
                 waiting.due, waiting.seq = now + waiting.delay, next(self._seq)
                 heapq.heappush(self._waiting, waiting)
-                give_up = False
         if give_up and self.gave_up & (self.gave_up - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: no log flood
             logger.warning(
                 "tps-tracer: %s never stored the trace of a score after %.0f s; %d given up so far (%s)",
@@ -503,8 +500,7 @@ class MlflowUpsert(MlflowAssessments):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._existing: dict[str, dict[tuple[str, str | None], Any]] = {}  # trace id -> (name, span) -> assessment
-        self.unchanged = 0
-        self.updated = 0
+        self.unchanged = self.updated = 0
         super().__init__(*args, **kwargs)
 
     def _ours(self, trace_id: str) -> dict[tuple[str, str | None], Any]:
@@ -548,9 +544,7 @@ def langfuse_trace_id(run_id: object) -> str:
 class _ByRunId(RetryingDelivery):
     """Linked by the record's LangChain run id: neither platform takes scores over OTLP."""
 
-    def __init__(self, **options: Any):
-        self.without_run_id = 0
-        super().__init__(None, **options)
+    without_run_id = 0  # runs that had none (an instance's own count from its first)
 
     def __call__(self, score: TrajectoryScore) -> None:
         run_id = score.metadata.get(RUN_ID_KEY)

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
-from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import TracerProvider
 
+from tps_tracer import __version__
 from tps_tracer.constants import EXACT, HEADLINE_PREDICTOR, SIMPLE
 from tps_tracer.online.trajectory_score import ScoreValue, TrajectoryScore
 from tps_tracer.otel.backends import MAX_REMEMBERED, SentScores, explanation, score_facts
@@ -64,17 +64,6 @@ class DerivedSpanIds(IdGenerator):
     def is_trace_id_random(self) -> bool:
         return self.fallback.is_trace_id_random()
 
-    @classmethod
-    def install(cls, tracer: Any) -> DerivedSpanIds | None:
-        """Wrap an SDK tracer's id generator once (None for a tracer without one: API-only providers)."""
-        current = getattr(tracer, "id_generator", None)
-        if isinstance(current, cls):
-            return current
-        if not isinstance(current, IdGenerator):
-            return None
-        tracer.id_generator = ids = cls(current)
-        return ids
-
 
 def value_attributes(v: ScoreValue) -> dict[str, Any]:
     attrs = {f"tps.{k}": x for k, x in dataclasses.asdict(v).items() if k != "value"}
@@ -106,10 +95,13 @@ class EvaluationSpanExporter:
         """The headline is `predictor` (fixed, so the span's value means one predictor on every run)
         / rule / weights (default: the accumulator's first, the same on every run) under
         `censoring`. A later notification emits another span only when headline value or label changed."""
-        from tps_tracer import __version__
-
-        self.tracer = tracer_provider.get_tracer(SCOPE_NAME, __version__)
-        self.ids = DerivedSpanIds.install(self.tracer)  # None (random ids) only for a provider that is not the SDK's
+        tracer: Any = tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        self.tracer = tracer
+        # The SDK tracer's id generator wrapped once; None (random ids) for a tracer without one (API-only).
+        ids = getattr(tracer, "id_generator", None)
+        if isinstance(ids, IdGenerator) and not isinstance(ids, DerivedSpanIds):
+            ids = tracer.id_generator = DerivedSpanIds(ids)
+        self.ids = ids if isinstance(ids, DerivedSpanIds) else None
         self.links = links
         self.predictor, self.rule, self.weights, self.censoring = predictor, rule, weights, censoring
         self.sent_scores = SentScores()
@@ -119,7 +111,6 @@ class EvaluationSpanExporter:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
 
     def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
-        context = link.context()
         head = score.primary(self.predictor, self.rule, self.weights, self.censoring)
         signature = (score.label, None if head is None else head.value)
         if not self.sent_scores.is_new(score.trajectory_id, EVALUATION_SPAN, signature):
@@ -138,7 +129,7 @@ class EvaluationSpanExporter:
         ids = self.ids
         derived = ids.derived(link.trace_hex, EVALUATION_SPAN, self.predictor, self.censoring, *facts) if ids else None
         with derived or contextlib.nullcontext():
-            span = self.tracer.start_span(EVALUATION_SPAN, context=context, attributes=attrs)
+            span = self.tracer.start_span(EVALUATION_SPAN, context=link.context(), attributes=attrs)
         for v in score.values():
             span.add_event(EVALUATION_EVENT, {**value_attributes(v), "gen_ai.evaluation.score.label": score.label})
         span.end()
@@ -151,8 +142,6 @@ class EvaluationEventExporter:
 
     def __init__(self, logger_provider: LoggerProvider, links: TraceLinks):
         """logger_provider: an SDK LoggerProvider with your exporters; links: `processor.links`."""
-        from tps_tracer import __version__
-
         self.logger = logger_provider.get_logger(SCOPE_NAME, __version__)
         self.links = links
         self.sent_scores = SentScores()
@@ -162,31 +151,27 @@ class EvaluationEventExporter:
         self.links.for_metadata(score.trajectory_id, score.metadata, lambda link: self.emit(score, link))
 
     def emit(self, score: TrajectoryScore, link: SpanLink) -> None:
-        context = link.context()
         common = trajectory_attributes(score)
+        records: list[dict[str, Any]] = []
         values = list(score.values())
-        if not values:  # excluded: no score, but the reason is on the record
-            if self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):
-                self._emit(context, {**common, "gen_ai.evaluation.explanation": explanation(score, None)})
-            return
+        if not values and self.sent_scores.is_new(score.trajectory_id, "excluded", score.stop_reason.value):
+            records.append({**common, "gen_ai.evaluation.explanation": explanation(score, None)})  # no score: why
         for v in values:
-            if self.sent_scores.is_new(
-                score.trajectory_id, (v.predictor, v.rule, v.weights, v.censoring), (v.value, score.label)
-            ):
+            key = (v.predictor, v.rule, v.weights, v.censoring)
+            if self.sent_scores.is_new(score.trajectory_id, key, (v.value, score.label)):
                 explained = {"gen_ai.evaluation.explanation": explanation(score, v)}
-                self._emit(context, {**common, **value_attributes(v), **explained})
-
-    def _emit(self, context: Context, attributes: dict[str, Any]) -> None:
-        record = LogRecord(
-            timestamp=time.time_ns(),
-            context=context,  # the record's trace id and span id: the agent root's
-            event_name=EVALUATION_EVENT,
-            severity_number=SeverityNumber.INFO,
-            severity_text="INFO",
-            attributes=attributes,
-        )
-        self.logger.emit(record)
-        self.counts["records"] += 1
+                records.append({**common, **value_attributes(v), **explained})
+        for attributes in records:
+            record = LogRecord(
+                timestamp=time.time_ns(),
+                context=link.context(),  # the record's trace id and span id: the agent root's
+                event_name=EVALUATION_EVENT,
+                severity_number=SeverityNumber.INFO,
+                severity_text="INFO",
+                attributes=attributes,
+            )
+            self.logger.emit(record)
+            self.counts["records"] += 1
 
 
 Key = tuple[str, str, str, str]  # predictor, rule, weights, censoring
@@ -197,8 +182,6 @@ class TPSMetrics:
     gauges over exact running sums: the snapshot's means, without its bootstrap CI."""
 
     def __init__(self, meter_provider: MeterProvider):
-        from tps_tracer import __version__
-
         meter = meter_provider.get_meter(SCOPE_NAME, __version__)
         self._lock = threading.Lock()
         self._sums: dict[Key, list[float]] = {}  # key -> [sum, n]
@@ -256,8 +239,7 @@ class DeliveryCount(SpanExporter):
 
     def __init__(self, inner: SpanExporter):
         self.inner = inner
-        self.delivered = 0
-        self.gave_up = 0
+        self.delivered = self.gave_up = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         result = self.inner.export(spans)

@@ -9,7 +9,7 @@ import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
@@ -32,9 +32,6 @@ if TYPE_CHECKING:  # the accumulator pulls in the evaluation layer: not on the c
     from tps_tracer.online.accumulator import Accumulator
 
 SCOPE_NAME = "tps_tracer"  # the instrumentation scope of our own spans, which the processor skips
-DEFAULT_MAX_OPEN_TRACES = 10_000
-DEFAULT_MAX_SPANS_PER_TRACE = 10_000
-DEFAULT_IDLE_TIMEOUT = 600.0
 _SWEEP_EVERY_SECONDS = 1.0  # while spans flow
 ROOT_ENDED_GRACE = 5.0  # seconds a trace whose root ended waits for its children still open
 
@@ -76,9 +73,9 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         repair_budget: int | None = None,
         extractor: SignalExtractor | None = None,
         calibration: tracker.Calibration | None = None,
-        max_open_traces: int = DEFAULT_MAX_OPEN_TRACES,
-        max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        max_open_traces: int = 10_000,
+        max_spans_per_trace: int = 10_000,
+        idle_timeout: float | None = 600.0,
         pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
         background: bool = True,
         max_queue_size: int = tracker.DEFAULT_MAX_QUEUE_SIZE,
@@ -90,7 +87,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         other options are TPSCallbackHandler's; more than `max_open_traces` only warns."""
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
-        self.accumulator = accumulator
         self.capture = capture
         self.links = links if links is not None else TraceLinks()
         self.root_matcher = root_matcher
@@ -256,8 +252,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if self.root_matcher is None or st.open <= 0:
             del self._traces[trace_id]
             return st
-        done = _Trace(open=0, llm=st.llm, failures=st.failures, root=st.root, dropped=st.dropped)
-        done.generation, done.last_ended, done.callers = st.generation, st.last_ended, st.callers
+        done = replace(st, open=0, lost=None, interrupted=False)
         st.llm, st.failures, st.root, st.last_ended, st.callers, st.dropped = [], [], None, None, {}, 0
         st.generation += 1
         return done

@@ -14,15 +14,17 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from tps_tracer.capture import stop_signals
 from tps_tracer.capture.step_signals import RawStep, gc_paused
 from tps_tracer.capture.stop_signals import (
+    AGENT_INTEGRATION,
     BUDGET_EXCEPTIONS,
     NOT_TOOL_FAILURES,
     PARSE_EXCEPTIONS,
     budget_limit,
     classify_exception_names,
+    is_agent_model_node,
     is_budget_text,
+    node_rejected_answer,
     short_name,
 )
 from tps_tracer.open_runs import is_interrupt
@@ -52,8 +54,6 @@ TPS_FORECASTS = "tps.forecasts"
 TPS_STOP_REASON = "tps.stop_reason"
 TPS_HORIZON = "tps.horizon"
 
-_EMPTY: Mapping[str, Any] = {}
-
 
 def attrs_of(span: Any) -> Mapping[str, Any]:
     """The span's attributes as the plain dict the SDK keeps (read only: the span's own storage), else
@@ -64,7 +64,7 @@ def attrs_of(span: Any) -> Mapping[str, Any]:
     inner = getattr(inner, "_dict", None)
     if type(inner) is dict:
         return inner
-    return span.attributes or _EMPTY
+    return span.attributes or {}
 
 
 def events_of(span: Any) -> Sequence[Any]:
@@ -251,8 +251,7 @@ def _is_response(obj: Any) -> bool:
 
 def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any, bool]:
     texts: list[str] = []
-    logprobs: list[Any] = []
-    has_logprobs = False
+    logprobs: list[Any] | None = None
     tool_args = None
     for item in response["output"]:
         if not _is_map(item):
@@ -264,11 +263,10 @@ def _from_response(response: Mapping[str, Any]) -> tuple[str | None, Any, Any, b
                 if isinstance(part.get("text"), str):
                     texts.append(part["text"])
                 if _is_list(part.get("logprobs")):
-                    has_logprobs = True
-                    logprobs.extend(part["logprobs"])
+                    logprobs = [*(logprobs or []), *part["logprobs"]]
         elif item.get("type") == "function_call" and tool_args is None:
             tool_args = item.get("arguments")
-    return ("".join(texts) if texts else None), (logprobs if has_logprobs else None), tool_args, False
+    return ("".join(texts) if texts else None), logprobs, tool_args, False
 
 
 def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
@@ -287,9 +285,7 @@ def _from_output_value(output: Any) -> tuple[str | None, Any, Any, bool] | None:
     return None
 
 
-def budget_stop(
-    attributes: Mapping[str, Any], events: Sequence[Any], description: str | None
-) -> tuple[str, int | None] | None:
+def budget_stop(events: Sequence[Any], description: str | None) -> tuple[str, int | None] | None:
     """(detail, stated limit) when a span's exception events or status description say budget stop
     (any span: the Agents SDK leaves the workflow root OK and sets ERROR on the agent span)."""
     for e in events:
@@ -302,16 +298,6 @@ def budget_stop(
     if description and is_budget_text(description):
         return "budget status", budget_limit(description)
     return None
-
-
-def forced_final_answer(attributes: Mapping[str, Any], last_call_under_root: bool) -> bool:
-    """The run's last model call, directly under a smolagents agent span, is the answer smolagents
-    forces at max_steps: without `return_full_result` it makes one more call (`provide_final_answer`)
-    there after the last step, the only call there after a step."""
-    if not last_call_under_root or attributes.get(MAX_STEPS) is None:
-        return False
-    output = attributes.get(OI_OUTPUT_VALUE)
-    return not (isinstance(output, str) and _RUN_SUCCEEDED.search(output))
 
 
 # ---------------------------------------------------------------- LLM spans
@@ -353,12 +339,11 @@ def _from_openai_response(output: Any) -> tuple[str | None, Any, Any, bool] | No
     if not (_is_list(choices) and choices and _is_map(choices[0])):
         return None
     choice = choices[0]
-    message = choice.get("message") if _is_map(choice.get("message")) else {}
-    text = message.get("content") if message else choice.get("text")
-    tool_args = None
-    calls = message.get("tool_calls") if message else None
-    if _is_list(calls) and calls and _is_map(calls[0]):
-        tool_args = (calls[0].get("function") or {}).get("arguments")
+    message = choice.get("message")
+    if _is_map(message) and message:  # chat (content as text or text blocks), else completions
+        text, _, tool_args, _ = _from_chat_message(message)
+    else:
+        text, tool_args = choice.get("text"), None
     return (text if isinstance(text, str) else None), choice.get("logprobs"), tool_args, False
 
 
@@ -450,24 +435,6 @@ def _only_invalid_tool_calls(kind: str, msg: Mapping[str, Any]) -> bool:
     return kind in ("ai", "assistant") and bool(msg.get("invalid_tool_calls")) and not msg.get("tool_calls")
 
 
-def is_agent_model_node(attributes: Mapping[str, Any]) -> bool:
-    """The span is create_agent's model node (OpenInference metadata), which keeps only its last model call."""
-    meta = attributes.get(OI_METADATA)
-    # Only metadata naming create_agent is decoded (~6 us each): every other span's costs a substring test.
-    if not isinstance(meta, str) or stop_signals.AGENT_INTEGRATION not in meta:
-        return False
-    return stop_signals.is_agent_model_node(_json(meta))
-
-
-def node_rejected_answer(attributes: Mapping[str, Any]) -> bool:
-    """create_agent's model node span recorded an output rejecting the model's answer (ToolStrategy's retry)."""
-    value = attributes.get(OI_OUTPUT_VALUE)
-    # Only an output holding a ToolMessage can reject: the others are not decoded.
-    if not isinstance(value, str) or "tool_call_id" not in value:
-        return False
-    return stop_signals.node_rejected_answer(_output_json(value))
-
-
 def classify_output(attributes: Mapping[str, Any]) -> tuple[StopReason | None, str]:
     """Stop reason signalled by a root span that ended normally, or None when it looks clean."""
     output = _root_output(attributes)
@@ -498,7 +465,7 @@ def classify_run(
     attributes: the root's, completed (`root_attributes`); failures: the trace's other spans that
     ended in ERROR. A clean-looking root is still a budget stop when an agent span under it records
     one after the last model call ended (the OpenAI Agents SDK's "Max turns exceeded"), or when the
-    last call is a direct child of a smolagents root (`forced_final_answer`)."""
+    last call is a direct child of a smolagents root: the answer it forces at max_steps."""
     explicit = attributes.get(TPS_STOP_REASON)
     if explicit is not None:  # the application's word, with its own tps.horizon
         try:
@@ -516,7 +483,7 @@ def classify_run(
         reason, detail = classify_output(attributes)
         observed = reason or StopReason.CLEAN, detail
     if observed[0] is StopReason.MAX_STEPS:
-        found = budget_stop(attributes, root_events, root.status.description)
+        found = budget_stop(root_events, root.status.description)
         limit = found[1] if found is not None else None
         return observed, limit if limit is not None else attributes.get(MAX_STEPS)
     if observed[0] is StopReason.CLEAN:
@@ -525,13 +492,20 @@ def classify_run(
             is_agent = span_attrs.get(OI_KIND) == "AGENT" or span_attrs.get(GENAI_OPERATION) == "invoke_agent"
             if not is_agent or (span.end_time or 0) < last_end:
                 continue
-            found = budget_stop(span_attrs, events_of(span), span.status.description)
+            found = budget_stop(events_of(span), span.status.description)
             if found is not None:
                 limit = found[1] if found[1] is not None else attributes.get(MAX_STEPS)
                 return (StopReason.MAX_STEPS, found[0]), limit
-        under_root = last_call is not None and last_call.parent is not None
-        under_root = under_root and last_call.parent.span_id == root.context.span_id
-        if forced_final_answer(attributes, under_root):
+        # At max_steps smolagents (without `return_full_result`) forces one more call, the answer, directly
+        # under its agent span: the only call there after a step.
+        parent = last_call.parent if last_call is not None else None
+        output = attributes.get(OI_OUTPUT_VALUE)
+        if (
+            parent is not None
+            and parent.span_id == root.context.span_id
+            and attributes.get(MAX_STEPS) is not None
+            and not (isinstance(output, str) and _RUN_SUCCEEDED.search(output))
+        ):
             return (StopReason.MAX_STEPS, "final answer forced by max_steps"), attributes.get(MAX_STEPS)
     return observed, None
 
@@ -607,8 +581,6 @@ def enclosing_malformed(steps: Sequence[Any], callers: Mapping[int, Any]) -> set
     holding one call records its whole AIMessage (GenAI-semconv LLM spans drop `invalid_tool_calls`);
     create_agent's model node keeps only its last call and may reject that one too."""
     marked: set[int] = set()
-    if not callers:
-        return marked
     per_parent: dict[int | None, list[int]] = {}
     for i, s in enumerate(steps):
         per_parent.setdefault(s.parent.span_id if s.parent is not None else None, []).append(i)
@@ -617,9 +589,11 @@ def enclosing_malformed(steps: Sequence[Any], callers: Mapping[int, Any]) -> set
         if caller is None:
             continue
         attrs = attrs_of(caller)
-        if is_agent_model_node(attrs):
-            marked.update(calls[:-1])
-            if node_rejected_answer(attrs):
+        meta, value = attrs.get(OI_METADATA), attrs.get(OI_OUTPUT_VALUE)
+        # Decoded only when it can matter (~6 us each): metadata naming create_agent, an output holding a ToolMessage.
+        if isinstance(meta, str) and AGENT_INTEGRATION in meta and is_agent_model_node(_json(meta)):
+            marked.update(calls[:-1])  # the node keeps only its last call, and may reject it (ToolStrategy's retry)
+            if isinstance(value, str) and "tool_call_id" in value and node_rejected_answer(_output_json(value)):
                 marked.add(calls[-1])
         elif len(calls) == 1:  # its output a model message with only invalid tool calls
             fields = _message_fields(_final_message(_root_output(attrs)))

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from tps_tracer.errors import InputError
 from tps_tracer.online.accumulator import Accumulator
 from tps_tracer.otel.span_processor import TPSSpanProcessor
-from tps_tracer.otel.span_reading import OI_KIND
+from tps_tracer.otel.span_reading import OI_KIND, OI_METADATA
 from tps_tracer.output import write_text
 
 UNREADABLE_KEY = "import_unreadable"
@@ -212,7 +212,6 @@ def read_otlp_json(lines: Iterable[str]) -> OtlpRead:
 # (a metadata key containing a dot comes back nested; the `tps_*` keys the processor reads have
 # none). Times are ISO 8601 at microsecond precision; the span kind is not kept (read as INTERNAL).
 
-METADATA = "metadata"
 _PHOENIX_STATUS = {code.name: code for code in StatusCode}
 _PHOENIX_SCOPE = InstrumentationScope("phoenix-export")  # Phoenix keeps neither the scope
 _EMPTY = Resource({})  # nor the resource
@@ -243,16 +242,6 @@ def _value(v: Any) -> Any:
     raise TypeError(type(v).__name__)
 
 
-def _nest(into: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for p in parents:
-        child = into.get(p)
-        if not isinstance(child, dict):
-            child = into[p] = {}
-        into = child
-    into[last] = value
-
-
 def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -261,15 +250,21 @@ def _phoenix_attributes(flat: Any, span_kind: Any, problems: Counter[str]) -> di
             problems["unreadable_attributes"] += 1
         flat = {}
     for key, v in flat.items():
-        if key.startswith(METADATA + "."):
-            _nest(metadata, key[len(METADATA) + 1 :], v)
+        if key.startswith(OI_METADATA + "."):  # "metadata.a.b" back into {"a": {"b": v}}
+            *parents, last = key.split(".")[1:]
+            into = metadata
+            for p in parents:
+                if not isinstance(into.get(p), dict):
+                    into[p] = {}
+                into = into[p]
+            into[last] = v
             continue
         try:
             out[key] = _value(v)
         except TypeError:
             problems["unreadable_attributes"] += 1
     if metadata:
-        out[METADATA] = json.dumps(metadata)
+        out[OI_METADATA] = json.dumps(metadata)
     if isinstance(span_kind, str) and span_kind and span_kind != "UNKNOWN":
         out[OI_KIND] = span_kind
     return out
@@ -305,12 +300,11 @@ def _phoenix_objects(text: str, out: OtlpRead) -> list[Any]:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        doc = doc["data"]
     if isinstance(doc, list):
         out.lines += 1
-        return doc
-    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-        out.lines += 1
-        return list(doc["data"])
+        return list(doc)
     return list(_json_lines(text.splitlines(), out))
 
 
