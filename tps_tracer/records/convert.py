@@ -72,9 +72,8 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
                 value = classify_forecast(step.forecasts.get(name))
                 summary.non_numeric_as_null += value == "non_numeric"
                 fc[name] = None if isinstance(value, str) else value
-            extra = step.model_extra or {}
-            steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
-        extra = rec.model_extra or {}
+            extra = json.dumps(step.model_extra) if step.model_extra else None
+            steps.append({"t": step.t, "forecasts": fc, "extra": extra})
         rows.append(
             {
                 "trajectory_id": rec.trajectory_id,
@@ -85,7 +84,7 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
                 "q_z": rec.q_z,
                 "steps": steps,
                 "metadata": json.dumps(rec.metadata),
-                "extra": json.dumps(extra) if extra else None,
+                "extra": json.dumps(rec.model_extra) if rec.model_extra else None,
             }
         )
     summary.trajectories += len(rows)
