@@ -345,10 +345,8 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
                 raise NotFast("steps: items are not objects")
             fields = {items.type.field(i).name: i for i in range(items.type.num_fields)}
             children = items.flatten()
-            if "t" in fields:
-                t_arr = children[fields["t"]]
-                if not pa.types.is_null(t_arr.type):
-                    t = _numbers(t_arr, len(items), "steps.t", integer=True)
+            if "t" in fields:  # all null (also a null-typed column): NaN, as when no step gives one
+                t = _numbers(children[fields["t"]], len(items), "steps.t", integer=True)
             if "forecasts" in fields:
                 fc = children[fields["forecasts"]]
                 if pa.types.is_null(fc.type) and not from_json:
@@ -359,14 +357,5 @@ def raw_from_arrow(table: Any, from_json: bool = False) -> RawColumns:
                     for i, col in enumerate(fc.flatten()):
                         name = fc.type.field(i).name
                         forecasts[name] = _numbers(col, len(items), f"forecasts.{name}")
-    return RawColumns(
-        ids=[str(s) for s in ids_arr.to_pylist()],
-        stop_code=stop_code,
-        outcome=outcome,
-        outcome_pending=pending,
-        q_z=q_z,
-        horizon=horizon,
-        lengths=lengths,
-        t=t,
-        forecasts=forecasts,
-    )
+    ids = [str(s) for s in ids_arr.to_pylist()]
+    return RawColumns(ids, stop_code, outcome, pending, q_z, horizon, lengths, t, forecasts)

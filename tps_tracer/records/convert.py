@@ -4,12 +4,11 @@ exact way on an error, resolution lines, an oversized record or too many names."
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -22,11 +21,12 @@ from tps_tracer.constants import MAX_PREDICTORS
 from tps_tracer.records import jsonl_fast
 from tps_tracer.records.arrays import STOP_CODE, RawColumns, validated_arrays
 from tps_tracer.records.errors import NotFast, RecordError, TrajectoryFileError, require_pyarrow, whole_file
-from tps_tracer.records.jsonl import parse_lines, read_trajectories, write_trajectories
+from tps_tracer.records.jsonl import read_trajectories, write_trajectories
 from tps_tracer.records.limits import SetAside, duplicate_message
 from tps_tracer.records.parquet import arrow_schema
 from tps_tracer.records.reading import (
     byte_chunks,
+    exact_chunk,
     fast_else_whole_file,
     first_that_reads,
     parquet_records,
@@ -72,9 +72,8 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
                 value = classify_forecast(step.forecasts.get(name))
                 summary.non_numeric_as_null += value == "non_numeric"
                 fc[name] = None if isinstance(value, str) else value
-            extra = step.model_extra or {}
-            steps.append({"t": step.t, "forecasts": fc, "extra": json.dumps(extra) if extra else None})
-        extra = rec.model_extra or {}
+            extra = json.dumps(step.model_extra) if step.model_extra else None
+            steps.append({"t": step.t, "forecasts": fc, "extra": extra})
         rows.append(
             {
                 "trajectory_id": rec.trajectory_id,
@@ -85,7 +84,7 @@ def records_table(records: Sequence[TrajectoryRecord], predictors: Sequence[str]
                 "q_z": rec.q_z,
                 "steps": steps,
                 "metadata": json.dumps(rec.metadata),
-                "extra": json.dumps(extra) if extra else None,
+                "extra": json.dumps(rec.model_extra) if rec.model_extra else None,
             }
         )
     summary.trajectories += len(rows)
@@ -146,30 +145,31 @@ class Side:
 
     metadata: list[bytes] = field(default_factory=list)
     extra: list[str | None] = field(default_factory=list)
-    step_extra: list[str | None] | None = None  # None: no step has a field outside the schema
-    n_steps: int = 0
+    step_extra: list[str | None] = field(default_factory=list)
 
-
-def _side(recs: list[Any]) -> Side:
-    if set(map(type, recs)) - {dict}:
-        raise NotFast("a line is not an object")
-    metadata = _dump_each(list(map(dict.get, recs, repeat("metadata"), repeat({}))))
-    # Fields outside the schema: none, unless the keys outnumber the schema keys present (counted in C).
-    known = SCHEMA_KEYS | {"metadata"}
-    if _count(recs, known) == sum(map(len, recs)):
-        extra: list[str | None] = [None] * len(recs)
-    else:
-        extra = [_extra_text(r, known) for r in recs]
-    lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
-    step_extra, steps = None, []
-    if not set(map(type, lists)) - {list, tuple}:  # else flatten refuses the batch
-        steps = list(chain.from_iterable(lists))
+    def add(self, recs: list[Any]) -> None:
+        """A batch's side columns (orjson-parsed records), or NotFast."""
+        if set(map(type, recs)) - {dict}:
+            raise NotFast("a line is not an object")
+        metadata = _dump_each(list(map(dict.get, recs, repeat("metadata"), repeat({}))))
+        # Fields outside the schema: none, unless the keys outnumber the schema keys present (counted in C).
+        known = SCHEMA_KEYS | {"metadata"}
+        if _count(recs, known) == sum(map(len, recs)):
+            extra: list[str | None] = [None] * len(recs)
+        else:
+            extra = [_extra_text(r, known) for r in recs]
+        lists = list(map(dict.get, recs, repeat("steps"), repeat(())))
+        # steps that are not lists: flatten refuses the batch
+        steps = [] if set(map(type, lists)) - {list, tuple} else list(chain.from_iterable(lists))
+        step_extra: list[str | None] = [None] * len(steps)
         if not set(map(type, steps)) - {dict} and _count(steps, STEP_KEYS) != sum(map(len, steps)):
             step_extra = [_extra_text(s, STEP_KEYS) for s in steps]
-    texts = [e.encode() for e in chain(extra, step_extra or ()) if e is not None]
-    if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
-        raise NotFast("a number in exponent form (maybe an integer too large for a double)")
-    return Side(metadata, extra, step_extra, len(steps))
+        texts = [e.encode() for e in chain(extra, step_extra) if e is not None]
+        if _EXPONENT.search(b"".join(metadata)) or _EXPONENT.search(b"".join(texts)):
+            raise NotFast("a number in exponent form (maybe an integer too large for a double)")
+        self.metadata += metadata
+        self.extra += extra
+        self.step_extra += step_extra
 
 
 def _dump_each(objects: list[Any]) -> list[bytes]:
@@ -208,9 +208,6 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
         for name in names
     ]
     t = masked(raw.t, pa.int64()) if raw.t is not None else pa.nulls(n_steps, pa.int64())
-    step_extra = (
-        pa.array(side.step_extra, pa.string()) if side.step_extra is not None else pa.nulls(n_steps, pa.string())
-    )
     offsets = pa.array(np.concatenate(([0], np.cumsum(raw.lengths))).astype(np.int32))
     columns = [
         pa.array(raw.ids, pa.string()),
@@ -219,7 +216,7 @@ def arrow_table(raw: RawColumns, side: Side, names: Sequence[str]) -> Any:
         pa.array(raw.outcome_pending, pa.bool_()),
         masked(raw.horizon, pa.int64()),
         masked(raw.q_z, pa.float64()),
-        _steps(offsets, t, forecasts, step_extra, names),
+        _steps(offsets, t, forecasts, pa.array(side.step_extra, pa.string()), names),
         pa.array(side.metadata, pa.string()),
         pa.array(side.extra, pa.string()),
     ]
@@ -262,7 +259,11 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     segments: list[tuple[str, Any]] = []  # (path, writer) per set of names
     seen: set[str] = set()
     try:
-        for chunk in _checked_chunks(src, chunk_bytes):
+        # A resolution line, or a line byte_chunks refuses, sends the whole file the exact way (rows written
+        # so far are discarded), which applies the one and names the other.
+        for _, chunk, _ in byte_chunks(src, chunk_bytes):
+            if b'"resolves"' in chunk:
+                raise whole_file("resolution lines")
             table = _chunk_table(chunk, src, names, seen, summary)
             if len(names) > MAX_PREDICTORS:
                 raise whole_file("too many predictor names")
@@ -272,11 +273,13 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
                 path = tmp if not segments else f"{tmp}.{len(segments)}"
                 segments.append((path, pq.ParquetWriter(path, table.schema)))
             segments[-1][1].write_table(table, row_group_size=max(1, table.num_rows))
-    except BaseException:
+    except BaseException as exc:
         for path, writer in segments:
             writer.close()
             if path != tmp and os.path.exists(path):
                 os.unlink(path)  # the caller removes `tmp`
+        if isinstance(exc, TrajectoryFileError):
+            raise whole_file("a line the exact read refuses") from None
         raise
     for _, writer in segments:
         writer.close()
@@ -288,24 +291,12 @@ def write_stream(src: Path, tmp: str, chunk_bytes: int) -> ConvertSummary:
     return summary
 
 
-def _checked_chunks(src: Path, chunk_bytes: int) -> Iterator[bytes]:
-    """The file's chunks; a resolution line or a line byte_chunks refuses sends the whole file the exact way
-    (rows written so far are discarded), which applies the one and names the other."""
-    try:
-        for _, chunk, _ in byte_chunks(src, chunk_bytes):
-            if b'"resolves"' in chunk:
-                raise whole_file("resolution lines")
-            yield chunk
-    except TrajectoryFileError:
-        raise whole_file("a line the exact read refuses") from None
-
-
 def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summary: ConvertSummary) -> Any:
     """The chunk's table in the names seen so far (`names` grows), or None when empty."""
 
     def fast() -> Any:
-        sides: list[Side] = []
-        raw = jsonl_fast.raw_from_jsonl(chunk, lambda r: sides.append(_side(r)))
+        side = Side()
+        raw = jsonl_fast.raw_from_jsonl(chunk, side.add)
         validated_arrays(raw)  # the report's value checks (or NotFast); the arrays themselves are not needed
         ids = raw.ids
         if len(set(ids)) != len(ids) or not seen.isdisjoint(ids):
@@ -315,18 +306,10 @@ def _chunk_table(chunk: bytes, src: Path, names: list[str], seen: set[str], summ
             raise whole_file("no forecasts yet")
         seen.update(ids)
         summary.trajectories += len(ids)
-        side = Side(
-            list(chain.from_iterable(s.metadata for s in sides)), list(chain.from_iterable(s.extra for s in sides))
-        )
-        if any(s.step_extra is not None for s in sides):
-            side.step_extra = list(chain.from_iterable(s.step_extra or [None] * s.n_steps for s in sides))
         return arrow_table(raw, side, names) if ids else None
 
     def exact() -> Any:
-        try:
-            records = list(parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), str(src)))
-        except (TrajectoryFileError, UnicodeDecodeError):
-            raise whole_file("an error") from None
+        records = list(exact_chunk(chunk, str(src)))
         repeated = SetAside()
         for r in records:
             if r.trajectory_id in seen:

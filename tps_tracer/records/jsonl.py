@@ -40,12 +40,6 @@ class ShardLinks:
     repeated: set[str] = field(default_factory=set)  # ids with a set-aside repeat in this shard
 
 
-def _validation_errors(exc: ValidationError, line_no: int) -> list[RecordError]:
-    return [
-        RecordError(line_no, field_path(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in exc.errors()
-    ]
-
-
 def apply_resolution_records(
     records: list[TrajectoryRecord], resolutions: list[tuple[int, ResolutionRecord]], errors: list[RecordError]
 ) -> list[TrajectoryRecord]:
@@ -125,23 +119,23 @@ def parse_lines(
             continue
         except JsonRuleError as exc:  # duplicate key, nesting, huge integer
             errors.append(RecordError(line_no, exc.field, exc.message))
-            cut_at_end = False
             continue
         if not isinstance(obj, dict):
             errors.append(RecordError(line_no, "", "each line must be a JSON object (one trajectory)"))
             continue
-        if "resolves" in obj:
-            try:
-                resolutions.append((line_no, ResolutionRecord.model_validate(obj)))
-            except ValidationError as exc:
-                errors.extend(_validation_errors(exc, line_no))
-            continue
+        model = ResolutionRecord if "resolves" in obj else TrajectoryRecord
         try:
-            rec = TrajectoryRecord.model_validate(obj)
+            rec = model.model_validate(obj)
         except ValidationError as exc:
-            errors.extend(_validation_errors(exc, line_no))
-            if isinstance(obj.get("trajectory_id"), str):
+            errors.extend(
+                RecordError(line_no, field_path(e["loc"]), str(e["msg"]).removeprefix("Value error, "))
+                for e in exc.errors()
+            )
+            if model is TrajectoryRecord and isinstance(obj.get("trajectory_id"), str):
                 invalid_ids.add(obj["trajectory_id"])  # its resolutions are not reported again
+            continue
+        if isinstance(rec, ResolutionRecord):
+            resolutions.append((line_no, rec))
             continue
         for i, step in enumerate(rec.steps):
             for name, value in step.forecasts.items():
@@ -230,8 +224,7 @@ _KINDS = (
 
 
 def not_text_message(path: str | os.PathLike[str], reason: str) -> str:
-    """ "not UTF-8 text (REASON)", with what the file looks like and what to do when its first bytes say
-    it (a gzip, a zip, a Parquet file without its suffix, UTF-16)."""
+    """ "not UTF-8 text (REASON)", with what the file looks like and what to do when its first bytes say it."""
     message = f"not UTF-8 text ({reason})"
     try:
         with open(path, "rb") as fh:

@@ -49,9 +49,8 @@ class _Duplicate(dict):
     duplicate = ""
 
 
-class _HugeInt:
-    def __init__(self, digits: int):
-        self.digits = digits
+class _HugeInt(int):
+    """An integer too long to read, standing for its number of digits."""
 
 
 def field_path(parts: Sequence[str | int]) -> str:
@@ -91,9 +90,9 @@ def load_json(text: str | bytes) -> Any:
         return dup
 
     def integer(digits: str) -> int | _HugeInt:
-        if len(digits) - digits.startswith("-") > MAX_INT_DIGITS:
+        if (n := len(digits) - digits.startswith("-")) > MAX_INT_DIGITS:
             problems.append("huge")
-            return _HugeInt(len(digits) - digits.startswith("-"))
+            return _HugeInt(n)
         return int(digits)
 
     try:
@@ -107,7 +106,7 @@ def load_json(text: str | bytes) -> Any:
             raise JsonRuleError(
                 field_path([*path, key]), f"duplicate key {key!r} in one object (refused, not read as the last one)"
             )
-        raise JsonRuleError(field_path(path), f"an integer of {value.digits} digits (more than {MAX_INT_DIGITS})")
+        raise JsonRuleError(field_path(path), f"an integer of {int(value)} digits (more than {MAX_INT_DIGITS})")
     try:
         orjson.dumps([obj])  # C speed: fails beyond 254 levels counting the list, i.e. MAX_DEPTH
     except orjson.JSONEncodeError:  # too deep, or something else orjson does not write (a 65-bit int)

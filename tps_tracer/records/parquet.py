@@ -101,17 +101,15 @@ def row_json(row: dict[str, Any]) -> str:
     """A Parquet row back to its JSON Lines text: extras merged back, a null `metadata` / `t` /
     `outcome_pending` absent; a value the schema refuses is written as found, for `parse_lines` to name."""
     meta = row.pop("metadata", None)
-    extra = row.pop("extra", None)
     obj: dict[str, Any] = {k: v for k, v in row.items() if not (k == "outcome_pending" and not v)}
     if meta is not None:
         obj["metadata"] = _object_or_text(meta)
-    _merge_extra(obj, extra)
+    _merge_extra(obj)
     for step in obj.get("steps") or []:
         if isinstance(step, dict):
-            step_extra = step.pop("extra", None)
             if step.get("t") is None:
                 step.pop("t", None)
-            _merge_extra(step, step_extra)
+            _merge_extra(step)
     return json.dumps(obj, default=str)
 
 
@@ -124,7 +122,9 @@ def _object_or_text(value: Any) -> Any:
     return value
 
 
-def _merge_extra(obj: dict[str, Any], extra: Any) -> None:
+def _merge_extra(obj: dict[str, Any]) -> None:
+    """`obj`'s "extra" (the JSON text of its fields outside the schema) merged back into it."""
+    extra = obj.pop("extra", None)
     fields = _object_or_text(extra)
     if isinstance(fields, dict):
         obj.update(fields)

@@ -64,21 +64,25 @@ def read_jsonl_chunk(chunk: bytes, source: str, resolutions_scanned: bool = Fals
     if not resolutions_scanned and b'"resolves"' in chunk:
         raise whole_file("resolution lines")
 
-    def exact() -> tuple[TrajectoryArrays, bool]:
-        from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
-
-        try:
-            text = io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8")
-            # strict: a repeated id or an orphan resolution needs the whole-file read, which counts it
-            return to_arrays(parse_lines(text, source, strict=True)), False
-        except (TrajectoryFileError, UnicodeDecodeError):
-            raise whole_file(source) from None
-
-    # pyarrow's parser pays from a megabyte on; below, orjson (looked up per call: tests patch them)
-    ways = [lambda: (jsonl_fast.arrays_from_jsonl(chunk), True), exact]
+    # pyarrow's parser pays from a megabyte on; below, orjson (looked up per call: tests patch them); strict:
+    # a repeated id or an orphan resolution needs the whole-file read, which counts it
+    ways = [
+        lambda: (jsonl_fast.arrays_from_jsonl(chunk), True),
+        lambda: (to_arrays(exact_chunk(chunk, source, strict=True)), False),
+    ]
     if len(chunk) >= jsonl_fast.MIN_BYTES:
         ways.insert(0, lambda: (validated_arrays(jsonl_fast.raw_from_jsonl_arrow(chunk)), True))
     return first_that_reads(*ways)
+
+
+def exact_chunk(chunk: bytes, source: str, strict: bool = False) -> ReadRecords:
+    """A chunk's records by the exact reader, or a whole-file NotFast (the whole-file read names the error)."""
+    from tps_tracer.records.jsonl import parse_lines  # pydantic (~0.3 s): only the exact path
+
+    try:
+        return parse_lines(io.TextIOWrapper(io.BytesIO(chunk), encoding="utf-8"), source, strict=strict)
+    except (TrajectoryFileError, UnicodeDecodeError):
+        raise whole_file(source) from None
 
 
 def read_arrow_batch(
@@ -149,7 +153,7 @@ def iter_chunks(
             shared = scan_resolutions((k, _pieces(f)) for k, f in enumerate(files) if not is_parquet(f))
         except OSError:
             raise whole_file("a shard that cannot be read") from None
-        shared = shared if shared is not None and shared.spans else None
+        shared = shared if shared.spans else None
     names = PredictorNames()  # over the whole input
     for k, f in enumerate(files):
         if is_parquet(f):
@@ -258,7 +262,7 @@ def _jsonl_chunks(
     try:
         found = shared  # None: the file's resolution lines are not looked for yet
         if shared is None and scan_first:
-            found = scan_resolutions([(file_index, _pieces(path))]) or Resolutions({}, {})
+            found = scan_resolutions([(file_index, _pieces(path))])
         given = False
         for offset, chunk, size in byte_chunks(path, chunk_bytes):
             end = offset + len(chunk)
@@ -324,10 +328,10 @@ class Resolutions:
         return b"".join(parts)
 
 
-def scan_resolutions(files: Iterable[tuple[int, Iterable[tuple[int, bytes]]]]) -> Resolutions | None:
-    """The resolution lines of (file index, its (offset, bytes ending at a line end) pieces), or None when no
-    line mentions "resolves". Read in pieces: mapped pages would count as resident memory."""
-    found: Resolutions | None = None
+def scan_resolutions(files: Iterable[tuple[int, Iterable[tuple[int, bytes]]]]) -> Resolutions:
+    """The resolution lines of (file index, its (offset, bytes ending at a line end) pieces). Read in pieces:
+    mapped pages would count as resident memory."""
+    found = Resolutions({}, {})
     for k, pieces in files:
         for offset, piece in pieces:
             hit = piece.find(_KEY)
@@ -335,13 +339,12 @@ def scan_resolutions(files: Iterable[tuple[int, Iterable[tuple[int, bytes]]]]) -
                 start = piece.rfind(b"\n", 0, hit) + 1
                 newline = piece.find(b"\n", hit)
                 end = len(piece) if newline < 0 else newline + 1
-                found = found or Resolutions({}, {})
                 said = _resolution(piece[start:end])
                 if said is not None:
                     found.spans.setdefault(k, []).append((offset + start, offset + end))
                     found.by_id.setdefault(said[0], []).append(said[1:])
                 hit = piece.find(_KEY, end)
-    return found  # (possibly without spans: the hits were trajectories mentioning the word)
+    return found
 
 
 def _resolution(line: bytes) -> tuple[str, float | None, float | None] | None:
