@@ -117,9 +117,15 @@ def report_from_state(
     rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
     boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
     scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
-    diagnostics, scalar_rows = diagnostic_rows(
-        [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
-    )
+    diagnostics, scalar_rows = [], []
+    for name in predictors:
+        y = states[name].outcomes
+        for a, agg_name in enumerate(AGGREGATOR_NAMES):
+            d = scalar_diagnostics(states[name].summaries[:, a], y, opts.ece_bins)
+            diag = {key: json_num(v) for key, v in d.items()}
+            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
+            if agg_name == "phi_w":
+                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
     return {
         **_header(state, opts, covered, base_rate, audit, skipped, states),
         "scores": scores,
@@ -175,17 +181,14 @@ def score_and_delta_rows(
     keys: Sequence[ColumnKey], boot: BootstrapResult, missing_q_z: dict[str, int]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The "scores" rows and the "deltas" rows (each censored mode minus complete-only, paired)."""
-    se = boot.se()
     lo, hi = boot.ci()
+    stats = {"mean": boot.point, "se": boot.se(), "ci_low": lo, "ci_high": hi}
     scores = []
     for i, k in enumerate(keys):
         row: dict[str, Any] = {
             **vars(k),
             "n": int(boot.n[i]),
-            "mean": json_num(boot.point[i]),
-            "se": json_num(se[i]),
-            "ci_low": json_num(lo[i]),
-            "ci_high": json_num(hi[i]),
+            **{stat: json_num(v[i]) for stat, v in stats.items()},
         }
         if k.censoring == EXACT:
             row["n_missing_q_z"] = missing_q_z[k.predictor]
@@ -206,20 +209,6 @@ def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     rep = boot.replicates[:, j] - boot.replicates[:, i]
     d = delta_from_replicates("", boot.point[i], boot.point[j], rep, 0)
     return {k: json_num(getattr(d, k)) for k in _DELTA_STATS}
-
-
-def diagnostic_rows(
-    items: Sequence[tuple[str, np.ndarray, np.ndarray]], ece_bins: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """("diagnostics", "scalar_predictors") rows of (predictor, (m, 4) summaries, (m,) outcomes)."""
-    diagnostics, scalar_rows = [], []
-    for name, summaries, y in items:
-        for a, agg_name in enumerate(AGGREGATOR_NAMES):
-            diag = {key: json_num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
-            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
-            if agg_name == "phi_w":
-                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
-    return diagnostics, scalar_rows
 
 
 def _header(
