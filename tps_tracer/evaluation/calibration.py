@@ -429,8 +429,7 @@ def paired_auroc_delta(
     """AUROC(b) - AUROC(a) for trajectory-level confidences with outcomes y (complete runs only)."""
     keep = ~np.isnan(a) & ~np.isnan(b) & ~np.isnan(y)
     a, b, y = a[keep], b[keep], y[keep]
-    kept_ids = [i for i, k in zip(ids, keep, strict=True) if k]
-    w = replicate_weights(trajectory_keys(kept_ids), np.arange(n_replicates), seed)
+    w = replicate_weights(trajectory_keys(ids)[keep], np.arange(n_replicates), seed)
     reps = np.array([auroc_failure(b, y, wr) - auroc_failure(a, y, wr) for wr in w])
     return delta_from_replicates("auroc", auroc_failure(a, y), auroc_failure(b, y), reps, int(keep.sum()))
 
