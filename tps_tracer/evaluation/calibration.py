@@ -121,8 +121,7 @@ def fit_platt(
     mu = float(np.average(x_raw, weights=w))
     sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
     x = (x_raw - mu) / sigma
-    ybar = float(np.average(y, weights=w))
-    a0 = float(logit(np.array([ybar]))[0])
+    a0 = float(logit(np.array([np.average(y, weights=w)]))[0])  # the intercept of the weighted base rate
     a, slope = fit_logistic(x[:, None], y, w, penalty, intercept0=a0)
     b = float(slope[0])
     if b < 0.0:
@@ -173,10 +172,8 @@ class CrossFitResult:
 
 def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "linear-front") -> FloatArray:
     """w_t of every step (normalised over each trajectory's horizon T, truncated at its length Z)."""
-    lengths = arrays.lengths
-    t = (np.arange(arrays.offsets[-1]) - np.repeat(arrays.offsets[:-1], lengths) + 1).astype(np.float64)
-    big_t = np.repeat(arrays.horizon, lengths)
-    return get_schedule(schedule).step_weights(t, big_t)
+    t = (np.arange(arrays.offsets[-1]) - np.repeat(arrays.offsets[:-1], arrays.lengths) + 1).astype(np.float64)
+    return get_schedule(schedule).step_weights(t, np.repeat(arrays.horizon, arrays.lengths))
 
 
 def _fit_on(arrays: TrajectoryArrays, name: str, train: NDArray[np.bool_], w: FloatArray, penalty: float) -> PlattMap:

@@ -301,7 +301,6 @@ class PartialState:
         keys = trajectory_keys(table.ids) if keys is None else keys
         n, r_n, s_n, b = table.n, len(spec.rules), len(spec.schedules), spec.bootstrap
         complete, censored = table.role_masks(spec.policy)
-        has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
         eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
         members, etas = zip(*(eta_table[mode] for mode in CENSORING_MODES), strict=True)
@@ -359,7 +358,7 @@ class PartialState:
             rep_rest_mass=base_rep[..., 1].copy(),
             rep_count=reps[:, base_pres],
             outcomes=table.outcome[complete & has_steps].copy(),
-            missing_q_z=int(np.sum(has_steps & censored & ~has_q)),
+            missing_q_z=int(np.sum(has_steps & censored & np.isnan(table.q_z))),
             steps=int(table.n_steps[(complete | censored) & has_steps].sum()),
         )
         stop_counts, q_z_counts = stop_counts_of(table)

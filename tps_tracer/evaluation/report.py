@@ -139,13 +139,26 @@ def report_from_state(
             scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
             if agg_name == "phi_w":
                 diagnostics.append({"predictor": name, "n": int(y.size), **diag})
+    recalibration: list[dict[str, Any]] = []
+    for raw, cal in recalibrated:  # the paired TPS delta of each raw column, then the AUROC delta of Phi_w
+        rows = [
+            {
+                "statistic": f"tps {k.rule} {k.weights} {k.censoring}",
+                **paired_delta_row(boot, index[k], index[dataclasses.replace(k, predictor=cal)]),
+            }
+            for k in keys
+            if k.predictor == raw
+        ]
+        au = (aurocs or {})[(raw, cal)]
+        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
+        recalibration.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
     return {
         **_header(state, opts, covered, base_rate, audit, skipped, states),
         "scores": scores,
         "deltas": deltas,
         "diagnostics": diagnostics,
         "scalar_predictors": scalar_rows,
-        "recalibration": recalibration_rows(keys, boot, recalibrated, aurocs or {}),
+        "recalibration": recalibration,
     }
 
 
@@ -159,30 +172,6 @@ def _no_data_reason(st: PredictorState) -> str | None:
         return "no trajectory has a forecast at every step" + note  # a state written before the gap counts
     in_working = int(st.count.reshape(-1, _M)[0, CENSORING_MODES.index(SIMPLE)]) if st.count.size else 0
     return None if in_working else "no usable trajectory in the working sample" + note
-
-
-def recalibration_rows(
-    keys: Sequence[ColumnKey],
-    boot: BootstrapResult,
-    recalibrated: Sequence[tuple[str, str]],
-    aurocs: Mapping[tuple[str, str], PairedDelta],
-) -> list[dict[str, Any]]:
-    """Per (raw, recalibrated) pair: the paired TPS delta of each raw column and the AUROC delta of Phi_w."""
-    index = {k: i for i, k in enumerate(keys)}
-    out = []
-    for raw, cal in recalibrated:
-        rows = [
-            {
-                "statistic": f"tps {k.rule} {k.weights} {k.censoring}",
-                **paired_delta_row(boot, index[k], index[dataclasses.replace(k, predictor=cal)]),
-            }
-            for k in keys
-            if k.predictor == raw
-        ]
-        au = aurocs[(raw, cal)]
-        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
-        out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
-    return out
 
 
 def json_num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null

@@ -186,9 +186,9 @@ def informative_censoring_shift(
 ) -> list[dict[str, Any]]:
     """Per predictor: cen-simple TPS under the default policy and with `reasons` treated as censored, on
     shared Poisson replicates (so the SE reflects only the trajectories that changed role)."""
-    alt = CensoringPolicy.treating_as_censored(list(reasons))
     table = pair_table_from_arrays(arrays, predictors, [get_rule(rule)], [get_schedule(schedule)])
     base_cols = score_columns(table, predictors, CensoringPolicy(), modes=(SIMPLE,)).columns
+    alt = CensoringPolicy.treating_as_censored(list(reasons))
     alt_cols = score_columns(table, predictors, alt, modes=(SIMPLE,)).columns
     rows = []
     for name, a, b in zip(predictors, base_cols, alt_cols, strict=True):
