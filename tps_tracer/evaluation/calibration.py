@@ -121,8 +121,7 @@ def fit_platt(
     mu = float(np.average(x_raw, weights=w))
     sigma = max(float(math.sqrt(np.average((x_raw - mu) ** 2, weights=w))), SD_FLOOR)
     x = (x_raw - mu) / sigma
-    ybar = float(np.average(y, weights=w))
-    a0 = float(logit(np.array([ybar]))[0])
+    a0 = float(logit(np.array([np.average(y, weights=w)]))[0])  # the intercept of the weighted base rate
     a, slope = fit_logistic(x[:, None], y, w, penalty, intercept0=a0)
     b = float(slope[0])
     if b < 0.0:
@@ -173,10 +172,8 @@ class CrossFitResult:
 
 def step_weights(arrays: TrajectoryArrays, schedule: str | WeightSchedule = "linear-front") -> FloatArray:
     """w_t of every step (normalised over each trajectory's horizon T, truncated at its length Z)."""
-    lengths = arrays.lengths
-    t = (np.arange(arrays.offsets[-1]) - np.repeat(arrays.offsets[:-1], lengths) + 1).astype(np.float64)
-    big_t = np.repeat(arrays.horizon, lengths)
-    return get_schedule(schedule).step_weights(t, big_t)
+    t = (np.arange(arrays.offsets[-1]) - np.repeat(arrays.offsets[:-1], arrays.lengths) + 1).astype(np.float64)
+    return get_schedule(schedule).step_weights(t, np.repeat(arrays.horizon, arrays.lengths))
 
 
 def _fit_on(arrays: TrajectoryArrays, name: str, train: NDArray[np.bool_], w: FloatArray, penalty: float) -> PlattMap:
@@ -429,8 +426,7 @@ def paired_auroc_delta(
     """AUROC(b) - AUROC(a) for trajectory-level confidences with outcomes y (complete runs only)."""
     keep = ~np.isnan(a) & ~np.isnan(b) & ~np.isnan(y)
     a, b, y = a[keep], b[keep], y[keep]
-    kept_ids = [i for i, k in zip(ids, keep, strict=True) if k]
-    w = replicate_weights(trajectory_keys(kept_ids), np.arange(n_replicates), seed)
+    w = replicate_weights(trajectory_keys(ids)[keep], np.arange(n_replicates), seed)
     reps = np.array([auroc_failure(b, y, wr) - auroc_failure(a, y, wr) for wr in w])
     return delta_from_replicates("auroc", auroc_failure(a, y), auroc_failure(b, y), reps, int(keep.sum()))
 

@@ -13,8 +13,7 @@ from tps_tracer.scoring import FloatArray
 
 
 def _prep(c: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    ca = np.asarray(c, dtype=np.float64)
-    ya = np.asarray(y, dtype=np.float64)
+    ca, ya = np.asarray(c, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if ca.shape != ya.shape or ca.ndim != 1:
         raise InputError("confidence and outcome must be 1-d arrays of equal length")
     return ca, ya

@@ -246,6 +246,7 @@ def _per_stop_reason(counts: Sequence[int]) -> IntArray:
 
 
 _COUNTS = ("n", "n_empty", "pending", "outcome_on_unscored", "n_complete", "outcome_sum")  # outcome_sum last
+_PER_REASON = ("stop_counts", "q_z_counts")  # arrays over STOP_REASONS
 
 
 @dataclass
@@ -300,7 +301,6 @@ class PartialState:
         keys = trajectory_keys(table.ids) if keys is None else keys
         n, r_n, s_n, b = table.n, len(spec.rules), len(spec.schedules), spec.bootstrap
         complete, censored = table.role_masks(spec.policy)
-        has_q = ~np.isnan(table.q_z)
         has_steps = table.n_steps > 0
         eta_table = eta_by_mode(complete, censored, table.outcome, table.q_z)
         members, etas = zip(*(eta_table[mode] for mode in CENSORING_MODES), strict=True)
@@ -358,7 +358,7 @@ class PartialState:
             rep_rest_mass=base_rep[..., 1].copy(),
             rep_count=reps[:, base_pres],
             outcomes=table.outcome[complete & has_steps].copy(),
-            missing_q_z=int(np.sum(has_steps & censored & ~has_q)),
+            missing_q_z=int(np.sum(has_steps & censored & np.isnan(table.q_z))),
             steps=int(table.n_steps[(complete | censored) & has_steps].sum()),
         )
         stop_counts, q_z_counts = stop_counts_of(table)
@@ -395,14 +395,11 @@ class PartialState:
             predictors[name] = _merged(a, b)
         return PartialState(
             spec=self.spec,
-            **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, "stop_counts", "q_z_counts")},
+            **{k: getattr(self, k) + getattr(other, k) for k in (*_COUNTS, *_PER_REASON)},
             first_seen=first_seen,
             predictors=predictors,
             base=_merged(self.base, other.base),
         )
-
-    def predictor_names(self) -> list[str]:  # in first-seen order
-        return sorted(self.first_seen, key=lambda p: self.first_seen[p])
 
     def audit(self) -> dict[str, Any]:
         return audit_of_counts(
@@ -415,8 +412,7 @@ class PartialState:
             "version": STATE_VERSION,
             "spec": self.spec.signature(),
             "counts": {k: getattr(self, k) for k in _COUNTS},
-            "stop_counts": self.stop_counts.tolist(),
-            "q_z_counts": self.q_z_counts.tolist(),
+            **{k: getattr(self, k).tolist() for k in _PER_REASON},
             "first_seen": {k: list(v) for k, v in self.first_seen.items()},
             "predictors": {k: _encode(v) for k, v in self.predictors.items()},
             "base": _encode(self.base),
@@ -460,17 +456,15 @@ def _decode(cls: Any, d: dict[str, Any]) -> Any:
     """A PredictorState or BaseRateState of `_encode`'s dict; a field a state was written without
     (`clipped`, `gaps`, `steps`: added later) takes its default."""
     kw: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in d:
-            continue
-        v = d[f.name]
-        if f.name == "skipped":
-            kw[f.name] = {k: int(x) for k, x in v.items()}
+    for name in [n for n in _FIELDS[cls] if n in d]:
+        v = d[name]
+        if name == "skipped":
+            kw[name] = {k: int(x) for k, x in v.items()}
         elif isinstance(v, dict):
-            dtype = np.int64 if f.name == "count" else np.float64
-            kw[f.name] = np.asarray(v["data"], dtype=dtype).reshape(v["shape"])
+            dtype = np.int64 if name == "count" else np.float64
+            kw[name] = np.asarray(v["data"], dtype=dtype).reshape(v["shape"])
         else:
-            kw[f.name] = int(v)
+            kw[name] = int(v)
     return cls(**kw)
 
 

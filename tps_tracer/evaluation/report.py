@@ -79,19 +79,18 @@ def report_from_state(
     finished run) returns the audit with empty tables."""
     if opts.calibrate is not None or opts.calibrator is not None:
         raise InputError("recalibration refits on the whole sample: use build_report on full arrays")
-    seen = state.predictor_names()
-    wanted = list(seen) if opts.predictors is None else list(opts.predictors)
-    check_known_predictors(wanted, seen)
-    missing = [p for p in wanted if p not in state.predictors]
+    seen = sorted(state.first_seen, key=lambda p: state.first_seen[p])  # first-seen order
+    covered = list(seen) if opts.predictors is None else list(opts.predictors)
+    check_known_predictors(covered, seen)
+    missing = [p for p in covered if p not in state.predictors]
     if missing:
         raise InputError(f"the state was built without predictor(s) {', '.join(missing)}")
     audit = state.audit()
     if state.n_complete == 0 and audit["roles"][Role.CENSORED.value] == 0:
         if allow_empty:
-            return {**_header(state, opts, wanted, None, audit, skipped, state.predictors), **{k: [] for k in _TABLES}}
+            return {**_header(state, opts, covered, None, audit, skipped, state.predictors), **{k: [] for k in _TABLES}}
         raise InputError(NO_WORKING_SAMPLE)
-    covered = list(wanted)
-    predictors, no_data = split_usable(wanted, lambda p: _no_data_reason(state.predictors[p]))
+    predictors, no_data = split_usable(covered, lambda p: _no_data_reason(state.predictors[p]))
     if covered and not predictors and not allow_empty:
         raise nothing_left("score", no_data)
     skipped = [*skipped, *no_data]
@@ -116,17 +115,50 @@ def report_from_state(
     rep_sum = np.hstack([st.rep_total[..., m].reshape(b, width * len(m)) for st in sts] or [np.zeros((b, 0))])
     rep_den = np.hstack([np.tile(st.rep_count[:, m], width) for st in sts] or [np.zeros((b, 0))])
     boot = BootstrapResult(replicate_means(total, count), count, replicate_means(rep_sum, rep_den))
-    scores, deltas = score_and_delta_rows(keys, boot, {name: states[name].missing_q_z for name in predictors})
-    diagnostics, scalar_rows = diagnostic_rows(
-        [(name, states[name].summaries, states[name].outcomes) for name in predictors], opts.ece_bins
-    )
+    # The "scores" rows and the "deltas" rows (each censored mode minus complete-only, paired).
+    lo, hi = boot.ci()
+    stats = {"mean": boot.point, "se": boot.se(), "ci_low": lo, "ci_high": hi}
+    index = {k: i for i, k in enumerate(keys)}
+    scores, deltas = [], []
+    for i, k in enumerate(keys):
+        row: dict[str, Any] = {**vars(k), "n": int(boot.n[i]), **{stat: json_num(v[i]) for stat, v in stats.items()}}
+        if k.censoring == EXACT:
+            row["n_missing_q_z"] = states[k.predictor].missing_q_z
+        scores.append(row)
+        if k.censoring != COMPLETE_ONLY:
+            ref = index[dataclasses.replace(k, censoring=COMPLETE_ONLY)]
+            row = {**vars(k), "comparison": f"{k.censoring} - {COMPLETE_ONLY}", **paired_delta_row(boot, ref, i)}
+            del row["censoring"]  # (predictor, rule, weights, comparison, delta statistics)
+            deltas.append(row)
+    diagnostics, scalar_rows = [], []
+    for name in predictors:
+        y = states[name].outcomes
+        for a, agg_name in enumerate(AGGREGATOR_NAMES):
+            d = scalar_diagnostics(states[name].summaries[:, a], y, opts.ece_bins)
+            diag = {key: json_num(v) for key, v in d.items()}
+            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
+            if agg_name == "phi_w":
+                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
+    recalibration: list[dict[str, Any]] = []
+    for raw, cal in recalibrated:  # the paired TPS delta of each raw column, then the AUROC delta of Phi_w
+        rows = [
+            {
+                "statistic": f"tps {k.rule} {k.weights} {k.censoring}",
+                **paired_delta_row(boot, index[k], index[dataclasses.replace(k, predictor=cal)]),
+            }
+            for k in keys
+            if k.predictor == raw
+        ]
+        au = (aurocs or {})[(raw, cal)]
+        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
+        recalibration.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
     return {
         **_header(state, opts, covered, base_rate, audit, skipped, states),
         "scores": scores,
         "deltas": deltas,
         "diagnostics": diagnostics,
         "scalar_predictors": scalar_rows,
-        "recalibration": recalibration_rows(keys, boot, recalibrated, aurocs or {}),
+        "recalibration": recalibration,
     }
 
 
@@ -142,63 +174,9 @@ def _no_data_reason(st: PredictorState) -> str | None:
     return None if in_working else "no usable trajectory in the working sample" + note
 
 
-def recalibration_rows(
-    keys: Sequence[ColumnKey],
-    boot: BootstrapResult,
-    recalibrated: Sequence[tuple[str, str]],
-    aurocs: Mapping[tuple[str, str], PairedDelta],
-) -> list[dict[str, Any]]:
-    """Per (raw, recalibrated) pair: the paired TPS delta of each raw column and the AUROC delta of Phi_w."""
-    index = {k: i for i, k in enumerate(keys)}
-    out = []
-    for raw, cal in recalibrated:
-        rows = [
-            {
-                "statistic": f"tps {k.rule} {k.weights} {k.censoring}",
-                **paired_delta_row(boot, index[k], index[dataclasses.replace(k, predictor=cal)]),
-            }
-            for k in keys
-            if k.predictor == raw
-        ]
-        au = aurocs[(raw, cal)]
-        rows.append({"statistic": "auroc phi_w", **{k: json_num(getattr(au, k)) for k in _DELTA_STATS}})
-        out.append({"predictor": raw, "recalibrated": cal, "comparisons": rows})
-    return out
-
-
 def json_num(x: float | np.floating[Any]) -> float | None:  # NaN, inf: JSON null
     v = float(x)
     return v if math.isfinite(v) else None
-
-
-def score_and_delta_rows(
-    keys: Sequence[ColumnKey], boot: BootstrapResult, missing_q_z: dict[str, int]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The "scores" rows and the "deltas" rows (each censored mode minus complete-only, paired)."""
-    se = boot.se()
-    lo, hi = boot.ci()
-    scores = []
-    for i, k in enumerate(keys):
-        row: dict[str, Any] = {
-            **vars(k),
-            "n": int(boot.n[i]),
-            "mean": json_num(boot.point[i]),
-            "se": json_num(se[i]),
-            "ci_low": json_num(lo[i]),
-            "ci_high": json_num(hi[i]),
-        }
-        if k.censoring == EXACT:
-            row["n_missing_q_z"] = missing_q_z[k.predictor]
-        scores.append(row)
-    index = {k: i for i, k in enumerate(keys)}
-    deltas = []
-    for k in keys:
-        if k.censoring != COMPLETE_ONLY:
-            ref = index[dataclasses.replace(k, censoring=COMPLETE_ONLY)]
-            row = {**vars(k), "comparison": f"{k.censoring} - {COMPLETE_ONLY}", **paired_delta_row(boot, ref, index[k])}
-            del row["censoring"]  # (predictor, rule, weights, comparison, delta statistics)
-            deltas.append(row)
-    return scores, deltas
 
 
 def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
@@ -206,20 +184,6 @@ def paired_delta_row(boot: BootstrapResult, i: int, j: int) -> dict[str, Any]:
     rep = boot.replicates[:, j] - boot.replicates[:, i]
     d = delta_from_replicates("", boot.point[i], boot.point[j], rep, 0)
     return {k: json_num(getattr(d, k)) for k in _DELTA_STATS}
-
-
-def diagnostic_rows(
-    items: Sequence[tuple[str, np.ndarray, np.ndarray]], ece_bins: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """("diagnostics", "scalar_predictors") rows of (predictor, (m, 4) summaries, (m,) outcomes)."""
-    diagnostics, scalar_rows = [], []
-    for name, summaries, y in items:
-        for a, agg_name in enumerate(AGGREGATOR_NAMES):
-            diag = {key: json_num(v) for key, v in scalar_diagnostics(summaries[:, a], y, ece_bins).items()}
-            scalar_rows.append({"predictor": name, "aggregator": agg_name, "n": int(y.size), **diag})
-            if agg_name == "phi_w":
-                diagnostics.append({"predictor": name, "n": int(y.size), **diag})
-    return diagnostics, scalar_rows
 
 
 def _header(
@@ -286,8 +250,7 @@ def build_report(arrays: TrajectoryArrays, options: ReportOptions | None = None)
     predictors = list(arrays.predictors) if opts.predictors is None else list(opts.predictors)
     check_no_base_rate(predictors)  # an unselected column of that name collides with nothing
     check_known_predictors(predictors, arrays.predictors)
-    rules = [get_rule(r) for r in opts.rules]
-    schedules = [get_schedule(s) for s in opts.schedules]
+    rules, schedules = [get_rule(r) for r in opts.rules], [get_schedule(s) for s in opts.schedules]
     calibration: dict[str, Any] = {"method": "raw"}
     recalibrated: list[tuple[str, str]] = []
     skipped: list[Skipped] = []

@@ -95,8 +95,7 @@ def platt_fit_reason(arrays: TrajectoryArrays, predictor: str) -> str | None:
     reason = no_data_reason(col, train, "complete trajectories")
     if reason:
         return reason
-    n1 = int(np.sum(arrays.outcome[train] == 1))
-    n0 = int(np.sum(arrays.outcome[train] == 0))
+    n1, n0 = (int(np.sum(arrays.outcome[train] == y)) for y in (1, 0))
     if min(n0, n1) < MIN_PER_CLASS_FOR_PLATT:
         return (
             f"cross-fitted Platt needs at least {MIN_PER_CLASS_FOR_PLATT} complete trajectories of each outcome "

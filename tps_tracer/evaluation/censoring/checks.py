@@ -67,8 +67,7 @@ def artificial_censoring(
         q_z=arrays.q_z[sample],
         predictors={predictor: PredictorColumn(predictor, f, np.ones(n, bool))},
     )
-    rules_ = [get_rule(r) for r in rules]
-    scheds = [get_schedule(s) for s in schedules]
+    rules_, scheds = [get_rule(r) for r in rules], [get_schedule(s) for s in schedules]
     owner = np.repeat(np.arange(n), lengths)
     t = layout.step_index()
     complete = score_matrix(base, [predictor], rules_, scheds, modes=(COMPLETE_ONLY,))
@@ -124,8 +123,7 @@ def exact_vs_simple(
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
     """Simple, exact and their paired difference on censored prefixes with q_z (Tables "qz_headline")."""
-    rules_ = [get_rule(r) for r in rules]
-    scheds = [get_schedule(s) for s in schedules]
+    rules_, scheds = [get_rule(r) for r in rules], [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
     _, censored = table.role_masks(CensoringPolicy())
     with_q = censored & ~np.isnan(table.q_z)
@@ -156,8 +154,7 @@ def conditional_projection_check(
 ) -> list[dict[str, Any]]:
     """max_i |TPS_exact-MC_i - mean_m sum_t w_t S(F_t, Y_i^(m))| over retained prefixes in `arrays`:
     branch pairs mixed with q_hat against every branch outcome scored step by step (~1e-15 apart)."""
-    rules_ = [get_rule(r) for r in rules]
-    scheds = [get_schedule(s) for s in schedules]
+    rules_, scheds = [get_rule(r) for r in rules], [get_schedule(s) for s in schedules]
     table = pair_table_from_arrays(arrays, predictors, rules_, scheds)
     index = {tid: i for i, tid in enumerate(arrays.ids)}
     q_hat = estimates.as_mapping()
@@ -189,9 +186,9 @@ def informative_censoring_shift(
 ) -> list[dict[str, Any]]:
     """Per predictor: cen-simple TPS under the default policy and with `reasons` treated as censored, on
     shared Poisson replicates (so the SE reflects only the trajectories that changed role)."""
-    alt = CensoringPolicy.treating_as_censored(list(reasons))
     table = pair_table_from_arrays(arrays, predictors, [get_rule(rule)], [get_schedule(schedule)])
     base_cols = score_columns(table, predictors, CensoringPolicy(), modes=(SIMPLE,)).columns
+    alt = CensoringPolicy.treating_as_censored(list(reasons))
     alt_cols = score_columns(table, predictors, alt, modes=(SIMPLE,)).columns
     rows = []
     for name, a, b in zip(predictors, base_cols, alt_cols, strict=True):
@@ -208,9 +205,7 @@ def informative_censoring_shift(
                 "n_sensitivity": int(np.sum(~np.isnan(b))),
                 "moved_into_sample": int(np.sum(np.isnan(a) & ~np.isnan(b))),
                 "shift": d.delta,
-                "se": d.se,
-                "ci_low": d.ci_low,
-                "ci_high": d.ci_high,
+                **{stat: getattr(d, stat) for stat in ("se", "ci_low", "ci_high")},
             }
         )
     return rows

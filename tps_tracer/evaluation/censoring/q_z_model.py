@@ -67,14 +67,6 @@ class _FoldModel:
         return np.asarray(sigmoid(self.a + ((x - self.mu) / self.sd) @ self.beta), dtype=np.float64)
 
 
-def _fit_fold(x: FloatArray, y: FloatArray) -> _FoldModel:
-    mu, sd = x.mean(axis=0), np.maximum(x.std(axis=0), SD_FLOOR)
-    ybar = float(np.clip(y.mean(), EPS, 1 - EPS))
-    w = np.ones(len(y))
-    a, beta = fit_logistic((x - mu) / sd, y, w, DEFAULT_PENALTY, intercept0=float(np.log(ybar / (1 - ybar))))
-    return _FoldModel(mu, sd, a, beta)
-
-
 @dataclass
 class PlugInResult:
     source: str  # "plug-in" or "hybrid"
@@ -129,9 +121,8 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
         cuts = arrays.lengths[rows]
         by_id = mc.as_mapping()
         y = np.array([by_id[tid] for tid, _ in audited])
-        order = sorted(range(len(audited)), key=lambda k: audited[k][0])
-        fold = np.zeros(len(audited), dtype=np.int8)
-        fold[order[1::2]] = 1  # alternate in id order
+        no_y = np.zeros(len(audited))  # one stratum: alternate in id order
+        fold = split_halves([tid for tid, _ in audited], no_y, no_y.astype(bool))
     x = prefix_features(arrays, rows, cuts, features)
     ok = ~np.isnan(x).any(axis=1)
     x, y, fold = x[ok], y[ok], fold[ok]
@@ -139,7 +130,11 @@ def fit_q_z_model(arrays: TrajectoryArrays, features: Sequence[str], mc: McEstim
     for k in (0, 1):  # each fold predicted by the model fitted on the other
         if not (fold != k).any() or not (fold == k).any():
             raise InputError("q_Z model: cross-fitting needs training prefixes from at least two trajectories per fold")
-        models.append(_fit_fold(x[fold != k], y[fold != k]))
+        xt, yt = x[fold != k], y[fold != k]
+        mu, sd = xt.mean(axis=0), np.maximum(xt.std(axis=0), SD_FLOOR)
+        ybar = float(np.clip(yt.mean(), EPS, 1 - EPS))
+        a, beta = fit_logistic((xt - mu) / sd, yt, np.ones(len(yt)), DEFAULT_PENALTY, float(np.log(ybar / (1 - ybar))))
+        models.append(_FoldModel(mu, sd, a, beta))
         oof[fold == k] = models[k].predict(x[fold == k])
     xc = prefix_features(arrays, censored_rows, arrays.lengths[censored_rows], features)
     has = ~np.isnan(xc).any(axis=1)
