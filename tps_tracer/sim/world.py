@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +20,6 @@ from tps_tracer.scoring import FloatArray
 from tps_tracer.synthetic import FORECASTERS, TaskPrior, logit, sigmoid
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
-TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,
 # so the k candidates sum to exactly 1 and the entropy has a closed form.
 ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
@@ -128,18 +127,6 @@ class AgentWorld:
 
 
 # ---------------------------------------------------------------- continuations (the law given a prefix)
-
-_CLUE = re.compile(r"Clue (?P<t>\d+): the evidence is (?P<word>positive|negative)\.")
-
-
-def clue_text(t: int, evidence: int) -> str:
-    """What the `search` tool answers for clue t (the model reads the evidence back from it)."""
-    return f"Clue {t}: the evidence is {'positive' if evidence else 'negative'}."
-
-
-def read_clues(texts: Iterable[str]) -> list[int]:
-    """The evidence s_1, s_2, ... in the order the clue texts were seen (other texts skipped)."""
-    return [int(found.group("word") == "positive") for found in map(_CLUE.search, texts) if found]
 
 
 def branch_stream(thread_id: str) -> int:
@@ -257,7 +244,7 @@ def expected_forecasts(rendered: Rendered, verbal: float) -> dict[str, float]:
     shares = np.asarray(ALTERNATIVE_SHARES)
     cand = np.column_stack([p, (1.0 - p)[:, None] * shares[None, :]])
     entropy = -(cand * np.log(cand)).sum(axis=1)
-    conf = 1.0 - entropy / math.log(TOP_K)
+    conf = 1.0 - entropy / math.log(cand.shape[1])  # the paper's 1 - H / ln 5
     m = rendered.action_tokens
     return {
         "verbal": verbal,
