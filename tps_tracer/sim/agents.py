@@ -153,14 +153,13 @@ def run_campaign(
 ) -> Any:
     """The compiled graph the runs were made with. q_z_oracle: give every run the world's budget cuts short
     its exact q_Z = P(Y=1 | H_Z) (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
-    label = world.config.forecaster
     acc = Accumulator(sink=sink, bootstrap=0)  # the records are the product
     handler = TPSCallbackHandler(acc, horizon=recursion_limit // 2)
     tools = [search_tool(world, branches=checkpointer is not None)]
     agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), tools, checkpointer=checkpointer)
     q_z_lines: list[tuple[str, float]] = []
     for task in world:
-        trajectory_id = f"{label}/{task.task_id}"
+        trajectory_id = f"{world.config.forecaster}/{task.task_id}"
         # The root run id is written into the record (langchain_run_id): derived from the trajectory
         # id, so equal campaigns write equal files.
         config: dict[str, Any] = {

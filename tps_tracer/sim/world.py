@@ -147,14 +147,12 @@ def continuation_step(
     t = len(evidence) + 1
     rng = np.random.default_rng([seed, branch_stream(thread_id), t, 0])
     u_malformed, u_final, u_outcome = rng.random(3)
-    noise = float(rng.normal())
-    token_seed = int(rng.integers(0, 2**31))
     q = q_given(config, evidence)
-    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, noise)))), 2)
+    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, float(rng.normal()))))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
     lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
     final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
-    step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
+    step = StepScript(t, q, verbal, -1, int(malformed), False, final, int(rng.integers(0, 2**31)))
     return step, int(u_outcome < q) if final and not malformed else None
 
 
