@@ -5,7 +5,6 @@ campaign that runs every task of a world through LangGraph's prebuilt ReAct agen
 from __future__ import annotations
 
 import contextlib
-import operator
 import os
 import re
 import uuid
@@ -63,7 +62,6 @@ class TextReActState(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
     repairs: int
     answer: str | None
-    steps: Annotated[int, operator.add]
 
 
 def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget: int = DEFAULT_REPAIR_BUDGET) -> Any:
@@ -71,7 +69,7 @@ def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget:
     parser = TaggedActionParser()
 
     def agent(state: TextReActState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])], "steps": 1}
+        return {"messages": [model.invoke(state["messages"])]}
 
     def act(state: TextReActState) -> dict[str, Any]:
         last = state["messages"][-1]
@@ -103,7 +101,7 @@ def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget:
 
 
 def text_react_inputs(prompt: str) -> dict[str, Any]:
-    return {"messages": [HumanMessage(prompt)], "repairs": 0, "answer": None, "steps": 0}
+    return {"messages": [HumanMessage(prompt)], "repairs": 0, "answer": None}
 
 
 # ---------------------------------------------------------------- langchain-classic AgentExecutor
