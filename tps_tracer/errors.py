@@ -3,7 +3,7 @@ which the CLI exits 2 (3 on any other exception); a missing optional dependency 
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -54,8 +54,6 @@ class MissingExtra(ModuleNotFoundError, InputError):
 def missing_extra(exc: ImportError, what: str = "this", extra: str | None = None) -> MissingExtra | None:
     """The error to raise instead of `exc` when it is a missing optional dependency, else None; `extra`
     overrides the module's own extra when `what` needs more."""
-    import importlib.util
-
     top = (exc.name or "").split(".")[0]
     # An installed dependency missing one of its own modules (a version that moved it) is no missing extra.
     if top not in EXTRA_OF_MODULE or importlib.util.find_spec(top) is not None:

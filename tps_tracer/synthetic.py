@@ -83,24 +83,23 @@ def simulate_runs(n: int, seed: int = 0, world: World = World(), theta: FloatArr
     """n runs; `theta` (the tasks' success rates) runs the same tasks again, as a baseline and a
     candidate do, with fresh signals and outcomes."""
     rng = np.random.default_rng(seed)
-    w = world
-    theta = rng.beta(w.prior_a, w.prior_b, n) if theta is None else np.asarray(theta, dtype=np.float64)
-    length = rng.integers(w.min_length, w.max_length + 1, n)
-    width = w.max_length
+    theta = rng.beta(world.prior_a, world.prior_b, n) if theta is None else np.asarray(theta, dtype=np.float64)
+    length = rng.integers(world.min_length, world.max_length + 1, n)
+    width = world.max_length
     signals = rng.random((n, width)) < theta[:, None]
     t = np.arange(1, width + 1)
-    q = (w.prior_a + np.cumsum(signals, axis=1)) / (w.prior_a + w.prior_b + t)
-    hazard = np.clip(w.parse_error_rate * 2.0 * (1.0 - q), 0.0, 1.0)
+    q = (world.prior_a + np.cumsum(signals, axis=1)) / (world.prior_a + world.prior_b + t)
+    hazard = np.clip(world.parse_error_rate * 2.0 * (1.0 - q), 0.0, 1.0)
     parse_hit = rng.random((n, width)) < hazard
     first_err = np.where(parse_hit.any(axis=1), parse_hit.argmax(axis=1) + 1, width + 1)
     y = (rng.random(n) < theta).astype(np.float64)
 
-    natural_end = np.minimum(length, w.budget)
+    natural_end = np.minimum(length, world.budget)
     z = np.minimum(natural_end, first_err)
     kinds = (StopReason.CLEAN, StopReason.PARSE_ERROR, StopReason.MAX_STEPS)  # reasons 0, 1, 2
-    reasons = np.where(first_err <= natural_end, 1, np.where(length <= w.budget, 0, 2))
+    reasons = np.where(first_err <= natural_end, 1, np.where(length <= world.budget, 0, 2))
     stop = [kinds[k] for k in reasons]
-    horizon = np.where(reasons == 2, w.budget, z)
+    horizon = np.where(reasons == 2, world.budget, z)
     observed = t[None, :] <= z[:, None]
     offsets = np.concatenate(([0], np.cumsum(z))).astype(np.int64)
     return SimulatedRuns(offsets, q[observed], y, stop, horizon.astype(np.int64), theta)

@@ -5,7 +5,6 @@ campaign that runs every task of a world through LangGraph's prebuilt ReAct agen
 from __future__ import annotations
 
 import contextlib
-import operator
 import os
 import re
 import uuid
@@ -63,7 +62,6 @@ class TextReActState(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
     repairs: int
     answer: str | None
-    steps: Annotated[int, operator.add]
 
 
 def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget: int = DEFAULT_REPAIR_BUDGET) -> Any:
@@ -71,7 +69,7 @@ def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget:
     parser = TaggedActionParser()
 
     def agent(state: TextReActState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])], "steps": 1}
+        return {"messages": [model.invoke(state["messages"])]}
 
     def act(state: TextReActState) -> dict[str, Any]:
         last = state["messages"][-1]
@@ -103,7 +101,7 @@ def text_react_graph(model: BaseChatModel, tools: list[BaseTool], repair_budget:
 
 
 def text_react_inputs(prompt: str) -> dict[str, Any]:
-    return {"messages": [HumanMessage(prompt)], "repairs": 0, "answer": None, "steps": 0}
+    return {"messages": [HumanMessage(prompt)], "repairs": 0, "answer": None}
 
 
 # ---------------------------------------------------------------- langchain-classic AgentExecutor
@@ -153,14 +151,13 @@ def run_campaign(
 ) -> Any:
     """The compiled graph the runs were made with. q_z_oracle: give every run the world's budget cuts short
     its exact q_Z = P(Y=1 | H_Z) (a simulator privilege: real deployments estimate it, see the censoring toolkit)."""
-    label = world.config.forecaster
     acc = Accumulator(sink=sink, bootstrap=0)  # the records are the product
     handler = TPSCallbackHandler(acc, horizon=recursion_limit // 2)
     tools = [search_tool(world, branches=checkpointer is not None)]
     agent = prebuilt_react_agent(model or ScriptedReActModel(world=world), tools, checkpointer=checkpointer)
     q_z_lines: list[tuple[str, float]] = []
     for task in world:
-        trajectory_id = f"{label}/{task.task_id}"
+        trajectory_id = f"{world.config.forecaster}/{task.task_id}"
         # The root run id is written into the record (langchain_run_id): derived from the trajectory
         # id, so equal campaigns write equal files.
         config: dict[str, Any] = {

@@ -28,12 +28,10 @@ from tps_tracer.sim.world import (
     AgentWorld,
     StepScript,
     TextStyle,
-    clue_text,
     continuation_clue,
     continuation_step,
     openai_logprobs,
     query_of,
-    read_clues,
     render,
     render_malformed,
     tokenize,
@@ -59,9 +57,18 @@ def branch_thread() -> str | None:
     return str(thread)
 
 
+_CLUE = re.compile(r"Clue (?P<t>\d+): the evidence is (?P<word>positive|negative)\.")
+
+
+def clue_text(t: int, evidence: int) -> str:
+    """What the `search` tool answers for clue t (the model reads the evidence back from it)."""
+    return f"Clue {t}: the evidence is {'positive' if evidence else 'negative'}."
+
+
 def clues_seen(messages: Sequence[Any]) -> list[int]:
     """The evidence s_1.. in the tool messages of a conversation (what the prefix revealed)."""
-    return read_clues(m.text for m in messages if isinstance(m, ToolMessage) and m.status != "error")
+    texts = (m.text for m in messages if isinstance(m, ToolMessage) and m.status != "error")
+    return [int(found.group("word") == "positive") for found in map(_CLUE.search, texts) if found]
 
 
 _ACTION = re.compile(r"<action>\s*finish\[(?P<answer>[^\]]*)\]\s*</action>")
@@ -119,22 +126,21 @@ class ScriptedReActModel(BaseChatModel):
         self, task_id: str, step: StepScript, attempt: int, answer: str = ANSWER
     ) -> tuple[AIMessage, dict[str, Any] | None]:
         text_style: TextStyle = "react" if self.style == "react" else "tagged"
+        calls: dict[str, Any] = {}
         if attempt:
             text = render_malformed(task_id, step, attempt, text_style)
             tokens = tokenize(text)
-            lp = openai_logprobs(tokens, np.full(len(tokens), 0.6)) if self.logprobs else None
-            if self.style == "tool_calls":
-                bad_id = f"call_{task_id}_{step.t}_bad{attempt}"
-                bad = {"name": "search", "args": '{"query": "unterminated', "id": bad_id}
-                bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
-                return AIMessage(content=text, invalid_tool_calls=[bad]), lp
-            return AIMessage(content=text), lp
-        r = render(task_id, step, text_style, answer)
-        lp = openai_logprobs(r.tokens, r.probs) if self.logprobs else None
-        if self.style == "tool_calls" and not step.final:
+            probs = np.full(len(tokens), 0.6)
+            bad = {"name": "search", "args": '{"query": "unterminated', "id": f"call_{task_id}_{step.t}_bad{attempt}"}
+            bad |= {"error": "Function search arguments are not valid JSON", "type": "invalid_tool_call"}
+            calls["invalid_tool_calls"] = [bad]
+        else:
+            r = render(task_id, step, text_style, answer)
+            text, tokens, probs = r.text, r.tokens, r.probs
             call = {"name": "search", "args": {"query": query_of(task_id, step.t)}, "id": f"call_{task_id}_{step.t}"}
-            return AIMessage(content=r.text, tool_calls=[call]), lp
-        return AIMessage(content=r.text), lp
+            calls["tool_calls"] = [] if step.final else [call]
+        lp = openai_logprobs(tokens, probs) if self.logprobs else None
+        return AIMessage(content=text, **(calls if self.style == "tool_calls" else {})), lp
 
     def _generate(
         self,

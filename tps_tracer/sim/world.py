@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +20,6 @@ from tps_tracer.scoring import FloatArray
 from tps_tracer.synthetic import FORECASTERS, TaskPrior, logit, sigmoid
 from tps_tracer.tracking.keys import DEFAULT_REPAIR_BUDGET  # the paper's harness: two repairs per step
 
-TOP_K = 5
 # The top-k alternatives share the chosen token's missing mass in these fixed proportions,
 # so the k candidates sum to exactly 1 and the entropy has a closed form.
 ALTERNATIVE_SHARES = (0.5, 0.25, 0.15, 0.1)
@@ -129,18 +128,6 @@ class AgentWorld:
 
 # ---------------------------------------------------------------- continuations (the law given a prefix)
 
-_CLUE = re.compile(r"Clue (?P<t>\d+): the evidence is (?P<word>positive|negative)\.")
-
-
-def clue_text(t: int, evidence: int) -> str:
-    """What the `search` tool answers for clue t (the model reads the evidence back from it)."""
-    return f"Clue {t}: the evidence is {'positive' if evidence else 'negative'}."
-
-
-def read_clues(texts: Iterable[str]) -> list[int]:
-    """The evidence s_1, s_2, ... in the order the clue texts were seen (other texts skipped)."""
-    return [int(found.group("word") == "positive") for found in map(_CLUE.search, texts) if found]
-
 
 def branch_stream(thread_id: str) -> int:
     """A 64-bit seed component from a branch's thread id (stable across processes, unlike hash())."""
@@ -160,14 +147,12 @@ def continuation_step(
     t = len(evidence) + 1
     rng = np.random.default_rng([seed, branch_stream(thread_id), t, 0])
     u_malformed, u_final, u_outcome = rng.random(3)
-    noise = float(rng.normal())
-    token_seed = int(rng.integers(0, 2**31))
     q = q_given(config, evidence)
-    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, noise)))), 2)
+    verbal = round(min(1.0, max(0.0, float(FORECASTERS[config.forecaster](q, float(rng.normal()))))), 2)
     malformed = bool(u_malformed < config.malformed_rate)
     lo, hi = config.min_length, config.max_length  # P(L = t | L >= t) for the natural length L ~ Uniform{lo..hi}
     final = bool(u_final < (0.0 if t < lo else 1.0 if t >= hi else 1.0 / (hi - t + 1)))
-    step = StepScript(t, q, verbal, -1, int(malformed), False, final, token_seed)
+    step = StepScript(t, q, verbal, -1, int(malformed), False, final, int(rng.integers(0, 2**31)))
     return step, int(u_outcome < q) if final and not malformed else None
 
 
@@ -257,7 +242,7 @@ def expected_forecasts(rendered: Rendered, verbal: float) -> dict[str, float]:
     shares = np.asarray(ALTERNATIVE_SHARES)
     cand = np.column_stack([p, (1.0 - p)[:, None] * shares[None, :]])
     entropy = -(cand * np.log(cand)).sum(axis=1)
-    conf = 1.0 - entropy / math.log(TOP_K)
+    conf = 1.0 - entropy / math.log(cand.shape[1])  # the paper's 1 - H / ln 5
     m = rendered.action_tokens
     return {
         "verbal": verbal,
