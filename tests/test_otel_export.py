@@ -210,3 +210,33 @@ def test_prometheus_scrape(tmp_path):
     assert samples[("tps_scored_total", "log", "exact", None)] == 3
     assert samples[("tps_trajectories_total", None, None, "clean")] == 2
     assert samples[("tps_trajectories_total", None, None, "max_steps")] == 1
+
+
+def test_scores_given_up_waiting_for_their_root_span_are_counted_and_shown(monkeypatch, caplog):
+    """A score waits for its run's root span; past the bound the oldest are given up: counted in the
+    processor's (its accumulator's) health ledger, logged once, and in a backend's status()."""
+    from tps_tracer import Accumulator
+    from tps_tracer.otel import PhoenixAnnotations, trace_links
+
+    monkeypatch.setattr(trace_links, "MAX_LINKS", 2)
+    acc = Accumulator(bootstrap=0)
+    processor = TPSSpanProcessor(acc, background=False)
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    acc.add_listener(EvaluationSpanExporter(provider, processor.links))
+    for tid in ("a", "b", "c"):  # no root span seen for any of them yet
+        assert acc.finished(tid, [{"verbal": 0.8}, {"verbal": 0.6}], "clean", outcome=1)
+    assert processor.links.expired == 1 and processor.links.n_waiting == 2
+    assert acc.snapshot()["online"]["health"]["dropped"] == {"score_link_wait": 1}
+    assert sum("score_link_wait" in r.getMessage() for r in caplog.records) == 1
+    for i, tid in enumerate(("a", "b", "c")):
+        processor.links.add(tid, trace_links.SpanLink(i + 1, i + 1))
+    got = sorted(s.attributes["tps.trajectory_id"] for s in spans.get_finished_spans() if s.name == EVALUATION_SPAN)
+    assert got == ["b", "c"]  # "a"'s score was given up: no span, and not a late one either
+    annotations = PhoenixAnnotations("http://127.0.0.1:9", processor.links, client=object())
+    try:
+        assert annotations.status()["link_wait_expired"] == 1
+    finally:
+        annotations.close(1)
+        processor.shutdown()

@@ -372,6 +372,7 @@ class RetryingDelivery:
                 "gave_up": self.gave_up,
                 "last_error": self.last_error,
                 "waiting_for_link": self.links.n_waiting,
+                "link_wait_expired": self.links.expired,  # given up waiting (shared by the links' listeners)
             }
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -88,7 +88,6 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
         if capture and accumulator is None:
             raise InputError("capture needs an accumulator")
         self.capture = capture
-        self.links = links if links is not None else TraceLinks()
         self.root_matcher = root_matcher
         self.max_open_traces = max_open_traces
         self.max_spans_per_trace = max_spans_per_trace
@@ -96,6 +95,7 @@ class TPSSpanProcessor(SpanProcessor, TrackedAdapter):
             from tps_tracer.online.accumulator import Accumulator
 
             accumulator = Accumulator(bootstrap=0)
+        self.links = links if links is not None else TraceLinks(accumulator.health)
         self._traces: OrderedDict[int, _Trace] = OrderedDict()  # oldest first
         self._grouped: OrderedDict[str, _Grouped] = OrderedDict()  # root-less trajectories, oldest first
         self._track("otel", locals())  # the constructor arguments, by name

@@ -9,7 +9,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tps_tracer.health import HealthLedger
+
 MAX_LINKS = 100_000
+LINK_WAIT = "score_link_wait"  # the health kind of a score given up waiting for its run's root span
 
 
 @dataclass(frozen=True)
@@ -39,11 +42,18 @@ class SpanLink:
 
 
 class TraceLinks:
-    def __init__(self) -> None:
+    def __init__(self, health: HealthLedger | None = None) -> None:
+        """health: where a score given up waiting for its link is counted (dropped, logged once); the span
+        processor passes its accumulator's."""
         self._links: OrderedDict[str, SpanLink] = OrderedDict()
         self._waiting: OrderedDict[str, list[Callable[[SpanLink], None]]] = OrderedDict()
         self._lock = threading.Lock()
-        self.expired = 0  # callbacks pushed out of the bounded wait before their link came
+        self.health = health if health is not None else HealthLedger()
+
+    @property
+    def expired(self) -> int:
+        """Score callbacks pushed out of the bounded wait before their link came."""
+        return self.health.get("dropped", LINK_WAIT)
 
     def add(self, trajectory_id: str, link: SpanLink) -> None:
         with self._lock:
@@ -68,13 +78,16 @@ class TraceLinks:
         if isinstance(trace_hex, str) and isinstance(span_hex, str):
             callback(SpanLink.from_hex(trace_hex, span_hex))
             return
+        lost = 0
         with self._lock:
             link = self._links.get(trajectory_id)
             if link is None:
                 self._waiting.setdefault(trajectory_id, []).append(callback)
                 while len(self._waiting) > MAX_LINKS:
-                    _, dropped = self._waiting.popitem(last=False)
-                    self.expired += len(dropped)
+                    lost += len(self._waiting.popitem(last=False)[1])
+        if lost:
+            why = f"more than {MAX_LINKS} runs' scores waited for their trace's root span; the oldest were not exported"
+            self.health.count("dropped", LINK_WAIT, why, n=lost)
         if link is not None:
             callback(link)
 
