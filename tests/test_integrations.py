@@ -453,7 +453,7 @@ def test_sdk_sends_tps_metrics_over_otlp_as_the_collector_readme_says():
     assert _OtlpReceiver.received and _OtlpReceiver.received[0][0] == "/v1/metrics"
     request = ExportMetricsServiceRequest.FromString(_OtlpReceiver.received[0][1])
     metrics = {m.name: m for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert set(metrics) == {"tps.score.mean", "tps.scored", "tps.trajectories"}
+    assert set(metrics) == {"tps.score.mean", "tps.scored", "tps.trajectories", "tps.steps"}
 
     def attrs(point):
         return {a.key: a.value.string_value for a in point.attributes}
@@ -463,3 +463,5 @@ def test_sdk_sends_tps_metrics_over_otlp_as_the_collector_readme_says():
     counts = {attrs(p)["stop_reason"]: p.as_int for p in metrics["tps.trajectories"].sum.data_points}
     assert counts == {"clean": 2, "parse_error": 1}
     assert metrics["tps.trajectories"].sum.is_monotonic
+    steps = {attrs(p)["forecast"]: p.as_int for p in metrics["tps.steps"].sum.data_points}
+    assert steps == {"stated": 3, "missing": 0}  # every run's steps, the parse error's included

@@ -126,6 +126,9 @@ def test_evaluation_spans_and_metrics_match_independent_scores(world, tmp_path, 
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 for dp in metric.data.data_points:
+                    if metric.name == "tps.steps":
+                        points[(metric.name, dp.attributes["predictor"], dp.attributes["forecast"])] = dp.value
+                        continue
                     key = tuple(dp.attributes.get(k) for k in ("predictor", "rule", "weights", "censoring"))
                     points[
                         (metric.name, key)
@@ -146,6 +149,15 @@ def test_evaluation_spans_and_metrics_match_independent_scores(world, tmp_path, 
     assert compared >= 5 * len(RULES) * 2
     for reason, n in snapshot["audit"]["stop_reasons"].items():
         assert points.get(("tps.trajectories", reason), 0) == n
+    # Steps without a forecast (scored by the missing-forecast policy), counted from the records.
+    names = {p for r in records.values() for st in r.steps for p in st.forecasts}
+    gaps = {p: sum(st.forecasts.get(p) is None for r in records.values() for st in r.steps) for p in names}
+    n_steps = sum(len(r.steps) for r in records.values())
+    for p, n in gaps.items():
+        assert points[("tps.steps", p, "missing")] == n and points[("tps.steps", p, "stated")] == n_steps - n
+    for tid, span in by_tid.items():
+        want = sum(st.forecasts.get("verbal") is None for st in records[tid].steps)
+        assert span.attributes["tps.steps_without_forecast"] == want
 
 
 def _free_port() -> int:
@@ -210,6 +222,11 @@ def test_prometheus_scrape(tmp_path):
     assert samples[("tps_scored_total", "log", "exact", None)] == 3
     assert samples[("tps_trajectories_total", None, None, "clean")] == 2
     assert samples[("tps_trajectories_total", None, None, "max_steps")] == 1
+    steps = {}
+    for m in re.finditer(r"^tps_steps_total\{(.*)\} (\S+)$", body, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        steps[(labels["predictor"], labels["forecast"])] = float(m.group(2))
+    assert steps == {("verbal", "stated"): 6, ("verbal", "missing"): 0}
 
 
 def test_scores_given_up_waiting_for_their_root_span_are_counted_and_shown(monkeypatch, caplog):
@@ -240,3 +257,49 @@ def test_scores_given_up_waiting_for_their_root_span_are_counted_and_shown(monke
     finally:
         annotations.close(1)
         processor.shutdown()
+
+
+def test_steps_without_a_forecast_are_counted_on_the_metrics_and_the_span():
+    """The means include steps scored by the missing-forecast policy: tps.steps says how many, per predictor."""
+    from tps_tracer import Accumulator
+    from tps_tracer.otel import SpanLink, TraceLinks
+
+    reader = InMemoryMetricReader()
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    links = TraceLinks()
+    acc = Accumulator(bootstrap=0)
+    acc.add_listener(TPSMetrics(MeterProvider(metric_readers=[reader])))
+    acc.add_listener(EvaluationSpanExporter(provider, links))
+    runs = {
+        "x": [
+            {"verbal": 0.7, "token_prob": 0.9},
+            {"verbal": None, "token_prob": 0.8},
+            {"verbal": 0.6, "token_prob": 0.7},
+        ],
+        "y": [{"verbal": None, "token_prob": 0.5}],
+        "z": [{"token_prob": 0.4}, {"token_prob": 0.6}],  # never names verbal: both steps are its gaps
+    }
+    for i, (tid, steps) in enumerate(runs.items()):
+        links.add(tid, SpanLink(i + 1, i + 1))
+        assert acc.finished(tid, steps, "clean", outcome=1)
+    acc.close()
+    points = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == "tps.steps":
+                    for dp in metric.data.data_points:
+                        points[(dp.attributes["predictor"], dp.attributes["forecast"])] = dp.value
+    assert points == {
+        ("verbal", "stated"): 2,
+        ("verbal", "missing"): 4,
+        ("token_prob", "stated"): 6,
+        ("token_prob", "missing"): 0,
+    }
+    got = {
+        s.attributes["tps.trajectory_id"]: s.attributes["tps.steps_without_forecast"]
+        for s in spans.get_finished_spans()
+    }
+    assert got == {"x": 1, "y": 1, "z": 2}  # the headline predictor's (verbal)

@@ -343,7 +343,10 @@ class RowStore:
         reason = StopReason(STOP_REASONS[int(self.stop_code[row])])
         y, q = self.outcome[row], self.q_z[row]
         pairs: dict[tuple[str, str, str], tuple[float, float]] = {}
+        gaps: dict[str, int] = {}
         for name, col in self.predictors.items():
+            # A row that never named the predictor is all gaps, as `_column` scores it.
+            gaps[name] = int(col.missing[row, 0]) if col.written[row] else int(self.n_steps[row])
             if not col.usable[row]:
                 continue
             for i, rule in enumerate(self.rules):
@@ -362,6 +365,7 @@ class RowStore:
             horizon=int(self.horizon[row]),
             pairs=pairs,
             metadata=metadata,
+            gaps=gaps,
         )
 
     def nbytes(self) -> int:

@@ -39,6 +39,8 @@ class TrajectoryScore:
     # (predictor, rule, schedule) -> (s1, s0), only for predictors usable on this trajectory
     pairs: Mapping[tuple[str, str, str], tuple[float, float]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # predictor -> steps without a forecast (scored by the missing-forecast policy, not dropped)
+    gaps: Mapping[str, int] = field(default_factory=dict)
 
     def values(self) -> Iterator[ScoreValue]:
         """Every available score: predictor x rule x schedule x censoring mode (eta: the report's own table)."""

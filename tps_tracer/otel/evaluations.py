@@ -119,6 +119,7 @@ class EvaluationSpanExporter:
         attrs = trajectory_attributes(score)
         attrs["gen_ai.evaluation.explanation"] = explanation(score, head, self.predictor)
         attrs["tps.predictor"] = self.predictor  # the headline, also when this run cannot use it
+        attrs["tps.steps_without_forecast"] = score.gaps.get(self.predictor, score.n_steps)
         if head is not None:
             attrs.update(value_attributes(head))
         # The span id follows what the span says (DerivedSpanIds), so the same score sent live and by
@@ -160,7 +161,8 @@ class EvaluationEventExporter:
             key = (v.predictor, v.rule, v.weights, v.censoring)
             if self.sent_scores.is_new(score.trajectory_id, key, (v.value, score.label)):
                 explained = {"gen_ai.evaluation.explanation": explanation(score, v)}
-                records.append({**common, **value_attributes(v), **explained})
+                gaps = {"tps.steps_without_forecast": score.gaps.get(v.predictor, score.n_steps)}
+                records.append({**common, **value_attributes(v), **explained, **gaps})
         for attributes in records:
             record = LogRecord(
                 timestamp=time.time_ns(),
@@ -200,6 +202,9 @@ class TPSMetrics:
         self._trajectories = meter.create_counter(
             "tps.trajectories", description="Finished trajectories by stop reason and scoring role"
         )
+        self._steps = meter.create_counter(
+            "tps.steps", description="Steps of finished trajectories by predictor, with a stated forecast or without"
+        )
 
     def __call__(self, score: TrajectoryScore) -> None:
         with self._lock:
@@ -218,6 +223,9 @@ class TPSMetrics:
                 self._seen.popitem(last=False)
         if before is None:
             self._trajectories.add(1, {"stop_reason": score.stop_reason.value, "role": score.role.value})
+            for predictor, gaps in score.gaps.items():  # the gaps the means include, scored by the policy
+                self._steps.add(score.n_steps - gaps, {"predictor": predictor, "forecast": "stated"})
+                self._steps.add(gaps, {"predictor": predictor, "forecast": "missing"})
 
     def means(self) -> dict[Key, tuple[float, int]]:
         with self._lock:
