@@ -223,7 +223,7 @@ RULES = INTEGRATIONS / "prometheus" / "tps_rules.yml"
 def test_rules_pass_promtool_check_and_unit_tests():
     promtool = _tool("promtool")
     check = _run([promtool, "check", "rules", str(RULES)])
-    assert check.returncode == 0 and "SUCCESS: 9 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 11 rules found" in check.stdout, check.stdout + check.stderr
     unit = _run([promtool, "test", "rules", "tps_rules.test.yml"], cwd=RULES.parent)
     assert unit.returncode == 0 and "SUCCESS" in unit.stdout, unit.stdout + unit.stderr
 
@@ -313,13 +313,13 @@ def test_rules_on_a_real_scrape_of_tps_metrics(tmp_path):
     assert mean(s2, "token_prob") == pytest.approx(token_log, abs=1e-12)
     assert set(s1) == set(s2)  # every series exists in both scrapes (no extrapolation artefacts)
 
-    # Gauges and tps_scored_total hold each scrape's value for its hour; tps_trajectories_total
-    # (read through rate()) grows linearly at each hour's pace, and the third hour repeats the second.
+    # Gauges and tps_scored_total hold each scrape's value for its hour; tps_trajectories_total and
+    # tps_steps_total (read through rate()) grow linearly at each hour's pace, the third hour as the second.
     series = []
     for name in sorted(s2):
         labels = name.replace("{", '{job="agent",', 1)
         v1, v2 = s1[name], s2[name]
-        if name.startswith("tps_trajectories_total"):
+        if name.startswith(("tps_trajectories_total", "tps_steps_total")):
             values = f"0+{v1 / 60!r}x60 {v1 + (v2 - v1) / 60!r}+{(v2 - v1) / 60!r}x120"
         else:
             values = f"{v1!r}x59 {v2!r}x120"
